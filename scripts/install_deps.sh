@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvtier needs to build, test and benchmark. Idempotent: packages
+# already installed are skipped, and `apt-get update` runs only when something is missing.
+# Nothing is downloaded outside Debian's package archive. Run as root (or through sudo).
+set -euo pipefail
+
+packages=(
+  # Toolchain.
+  g++ cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev   # clang build: -Wthread-safety and the sanitizer job.
+  # Libraries.
+  liburing-dev     # io_uring for the SSD tier.
+  libzstd-dev      # shuffle-zstd codec.
+  libssl-dev       # SHA-256 (libcrypto) for block keys.
+  libisal-dev      # CRC32C with SSE4.2/PCLMUL dispatch and a portable fallback.
+  libfmt-dev libcli11-dev nlohmann-json3-dev
+  # Tests and benchmarks.
+  libgtest-dev libgmock-dev libbenchmark-dev
+  fio zstd         # Benchmarks compare against the disk (fio) and the zstd CLI.
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "install_deps: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
