@@ -43,7 +43,7 @@ ThreadPool::~ThreadPool() {
 
 Status ThreadPool::Submit(Task task) {
   MutexLock lock(&mu_);
-  while (!stopping_ && queue_.size() >= options_.queue_tasks_max) not_full_.Wait();
+  while (!stopping_ && queue_.size() >= options_.queue_tasks_max) not_full_.Wait(&mu_);
   if (stopping_) return Status::Aborted("thread pool is shutting down");
   queue_.push_back(std::move(task));
   not_empty_.Signal();
@@ -63,7 +63,7 @@ Status ThreadPool::TrySubmit(Task task) {
 
 void ThreadPool::WaitIdle() {
   MutexLock lock(&mu_);
-  while (!queue_.empty() || running_ > 0) idle_.Wait();
+  while (!queue_.empty() || running_ > 0) idle_.Wait(&mu_);
 }
 
 size_t ThreadPool::queued() {
@@ -76,7 +76,7 @@ void ThreadPool::WorkerLoop() {
     Task task;
     {
       MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_) not_empty_.Wait();
+      while (queue_.empty() && !stopping_) not_empty_.Wait(&mu_);
       // Shutdown drains the queue first: queued work was accepted and must run.
       if (queue_.empty()) return;
       task = std::move(queue_.front());

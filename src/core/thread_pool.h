@@ -53,9 +53,9 @@ class ThreadPool {
 
   const ThreadPoolOptions options_;
   Mutex mu_;
-  CondVar not_empty_{&mu_};
-  CondVar not_full_{&mu_};
-  CondVar idle_{&mu_};
+  CondVar not_empty_;
+  CondVar not_full_;
+  CondVar idle_;
   std::deque<Task> queue_ KV_GUARDED_BY(mu_);
   uint32_t running_ KV_GUARDED_BY(mu_) = 0;
   bool stopping_ KV_GUARDED_BY(mu_) = false;

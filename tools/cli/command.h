@@ -1,0 +1,55 @@
+// The subcommand seam of the `kvtier` CLI. A subcommand is a Command object: its factory declares
+// the subcommand and its flags on the root CLI11 app, binding them to the object's members, and
+// main() calls Run() on the one subcommand that was parsed. Adding a subcommand (bench, inspect,
+// verify, ...) is a new cmd_<name>.cc with a factory, declared here and listed in main.cc.
+//
+// Why: CLI11 reports parse errors by throwing; keeping every CLI11 call in the factories and in
+// main() confines the exceptions to the one place that catches them, and Run() works with
+// kvtier's Status/Result like the rest of the code.
+//
+// Thread safety: single-threaded (the CLI's main thread). Ownership: main() owns the Commands;
+// the CLI::App objects are owned by the root app, which outlives them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string_view>
+
+#include "kvtier/status.h"
+
+namespace kvtier::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+
+class Command {
+ public:
+  explicit Command(CLI::App* subcommand) : subcommand_(subcommand) {}
+  virtual ~Command() = default;
+  Command(const Command&) = delete;
+  Command& operator=(const Command&) = delete;
+
+  // Runs after a successful parse; returns the process exit status. Errors go to stderr as one
+  // line through Fail().
+  virtual int Run() = 0;
+
+  // True when this subcommand appeared on the command line.
+  bool Parsed() const { return subcommand_->parsed(); }
+  std::string_view name() const { return subcommand_->get_name(); }
+
+ protected:
+  CLI::App* subcommand() const { return subcommand_; }
+  // Prints "kvtier <name>: <message>" on stderr and returns kExitFailure.
+  int Fail(const Status& status) const;
+
+ private:
+  CLI::App* subcommand_;  // Owned by the root app.
+};
+
+// Declares a subcommand on `app` and returns the Command its flags are bound to.
+using CommandFactory = std::unique_ptr<Command> (*)(CLI::App* app);
+
+// cmd_hash.cc: namespace digest and chunk hashes of a token file.
+std::unique_ptr<Command> MakeHashCommand(CLI::App* app);
+
+}  // namespace kvtier::cli

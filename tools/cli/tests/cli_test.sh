@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Goal: the `kvtier` binary prints its version and help, computes the documented key vectors
+# (docs/key_format.md, vectors N1/C1 and N2/C2), and answers every kind of bad input with one
+# line on stderr naming the problem and a non-zero exit status, never a crash.
+# Method: run the binary on fixtures and generated inputs; compare stdout with the vectors and
+# check each failure's exit status (non-zero, below 128 so not a signal) and its message.
+# Usage: cli_test.sh <path to kvtier> <this tests directory>
+set -u
+
+KVTIER="$1"
+FIXTURES="$2"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+LAYOUT="layers=2,kv_heads=1,head_dim=16,dtype=f16,block_tokens=16"
+TOKENS="$FIXTURES/tokens_0_39.txt"
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_ok <name> <needle>... -- <args>: exit 0 and stdout contains every needle.
+expect_ok() {
+  local name="$1"; shift
+  local needles=()
+  while [[ "$1" != "--" ]]; do needles+=("$1"); shift; done
+  shift
+  local rc=0
+  "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || { fail "$name: exit $rc, stderr: $(cat "$TMP/err")"; return; }
+  local n
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" "$TMP/out" || fail "$name: stdout lacks '$n'"
+  done
+}
+
+# expect_fail <name> <needle> <args>...: non-zero exit that is not a signal, and stderr is one
+# line containing the needle.
+expect_fail() {
+  local name="$1" needle="$2"; shift 2
+  local rc=0
+  "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
+  if [[ $rc -eq 0 ]]; then fail "$name: exit 0"; return; fi
+  if [[ $rc -ge 128 ]]; then fail "$name: killed by a signal (exit $rc)"; return; fi
+  grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  [[ $lines -eq 1 ]] || fail "$name: stderr has $lines lines: $(cat "$TMP/err")"
+}
+
+# Version and help.
+expect_ok version "kvtier 0.1.0" -- --version
+expect_ok help "hash" "--version" -- --help
+expect_ok hash_help "--layout" "--salt" "--tokens" "--extra-key" -- hash --help
+
+# Vectors N1/C1 of docs/key_format.md.
+C1_NS=84c1edcdc4a8dab4f3b3d4a4b5af738b2655426d8bad726fc78973136c2a330c
+C1_H0=354858e41e3ed729af884a6f5d429572751e908550e51871cb267d177c103ad2
+C1_H1=e9dc156b2cbea04456563fb738f9eafadb45c44ec6868523a4bc223afdeb603d
+L2_DIGEST=422668ad3af683c2b8249b937b62554c6084790a0c855ad464033707457c0329
+expect_ok hash_c1 "\"namespace_digest\": \"$C1_NS\"" "\"layout_digest\": \"$L2_DIGEST\"" \
+  "\"token_count\": 40" "\"tail_token_count\": 8" "\"block_tokens\": 16" \
+  "\"$C1_H0\"" "\"$C1_H1\"" -- \
+  hash --layout "$LAYOUT" --salt tenant-a --model tiny --tokens "$TOKENS"
+cp "$TMP/out" "$TMP/c1.json"
+"$KVTIER" hash --layout "$LAYOUT" --salt tenant-a --model tiny --tokens - <"$TOKENS" \
+  >"$TMP/stdin.json" 2>&1 || fail "hash from stdin failed"
+cmp -s "$TMP/c1.json" "$TMP/stdin.json" || fail "hash from stdin differs from hash of the file"
+
+# Vectors N2/C2: extra keys in order.
+expect_ok hash_c2 "f122c2c237d38e9a14e297fd0abb09fe25ce7544498f2c14637a26ca8d58cdec" \
+  "8975ee0c6beb4110dcfe28a57a16814bc47c421dcc0c371c36500e641a76ea48" \
+  "214391d73f735382ecb5dfed3d786c446b8ee375f6b9c9af36a6a2e3244134b9" -- \
+  hash --layout "$LAYOUT" --salt tenant-a --model tiny --extra-key lora:sql \
+  --extra-key img:7f3a --tokens "$TOKENS"
+
+# An empty token file has no chunk.
+: >"$TMP/empty.txt"
+expect_ok hash_empty "\"token_count\": 0" "\"chunk_hashes\": []" -- \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/empty.txt"
+
+# Bad command lines.
+expect_fail no_subcommand "a subcommand is required"
+expect_fail unknown_subcommand "not expected: frobnicate" frobnicate
+expect_fail unknown_flag "--bogus" hash --layout "$LAYOUT" --salt s --tokens "$TOKENS" --bogus
+expect_fail missing_tokens_flag "--tokens is required" hash --layout "$LAYOUT" --salt s
+expect_fail missing_salt_flag "--salt is required" hash --layout "$LAYOUT" --tokens "$TOKENS"
+
+# Bad layouts.
+expect_fail layout_block_tokens "block_tokens is 24, not a multiple of 16" \
+  hash --layout "${LAYOUT/block_tokens=16/block_tokens=24}" --salt s --tokens "$TOKENS"
+expect_fail layout_unknown_key "unknown layout key 'rope'" \
+  hash --layout "$LAYOUT,rope=1" --salt s --tokens "$TOKENS"
+expect_fail layout_missing_key "layout key 'dtype' missing" \
+  hash --layout "layers=2,kv_heads=1,head_dim=16,block_tokens=16" --salt s --tokens "$TOKENS"
+expect_fail layout_overflow "out of range for u32" \
+  hash --layout "${LAYOUT/layers=2/layers=99999999999}" --salt s --tokens "$TOKENS"
+expect_fail layout_too_big "block bytes" \
+  hash --layout "layers=2,kv_heads=1024,head_dim=4096,dtype=f32,block_tokens=1024" --salt s \
+  --tokens "$TOKENS"
+expect_fail weights_digest "--weights-digest: expected 64 hex digits" \
+  hash --layout "$LAYOUT" --salt s --weights-digest xyz --tokens "$TOKENS"
+
+# Bad token files.
+expect_fail missing_file "No such file or directory" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/does-not-exist.txt"
+expect_fail directory "cannot read token file" hash --layout "$LAYOUT" --salt s --tokens "$TMP"
+printf '1 2 three 4\n' >"$TMP/word.txt"
+expect_fail non_numeric "token 3: 'three' is not a decimal token id" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/word.txt"
+printf '1\n-2\n' >"$TMP/negative.txt"
+expect_fail negative "token 2: '-2' is not a decimal token id" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/negative.txt"
+printf '4294967295 4294967296\n' >"$TMP/big.txt"
+expect_fail out_of_range "token 2: '4294967296' is out of range" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/big.txt"
+printf '1 %s\n' "$(printf '9%.0s' $(seq 1 100))" >"$TMP/huge.txt"
+expect_fail very_long_number "is out of range" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/huge.txt"
+yes 7 | head -n 4194305 >"$TMP/too_many.txt"
+expect_fail too_many_tokens "more than 4194304 tokens" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/too_many.txt"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures CLI check(s) failed" >&2
+  exit 1
+fi
+echo "all CLI checks passed"

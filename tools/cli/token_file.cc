@@ -1,0 +1,118 @@
+#include "token_file.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <memory>
+#include <string_view>
+#include <system_error>
+
+namespace kvtier::cli {
+namespace {
+
+// Longest token text kept for parsing and messages; any longer run of digits is out of range.
+constexpr size_t kTokenTextMax = 32;
+constexpr size_t kReadChunkBytes = 64 * 1024;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+// The token text as shown in a message: bytes outside printable ASCII become '?', so binary
+// input cannot garble the terminal or split the one-line message.
+std::string Printable(std::string text) {
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return text;
+}
+
+// Splits a byte stream into whitespace-separated tokens and converts each one.
+class TokenParser {
+ public:
+  TokenParser(const std::string& path, size_t tokens_max) : path_(path), tokens_max_(tokens_max) {}
+
+  Status Feed(std::string_view bytes) {
+    for (char c : bytes) {
+      if (!IsSpace(c)) {
+        if (text_.size() < kTokenTextMax) text_.push_back(c);
+        truncated_ = truncated_ || text_.size() == kTokenTextMax;
+        continue;
+      }
+      KV_RETURN_IF_ERROR(EndToken());
+    }
+    return Status::Ok();
+  }
+
+  Status Finish() { return EndToken(); }
+  std::vector<uint32_t>&& TakeTokens() { return std::move(tokens_); }
+
+ private:
+  Status EndToken() {
+    if (text_.empty()) return Status::Ok();
+    const size_t number = tokens_.size() + 1;
+    const std::string shown = Printable(text_) + (truncated_ ? "..." : "");
+    uint32_t value = 0;
+    const char* end = text_.data() + text_.size();
+    auto [ptr, ec] = std::from_chars(text_.data(), end, value);
+    const bool digits_only = ptr == end || ec == std::errc::result_out_of_range;
+    if (ec == std::errc::result_out_of_range || (digits_only && truncated_)) {
+      return Error(number, "'" + shown + "' is out of range for a u32 token id");
+    }
+    if (ec != std::errc() || ptr != end) {
+      return Error(number, "'" + shown + "' is not a decimal token id");
+    }
+    if (tokens_.size() == tokens_max_) {
+      return Status::InvalidArgument(path_ + ": more than " + std::to_string(tokens_max_) +
+                                     " tokens (the per-call limit)");
+    }
+    tokens_.push_back(value);
+    text_.clear();
+    truncated_ = false;
+    return Status::Ok();
+  }
+
+  Status Error(size_t number, const std::string& what) const {
+    return Status::InvalidArgument(path_ + ": token " + std::to_string(number) + ": " + what);
+  }
+
+  const std::string& path_;
+  const size_t tokens_max_;
+  std::string text_;
+  bool truncated_ = false;
+  std::vector<uint32_t> tokens_;
+};
+
+}  // namespace
+
+Result<std::vector<uint32_t>> ReadTokenFile(const std::string& path, size_t tokens_max) {
+  const bool is_stdin = path == "-";
+  std::unique_ptr<std::FILE, FileCloser> owned;
+  std::FILE* f = stdin;
+  if (!is_stdin) {
+    owned.reset(std::fopen(path.c_str(), "rb"));
+    if (owned == nullptr) return Status::FromErrno(errno, "cannot open token file " + path);
+    f = owned.get();
+  }
+  const std::string name = is_stdin ? std::string("<stdin>") : path;
+  TokenParser parser(name, tokens_max);
+  std::string buf(kReadChunkBytes, '\0');
+  // Bounded by the input: every iteration consumes at least one byte or ends the loop, and the
+  // parser fails once more than tokens_max tokens were seen.
+  while (true) {
+    const size_t n = std::fread(buf.data(), 1, buf.size(), f);
+    KV_RETURN_IF_ERROR(parser.Feed(std::string_view(buf.data(), n)));
+    if (n < buf.size()) {
+      if (std::ferror(f)) return Status::FromErrno(errno, "cannot read token file " + name);
+      break;
+    }
+  }
+  KV_RETURN_IF_ERROR(parser.Finish());
+  return parser.TakeTokens();
+}
+
+}  // namespace kvtier::cli

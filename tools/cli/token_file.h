@@ -1,0 +1,22 @@
+// Reading token ids for CLI subcommands: a text file (or stdin) of whitespace-separated decimal
+// u32 token ids, as produced by a tokenizer dump. Bounded: reading stops with an error at
+// `tokens_max` + 1 tokens, so a huge input cannot exhaust memory.
+//
+// Thread safety: the function is reentrant. Ownership: the returned vector is the caller's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/result.h"
+
+namespace kvtier::cli {
+
+// `path` "-" reads stdin. Errors: IoError/NotFound when the file cannot be opened or read,
+// InvalidArgument for a token that is not a decimal number, one above 2^32 - 1, or more than
+// `tokens_max` tokens. Messages name the file and the 1-based token number.
+Result<std::vector<uint32_t>> ReadTokenFile(const std::string& path, size_t tokens_max);
+
+}  // namespace kvtier::cli
