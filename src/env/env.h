@@ -111,16 +111,16 @@ enum class IoOp : uint8_t { kRead = 0, kWrite = 1, kSync = 2 };
 
 struct IoRequest {
   IoOp op = IoOp::kRead;
-  File* file = nullptr;          // Borrowed; must outlive the completion.
-  uint64_t offset = 0;           // Ignored for kSync.
-  std::byte* buffer = nullptr;   // Borrowed; read into or written from. Ignored for kSync.
-  size_t length = 0;             // Bytes; at most kIoRequestBytesMax. Ignored for kSync.
-  uint64_t user_data = 0;        // Returned unchanged in the completion.
+  File* file = nullptr;         // Borrowed; must outlive the completion.
+  uint64_t offset = 0;          // Ignored for kSync.
+  std::byte* buffer = nullptr;  // Borrowed; read into or written from. Ignored for kSync.
+  size_t length = 0;            // Bytes; at most kIoRequestBytesMax. Ignored for kSync.
+  uint64_t user_data = 0;       // Returned unchanged in the completion.
 };
 
 struct IoCompletion {
   uint64_t user_data = 0;
-  Status status;                 // Not OK when the operation failed (errno mapped by FromErrno).
+  Status status = Status::Ok();  // Not OK when the operation failed (errno mapped by FromErrno).
   size_t bytes = 0;              // Bytes transferred; less than the length means a short transfer.
 };
 
@@ -139,7 +139,10 @@ struct IoQueueOptions {
 // A batched submission/completion queue. Submit never blocks: it accepts as many requests as
 // there is room for (depth minus in-flight) and returns that count. Poll waits until at least
 // `min_completions` completions are available (never more than are in flight) or the timeout
-// passes, and returns the number written to `out`.
+// passes, and returns the number written to `out`; with nothing in flight it returns 0 at once.
+// A request that fails validation (ValidateIoRequest) makes Submit return InvalidArgument without
+// submitting anything from that call. The destructor waits for the requests still in flight, so
+// the buffers they borrow are never written after the queue is gone.
 class IoQueue {
  public:
   virtual ~IoQueue() = default;
@@ -153,9 +156,24 @@ class IoQueue {
                               uint64_t timeout_micros) = 0;
 };
 
+// "read", "write" or "sync", for messages.
+std::string_view IoOpName(IoOp op);
+// "write of <path> at offset <offset> (<length> bytes)", for error messages.
+std::string DescribeIoRequest(const IoRequest& request);
+
+// Checks `options` against core/limits.h: depth in [1, kIoDepthMax] and fallback_threads in
+// [1, kIoFallbackThreadsMax]. InvalidArgument otherwise. Every NewIoQueue calls it.
+Status ValidateIoQueueOptions(const IoQueueOptions& options);
+
+// Checks one request as every IoQueue's Submit does: a file, a buffer for reads and writes, a
+// length of at most kIoRequestBytesMax and, for a direct() file, a buffer, offset and length that
+// are multiples of kDirectIoAlignment. InvalidArgument (naming the file and offset) otherwise.
+Status ValidateIoRequest(const IoRequest& request);
+
 // Runs `requests` to completion on `queue` (submitting as room frees up) and returns the first
 // error, with a short transfer reported as IoError naming the file and offset. `completions`
-// receives one entry per request, in completion order. A convenience for simple callers.
+// receives one entry per request, in completion order. A convenience for simple callers: the
+// queue must have nothing else in flight, since its completions are matched to `requests`.
 Status RunToCompletion(IoQueue& queue, std::span<const IoRequest> requests,
                        std::vector<IoCompletion>* completions = nullptr);
 

@@ -1,0 +1,52 @@
+// Helpers shared by kvtier's tests: a temporary directory removed at scope exit and a Logger that
+// keeps the lines it receives so tests can assert on what was logged.
+//
+// Test-only: this library is linked into test binaries, never into the engine.
+// Thread safety: ScopedTempDir is not synchronized; CapturingLogger accepts concurrent Log() calls.
+// Ownership: ScopedTempDir owns its directory tree and removes it in its destructor.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/logger.h"
+#include "core/mutex.h"
+#include "kvtier/result.h"
+
+namespace kvtier {
+
+class ScopedTempDir {
+ public:
+  // Makes a fresh directory "<base>/kvtier-XXXXXX" with mkdtemp. An empty `base` means $TMPDIR,
+  // or /tmp when that is unset.
+  static Result<ScopedTempDir> Create(const std::string& base = "");
+  ~ScopedTempDir();
+
+  ScopedTempDir(ScopedTempDir&& other) noexcept;
+  ScopedTempDir& operator=(ScopedTempDir&& other) = delete;
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // "<path>/<name>".
+  std::string Join(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  explicit ScopedTempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;  // Empty once moved from.
+};
+
+class CapturingLogger final : public Logger {
+ public:
+  void Log(LogLevel level, std::string_view message) override KV_EXCLUDES(mu_);
+  std::vector<std::string> lines() const KV_EXCLUDES(mu_);
+  // Lines that contain `needle`.
+  size_t CountContaining(std::string_view needle) const KV_EXCLUDES(mu_);
+
+ private:
+  mutable Mutex mu_;
+  std::vector<std::string> lines_ KV_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier
