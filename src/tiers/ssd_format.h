@@ -1,0 +1,60 @@
+// Constants of the SSD tier's on-disk format, specified in docs/ssd_format.md (version 1). The
+// document is the source of truth: change it first, then these values, and only ever append
+// enum values or give meaning to reserved fields.
+//
+// Thread safety: constants only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/limits.h"
+
+namespace kvtier::ssd {
+
+inline constexpr uint16_t kFormatVersion = 1;
+
+// Segment header block (docs/ssd_format.md §2).
+inline constexpr uint32_t kSegmentMagic = 0x4753564Bu;  // "KVSG" in file order.
+inline constexpr size_t kSegmentHeaderBytes = 4096;     // The whole first block.
+inline constexpr size_t kSegmentHeaderCrcOffset = 32;   // CRC covers [0, 32).
+inline constexpr size_t kSegmentHeaderEncodedBytes = 36;
+
+// Record header (docs/ssd_format.md §3).
+inline constexpr uint32_t kRecordMagic = 0x4352564Bu;  // "KVRC".
+inline constexpr size_t kRecordHeaderBytes = 128;
+inline constexpr size_t kRecordHeaderCrcOffset = 124;  // CRC covers [0, 124).
+// Where the payload starts in a record, and so in a caller's read buffer.
+inline constexpr size_t kRecordPayloadOffset = kRecordHeaderBytes;
+inline constexpr uint8_t kRecordFlagTombstone = 0x01;
+inline constexpr uint8_t kRecordFlagsKnown = kRecordFlagTombstone;
+
+// Checkpoint (docs/ssd_format.md §4).
+inline constexpr uint32_t kCheckpointMagic = 0x4B43564Bu;  // "KVCK".
+inline constexpr size_t kCheckpointHeaderBytes = 64;
+inline constexpr size_t kCheckpointSegmentEntryBytes = 24;
+inline constexpr size_t kCheckpointBlockEntryBytes = 80;
+inline constexpr size_t kCheckpointTrailerBytes = 4;
+inline constexpr uint8_t kCheckpointFlagReferenced = 0x01;
+
+// Segment sizes (docs/ssd_format.md §2).
+inline constexpr uint64_t kSegmentBytesDefault = 64 * kMiB;
+inline constexpr uint64_t kSegmentBytesMin = 1 * kMiB;
+inline constexpr uint64_t kSegmentBytesMax = 1 * kGiB;  // Offsets fit in u32.
+
+// File names.
+inline constexpr const char* kSegmentPrefix = "seg-";
+inline constexpr const char* kSegmentSuffix = ".kvs";
+inline constexpr const char* kCheckpointName = "index.ckpt";
+inline constexpr const char* kCheckpointTempName = "index.ckpt.tmp";
+
+static_assert(kSegmentHeaderBytes == kDirectIoAlignment);
+static_assert(kRecordHeaderBytes < kDirectIoAlignment);
+static_assert(kRecordHeaderCrcOffset + 4 == kRecordHeaderBytes);
+static_assert(kSegmentHeaderCrcOffset + 4 == kSegmentHeaderEncodedBytes);
+static_assert(kSegmentBytesMin % kDirectIoAlignment == 0);
+static_assert(kSegmentBytesMax % kDirectIoAlignment == 0);
+static_assert(kSegmentBytesMax <= UINT32_MAX);
+static_assert(kSegmentBytesDefault >= kSegmentBytesMin && kSegmentBytesDefault <= kSegmentBytesMax);
+
+}  // namespace kvtier::ssd

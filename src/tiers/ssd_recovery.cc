@@ -1,0 +1,227 @@
+// See ssd_recovery.h and docs/ssd_format.md §5.
+#include "tiers/ssd_recovery.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "core/aligned_buffer.h"
+#include "core/assert.h"
+
+namespace kvtier::ssd {
+namespace {
+
+constexpr uint64_t kCheckpointBytesMax = 4 * kGiB;
+
+std::string JoinPath(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+// Reads exactly dst.size() bytes at `offset`; *complete is false at end of file.
+Status ReadFull(File& file, uint64_t offset, std::span<std::byte> dst, bool* complete) {
+  size_t got = 0;
+  KV_RETURN_IF_ERROR(file.ReadAt(offset, dst, &got));
+  *complete = got == dst.size();
+  return Status::Ok();
+}
+
+Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFile* seg) {
+  KV_ASSIGN_OR_RETURN(seg->file,
+                      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .direct = direct}));
+  KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(kSegmentHeaderBytes));
+  bool complete = false;
+  KV_RETURN_IF_ERROR(ReadFull(*seg->file, 0, block.span(), &complete));
+  Result<SegmentHeader> h = complete ? DecodeSegmentHeader(block.span())
+                                     : Result<SegmentHeader>(Status::Corruption("short header"));
+  if (h.ok() && h->segment_id != seg->segment_id) {
+    h = Status::Corruption("segment header names another segment");
+  }
+  if (h.ok() && (h->segment_bytes < kSegmentBytesMin || h->segment_bytes > kSegmentBytesMax ||
+                 h->segment_bytes % kDirectIoAlignment != 0)) {
+    h = Status::Corruption("segment header: bad segment size");
+  }
+  if (!h.ok()) {
+    seg->bad = h.status().WithContext(path);
+    seg->file.reset();
+    return Status::Ok();
+  }
+  seg->segment_bytes = h->segment_bytes;
+  return Status::Ok();
+}
+
+// Installs `h` (found at `offset` of its segment) if it is newer than what the index and the
+// tombstones seen so far say about its key.
+void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st,
+           std::unordered_map<BlockKey, uint64_t>* tombstones) {
+  ++st->stats.records_scanned;
+  st->next_sequence = std::max(st->next_sequence, h.sequence + 1);
+  auto tomb = tombstones->find(h.key);
+  if (tomb != tombstones->end() && tomb->second > h.sequence) return;
+  auto it = st->index.find(h.key);
+  if (it != st->index.end() && it->second.sequence > h.sequence) return;
+  if (h.tombstone()) {
+    ++st->stats.tombstones_seen;
+    (*tombstones)[h.key] = h.sequence;
+    if (it != st->index.end()) st->index.erase(it);
+    return;
+  }
+  st->index[h.key] = IndexEntry{.segment_id = h.segment_id,
+                                .segment_offset = static_cast<uint32_t>(offset),
+                                .payload_bytes = h.payload_bytes,
+                                .raw_bytes = h.raw_bytes,
+                                .codec_id = h.codec_id,
+                                .referenced = false,
+                                .sequence = h.sequence,
+                                .expiry_wall_us = h.expiry_wall_us};
+}
+
+// Loads the checkpoint of dirs[0] if it is usable; returns each listed segment's scan_from.
+std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env,
+                                                      const std::vector<std::string>& dirs,
+                                                      uint64_t segment_bytes,
+                                                      const DirListing& listing, RecoveredState* st,
+                                                      Logger* logger) {
+  std::unordered_map<uint64_t, uint64_t> scan_from;
+  Result<Checkpoint> ck = ReadCheckpointFile(env, JoinPath(dirs[0], kCheckpointName));
+  if (!ck.ok()) {
+    if (!ck.status().IsNotFound()) {
+      st->stats.checkpoint_rejected = true;
+      LogTo(logger, LogLevel::kWarn, "ssd: checkpoint ignored: " + ck.status().ToString());
+    }
+    return scan_from;
+  }
+  if (ck->dir_count != dirs.size() || ck->segment_bytes != segment_bytes) {
+    st->stats.checkpoint_rejected = true;
+    LogTo(logger, LogLevel::kWarn, "ssd: checkpoint ignored: directories or segment size changed");
+    return scan_from;
+  }
+  for (const CheckpointSegment& s : ck->segments) {
+    const bool present =
+        std::any_of(listing.segments.begin(), listing.segments.end(), [&](const SegmentFile& f) {
+          return f.segment_id == s.segment_id && f.bad.ok() && f.dir_index == s.dir_index;
+        });
+    if (present) scan_from[s.segment_id] = s.scan_from;
+  }
+  for (const auto& [key, entry] : ck->entries) {
+    if (scan_from.count(entry.segment_id) == 0) continue;  // Its segment is gone.
+    st->index[key] = entry;
+    ++st->stats.checkpoint_entries;
+  }
+  st->next_sequence = std::max(st->next_sequence, ck->next_sequence);
+  st->next_segment_id = std::max(st->next_segment_id, ck->next_segment_id);
+  st->stats.checkpoint_used = true;
+  return scan_from;
+}
+
+}  // namespace
+
+Result<SegmentScan> ScanSegment(
+    File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
+    const std::function<void(const RecordHeader&, uint64_t offset)>& visit) {
+  KV_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(kDirectIoAlignment));
+  SegmentScan scan;
+  uint64_t offset = std::max<uint64_t>(start_offset, kSegmentHeaderBytes);
+  scan.end_offset = offset;
+  while (offset + kDirectIoAlignment <= segment_bytes) {
+    bool complete = false;
+    KV_RETURN_IF_ERROR(ReadFull(file, offset, buf.span().first(kDirectIoAlignment), &complete));
+    if (!complete) return scan;  // End of file on a record boundary (or a torn last block).
+    if (IsZeroHeader(buf.span())) {
+      scan.stop = ScanStop::kZeroTail;
+      return scan;
+    }
+    Result<RecordHeader> h = DecodeRecordHeader(buf.span());
+    Status placed =
+        h.ok() ? CheckRecordPlacement(*h, segment_id, offset, segment_bytes) : h.status();
+    if (placed.ok()) {
+      const uint64_t record_bytes = RecordBytesForPayload(h->payload_bytes);
+      if (buf.size() < record_bytes) {
+        KV_ASSIGN_OR_RETURN(buf, AlignedBuffer::Allocate(record_bytes));
+      }
+      KV_RETURN_IF_ERROR(ReadFull(file, offset, buf.span().first(record_bytes), &complete));
+      placed = complete
+                   ? CheckPayload(*h, buf.span().subspan(kRecordPayloadOffset, h->payload_bytes))
+                   : Status::Corruption("record: truncated payload");
+    }
+    if (!placed.ok()) {
+      scan.stop = ScanStop::kInvalid;
+      scan.reason = placed;
+      return scan;
+    }
+    visit(*h, offset);
+    offset += RecordBytesForPayload(h->payload_bytes);
+    scan.end_offset = offset;
+  }
+  return scan;
+}
+
+Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, DirectIo direct) {
+  DirListing listing;
+  for (size_t d = 0; d < dirs.size(); ++d) {
+    KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(dirs[d]));
+    for (const std::string& name : names) {
+      SegmentFile seg;
+      if (!ParseSegmentFileName(name, &seg.segment_id)) {
+        if (name != kCheckpointName) listing.other_files.push_back(JoinPath(dirs[d], name));
+        continue;
+      }
+      seg.dir_index = static_cast<uint32_t>(d);
+      seg.path = JoinPath(dirs[d], name);
+      KV_RETURN_IF_ERROR(OpenSegment(env, seg.path, direct, &seg));
+      listing.segments.push_back(std::move(seg));
+    }
+  }
+  std::sort(listing.segments.begin(), listing.segments.end(),
+            [](const SegmentFile& a, const SegmentFile& b) { return a.segment_id < b.segment_id; });
+  return listing;
+}
+
+Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path) {
+  if (!env->FileExists(path)) return Status::NotFound(path);
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, {.mode = OpenMode::kReadOnly}));
+  KV_ASSIGN_OR_RETURN(uint64_t size, f->Size());
+  if (size > kCheckpointBytesMax) return Status::Corruption("checkpoint: too large");
+  std::vector<std::byte> bytes(size);
+  size_t got = 0;
+  KV_RETURN_IF_ERROR(f->ReadAt(0, bytes, &got));
+  if (got != size) return Status::Corruption("checkpoint: short read");
+  return DecodeCheckpoint(bytes);
+}
+
+Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
+                               uint64_t segment_bytes, DirectIo direct, Logger* logger) {
+  KV_CHECK(!dirs.empty());
+  const std::string tmp = JoinPath(dirs[0], kCheckpointTempName);
+  if (env->FileExists(tmp)) KV_RETURN_IF_ERROR(env->RemoveFile(tmp));
+  KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, dirs, direct));
+  for (const std::string& other : listing.other_files) {
+    LogTo(logger, LogLevel::kInfo, "ssd: ignoring foreign file " + other);
+  }
+  RecoveredState st;
+  std::unordered_map<uint64_t, uint64_t> scan_from =
+      LoadCheckpoint(env, dirs, segment_bytes, listing, &st, logger);
+  std::unordered_map<BlockKey, uint64_t> tombstones;
+  for (SegmentFile& seg : listing.segments) {
+    st.next_segment_id = std::max(st.next_segment_id, seg.segment_id + 1);
+    if (!seg.bad.ok()) {
+      ++st.stats.corrupt_segments;
+      LogTo(logger, LogLevel::kWarn, "ssd: bad segment: " + seg.bad.ToString());
+      continue;
+    }
+    auto from = scan_from.find(seg.segment_id);
+    const uint64_t start = from == scan_from.end() ? kSegmentHeaderBytes : from->second;
+    KV_ASSIGN_OR_RETURN(SegmentScan scan,
+                        ScanSegment(*seg.file, seg.segment_id, seg.segment_bytes, start,
+                                    [&](const RecordHeader& h, uint64_t offset) {
+                                      Apply(h, offset, &st, &tombstones);
+                                    }));
+    if (scan.stop == ScanStop::kInvalid) {
+      ++st.stats.torn_or_corrupt_tails;
+      LogTo(logger, LogLevel::kInfo,
+            "ssd: scan of " + seg.path + " stopped at offset " + std::to_string(scan.end_offset) +
+                ": " + scan.reason.ToString());
+    }
+    st.segments.push_back({.segment = std::move(seg), .end_offset = scan.end_offset});
+  }
+  return st;
+}
+
+}  // namespace kvtier::ssd

@@ -1,0 +1,92 @@
+// Recovery of the SSD tier's index at open (docs/ssd_format.md §5), and the segment scanner that
+// recovery, `kvtier inspect` and `kvtier verify` share.
+//
+// Why: restart loss of the SSD index is the most repeated bug of peer systems; here the index
+// is rebuilt from a checkpoint plus a scan of the records written after it, and every record
+// that is installed passed its CRCs.
+//
+// Thread safety: free functions without shared state. Ownership: the Env and Logger are
+// borrowed for the call; RecoveredSegment owns its open File.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/block_key.h"
+#include "env/env.h"
+#include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd_record.h"
+
+namespace kvtier::ssd {
+
+enum class ScanStop : uint8_t {
+  kEndOfFile = 0,  // The file ended (or the segment's size was reached) on a record boundary.
+  kZeroTail = 1,   // An all-zero header: the unwritten tail.
+  kInvalid = 2,    // A torn or corrupt record; `reason` says which check failed.
+};
+
+struct SegmentScan {
+  uint64_t end_offset = 0;  // Offset of the first byte after the last valid record.
+  ScanStop stop = ScanStop::kEndOfFile;
+  Status reason;  // Why a kInvalid record was rejected.
+};
+
+// Calls `visit` with each valid record (header and payload CRC verified) of `file` from
+// `start_offset` in order, until the first invalid one or the end. Fails only on read errors.
+Result<SegmentScan> ScanSegment(
+    File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
+    const std::function<void(const RecordHeader&, uint64_t offset)>& visit);
+
+struct SegmentFile {
+  uint64_t segment_id = 0;
+  uint32_t dir_index = 0;
+  std::string path;
+  uint64_t segment_bytes = 0;  // From its header block; 0 for a bad segment.
+  Status bad;                  // Not OK for a bad segment (§2): why.
+  std::unique_ptr<File> file;  // Open for reading; null for a bad segment.
+};
+
+struct DirListing {
+  std::vector<SegmentFile> segments;     // Sorted by segment id.
+  std::vector<std::string> other_files;  // Paths of files that are not segments.
+};
+
+// Lists and opens every segment of `dirs` and checks its header block.
+Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, DirectIo direct);
+
+struct RecoveryStats {
+  uint64_t records_scanned = 0;
+  uint64_t tombstones_seen = 0;
+  uint64_t torn_or_corrupt_tails = 0;
+  uint64_t corrupt_segments = 0;
+  uint64_t checkpoint_entries = 0;
+  bool checkpoint_used = false;
+  bool checkpoint_rejected = false;
+};
+
+struct RecoveredSegment {
+  SegmentFile segment;
+  uint64_t end_offset = 0;  // Where its scan stopped.
+};
+
+struct RecoveredState {
+  std::unordered_map<BlockKey, IndexEntry> index;
+  std::vector<RecoveredSegment> segments;  // Good segments, by increasing id.
+  uint64_t next_sequence = 1;
+  uint64_t next_segment_id = 1;
+  RecoveryStats stats;
+};
+
+// Rebuilds the index from `dirs` (checkpoint in dirs[0], then scans), as §5 specifies. Removes a
+// leftover checkpoint temp file. Fails only on I/O errors listing or reading.
+Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
+                               uint64_t segment_bytes, DirectIo direct, Logger* logger);
+
+// Reads and decodes `path` as a checkpoint. NotFound when it does not exist.
+Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path);
+
+}  // namespace kvtier::ssd

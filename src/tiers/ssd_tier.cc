@@ -1,0 +1,337 @@
+// SsdTier: open, the write and read paths, lookups and erase. Maintenance (sync, checkpoint,
+// reclaim) is in ssd_maintenance.cc. See ssd_tier.h and docs/ssd_format.md.
+#include "tiers/ssd_tier.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/aligned_buffer.h"
+#include "core/assert.h"
+#include "tiers/ssd_io_worker.h"
+#include "tiers/ssd_policy.h"
+#include "tiers/ssd_recovery.h"
+
+namespace kvtier {
+
+using ssd::IndexEntry;
+using ssd::RecordBytesForPayload;
+
+Status SsdTierOptions::Validate() const {
+  if (dirs.empty() || dirs.size() > kSsdDirsMax) {
+    return Status::InvalidArgument("ssd: dirs must hold 1 to 64 directories");
+  }
+  if (segment_bytes < ssd::kSegmentBytesMin || segment_bytes > ssd::kSegmentBytesMax ||
+      segment_bytes % kDirectIoAlignment != 0) {
+    return Status::InvalidArgument("ssd: segment_bytes must be a multiple of 4096 in 1 MiB..1 GiB");
+  }
+  if (capacity_bytes / segment_bytes < 2 * dirs.size() + 2) {
+    return Status::InvalidArgument("ssd: capacity_bytes must hold 2 segments per directory + 2");
+  }
+  if (io_depth == 0 || io_depth > kIoDepthMax) return Status::InvalidArgument("ssd: io_depth");
+  if (queue_jobs_max == 0 || queue_jobs_max > kSsdQueueJobsMax) {
+    return Status::InvalidArgument("ssd: queue_jobs_max");
+  }
+  if (sync == SsdSyncMode::kPeriodic && sync_interval_ms == 0) {
+    return Status::InvalidArgument("ssd: sync_interval_ms must be positive in kPeriodic");
+  }
+  return Status::Ok();
+}
+
+SsdTier::SsdTier(const SsdTierOptions& options, Env* env)
+    : options_(options), env_(env), clock_(env->clock()), logger_(env->logger()) {}
+
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, Env* env) {
+  KV_RETURN_IF_ERROR(options.Validate());
+  for (const std::string& dir : options.dirs) KV_RETURN_IF_ERROR(env->CreateDirs(dir));
+  KV_ASSIGN_OR_RETURN(
+      ssd::RecoveredState recovered,
+      ssd::Recover(env, options.dirs, options.segment_bytes, options.direct_io, env->logger()));
+  std::unique_ptr<SsdTier> tier(new SsdTier(options, env));
+  KV_RETURN_IF_ERROR(tier->Start(&recovered));
+  return tier;
+}
+
+Status SsdTier::Start(ssd::RecoveredState* st) {
+  const IoQueueOptions qopts{.depth = options_.io_depth, .backend = options_.io_backend};
+  for (size_t d = 0; d < options_.dirs.size(); ++d) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<ssd::IoWorker> w,
+                        ssd::IoWorker::Start(env_, qopts, options_.queue_jobs_max));
+    workers_.push_back(std::move(w));
+  }
+  admission_ = std::make_unique<ssd::AdmissionFilter>(
+      options_.admission == SsdAdmission::kAlways ? 0 : options_.admission_requests,
+      options_.admission_slots);
+  budget_ = std::make_unique<ssd::WriteBudget>(clock_, options_.write_budget_bytes_per_s,
+                                               options_.write_budget_burst_bytes);
+  segments_max_ = options_.capacity_bytes / options_.segment_bytes;
+  MutexLock lock(&mu_);
+  for (ssd::RecoveredSegment& rs : st->segments) {
+    Segment seg;
+    seg.dir = rs.segment.dir_index;
+    seg.file = std::shared_ptr<File>(std::move(rs.segment.file));
+    seg.append_offset = rs.end_offset;
+    seg.sealed = true;  // Never append after a possibly torn tail.
+    segments_.emplace(rs.segment.segment_id, std::move(seg));
+  }
+  index_ = std::move(st->index);
+  for (const auto& [key, e] : index_) live_bytes_ += e.record_bytes();
+  open_segment_.assign(options_.dirs.size(), 0);
+  rolling_.assign(options_.dirs.size(), false);
+  next_sequence_ = st->next_sequence;
+  next_segment_id_ = st->next_segment_id;
+  durable_sequence_.store(next_sequence_ - 1);
+  stats_.corrupt_segments = st->stats.corrupt_segments;
+  stats_.torn_or_corrupt_tails = st->stats.torn_or_corrupt_tails;
+  stats_.recovered_blocks = index_.size();
+  stats_.checkpoint_used = st->stats.checkpoint_used;
+  stats_.checkpoint_rejected = st->stats.checkpoint_rejected;
+  stats_.io_backend = std::string(workers_[0]->backend_name());
+  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+  return Status::Ok();
+}
+
+SsdTier::~SsdTier() { Close().IgnoreError(); }
+
+Status SsdTier::Close() {
+  {
+    MutexLock lock(&mu_);
+    if (closed_ || stopping_) return Status::Ok();
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  if (maintenance_.joinable()) maintenance_.join();
+  {
+    MutexLock lock(&mu_);
+    while (writes_in_flight_ > 0) changed_.Wait();
+  }
+  Status synced = SyncSegments();
+  Status checkpointed = WriteCheckpoint();
+  workers_.clear();  // Joins the I/O threads; nothing is in flight any more.
+  MutexLock lock(&mu_);
+  closed_ = true;
+  return synced.ok() ? checkpointed : synced;
+}
+
+bool SsdTier::SegmentLimitReachedLocked(bool over_capacity) const {
+  const uint64_t limit = segments_max_ + (over_capacity ? options_.dirs.size() : 0);
+  return segments_.size() >= limit;
+}
+
+Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, uint32_t dir) {
+  const std::string path = DirPath(dir) + "/" + ssd::SegmentFileName(segment_id);
+  KV_ASSIGN_OR_RETURN(
+      std::unique_ptr<File> file,
+      env_->OpenFile(path, {.mode = OpenMode::kCreateExclusive, .direct = options_.direct_io}));
+  KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(ssd::kSegmentHeaderBytes));
+  ssd::EncodeSegmentHeader({.segment_id = segment_id,
+                            .segment_bytes = options_.segment_bytes,
+                            .created_wall_us = clock_->WallMicros()},
+                           block.span());
+  Status s = file->WriteAt(0, block.span());
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = env_->SyncDir(DirPath(dir));
+  if (!s.ok()) {
+    file.reset();
+    env_->RemoveFile(path).IgnoreError();  // Best effort; a leftover is a bad segment at open.
+    return s.WithContext("creating " + path);
+  }
+  return std::shared_ptr<File>(std::move(file));
+}
+
+Status SsdTier::RollSegment(uint32_t dir, bool over_capacity) {
+  // Counted in waits rather than clock time so that a ManualClock cannot stall a writer forever.
+  constexpr uint32_t kWaitMs = 10;
+  uint32_t waited_ms = 0;
+  while (SegmentLimitReachedLocked(over_capacity)) {
+    if (stopping_) return Status::Aborted("ssd: closing");
+    if (waited_ms >= options_.write_stall_ms_max) {
+      return Status::Busy("ssd: no segment free after waiting for reclaim");
+    }
+    changed_.SignalAll();  // Wakes the maintenance thread to reclaim.
+    changed_.WaitFor(std::chrono::milliseconds(kWaitMs));
+    waited_ms += kWaitMs;
+  }
+  rolling_[dir] = true;
+  const uint64_t id = next_segment_id_++;
+  mu_.Unlock();
+  Result<std::shared_ptr<File>> file = CreateSegmentFile(id, dir);
+  mu_.Lock();
+  rolling_[dir] = false;
+  changed_.SignalAll();
+  if (!file.ok()) {
+    ++stats_.io_errors;
+    return file.status();
+  }
+  Segment seg;
+  seg.dir = dir;
+  seg.file = std::move(file).value();
+  seg.append_offset = ssd::kSegmentHeaderBytes;
+  segments_.emplace(id, std::move(seg));
+  open_segment_[dir] = id;
+  return Status::Ok();
+}
+
+Status SsdTier::Reserve(uint32_t record_bytes, bool over_capacity, Placement* out) {
+  const uint32_t dir = next_dir_;
+  next_dir_ = static_cast<uint32_t>((next_dir_ + 1) % options_.dirs.size());
+  while (true) {
+    if (stopping_) return Status::Aborted("ssd: closing");
+    const uint64_t id = open_segment_[dir];
+    if (id != 0) {
+      Segment& seg = segments_.at(id);
+      if (!seg.sealed && seg.append_offset + record_bytes <= options_.segment_bytes) {
+        *out = {.segment_id = id,
+                .offset = seg.append_offset,
+                .sequence = next_sequence_++,
+                .file = seg.file,
+                .dir = dir};
+        seg.append_offset += record_bytes;
+        seg.in_flight.insert(out->offset);
+        inflight_sequences_.insert(out->sequence);
+        ++writes_in_flight_;
+        return Status::Ok();
+      }
+      seg.sealed = true;
+      open_segment_[dir] = 0;
+      continue;
+    }
+    if (rolling_[dir]) {
+      changed_.Wait();
+      continue;
+    }
+    KV_RETURN_IF_ERROR(RollSegment(dir, over_capacity));
+  }
+}
+
+std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const WriteMode& mode) {
+  std::vector<bool> admitted(writes.size(), false);
+  uint64_t not_admitted = 0, over_budget = 0;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    SsdBlockWrite& w = writes[i];
+    if (w.payload.size() > ssd::PayloadBytesMax(options_.segment_bytes)) {
+      w.status = Status::InvalidArgument("ssd: payload larger than a segment holds");
+      continue;
+    }
+    if (!mode.bypass_policy && !admission_->RecordAndAdmit(w.key)) {
+      w.status = Status::Aborted("ssd: not admitted yet");
+      ++not_admitted;
+      continue;
+    }
+    if (!mode.bypass_policy && !budget_->TryTake(RecordBytesForPayload(w.payload.size()))) {
+      w.status = Status::Busy("ssd: over the write budget");
+      ++over_budget;
+      continue;
+    }
+    w.status = Status::Ok();
+    admitted[i] = true;
+  }
+  MutexLock lock(&mu_);
+  stats_.not_admitted += not_admitted;
+  stats_.over_budget += over_budget;
+  return admitted;
+}
+
+Status SsdTier::WriteBatchSync(std::span<SsdBlockWrite> writes) {
+  Mutex mu;
+  CondVar cv(&mu);
+  bool finished = false;
+  Status result;
+  WriteBatch(writes, [&](Status s) {
+    MutexLock lock(&mu);
+    result = std::move(s);
+    finished = true;
+    cv.SignalAll();
+  });
+  MutexLock lock(&mu);
+  while (!finished) cv.Wait();
+  return result;
+}
+
+Status SsdTier::ReadBatchSync(std::span<SsdBlockRead> reads) {
+  Mutex mu;
+  CondVar cv(&mu);
+  bool finished = false;
+  Status result;
+  ReadBatch(reads, [&](Status s) {
+    MutexLock lock(&mu);
+    result = std::move(s);
+    finished = true;
+    cv.SignalAll();
+  });
+  MutexLock lock(&mu);
+  while (!finished) cv.Wait();
+  return result;
+}
+
+void SsdTier::DropEntryLocked(const BlockKey& key, uint64_t sequence) {
+  auto it = index_.find(key);
+  if (it == index_.end() || (sequence != 0 && it->second.sequence != sequence)) return;
+  live_bytes_ -= it->second.record_bytes();
+  index_.erase(it);
+}
+
+bool SsdTier::Contains(const BlockKey& key) { return Lookup(key).has_value(); }
+
+std::optional<SsdBlockInfo> SsdTier::Lookup(const BlockKey& key) {
+  MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  if (it->second.Expired(clock_->WallMicros())) {
+    ++stats_.expired;
+    DropEntryLocked(key, 0);
+    return std::nullopt;
+  }
+  const IndexEntry& e = it->second;
+  return SsdBlockInfo{.payload_bytes = e.payload_bytes,
+                      .record_bytes = e.record_bytes(),
+                      .raw_bytes = e.raw_bytes,
+                      .codec_id = e.codec_id,
+                      .expiry_wall_us = e.expiry_wall_us};
+}
+
+Status SsdTier::Erase(std::span<const BlockKey> keys) {
+  std::vector<SsdBlockWrite> tombstones;
+  {
+    MutexLock lock(&mu_);
+    for (const BlockKey& key : keys) {
+      if (index_.count(key) == 0) continue;
+      DropEntryLocked(key, 0);
+      SsdBlockWrite w;
+      w.key = key;
+      tombstones.push_back(w);
+    }
+  }
+  for (size_t start = 0; start < tombstones.size(); start += kSsdBatchEntriesMax) {
+    const size_t n = std::min<size_t>(kSsdBatchEntriesMax, tombstones.size() - start);
+    Mutex mu;
+    CondVar cv(&mu);
+    bool finished = false;
+    Status result;
+    WriteMode mode;
+    mode.bypass_policy = true;
+    mode.tombstone = true;
+    WriteInternal(std::span(tombstones).subspan(start, n), std::move(mode), [&](Status s) {
+      MutexLock lock(&mu);
+      result = std::move(s);
+      finished = true;
+      cv.SignalAll();
+    });
+    MutexLock lock(&mu);
+    while (!finished) cv.Wait();
+    KV_RETURN_IF_ERROR(result);
+  }
+  return Status::Ok();
+}
+
+SsdTierStats SsdTier::Stats() {
+  MutexLock lock(&mu_);
+  SsdTierStats s = stats_;
+  s.blocks = index_.size();
+  s.segments = segments_.size();
+  s.live_bytes = live_bytes_;
+  s.disk_bytes = 0;
+  for (const auto& [id, seg] : segments_) s.disk_bytes += seg.append_offset;
+  return s;
+}
+
+}  // namespace kvtier

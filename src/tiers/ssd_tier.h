@@ -1,0 +1,264 @@
+// SsdTier: the SSD tier of kvtier, a crash-safe log of KV blocks over one or more directories
+// (docs/ssd_format.md specifies every byte; ARCHITECTURE.md §4 says why).
+//
+// - Records (header + payload, padded to 4 KiB) are appended with O_DIRECT to fixed-size segment
+//   files spread round-robin over the directories (RAID0-like striping). Nothing is rewritten in
+//   place. One IoWorker thread per directory owns that directory's IoQueue (io_uring ring or the
+//   thread-pool fallback).
+// - The index (key -> segment, offset, sizes, codec, reference bit, expiry) is in memory and
+//   survives restarts through a checkpoint plus a scan of the segments written after it.
+// - A record is returned only if its CRCs, key and layout digest match; otherwise the read is a
+//   miss and `corrupt_records` grows.
+// - Space is reclaimed a segment at a time, oldest first; referenced, unexpired blocks in it are
+//   re-appended. An admission filter and a write budget protect the drive.
+//
+// Thread safety: every public method may be called from any thread concurrently. Completion
+// callbacks run on an internal I/O thread: they must be short and must not call the *Sync
+// wrappers, Erase or Close of this tier.
+//
+// Ownership: the Env (and its Clock and Logger) are borrowed and must outlive the tier. Batch
+// arrays passed to WriteBatch/ReadBatch must stay alive until their callback has run; payload
+// spans of writes are copied before WriteBatch returns; read buffers are filled in place.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/block_key.h"
+#include "core/mutex.h"
+#include "env/env.h"
+#include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd_format.h"
+
+namespace kvtier {
+
+namespace ssd {
+class IoWorker;
+class AdmissionFilter;
+class WriteBudget;
+struct RecoveredState;
+}  // namespace ssd
+
+// What a completed batch promises about durability (docs/ssd_format.md §6).
+enum class SsdSyncMode : uint8_t {
+  kNone = 0,      // Pure cache: no fdatasync except at checkpoints and Close.
+  kPerBatch = 1,  // A batch completes after fdatasync of every segment it wrote.
+  kPeriodic = 2,  // fdatasync of written segments every sync_interval_ms.
+};
+
+enum class SsdAdmission : uint8_t {
+  kAlways = 0,         // Every write is admitted.
+  kAfterRequests = 1,  // Admitted once requested admission_requests times (writes + misses).
+};
+
+inline constexpr uint32_t kSsdBatchEntriesMax = 1024;
+inline constexpr uint32_t kSsdDirsMax = 64;
+inline constexpr uint32_t kSsdQueueJobsMax = 4096;
+
+struct SsdTierOptions {
+  std::vector<std::string> dirs;       // At least one; order is part of the cache.
+  uint64_t capacity_bytes = 4 * kGiB;  // Segments on disk, all directories together.
+  uint64_t segment_bytes = ssd::kSegmentBytesDefault;  // Multiple of 4 KiB, 1 MiB..1 GiB.
+  SsdSyncMode sync = SsdSyncMode::kPerBatch;
+  uint32_t sync_interval_ms = 100;      // kPeriodic only.
+  uint32_t checkpoint_interval_ms = 0;  // 0: checkpoint only at Close and after I/O errors.
+  uint32_t io_depth = kIoDepthDefault;  // Per directory.
+  IoBackend io_backend = IoBackend::kAuto;
+  DirectIo direct_io = DirectIo::kPreferred;
+  uint32_t queue_jobs_max = 64;          // Queued jobs per directory before callers block.
+  uint32_t write_stall_ms_max = 10'000;  // A writer waiting for reclaim gives up (Busy) after.
+  SsdAdmission admission = SsdAdmission::kAlways;
+  uint32_t admission_requests = 2;
+  uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
+  uint64_t write_budget_bytes_per_s = 0;  // 0 = unlimited.
+  uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
+
+  // InvalidArgument naming the first bad field.
+  Status Validate() const;
+};
+
+struct SsdBlockWrite {
+  BlockKey key;
+  Hash256 layout_digest{};
+  uint8_t codec_id = 0;
+  uint32_t raw_bytes = 0;
+  std::span<const std::byte> payload;  // Copied before WriteBatch returns.
+  uint64_t ttl_us = 0;                 // 0 = no expiry.
+  // Out: OK when stored; Aborted when skipped by the admission filter; Busy when over the write
+  // budget or stalled on reclaim; InvalidArgument for a too-large payload; else the I/O error.
+  Status status;
+};
+
+struct SsdBlockRead {
+  BlockKey key;
+  Hash256 layout_digest{};      // Must match the stored record's.
+  std::span<std::byte> buffer;  // 4 KiB-aligned, at least record_bytes (see Lookup).
+  // Out. status: OK, NotFound (absent, expired or failed verification), InvalidArgument (bad
+  // buffer), or an I/O error. payload is buffer.subspan(ssd::kRecordPayloadOffset, size).
+  Status status;
+  std::span<const std::byte> payload;
+  uint8_t codec_id = 0;
+  uint32_t raw_bytes = 0;
+};
+
+struct SsdBlockInfo {
+  uint32_t payload_bytes = 0;
+  uint32_t record_bytes = 0;  // What a read buffer must hold.
+  uint32_t raw_bytes = 0;
+  uint8_t codec_id = 0;
+  uint64_t expiry_wall_us = 0;
+};
+
+struct SsdTierStats {
+  uint64_t blocks = 0;
+  uint64_t segments = 0;
+  uint64_t disk_bytes = 0;  // Bytes of segments on disk (allocated prefix).
+  uint64_t live_bytes = 0;  // Record bytes of indexed blocks.
+  uint64_t writes = 0, write_bytes = 0, reads = 0, read_hits = 0, read_misses = 0;
+  uint64_t not_admitted = 0, over_budget = 0, expired = 0;
+  uint64_t corrupt_records = 0, corrupt_segments = 0, torn_or_corrupt_tails = 0;
+  uint64_t io_errors = 0;
+  uint64_t reclaimed_segments = 0, reappended_blocks = 0, dropped_blocks = 0;
+  uint64_t checkpoints = 0, recovered_blocks = 0;
+  bool checkpoint_used = false, checkpoint_rejected = false;
+  std::string io_backend;
+};
+
+class SsdTier {
+ public:
+  using Callback = std::function<void(Status)>;
+
+  // Creates missing directories, recovers the index, starts the I/O and maintenance threads.
+  static Result<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options, Env* env);
+  // Close()s quietly if not closed.
+  ~SsdTier();
+  SsdTier(const SsdTier&) = delete;
+  SsdTier& operator=(const SsdTier&) = delete;
+
+  // Stores a batch (at most kSsdBatchEntriesMax). Blocks only for back-pressure (full queues,
+  // reclaim). `done` receives the first I/O error of the batch (admission and budget skips are
+  // not errors); each entry's status says what happened to it.
+  void WriteBatch(std::span<SsdBlockWrite> writes, Callback done);
+  // Reads a batch into the callers' buffers; `done` receives OK unless an I/O error happened
+  // (misses are per-entry NotFound).
+  void ReadBatch(std::span<SsdBlockRead> reads, Callback done);
+  Status WriteBatchSync(std::span<SsdBlockWrite> writes);
+  Status ReadBatchSync(std::span<SsdBlockRead> reads);
+
+  bool Contains(const BlockKey& key);
+  std::optional<SsdBlockInfo> Lookup(const BlockKey& key);
+  // Removes the keys and appends tombstones so the erase survives restarts (per the sync mode).
+  Status Erase(std::span<const BlockKey> keys);
+
+  // Syncs every segment with unsynced writes now.
+  Status Flush();
+  // Writes a checkpoint now (docs/ssd_format.md §4).
+  Status Checkpoint();
+  // Reclaims the oldest segment now (normally the maintenance thread does it).
+  Status ReclaimOldestSegment();
+  // Stops the threads after in-flight work, syncs, writes a checkpoint.
+  Status Close();
+
+  // Blocks with a sequence at or below this are durable (kPerBatch: completed batches;
+  // kPeriodic: the last periodic sync; kNone: the last checkpoint).
+  uint64_t durable_sequence() const { return durable_sequence_.load(); }
+  SsdTierStats Stats();
+  const SsdTierOptions& options() const { return options_; }
+
+ private:
+  struct Segment {
+    uint32_t dir = 0;
+    // Shared with reads in flight, so reclaim can drop the segment while they finish.
+    std::shared_ptr<File> file;
+    uint64_t append_offset = 0;
+    bool sealed = false;
+    bool unsynced = false;
+    std::multiset<uint64_t> in_flight;  // Offsets of writes not yet completed.
+  };
+  struct Placement {
+    uint64_t segment_id = 0;
+    uint64_t offset = 0;
+    uint64_t sequence = 0;
+    std::shared_ptr<File> file;
+    uint32_t dir = 0;
+    uint64_t expiry_wall_us = 0;  // Written into the record and the index entry.
+  };
+  struct WriteState;
+  struct ReadState;
+  // How an internal write differs from a caller's.
+  struct WriteMode {
+    bool bypass_policy = false;  // Reclaim re-appends and tombstones skip admission and budget.
+    bool over_capacity = false;  // Reclaim may exceed the segment limit by one per directory.
+    bool tombstone = false;
+    std::vector<uint64_t> expiry_wall_us;   // Absolute expiries (re-appends keep theirs).
+    std::vector<uint64_t> expect_sequence;  // Install only if the entry still has this sequence.
+  };
+
+  SsdTier(const SsdTierOptions& options, Env* env);
+  Status Start(ssd::RecoveredState* recovered);
+  void WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Callback done);
+  std::vector<bool> ApplyPolicies(std::span<SsdBlockWrite> writes, const WriteMode& mode);
+  Status Reserve(uint32_t record_bytes, bool over_capacity, Placement* out) KV_REQUIRES(mu_);
+  Status RollSegment(uint32_t dir, bool over_capacity) KV_REQUIRES(mu_);
+  Result<std::shared_ptr<File>> CreateSegmentFile(uint64_t segment_id, uint32_t dir);
+  void SubmitWrites(std::shared_ptr<WriteState> state);
+  void FinishWrites(WriteState& state);
+  void SubmitReads(std::shared_ptr<ReadState> state);
+  void FinishRead(SsdBlockRead& read, const ssd::IndexEntry& expect, const IoCompletion& io);
+  void DropEntryLocked(const BlockKey& key, uint64_t sequence) KV_REQUIRES(mu_);
+  bool SegmentLimitReachedLocked(bool over_capacity) const KV_REQUIRES(mu_);
+
+  // Maintenance (ssd_maintenance.cc).
+  void MaintenanceLoop();
+  Status SyncSegments();
+  uint64_t DurableCandidateLocked() const KV_REQUIRES(mu_);
+  Status WriteCheckpoint();
+  Status ReclaimSegment(uint64_t segment_id);
+  Status Reappend(const std::vector<std::pair<BlockKey, ssd::IndexEntry>>& entries,
+                  const std::shared_ptr<File>& file);
+  bool ReclaimNeededLocked() const KV_REQUIRES(mu_);
+
+  std::string DirPath(uint32_t dir) const { return options_.dirs[dir]; }
+
+  const SsdTierOptions options_;
+  Env* const env_;
+  Clock* const clock_;
+  Logger* const logger_;
+  uint64_t segments_max_ = 0;
+  std::vector<std::unique_ptr<ssd::IoWorker>> workers_;  // One per directory.
+  std::unique_ptr<ssd::AdmissionFilter> admission_;
+  std::unique_ptr<ssd::WriteBudget> budget_;
+
+  Mutex mu_;
+  CondVar changed_{&mu_};  // Segments rolled or reclaimed; maintenance wake-ups.
+  std::unordered_map<BlockKey, ssd::IndexEntry> index_ KV_GUARDED_BY(mu_);
+  std::map<uint64_t, Segment> segments_ KV_GUARDED_BY(mu_);
+  std::vector<uint64_t> open_segment_ KV_GUARDED_BY(mu_);  // Per dir; 0 = none.
+  std::vector<bool> rolling_ KV_GUARDED_BY(mu_);           // Per dir: a segment is being made.
+  uint32_t next_dir_ KV_GUARDED_BY(mu_) = 0;
+  uint64_t next_sequence_ KV_GUARDED_BY(mu_) = 1;
+  uint64_t next_segment_id_ KV_GUARDED_BY(mu_) = 1;
+  uint64_t live_bytes_ KV_GUARDED_BY(mu_) = 0;
+  bool checkpoint_wanted_ KV_GUARDED_BY(mu_) = false;
+  bool stopping_ KV_GUARDED_BY(mu_) = false;
+  bool closed_ KV_GUARDED_BY(mu_) = false;
+  uint64_t writes_in_flight_ KV_GUARDED_BY(mu_) = 0;
+  std::multiset<uint64_t> inflight_sequences_ KV_GUARDED_BY(mu_);
+  SsdTierStats stats_ KV_GUARDED_BY(mu_);
+
+  Mutex checkpoint_mu_;  // Serializes checkpoints and reclaims.
+  std::atomic<uint64_t> durable_sequence_{0};
+  std::thread maintenance_;
+};
+
+}  // namespace kvtier
