@@ -1,0 +1,101 @@
+// Codec throughput on Gaussian FP16 blocks (256 tokens x 8 KV heads x 128 dims = 1 MiB raw, the
+// Llama-2-70B block shape), in raw bytes per second: shuffle-zstd encode/decode, and int8/int4
+// quantize/dequantize (the full EncodeBlock/DecodeBlock path, header and FP16 conversion
+// included), each with the dispatched (AVX2 when present) and the scalar kernels. The
+// compression ratio is reported as a counter.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "core/assert.h"
+
+namespace kvtier::codecs {
+namespace {
+
+const BlockGeometry kGeometry{.tokens = 256, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16};
+
+std::vector<uint16_t> GaussianHalfs() {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> v(kGeometry.elements());
+  for (auto& h : v) h = F32ToF16(dist(rng));
+  return v;
+}
+
+CodecParams ParamsFor(int64_t which) {
+  switch (which) {
+    case 0:
+      return CodecParams::ShuffleZstd(1);
+    case 1:
+      return CodecParams::Int8(32);
+    case 2:
+      return CodecParams::Int4(32);
+    default:
+      return CodecParams::Int8(32, 1);
+  }
+}
+
+struct Fixture {
+  explicit Fixture(const benchmark::State& state)
+      : params(ParamsFor(state.range(0))),
+        ctx(std::move(CodecContext::Create(
+                          {.isa = state.range(1) == 0 ? KernelIsa::kAuto : KernelIsa::kScalar}))
+                .value()),
+        raw(GaussianHalfs()),
+        encoded(MaxEncodedSize(params, kGeometry).value()),
+        decoded(raw.size()) {
+    KV_CHECK_OK(ctx.Reserve(kGeometry));
+    encoded_bytes = EncodeBlock(params, kGeometry, RawSpan(), encoded, &ctx).value();
+  }
+  std::span<const std::byte> RawSpan() const {
+    return {reinterpret_cast<const std::byte*>(raw.data()), raw.size() * 2};
+  }
+  std::span<std::byte> DecodedSpan() {
+    return {reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 2};
+  }
+
+  CodecParams params;
+  CodecContext ctx;
+  std::vector<uint16_t> raw;
+  std::vector<std::byte> encoded;
+  std::vector<uint16_t> decoded;
+  size_t encoded_bytes = 0;
+};
+
+void Finish(benchmark::State& state, const Fixture& f) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kGeometry.raw_bytes()));
+  state.counters["ratio"] =
+      static_cast<double>(kGeometry.raw_bytes()) / static_cast<double>(f.encoded_bytes);
+  state.SetLabel(f.params.ToString() + (state.range(1) == 0 ? " auto" : " scalar"));
+}
+
+void BM_Encode(benchmark::State& state) {
+  Fixture f(state);
+  for (auto _ : state) {
+    Result<size_t> n = EncodeBlock(f.params, kGeometry, f.RawSpan(), f.encoded, &f.ctx);
+    benchmark::DoNotOptimize(n);
+  }
+  Finish(state, f);
+}
+
+void BM_Decode(benchmark::State& state) {
+  Fixture f(state);
+  const std::span<const std::byte> enc(f.encoded.data(), f.encoded_bytes);
+  for (auto _ : state) {
+    Status s = DecodeBlock(enc, kGeometry, f.DecodedSpan(), &f.ctx);
+    benchmark::DoNotOptimize(s);
+  }
+  Finish(state, f);
+}
+
+// Args: {codec (0 shuffle-zstd-1, 1 int8/32, 2 int4/32, 3 int8/32+zstd-1), isa (0 auto, 1 scalar)}.
+BENCHMARK(BM_Encode)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decode)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvtier::codecs
+
+BENCHMARK_MAIN();

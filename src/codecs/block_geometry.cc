@@ -1,0 +1,57 @@
+#include "codecs/block_geometry.h"
+
+#include "core/limits.h"
+
+namespace kvtier::codecs {
+
+size_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF32:
+      return 4;
+  }
+  return 0;
+}
+
+std::string DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF32:
+      return "f32";
+  }
+  return "dtype(" + std::to_string(static_cast<int>(dtype)) + ")";
+}
+
+Status BlockGeometry::Validate() const {
+  if (tokens == 0 || tokens > kBlockTokensMax) {
+    return Status::InvalidArgument("block tokens out of range: " + ToString());
+  }
+  if (kv_heads == 0 || kv_heads > kKvHeadsMax) {
+    return Status::InvalidArgument("block kv_heads out of range: " + ToString());
+  }
+  if (head_dim == 0 || head_dim > kHeadDimMax) {
+    return Status::InvalidArgument("block head_dim out of range: " + ToString());
+  }
+  if (DTypeBytes(dtype) == 0) {
+    return Status::InvalidArgument("unknown block dtype: " + ToString());
+  }
+  // Each factor is bounded above, so the product cannot overflow 64 bits.
+  const uint64_t raw = uint64_t{2} * tokens * kv_heads * head_dim * DTypeBytes(dtype);
+  if (raw > kBlockBytesMax) {
+    return Status::InvalidArgument("block larger than kBlockBytesMax: " + ToString());
+  }
+  return Status::Ok();
+}
+
+std::string BlockGeometry::ToString() const {
+  return "{tokens=" + std::to_string(tokens) + ", kv_heads=" + std::to_string(kv_heads) +
+         ", head_dim=" + std::to_string(head_dim) + ", dtype=" + DTypeName(dtype) + "}";
+}
+
+}  // namespace kvtier::codecs

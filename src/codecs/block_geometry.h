@@ -1,0 +1,65 @@
+// BlockGeometry: the shape of one KV block as the codecs see it, and the element types they take.
+//
+// Why a codec-local struct: the codecs need only four numbers (tokens, kv_heads, head_dim, dtype)
+// and must not depend on the engine's KvLayout, which is being written concurrently. The DType
+// values equal the ones KvLayout uses (1 = f16, 2 = bf16, 3 = f32) so the two can be unified
+// later without touching any stored byte.
+//
+// Layout taken in and put out by every codec (the canonical block layout of ARCHITECTURE.md §2):
+//   [k|v][token][kv_head][head_dim], little-endian elements of `dtype`.
+// K is the first half of the block and V the second; within a half, the `kv_heads * head_dim`
+// values of one token are contiguous ("channels" below).
+//
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace kvtier::codecs {
+
+// Codecs read and write little-endian elements with plain loads; the block layout is
+// little-endian by definition, so a big-endian host would need byte swaps that do not exist yet.
+static_assert(std::endian::native == std::endian::little, "codecs assume a little-endian host");
+
+// Element type of a block. Values are stored in encoded headers: append only, never renumber.
+enum class DType : uint8_t {
+  kF16 = 1,
+  kBF16 = 2,
+  kF32 = 3,
+};
+
+// Bytes per element, or 0 for a value outside the enum.
+size_t DTypeBytes(DType dtype);
+// "f16", "bf16", "f32" or "dtype(<n>)".
+std::string DTypeName(DType dtype);
+
+struct BlockGeometry {
+  uint32_t tokens = 0;    // Tokens in the block (the chunk size, 1..kBlockTokensMax).
+  uint32_t kv_heads = 0;  // KV heads of one layer (1..kKvHeadsMax).
+  uint32_t head_dim = 0;  // Elements per head (1..kHeadDimMax).
+  DType dtype = DType::kF16;
+
+  // Channels of one token in one half: kv_heads * head_dim.
+  size_t channels() const { return size_t{kv_heads} * head_dim; }
+  // Elements of one half (K or V): tokens * channels.
+  size_t half_elements() const { return size_t{tokens} * channels(); }
+  // Elements of the whole block (K and V).
+  size_t elements() const { return 2 * half_elements(); }
+  // Bytes of the raw (decoded) block.
+  size_t raw_bytes() const { return elements() * DTypeBytes(dtype); }
+
+  // InvalidArgument unless every dimension is within src/core/limits.h, the dtype is known and
+  // the raw block is at most kBlockBytesMax.
+  Status Validate() const;
+
+  std::string ToString() const;
+
+  friend bool operator==(const BlockGeometry&, const BlockGeometry&) = default;
+};
+
+}  // namespace kvtier::codecs

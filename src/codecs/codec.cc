@@ -1,0 +1,294 @@
+#include "codecs/codec.h"
+
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "codecs/quantize.h"
+#include "core/assert.h"
+
+namespace kvtier::codecs {
+
+// ---------------------------------------------------------------------------------------------
+// CodecContext
+
+void CodecContext::CCtxDeleter::operator()(ZSTD_CCtx_s* c) const { ZSTD_freeCCtx(c); }
+void CodecContext::DCtxDeleter::operator()(ZSTD_DCtx_s* d) const { ZSTD_freeDCtx(d); }
+
+CodecContext::CodecContext(CodecContext&&) noexcept = default;
+CodecContext& CodecContext::operator=(CodecContext&&) noexcept = default;
+CodecContext::~CodecContext() = default;
+
+Result<CodecContext> CodecContext::Create(const CodecContextOptions& options) {
+  CodecContext ctx;
+  ctx.kernels_ = &GetKernels(options.isa);
+  ctx.cctx_.reset(ZSTD_createCCtx());
+  ctx.dctx_.reset(ZSTD_createDCtx());
+  if (ctx.cctx_ == nullptr || ctx.dctx_ == nullptr) {
+    return Status::NoSpace("codec context: zstd could not allocate its contexts");
+  }
+  return ctx;
+}
+
+Status CodecContext::Reserve(const BlockGeometry& geometry) {
+  KV_RETURN_IF_ERROR(geometry.Validate());
+  const size_t n = geometry.half_elements();
+  // The smallest group size gives the largest quantized stage payload.
+  const size_t quant_bytes = ComputeQuantLayout(geometry, 8, kQuantGroupSizeMin).total_bytes;
+  F32Scratch(n);
+  ParamScratch(3 * geometry.channels());
+  CodeScratch(n);
+  Staging(std::max(geometry.raw_bytes(), quant_bytes));
+  return Status::Ok();
+}
+
+namespace {
+template <typename T>
+T* Grow(std::vector<T>* v, size_t n) {
+  if (v->size() < n) v->resize(n);
+  return v->data();
+}
+}  // namespace
+
+float* CodecContext::F32Scratch(size_t n) { return Grow(&f32_, n); }
+float* CodecContext::ParamScratch(size_t n) { return Grow(&params_, n); }
+uint8_t* CodecContext::CodeScratch(size_t n) { return Grow(&codes_, n); }
+std::byte* CodecContext::Staging(size_t n) { return Grow(&staging_, n); }
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+namespace {
+
+bool AlignedFor(const std::byte* p, DType dtype) {
+  return reinterpret_cast<uintptr_t>(p) % DTypeBytes(dtype) == 0;
+}
+
+Status ZstdCompress(CodecContext* ctx, int level, std::span<const std::byte> src,
+                    std::span<std::byte> dst, size_t* written) {
+  const size_t r =
+      ZSTD_compressCCtx(ctx->cctx(), dst.data(), dst.size(), src.data(), src.size(), level);
+  if (ZSTD_isError(r)) {
+    return Status::Aborted(std::string("zstd compression failed: ") + ZSTD_getErrorName(r));
+  }
+  *written = r;
+  return Status::Ok();
+}
+
+// Shuffles `raw` into byte planes (2 for 16-bit dtypes, 4 for F32) in `dst`.
+void ShufflePlanes(const Kernels& k, DType dtype, std::span<const std::byte> raw, std::byte* dst) {
+  const auto* src = reinterpret_cast<const uint8_t*>(raw.data());
+  auto* out = reinterpret_cast<uint8_t*>(dst);
+  if (DTypeBytes(dtype) == 2) {
+    k.shuffle16(src, raw.size() / 2, out);
+  } else {
+    k.shuffle32(src, raw.size() / 4, out);
+  }
+}
+
+void UnshufflePlanes(const Kernels& k, DType dtype, const std::byte* planes,
+                     std::span<std::byte> out) {
+  const auto* src = reinterpret_cast<const uint8_t*>(planes);
+  auto* dst = reinterpret_cast<uint8_t*>(out.data());
+  if (DTypeBytes(dtype) == 2) {
+    k.unshuffle16(src, out.size() / 2, dst);
+  } else {
+    k.unshuffle32(src, out.size() / 4, dst);
+  }
+}
+
+// Writes the payload for `params` into `payload` (MaxPayloadBytes long); sets its size.
+Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
+                     std::span<const std::byte> raw, std::span<std::byte> payload,
+                     CodecContext* ctx, size_t* payload_bytes) {
+  const size_t stage_bytes = StagePayloadBytes(params, g);
+  switch (params.codec) {
+    case CodecId::kIdentity:
+      std::memcpy(payload.data(), raw.data(), raw.size());
+      *payload_bytes = raw.size();
+      return Status::Ok();
+    case CodecId::kShuffleZstd: {
+      std::byte* planes = ctx->Staging(stage_bytes);
+      ShufflePlanes(ctx->kernels(), g.dtype, raw, planes);
+      return ZstdCompress(ctx, params.zstd_level, {planes, stage_bytes}, payload, payload_bytes);
+    }
+    case CodecId::kInt8:
+    case CodecId::kInt4: {
+      if (!params.uses_zstd()) {
+        *payload_bytes = stage_bytes;
+        return QuantizeBlock(g, params.bits(), params.group_size, raw, payload.first(stage_bytes),
+                             ctx);
+      }
+      std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
+      KV_RETURN_IF_ERROR(QuantizeBlock(g, params.bits(), params.group_size, raw, stage, ctx));
+      return ZstdCompress(ctx, params.zstd_level, stage, payload, payload_bytes);
+    }
+  }
+  return Status::InvalidArgument("unknown codec: " + params.ToString());
+}
+
+}  // namespace
+
+Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& geometry) {
+  KV_RETURN_IF_ERROR(params.Validate());
+  KV_RETURN_IF_ERROR(geometry.Validate());
+  return kBlockHeaderBytes + MaxPayloadBytes(params, geometry);
+}
+
+Result<size_t> EncodeBlock(const CodecParams& params, const BlockGeometry& geometry,
+                           std::span<const std::byte> raw, std::span<std::byte> out,
+                           CodecContext* ctx) {
+  KV_ASSIGN_OR_RETURN(const size_t max_bytes, MaxEncodedSize(params, geometry));
+  if (raw.size() != geometry.raw_bytes()) {
+    return Status::InvalidArgument("encode: raw block is " + std::to_string(raw.size()) +
+                                   " bytes, geometry " + geometry.ToString() + " needs " +
+                                   std::to_string(geometry.raw_bytes()));
+  }
+  if (!AlignedFor(raw.data(), geometry.dtype)) {
+    return Status::InvalidArgument("encode: raw block not aligned to its element size");
+  }
+  if (out.size() < max_bytes) {
+    return Status::InvalidArgument("encode: output buffer of " + std::to_string(out.size()) +
+                                   " bytes is below MaxEncodedSize " + std::to_string(max_bytes));
+  }
+  size_t payload_bytes = 0;
+  KV_RETURN_IF_ERROR(EncodePayload(params, geometry, raw,
+                                   out.subspan(kBlockHeaderBytes, max_bytes - kBlockHeaderBytes),
+                                   ctx, &payload_bytes));
+  const BlockHeader header{.params = params,
+                           .geometry = geometry,
+                           .raw_bytes = geometry.raw_bytes(),
+                           .payload_bytes = payload_bytes};
+  EncodeBlockHeader(header, out.first<kBlockHeaderBytes>());
+  KV_DCHECK(DecodeBlockHeader(out.first(kBlockHeaderBytes)).ok());
+  return header.encoded_bytes();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+namespace {
+
+// Decompresses exactly one zstd frame of exactly `src.size()` bytes into exactly `dst.size()`.
+Status ZstdDecompressExact(CodecContext* ctx, std::span<const std::byte> src,
+                           std::span<std::byte> dst) {
+  const unsigned long long content = ZSTD_getFrameContentSize(src.data(), src.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return Status::Corruption("encoded block: payload is not a zstd frame with a content size");
+  }
+  if (content != dst.size()) {
+    return Status::Corruption("encoded block: zstd content size " + std::to_string(content) +
+                              " != expected " + std::to_string(dst.size()));
+  }
+  const size_t frame = ZSTD_findFrameCompressedSize(src.data(), src.size());
+  if (ZSTD_isError(frame) || frame != src.size()) {
+    return Status::Corruption("encoded block: zstd frame does not span the payload exactly");
+  }
+  const size_t r = ZSTD_decompressDCtx(ctx->dctx(), dst.data(), dst.size(), src.data(), src.size());
+  if (ZSTD_isError(r)) {
+    return Status::Corruption(std::string("encoded block: zstd: ") + ZSTD_getErrorName(r));
+  }
+  if (r != dst.size()) return Status::Corruption("encoded block: zstd output is short");
+  return Status::Ok();
+}
+
+Status DecodePayload(const BlockHeader& h, std::span<const std::byte> payload,
+                     std::span<std::byte> out, CodecContext* ctx) {
+  const BlockGeometry& g = h.geometry;
+  const size_t stage_bytes = StagePayloadBytes(h.params, g);
+  std::span<const std::byte> stage = payload;
+  if (h.params.uses_zstd()) {
+    std::span<std::byte> buf(ctx->Staging(stage_bytes), stage_bytes);
+    KV_RETURN_IF_ERROR(ZstdDecompressExact(ctx, payload, buf));
+    stage = buf;
+  }
+  KV_CHECK(stage.size() == stage_bytes);  // Checked by DecodeBlockHeader without zstd.
+  switch (h.params.codec) {
+    case CodecId::kIdentity:
+      std::memcpy(out.data(), stage.data(), stage_bytes);
+      return Status::Ok();
+    case CodecId::kShuffleZstd:
+      UnshufflePlanes(ctx->kernels(), g.dtype, stage.data(), out.first(stage_bytes));
+      return Status::Ok();
+    case CodecId::kInt8:
+    case CodecId::kInt4:
+      return DequantizeBlock(g, h.params.bits(), h.params.group_size, stage, out, ctx);
+  }
+  return Status::Corruption("encoded block: unknown codec");  // DecodeBlockHeader refuses it.
+}
+
+}  // namespace
+
+Status DecodeBlock(std::span<const std::byte> encoded, const BlockGeometry& expected,
+                   std::span<std::byte> out, CodecContext* ctx) {
+  KV_RETURN_IF_ERROR(expected.Validate());
+  if (out.size() < expected.raw_bytes()) {
+    return Status::InvalidArgument("decode: output buffer of " + std::to_string(out.size()) +
+                                   " bytes is below the block's " +
+                                   std::to_string(expected.raw_bytes()));
+  }
+  if (!AlignedFor(out.data(), expected.dtype)) {
+    return Status::InvalidArgument("decode: output buffer not aligned to its element size");
+  }
+  KV_ASSIGN_OR_RETURN(const BlockHeader header, DecodeBlockHeader(encoded));
+  if (header.geometry != expected) {
+    return Status::Corruption("encoded block: geometry " + header.geometry.ToString() +
+                              " differs from the expected " + expected.ToString());
+  }
+  if (encoded.size() != header.encoded_bytes()) {
+    return Status::Corruption("encoded block: " + std::to_string(encoded.size()) +
+                              " bytes, header says " + std::to_string(header.encoded_bytes()) +
+                              (encoded.size() < header.encoded_bytes() ? " (truncated)" : ""));
+  }
+  return DecodePayload(header, encoded.subspan(kBlockHeaderBytes), out, ctx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Codec
+
+namespace {
+
+class BlockCodec final : public Codec {
+ public:
+  explicit BlockCodec(const CodecParams& params) : params_(params) {}
+
+  const CodecParams& params() const override { return params_; }
+
+  Result<size_t> MaxEncodedSize(const BlockGeometry& geometry) const override {
+    return codecs::MaxEncodedSize(params_, geometry);
+  }
+
+  Status EncodeBatch(std::span<EncodeJob> jobs, CodecContext* ctx) const override {
+    Status first;
+    for (EncodeJob& job : jobs) {
+      Result<size_t> r = EncodeBlock(params_, job.geometry, job.raw, job.out, ctx);
+      job.status = r.ok() ? Status::Ok() : r.status();
+      job.encoded_bytes = r.ok() ? *r : 0;
+      if (first.ok() && !job.status.ok()) first = job.status;
+    }
+    return first;
+  }
+
+  Status DecodeBatch(std::span<DecodeJob> jobs, CodecContext* ctx) const override {
+    Status first;
+    for (DecodeJob& job : jobs) {
+      job.status = DecodeBlock(job.encoded, job.expected, job.out, ctx);
+      if (first.ok() && !job.status.ok()) first = job.status;
+    }
+    return first;
+  }
+
+ private:
+  const CodecParams params_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> MakeCodec(const CodecParams& params) {
+  KV_RETURN_IF_ERROR(params.Validate());
+  return std::unique_ptr<Codec>(std::make_unique<BlockCodec>(params));
+}
+
+}  // namespace kvtier::codecs

@@ -1,0 +1,73 @@
+#include "codecs/codec_params.h"
+
+namespace kvtier::codecs {
+
+std::string CodecName(CodecId id) {
+  switch (id) {
+    case CodecId::kIdentity:
+      return "identity";
+    case CodecId::kShuffleZstd:
+      return "shuffle-zstd";
+    case CodecId::kInt8:
+      return "int8";
+    case CodecId::kInt4:
+      return "int4";
+  }
+  return "codec(" + std::to_string(static_cast<int>(id)) + ")";
+}
+
+uint32_t CodecParams::bits() const {
+  switch (codec) {
+    case CodecId::kInt8:
+      return 8;
+    case CodecId::kInt4:
+      return 4;
+    case CodecId::kIdentity:
+    case CodecId::kShuffleZstd:
+      return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+bool ZstdLevelInRange(int level) { return level >= kZstdLevelMin && level <= kZstdLevelMax; }
+
+}  // namespace
+
+Status CodecParams::Validate() const {
+  switch (codec) {
+    case CodecId::kIdentity:
+      if (zstd_level != 0 || group_size != 0) {
+        return Status::InvalidArgument("identity takes no zstd level or group size: " + ToString());
+      }
+      return Status::Ok();
+    case CodecId::kShuffleZstd:
+      if (!ZstdLevelInRange(zstd_level)) {
+        return Status::InvalidArgument("shuffle-zstd level must be in [1, 22]: " + ToString());
+      }
+      if (group_size != 0) {
+        return Status::InvalidArgument("shuffle-zstd takes no group size: " + ToString());
+      }
+      return Status::Ok();
+    case CodecId::kInt8:
+    case CodecId::kInt4:
+      if (zstd_level != 0 && !ZstdLevelInRange(zstd_level)) {
+        return Status::InvalidArgument("quantized zstd level must be 0 (none) or in [1, 22]: " +
+                                       ToString());
+      }
+      if (group_size < kQuantGroupSizeMin || group_size > kQuantGroupSizeMax) {
+        return Status::InvalidArgument("quantization group size must be in [8, 1024]: " +
+                                       ToString());
+      }
+      return Status::Ok();
+  }
+  return Status::InvalidArgument("unknown codec: " + ToString());
+}
+
+std::string CodecParams::ToString() const {
+  return "{codec=" + CodecName(codec) + ", zstd_level=" + std::to_string(zstd_level) +
+         ", group_size=" + std::to_string(group_size) + "}";
+}
+
+}  // namespace kvtier::codecs

@@ -1,0 +1,67 @@
+// CodecId and CodecParams: which codec encodes a block and with which parameters.
+//
+// Why: the codec choice is data (the precision ladder returns one, encoded headers store one), so
+// it is a small value type with a single Validate() rather than a class hierarchy.
+//
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace kvtier::codecs {
+
+// Stored in every encoded block header: append only, never renumber (0 is never valid).
+enum class CodecId : uint8_t {
+  kIdentity = 1,     // Raw bytes.
+  kShuffleZstd = 2,  // Byte planes (2 for f16/bf16, 4 for f32), then zstd. Lossless.
+  kInt8 = 3,         // KIVI-style asymmetric 8-bit quantization (+ optional zstd). Lossy.
+  kInt4 = 4,         // KIVI-style asymmetric 4-bit quantization (+ optional zstd). Lossy.
+};
+
+// "identity", "shuffle-zstd", "int8", "int4" or "codec(<n>)".
+std::string CodecName(CodecId id);
+
+// zstd levels accepted by the codecs. Level 0 (zstd's "default") and negative levels are refused:
+// the first is ambiguous in a stored header, the second do not compress KV data at all.
+inline constexpr int kZstdLevelMin = 1;
+inline constexpr int kZstdLevelMax = 22;
+// Quantization group: tokens per key group (per channel) and channels per value group (per token).
+inline constexpr uint32_t kQuantGroupSizeMin = 8;
+inline constexpr uint32_t kQuantGroupSizeMax = 1024;
+
+struct CodecParams {
+  CodecId codec = CodecId::kIdentity;
+  // shuffle-zstd: kZstdLevelMin..kZstdLevelMax. int8/int4: 0 = no zstd after quantization, else
+  // kZstdLevelMin..kZstdLevelMax. identity: 0.
+  int zstd_level = 0;
+  // int8/int4: kQuantGroupSizeMin..kQuantGroupSizeMax. identity/shuffle-zstd: 0.
+  uint32_t group_size = 0;
+
+  static CodecParams Identity() { return {.codec = CodecId::kIdentity}; }
+  static CodecParams ShuffleZstd(int level = 1) {
+    return {.codec = CodecId::kShuffleZstd, .zstd_level = level};
+  }
+  static CodecParams Int8(uint32_t group_size = 32, int zstd_level = 0) {
+    return {.codec = CodecId::kInt8, .zstd_level = zstd_level, .group_size = group_size};
+  }
+  static CodecParams Int4(uint32_t group_size = 32, int zstd_level = 0) {
+    return {.codec = CodecId::kInt4, .zstd_level = zstd_level, .group_size = group_size};
+  }
+
+  // Quantization bits: 8, 4, or 0 for the lossless codecs.
+  uint32_t bits() const;
+  bool lossless() const { return bits() == 0; }
+  // True when the payload is a zstd frame.
+  bool uses_zstd() const { return zstd_level != 0; }
+
+  // InvalidArgument naming the bad field.
+  Status Validate() const;
+  std::string ToString() const;
+
+  friend bool operator==(const CodecParams&, const CodecParams&) = default;
+};
+
+}  // namespace kvtier::codecs

@@ -1,0 +1,183 @@
+// Goal: the ladder picks the documented codec for every (tier, age, sink) region and refuses
+// inconsistent options; the quality gate measures error correctly and admits or refuses rungs by
+// its budget. Method: table checks at and around each threshold; the attention function against a
+// hand-computed case; int8 and int4 measured on Gaussian FP16 blocks with outlier channels (int8
+// must pass a 2 % budget, int4 must not) and the gate's fallback and fail modes exercised.
+#include "codecs/precision_ladder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvtier::codecs {
+namespace {
+
+constexpr uint32_t kSeed = 777;
+
+PrecisionLadder DefaultLadder() {
+  Result<PrecisionLadder> l = PrecisionLadder::Create({});
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  return std::move(l).value();
+}
+
+TEST(PrecisionLadderTest, ChoosesByTierAgeAndSink) {
+  const PrecisionLadder ladder = DefaultLadder();
+  const CodecParams identity = CodecParams::Identity();
+  const CodecParams zstd = CodecParams::ShuffleZstd(1);
+  EXPECT_EQ(ladder.Choose(Tier::kDevice, 1'000'000, ChunkKind::kRegular), identity);
+  EXPECT_EQ(ladder.Choose(Tier::kHost, 0, ChunkKind::kRegular), identity);
+  EXPECT_EQ(ladder.Choose(Tier::kSsd, 2047, ChunkKind::kRegular), zstd);
+  EXPECT_EQ(ladder.Choose(Tier::kSsd, 2048, ChunkKind::kRegular), CodecParams::Int8(32));
+  EXPECT_EQ(ladder.Choose(Tier::kHost, 5000, ChunkKind::kRegular), CodecParams::Int8(32));
+  EXPECT_EQ(ladder.Choose(Tier::kRemote, 16383, ChunkKind::kRegular), CodecParams::Int8(32));
+  EXPECT_EQ(ladder.Choose(Tier::kRemote, 16384, ChunkKind::kRegular), CodecParams::Int4(32));
+  EXPECT_EQ(ladder.Choose(Tier::kSsd, 1'000'000, ChunkKind::kSink), zstd);
+  EXPECT_EQ(ladder.Choose(Tier::kHost, 1'000'000, ChunkKind::kSink), identity);
+}
+
+TEST(PrecisionLadderTest, LossyFromTierKeepsWarmerTiersExact) {
+  Result<PrecisionLadder> l = PrecisionLadder::Create(
+      {.recent_window_tokens = 0, .int4_age_tokens = 100, .lossy_from_tier = Tier::kSsd});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->Choose(Tier::kHost, 500, ChunkKind::kRegular), CodecParams::Identity());
+  EXPECT_EQ(l->Choose(Tier::kSsd, 0, ChunkKind::kRegular), CodecParams::Int8(32));
+  EXPECT_EQ(l->Choose(Tier::kSsd, 100, ChunkKind::kRegular), CodecParams::Int4(32));
+  EXPECT_EQ(l->Finer(Tier::kSsd, CodecParams::Int4(32)), CodecParams::Int8(32));
+  EXPECT_EQ(l->Finer(Tier::kSsd, CodecParams::Int8(32)), CodecParams::ShuffleZstd(1));
+  EXPECT_EQ(l->Finer(Tier::kHost, CodecParams::Int8(32)), CodecParams::Identity());
+}
+
+TEST(PrecisionLadderTest, RefusesInconsistentOptions) {
+  EXPECT_FALSE(PrecisionLadder::Create({.recent_window_tokens = 10, .int4_age_tokens = 5}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.full_precision_at_rest = CodecParams::Int8()}).ok());
+  EXPECT_FALSE(
+      PrecisionLadder::Create({.full_precision_memory = CodecParams::ShuffleZstd(0)}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = CodecParams::Int4()}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int4 = CodecParams::Int4(3)}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.lossy_from_tier = Tier::kDevice}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.lossy_from_tier = static_cast<Tier>(9)}).ok());
+}
+
+TEST(AttentionTest, MatchesHandComputedSoftmax) {
+  const BlockGeometry g{.tokens = 2, .kv_heads = 1, .head_dim = 2, .dtype = DType::kF32};
+  const float q[] = {1, 0};
+  // Scores 0 and ln 3 after the 1/sqrt(2) scaling: weights 1/4 and 3/4.
+  const float k[] = {0, 0, static_cast<float>(std::sqrt(2.0) * std::log(3.0)), 0};
+  const float v[] = {1, 0, 0, 1};
+  float out[2];
+  AttentionOutputF32(g, q, k, v, out);
+  EXPECT_NEAR(out[0], 0.25, 1e-6);
+  EXPECT_NEAR(out[1], 0.75, 1e-6);
+}
+
+struct Block {
+  BlockGeometry geometry;
+  std::vector<uint16_t> halves;  // F16 elements.
+  std::vector<float> query;
+  std::span<const std::byte> bytes() const {
+    return {reinterpret_cast<const std::byte*>(halves.data()), halves.size() * 2};
+  }
+};
+
+Block GaussianF16Block() {
+  Block b;
+  b.geometry = {.tokens = 256, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16};
+  std::mt19937 rng(kSeed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  b.halves.resize(b.geometry.elements());
+  for (size_t i = 0; i < b.halves.size(); ++i) {
+    const bool outlier = i % b.geometry.channels() == 9;
+    b.halves[i] = F32ToF16(dist(rng) * (outlier ? 6.0f : 1.0f));
+  }
+  b.query.resize(b.geometry.channels());
+  for (float& x : b.query) x = dist(rng);
+  return b;
+}
+
+CodecContext NewContext() {
+  Result<CodecContext> ctx = CodecContext::Create();
+  EXPECT_TRUE(ctx.ok());
+  return std::move(ctx).value();
+}
+
+TEST(QualityTest, LosslessIsExactAndQuantizedErrorsAreOrdered) {
+  SCOPED_TRACE(::testing::Message() << "seed=" << kSeed);
+  CodecContext ctx = NewContext();
+  const Block b = GaussianF16Block();
+  Result<QualityReport> exact =
+      MeasureQuality(CodecParams::ShuffleZstd(1), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->k_rmse_rel, 0);
+  EXPECT_EQ(exact->v_rmse_rel, 0);
+  EXPECT_NEAR(exact->attention_cosine, 1, 1e-12);
+  Result<QualityReport> q8 =
+      MeasureQuality(CodecParams::Int8(32), b.geometry, b.bytes(), b.query, &ctx);
+  Result<QualityReport> q4 =
+      MeasureQuality(CodecParams::Int4(32), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(q8.ok() && q4.ok());
+  EXPECT_LT(q8->k_rmse_rel, 0.02);
+  EXPECT_LT(q8->v_rmse_rel, 0.02);
+  EXPECT_GT(q8->attention_cosine, 0.9999);
+  EXPECT_GT(q4->k_rmse_rel, q8->k_rmse_rel);
+  EXPECT_GT(q4->v_rmse_rel, 0.05);
+  EXPECT_LT(q4->attention_cosine, q8->attention_cosine);
+  std::printf("int8: k %.4f v %.4f cos %.6f; int4: k %.4f v %.4f cos %.6f\n", q8->k_rmse_rel,
+              q8->v_rmse_rel, q8->attention_cosine, q4->k_rmse_rel, q4->v_rmse_rel,
+              q4->attention_cosine);
+}
+
+TEST(QualityGateTest, AdmitsInt8AndRefusesInt4UnderATightBudget) {
+  CodecContext ctx = NewContext();
+  const Block b = GaussianF16Block();
+  const PrecisionLadder ladder = DefaultLadder();
+  Result<QualityGate> gate = QualityGate::Create(
+      ladder, {.budget = {.rmse_rel_max = 0.02, .attention_cosine_min = 0.999}});
+  ASSERT_TRUE(gate.ok());
+  Result<CodecParams> r8 =
+      gate->Admit(Tier::kSsd, CodecParams::Int8(32), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(r8.ok());
+  EXPECT_EQ(*r8, CodecParams::Int8(32));
+  Result<CodecParams> r4 =
+      gate->Admit(Tier::kSsd, CodecParams::Int4(32), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(r4.ok());
+  EXPECT_EQ(*r4, CodecParams::Int8(32));  // Next finer rung.
+
+  Result<QualityGate> strict = QualityGate::Create(
+      ladder, {.budget = {.rmse_rel_max = 0.02}, .on_refusal = RefusalAction::kFail});
+  ASSERT_TRUE(strict.ok());
+  Result<CodecParams> refused =
+      strict->Admit(Tier::kSsd, CodecParams::Int4(32), b.geometry, b.bytes(), b.query, &ctx);
+  EXPECT_TRUE(refused.status().IsAborted()) << refused.status().ToString();
+
+  Result<QualityGate> impossible = QualityGate::Create(ladder, {.budget = {.rmse_rel_max = 0}});
+  ASSERT_TRUE(impossible.ok());
+  Result<CodecParams> full =
+      impossible->Admit(Tier::kSsd, CodecParams::Int4(32), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(*full, CodecParams::ShuffleZstd(1));
+}
+
+TEST(QualityGateTest, UnquantizableBlocksFallBackAndCallerErrorsAreReported) {
+  CodecContext ctx = NewContext();
+  Block b = GaussianF16Block();
+  b.halves[5] = 0x7e00;  // NaN: int8 cannot encode it.
+  Result<QualityGate> gate = QualityGate::Create(DefaultLadder(), {});
+  ASSERT_TRUE(gate.ok());
+  Result<CodecParams> r =
+      gate->Admit(Tier::kHost, CodecParams::Int8(32), b.geometry, b.bytes(), b.query, &ctx);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, CodecParams::Identity());
+  std::vector<float> short_query(3);
+  EXPECT_TRUE(
+      gate->Admit(Tier::kHost, CodecParams::Int8(32), b.geometry, b.bytes(), short_query, &ctx)
+          .status()
+          .IsInvalidArgument());
+  EXPECT_FALSE(QualityGate::Create(DefaultLadder(), {.budget = {.rmse_rel_max = -1}}).ok());
+  EXPECT_FALSE(QualityGate::Create(DefaultLadder(), {.budget = {.attention_cosine_min = 2}}).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::codecs
