@@ -51,5 +51,7 @@ using CommandFactory = std::unique_ptr<Command> (*)(CLI::App* app);
 
 // cmd_hash.cc: namespace digest and chunk hashes of a token file.
 std::unique_ptr<Command> MakeHashCommand(CLI::App* app);
+// cmd_selfcheck.cc: write, recover, read back and corrupt a few blocks on the SSD path.
+std::unique_ptr<Command> MakeSelfcheckCommand(CLI::App* app);
 
 }  // namespace kvtier::cli
