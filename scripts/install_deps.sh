@@ -13,6 +13,7 @@ packages=(
   libzstd-dev      # shuffle-zstd codec.
   libssl-dev       # SHA-256 (libcrypto) for block keys.
   libisal-dev      # CRC32C with SSE4.2/PCLMUL dispatch and a portable fallback.
+  libopenblas-dev  # BLAS for the reference runtime's matrix products.
   libfmt-dev libcli11-dev nlohmann-json3-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev

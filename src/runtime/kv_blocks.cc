@@ -1,0 +1,69 @@
+#include "runtime/kv_blocks.h"
+
+#include <string>
+
+#include "runtime/runtime_limits.h"
+
+namespace kvtier::runtime {
+
+InMemoryKvBlocks::InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max)
+    : layout_(layout), chunks_max_(chunks_max) {
+  blocks_.resize(size_t{layout.layers} * chunks_max);
+}
+
+Result<std::unique_ptr<InMemoryKvBlocks>> InMemoryKvBlocks::Create(const KvLayout& layout,
+                                                                   uint32_t capacity_tokens) {
+  KV_RETURN_IF_ERROR(layout.Validate());
+  if (layout.dtype != DType::kF16) {
+    return Status::InvalidArgument("InMemoryKvBlocks holds FP16 blocks only");
+  }
+  if (capacity_tokens == 0 || capacity_tokens > kContextTokensMax) {
+    return Status::InvalidArgument("capacity_tokens " + std::to_string(capacity_tokens) +
+                                   " is outside [1, " + std::to_string(kContextTokensMax) + "]");
+  }
+  const uint32_t chunks = (capacity_tokens + layout.block_tokens - 1) / layout.block_tokens;
+  return std::unique_ptr<InMemoryKvBlocks>(new InMemoryKvBlocks(layout, chunks));
+}
+
+Status InMemoryKvBlocks::CheckIndex(uint32_t layer, uint32_t chunk_index) const {
+  if (layer >= layout_.layers) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range");
+  }
+  if (chunk_index >= chunks_max_) {
+    return Status::NoSpace("chunk " + std::to_string(chunk_index) + " beyond capacity of " +
+                           std::to_string(chunks_max_) + " chunks");
+  }
+  return Status::Ok();
+}
+
+Result<std::span<const uint16_t>> InMemoryKvBlocks::Block(uint32_t layer, uint32_t chunk_index) {
+  KV_RETURN_IF_ERROR(CheckIndex(layer, chunk_index));
+  const AlignedBuffer& b = blocks_[size_t{layer} * chunks_max_ + chunk_index];
+  if (b.empty()) {
+    return Status::NotFound("block (layer " + std::to_string(layer) + ", chunk " +
+                            std::to_string(chunk_index) + ") was never written");
+  }
+  return std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(b.data()),
+                                   b.size() / sizeof(uint16_t));
+}
+
+Result<std::span<uint16_t>> InMemoryKvBlocks::MutableBlock(uint32_t layer, uint32_t chunk_index) {
+  KV_RETURN_IF_ERROR(CheckIndex(layer, chunk_index));
+  AlignedBuffer& b = blocks_[size_t{layer} * chunks_max_ + chunk_index];
+  if (b.empty()) {
+    KV_ASSIGN_OR_RETURN(b, AlignedBuffer::Allocate(static_cast<size_t>(layout_.BlockBytes()), 64));
+  }
+  return std::span<uint16_t>(reinterpret_cast<uint16_t*>(b.data()), b.size() / sizeof(uint16_t));
+}
+
+void InMemoryKvBlocks::Clear() {
+  for (AlignedBuffer& b : blocks_) b = AlignedBuffer();
+}
+
+uint64_t InMemoryKvBlocks::AllocatedBytes() const {
+  uint64_t total = 0;
+  for (const AlignedBuffer& b : blocks_) total += b.size();
+  return total;
+}
+
+}  // namespace kvtier::runtime

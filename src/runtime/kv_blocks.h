@@ -1,0 +1,70 @@
+// KvBlockSource: how the forward pass reaches a sequence's KV cache. The cache is FP16, held in
+// blocks of `block_tokens` tokens, one block per (layer, chunk), each in kvtier's canonical
+// layout [k|v][token][kv_head][head_dim] (core/kv_layout.h). Chunk c holds positions
+// [c * block_tokens, (c + 1) * block_tokens).
+//
+// Why an interface: the runtime must not care where blocks live. The engine's device tier will
+// implement it (loading offloaded blocks before it hands them out); InMemoryKvBlocks is the
+// plain in-process implementation used until then and by tests.
+//
+// Contract: the model calls MutableBlock(layer, c) before writing positions of chunk c, and
+// Block(layer, c) only for chunks it has written. Every span handed out for a layer must stay
+// valid until the source is asked for a block of another layer: the model fetches all spans of
+// one layer first, then computes with them.
+//
+// Thread safety: implementations need not be synchronized; one forward pass uses a source at a
+// time. Ownership: the source owns block memory; callers borrow spans.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/kv_layout.h"
+#include "kvtier/result.h"
+
+namespace kvtier::runtime {
+
+class KvBlockSource {
+ public:
+  virtual ~KvBlockSource() = default;
+
+  // The geometry of every block; dtype is kF16.
+  virtual const KvLayout& Layout() const = 0;
+  // Positions this source can hold (a multiple of block_tokens).
+  virtual uint32_t CapacityTokens() const = 0;
+  // A written block, for reading. NotFound when the chunk was never written.
+  virtual Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) = 0;
+  // A block for writing (created zeroed on first use). NoSpace beyond the capacity.
+  virtual Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) = 0;
+};
+
+// Every block in host memory, allocated on first write. Capacity is fixed at Create.
+class InMemoryKvBlocks final : public KvBlockSource {
+ public:
+  // `layout` must be valid with dtype kF16; capacity is rounded up to whole blocks.
+  static Result<std::unique_ptr<InMemoryKvBlocks>> Create(const KvLayout& layout,
+                                                          uint32_t capacity_tokens);
+
+  const KvLayout& Layout() const override { return layout_; }
+  uint32_t CapacityTokens() const override { return chunks_max_ * layout_.block_tokens; }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) override;
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override;
+
+  // Drops every block (a new sequence starts).
+  void Clear();
+  // Bytes of blocks currently allocated.
+  uint64_t AllocatedBytes() const;
+
+ private:
+  InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max);
+  Status CheckIndex(uint32_t layer, uint32_t chunk_index) const;
+
+  KvLayout layout_;
+  uint32_t chunks_max_;
+  std::vector<AlignedBuffer> blocks_;  // [layer * chunks_max_ + chunk]; empty = not written.
+};
+
+}  // namespace kvtier::runtime

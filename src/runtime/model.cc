@@ -1,0 +1,254 @@
+#include "runtime/model.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/assert.h"
+
+namespace kvtier::runtime {
+namespace {
+
+// C[rows][out] = A[rows][in] * W[out][in]^T + beta * C. Dimensions are within runtime limits,
+// so they fit OpenBLAS's int.
+void MatMulTransposed(const float* a, size_t rows, size_t in, const float* w, size_t out,
+                      float beta, float* c) {
+  const auto m = static_cast<blasint>(rows);
+  const auto n = static_cast<blasint>(out);
+  const auto k = static_cast<blasint>(in);
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, a, 1, beta, c, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, w, k, beta, c, n);
+}
+
+}  // namespace
+
+Model::Model(ModelWeights weights) : weights_(std::move(weights)) {
+  const ModelConfig& c = weights_.config();
+  inv_freq_.resize(c.head_dim / 2);
+  for (uint32_t i = 0; i < c.head_dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv_freq_[i] = 1.0f / std::pow(c.rope_base, exponent);
+  }
+}
+
+Result<std::unique_ptr<Model>> Model::Create(ModelWeights weights) {
+  KV_RETURN_IF_ERROR(weights.config().Validate());
+  return std::unique_ptr<Model>(new Model(std::move(weights)));
+}
+
+Status Model::CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos,
+                           const KvBlockSource& kv, const ForwardOptions& options) const {
+  const ModelConfig& c = config();
+  if (tokens.empty()) return Status::InvalidArgument("Forward needs at least one token");
+  if (options.chunk_tokens == 0 || options.chunk_tokens > kPrefillChunkTokensMax) {
+    return Status::InvalidArgument("chunk_tokens " + std::to_string(options.chunk_tokens) +
+                                   " is outside [1, " + std::to_string(kPrefillChunkTokensMax) +
+                                   "]");
+  }
+  const KvLayout& layout = kv.Layout();
+  if (layout.layers != c.n_layers || layout.kv_heads != c.n_kv_heads ||
+      layout.head_dim != c.head_dim || layout.dtype != DType::kF16) {
+    return Status::InvalidArgument("KV layout " + layout.ToString() + " does not match the model " +
+                                   c.ToString());
+  }
+  if (uint64_t{start_pos} + tokens.size() > kv.CapacityTokens()) {
+    return Status::NoSpace("positions up to " + std::to_string(start_pos + tokens.size()) +
+                           " exceed the KV capacity of " + std::to_string(kv.CapacityTokens()) +
+                           " tokens");
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= c.vocab_size) {
+      return Status::InvalidArgument("token " + std::to_string(tokens[i]) + " at index " +
+                                     std::to_string(i) + " is outside the vocabulary of " +
+                                     std::to_string(c.vocab_size));
+    }
+  }
+  return Status::Ok();
+}
+
+void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
+  const ModelConfig& c = config();
+  const size_t t = chunk_tokens;
+  auto grow = [](std::vector<float>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+  };
+  grow(x_, t * c.dim);
+  grow(xb_, t * c.dim);
+  grow(q_, t * c.q_dim());
+  grow(k_, t * c.kv_dim());
+  grow(v_, t * c.kv_dim());
+  grow(att_, t * c.q_dim());
+  grow(hb_, t * c.hidden_dim);
+  grow(hb2_, t * c.hidden_dim);
+  grow(scores_, context_tokens);
+}
+
+Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
+                      const ForwardOptions& options, std::vector<float>* logits) {
+  KV_RETURN_IF_ERROR(CheckForward(tokens, start_pos, kv, options));
+  const ModelConfig& c = config();
+  const AttentionKernels& kernels = GetAttentionKernels(options.isa);
+  const auto n_total = static_cast<uint32_t>(tokens.size());
+  const uint32_t chunk_max = std::min(options.chunk_tokens, n_total);
+  ReserveScratch(chunk_max, start_pos + n_total);
+  switch (options.logits) {
+    case LogitsMode::kLast:
+      logits->assign(c.vocab_size, 0.0f);
+      break;
+    case LogitsMode::kAll:
+      logits->assign(size_t{n_total} * c.vocab_size, 0.0f);
+      break;
+    case LogitsMode::kNone:
+      logits->clear();
+      break;
+  }
+  for (uint32_t done = 0; done < n_total;) {
+    const uint32_t n = std::min(chunk_max, n_total - done);
+    KV_RETURN_IF_ERROR(ForwardChunk(tokens.subspan(done, n), start_pos + done, kv, kernels));
+    if (options.logits == LogitsMode::kAll) {
+      Logits(x_.data(), n, logits->data() + size_t{done} * c.vocab_size);
+    } else if (options.logits == LogitsMode::kLast && done + n == n_total) {
+      Logits(x_.data() + size_t{n - 1} * c.dim, 1, logits->data());
+    }
+    done += n;
+  }
+  return Status::Ok();
+}
+
+Status Model::ForwardChunk(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
+                           const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  const auto n = static_cast<uint32_t>(tokens.size());
+  const std::span<const float> embedding = weights_.Get(WeightKind::kTokenEmbedding);
+  for (uint32_t t = 0; t < n; ++t) {
+    std::copy_n(embedding.data() + size_t{tokens[t]} * c.dim, c.dim, x_.data() + size_t{t} * c.dim);
+  }
+  for (uint32_t layer = 0; layer < c.n_layers; ++layer) {
+    KV_RETURN_IF_ERROR(AttentionBlock(layer, n, start_pos, kv, kernels));
+    FfnBlock(layer, n);
+  }
+  return Status::Ok();
+}
+
+Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_pos,
+                             KvBlockSource& kv, const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  const float* rms = weights_.Get(WeightKind::kRmsAtt, layer).data();
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    RmsNorm(x_.data() + size_t{t} * c.dim, rms, c.dim, c.rms_eps, xb_.data() + size_t{t} * c.dim);
+  }
+  MatMulTransposed(xb_.data(), n_tokens, c.dim, weights_.Get(WeightKind::kWq, layer).data(),
+                   c.q_dim(), 0.0f, q_.data());
+  MatMulTransposed(xb_.data(), n_tokens, c.dim, weights_.Get(WeightKind::kWk, layer).data(),
+                   c.kv_dim(), 0.0f, k_.data());
+  MatMulTransposed(xb_.data(), n_tokens, c.dim, weights_.Get(WeightKind::kWv, layer).data(),
+                   c.kv_dim(), 0.0f, v_.data());
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    RopeInPlace(q_.data() + size_t{t} * c.q_dim(), c.n_heads, c.head_dim, start_pos + t,
+                inv_freq_.data());
+    RopeInPlace(k_.data() + size_t{t} * c.kv_dim(), c.n_kv_heads, c.head_dim, start_pos + t,
+                inv_freq_.data());
+  }
+  KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
+  KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, kv));
+  std::fill_n(att_.data(), size_t{n_tokens} * c.q_dim(), 0.0f);
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    for (uint32_t h = 0; h < c.n_heads; ++h) AttendOneHead(t, h, start_pos + t, kernels);
+  }
+  // Residual: x += att * wo^T.
+  MatMulTransposed(att_.data(), n_tokens, c.q_dim(), weights_.Get(WeightKind::kWo, layer).data(),
+                   c.dim, 1.0f, x_.data());
+  return Status::Ok();
+}
+
+Status Model::StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
+                      const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  const uint32_t block_tokens = kv.Layout().block_tokens;
+  const size_t kv_dim = c.kv_dim();
+  std::span<uint16_t> block;
+  uint32_t block_chunk = UINT32_MAX;
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const uint32_t pos = start_pos + t;
+    if (pos / block_tokens != block_chunk) {
+      block_chunk = pos / block_tokens;
+      KV_ASSIGN_OR_RETURN(block, kv.MutableBlock(layer, block_chunk));
+      KV_CHECK(block.size() == 2 * size_t{block_tokens} * kv_dim);
+    }
+    const size_t row = size_t{pos % block_tokens} * kv_dim;
+    kernels.float_to_half(k_.data() + t * kv_dim, kv_dim, block.data() + row);
+    kernels.float_to_half(v_.data() + t * kv_dim, kv_dim,
+                          block.data() + size_t{block_tokens} * kv_dim + row);
+  }
+  return Status::Ok();
+}
+
+Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, KvBlockSource& kv) {
+  const uint32_t block_tokens = kv.Layout().block_tokens;
+  const uint32_t chunks = (end_pos + block_tokens - 1) / block_tokens;
+  blocks_.resize(chunks);
+  for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
+    KV_ASSIGN_OR_RETURN(blocks_[chunk], kv.Block(layer, chunk));
+    KV_CHECK(blocks_[chunk].size() == 2 * size_t{block_tokens} * config().kv_dim());
+  }
+  block_tokens_ = block_tokens;
+  return Status::Ok();
+}
+
+void Model::AttendOneHead(uint32_t t, uint32_t head, uint32_t pos,
+                          const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  const size_t head_dim = c.head_dim;
+  const size_t kv_dim = c.kv_dim();
+  const size_t kv_head = head / (c.n_heads / c.n_kv_heads);
+  float* q = q_.data() + size_t{t} * c.q_dim() + head * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (size_t d = 0; d < head_dim; ++d) q[d] *= scale;
+  const size_t n_ctx = size_t{pos} + 1;
+  const size_t v_offset = size_t{block_tokens_} * kv_dim;
+  for (size_t chunk = 0; chunk * block_tokens_ < n_ctx; ++chunk) {
+    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - chunk * block_tokens_);
+    kernels.dot_rows_f16(q, blocks_[chunk].data() + kv_head * head_dim, kv_dim, rows, head_dim,
+                         scores_.data() + chunk * block_tokens_);
+  }
+  Softmax(scores_.data(), n_ctx);
+  float* out = att_.data() + size_t{t} * c.q_dim() + head * head_dim;
+  for (size_t chunk = 0; chunk * block_tokens_ < n_ctx; ++chunk) {
+    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - chunk * block_tokens_);
+    kernels.weighted_sum_rows_f16(scores_.data() + chunk * block_tokens_,
+                                  blocks_[chunk].data() + v_offset + kv_head * head_dim, kv_dim,
+                                  rows, head_dim, out);
+  }
+}
+
+void Model::FfnBlock(uint32_t layer, uint32_t n_tokens) {
+  const ModelConfig& c = config();
+  const float* rms = weights_.Get(WeightKind::kRmsFfn, layer).data();
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    RmsNorm(x_.data() + size_t{t} * c.dim, rms, c.dim, c.rms_eps, xb_.data() + size_t{t} * c.dim);
+  }
+  MatMulTransposed(xb_.data(), n_tokens, c.dim, weights_.Get(WeightKind::kW1, layer).data(),
+                   c.hidden_dim, 0.0f, hb_.data());
+  MatMulTransposed(xb_.data(), n_tokens, c.dim, weights_.Get(WeightKind::kW3, layer).data(),
+                   c.hidden_dim, 0.0f, hb2_.data());
+  SwiGluInPlace(hb_.data(), hb2_.data(), size_t{n_tokens} * c.hidden_dim);
+  MatMulTransposed(hb_.data(), n_tokens, c.hidden_dim, weights_.Get(WeightKind::kW2, layer).data(),
+                   c.dim, 1.0f, x_.data());
+}
+
+void Model::Logits(const float* x_rows, uint32_t n_rows, float* out) {
+  const ModelConfig& c = config();
+  const float* rms = weights_.Get(WeightKind::kRmsFinal).data();
+  for (uint32_t t = 0; t < n_rows; ++t) {
+    RmsNorm(x_rows + size_t{t} * c.dim, rms, c.dim, c.rms_eps, xb_.data() + size_t{t} * c.dim);
+  }
+  MatMulTransposed(xb_.data(), n_rows, c.dim, weights_.Get(WeightKind::kClassifier).data(),
+                   c.vocab_size, 0.0f, out);
+}
+
+}  // namespace kvtier::runtime

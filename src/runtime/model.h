@@ -1,0 +1,90 @@
+// Model: the forward pass of a llama-family transformer on the CPU. RMSNorm, RoPE on adjacent
+// pairs, grouped-query attention over an FP16 KV cache reached through a KvBlockSource, SwiGLU
+// FFN, tied or separate classifier. Matrix products go through OpenBLAS (sgemm for a chunk of
+// tokens, sgemv for one token); attention uses the AVX2/F16C kernels of runtime/kernels.h.
+//
+// Forward() processes any number of tokens starting at any position, in chunks of at most
+// `chunk_tokens` (default 2048): each chunk's K/V are written to the cache and then every token
+// of the chunk attends causally to all earlier positions, so chunked prefill gives the same
+// logits as feeding the tokens one by one (up to float summation order; tests bound the gap).
+//
+// Thread safety: a Model owns scratch buffers and is used by one thread at a time; distinct
+// Models may share nothing and run concurrently. OpenBLAS may use its own threads inside a call.
+// Ownership: owns its weights; borrows the KvBlockSource for the duration of a call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvtier/result.h"
+#include "runtime/kernels.h"
+#include "runtime/kv_blocks.h"
+#include "runtime/model_weights.h"
+#include "runtime/runtime_limits.h"
+
+namespace kvtier::runtime {
+
+// Which logits Forward() returns.
+enum class LogitsMode : uint8_t {
+  kLast = 0,  // vocab_size floats: the last token's.
+  kAll = 1,   // n_tokens * vocab_size floats, row t for token t.
+  kNone = 2,  // Nothing (prefill that only fills the cache).
+};
+
+struct ForwardOptions {
+  uint32_t chunk_tokens = kPrefillChunkTokensDefault;  // Tokens per sgemm chunk, >= 1.
+  LogitsMode logits = LogitsMode::kLast;
+  KernelIsa isa = KernelIsa::kAuto;  // kScalar forces the reference attention kernels.
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> Create(ModelWeights weights);
+
+  const ModelConfig& config() const { return weights_.config(); }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Runs tokens at positions [start_pos, start_pos + tokens.size()). Positions before start_pos
+  // must already be in `kv` (written by earlier calls with the same model). `logits` is resized
+  // as LogitsMode says. Errors: InvalidArgument for a token id >= vocab_size, an empty input, a
+  // layout that does not match the model, or chunk_tokens out of range; NoSpace when the
+  // positions exceed the source's capacity; any error of the source.
+  Status Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
+                 const ForwardOptions& options, std::vector<float>* logits);
+
+ private:
+  explicit Model(ModelWeights weights);
+  Status CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos, const KvBlockSource& kv,
+                      const ForwardOptions& options) const;
+  void ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens);
+  Status ForwardChunk(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
+                      const AttentionKernels& kernels);
+  Status AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
+                        const AttentionKernels& kernels);
+  Status StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
+                 const AttentionKernels& kernels);
+  Status GatherBlocks(uint32_t layer, uint32_t end_pos, KvBlockSource& kv);
+  void AttendOneHead(uint32_t t, uint32_t head, uint32_t pos, const AttentionKernels& kernels);
+  void FfnBlock(uint32_t layer, uint32_t n_tokens);
+  void Logits(const float* x_rows, uint32_t n_rows, float* out);
+
+  ModelWeights weights_;
+  std::vector<float> inv_freq_;  // head_dim / 2 RoPE frequencies.
+
+  // Scratch, grown on first use and reused (no allocation per token afterwards).
+  std::vector<float> x_;                           // [chunk][dim] residual stream.
+  std::vector<float> xb_;                          // [chunk][dim] normalized input.
+  std::vector<float> q_;                           // [chunk][q_dim]
+  std::vector<float> k_;                           // [chunk][kv_dim]
+  std::vector<float> v_;                           // [chunk][kv_dim]
+  std::vector<float> att_;                         // [chunk][q_dim] attention output.
+  std::vector<float> hb_;                          // [chunk][hidden]
+  std::vector<float> hb2_;                         // [chunk][hidden]
+  std::vector<float> scores_;                      // [context] one head's attention weights.
+  std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, by chunk.
+  uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
+};
+
+}  // namespace kvtier::runtime
