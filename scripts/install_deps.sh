@@ -14,6 +14,8 @@ packages=(
   libssl-dev       # SHA-256 (libcrypto) for block keys.
   libisal-dev      # CRC32C with SSE4.2/PCLMUL dispatch and a portable fallback.
   libopenblas-dev  # BLAS for the reference runtime's matrix products.
+  libnuma-dev      # NUMA binding of host tiers (CXL expanders are CPU-less NUMA nodes).
+  libhiredis-dev redis-server redis-tools  # Remote tier; tests start their own servers.
   libfmt-dev libcli11-dev nlohmann-json3-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -1,0 +1,189 @@
+// Engine: kvtier's prefix-cache API over an ordered list of tiers
+// (device -> host -> optional CXL host -> SSD; a remote tier comes later).
+//
+// An inference engine calls it around prefill and decode:
+//   - Lookup(ns, tokens): how many leading tokens have every layer of their chunks cached, and in
+//     which tier each chunk is;
+//   - Load(ns, tokens, dst): copies the cached chunks into the caller's block buffers, with one
+//     completion per layer so layer 0 can be used while later layers still arrive;
+//   - Store(ns, tokens, src): takes the full chunks of a sequence into the cache, asynchronously;
+//   - Prefetch(ns, tokens): a hint to promote cached chunks towards the host tier ahead of need;
+//   - Pin(ns, tokens): an RAII handle that keeps chunks resident in memory while it lives.
+//
+// Keys follow docs/key_format.md: a Namespace (from the model, the layout, the tenant salt and
+// extra keys) and the chained chunk hashes of the tokens; a block is (chunk hash, layer). Only
+// full chunks are cached; a partial tail is ignored by every call.
+//
+// Block buffers are in the canonical layout `[k|v][token][kv_head][head_dim]` of the engine's
+// KvLayout, exactly layout.BlockBytes() bytes each, and are passed as spans indexed
+// [chunk * layers + layer].
+//
+// Correctness rules: a block is visible to Lookup and Load only after every byte of it is in a
+// tier (a Store in progress is invisible); a block read from SSD (or later the network) is
+// checked (checksum, key, layout digest) and a failure is a miss, never wrong data; when every
+// slot is pinned or in use the call returns Busy instead of waiting forever.
+//
+// Thread safety: every method may be called from any thread concurrently.
+// Ownership: the Engine owns its tiers and threads. Spans passed to Load/Store are borrowed until
+// the returned handle reports completion (LoadHandle::Wait / StoreHandle::Wait) or is destroyed
+// (the destructor waits). Options' Env and Logger are borrowed and must outlive the Engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codecs/codec_params.h"
+#include "core/block_key.h"
+#include "core/kv_layout.h"
+#include "env/env.h"
+#include "tiers/memory_tier.h"
+#include "tiers/ssd_tier.h"
+
+namespace kvtier {
+
+enum class TierKind : uint8_t {
+  kNone = 0,  // Not cached.
+  kDevice = 1,
+  kHost = 2,
+  kCxl = 3,
+  kSsd = 4,
+  kRemote = 5,
+};
+std::string_view TierKindName(TierKind kind);
+
+enum class WritePolicy : uint8_t {
+  kWriteThrough = 0,  // Store also writes every block to the persistent tier (SSD) right away.
+  kWriteBack = 1,     // Blocks are written down only when evicted from memory (dirty bit).
+};
+
+// Eviction priority of stored chunks: higher priorities are evicted only when no lower one is
+// left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
+enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
+
+struct EngineOptions {
+  KvLayout layout;               // Validated; its digest enters every key.
+  ModelIdentity model;           // Name and weights digest; enter every namespace.
+  DeviceTierOptions device;      // capacity_bytes 0: no device tier. slot_bytes is set by the engine.
+  HostTierOptions host;          // Required: capacity_bytes > 0. slot_bytes is set by the engine.
+  std::optional<HostTierOptions> cxl;   // A second host tier bound to a CPU-less NUMA node.
+  std::optional<SsdTierOptions> ssd;    // The persistent tier.
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  codecs::CodecParams ssd_codec;        // How blocks are encoded on the SSD (default identity).
+  uint64_t default_ttl_ms = 0;          // 0: blocks do not expire.
+  uint32_t worker_threads = 2;          // Encode/decode and SSD staging, off the caller's thread.
+  uint32_t sink_chunks = 1;             // Leading chunks stored at least at BlockPriority::kHigh.
+  Env* env = nullptr;                   // Borrowed; nullptr: a PosixEnv owned by the engine.
+  Logger* logger = nullptr;             // Borrowed; nullptr: silent.
+
+  // InvalidArgument naming the first bad field (units included).
+  Status Validate() const;
+};
+
+struct Namespace {
+  Hash256 digest{};
+};
+
+struct LookupResult {
+  size_t matched_tokens = 0;             // A multiple of block_tokens.
+  std::vector<TierKind> chunk_tiers;     // Fastest tier holding every layer, per matched chunk.
+};
+
+struct StoreOptions {
+  BlockPriority priority = BlockPriority::kNormal;
+  uint64_t ttl_ms = 0;  // 0: the engine's default_ttl_ms.
+};
+
+// Completion of a Load: per-layer readiness.
+class LoadHandle {
+ public:
+  virtual ~LoadHandle() = default;  // Waits for copies still in flight.
+  // Blocks until every chunk of `layer` is in the destination buffers (OK), or returns the error
+  // that made that layer unavailable (NotFound after a failed verification: recompute it).
+  virtual Status WaitLayer(uint32_t layer) = 0;
+  virtual bool LayerReady(uint32_t layer) = 0;
+  // Waits for all layers; the first error.
+  virtual Status Wait() = 0;
+  virtual size_t chunks() const = 0;
+};
+
+class StoreHandle {
+ public:
+  virtual ~StoreHandle() = default;  // Waits.
+  // OK once the source buffers are no longer needed and the blocks are visible to Lookup.
+  virtual Status Wait() = 0;
+  virtual size_t chunks_stored() const = 0;  // Full chunks newly taken (existing ones skipped).
+};
+
+// Keeps the blocks of the chunks it covers resident in a memory tier (not evicted) until
+// destroyed. Move-only.
+class PinHandle {
+ public:
+  PinHandle() = default;
+  PinHandle(PinHandle&&) noexcept;
+  PinHandle& operator=(PinHandle&&) noexcept;
+  ~PinHandle();
+  size_t chunks() const { return keys_.size(); }
+
+ private:
+  friend class Engine;
+  class Unpinner;
+  PinHandle(std::shared_ptr<Unpinner> owner, std::vector<Hash256> keys);
+  std::shared_ptr<Unpinner> owner_;  // Shared with the engine so a handle may outlive nothing.
+  std::vector<Hash256> keys_;
+};
+
+struct TierStats {
+  TierKind kind = TierKind::kNone;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t blocks = 0;
+  uint64_t hits = 0;        // Blocks served from this tier.
+  uint64_t evictions = 0;   // Blocks removed to make room.
+  uint64_t writebacks = 0;  // Dirty blocks written to the tier below before eviction.
+  uint64_t promotions = 0;  // Blocks copied up into this tier.
+};
+
+struct EngineStats {
+  uint64_t lookups = 0, lookup_hit_tokens = 0, lookup_tokens = 0;
+  uint64_t loads = 0, load_blocks = 0, load_failures = 0;
+  uint64_t stores = 0, store_blocks = 0, busy_rejections = 0;
+  uint64_t prefetches = 0, prefetch_blocks = 0;
+  uint64_t corrupt_blocks = 0;  // Blocks refused by verification (served as misses).
+  std::vector<TierStats> tiers;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // The namespace of a tenant: salt and extra keys (LoRA id, media hashes) enter every key.
+  virtual Result<Namespace> MakeNamespace(std::string_view salt,
+                                          std::span<const std::string> extra_keys = {}) = 0;
+
+  virtual Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
+  // Loads the first dst.size() / layers chunks (each must be cached; Lookup first).
+  virtual Result<std::unique_ptr<LoadHandle>> Load(const Namespace& ns,
+                                                   std::span<const uint32_t> tokens,
+                                                   std::span<const std::span<std::byte>> dst) = 0;
+  // Stores the first src.size() / layers full chunks of `tokens`.
+  virtual Result<std::unique_ptr<StoreHandle>> Store(
+      const Namespace& ns, std::span<const uint32_t> tokens,
+      std::span<const std::span<const std::byte>> src, const StoreOptions& options = {}) = 0;
+  // Promotes the cached chunks of `tokens` towards the host tier; returns at once.
+  virtual Status Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
+  // Pins the leading cached chunks of `tokens` in memory (promoting from SSD first if needed).
+  virtual Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
+
+  // Writes every dirty block down, syncs the SSD tier. Blocks until done.
+  virtual Status Flush() = 0;
+  virtual EngineStats Stats() = 0;
+  virtual const EngineOptions& options() const = 0;
+};
+
+}  // namespace kvtier
