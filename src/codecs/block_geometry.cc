@@ -4,29 +4,7 @@
 
 namespace kvtier::codecs {
 
-size_t DTypeBytes(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return 2;
-    case DType::kBF16:
-      return 2;
-    case DType::kF32:
-      return 4;
-  }
-  return 0;
-}
-
-std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return "f16";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF32:
-      return "f32";
-  }
-  return "dtype(" + std::to_string(static_cast<int>(dtype)) + ")";
-}
+size_t DTypeBytes(DType dtype) { return DTypeSizeBytes(dtype); }
 
 Status BlockGeometry::Validate() const {
   if (tokens == 0 || tokens > kBlockTokensMax) {
@@ -51,7 +29,8 @@ Status BlockGeometry::Validate() const {
 
 std::string BlockGeometry::ToString() const {
   return "{tokens=" + std::to_string(tokens) + ", kv_heads=" + std::to_string(kv_heads) +
-         ", head_dim=" + std::to_string(head_dim) + ", dtype=" + DTypeName(dtype) + "}";
+         ", head_dim=" + std::to_string(head_dim) + ", dtype=" + std::string(DTypeName(dtype)) +
+         "}";
 }
 
 }  // namespace kvtier::codecs

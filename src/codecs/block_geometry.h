@@ -1,9 +1,8 @@
 // BlockGeometry: the shape of one KV block as the codecs see it, and the element types they take.
 //
-// Why a codec-local struct: the codecs need only four numbers (tokens, kv_heads, head_dim, dtype)
-// and must not depend on the engine's KvLayout, which is being written concurrently. The DType
-// values equal the ones KvLayout uses (1 = f16, 2 = bf16, 3 = f32) so the two can be unified
-// later without touching any stored byte.
+// Why a codec-local struct: the codecs need only four numbers per block (tokens, kv_heads,
+// head_dim, dtype), not a whole KvLayout (layers, digest). The element type is core's DType
+// (core/kv_layout.h), whose values are stored in encoded headers.
 //
 // Layout taken in and put out by every codec (the canonical block layout of ARCHITECTURE.md §2):
 //   [k|v][token][kv_head][head_dim], little-endian elements of `dtype`.
@@ -18,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/kv_layout.h"
 #include "kvtier/status.h"
 
 namespace kvtier::codecs {
@@ -26,17 +26,11 @@ namespace kvtier::codecs {
 // little-endian by definition, so a big-endian host would need byte swaps that do not exist yet.
 static_assert(std::endian::native == std::endian::little, "codecs assume a little-endian host");
 
-// Element type of a block. Values are stored in encoded headers: append only, never renumber.
-enum class DType : uint8_t {
-  kF16 = 1,
-  kBF16 = 2,
-  kF32 = 3,
-};
+// Element type of a block: core's enum. Values are stored in encoded headers.
+using DType = ::kvtier::DType;
 
 // Bytes per element, or 0 for a value outside the enum.
 size_t DTypeBytes(DType dtype);
-// "f16", "bf16", "f32" or "dtype(<n>)".
-std::string DTypeName(DType dtype);
 
 struct BlockGeometry {
   uint32_t tokens = 0;    // Tokens in the block (the chunk size, 1..kBlockTokensMax).
