@@ -1,9 +1,12 @@
-// Library side of `kvtier inspect DIR` and `kvtier verify DIR` for the SSD tier: read-only walks
-// over a cache directory's segments with the same scanner recovery uses. The CLI formats the
-// results. (BenchSsd is not written yet.)
+// Library side of `kvtier inspect DIR`, `kvtier verify DIR` and `kvtier bench ssd|ssd-reopen`
+// for the SSD tier. InspectDir and VerifyDir are read-only walks over a cache directory's segments
+// with the same scanner recovery uses. BenchSsd and BenchReopen drive a real SsdTier in a fresh
+// subdirectory of each given directory and remove it afterwards (unless asked to keep it). The CLI
+// formats the results.
 //
-// Thread safety: free functions; run them on a directory no SsdTier has open for writing, or
-// accept a snapshot that may miss the newest records. Ownership: the Env is borrowed.
+// Thread safety: free functions; run InspectDir/VerifyDir on a directory no SsdTier has open for
+// writing, or accept a snapshot that may miss the newest records. The benchmarks use only the
+// directories they create. Ownership: the Env is borrowed.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.h"
 #include "core/sha256.h"
 #include "env/env.h"
 #include "kvtier/result.h"
@@ -41,6 +45,12 @@ struct InspectReport {
   std::vector<std::string> other_files;
 };
 
+// OK when every one of `dirs` is a directory holding at least one segment file or a checkpoint;
+// NotFound (missing) or InvalidArgument (not a kvtier cache directory) naming the first that is
+// not. InspectDir and VerifyDir do not require it (an empty directory is a valid empty cache);
+// the CLI does, to catch a mistyped path.
+Status CheckCacheDirs(Env* env, const std::vector<std::string>& dirs);
+
 Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs);
 
 struct CorruptRecord {
@@ -53,5 +63,64 @@ struct CorruptRecord {
 // Every bad segment and every segment whose scan stopped at an invalid record (a torn tail
 // after a crash also shows here). An empty list means every record verified.
 Result<std::vector<CorruptRecord>> VerifyDir(Env* env, const std::vector<std::string>& dirs);
+
+inline constexpr uint64_t kBenchBlockBytesMax = 64 * kMiB;
+inline constexpr uint32_t kBenchQueueDepthMax = 256;
+inline constexpr uint64_t kBenchBlocksMax = 1u << 24;
+
+struct BenchSsdOptions {
+  std::vector<std::string> dirs;  // Each gets a fresh kvtier-bench-XXXXXX subdirectory.
+  // Bytes of one record on disk (header + payload), so one write or read is exactly this size,
+  // as in fio. Multiple of 4 KiB, at most kBenchBlockBytesMax.
+  uint64_t block_bytes = 1 * kMiB;
+  uint32_t queue_depth = 16;        // Blocks in flight, 1..kBenchQueueDepthMax.
+  uint64_t total_bytes = 1 * kGiB;  // Rounded down to whole blocks; at least one block.
+  bool keep_dirs = false;           // Keep the subdirectories (tests inspect them).
+
+  // InvalidArgument naming the first bad field.
+  Status Validate() const;
+};
+
+struct BenchSsdReport {
+  uint64_t block_bytes = 0, payload_bytes = 0, queue_depth = 0, total_bytes = 0, blocks = 0;
+  std::string io_backend;
+  bool direct_io = false;
+  std::string sync_mode;  // What the write phase promised (see BenchSsd).
+  double write_bytes_per_s = 0, read_bytes_per_s = 0;
+  double write_s = 0, read_s = 0;
+  double read_p50_us = 0, read_p99_us = 0, read_max_us = 0;
+  double reopen_ms = 0;                // Open after a clean close (checkpoint used).
+  std::vector<std::string> kept_dirs;  // The subdirectories, when keep_dirs.
+};
+
+// Writes total_bytes of random blocks with queue_depth single-block WriteBatch calls in flight,
+// in SsdSyncMode::kPeriodic (what a production cache runs; the default 100 ms interval), and
+// times them up to and including the final Flush. Closes, reopens (timed), then reads every
+// block back with queue_depth reads in flight and checks each payload's CRC32C. O_DIRECT is
+// required when the filesystem supports it, so reads after the reopen are cold. Corruption when
+// a block does not read back intact; NoSpace when the disk lacks room.
+Result<BenchSsdReport> BenchSsd(Env* env, const BenchSsdOptions& options);
+
+struct BenchReopenOptions {
+  std::vector<std::string> dirs;
+  uint64_t blocks = 100'000;
+  uint32_t payload_bytes = 4096;
+  bool keep_dirs = false;
+
+  Status Validate() const;
+};
+
+struct BenchReopenReport {
+  uint64_t blocks = 0, payload_bytes = 0, disk_bytes = 0;
+  double fill_s = 0;
+  double reopen_checkpoint_ms = 0;  // Clean close: checkpoint read + scan of nothing after it.
+  double reopen_scan_ms = 0;        // Checkpoint deleted: every segment scanned.
+  uint64_t recovered_checkpoint = 0, recovered_scan = 0;  // Blocks indexed after each reopen.
+  bool checkpoint_used = false;
+};
+
+// Fills a tier with `blocks` blocks, closes it cleanly, and times a reopen with the checkpoint
+// and then one without it (the checkpoint file removed, so recovery scans every segment).
+Result<BenchReopenReport> BenchReopen(Env* env, const BenchReopenOptions& options);
 
 }  // namespace kvtier::ssd

@@ -53,5 +53,11 @@ using CommandFactory = std::unique_ptr<Command> (*)(CLI::App* app);
 std::unique_ptr<Command> MakeHashCommand(CLI::App* app);
 // cmd_selfcheck.cc: write, recover, read back and corrupt a few blocks on the SSD path.
 std::unique_ptr<Command> MakeSelfcheckCommand(CLI::App* app);
+// cmd_bench.cc: `bench ssd` (write/cold-read bandwidth, read latency) and `bench ssd-reopen`.
+std::unique_ptr<Command> MakeBenchCommand(CLI::App* app);
+// cmd_inspect.cc: segments, live/dead bytes, blocks and layouts of an SSD cache directory.
+std::unique_ptr<Command> MakeInspectCommand(CLI::App* app);
+// cmd_verify.cc: checks every record of an SSD cache directory; non-zero exit on damage.
+std::unique_ptr<Command> MakeVerifyCommand(CLI::App* app);
 
 }  // namespace kvtier::cli

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Goal: the `kvtier` binary prints its version and help, computes the documented key vectors
-# (docs/key_format.md, vectors N1/C1 and N2/C2), and answers every kind of bad input with one
-# line on stderr naming the problem and a non-zero exit status, never a crash.
+# (docs/key_format.md, vectors N1/C1 and N2/C2), benchmarks, inspects and verifies an SSD cache
+# directory (verify names a flipped byte's record by file and offset), and answers every kind of
+# bad input with one line on stderr naming the problem and a non-zero exit status, never a crash.
 # Method: run the binary on fixtures and generated inputs; compare stdout with the vectors and
 # check each failure's exit status (non-zero, below 128 so not a signal) and its message.
 # Usage: cli_test.sh <path to kvtier> <this tests directory>
@@ -121,6 +122,51 @@ expect_fail very_long_number "is out of range" \
 yes 7 | head -n 4194305 >"$TMP/too_many.txt"
 expect_fail too_many_tokens "more than 4194304 tokens" \
   hash --layout "$LAYOUT" --salt s --tokens "$TMP/too_many.txt"
+
+# SSD tools: a tiny kept benchmark directory is inspected, verified, damaged and verified again.
+mkdir -p "$TMP/bench"
+expect_ok bench_keep "\"blocks\": 16" "\"write_bytes_per_s\"" "\"read_bytes_per_s\"" \
+  "\"read_p99_us\"" "\"sync_mode\": \"periodic\"" "\"kept_dirs\"" -- \
+  bench ssd --dir "$TMP/bench" --block-bytes 64KiB --queue-depth 4 --total-bytes 1MiB --json --keep
+CACHE=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["kept_dirs"][0])' \
+  "$TMP/out" 2>/dev/null)
+if [[ -d "$CACHE" ]]; then
+  expect_ok inspect_json "\"blocks\": 16" "\"live_bytes\": 1048576" "\"dead_bytes\": 0" \
+    "\"checkpoint_valid\": true" -- inspect "$CACHE" --json
+  expect_ok inspect_text "blocks 16" "layout b5b5" -- inspect "$CACHE"
+  expect_ok verify_clean "every record verified" -- verify "$CACHE"
+  SEG=$(ls "$CACHE"/seg-*.kvs | head -n 1)
+  # Record 2 starts after the 4 KiB segment header and two 64 KiB records; flip a payload byte.
+  python3 - "$SEG" $((4096 + 2 * 65536 + 1000)) <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0x5A]))
+PY
+  expect_fail verify_damaged "$(basename "$SEG") offset $((4096 + 2 * 65536))" verify "$CACHE"
+else
+  fail "bench --keep did not report a kept directory"
+fi
+expect_ok bench_reopen "\"recovered_checkpoint\": 300" "\"recovered_scan\": 300" \
+  "\"checkpoint_used\": true" -- bench ssd-reopen --dir "$TMP/bench" --blocks 300 --json
+[[ $(ls "$TMP/bench" | wc -l) -eq 1 ]] || fail "bench left directories behind: $(ls "$TMP/bench")"
+
+# Bad SSD tool input.
+expect_fail inspect_missing "no such directory" inspect "$TMP/nope"
+expect_fail inspect_foreign "not a kvtier cache directory" inspect "$FIXTURES"
+expect_fail verify_missing "no such directory" verify "$TMP/nope"
+expect_fail verify_no_dir "dir is required" verify
+expect_fail bench_nothing "name what to measure" bench
+expect_fail bench_no_dir "--dir is required" bench ssd
+expect_fail bench_missing_dir "is not a directory" bench ssd --dir "$TMP/nope" --total-bytes 1MiB
+expect_fail bench_bad_size "'1.5MiB' is not a size" bench ssd --dir "$TMP" --block-bytes 1.5MiB
+expect_fail bench_bad_unit "'4kb' is not a size" bench ssd --dir "$TMP" --total-bytes 4kb
+expect_fail bench_unaligned "multiple of 4 KiB" bench ssd --dir "$TMP" --block-bytes 1000
+expect_fail bench_too_big "at most 64 MiB" bench ssd --dir "$TMP" --block-bytes 128MiB
+expect_fail bench_qd0 "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 0
+expect_fail bench_qd_big "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 257
+expect_fail bench_total_small "at least one block" bench ssd --dir "$TMP" --total-bytes 4KiB
+expect_fail bench_overflow "is not a size" bench ssd --dir "$TMP" --total-bytes 99999999999GiB
+expect_fail reopen_blocks "blocks must be 1..16777216" bench ssd-reopen --dir "$TMP" --blocks 0
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed" >&2

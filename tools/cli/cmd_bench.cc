@@ -1,0 +1,199 @@
+// `kvtier bench ssd` and `kvtier bench ssd-reopen`: measure the SSD tier on the user's own disk.
+// `bench ssd` writes and then cold-reads a run of equal blocks with a fixed number in flight, the
+// same shape as an fio sequential job, so bench/ssd_vs_fio.sh can quote the tier against the
+// disk's own limit. `bench ssd-reopen` times recovery of a filled tier with and without its
+// checkpoint. Both work in fresh subdirectories that they remove (`bench ssd --keep` keeps them,
+// for the CLI test). Figures are printed as text, or as one JSON object with --json.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "command.h"
+#include "core/limits.h"
+#include "core/logger.h"
+#include "env/env.h"
+#include "tiers/ssd_tools.h"
+
+namespace kvtier::cli {
+namespace {
+
+// "1GiB", "64KiB", "4096", "4096B" -> bytes. Suffixes B, KiB, MiB, GiB (binary, case-sensitive).
+Result<uint64_t> ParseBytes(std::string_view flag, const std::string& text) {
+  struct Unit {
+    std::string_view suffix;
+    uint64_t bytes;
+  };
+  constexpr Unit kUnits[] = {{"GiB", kGiB}, {"MiB", kMiB}, {"KiB", kKiB}, {"B", 1}};
+  std::string_view digits = text;
+  uint64_t unit = 1;
+  for (const Unit& u : kUnits) {
+    if (digits.size() > u.suffix.size() && digits.ends_with(u.suffix)) {
+      digits.remove_suffix(u.suffix.size());
+      unit = u.bytes;
+      break;
+    }
+  }
+  const auto bad = [&] {
+    return Status::InvalidArgument(std::string(flag) + ": '" + text +
+                                   "' is not a size (e.g. 4096, 64KiB, 1MiB, 4GiB)");
+  };
+  if (digits.empty() || digits.size() > 19) return bad();
+  uint64_t value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return bad();
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value > UINT64_MAX / unit) return bad();
+  return value * unit;
+}
+
+std::string Mbps(double bytes_per_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f MB/s", bytes_per_s / 1e6);
+  return buf;
+}
+
+void PrintSsd(const ssd::BenchSsdReport& r, bool json) {
+  if (!json) {
+    std::printf(
+        "SSD tier, %llu blocks of %llu bytes, queue depth %llu, %s, O_DIRECT %s, "
+        "sync %s\n",
+        static_cast<unsigned long long>(r.blocks), static_cast<unsigned long long>(r.block_bytes),
+        static_cast<unsigned long long>(r.queue_depth), r.io_backend.c_str(),
+        r.direct_io ? "on" : "off", r.sync_mode.c_str());
+    std::printf("write %s (%.2f s incl. final sync)\nreopen %.1f ms\n",
+                Mbps(r.write_bytes_per_s).c_str(), r.write_s, r.reopen_ms);
+    std::printf("read  %s (%.2f s), per block p50 %.0f us, p99 %.0f us, max %.0f us\n",
+                Mbps(r.read_bytes_per_s).c_str(), r.read_s, r.read_p50_us, r.read_p99_us,
+                r.read_max_us);
+    for (const std::string& d : r.kept_dirs) std::printf("kept %s\n", d.c_str());
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["write_bytes_per_s"] = r.write_bytes_per_s;
+  j["read_bytes_per_s"] = r.read_bytes_per_s;
+  j["read_p50_us"] = r.read_p50_us;
+  j["read_p99_us"] = r.read_p99_us;
+  j["read_max_us"] = r.read_max_us;
+  j["block_bytes"] = r.block_bytes;
+  j["payload_bytes"] = r.payload_bytes;
+  j["queue_depth"] = r.queue_depth;
+  j["total_bytes"] = r.total_bytes;
+  j["blocks"] = r.blocks;
+  j["io_backend"] = r.io_backend;
+  j["direct_io"] = r.direct_io;
+  j["sync_mode"] = r.sync_mode;
+  j["write_s"] = r.write_s;
+  j["read_s"] = r.read_s;
+  j["reopen_ms"] = r.reopen_ms;
+  j["kept_dirs"] = r.kept_dirs;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void PrintReopen(const ssd::BenchReopenReport& r, bool json) {
+  if (!json) {
+    std::printf(
+        "SSD tier with %llu blocks of %llu payload bytes (%.0f MiB of segments, filled "
+        "in %.1f s)\nreopen with checkpoint %.1f ms, without (full scan) %.1f ms\n",
+        static_cast<unsigned long long>(r.blocks), static_cast<unsigned long long>(r.payload_bytes),
+        static_cast<double>(r.disk_bytes) / double(kMiB), r.fill_s, r.reopen_checkpoint_ms,
+        r.reopen_scan_ms);
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["blocks"] = r.blocks;
+  j["payload_bytes"] = r.payload_bytes;
+  j["disk_bytes"] = r.disk_bytes;
+  j["fill_s"] = r.fill_s;
+  j["reopen_checkpoint_ms"] = r.reopen_checkpoint_ms;
+  j["reopen_scan_ms"] = r.reopen_scan_ms;
+  j["recovered_checkpoint"] = r.recovered_checkpoint;
+  j["recovered_scan"] = r.recovered_scan;
+  j["checkpoint_used"] = r.checkpoint_used;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+class BenchCommand final : public Command {
+ public:
+  explicit BenchCommand(CLI::App* app)
+      : Command(app->add_subcommand("bench", "Measure the SSD tier on this machine's disk")) {
+    ssd_ = subcommand()->add_subcommand(
+        "ssd", "Write then cold-read equal blocks with a fixed queue depth (like fio)");
+    ssd_->add_option("--dir", dirs_, "Directory to test in; repeat to stripe (required)")
+        ->required();
+    ssd_->add_option("--block-bytes", block_text_, "Bytes per block on disk (default 1MiB)");
+    ssd_->add_option("--queue-depth", queue_depth_, "Blocks in flight, 1..256 (default 16)");
+    ssd_->add_option("--total-bytes", total_text_, "Bytes to write and read (default 1GiB)");
+    ssd_->add_flag("--json", json_, "Print one JSON object");
+    ssd_->add_flag("--keep", keep_, "Keep the cache directory (for tests)")->group("");
+    reopen_ = subcommand()->add_subcommand(
+        "ssd-reopen", "Time reopening a filled tier with and without its checkpoint");
+    reopen_->add_option("--dir", reopen_dirs_, "Directory to test in (required)")->required();
+    reopen_->add_option("--blocks", blocks_, "Blocks to fill (default 100000)");
+    reopen_->add_option("--payload-bytes", payload_text_, "Payload per block (default 4KiB)");
+    reopen_->add_flag("--json", json_, "Print one JSON object");
+  }
+
+  int Run() override;
+
+ private:
+  int RunSsd(Env* env);
+  int RunReopen(Env* env);
+
+  CLI::App* ssd_ = nullptr;
+  CLI::App* reopen_ = nullptr;
+  std::vector<std::string> dirs_, reopen_dirs_;
+  std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
+  uint32_t queue_depth_ = 16;
+  uint64_t blocks_ = 100'000;
+  bool json_ = false, keep_ = false;
+};
+
+int BenchCommand::Run() {
+  StderrLogger logger(LogLevel::kWarn);
+  std::unique_ptr<Env> env = NewPosixEnv({.logger = &logger});
+  if (ssd_->parsed()) return RunSsd(env.get());
+  if (reopen_->parsed()) return RunReopen(env.get());
+  return Fail(Status::InvalidArgument("name what to measure: ssd or ssd-reopen"));
+}
+
+int BenchCommand::RunSsd(Env* env) {
+  ssd::BenchSsdOptions o{.dirs = dirs_, .queue_depth = queue_depth_, .keep_dirs = keep_};
+  Result<uint64_t> block = ParseBytes("--block-bytes", block_text_);
+  if (!block.ok()) return Fail(block.status());
+  Result<uint64_t> total = ParseBytes("--total-bytes", total_text_);
+  if (!total.ok()) return Fail(total.status());
+  o.block_bytes = *block;
+  o.total_bytes = *total;
+  Result<ssd::BenchSsdReport> r = ssd::BenchSsd(env, o);
+  if (!r.ok()) return Fail(r.status());
+  PrintSsd(*r, json_);
+  return kExitOk;
+}
+
+int BenchCommand::RunReopen(Env* env) {
+  Result<uint64_t> payload = ParseBytes("--payload-bytes", payload_text_);
+  if (!payload.ok()) return Fail(payload.status());
+  if (*payload == 0 || *payload > ssd::kBenchBlockBytesMax) {
+    return Fail(Status::InvalidArgument("--payload-bytes: must be 1 B..64 MiB"));
+  }
+  ssd::BenchReopenOptions o{
+      .dirs = reopen_dirs_, .blocks = blocks_, .payload_bytes = static_cast<uint32_t>(*payload)};
+  Result<ssd::BenchReopenReport> r = ssd::BenchReopen(env, o);
+  if (!r.ok()) return Fail(r.status());
+  PrintReopen(*r, json_);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::unique_ptr<Command> MakeBenchCommand(CLI::App* app) {
+  return std::make_unique<BenchCommand>(app);
+}
+
+}  // namespace kvtier::cli
