@@ -1,0 +1,106 @@
+// ListNumaNodes: reads the NUMA topology from sysfs (<root>/devices/system/node/node<N>/). A node
+// with memory and an empty cpulist is how Linux shows a CXL memory expander.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "core/unique_fd.h"
+#include "tiers/memory_tier.h"
+
+namespace kvtier {
+namespace {
+
+// sysfs files here are a few hundred bytes; meminfo is under 2 KiB.
+constexpr size_t kSysfsFileBytesMax = 16 * 1024;
+constexpr int32_t kNumaNodesMax = 4096;  // Linux's MAX_NUMNODES is at most 1024.
+
+Result<std::string> ReadSmallFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(errno, "open " + path);
+  std::string text(kSysfsFileBytesMax, '\0');
+  size_t used = 0;
+  while (used < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "read " + path);
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  text.resize(used);
+  return text;
+}
+
+// "node12" -> 12; -1 for any other name.
+int32_t ParseNodeName(std::string_view name) {
+  constexpr std::string_view kPrefix = "node";
+  if (name.size() <= kPrefix.size() || name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  int32_t node = 0;
+  for (const char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    node = node * 10 + (c - '0');
+    if (node >= kNumaNodesMax) return -1;
+  }
+  return node;
+}
+
+// Finds "MemTotal:" in a node's meminfo ("Node 0 MemTotal:  24610028 kB") and returns bytes.
+Result<uint64_t> ParseMemTotal(const std::string& meminfo, const std::string& path) {
+  constexpr std::string_view kField = "MemTotal:";
+  const size_t at = meminfo.find(kField);
+  if (at == std::string::npos) return Status::Corruption(path + ": no MemTotal line");
+  const char* p = meminfo.c_str() + at + kField.size();
+  char* end = nullptr;
+  const unsigned long long kib = std::strtoull(p, &end, 10);
+  if (end == p) return Status::Corruption(path + ": MemTotal has no number");
+  return static_cast<uint64_t>(kib) * 1024;
+}
+
+bool HasNonSpace(std::string_view text) {
+  return std::any_of(text.begin(), text.end(),
+                     [](char c) { return c != ' ' && c != '\n' && c != '\t'; });
+}
+
+Result<NumaNodeInfo> ReadNode(const std::string& dir, int32_t node) {
+  NumaNodeInfo info;
+  info.node = node;
+  KV_ASSIGN_OR_RETURN(const std::string cpulist, ReadSmallFile(dir + "/cpulist"));
+  info.has_cpus = HasNonSpace(cpulist);
+  const std::string meminfo_path = dir + "/meminfo";
+  KV_ASSIGN_OR_RETURN(const std::string meminfo, ReadSmallFile(meminfo_path));
+  KV_ASSIGN_OR_RETURN(info.memory_bytes, ParseMemTotal(meminfo, meminfo_path));
+  return info;
+}
+
+}  // namespace
+
+Result<std::vector<NumaNodeInfo>> ListNumaNodes(const std::string& sysfs_root) {
+  const std::string root = sysfs_root + "/devices/system/node";
+  std::error_code ec;
+  std::filesystem::directory_iterator it(root, ec);
+  if (ec) {
+    return Status::NotFound("ListNumaNodes: cannot list " + root + ": " + ec.message() +
+                            " (no NUMA information in sysfs)");
+  }
+  std::vector<NumaNodeInfo> nodes;
+  // increment(ec) ends the loop on an error; ec is checked after it.
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const int32_t node = ParseNodeName(name);
+    if (node < 0) continue;  // has_cpu, online, possible, power, ...
+    KV_ASSIGN_OR_RETURN(NumaNodeInfo info, ReadNode(root + "/" + name, node));
+    nodes.push_back(info);
+  }
+  if (ec) return Status::IoError("ListNumaNodes: listing " + root + ": " + ec.message());
+  if (nodes.empty()) return Status::NotFound("ListNumaNodes: no node<N> directory in " + root);
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NumaNodeInfo& a, const NumaNodeInfo& b) { return a.node < b.node; });
+  return nodes;
+}
+
+}  // namespace kvtier
