@@ -1,0 +1,267 @@
+// See redis_connection.h.
+#include "tiers/redis_connection.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <cerrno>
+#include <charconv>
+#include <string>
+#include <utility>
+
+#include "core/assert.h"
+#include "core/limits.h"
+
+namespace kvtier {
+namespace {
+
+// A pipeline window: hiredis buffers every appended command in memory before the first read, so
+// a batch is sent in windows to bound that buffer (and the server's input buffer).
+constexpr size_t kWindowCommandsMax = 256;
+constexpr uint64_t kWindowBytesMax = 64 * kMiB;
+
+timeval ToTimeval(uint32_t ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  return tv;
+}
+
+// hiredis writes with write(2), which raises SIGPIPE when the server has gone away; the default
+// action kills the process. Installing a process-wide handler would be global state a library must
+// not own, so SIGPIPE is blocked in this thread for the duration of the I/O, and a SIGPIPE raised
+// by it is consumed before the mask is restored.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGPIPE);
+    blocked_ = pthread_sigmask(SIG_BLOCK, &block, &old_) == 0;
+  }
+  ~ScopedSigpipeBlock() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        sigset_t pipe_only;
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        const timespec zero{};
+        while (sigtimedwait(&pipe_only, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
+bool LooksLikeTimeout(const redisContext* c) {
+#ifdef REDIS_ERR_TIMEOUT
+  if (c->err == REDIS_ERR_TIMEOUT) return true;
+#endif
+  if (c->err != REDIS_ERR_IO) return false;
+  const std::string_view text = c->errstr;
+  return text.find("timed out") != std::string_view::npos ||
+         text.find("temporarily unavailable") != std::string_view::npos ||
+         text.find("Timeout") != std::string_view::npos;
+}
+
+uint64_t CommandBytes(const RedisCommand& command) {
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < command.argc; ++i) bytes += command.args[i].size();
+  return bytes;
+}
+
+}  // namespace
+
+std::string RedisEndpoint::ToString() const { return host + ":" + std::to_string(port); }
+
+Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
+    return Status::InvalidArgument("redis endpoint is not host:port: " + std::string(text));
+  }
+  uint32_t port = 0;
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || port == 0 || port > 65535) {
+    return Status::InvalidArgument("redis endpoint has a bad port: " + std::string(text));
+  }
+  return RedisEndpoint{.host = std::string(text.substr(0, colon)),
+                       .port = static_cast<uint16_t>(port)};
+}
+
+void RedisReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
+
+const char* RedisErrorText(const redisReply* reply) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ERROR) return nullptr;
+  return reply->str;
+}
+
+RedisConnection::RedisConnection(RedisEndpoint endpoint, RedisConnectionOptions options,
+                                 Logger* logger)
+    : endpoint_(std::move(endpoint)), options_(std::move(options)), logger_(logger) {}
+
+RedisConnection::~RedisConnection() {
+  if (context_ != nullptr) redisFree(context_);
+}
+
+Status RedisConnection::EnsureConnected() {
+  if (context_ != nullptr) return Status::Ok();
+  ScopedSigpipeBlock no_sigpipe;
+  Status s = Connect();
+  if (!s.ok()) {
+    Drop(s);
+    return s;
+  }
+  MarkUp();
+  return Status::Ok();
+}
+
+Status RedisConnection::Connect() {
+  context_ = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port,
+                                     ToTimeval(options_.connect_timeout_ms));
+  if (context_ == nullptr) return Status::Unavailable("redis: cannot allocate a context");
+  if (context_->err != 0) return ContextError("connect");
+  if (redisSetTimeout(context_, ToTimeval(options_.command_timeout_ms)) != REDIS_OK) {
+    return ContextError("set timeout");
+  }
+  KV_RETURN_IF_ERROR(Authenticate());
+  RedisReplyPtr pong(static_cast<redisReply*>(redisCommand(context_, "PING")));
+  if (pong == nullptr) return ContextError("PING");
+  if (const char* error = RedisErrorText(pong.get()); error != nullptr) {
+    const std::string text = error;
+    if (text.rfind("NOAUTH", 0) == 0) {
+      return Status::InvalidArgument("redis " + endpoint_.ToString() +
+                                     ": the server requires AUTH but no password is configured (" +
+                                     text + ")");
+    }
+    return Status::Unavailable("redis " + endpoint_.ToString() + ": PING failed: " + text);
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::Authenticate() {
+  if (options_.password.empty()) return Status::Ok();
+  RedisReplyPtr reply;
+  if (options_.user.empty()) {
+    reply.reset(static_cast<redisReply*>(
+        redisCommand(context_, "AUTH %b", options_.password.data(), options_.password.size())));
+  } else {
+    reply.reset(static_cast<redisReply*>(
+        redisCommand(context_, "AUTH %b %b", options_.user.data(), options_.user.size(),
+                     options_.password.data(), options_.password.size())));
+  }
+  if (reply == nullptr) return ContextError("AUTH");
+  if (const char* error = RedisErrorText(reply.get()); error != nullptr) {
+    const std::string who =
+        options_.user.empty() ? "the default user" : "user '" + options_.user + "'";
+    return Status::InvalidArgument("redis " + endpoint_.ToString() + ": AUTH as " + who +
+                                   " failed: " + error);
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::Execute(std::span<const RedisCommand> commands,
+                                std::span<RedisReplyPtr> replies) {
+  KV_CHECK(commands.size() == replies.size());
+  KV_RETURN_IF_ERROR(EnsureConnected());
+  ScopedSigpipeBlock no_sigpipe;
+  size_t begin = 0;
+  while (begin < commands.size()) {
+    size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < commands.size() && end - begin < kWindowCommandsMax &&
+           (end == begin || bytes + CommandBytes(commands[end]) <= kWindowBytesMax)) {
+      bytes += CommandBytes(commands[end]);
+      ++end;
+    }
+    Status s =
+        ExecuteWindow(commands.subspan(begin, end - begin), replies.subspan(begin, end - begin));
+    if (!s.ok()) {
+      Drop(s);
+      return s;
+    }
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
+                                      std::span<RedisReplyPtr> replies) {
+  for (const RedisCommand& command : commands) {
+    KV_CHECK(command.argc >= 1 && command.argc <= RedisCommand::kArgsMax);
+    if (command.asking && redisAppendCommand(context_, "ASKING") != REDIS_OK) {
+      return ContextError("append");
+    }
+    std::array<const char*, RedisCommand::kArgsMax> argv{};
+    std::array<size_t, RedisCommand::kArgsMax> argv_bytes{};
+    for (uint32_t i = 0; i < command.argc; ++i) {
+      argv[i] = command.args[i].data();
+      argv_bytes[i] = command.args[i].size();
+    }
+    if (redisAppendCommandArgv(context_, static_cast<int>(command.argc), argv.data(),
+                               argv_bytes.data()) != REDIS_OK) {
+      return ContextError("append");
+    }
+  }
+  for (size_t i = 0; i < commands.size(); ++i) {
+    for (int part = commands[i].asking ? 2 : 1; part > 0; --part) {
+      void* raw = nullptr;
+      if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+        return ContextError("read reply");
+      }
+      replies[i].reset(static_cast<redisReply*>(raw));  // The ASKING reply is replaced.
+    }
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::ContextError(std::string_view what) const {
+  std::string text = "redis " + endpoint_.ToString() + ": " + std::string(what) + ": ";
+  text += context_ != nullptr ? context_->errstr : "no context";
+  if (context_ != nullptr && LooksLikeTimeout(context_)) return Status::TimedOut(std::move(text));
+  return Status::Unavailable(std::move(text));
+}
+
+void RedisConnection::Drop(const Status& why) {
+  if (context_ != nullptr) {
+    redisFree(context_);
+    context_ = nullptr;
+  }
+  if (link_ != Link::kLost) {
+    LogTo(logger_, LogLevel::kWarn,
+          "redis " + endpoint_.ToString() + ": connection lost (" + why.ToString() + ")");
+    link_ = Link::kLost;
+  }
+}
+
+void RedisConnection::MarkUp() {
+  if (link_ == Link::kLost) {
+    ++reconnects_;
+    LogTo(logger_, LogLevel::kInfo, "redis " + endpoint_.ToString() + ": connection restored");
+  } else if (link_ == Link::kNever) {
+    LogTo(logger_, LogLevel::kInfo, "redis " + endpoint_.ToString() + ": connected");
+  }
+  link_ = Link::kUp;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,105 @@
+// RedisConnection: one blocking hiredis connection to one Redis endpoint, with connect and
+// command timeouts, AUTH (ACL user + password), pipelined execution of a batch of commands, and
+// automatic reconnection on the next call after any connection-level failure.
+//
+// Failures are classified once, here: a socket timeout is TimedOut, anything else that breaks
+// the connection (refused, reset, EOF, protocol error) is Unavailable, and a rejected AUTH is
+// InvalidArgument (a configuration error, with the server's message). After any of them the
+// hiredis context is freed: a blocking hiredis context is unusable after an I/O error.
+//
+// Logging: one line per link state change: "connected", "connection lost (<why>)",
+// "connection restored". Repeated failures while the link is down log nothing more.
+//
+// Thread safety: not synchronized; the owner (RedisStore) serializes calls.
+// Ownership: owns its hiredis context; borrows the Logger. Commands borrow their argument bytes
+// for the duration of Execute.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/logger.h"
+#include "kvtier/result.h"
+
+struct redisContext;  // hiredis; kept out of this header so only redis_*.cc see hiredis.
+struct redisReply;
+
+namespace kvtier {
+
+struct RedisEndpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;  // "host:port"
+  friend bool operator==(const RedisEndpoint&, const RedisEndpoint&) = default;
+};
+
+// Parses "host:port" (port in 1..65535); InvalidArgument otherwise.
+Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text);
+
+struct RedisConnectionOptions {
+  uint32_t connect_timeout_ms = 200;
+  uint32_t command_timeout_ms = 500;  // Per socket read or write, not per batch.
+  std::string user;                   // Empty: AUTH with the password only (the default user).
+  std::string password;               // Empty: no AUTH.
+};
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* reply) const;
+};
+using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+// One command: up to 6 borrowed arguments. `asking` sends ASKING first (for an ASK redirect);
+// its reply is consumed here.
+struct RedisCommand {
+  static constexpr size_t kArgsMax = 6;
+  std::array<std::string_view, kArgsMax> args{};
+  uint32_t argc = 0;
+  bool asking = false;
+};
+
+class RedisConnection {
+ public:
+  RedisConnection(RedisEndpoint endpoint, RedisConnectionOptions options, Logger* logger);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Connects (TCP, timeouts, AUTH, PING) unless already connected.
+  Status EnsureConnected();
+
+  // Runs `commands` pipelined, in windows bounded in count and bytes, and moves the reply of
+  // commands[i] into replies[i] (replies.size() == commands.size()). Redis error replies are
+  // replies, not failures. On a connection-level failure returns its Status; replies of commands
+  // that were answered before it are kept, the others stay null.
+  Status Execute(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies);
+
+  const RedisEndpoint& endpoint() const { return endpoint_; }
+  bool connected() const { return context_ != nullptr; }
+  uint64_t reconnects() const { return reconnects_; }  // Times the link came back after a loss.
+
+ private:
+  enum class Link : uint8_t { kNever = 0, kUp = 1, kLost = 2 };
+
+  Status Connect();
+  Status Authenticate();
+  Status ExecuteWindow(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies);
+  Status ContextError(std::string_view what) const;
+  void Drop(const Status& why);
+  void MarkUp();
+
+  const RedisEndpoint endpoint_;
+  const RedisConnectionOptions options_;
+  Logger* const logger_;
+  redisContext* context_ = nullptr;  // Owned; freed by Drop and the destructor.
+  Link link_ = Link::kNever;
+  uint64_t reconnects_ = 0;
+};
+
+// Classifies a reply: nullptr when it is not an error reply, otherwise its text.
+const char* RedisErrorText(const redisReply* reply);
+
+}  // namespace kvtier

@@ -1,0 +1,538 @@
+// See redis_store.h. Layout of this file: option checks and Open; the routing core (RunOps,
+// RouteOps, ExecuteOnNode, TakeReply, topology refresh); then the four calls, each of which
+// builds its commands, runs them and turns every reply into the entry's Status and counters.
+#include "tiers/redis_store.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "core/assert.h"
+
+namespace kvtier {
+
+struct RedisOp {
+  RedisCommand command;
+  uint16_t slot = 0;
+  uint16_t node = SlotMap::kNoNode;  // Set by routing or by a redirect.
+  bool done = false;
+  RedisReplyPtr reply;  // Set when the node answered (done and status Ok).
+  Status status;        // Why there is no reply.
+};
+
+struct RedisStoreCounters {
+  std::atomic<uint64_t> gets{0};
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> misses{0};
+  std::atomic<uint64_t> corrupt{0};
+  std::atomic<uint64_t> mismatched{0};
+  std::atomic<uint64_t> puts{0};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> breaker_trips{0};
+  std::atomic<uint32_t> breakers_open{0};
+  std::atomic<uint8_t> breaker_state{0};
+  std::atomic<uint64_t> redirects_moved{0};
+  std::atomic<uint64_t> redirects_ask{0};
+  std::atomic<uint64_t> topology_refreshes{0};
+};
+
+struct RedisStore::Node {
+  Node(const RedisEndpoint& endpoint, const RedisStoreOptions& options, Clock* clock)
+      : connection(endpoint,
+                   {.connect_timeout_ms = options.connect_timeout_ms,
+                    .command_timeout_ms = options.command_timeout_ms,
+                    .user = options.user,
+                    .password = options.password},
+                   options.logger),
+        breaker("redis " + endpoint.ToString(), options.breaker, clock, options.logger) {}
+  RedisConnection connection;
+  CircuitBreaker breaker;
+};
+
+namespace {
+
+Status CheckOptions(const RedisStoreOptions& o) {
+  if (o.endpoints.empty()) return Status::InvalidArgument("redis: no endpoint configured");
+  if (o.mode == RedisMode::kStandalone && o.endpoints.size() != 1) {
+    return Status::InvalidArgument("redis: standalone mode takes exactly one endpoint");
+  }
+  if (o.endpoints.size() > kRedisNodesMax) return Status::InvalidArgument("redis: too many seeds");
+  for (const std::string& e : o.endpoints) KV_RETURN_IF_ERROR(ParseRedisEndpoint(e).status());
+  if (o.key_prefix.empty() || o.key_prefix.size() > kRemoteKeyPrefixBytesMax ||
+      o.key_prefix.find_first_of("{}") != std::string::npos) {
+    return Status::InvalidArgument(
+        "redis: key_prefix must be 1..64 bytes without braces (they would change the hash tag)");
+  }
+  if (o.redirects_max > kRedisRedirectsMax) {
+    return Status::InvalidArgument("redis: redirects_max above kRedisRedirectsMax");
+  }
+  if (o.connect_timeout_ms == 0 || o.command_timeout_ms == 0) {
+    return Status::InvalidArgument("redis: timeouts must be positive");
+  }
+  if (o.breaker.failures_to_open == 0) {
+    return Status::InvalidArgument("redis: breaker.failures_to_open must be >= 1");
+  }
+  if (!o.user.empty() && o.password.empty()) {
+    return Status::InvalidArgument("redis: an ACL user needs a password");
+  }
+  return Status::Ok();
+}
+
+Status CheckBatch(size_t entries) {
+  if (entries > kRemoteBatchMax) {
+    return Status::InvalidArgument("remote store: batch of " + std::to_string(entries) +
+                                   " entries exceeds kRemoteBatchMax");
+  }
+  return Status::Ok();
+}
+
+void SetArgs(RedisCommand* command, std::initializer_list<std::string_view> args) {
+  KV_CHECK(args.size() <= RedisCommand::kArgsMax);
+  command->argc = 0;
+  for (std::string_view arg : args) command->args[command->argc++] = arg;
+}
+
+// The outcome of a command whose reply is not interpreted further: the op's failure, an error
+// reply as a Status, or Ok.
+Status OpStatus(const RedisOp& op) {
+  if (op.reply == nullptr) return op.status;
+  const char* error = RedisErrorText(op.reply.get());
+  if (error == nullptr) return Status::Ok();
+  if (std::strncmp(error, "OOM", 3) == 0) return Status::NoSpace(std::string("redis: ") + error);
+  return Status::Unavailable(std::string("redis: ") + error);
+}
+
+void CountFailure(RedisStoreCounters* c, const Status& s) {
+  if (s.ok()) return;
+  if (s.code() == StatusCode::kTimedOut) {
+    c->timeouts.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c->errors.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisStoreOptions options) {
+  KV_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<RedisStore> store(new RedisStore(std::move(options)));
+  KV_RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+RedisStore::RedisStore(RedisStoreOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : SystemClock()),
+      counters_(std::make_unique<RedisStoreCounters>()) {}
+
+RedisStore::~RedisStore() = default;
+
+Status RedisStore::Init() {
+  MutexLock lock(&mu_);
+  for (const std::string& text : options_.endpoints) {
+    KV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisEndpoint(text));
+    KV_RETURN_IF_ERROR(NodeFor(endpoint).status());
+  }
+  for (std::unique_ptr<Node>& node : nodes_) {
+    Status s = node->connection.EnsureConnected();
+    // A rejected AUTH is a configuration error: fail the open with the server's message. An
+    // unreachable server is an operating condition: the store opens and serves misses.
+    if (s.code() == StatusCode::kInvalidArgument) return s;
+    if (s.ok()) {
+      node->breaker.RecordSuccess();
+    } else {
+      node->breaker.RecordFailure();
+    }
+  }
+  if (options_.mode == RedisMode::kCluster) {
+    Status s = RefreshTopology();
+    if (s.code() == StatusCode::kInvalidArgument) return s;
+    refresh_pending_ = !s.ok();
+  }
+  PublishBreakers();
+  return Status::Ok();
+}
+
+Result<uint16_t> RedisStore::NodeFor(const RedisEndpoint& endpoint) {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->connection.endpoint() == endpoint) return static_cast<uint16_t>(i);
+  }
+  if (nodes_.size() >= kRedisNodesMax) {
+    return Status::Unavailable("redis: more than kRedisNodesMax nodes; not adding " +
+                               endpoint.ToString());
+  }
+  nodes_.push_back(std::make_unique<Node>(endpoint, options_, clock_));
+  return static_cast<uint16_t>(nodes_.size() - 1);
+}
+
+void RedisStore::RunOps(std::span<RedisOp> ops) {
+  if (options_.mode == RedisMode::kCluster && (slots_.empty() || refresh_pending_)) {
+    RefreshTopology().IgnoreError();  // On failure the stale map is used and refresh stays due.
+  }
+  std::vector<std::vector<size_t>> groups;
+  // Round 0 is the first attempt; each further round follows one MOVED/ASK hop.
+  for (uint32_t round = 0; round <= options_.redirects_max; ++round) {
+    if (!RouteOps(ops, &groups)) break;
+    for (size_t node = 0; node < groups.size(); ++node) {
+      if (!groups[node].empty()) ExecuteOnNode(static_cast<uint16_t>(node), ops, groups[node]);
+    }
+  }
+  for (RedisOp& op : ops) {
+    if (op.done) continue;
+    op.status = Status::Unavailable("redis: more than redirects_max redirects for slot " +
+                                    std::to_string(op.slot));
+    op.done = true;
+  }
+  if (refresh_pending_) RefreshTopology().IgnoreError();
+  PublishBreakers();
+}
+
+bool RedisStore::RouteOps(std::span<RedisOp> ops, std::vector<std::vector<size_t>>* groups) {
+  groups->assign(nodes_.size(), {});
+  bool any = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    RedisOp& op = ops[i];
+    if (op.done) continue;
+    if (op.node == SlotMap::kNoNode) {
+      op.node = options_.mode == RedisMode::kStandalone ? uint16_t{0} : slots_.Owner(op.slot);
+    }
+    if (op.node == SlotMap::kNoNode) {
+      op.status = Status::Unavailable("redis cluster: no known node serves slot " +
+                                      std::to_string(op.slot));
+      op.done = true;
+      refresh_pending_ = true;
+      continue;
+    }
+    (*groups)[op.node].push_back(i);
+    any = true;
+  }
+  return any;
+}
+
+void RedisStore::ExecuteOnNode(uint16_t node_index, std::span<RedisOp> ops,
+                               std::span<const size_t> indices) {
+  Node& node = *nodes_[node_index];
+  if (!node.breaker.Allow()) {
+    for (size_t i : indices) {
+      ops[i].status = Status::Unavailable("redis " + node.connection.endpoint().ToString() +
+                                          ": circuit breaker open");
+      ops[i].done = true;
+    }
+    return;
+  }
+  std::vector<RedisCommand> commands;
+  commands.reserve(indices.size());
+  for (size_t i : indices) commands.push_back(ops[i].command);
+  std::vector<RedisReplyPtr> replies(indices.size());
+  const Status s = node.connection.Execute(commands, replies);
+  if (s.ok()) {
+    node.breaker.RecordSuccess();
+  } else {
+    node.breaker.RecordFailure();
+    if (options_.mode == RedisMode::kCluster) refresh_pending_ = true;
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    RedisOp& op = ops[indices[k]];
+    if (replies[k] != nullptr) {
+      TakeReply(&op, std::move(replies[k]));
+    } else {
+      op.status = s;
+      op.done = true;
+    }
+  }
+}
+
+void RedisStore::TakeReply(RedisOp* op, RedisReplyPtr reply) {
+  const char* error = RedisErrorText(reply.get());
+  RedisRedirect redirect;
+  if (error == nullptr || options_.mode != RedisMode::kCluster ||
+      !ParseRedisRedirect(error, &redirect)) {
+    op->reply = std::move(reply);
+    op->status = Status::Ok();
+    op->done = true;
+    return;
+  }
+  Result<uint16_t> target = NodeFor(redirect.target);
+  if (!target.ok()) {
+    op->status = target.status();
+    op->done = true;
+    return;
+  }
+  op->node = *target;
+  if (redirect.kind == RedisRedirectKind::kMoved) {
+    // The slot has a new owner for good: fix it now, and refresh the whole map after this call
+    // since a resharding rarely moves a single slot.
+    slots_.Assign(redirect.slot, redirect.slot, *target);
+    refresh_pending_ = true;
+    op->command.asking = false;
+    counters_->redirects_moved.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    op->command.asking = true;
+    counters_->redirects_ask.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Status RedisStore::RefreshTopology() {
+  const uint64_t now_us = clock_->NowMicros();
+  if (refreshed_once_ && now_us - last_refresh_us_ < options_.topology_refresh_interval_us) {
+    return Status::Busy("redis cluster: topology refreshed recently");
+  }
+  refreshed_once_ = true;
+  last_refresh_us_ = now_us;
+  Status last = Status::Unavailable("redis cluster: no node answered CLUSTER SLOTS");
+  RedisCommand command;
+  SetArgs(&command, {"CLUSTER", "SLOTS"});
+  // Bounded by the node count at entry; ApplyTopology may append nodes.
+  const size_t count = nodes_.size();
+  for (size_t i = 0; i < count; ++i) {
+    Node& node = *nodes_[i];
+    if (!node.breaker.Allow()) continue;
+    RedisReplyPtr reply;
+    Status s = node.connection.Execute({&command, 1}, {&reply, 1});
+    if (!s.ok()) {
+      node.breaker.RecordFailure();
+      if (s.code() == StatusCode::kInvalidArgument) return s;
+      last = std::move(s);
+      continue;
+    }
+    node.breaker.RecordSuccess();
+    s = ApplyTopology(reply.get(), node.connection.endpoint());
+    if (s.ok()) {
+      refresh_pending_ = false;
+      counters_->topology_refreshes.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    last = std::move(s);
+  }
+  return last;
+}
+
+Status RedisStore::ApplyTopology(const redisReply* reply, const RedisEndpoint& from) {
+  if (const char* error = RedisErrorText(reply); error != nullptr) {
+    return Status::Unavailable("redis " + from.ToString() + ": CLUSTER SLOTS: " + error);
+  }
+  KV_ASSIGN_OR_RETURN(std::vector<RedisSlotRange> ranges, ParseClusterSlots(reply, from.host));
+  if (ranges.empty()) return Status::Unavailable("redis cluster: no slot is assigned yet");
+  slots_.Clear();
+  for (const RedisSlotRange& range : ranges) {
+    KV_ASSIGN_OR_RETURN(uint16_t node, NodeFor(range.master));
+    slots_.Assign(range.first, range.last, node);
+  }
+  return Status::Ok();
+}
+
+void RedisStore::PublishBreakers() {
+  uint64_t trips = 0;
+  uint64_t reconnects = 0;
+  uint32_t open = 0;
+  BreakerState worst = BreakerState::kClosed;
+  for (const std::unique_ptr<Node>& node : nodes_) {
+    trips += node->breaker.trips();
+    reconnects += node->connection.reconnects();
+    const BreakerState state = node->breaker.state();
+    if (state != BreakerState::kClosed) ++open;
+    if (state == BreakerState::kOpen ||
+        (state == BreakerState::kHalfOpen && worst == BreakerState::kClosed)) {
+      worst = state;
+    }
+  }
+  counters_->breaker_trips.store(trips, std::memory_order_relaxed);
+  counters_->reconnects.store(reconnects, std::memory_order_relaxed);
+  counters_->breakers_open.store(open, std::memory_order_relaxed);
+  counters_->breaker_state.store(static_cast<uint8_t>(worst), std::memory_order_relaxed);
+}
+
+Status RedisStore::TestOnlyAssignSlots(uint16_t first, uint16_t last, const std::string& endpoint) {
+  if (options_.mode != RedisMode::kCluster) return Status::InvalidArgument("not a cluster store");
+  if (first > last || last >= kRedisClusterSlots) return Status::InvalidArgument("bad slot range");
+  KV_ASSIGN_OR_RETURN(RedisEndpoint parsed, ParseRedisEndpoint(endpoint));
+  MutexLock lock(&mu_);
+  KV_ASSIGN_OR_RETURN(uint16_t node, NodeFor(parsed));
+  slots_.Assign(first, last, node);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The calls.
+
+Status RedisStore::Put(std::span<RemotePut> entries) {
+  KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
+  for (const RemotePut& e : entries) {
+    if (e.payload.size() > kRemoteValueBytesMax) {
+      return Status::InvalidArgument("remote store: value above kRemoteValueBytesMax");
+    }
+  }
+  const size_t n = entries.size();
+  std::vector<std::string> keys(n);
+  std::vector<std::vector<std::byte>> values(n);
+  std::vector<std::string> ttls(n);
+  std::vector<RedisOp> ops(n);
+  const uint64_t wall_us = clock_->WallMicros();
+  for (size_t i = 0; i < n; ++i) {
+    const RemotePut& e = entries[i];
+    keys[i] = KeyName(e.key);
+    const uint64_t expiry_us = e.ttl_ms == 0 ? 0 : wall_us + e.ttl_ms * 1000;
+    EncodeRemoteValue({.key = e.key,
+                       .layout_digest = options_.layout_digest,
+                       .codec_id = e.codec_id,
+                       .raw_bytes = e.raw_bytes,
+                       .expiry_wall_us = expiry_us},
+                      e.payload, &values[i]);
+    const std::string_view value(reinterpret_cast<const char*>(values[i].data()), values[i].size());
+    if (e.ttl_ms == 0) {
+      SetArgs(&ops[i].command, {"SET", keys[i], value});
+    } else {
+      ttls[i] = std::to_string(e.ttl_ms);
+      SetArgs(&ops[i].command, {"SET", keys[i], value, "PX", ttls[i]});
+    }
+    ops[i].slot = RedisKeySlot(keys[i]);
+  }
+  {
+    MutexLock lock(&mu_);
+    RunOps(ops);
+  }
+  counters_->puts.fetch_add(n, std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    entries[i].status = OpStatus(ops[i]);
+    CountFailure(counters_.get(), entries[i].status);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Turns one GET reply into the entry's outcome, verifying the value before anything is copied.
+void FinishGet(const RedisOp& op, const Hash256& layout_digest, RemoteGet* e,
+               RedisStoreCounters* c) {
+  e->status = OpStatus(op);
+  const redisReply* r = op.reply.get();
+  if (e->status.ok() && r->type == REDIS_REPLY_NIL) e->status = Status::NotFound("remote miss");
+  if (e->status.ok() && r->type != REDIS_REPLY_STRING) {
+    e->status = Status::Corruption("remote value: unexpected reply type");
+    c->corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (e->status.ok()) {
+    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
+    ssd::RecordHeader header;
+    std::span<const std::byte> payload;
+    RemoteValueCheck check;
+    e->status = VerifyRemoteValue(value, e->key, layout_digest, &header, &payload, &check);
+    if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
+    if (check == RemoteValueCheck::kMismatched) {
+      c->mismatched.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (e->status.ok() && payload.size() > e->dst.size()) {
+      e->status = Status::InvalidArgument("remote get: destination smaller than the value");
+    }
+    if (e->status.ok()) {
+      if (!payload.empty()) std::memcpy(e->dst.data(), payload.data(), payload.size());
+      e->codec_id = header.codec_id;
+      e->raw_bytes = header.raw_bytes;
+      e->payload_bytes = header.payload_bytes;
+    }
+  }
+  const bool hit = e->status.ok();
+  (hit ? c->hits : c->misses).fetch_add(1, std::memory_order_relaxed);
+  if (e->status.code() == StatusCode::kUnavailable || e->status.code() == StatusCode::kTimedOut ||
+      e->status.code() == StatusCode::kNoSpace) {
+    CountFailure(c, e->status);
+  }
+}
+
+}  // namespace
+
+Status RedisStore::Get(std::span<RemoteGet> entries) {
+  KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
+  const size_t n = entries.size();
+  std::vector<std::string> keys(n);
+  std::vector<RedisOp> ops(n);
+  for (size_t i = 0; i < n; ++i) {
+    keys[i] = KeyName(entries[i].key);
+    SetArgs(&ops[i].command, {"GET", keys[i]});
+    ops[i].slot = RedisKeySlot(keys[i]);
+  }
+  {
+    MutexLock lock(&mu_);
+    RunOps(ops);
+  }
+  counters_->gets.fetch_add(n, std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    FinishGet(ops[i], options_.layout_digest, &entries[i], counters_.get());
+  }
+  return Status::Ok();
+}
+
+Status RedisStore::Exists(std::span<RemoteExists> entries) {
+  KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
+  const size_t n = entries.size();
+  std::vector<std::string> keys(n);
+  std::vector<RedisOp> ops(n);
+  for (size_t i = 0; i < n; ++i) {
+    keys[i] = KeyName(entries[i].key);
+    SetArgs(&ops[i].command, {"EXISTS", keys[i]});
+    ops[i].slot = RedisKeySlot(keys[i]);
+  }
+  {
+    MutexLock lock(&mu_);
+    RunOps(ops);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    RemoteExists& e = entries[i];
+    e.status = OpStatus(ops[i]);
+    if (e.status.ok() && ops[i].reply->type != REDIS_REPLY_INTEGER) {
+      e.status = Status::Unavailable("redis: EXISTS answered with a non-integer");
+    }
+    e.exists = e.status.ok() && ops[i].reply->integer > 0;
+    CountFailure(counters_.get(), e.status);
+  }
+  return Status::Ok();
+}
+
+Status RedisStore::Delete(std::span<RemoteDelete> entries) {
+  KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
+  const size_t n = entries.size();
+  std::vector<std::string> keys(n);
+  std::vector<RedisOp> ops(n);
+  for (size_t i = 0; i < n; ++i) {
+    keys[i] = KeyName(entries[i].key);
+    // UNLINK frees a multi-MiB value in a background thread instead of blocking the server.
+    SetArgs(&ops[i].command, {"UNLINK", keys[i]});
+    ops[i].slot = RedisKeySlot(keys[i]);
+  }
+  {
+    MutexLock lock(&mu_);
+    RunOps(ops);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    entries[i].status = OpStatus(ops[i]);
+    CountFailure(counters_.get(), entries[i].status);
+  }
+  return Status::Ok();
+}
+
+RemoteStoreStats RedisStore::Stats() const {
+  const RedisStoreCounters& c = *counters_;
+  const auto load = [](const auto& v) { return v.load(std::memory_order_relaxed); };
+  return {.gets = load(c.gets),
+          .hits = load(c.hits),
+          .misses = load(c.misses),
+          .corrupt = load(c.corrupt),
+          .mismatched = load(c.mismatched),
+          .puts = load(c.puts),
+          .errors = load(c.errors),
+          .timeouts = load(c.timeouts),
+          .reconnects = load(c.reconnects),
+          .breaker_trips = load(c.breaker_trips),
+          .breakers_open = load(c.breakers_open),
+          .breaker_state = static_cast<BreakerState>(load(c.breaker_state)),
+          .redirects_moved = load(c.redirects_moved),
+          .redirects_ask = load(c.redirects_ask),
+          .topology_refreshes = load(c.topology_refreshes)};
+}
+
+}  // namespace kvtier

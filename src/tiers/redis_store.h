@@ -1,0 +1,108 @@
+// RedisStore: the RemoteStore on a single Redis server or a Redis Cluster, over hiredis.
+//
+// Each call builds one command per entry (SET key value [PX ttl] / GET / EXISTS / UNLINK), groups
+// them by node (by hash slot in cluster mode) and sends each group as a pipeline. MOVED updates
+// the slot map and schedules a CLUSTER SLOTS refresh; ASK re-sends that one command with ASKING;
+// both are retried on the new node at most `redirects_max` times. Connection errors also schedule
+// a refresh. Each node has its own connection (reconnected automatically) and circuit breaker, so
+// a dead node turns only its own entries into fast Unavailable results while the others are
+// served. See docs/remote_tier.md.
+//
+// Thread safety: safe for concurrent calls; calls are serialized by one mutex (the engine drives
+// the remote tier from one worker, and a blocking hiredis context serves one request at a time).
+// Stats() reads atomics and never waits for a call in progress.
+// Ownership: borrows the Clock and Logger from the options (both must outlive the store); owns
+// its connections.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/logger.h"
+#include "core/mutex.h"
+#include "env/env.h"
+#include "tiers/circuit_breaker.h"
+#include "tiers/redis_cluster.h"
+#include "tiers/redis_connection.h"
+#include "tiers/remote_store.h"
+
+namespace kvtier {
+
+struct RedisOp;             // One command in flight; defined in redis_store.cc.
+struct RedisStoreCounters;  // The stats counters; defined in redis_store.cc.
+
+enum class RedisMode : uint8_t { kStandalone = 0, kCluster = 1 };
+
+inline constexpr size_t kRedisNodesMax = 1024;  // Nodes a cluster client ever learns about.
+inline constexpr uint32_t kRedisRedirectsMax = 16;
+
+struct RedisStoreOptions {
+  // "host:port". Standalone: exactly one. Cluster: one or more seed nodes.
+  std::vector<std::string> endpoints;
+  RedisMode mode = RedisMode::kStandalone;
+  std::string user;      // ACL user; empty = the default user.
+  std::string password;  // Empty = no AUTH.
+  uint32_t connect_timeout_ms = 200;
+  uint32_t command_timeout_ms = 500;  // Per socket read/write; a stalled server fails after this.
+  CircuitBreakerOptions breaker;      // Per node.
+  uint32_t redirects_max = 5;         // MOVED/ASK hops per entry; at most kRedisRedirectsMax.
+  uint64_t topology_refresh_interval_us = 100'000;  // Minimum time between CLUSTER SLOTS.
+  std::string key_prefix = "kvt";
+  Hash256 layout_digest{};  // Written into every value; values with another digest are misses.
+  Clock* clock = nullptr;   // nullptr = SystemClock(). Drives the breakers and refresh limits.
+  Logger* logger = nullptr;
+};
+
+class RedisStore final : public RemoteStore {
+ public:
+  // Validates the options and connects. A rejected AUTH is InvalidArgument with the server's
+  // message; an unreachable server is not an error (the store opens, serves misses, and
+  // reconnects when the server is back).
+  static Result<std::unique_ptr<RedisStore>> Open(RedisStoreOptions options);
+  ~RedisStore() override;
+
+  Status Put(std::span<RemotePut> entries) override KV_EXCLUDES(mu_);
+  Status Get(std::span<RemoteGet> entries) override KV_EXCLUDES(mu_);
+  Status Exists(std::span<RemoteExists> entries) override KV_EXCLUDES(mu_);
+  Status Delete(std::span<RemoteDelete> entries) override KV_EXCLUDES(mu_);
+  RemoteStoreStats Stats() const override;
+
+  // The key name an entry is stored under.
+  std::string KeyName(const BlockKey& key) const { return RemoteKeyName(options_.key_prefix, key); }
+
+  // Test hook: pretend that `endpoint` owns slots [first, last], as a stale map would after a
+  // resharding, so tests can drive MOVED handling. Cluster mode only.
+  Status TestOnlyAssignSlots(uint16_t first, uint16_t last, const std::string& endpoint)
+      KV_EXCLUDES(mu_);
+
+ private:
+  struct Node;
+
+  explicit RedisStore(RedisStoreOptions options);
+  Status Init() KV_EXCLUDES(mu_);
+  void RunOps(std::span<RedisOp> ops) KV_REQUIRES(mu_);
+  bool RouteOps(std::span<RedisOp> ops, std::vector<std::vector<size_t>>* groups) KV_REQUIRES(mu_);
+  void ExecuteOnNode(uint16_t node, std::span<RedisOp> ops, std::span<const size_t> indices)
+      KV_REQUIRES(mu_);
+  void TakeReply(RedisOp* op, RedisReplyPtr reply) KV_REQUIRES(mu_);
+  Result<uint16_t> NodeFor(const RedisEndpoint& endpoint) KV_REQUIRES(mu_);
+  Status RefreshTopology() KV_REQUIRES(mu_);
+  Status ApplyTopology(const redisReply* reply, const RedisEndpoint& from) KV_REQUIRES(mu_);
+  void PublishBreakers() KV_REQUIRES(mu_);
+
+  const RedisStoreOptions options_;
+  Clock* const clock_;
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<Node>> nodes_ KV_GUARDED_BY(mu_);
+  SlotMap slots_ KV_GUARDED_BY(mu_);  // Cluster mode only.
+  bool refresh_pending_ KV_GUARDED_BY(mu_) = false;
+  uint64_t last_refresh_us_ KV_GUARDED_BY(mu_) = 0;
+  bool refreshed_once_ KV_GUARDED_BY(mu_) = false;
+  std::unique_ptr<RedisStoreCounters> counters_;  // Atomics; read by Stats().
+};
+
+}  // namespace kvtier
