@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/block_key.h"
 #include "env/env.h"
 #include "tiers/ssd_checkpoint.h"
@@ -37,9 +38,16 @@ struct SegmentScan {
 
 // Calls `visit` with each valid record (header and payload CRC verified) of `file` from
 // `start_offset` in order, until the first invalid one or the end. Fails only on read errors.
+// Reads the segment sequentially in chunks of up to 8 MiB (aligned for O_DIRECT) and parses the
+// records out of them, so a scan runs at the disk's sequential speed.
 Result<SegmentScan> ScanSegment(
     File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
     const std::function<void(const RecordHeader&, uint64_t offset)>& visit);
+// The same, with the read window in `scratch` (grown as needed and kept by the caller, so that
+// scanning many segments allocates it once).
+Result<SegmentScan> ScanSegment(
+    File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
+    const std::function<void(const RecordHeader&, uint64_t offset)>& visit, AlignedBuffer* scratch);
 
 struct SegmentFile {
   uint64_t segment_id = 0;

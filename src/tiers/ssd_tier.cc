@@ -16,6 +16,9 @@ namespace kvtier {
 using ssd::IndexEntry;
 using ssd::RecordBytesForPayload;
 
+// Bounds the memory a directory's staging pool pins at open.
+constexpr uint64_t kStagingBytesPerDirMax = 4 * kGiB;
+
 Status SsdTierOptions::Validate() const {
   if (dirs.empty() || dirs.size() > kSsdDirsMax) {
     return Status::InvalidArgument("ssd: dirs must hold 1 to 64 directories");
@@ -30,6 +33,15 @@ Status SsdTierOptions::Validate() const {
   if (io_depth == 0 || io_depth > kIoDepthMax) return Status::InvalidArgument("ssd: io_depth");
   if (queue_jobs_max == 0 || queue_jobs_max > kSsdQueueJobsMax) {
     return Status::InvalidArgument("ssd: queue_jobs_max");
+  }
+  if (staging_buffer_bytes < kDirectIoAlignment || staging_buffer_bytes > kIoRequestBytesMax ||
+      staging_buffer_bytes % kDirectIoAlignment != 0) {
+    return Status::InvalidArgument(
+        "ssd: staging_buffer_bytes must be a multiple of 4096 <= 64 MiB");
+  }
+  if (staging_buffers > ssd::StagingPool::kBuffersMax ||
+      uint64_t{staging_buffers} * staging_buffer_bytes > kStagingBytesPerDirMax) {
+    return Status::InvalidArgument("ssd: staging_buffers (at most 4096 and 4 GiB per directory)");
   }
   if (sync == SsdSyncMode::kPeriodic && sync_interval_ms == 0) {
     return Status::InvalidArgument("ssd: sync_interval_ms must be positive in kPeriodic");
@@ -53,7 +65,12 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, En
 
 Status SsdTier::Start(ssd::RecoveredState* st) {
   const IoQueueOptions qopts{.depth = options_.io_depth, .backend = options_.io_backend};
+  const uint32_t staging_buffers =
+      options_.staging_buffers != 0 ? options_.staging_buffers : std::min(options_.io_depth, 64u);
   for (size_t d = 0; d < options_.dirs.size(); ++d) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<ssd::StagingPool> pool,
+                        ssd::StagingPool::Create(staging_buffers, options_.staging_buffer_bytes));
+    staging_.push_back(std::move(pool));
     KV_ASSIGN_OR_RETURN(std::unique_ptr<ssd::IoWorker> w,
                         ssd::IoWorker::Start(env_, qopts, options_.queue_jobs_max));
     workers_.push_back(std::move(w));

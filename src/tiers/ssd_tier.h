@@ -16,6 +16,9 @@
 // callbacks run on an internal I/O thread: they must be short and must not call the *Sync
 // wrappers, Erase or Close of this tier.
 //
+// Completion callbacks must not call WriteBatch either: a writer may wait for staging buffers
+// that only the I/O thread running the callback would free.
+//
 // Ownership: the Env (and its Clock and Logger) are borrowed and must outlive the tier. Batch
 // arrays passed to WriteBatch/ReadBatch must stay alive until their callback has run; payload
 // spans of writes are copied before WriteBatch returns; read buffers are filled in place.
@@ -44,6 +47,7 @@ namespace kvtier {
 
 namespace ssd {
 class IoWorker;
+class StagingPool;
 class AdmissionFilter;
 class WriteBudget;
 struct RecoveredState;
@@ -75,7 +79,13 @@ struct SsdTierOptions {
   uint32_t io_depth = kIoDepthDefault;  // Per directory.
   IoBackend io_backend = IoBackend::kAuto;
   DirectIo direct_io = DirectIo::kPreferred;
-  uint32_t queue_jobs_max = 64;          // Queued jobs per directory before callers block.
+  uint32_t queue_jobs_max = 64;  // Queued jobs per directory before callers block.
+  // Writes are encoded into a pool of pre-faulted staging buffers per directory, made at open
+  // (no allocation or page fault per write); a writer waits while its directory's are all in
+  // flight. Each buffer is one write request, so it should be >= 256 KiB (MACHINE-NOTES).
+  // Memory: directories x buffers x bytes, touched at open (32 MiB per directory by default).
+  uint64_t staging_buffer_bytes = kMiB;  // Multiple of 4 KiB, 4 KiB..64 MiB.
+  uint32_t staging_buffers = 0;          // Per directory; 0 = min(io_depth, 64). At most 4096.
   uint32_t write_stall_ms_max = 10'000;  // A writer waiting for reclaim gives up (Busy) after.
   SsdAdmission admission = SsdAdmission::kAlways;
   uint32_t admission_requests = 2;
@@ -194,6 +204,7 @@ class SsdTier {
     uint64_t expiry_wall_us = 0;  // Written into the record and the index entry.
   };
   struct WriteState;
+  class WriteStager;
   struct ReadState;
   // How an internal write differs from a caller's.
   struct WriteMode {
@@ -235,6 +246,9 @@ class SsdTier {
   Clock* const clock_;
   Logger* const logger_;
   uint64_t segments_max_ = 0;
+  // One per directory. Declared before workers_, whose jobs return buffers to them, so that
+  // they are destroyed after the workers.
+  std::vector<std::unique_ptr<ssd::StagingPool>> staging_;
   std::vector<std::unique_ptr<ssd::IoWorker>> workers_;  // One per directory.
   std::unique_ptr<ssd::AdmissionFilter> admission_;
   std::unique_ptr<ssd::WriteBudget> budget_;

@@ -1,8 +1,12 @@
-// SsdTier's data path: turning a batch of writes into coalesced O_DIRECT appends per directory,
+// SsdTier's data path: turning a batch of writes into coalesced O_DIRECT appends per directory
+// (encoded into that directory's pre-faulted staging buffers, so a write allocates no buffer),
 // installing index entries when they complete, and reading records straight into the callers'
 // buffers with verification. See ssd_tier.h.
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "core/aligned_buffer.h"
@@ -17,26 +21,14 @@ namespace kvtier {
 using ssd::IndexEntry;
 using ssd::RecordBytesForPayload;
 
-namespace {
-
-// A run of records that are contiguous in one segment: one write request.
-struct Run {
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-  uint64_t bytes = 0;
-  File* file = nullptr;
-  std::vector<size_t> entries;  // Indices into the batch.
-};
-
-}  // namespace
-
 struct SsdTier::WriteState {
   std::span<SsdBlockWrite> writes;
   WriteMode mode;
   Callback done;
-  std::vector<Placement> placements;   // segment_id 0: not placed.
-  std::vector<AlignedBuffer> buffers;  // Staging, one per run; freed with the state.
-  std::atomic<uint32_t> jobs_left{0};
+  std::vector<Placement> placements;  // segment_id 0: not placed.
+  std::vector<size_t> order;          // Placed entries by (directory, segment, offset).
+  // Jobs submitted and not completed, plus one held by the submitter until all are submitted.
+  std::atomic<uint32_t> jobs_left{1};
 };
 
 struct SsdTier::ReadState {
@@ -50,31 +42,161 @@ struct SsdTier::ReadState {
   Status first_error KV_GUARDED_BY(mu);
 };
 
-// Encodes the records of `run` into one staging buffer.
-static Status EncodeRun(const Run& run, std::span<SsdBlockWrite> writes,
-                        const std::vector<uint64_t>& expiries, bool tombstone,
-                        const std::vector<uint64_t>& sequences, AlignedBuffer* buffer) {
-  KV_ASSIGN_OR_RETURN(*buffer, AlignedBuffer::Allocate(run.bytes));
-  uint64_t at = 0;
-  for (size_t i : run.entries) {
-    const SsdBlockWrite& w = writes[i];
-    ssd::RecordHeader h;
-    h.codec_id = w.codec_id;
-    h.flags = tombstone ? ssd::kRecordFlagTombstone : 0;
-    h.layout_digest = w.layout_digest;
-    h.key = w.key;
-    h.raw_bytes = w.raw_bytes;
-    h.payload_bytes = static_cast<uint32_t>(w.payload.size());
-    h.sequence = sequences[i];
-    h.expiry_wall_us = expiries[i];
-    h.segment_id = run.segment_id;
-    h.segment_offset = static_cast<uint32_t>(run.offset + at);
-    const uint64_t record_bytes = RecordBytesForPayload(w.payload.size());
-    ssd::EncodeRecord(h, w.payload, buffer->span().subspan(at, record_bytes));
-    at += record_bytes;
+// Encodes one directory's records of a batch (state->order[begin, end)) into staging buffers of
+// its pool, one write request per buffer, and hands them to its IoWorker. Records that are
+// contiguous in a segment share buffers; a record larger than a buffer spans several requests.
+// The job so far is submitted early when the pool runs dry, so its completions free buffers.
+class SsdTier::WriteStager {
+ public:
+  WriteStager(SsdTier* tier, std::shared_ptr<WriteState> state, uint32_t dir)
+      : tier_(tier),
+        state_(std::move(state)),
+        pool_(tier->staging_[dir].get()),
+        worker_(tier->workers_[dir].get()) {}
+
+  void Add(size_t pos);
+  // Submits what is staged; call once after the last Add.
+  void Finish() {
+    if (buffer_ != nullptr) CloseRequest();
+    SubmitJob();
   }
-  KV_DCHECK(at == run.bytes);
-  return Status::Ok();
+
+ private:
+  struct Staged {
+    std::byte* buffer = nullptr;
+    size_t first_pos = 0, last_pos = 0;  // Entries (positions in order) with bytes in it.
+  };
+  void OpenRequest(File* file, uint64_t offset, size_t pos);
+  void CloseRequest();
+  void Put(const std::byte* src, size_t n, size_t pos);  // src null: zeros.
+  void SubmitJob();
+
+  SsdTier* const tier_;
+  const std::shared_ptr<WriteState> state_;
+  ssd::StagingPool* const pool_;
+  ssd::IoWorker* const worker_;
+  std::unique_ptr<ssd::IoJob> job_;
+  std::vector<Staged> staged_;  // One per request of job_.
+  // The request being filled; buffer_ null when none is.
+  std::byte* buffer_ = nullptr;
+  File* file_ = nullptr;
+  uint64_t offset_ = 0;
+  size_t filled_ = 0;
+  size_t first_pos_ = 0, last_pos_ = 0;
+};
+
+void SsdTier::WriteStager::Add(size_t pos) {
+  const size_t i = state_->order[pos];
+  const SsdBlockWrite& w = state_->writes[i];
+  const Placement& p = state_->placements[i];
+  const size_t record_bytes = RecordBytesForPayload(w.payload.size());
+  const size_t buffer_bytes = pool_->buffer_bytes();
+  ssd::RecordHeader h;
+  h.codec_id = w.codec_id;
+  h.flags = state_->mode.tombstone ? ssd::kRecordFlagTombstone : 0;
+  h.layout_digest = w.layout_digest;
+  h.key = w.key;
+  h.raw_bytes = w.raw_bytes;
+  h.payload_bytes = static_cast<uint32_t>(w.payload.size());
+  h.sequence = p.sequence;
+  h.expiry_wall_us = p.expiry_wall_us;
+  h.segment_id = p.segment_id;
+  h.segment_offset = static_cast<uint32_t>(p.offset);
+  // A new request when the record does not continue this one, or would needlessly straddle it.
+  if (buffer_ != nullptr &&
+      (file_ != p.file.get() || offset_ + filled_ != p.offset ||
+       (filled_ + record_bytes > buffer_bytes && record_bytes <= buffer_bytes))) {
+    CloseRequest();
+  }
+  if (buffer_ == nullptr) OpenRequest(p.file.get(), p.offset, pos);
+  if (filled_ + record_bytes <= buffer_bytes) {
+    ssd::EncodeRecord(h, w.payload, std::span(buffer_ + filled_, record_bytes));
+    filled_ += record_bytes;
+    last_pos_ = pos;
+    if (filled_ == buffer_bytes) CloseRequest();
+    return;
+  }
+  // Larger than a buffer: the same bytes EncodeRecord makes, streamed over several requests.
+  h.payload_crc = ssd::PayloadCrc(w.payload);
+  std::array<std::byte, ssd::kRecordHeaderBytes> head;
+  ssd::EncodeRecordHeader(h, head);
+  Put(head.data(), head.size(), pos);
+  Put(w.payload.data(), w.payload.size(), pos);
+  Put(nullptr, record_bytes - ssd::kRecordPayloadOffset - w.payload.size(), pos);
+}
+
+void SsdTier::WriteStager::Put(const std::byte* src, size_t n, size_t pos) {
+  while (n > 0) {
+    if (buffer_ == nullptr) OpenRequest(file_, offset_, pos);
+    const size_t take = std::min(n, pool_->buffer_bytes() - filled_);
+    if (src != nullptr) {
+      std::memcpy(buffer_ + filled_, src, take);
+      src += take;
+    } else {
+      std::memset(buffer_ + filled_, 0, take);
+    }
+    filled_ += take;
+    n -= take;
+    last_pos_ = pos;
+    if (filled_ == pool_->buffer_bytes()) CloseRequest();
+  }
+}
+
+void SsdTier::WriteStager::OpenRequest(File* file, uint64_t offset, size_t pos) {
+  KV_DCHECK(buffer_ == nullptr);
+  buffer_ = pool_->TryAcquire();
+  if (buffer_ == nullptr) {
+    // Every buffer is in flight (some perhaps staged by us): let ours go, then wait.
+    SubmitJob();
+    buffer_ = pool_->Acquire();
+  }
+  file_ = file;
+  offset_ = offset;
+  filled_ = 0;
+  first_pos_ = last_pos_ = pos;
+}
+
+// Closes the request being filled; offset_ moves to the byte after it.
+void SsdTier::WriteStager::CloseRequest() {
+  KV_DCHECK(buffer_ != nullptr && filled_ > 0 && filled_ % kDirectIoAlignment == 0);
+  if (job_ == nullptr) job_ = std::make_unique<ssd::IoJob>();
+  job_->requests.push_back(IoRequest{
+      .op = IoOp::kWrite, .file = file_, .offset = offset_, .buffer = buffer_, .length = filled_});
+  staged_.push_back({.buffer = buffer_, .first_pos = first_pos_, .last_pos = last_pos_});
+  if (tier_->options_.sync == SsdSyncMode::kPerBatch &&
+      std::none_of(job_->syncs.begin(), job_->syncs.end(),
+                   [&](const IoRequest& r) { return r.file == file_; })) {
+    job_->syncs.push_back(IoRequest{.op = IoOp::kSync, .file = file_});
+  }
+  offset_ += filled_;
+  filled_ = 0;
+  buffer_ = nullptr;
+}
+
+// Keeps the first error an entry gets.
+static void SetError(Status* status, const Status& error) {
+  if (status->ok() && !error.ok()) *status = error;
+}
+
+void SsdTier::WriteStager::SubmitJob() {
+  if (job_ == nullptr) return;
+  job_->done = [tier = tier_, state = state_, pool = pool_,
+                staged = std::move(staged_)](std::vector<IoCompletion>& done) {
+    WriteState& st = *state;
+    Status sync_error;
+    for (size_t k = staged.size(); k < done.size(); ++k) SetError(&sync_error, done[k].status);
+    for (size_t r = 0; r < staged.size(); ++r) {
+      pool->Release(staged[r].buffer);
+      for (size_t pos = staged[r].first_pos; pos <= staged[r].last_pos; ++pos) {
+        SetError(&st.writes[st.order[pos]].status, done[r].status);
+        SetError(&st.writes[st.order[pos]].status, sync_error);
+      }
+    }
+    if (st.jobs_left.fetch_sub(1) == 1) tier->FinishWrites(st);
+  };
+  staged_ = {};
+  state_->jobs_left.fetch_add(1);
+  worker_->Submit(std::move(job_));
 }
 
 void SsdTier::WriteBatch(std::span<SsdBlockWrite> writes, Callback done) {
@@ -111,87 +233,28 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
 
 void SsdTier::SubmitWrites(std::shared_ptr<WriteState> state) {
   std::span<SsdBlockWrite> writes = state->writes;
-  std::vector<uint64_t> expiries(writes.size(), 0), sequences(writes.size(), 0);
-  std::vector<std::vector<Run>> runs(options_.dirs.size());
-  // Entries in placement order, so records reserved back to back form one run.
-  std::vector<size_t> order;
+  std::vector<size_t>& order = state->order;
   for (size_t i = 0; i < writes.size(); ++i) {
-    const Placement& p = state->placements[i];
-    if (p.segment_id == 0) continue;
+    if (state->placements[i].segment_id == 0) continue;
     order.push_back(i);
-    sequences[i] = p.sequence;
-    expiries[i] = p.expiry_wall_us;
+    writes[i].status = Status::Ok();  // Until a request or sync of the entry fails.
   }
+  // Records reserved back to back in a segment become one request.
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const Placement& pa = state->placements[a];
     const Placement& pb = state->placements[b];
-    return std::pair(pa.segment_id, pa.offset) < std::pair(pb.segment_id, pb.offset);
+    return std::tuple(pa.dir, pa.segment_id, pa.offset) <
+           std::tuple(pb.dir, pb.segment_id, pb.offset);
   });
-  for (size_t i : order) {
-    const Placement& p = state->placements[i];
-    const uint64_t rb = RecordBytesForPayload(writes[i].payload.size());
-    std::vector<Run>& dir_runs = runs[p.dir];
-    if (dir_runs.empty() || dir_runs.back().segment_id != p.segment_id ||
-        dir_runs.back().offset + dir_runs.back().bytes != p.offset ||
-        dir_runs.back().bytes + rb > kIoRequestBytesMax) {
-      Run run;
-      run.segment_id = p.segment_id;
-      run.offset = p.offset;
-      run.file = p.file.get();
-      dir_runs.push_back(std::move(run));
-    }
-    dir_runs.back().bytes += rb;
-    dir_runs.back().entries.push_back(i);
+  for (size_t begin = 0; begin < order.size();) {
+    const uint32_t dir = state->placements[order[begin]].dir;
+    WriteStager stager(this, state, dir);
+    size_t pos = begin;
+    for (; pos < order.size() && state->placements[order[pos]].dir == dir; ++pos) stager.Add(pos);
+    stager.Finish();
+    begin = pos;
   }
-  std::vector<std::unique_ptr<ssd::IoJob>> jobs(options_.dirs.size());
-  for (size_t d = 0; d < runs.size(); ++d) {
-    if (runs[d].empty()) continue;
-    auto job = std::make_unique<ssd::IoJob>();
-    std::vector<Run> issued;
-    for (Run& run : runs[d]) {
-      AlignedBuffer buffer;
-      Status s = EncodeRun(run, writes, expiries, state->mode.tombstone, sequences, &buffer);
-      if (!s.ok()) {
-        for (size_t i : run.entries) writes[i].status = s;
-        continue;
-      }
-      job->requests.push_back(IoRequest{.op = IoOp::kWrite,
-                                        .file = run.file,
-                                        .offset = run.offset,
-                                        .buffer = buffer.data(),
-                                        .length = run.bytes});
-      if (options_.sync == SsdSyncMode::kPerBatch &&
-          std::none_of(job->syncs.begin(), job->syncs.end(),
-                       [&](const IoRequest& r) { return r.file == run.file; })) {
-        job->syncs.push_back(IoRequest{.op = IoOp::kSync, .file = run.file});
-      }
-      state->buffers.push_back(std::move(buffer));
-      issued.push_back(std::move(run));
-    }
-    if (job->requests.empty()) continue;
-    job->done = [this, state, issued = std::move(issued)](std::vector<IoCompletion>& done) {
-      Status sync_error;
-      for (size_t k = issued.size(); k < done.size(); ++k) {
-        if (!done[k].status.ok() && sync_error.ok()) sync_error = done[k].status;
-      }
-      for (size_t r = 0; r < issued.size(); ++r) {
-        const Status& s = !done[r].status.ok() ? done[r].status : sync_error;
-        for (size_t i : issued[r].entries) state->writes[i].status = s;
-      }
-      if (state->jobs_left.fetch_sub(1) == 1) FinishWrites(*state);
-    };
-    jobs[d] = std::move(job);
-  }
-  uint32_t n_jobs = 0;
-  for (const auto& j : jobs) n_jobs += j != nullptr ? 1u : 0u;
-  if (n_jobs == 0) {
-    FinishWrites(*state);
-    return;
-  }
-  state->jobs_left.store(n_jobs);
-  for (size_t d = 0; d < jobs.size(); ++d) {
-    if (jobs[d] != nullptr) workers_[d]->Submit(std::move(jobs[d]));
-  }
+  if (state->jobs_left.fetch_sub(1) == 1) FinishWrites(*state);
 }
 
 uint64_t SsdTier::DurableCandidateLocked() const {

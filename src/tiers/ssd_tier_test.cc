@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "testing/test_util.h"
@@ -178,6 +179,85 @@ TEST_F(SsdTierTest, TornTailIsIgnored) {
   EXPECT_TRUE(Get(*tier, 9, kBlock).IsNotFound());
 }
 
+TEST_F(SsdTierTest, CorruptRecordEndsTheScanInsideAChunk) {
+  SsdTierOptions o = Options(1);
+  {
+    auto tier = OpenOrDie(o);
+    ASSERT_TRUE(Put(*tier, 0, 10, kBlock).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  ASSERT_EQ(::unlink(dir_->Join("d0/index.ckpt").c_str()), 0);
+  // Flip one payload byte of record 5: the scan keeps 0-4 and stops there, though the read
+  // chunk holds all ten records.
+  const std::vector<std::string> segs = Segments(dir_->Join("d0"));
+  ASSERT_EQ(segs.size(), 1u);
+  {
+    std::fstream f(segs[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096 + 5 * 65536 + 1000);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(4096 + 5 * 65536 + 1000);
+    f.write(&c, 1);
+  }
+  auto tier = OpenOrDie(o);
+  EXPECT_EQ(tier->Stats().torn_or_corrupt_tails, 1u);
+  EXPECT_EQ(tier->Stats().blocks, 5u);
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).ok()) << i;
+  for (uint64_t i = 5; i < 10; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).IsNotFound()) << i;
+}
+
+// Records larger than a staging buffer span several write requests, and a batch larger than
+// the pool is submitted in parts as buffers free up; both read back, with and without a scan.
+TEST_F(SsdTierTest, StagingPoolSmallerThanRecordsAndBatches) {
+  for (SsdSyncMode sync : {SsdSyncMode::kPerBatch, SsdSyncMode::kNone}) {
+    SsdTierOptions o = Options(2);
+    o.dirs = {dir_->Join(sync == SsdSyncMode::kNone ? "n0" : "p0"),
+              dir_->Join(sync == SsdSyncMode::kNone ? "n1" : "p1")};
+    o.sync = sync;
+    o.staging_buffer_bytes = 16 * 1024;
+    o.staging_buffers = 2;
+    {
+      auto tier = OpenOrDie(o);
+      ASSERT_TRUE(Put(*tier, 0, 40, kBlock).ok());  // 64 KiB records: 4 buffers each.
+      ASSERT_TRUE(Put(*tier, 40, 30, 1000).ok());   // 4 KiB records: 4 per buffer.
+      for (uint64_t i = 0; i < 40; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).ok()) << i;
+      for (uint64_t i = 40; i < 70; ++i) EXPECT_TRUE(Get(*tier, i, 1000).ok()) << i;
+      ASSERT_TRUE(tier->Close().ok());
+    }
+    ASSERT_EQ(::unlink((o.dirs[0] + "/index.ckpt").c_str()), 0);
+    auto tier = OpenOrDie(o);
+    EXPECT_EQ(tier->Stats().blocks, 70u);
+    EXPECT_EQ(tier->Stats().torn_or_corrupt_tails, 0u);
+    for (uint64_t i = 0; i < 40; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).ok()) << i;
+    for (uint64_t i = 40; i < 70; ++i) EXPECT_TRUE(Get(*tier, i, 1000).ok()) << i;
+  }
+}
+
+// The scan reads segments in 8 MiB windows: records straddling a window's end and a record
+// larger than the window are both recovered.
+TEST_F(SsdTierTest, ScanRecoversRecordsAcrossAndLargerThanItsWindow) {
+  constexpr size_t kLarge = 3 * kMiB;
+  constexpr size_t kHuge = 9 * kMiB;
+  SsdTierOptions o = Options(1);
+  o.segment_bytes = 64 * kMiB;
+  o.capacity_bytes = 4 * 64 * kMiB;
+  {
+    auto tier = OpenOrDie(o);
+    ASSERT_TRUE(Put(*tier, 0, 5, kLarge).ok());
+    ASSERT_TRUE(Put(*tier, 5, 1, kHuge).ok());
+    ASSERT_TRUE(Put(*tier, 6, 3, kLarge).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  ASSERT_EQ(::unlink(dir_->Join("d0/index.ckpt").c_str()), 0);
+  auto tier = OpenOrDie(o);
+  EXPECT_EQ(tier->Stats().blocks, 9u);
+  EXPECT_EQ(tier->Stats().torn_or_corrupt_tails, 0u);
+  for (uint64_t i = 0; i < 9; ++i) {
+    EXPECT_TRUE(Get(*tier, i, i == 5 ? kHuge : kLarge).ok()) << i;
+  }
+}
+
 TEST_F(SsdTierTest, ReclaimKeepsReferencedBlocksAndDropsTheRest) {
   auto tier = OpenOrDie(Options(1));
   ASSERT_TRUE(Put(*tier, 0, 15, kBlock).ok());  // Fills segment 1 exactly.
@@ -252,6 +332,15 @@ TEST_F(SsdTierTest, OptionsAreValidated) {
   o.capacity_bytes = 2 * kMiB;
   EXPECT_TRUE(SsdTier::Open(o, env_.get()).status().IsInvalidArgument());
   o.dirs.clear();
+  EXPECT_TRUE(SsdTier::Open(o, env_.get()).status().IsInvalidArgument());
+  o = Options(1);
+  o.staging_buffer_bytes = 6000;
+  EXPECT_TRUE(SsdTier::Open(o, env_.get()).status().IsInvalidArgument());
+  o = Options(1);
+  o.staging_buffers = 4097;
+  EXPECT_TRUE(SsdTier::Open(o, env_.get()).status().IsInvalidArgument());
+  o.staging_buffers = 4096;
+  o.staging_buffer_bytes = 64 * kMiB;  // 256 GiB pinned: refused.
   EXPECT_TRUE(SsdTier::Open(o, env_.get()).status().IsInvalidArgument());
 }
 
