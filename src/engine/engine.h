@@ -24,9 +24,11 @@
 // slot is pinned or in use the call returns Busy instead of waiting forever.
 //
 // Thread safety: every method may be called from any thread concurrently.
-// Ownership: the Engine owns its tiers and threads. Spans passed to Load/Store are borrowed until
-// the returned handle reports completion (LoadHandle::Wait / StoreHandle::Wait) or is destroyed
-// (the destructor waits). Options' Env and Logger are borrowed and must outlive the Engine.
+// Ownership: the Engine owns its tiers and threads. LoadHandles and StoreHandles must be destroyed
+// before the Engine (checked); a PinHandle may outlive it. Spans passed to Load/Store are borrowed
+// until the returned handle reports completion (LoadHandle::Wait / StoreHandle::Wait) or is
+// destroyed (the destructor waits). Options' Env and Logger are borrowed and must outlive the
+// Engine.
 #pragma once
 
 #include <cstddef>
@@ -65,20 +67,29 @@ enum class WritePolicy : uint8_t {
 // left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
 enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
 
+// TTLs above this (about 10 years) are refused as mistakes.
+inline constexpr uint64_t kTtlMsMax = 10ull * 365 * 24 * 3600 * 1000;
+
 struct EngineOptions {
-  KvLayout layout;               // Validated; its digest enters every key.
-  ModelIdentity model;           // Name and weights digest; enter every namespace.
-  DeviceTierOptions device;      // capacity_bytes 0: no device tier. slot_bytes is set by the engine.
-  HostTierOptions host;          // Required: capacity_bytes > 0. slot_bytes is set by the engine.
-  std::optional<HostTierOptions> cxl;   // A second host tier bound to a CPU-less NUMA node.
-  std::optional<SsdTierOptions> ssd;    // The persistent tier.
+  KvLayout layout;           // Validated; its digest enters every key.
+  ModelIdentity model;       // Name and weights digest; enter every namespace.
+  DeviceTierOptions device;  // capacity_bytes 0: no device tier. slot_bytes is set by the engine.
+  HostTierOptions host;      // Required: capacity_bytes > 0. slot_bytes is set by the engine.
+  std::optional<HostTierOptions> cxl;  // A second host tier bound to a CPU-less NUMA node.
+  std::optional<SsdTierOptions> ssd;   // The persistent tier.
   WritePolicy write_policy = WritePolicy::kWriteBack;
-  codecs::CodecParams ssd_codec;        // How blocks are encoded on the SSD (default identity).
-  uint64_t default_ttl_ms = 0;          // 0: blocks do not expire.
-  uint32_t worker_threads = 2;          // Encode/decode and SSD staging, off the caller's thread.
-  uint32_t sink_chunks = 1;             // Leading chunks stored at least at BlockPriority::kHigh.
-  Env* env = nullptr;                   // Borrowed; nullptr: a PosixEnv owned by the engine.
-  Logger* logger = nullptr;             // Borrowed; nullptr: silent.
+  codecs::CodecParams ssd_codec;  // How blocks are encoded on the SSD (default identity).
+  uint64_t default_ttl_ms = 0;    // 0: blocks do not expire.
+  uint32_t worker_threads = 2;    // Encode/decode and SSD staging, off the caller's thread.
+  uint32_t sink_chunks = 1;       // Leading chunks stored at least at BlockPriority::kHigh.
+  // SSD hits served by Load are also copied into the host tier (only into free or clean slots:
+  // a promotion never forces a write-back).
+  bool promote_on_load = true;
+  // 4 KiB-aligned buffers that SSD reads land in (bounded pool, allocated at Open), each large
+  // enough for one encoded record. At least kLoadStagingBatchMax.
+  uint32_t staging_buffers = 32;
+  Env* env = nullptr;        // Borrowed; nullptr: a PosixEnv owned by the engine.
+  Logger* logger = nullptr;  // Borrowed; nullptr: silent.
 
   // InvalidArgument naming the first bad field (units included).
   Status Validate() const;
@@ -89,13 +100,19 @@ struct Namespace {
 };
 
 struct LookupResult {
-  size_t matched_tokens = 0;             // A multiple of block_tokens.
-  std::vector<TierKind> chunk_tiers;     // Fastest tier holding every layer, per matched chunk.
+  size_t matched_tokens = 0;  // A multiple of block_tokens.
+  // Per matched chunk: the slowest among its layers' fastest copies, i.e. the tier a Load of the
+  // whole chunk reaches down to (kSsd when any layer is only on the SSD).
+  std::vector<TierKind> chunk_tiers;
 };
 
+// Write-through: StoreHandle::Wait returns after the blocks are in memory (visible to Lookup as
+// soon as the memory copy completed) AND their SSD write finished; an SSD write error is reported
+// by Wait but the blocks stay cached in memory. Blocks the SSD refused (admission filter, write
+// budget) stay dirty and are retried on eviction and Flush.
 struct StoreOptions {
   BlockPriority priority = BlockPriority::kNormal;
-  uint64_t ttl_ms = 0;  // 0: the engine's default_ttl_ms.
+  uint64_t ttl_ms = 0;  // 0: the engine's default_ttl_ms. Measured on env->clock()'s wall time.
 };
 
 // Completion of a Load: per-layer readiness.
@@ -119,10 +136,14 @@ class StoreHandle {
   virtual size_t chunks_stored() const = 0;  // Full chunks newly taken (existing ones skipped).
 };
 
+class EngineImpl;
 // Keeps the blocks of the chunks it covers resident in a memory tier (not evicted) until
-// destroyed. Move-only.
+// destroyed. Move-only. A handle may outlive its Engine: the engine's destructor detaches the
+// shared Unpinner, after which destroying the handle does nothing.
 class PinHandle {
  public:
+  class Unpinner;  // Defined in engine_impl.h.
+
   PinHandle() = default;
   PinHandle(PinHandle&&) noexcept;
   PinHandle& operator=(PinHandle&&) noexcept;
@@ -130,11 +151,13 @@ class PinHandle {
   size_t chunks() const { return keys_.size(); }
 
  private:
-  friend class Engine;
-  class Unpinner;
+  friend class EngineImpl;
   PinHandle(std::shared_ptr<Unpinner> owner, std::vector<Hash256> keys);
-  std::shared_ptr<Unpinner> owner_;  // Shared with the engine so a handle may outlive nothing.
-  std::vector<Hash256> keys_;
+  void Release();
+  // Shared with the engine (why shared: the handle may be destroyed after the engine, which then
+  // has detached it).
+  std::shared_ptr<Unpinner> owner_;
+  std::vector<Hash256> keys_;  // Chunk hashes; every layer of each chunk is pinned.
 };
 
 struct TierStats {
@@ -166,12 +189,23 @@ class Engine {
   virtual Result<Namespace> MakeNamespace(std::string_view salt,
                                           std::span<const std::string> extra_keys = {}) = 0;
 
+  // Memory copies come from the engine's index, SSD copies from the SSD tier's own index (which
+  // survives restarts). Expired blocks are misses.
   virtual Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
   // Loads the first dst.size() / layers chunks (each must be cached; Lookup first).
+  // InvalidArgument (naming the index) when dst.size() is not a multiple of layers, exceeds the
+  // full chunks of `tokens`, or a span is not layout.BlockBytes() long. A block that is missing
+  // or refused by verification at load time makes its layer's WaitLayer return NotFound.
+  // Memory sources are pinned until the handle completed (Wait() or destruction).
   virtual Result<std::unique_ptr<LoadHandle>> Load(const Namespace& ns,
                                                    std::span<const uint32_t> tokens,
                                                    std::span<const std::span<std::byte>> dst) = 0;
-  // Stores the first src.size() / layers full chunks of `tokens`.
+  // Stores the first src.size() / layers full chunks of `tokens`. Blocks already cached (in any
+  // tier, the SSD included) or being stored by another call are skipped. All or nothing: Busy,
+  // with nothing stored, when memory slots cannot be had (every slot pinned or in flight); so
+  // one call takes at most as many new blocks as the memory tiers have slots together.
+  // Write-back: new blocks are dirty and reach the SSD when evicted, on Flush, or when the
+  // engine is destroyed. Write-through: see StoreOptions.
   virtual Result<std::unique_ptr<StoreHandle>> Store(
       const Namespace& ns, std::span<const uint32_t> tokens,
       std::span<const std::span<const std::byte>> src, const StoreOptions& options = {}) = 0;
@@ -180,7 +214,8 @@ class Engine {
   // Pins the leading cached chunks of `tokens` in memory (promoting from SSD first if needed).
   virtual Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
 
-  // Writes every dirty block down, syncs the SSD tier. Blocks until done.
+  // Writes every dirty block down, syncs the SSD tier. Blocks until done. The destructor flushes
+  // too, so a clean shutdown keeps write-back blocks across restarts.
   virtual Status Flush() = 0;
   virtual EngineStats Stats() = 0;
   virtual const EngineOptions& options() const = 0;

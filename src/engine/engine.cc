@@ -1,0 +1,367 @@
+// Engine::Open, namespaces, Lookup, Prefetch, Pin, Flush and Stats. Load and Store live in
+// engine_load.cc and engine_store.cc, slot management in engine_tiers.cc.
+#include <algorithm>
+
+#include "core/assert.h"
+#include "engine/engine_impl.h"
+#include "tiers/ssd_record.h"
+
+namespace kvtier {
+
+// --- PinHandle ---------------------------------------------------------------------------------
+
+PinHandle::PinHandle(std::shared_ptr<Unpinner> owner, std::vector<Hash256> keys)
+    : owner_(std::move(owner)), keys_(std::move(keys)) {}
+
+PinHandle::PinHandle(PinHandle&& o) noexcept
+    : owner_(std::move(o.owner_)), keys_(std::move(o.keys_)) {
+  o.keys_.clear();
+}
+
+PinHandle& PinHandle::operator=(PinHandle&& o) noexcept {
+  if (this != &o) {
+    Release();
+    owner_ = std::move(o.owner_);
+    keys_ = std::move(o.keys_);
+    o.keys_.clear();
+  }
+  return *this;
+}
+
+PinHandle::~PinHandle() { Release(); }
+
+void PinHandle::Release() {
+  if (owner_ != nullptr && !keys_.empty()) owner_->Unpin(keys_);
+  owner_.reset();
+  keys_.clear();
+}
+
+void PinHandle::Unpinner::Unpin(std::span<const Hash256> chunks) {
+  MutexLock lock(&mu_);
+  if (engine_ != nullptr) engine_->UnpinChunks(chunks);
+}
+
+void PinHandle::Unpinner::Detach() {
+  MutexLock lock(&mu_);
+  engine_ = nullptr;
+}
+
+// --- Open and close ----------------------------------------------------------------------------
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine, EngineImpl::Create(options));
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {}
+
+Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options) {
+  KV_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<EngineImpl> e(new EngineImpl(options));
+  if (options.env == nullptr) {
+    e->owned_env_ = NewPosixEnv({.logger = options.logger});
+    e->env_ = e->owned_env_.get();
+  } else {
+    e->env_ = options.env;
+  }
+  e->clock_ = e->env_->clock();
+  e->logger_ = options.logger;
+  e->layout_digest_ = LayoutDigest(options.layout);
+  e->block_bytes_ = options.layout.BlockBytes();
+  e->geometry_ = {.tokens = options.layout.block_tokens,
+                  .kv_heads = options.layout.kv_heads,
+                  .head_dim = options.layout.head_dim,
+                  .dtype = options.layout.dtype};
+  KV_RETURN_IF_ERROR(e->OpenTiers());
+  KV_ASSIGN_OR_RETURN(e->pool_, ThreadPool::Create({.threads = options.worker_threads,
+                                                    .queue_tasks_max = 4096,
+                                                    .name = "kvtier-engine"}));
+  e->unpinner_ = std::make_shared<PinHandle::Unpinner>(e.get());
+  return e;
+}
+
+Status EngineImpl::OpenTiers() {
+  const uint32_t slot_bytes = static_cast<uint32_t>(block_bytes_);
+  if (options_.device.capacity_bytes > 0) {
+    DeviceTierOptions d = options_.device;
+    d.slot_bytes = slot_bytes;
+    if (d.logger == nullptr) d.logger = logger_;
+    KV_ASSIGN_OR_RETURN(device_, DeviceTier::OpenCpu(d));
+    clocks_[TierIndex(MemTier::kDevice)].emplace(device_->slots());
+  }
+  HostTierOptions h = options_.host;
+  h.slot_bytes = slot_bytes;
+  if (h.logger == nullptr) h.logger = logger_;
+  KV_ASSIGN_OR_RETURN(host_, HostTier::Open(h));
+  clocks_[TierIndex(MemTier::kHost)].emplace(host_->slots());
+  if (options_.cxl.has_value()) {
+    HostTierOptions c = *options_.cxl;
+    c.slot_bytes = slot_bytes;
+    if (c.logger == nullptr) c.logger = logger_;
+    KV_ASSIGN_OR_RETURN(cxl_, HostTier::Open(c));
+    clocks_[TierIndex(MemTier::kCxl)].emplace(cxl_->slots());
+  }
+  KV_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(options_.ssd_codec));
+  contexts_ = std::make_unique<CodecContextPool>(geometry_);
+  if (options_.ssd.has_value()) {
+    KV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(*options_.ssd, env_));
+    KV_ASSIGN_OR_RETURN(size_t encoded_max, codec_->MaxEncodedSize(geometry_));
+    const size_t record = ssd::RecordBytesForPayload(encoded_max);
+    KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers,
+                                                      std::max<size_t>(record, block_bytes_)));
+  }
+  return Status::Ok();
+}
+
+EngineImpl::~EngineImpl() {
+  // Handles point into the engine: destroying it first is a programmer error.
+  KV_CHECK(live_handles_.load() == 0);
+  if (pool_ != nullptr) pool_->WaitIdle();
+  if (ssd_ != nullptr) {
+    // A clean shutdown keeps write-back blocks: they reach the SSD before it closes.
+    const Status s = Flush();
+    if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: flush at close: " + s.ToString());
+  }
+  pool_.reset();
+  if (unpinner_ != nullptr) unpinner_->Detach();
+  if (ssd_ != nullptr) {
+    const Status s = ssd_->Close();
+    if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: SSD close: " + s.ToString());
+  }
+}
+
+// --- Keys and lookups --------------------------------------------------------------------------
+
+Result<Namespace> EngineImpl::MakeNamespace(std::string_view salt,
+                                            std::span<const std::string> extra_keys) {
+  KV_ASSIGN_OR_RETURN(Hash256 digest,
+                      NamespaceDigest(options_.model, options_.layout, salt, extra_keys));
+  return Namespace{.digest = digest};
+}
+
+std::vector<BlockKey> EngineImpl::KeysOf(std::span<const Hash256> chunks,
+                                         size_t chunk_count) const {
+  std::vector<BlockKey> keys;
+  keys.reserve(chunk_count * options_.layout.layers);
+  for (size_t c = 0; c < chunk_count; ++c) {
+    for (uint32_t l = 0; l < options_.layout.layers; ++l) {
+      keys.push_back(BlockKey{.chunk_hash = chunks[c], .layer = l});
+    }
+  }
+  return keys;
+}
+
+Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uint32_t> tokens) {
+  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
+                      ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
+  LookupResult result;
+  MutexLock lock(&mu_);
+  const uint64_t now = NowWallUs();
+  for (const Hash256& chunk : chunks) {
+    TierKind slowest = TierKind::kNone;
+    bool all = true;
+    for (uint32_t l = 0; l < options_.layout.layers && all; ++l) {
+      const BlockKey key{.chunk_hash = chunk, .layer = l};
+      std::optional<MemTier> t = ReadableTier(key, now);
+      TierKind kind = TierKind::kNone;
+      if (t.has_value()) {
+        kind = ToTierKind(*t);
+      } else if (ssd_ != nullptr && ssd_->Contains(key)) {
+        kind = TierKind::kSsd;
+      }
+      if (kind == TierKind::kNone) all = false;
+      slowest = std::max(slowest, kind);
+    }
+    if (!all) break;
+    result.chunk_tiers.push_back(slowest);
+  }
+  result.matched_tokens = result.chunk_tiers.size() * options_.layout.block_tokens;
+  ++stats_.lookups;
+  stats_.lookup_tokens += tokens.size();
+  stats_.lookup_hit_tokens += result.matched_tokens;
+  return result;
+}
+
+// --- Prefetch and pins -------------------------------------------------------------------------
+
+Status EngineImpl::Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) {
+  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
+                      ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
+  if (ssd_ == nullptr) return Status::Ok();
+  std::vector<BlockKey> wanted;
+  {
+    MutexLock lock(&mu_);
+    ++stats_.prefetches;
+    const uint64_t now = NowWallUs();
+    for (const BlockKey& key : KeysOf(chunks, chunks.size())) {
+      if (ReadableTier(key, now).has_value()) continue;
+      if (!ssd_->Contains(key)) break;  // The cached prefix ends here.
+      wanted.push_back(key);
+    }
+  }
+  for (const BlockKey& key : wanted) {
+    // A hint: when the queue is full the rest is dropped rather than blocking the caller.
+    const Status s = pool_->TrySubmit([this, key] {
+      if (PromoteFromSsd(key, VictimFilter::kCleanOnly).ok()) {
+        MutexLock lock(&mu_);
+        ++stats_.prefetch_blocks;
+      }
+    });
+    if (!s.ok()) break;
+  }
+  return Status::Ok();
+}
+
+Status EngineImpl::PinChunk(const Hash256& chunk) {
+  std::vector<BlockKey> pinned;
+  for (uint32_t l = 0; l < options_.layout.layers; ++l) {
+    const BlockKey key{.chunk_hash = chunk, .layer = l};
+    Status s;
+    for (uint32_t attempt = 0; attempt < 2; ++attempt) {
+      {
+        MutexLock lock(&mu_);
+        if (ReadableTier(key, NowWallUs()).has_value()) {
+          ++index_.Find(key)->pins;
+          s = Status::Ok();
+          break;
+        }
+      }
+      s = PromoteFromSsd(key, VictimFilter::kAny);
+      if (!s.ok()) break;
+      s = Status::Busy("block left memory while being pinned");
+    }
+    if (!s.ok()) {
+      Unpin(pinned);
+      return s;
+    }
+    pinned.push_back(key);
+  }
+  return Status::Ok();
+}
+
+Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t> tokens) {
+  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
+                      ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
+  std::vector<Hash256> pinned;
+  for (const Hash256& chunk : chunks) {
+    if (!PinChunk(chunk).ok()) break;  // Only the leading cached chunks are pinned.
+    pinned.push_back(chunk);
+  }
+  return PinHandle(unpinner_, std::move(pinned));
+}
+
+void EngineImpl::Unpin(std::span<const BlockKey> keys) {
+  MutexLock lock(&mu_);
+  for (const BlockKey& key : keys) {
+    BlockEntry* e = index_.Find(key);
+    KV_CHECK(e != nullptr);  // A pinned entry is never erased.
+    KV_CHECK(e->pins > 0);
+    --e->pins;
+    index_.EraseIfEmpty(key);
+  }
+}
+
+void EngineImpl::UnpinChunks(std::span<const Hash256> chunks) {
+  Unpin(KeysOf(chunks, chunks.size()));
+}
+
+void EngineImpl::CountLoadFailure() {
+  MutexLock lock(&mu_);
+  ++stats_.load_failures;
+}
+
+// --- Flush and stats ---------------------------------------------------------------------------
+
+// Writes the dirty blocks among `keys` to the SSD.
+bool EngineImpl::FlushBatch(std::span<const BlockKey> keys) {
+  std::vector<std::pair<BlockKey, MemTier>> todo;
+  std::vector<SsdWriteItem> items;
+  // Raw copies in the first half, encoded records in the second: one lease, never nested.
+  const size_t n = keys.size();
+  StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
+  {
+    MutexLock lock(&mu_);
+    for (const BlockKey& key : keys) {
+      BlockEntry* e = index_.Find(key);
+      MemTier t;
+      if (e == nullptr || !e->dirty || e->flushing || !e->FastestReadable(&t)) continue;
+      e->flushing = true;
+      ++e->pins;
+      todo.emplace_back(key, t);
+      items.push_back({.key = key, .expiry_wall_us = e->expiry_wall_us});
+    }
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    // Pinned, so the slot stays put while its bytes are copied out.
+    const uint32_t slot = [&] {
+      MutexLock lock(&mu_);
+      return index_.Find(todo[i].first)->slot[TierIndex(todo[i].second)];
+    }();
+    const Status s = CopySlotToHost(todo[i].second, slot, lease.buffer(i).data());
+    items[i].raw = lease.buffer(i).first(block_bytes_);
+    if (!s.ok()) items[i].raw = {};
+  }
+  const Status io = WriteToSsd(items, lease.buffers().subspan(n, n));
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    BlockEntry* e = index_.Find(todo[i].first);
+    e->flushing = false;
+    --e->pins;
+    if (io.ok() && items[i].status.ok()) {
+      e->dirty = false;
+      e->on_ssd = true;
+    }
+  }
+  return io.ok();
+}
+
+Status EngineImpl::Flush() {
+  if (ssd_ == nullptr) return Status::Ok();
+  std::vector<BlockKey> dirty;
+  {
+    MutexLock lock(&mu_);
+    index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+      if (e.dirty) dirty.push_back(key);
+    });
+  }
+  // Only the blocks dirty now: blocks the SSD refuses stay dirty without looping forever.
+  bool failed = false;
+  const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
+  for (size_t base = 0; base < dirty.size(); base += batch) {
+    const size_t n = std::min(batch, dirty.size() - base);
+    if (!FlushBatch(std::span(dirty).subspan(base, n))) failed = true;
+  }
+  KV_RETURN_IF_ERROR(ssd_->Flush());
+  return failed ? Status::IoError("flush: some dirty blocks could not be written") : Status::Ok();
+}
+
+EngineStats EngineImpl::Stats() {
+  MutexLock lock(&mu_);
+  EngineStats out = stats_;
+  out.tiers.clear();
+  for (size_t i = 0; i < kMemTiers; ++i) {
+    if (!HasTier(MemTierAt(i))) continue;
+    const SlotClock& c = *clocks_[i];
+    TierStats t{.kind = ToTierKind(MemTierAt(i)),
+                .capacity_bytes = uint64_t{c.slots()} * block_bytes_,
+                .used_bytes = uint64_t{c.used()} * block_bytes_,
+                .blocks = c.used(),
+                .hits = counters_[i].hits,
+                .evictions = counters_[i].evictions,
+                .writebacks = counters_[i].writebacks,
+                .promotions = counters_[i].promotions};
+    out.tiers.push_back(t);
+  }
+  if (ssd_ != nullptr) {
+    const SsdTierStats s = ssd_->Stats();
+    out.tiers.push_back(TierStats{.kind = TierKind::kSsd,
+                                  .capacity_bytes = options_.ssd->capacity_bytes,
+                                  .used_bytes = s.live_bytes,
+                                  .blocks = s.blocks,
+                                  .hits = counters_[kMemTiers].hits,
+                                  .evictions = s.dropped_blocks});
+  }
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,212 @@
+// EngineImpl: the Engine of engine.h (internal header; only src/engine includes it).
+//
+// The pieces: the tiers (device, host, optional CXL, optional SSD), a BlockIndex with one
+// SlotClock per memory tier, a worker pool (memory copies without a device tier, codec work, SSD
+// staging), a bounded staging pool for SSD reads and codec contexts. Files:
+//   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
+//   engine_tiers.cc  slot allocation, eviction with demotion and write-back, SSD read/write helpers
+//   engine_load.cc   Load and its per-layer LoadHandle
+//   engine_store.cc  Store and its StoreHandle
+//
+// Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
+// across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
+// order: engine mu_ -> tier mutexes), never the other way round.
+//
+// Thread safety: as engine.h. Ownership: the engine owns every tier, pool and thread. Load and
+// Store handles point into the engine and must be destroyed first (checked at destruction).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "core/mutex.h"
+#include "core/thread_pool.h"
+#include "engine/block_index.h"
+#include "engine/engine.h"
+#include "engine/eviction.h"
+#include "engine/staging.h"
+
+namespace kvtier {
+
+class PinHandle::Unpinner {
+ public:
+  explicit Unpinner(EngineImpl* engine) : engine_(engine) {}
+  void Unpin(std::span<const Hash256> chunks) KV_EXCLUDES(mu_);
+  // Called by the engine's destructor: later Unpin calls do nothing.
+  void Detach() KV_EXCLUDES(mu_);
+
+ private:
+  Mutex mu_;
+  EngineImpl* engine_ KV_GUARDED_BY(mu_);
+};
+
+// One block to write to the SSD: its key, host-addressable raw bytes and absolute expiry.
+struct SsdWriteItem {
+  BlockKey key;
+  std::span<const std::byte> raw;
+  uint64_t expiry_wall_us = 0;
+  Status status;  // Out: OK, Aborted (not admitted), Busy (budget), or the error.
+};
+
+// One block to read from the SSD and decode into `dst` (host-addressable, BlockBytes()).
+struct SsdReadItem {
+  BlockKey key;
+  std::span<std::byte> dst;
+  Status status;         // Out: OK or NotFound (absent, refused by verification, undecodable).
+  bool corrupt = false;  // Out: the SSD held it but verification or decoding refused it.
+};
+
+// One block of a Load: where it comes from and where it goes.
+struct LoadItem {
+  BlockKey key;
+  std::span<std::byte> dst;
+  MemTier tier = MemTier::kHost;  // Memory source (when !from_ssd).
+  uint32_t slot = kNoSlot;        // Pinned for the duration of the load.
+  bool from_ssd = false;
+};
+
+// One block of a Store: its source and the slot it is copied into.
+struct StoreItem {
+  BlockKey key;
+  std::span<const std::byte> src;
+  MemTier tier = MemTier::kHost;
+  uint32_t slot = kNoSlot;
+};
+
+class LoadHandleImpl;
+class StoreHandleImpl;
+
+struct TierCounters {
+  uint64_t hits = 0, evictions = 0, writebacks = 0, promotions = 0;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options);
+  ~EngineImpl() override;
+
+  Result<Namespace> MakeNamespace(std::string_view salt,
+                                  std::span<const std::string> extra_keys) override;
+  Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) override;
+  Result<std::unique_ptr<LoadHandle>> Load(const Namespace& ns, std::span<const uint32_t> tokens,
+                                           std::span<const std::span<std::byte>> dst) override;
+  Result<std::unique_ptr<StoreHandle>> Store(const Namespace& ns, std::span<const uint32_t> tokens,
+                                             std::span<const std::span<const std::byte>> src,
+                                             const StoreOptions& options) override;
+  Status Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) override;
+  Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) override;
+  Status Flush() override;
+  EngineStats Stats() override;
+  const EngineOptions& options() const override { return options_; }
+
+  // --- Internal, used by the handles and helpers of this directory. ---
+  void Unpin(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  void UnpinChunks(std::span<const Hash256> chunks) KV_EXCLUDES(mu_);
+  void HandleOpened() { live_handles_.fetch_add(1); }
+  void HandleClosed() { live_handles_.fetch_sub(1); }
+  void CountLoadFailure() KV_EXCLUDES(mu_);
+  // Reads and decodes blocks from the SSD (at most kLoadStagingBatchMax); blocks on I/O.
+  void ReadFromSsd(std::span<SsdReadItem> items) KV_EXCLUDES(mu_);
+  // Encodes and writes blocks to the SSD in batches; blocks on I/O. Returns the first I/O error
+  // (admission and budget refusals are per item, not errors). `encode_buffers`, when given, holds
+  // at least items.size() staging buffers to encode into (callers that already hold staging
+  // buffers pass them so that they never wait for more while holding some); else the helper
+  // leases its own, kLoadStagingBatchMax at a time.
+  Status WriteToSsd(std::span<SsdWriteItem> items,
+                    std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
+  // Copies `key` from the SSD into a free or clean host slot. OK also when it is already in
+  // memory; NotFound when the SSD does not have it; Busy when no slot can be had.
+  Status PromoteFromSsd(const BlockKey& key, VictimFilter filter) KV_EXCLUDES(mu_);
+
+  ThreadPool* pool() { return pool_.get(); }
+  DeviceTier* device() { return device_.get(); }
+  const KvLayout& layout() const { return options_.layout; }
+  uint64_t block_bytes() const { return block_bytes_; }
+  bool has_ssd() const { return ssd_ != nullptr; }
+
+ private:
+  friend class LoadHandleImpl;
+  friend class StoreHandleImpl;
+
+  explicit EngineImpl(const EngineOptions& options);
+  Status OpenTiers();
+
+  bool HasTier(MemTier t) const { return clocks_[TierIndex(t)].has_value(); }
+  std::byte* SlotData(MemTier t, uint32_t slot);
+  void FreeRaw(MemTier t, uint32_t slot);
+  Result<uint32_t> AllocateRaw(MemTier t);
+  uint64_t NowWallUs() const { return clock_->WallMicros(); }
+  std::vector<BlockKey> KeysOf(std::span<const Hash256> chunks, size_t chunk_count) const;
+
+  // Slot management (engine_tiers.cc). Every one may drop and retake mu_ (for copies and
+  // write-backs) unless noted; entry pointers must be looked up again afterwards.
+  Result<uint32_t> AllocateSlot(MemTier t, VictimFilter filter) KV_REQUIRES(mu_);
+  // Frees a slot by evicting one victim; Busy when there is none.
+  Status EvictOne(MemTier t, VictimFilter filter) KV_REQUIRES(mu_);
+  // Moves the copy of `key` in tier `t` down: demotion to a lower memory tier with a free or
+  // clean slot, else (dirty only) a write to the SSD. The copy is kEvicting on entry and stays so.
+  Status WriteDown(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
+  // Allocates a slot in `t` without any write (free slot or clean victim); never drops mu_.
+  Result<uint32_t> AllocateClean(MemTier t) KV_REQUIRES(mu_);
+  // Drops `entry`'s copy in `t` (no write); erases the entry when nothing is left. Never drops mu_.
+  void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
+  // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
+  Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
+  // Looks up `key`: a readable memory copy (returns its tier) or nullopt. Expired = absent.
+  std::optional<MemTier> ReadableTier(const BlockKey& key, uint64_t now_wall_us) KV_REQUIRES(mu_);
+  // False when an I/O error kept some block from the SSD.
+  bool FlushBatch(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);
+
+  // Load (engine_load.cc).
+  void IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items);
+  Status LoadFromSsd(std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
+  // Copies a block just read from the SSD into a free or clean host slot, when there is one.
+  void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw) KV_EXCLUDES(mu_);
+  // Runs `task` on the worker pool (inline once the pool is shutting down). Caller threads only:
+  // a worker calling it could wait on its own full queue.
+  void RunOnPool(std::function<void()> task);
+
+  // Store (engine_store.cc).
+  // Reserves index entries for the absent blocks among `keys` (pinned while the store runs).
+  std::vector<StoreItem> ReserveBlocks(std::span<const BlockKey> keys,
+                                       std::span<const std::span<const std::byte>> src,
+                                       const StoreOptions& options) KV_REQUIRES(mu_);
+  Status AllocateForStore(std::span<StoreItem> items) KV_REQUIRES(mu_);
+  void AbortStore(std::span<const StoreItem> items) KV_REQUIRES(mu_);
+  // Runs on a worker: waits for the copies, publishes the blocks, writes through.
+  void FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> items, CopyEvent event);
+
+  EngineOptions options_;
+  std::unique_ptr<Env> owned_env_;
+  Env* env_ = nullptr;
+  Clock* clock_ = nullptr;
+  Logger* logger_ = nullptr;
+  Hash256 layout_digest_{};
+  uint64_t block_bytes_ = 0;
+  codecs::BlockGeometry geometry_;
+
+  std::unique_ptr<DeviceTier> device_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<HostTier> cxl_;
+  std::unique_ptr<SsdTier> ssd_;
+  std::unique_ptr<codecs::Codec> codec_;
+  std::unique_ptr<StagingPool> staging_;
+  std::unique_ptr<CodecContextPool> contexts_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<PinHandle::Unpinner> unpinner_;
+  std::atomic<int64_t> live_handles_{0};
+
+  Mutex mu_;
+  BlockIndex index_ KV_GUARDED_BY(mu_);
+  std::array<std::optional<SlotClock>, kMemTiers> clocks_;  // Set at Open; contents under mu_.
+  std::array<TierCounters, kMemTiers + 1> counters_ KV_GUARDED_BY(mu_);  // Last: SSD.
+  EngineStats stats_ KV_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier

@@ -1,0 +1,84 @@
+// EngineOptions::Validate and TierKindName.
+#include <string>
+
+#include "core/limits.h"
+#include "engine/engine.h"
+#include "engine/staging.h"
+
+namespace kvtier {
+
+std::string_view TierKindName(TierKind kind) {
+  switch (kind) {
+    case TierKind::kNone:
+      return "none";
+    case TierKind::kDevice:
+      return "device";
+    case TierKind::kHost:
+      return "host";
+    case TierKind::kCxl:
+      return "cxl";
+    case TierKind::kSsd:
+      return "ssd";
+    case TierKind::kRemote:
+      return "remote";
+  }
+  return "invalid";
+}
+
+namespace {
+
+Status WithField(const Status& s, std::string_view field) {
+  return s.ok() ? s : Status::InvalidArgument(std::string(field) + ": " + s.message());
+}
+
+// The memory tiers' byte budgets must hold at least one block.
+Status CheckCapacity(std::string_view field, uint64_t capacity_bytes, uint64_t block_bytes) {
+  if (capacity_bytes < block_bytes) {
+    return Status::InvalidArgument(std::string(field) + "=" + std::to_string(capacity_bytes) +
+                                   " holds no block of " + std::to_string(block_bytes) +
+                                   " bytes (layout.BlockBytes())");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status EngineOptions::Validate() const {
+  KV_RETURN_IF_ERROR(WithField(layout.Validate(), "layout"));
+  if (model.name.size() > kModelNameBytesMax) {
+    return Status::InvalidArgument("model.name: longer than " + std::to_string(kModelNameBytesMax) +
+                                   " bytes");
+  }
+  const uint64_t block_bytes = layout.BlockBytes();
+  if (device.capacity_bytes != 0) {
+    KV_RETURN_IF_ERROR(CheckCapacity("device.capacity_bytes", device.capacity_bytes, block_bytes));
+    if (device.copy_threads == 0)
+      return Status::InvalidArgument("device.copy_threads: must be > 0");
+  }
+  KV_RETURN_IF_ERROR(CheckCapacity("host.capacity_bytes", host.capacity_bytes, block_bytes));
+  if (cxl.has_value()) {
+    KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
+  }
+  if (ssd.has_value()) KV_RETURN_IF_ERROR(WithField(ssd->Validate(), "ssd"));
+  KV_RETURN_IF_ERROR(WithField(ssd_codec.Validate(), "ssd_codec"));
+  if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
+    return Status::InvalidArgument("write_policy: unknown value");
+  }
+  if (worker_threads == 0 || worker_threads > kThreadPoolThreadsMax) {
+    return Status::InvalidArgument("worker_threads=" + std::to_string(worker_threads) +
+                                   ": must be in [1, " + std::to_string(kThreadPoolThreadsMax) +
+                                   "]");
+  }
+  if (staging_buffers < kLoadStagingBatchMax || staging_buffers > 4096) {
+    return Status::InvalidArgument("staging_buffers=" + std::to_string(staging_buffers) +
+                                   ": must be in [" + std::to_string(kLoadStagingBatchMax) +
+                                   ", 4096]");
+  }
+  if (default_ttl_ms > kTtlMsMax) {
+    return Status::InvalidArgument("default_ttl_ms=" + std::to_string(default_ttl_ms) +
+                                   ": at most " + std::to_string(kTtlMsMax) + " ms");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,251 @@
+// Store: takes the full chunks of a sequence into the cache, asynchronously.
+//
+// Under the engine mutex the absent blocks are reserved (index entries in state kWriting, so a
+// concurrent Store of the same key skips them and Lookup/Load do not see them) and given slots in
+// the entry tier (device when present, else host; a lower memory tier when that one is full of
+// pinned or in-flight blocks), evicting as needed. If no slot can be had the whole call is undone
+// and returns Busy: nothing waits for space that may never come.
+//
+// The bytes are then copied (DeviceTier::Copy kHostToDevice, or a memcpy on the worker pool into
+// host/CXL slots). A worker publishes the blocks (kReady) only after the copy completed, then,
+// with write-through, encodes and writes them to the SSD before completing the handle. Every
+// published block starts dirty when an SSD exists; a successful SSD write clears the bit, so a
+// block the SSD refused is written back again on eviction.
+#include <cstring>
+
+#include "core/assert.h"
+#include "engine/engine_impl.h"
+
+namespace kvtier {
+
+class StoreHandleImpl final : public StoreHandle {
+ public:
+  StoreHandleImpl(EngineImpl* engine, size_t chunks) : engine_(engine), chunks_(chunks) {
+    engine_->HandleOpened();
+  }
+  ~StoreHandleImpl() override {
+    Wait().IgnoreError();
+    engine_->HandleClosed();
+  }
+  Status Wait() override KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (!done_) cv_.Wait(&mu_);
+    return status_;
+  }
+  size_t chunks_stored() const override { return chunks_; }
+
+  void Complete(const Status& s) KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+    cv_.SignalAll();
+  }
+
+ private:
+  EngineImpl* const engine_;
+  const size_t chunks_;
+  Mutex mu_;
+  CondVar cv_;
+  bool done_ KV_GUARDED_BY(mu_) = false;
+  Status status_ KV_GUARDED_BY(mu_);
+};
+
+namespace {
+
+Status ValidateStoreArgs(const KvLayout& layout, size_t full_chunks,
+                         std::span<const std::span<const std::byte>> src) {
+  if (src.size() % layout.layers != 0) {
+    return Status::InvalidArgument(
+        "src: " + std::to_string(src.size()) +
+        " spans is not a multiple of layers=" + std::to_string(layout.layers));
+  }
+  if (src.size() / layout.layers > full_chunks) {
+    return Status::InvalidArgument("src: " + std::to_string(src.size() / layout.layers) +
+                                   " chunks but tokens hold only " + std::to_string(full_chunks) +
+                                   " full chunks");
+  }
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i].size() != layout.BlockBytes()) {
+      return Status::InvalidArgument(
+          "src[" + std::to_string(i) + "]: " + std::to_string(src[i].size()) +
+          " bytes, want BlockBytes=" + std::to_string(layout.BlockBytes()));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<StoreItem> EngineImpl::ReserveBlocks(std::span<const BlockKey> keys,
+                                                 std::span<const std::span<const std::byte>> src,
+                                                 const StoreOptions& options) {
+  const uint64_t now = NowWallUs();
+  const uint64_t ttl_ms = options.ttl_ms != 0 ? options.ttl_ms : options_.default_ttl_ms;
+  std::vector<StoreItem> items;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
+    if (BlockEntry* e = index_.Find(key); e != nullptr) {
+      bool replaceable = e->Expired(now) && e->pins == 0 && !e->flushing;
+      for (size_t t = 0; t < kMemTiers && replaceable; ++t) {
+        replaceable = e->copy[t] == CopyState::kNone || e->copy[t] == CopyState::kReady;
+      }
+      if (!replaceable) continue;  // Present (or being written by another Store): skip it.
+      ++e->pins;                   // Keeps DropCopy from erasing the entry under this loop.
+      for (size_t t = 0; t < kMemTiers; ++t) {
+        if (e->copy[t] != CopyState::kNone) DropCopy(key, e, MemTierAt(t));
+      }
+      index_.Erase(key);
+    } else if (ssd_ != nullptr && ssd_->Contains(key)) {
+      continue;  // On the SSD already; a Load promotes it.
+    }
+    BlockEntry* e = index_.Insert(key);
+    KV_CHECK(e != nullptr);
+    e->pins = 1;  // The store's own reservation: never erased or evicted while it runs.
+    const size_t chunk = i / options_.layout.layers;
+    e->priority = options.priority;
+    if (chunk < options_.sink_chunks && e->priority < BlockPriority::kHigh) {
+      e->priority = BlockPriority::kHigh;
+    }
+    e->expiry_wall_us = ttl_ms == 0 ? 0 : now + ttl_ms * 1000;
+    items.push_back(StoreItem{.key = key, .src = src[i]});
+  }
+  return items;
+}
+
+Status EngineImpl::AllocateForStore(std::span<StoreItem> items) {
+  const size_t first_tier = HasTier(MemTier::kDevice) ? 0 : 1;
+  for (StoreItem& item : items) {
+    Status last = Status::Busy("no memory tier");
+    for (size_t t = first_tier; t < kMemTiers && item.slot == kNoSlot; ++t) {
+      if (!HasTier(MemTierAt(t))) continue;
+      Result<uint32_t> slot = AllocateSlot(MemTierAt(t), VictimFilter::kAny);
+      if (!slot.ok()) {
+        last = slot.status();
+        continue;
+      }
+      BlockEntry* e = index_.Find(item.key);
+      e->slot[t] = *slot;
+      e->copy[t] = CopyState::kFilling;
+      clocks_[t]->Assign(*slot, item.key, e->expiry_wall_us != 0);
+      item.tier = MemTierAt(t);
+      item.slot = *slot;
+    }
+    if (item.slot == kNoSlot) return last;
+  }
+  return Status::Ok();
+}
+
+void EngineImpl::AbortStore(std::span<const StoreItem> items) {
+  for (const StoreItem& item : items) {
+    BlockEntry* e = index_.Find(item.key);
+    KV_CHECK(e != nullptr);
+    if (item.slot != kNoSlot) DropCopy(item.key, e, item.tier);
+    e = index_.Find(item.key);
+    --e->pins;
+    index_.EraseIfEmpty(item.key);
+  }
+}
+
+Result<std::unique_ptr<StoreHandle>> EngineImpl::Store(
+    const Namespace& ns, std::span<const uint32_t> tokens,
+    std::span<const std::span<const std::byte>> src, const StoreOptions& options) {
+  const uint32_t layers = options_.layout.layers;
+  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
+                      ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
+  KV_RETURN_IF_ERROR(ValidateStoreArgs(options_.layout, chunks.size(), src));
+  if (options.ttl_ms > kTtlMsMax) {
+    return Status::InvalidArgument("ttl_ms=" + std::to_string(options.ttl_ms) + ": at most " +
+                                   std::to_string(kTtlMsMax) + " ms");
+  }
+  const std::vector<BlockKey> keys = KeysOf(chunks, src.size() / layers);
+  std::vector<StoreItem> items;
+  {
+    MutexLock lock(&mu_);
+    ++stats_.stores;
+    items = ReserveBlocks(keys, src, options);
+    const Status s = AllocateForStore(items);
+    if (!s.ok()) {
+      AbortStore(items);
+      ++stats_.busy_rejections;
+      return s;
+    }
+    stats_.store_blocks += items.size();
+  }
+  size_t chunks_stored = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i == 0 || items[i].key.chunk_hash != items[i - 1].key.chunk_hash) ++chunks_stored;
+  }
+  auto handle = std::make_unique<StoreHandleImpl>(this, chunks_stored);
+  if (items.empty()) {
+    handle->Complete(Status::Ok());
+    return std::unique_ptr<StoreHandle>(std::move(handle));
+  }
+  std::vector<CopyRegion> to_device;
+  for (const StoreItem& item : items) {
+    if (item.tier != MemTier::kDevice) continue;
+    to_device.push_back(CopyRegion{
+        .dst = device_->SlotData(item.slot), .src = item.src.data(), .bytes = block_bytes_});
+  }
+  CopyEvent event;
+  if (!to_device.empty()) event = device_->Copy(CopyKind::kHostToDevice, to_device);
+  StoreHandleImpl* h = handle.get();
+  RunOnPool([this, h, items = std::move(items), event]() mutable {
+    FinishStore(h, std::move(items), event);
+  });
+  return std::unique_ptr<StoreHandle>(std::move(handle));
+}
+
+void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> items,
+                             CopyEvent event) {
+  const Status copied = event.Wait();
+  if (copied.ok()) {
+    for (const StoreItem& item : items) {
+      if (item.tier == MemTier::kDevice) continue;
+      std::memcpy(SlotData(item.tier, item.slot), item.src.data(), block_bytes_);
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    for (const StoreItem& item : items) {
+      BlockEntry* e = index_.Find(item.key);
+      KV_CHECK(e != nullptr);
+      --e->pins;
+      if (!copied.ok()) {
+        DropCopy(item.key, e, item.tier);
+        continue;
+      }
+      e->copy[TierIndex(item.tier)] = CopyState::kReady;
+      e->state = BlockState::kReady;
+      e->dirty = ssd_ != nullptr;
+    }
+  }
+  if (!copied.ok() || ssd_ == nullptr || options_.write_policy != WritePolicy::kWriteThrough) {
+    handle->Complete(copied);
+    return;
+  }
+  std::vector<SsdWriteItem> writes;
+  writes.reserve(items.size());
+  for (const StoreItem& item : items) {
+    writes.push_back(SsdWriteItem{.key = item.key, .raw = item.src});
+  }
+  {
+    MutexLock lock(&mu_);
+    for (SsdWriteItem& w : writes) {
+      if (const BlockEntry* e = index_.Find(w.key)) w.expiry_wall_us = e->expiry_wall_us;
+    }
+  }
+  const Status io = WriteToSsd(writes);
+  {
+    MutexLock lock(&mu_);
+    for (const SsdWriteItem& w : writes) {
+      BlockEntry* e = index_.Find(w.key);
+      if (e != nullptr && w.status.ok()) {
+        e->dirty = false;
+        e->on_ssd = true;
+      }
+    }
+  }
+  handle->Complete(io);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,617 @@
+// Goal: show that the Engine serves exactly the bytes that were stored, for every layer and chunk,
+// from whichever tier holds them (device, host, CXL, SSD), and that its guards hold: partial
+// tails and other tenants' salts never match, expired blocks are misses, pinned blocks stay, a
+// store into an all-pinned tier returns Busy quickly, the sink chunk outlives normal chunks, a
+// corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, and the
+// SSD contents are found again after a restart.
+// Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
+// demotion and write-back happen within a handful of blocks; payload bytes are derived from
+// (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
+// the SSD tier; a ManualClock for TTLs.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "testing/fault_injection_env.h"
+#include "testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kLayers = 3;
+constexpr uint32_t kBlockTokens = 16;
+
+KvLayout TestLayout() {
+  return {.layers = kLayers,
+          .kv_heads = 2,
+          .head_dim = 16,
+          .dtype = DType::kF16,
+          .block_tokens = kBlockTokens};
+}
+const uint64_t kBlockBytes = TestLayout().BlockBytes();
+
+// Deterministic bytes of block (chunk_hash, layer): finite FP16 values so every codec takes them.
+std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer) {
+  uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
+  std::vector<std::byte> out(kBlockBytes);
+  for (size_t i = 0; i + 1 < out.size(); i += 2) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<std::byte>(x);
+    out[i + 1] = static_cast<std::byte>((x >> 8) & 0x3B);  // Exponent < 0x1F: finite.
+  }
+  return out;
+}
+
+std::vector<uint32_t> Tokens(uint32_t seed, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = seed * 100003u + static_cast<uint32_t>(i);
+  return t;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<ScopedTempDir> d = ScopedTempDir::Create();
+    ASSERT_TRUE(d.ok());
+    dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
+    env_ = NewPosixEnv({.clock = &clock_});
+  }
+
+  EngineOptions Options(uint32_t device_blocks, uint32_t host_blocks, bool ssd) {
+    EngineOptions o;
+    o.layout = TestLayout();
+    o.model.name = "test-model";
+    o.device.capacity_bytes = device_blocks * kBlockBytes;
+    o.host.capacity_bytes = host_blocks * kBlockBytes;
+    o.host.huge_pages = HugePages::kOff;
+    o.host.lock = MemoryLock::kOff;
+    o.host.prefault = false;
+    if (ssd) {
+      SsdTierOptions s;
+      s.dirs = {dir_->Join("ssd")};
+      s.segment_bytes = 1 * kMiB;
+      s.capacity_bytes = 16 * kMiB;
+      o.ssd = s;
+    }
+    o.env = env_.get();
+    return o;
+  }
+
+  std::unique_ptr<Engine> OpenOrDie(const EngineOptions& o) {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  // Stores the first `chunks` chunks of `tokens`; returns the status of Store or Wait.
+  Status StoreChunks(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
+                     size_t chunks, const StoreOptions& so = {}) {
+    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+    KV_RETURN_IF_ERROR(hashes.status());
+    std::vector<std::vector<std::byte>> bufs;
+    std::vector<std::span<const std::byte>> src;
+    for (size_t c = 0; c < chunks; ++c) {
+      for (uint32_t l = 0; l < kLayers; ++l) bufs.push_back(Payload((*hashes)[c], l));
+    }
+    for (const auto& b : bufs) src.emplace_back(b);
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src, so));
+    return h->Wait();
+  }
+
+  // Loads `chunks` chunks and checks every byte; returns the per-layer statuses.
+  std::vector<Status> LoadAndCheck(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
+                                   size_t chunks) {
+    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+    EXPECT_TRUE(hashes.ok());
+    std::vector<std::vector<std::byte>> bufs(chunks * kLayers, std::vector<std::byte>(kBlockBytes));
+    std::vector<std::span<std::byte>> dst;
+    for (auto& b : bufs) dst.emplace_back(b);
+    Result<std::unique_ptr<LoadHandle>> h = e.Load(ns, tokens, dst);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return {};
+    std::vector<Status> out;
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      out.push_back((*h)->WaitLayer(l));
+      EXPECT_TRUE((*h)->LayerReady(l));
+      if (!out.back().ok()) continue;
+      for (size_t c = 0; c < chunks; ++c) {
+        EXPECT_EQ(bufs[c * kLayers + l], Payload((*hashes)[c], l))
+            << "chunk " << c << " layer " << l;
+      }
+    }
+    return out;
+  }
+
+  static bool AllOk(const std::vector<Status>& v) {
+    for (const Status& s : v) {
+      if (!s.ok()) return false;
+    }
+    return !v.empty();
+  }
+
+  ManualClock clock_{1'000'000'000};
+  std::unique_ptr<ScopedTempDir> dir_;
+  std::unique_ptr<Env> env_;
+};
+
+TEST_F(EngineTest, StoreLookupLoadRoundTrip) {
+  auto e = OpenOrDie(Options(/*device=*/16, /*host=*/16, /*ssd=*/false));
+  ASSERT_NE(e, nullptr);
+  Result<Namespace> ns = e->MakeNamespace("tenant-a");
+  ASSERT_TRUE(ns.ok());
+  const std::vector<uint32_t> tokens = Tokens(1, 4 * kBlockTokens + 5);  // Partial tail of 5.
+  ASSERT_TRUE(StoreChunks(*e, *ns, tokens, 4).ok());
+  Result<LookupResult> r = e->Lookup(*ns, tokens);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->matched_tokens, 4 * kBlockTokens);
+  ASSERT_EQ(r->chunk_tiers.size(), 4u);
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kDevice);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, *ns, tokens, 4)));
+  // A second store of the same prefix takes nothing new.
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns->digest, tokens, kBlockTokens);
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<std::span<const std::byte>> src;
+  for (uint32_t l = 0; l < kLayers; ++l) bufs.push_back(Payload((*hashes)[0], l));
+  for (const auto& b : bufs) src.emplace_back(b);
+  Result<std::unique_ptr<StoreHandle>> h = e->Store(*ns, tokens, src);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ((*h)->chunks_stored(), 0u);
+  const EngineStats st = e->Stats();
+  EXPECT_EQ(st.store_blocks, 4u * kLayers);
+  EXPECT_EQ(st.load_blocks, 4u * kLayers);
+  EXPECT_EQ(st.load_failures, 0u);
+}
+
+TEST_F(EngineTest, PartialTailAndDivergenceAreIgnored) {
+  auto e = OpenOrDie(Options(0, 16, false));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  std::vector<uint32_t> tokens = Tokens(2, 2 * kBlockTokens + 7);
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 2).ok());
+  tokens.back() ^= 1;  // A different tail changes nothing.
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, 2 * kBlockTokens);
+  tokens[kBlockTokens + 1] ^= 1;  // A change in chunk 1 ends the match there.
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, kBlockTokens);
+  EXPECT_EQ(e->Lookup(ns, std::span(tokens).first(kBlockTokens - 1))->matched_tokens, 0u);
+}
+
+TEST_F(EngineTest, SaltsIsolateTenants) {
+  auto e = OpenOrDie(Options(0, 16, false));
+  ASSERT_NE(e, nullptr);
+  Namespace a = *e->MakeNamespace("salt-a");
+  Namespace b = *e->MakeNamespace("salt-b");
+  std::vector<std::string> lora = {"lora:1"};
+  Namespace a_lora = *e->MakeNamespace("salt-a", lora);
+  const std::vector<uint32_t> tokens = Tokens(3, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, a, tokens, 2).ok());
+  EXPECT_EQ(e->Lookup(a, tokens)->matched_tokens, 2 * kBlockTokens);
+  EXPECT_EQ(e->Lookup(b, tokens)->matched_tokens, 0u);
+  EXPECT_EQ(e->Lookup(a_lora, tokens)->matched_tokens, 0u);
+  // Loading another tenant's chunks fails closed.
+  std::vector<std::vector<std::byte>> bufs(kLayers, std::vector<std::byte>(kBlockBytes));
+  std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
+  auto h = e->Load(b, tokens, dst);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE((*h)->WaitLayer(0).IsNotFound());
+  EXPECT_TRUE((*h)->Wait().IsNotFound());
+}
+
+TEST_F(EngineTest, ArgumentsAreValidated) {
+  auto e = OpenOrDie(Options(0, 16, false));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(4, 2 * kBlockTokens);
+  std::vector<std::vector<std::byte>> bufs(2 * kLayers, std::vector<std::byte>(kBlockBytes));
+  bufs[4].resize(kBlockBytes - 2);
+  std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
+  Result<std::unique_ptr<LoadHandle>> h = e->Load(ns, tokens, dst);
+  ASSERT_TRUE(h.status().IsInvalidArgument());
+  EXPECT_NE(h.status().message().find("dst[4]"), std::string::npos) << h.status().ToString();
+  EXPECT_TRUE(e->Load(ns, tokens, std::span(dst).first(2)).status().IsInvalidArgument());
+  std::vector<std::span<const std::byte>> src(bufs.begin(), bufs.end());
+  EXPECT_TRUE(e->Store(ns, std::span(tokens).first(kBlockTokens), src)
+                  .status()
+                  .IsInvalidArgument());  // Two chunks of buffers, one chunk of tokens.
+}
+
+TEST_F(EngineTest, OptionsValidationNamesTheField) {
+  EngineOptions o = Options(0, 16, false);
+  o.host.capacity_bytes = 0;
+  Status s = o.Validate();
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("host.capacity_bytes"), std::string::npos) << s.ToString();
+  o = Options(0, 16, false);
+  o.worker_threads = 0;
+  EXPECT_NE(o.Validate().message().find("worker_threads"), std::string::npos);
+  o = Options(0, 16, false);
+  o.layout.block_tokens = 17;
+  EXPECT_NE(o.Validate().message().find("layout"), std::string::npos);
+  o = Options(1, 16, false);
+  o.device.capacity_bytes = kBlockBytes - 1;
+  EXPECT_NE(o.Validate().message().find("device.capacity_bytes"), std::string::npos);
+  o = Options(0, 16, false);
+  o.ssd_codec.zstd_level = 99;
+  EXPECT_NE(o.Validate().message().find("ssd_codec"), std::string::npos);
+  o = Options(0, 16, false);
+  o.staging_buffers = 1;
+  EXPECT_NE(o.Validate().message().find("staging_buffers"), std::string::npos);
+  EXPECT_TRUE(Options(4, 16, true).Validate().ok());
+  EXPECT_FALSE(Engine::Open(o).ok());
+}
+
+TEST_F(EngineTest, WriteBackEvictsToSsdAndLoadsBack) {
+  EngineOptions o = Options(/*device=*/3, /*host=*/3, /*ssd=*/true);
+  o.write_policy = WritePolicy::kWriteBack;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(5, 5 * kBlockTokens);
+  // One chunk at a time: each store evicts older dirty blocks (device -> host -> SSD).
+  for (size_t c = 1; c <= 5; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok()) << c;
+  EngineStats st = e->Stats();
+  uint64_t writebacks = 0;
+  for (const TierStats& t : st.tiers) writebacks += t.writebacks;
+  EXPECT_GT(writebacks, 0u);
+  Result<LookupResult> r = e->Lookup(ns, tokens);
+  EXPECT_EQ(r->matched_tokens, 5 * kBlockTokens);
+  // Device overflow demotes to host while host has clean room, else writes back to the SSD.
+  EXPECT_GE(std::count(r->chunk_tiers.begin(), r->chunk_tiers.end(), TierKind::kSsd), 1);
+  EXPECT_EQ(r->chunk_tiers.back(), TierKind::kDevice);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 5)));
+  EXPECT_EQ(e->Stats().corrupt_blocks, 0u);
+}
+
+TEST_F(EngineTest, WriteThroughPersistsBeforeWaitReturns) {
+  EngineOptions o = Options(0, 16, true);
+  o.write_policy = WritePolicy::kWriteThrough;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(6, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 2).ok());
+  EngineStats st = e->Stats();
+  ASSERT_EQ(st.tiers.back().kind, TierKind::kSsd);
+  EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
+}
+
+TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
+  auto e = OpenOrDie(Options(0, 16, true));  // Write-back.
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(20, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 2).ok());
+  EXPECT_EQ(e->Stats().tiers.back().blocks, 0u);  // Nothing written yet.
+  ASSERT_TRUE(e->Flush().ok());
+  EXPECT_EQ(e->Stats().tiers.back().blocks, 2u * kLayers);
+  ASSERT_TRUE(e->Flush().ok());  // Clean now: nothing more to write.
+  EXPECT_EQ(e->Stats().tiers.back().blocks, 2u * kLayers);
+  // Still served from memory.
+  EXPECT_EQ(e->Lookup(ns, tokens)->chunk_tiers.at(1), TierKind::kHost);
+}
+
+TEST_F(EngineTest, ConcurrentStoresOfOneKeyStoreItOnce) {
+  auto e = OpenOrDie(Options(4, 32, false));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(21, 3 * kBlockTokens);
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+  std::vector<std::vector<std::byte>> bufs;
+  for (size_t c = 0; c < 3; ++c) {
+    for (uint32_t l = 0; l < kLayers; ++l) bufs.push_back(Payload((*hashes)[c], l));
+  }
+  std::vector<std::span<const std::byte>> src(bufs.begin(), bufs.end());
+  std::atomic<size_t> stored{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      Result<std::unique_ptr<StoreHandle>> h = e->Store(ns, tokens, src);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_TRUE((*h)->Wait().ok());
+      stored += (*h)->chunks_stored();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(e->Stats().store_blocks, 3u * kLayers);
+  EXPECT_GE(stored.load(), 3u);  // A chunk split between two stores counts in both.
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 3)));
+}
+
+TEST_F(EngineTest, ReopenFindsBlocksOnSsd) {
+  const std::vector<uint32_t> tokens = Tokens(7, 3 * kBlockTokens);
+  Namespace ns;
+  {
+    auto e = OpenOrDie(Options(2, 4, true));  // Write-back: the clean shutdown flushes.
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    for (size_t c = 1; c <= 3; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+  }
+  auto e = OpenOrDie(Options(2, 16, true));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->MakeNamespace("t")->digest, ns.digest);
+  Result<LookupResult> r = e->Lookup(ns, tokens);
+  EXPECT_EQ(r->matched_tokens, 3 * kBlockTokens);
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 3)));
+  // The SSD hits were promoted to the host tier.
+  EXPECT_EQ(e->Lookup(ns, std::span(tokens).first(kBlockTokens))->chunk_tiers[0], TierKind::kHost);
+}
+
+TEST_F(EngineTest, ExpiredBlocksAreMisses) {
+  EngineOptions o = Options(0, 16, true);
+  o.default_ttl_ms = 1000;
+  o.write_policy = WritePolicy::kWriteThrough;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(8, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(9, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  ASSERT_TRUE(StoreChunks(*e, ns, b, 1, {.ttl_ms = 5000}).ok());
+  EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, kBlockTokens);
+  clock_.Advance(2'000'000);
+  EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, 0u);  // Memory and SSD copies expired.
+  EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
+  clock_.Advance(4'000'000);
+  EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, 0u);
+  // An expired block can be stored again.
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, kBlockTokens);
+}
+
+TEST_F(EngineTest, PinsPreventEvictionAndAllPinnedStoreIsBusy) {
+  auto e = OpenOrDie(Options(0, kLayers, false));  // One chunk fits.
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(10, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(11, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  {
+    Result<PinHandle> pin = e->Pin(ns, a);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(pin->chunks(), 1u);
+    const auto start = std::chrono::steady_clock::now();
+    Status s = StoreChunks(*e, ns, b, 1);
+    EXPECT_TRUE(s.IsBusy()) << s.ToString();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, kBlockTokens);
+    EXPECT_EQ(e->Stats().busy_rejections, 1u);
+    PinHandle moved = std::move(*pin);  // Moving keeps the pin.
+    EXPECT_TRUE(StoreChunks(*e, ns, b, 1).IsBusy());
+  }
+  EXPECT_TRUE(StoreChunks(*e, ns, b, 1).ok());
+  EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, 0u);
+  EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
+}
+
+TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
+  auto e = OpenOrDie(Options(2, 2 * kLayers, true));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> big = Tokens(28, 4 * kBlockTokens);
+  EXPECT_TRUE(StoreChunks(*e, ns, big, 4).IsBusy());  // 12 blocks, 8 slots.
+  EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 0u);
+  for (const TierStats& t : e->Stats().tiers) EXPECT_EQ(t.blocks, 0u) << TierKindName(t.kind);
+  // In pieces it fits: older chunks move down to the SSD.
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, big, c).ok());
+  EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 4 * kBlockTokens);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, big, 4)));
+}
+
+TEST_F(EngineTest, PinHandleMayOutliveEngine) {
+  auto e = OpenOrDie(Options(0, 16, false));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(12, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  Result<PinHandle> pin = e->Pin(ns, a);
+  ASSERT_TRUE(pin.ok());
+  e.reset();
+  PinHandle gone = std::move(*pin);  // Destroyed after the engine: does nothing.
+}
+
+TEST_F(EngineTest, SinkChunkOutlivesNormalChunks) {
+  auto e = OpenOrDie(Options(0, 2 * kLayers, false));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> s = Tokens(13, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, s, 2).ok());  // Chunk 0 is the sink (kHigh), chunk 1 normal.
+  const std::vector<uint32_t> t = Tokens(14, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, t, 1).ok());  // Needs 3 slots: chunk 1 of s goes.
+  EXPECT_EQ(e->Lookup(ns, s)->matched_tokens, kBlockTokens);
+  EXPECT_EQ(e->Lookup(ns, t)->matched_tokens, kBlockTokens);
+}
+
+TEST_F(EngineTest, CorruptSsdRecordFailsClosed) {
+  EngineOptions o = Options(0, kLayers, true);
+  o.write_policy = WritePolicy::kWriteThrough;
+  o.promote_on_load = false;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(15, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(16, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  ASSERT_TRUE(StoreChunks(*e, ns, b, 1).ok());  // Pushes a out of memory (clean: on SSD).
+  EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  // Flip one payload byte of the first record (a's layer 0) in the first segment.
+  std::string segment;
+  for (const auto& f : std::filesystem::directory_iterator(dir_->Join("ssd"))) {
+    if (f.path().extension() == ".kvs" && (segment.empty() || f.path().string() < segment)) {
+      segment = f.path().string();
+    }
+  }
+  ASSERT_FALSE(segment.empty());
+  {
+    std::fstream f(segment, std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff at = 4096 + 128 + 300;
+    f.seekg(at);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5A);
+    f.seekp(at);
+    f.write(&c, 1);
+  }
+  std::vector<Status> layers = LoadAndCheck(*e, ns, a, 1);
+  ASSERT_EQ(layers.size(), kLayers);
+  EXPECT_TRUE(layers[0].IsNotFound()) << layers[0].ToString();
+  EXPECT_TRUE(layers[1].ok());
+  EXPECT_TRUE(layers[2].ok());
+  const EngineStats st = e->Stats();
+  EXPECT_GE(st.corrupt_blocks, 1u);
+  EXPECT_GE(st.load_failures, 1u);
+}
+
+TEST_F(EngineTest, BitFlipsOnSsdReadsNeverServeWrongBytes) {
+  FaultInjectionEnv faulty(env_.get());
+  EngineOptions o = Options(0, kLayers, true);
+  o.env = &faulty;
+  o.write_policy = WritePolicy::kWriteThrough;
+  o.promote_on_load = false;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(22, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(23, kBlockTokens), 1).ok());  // a: SSD only now.
+  ASSERT_TRUE(faulty
+                  .ArmFault({.kind = FaultKind::kBitFlip,
+                             .op = FaultOp::kRead,
+                             .path_substring = ".kvs",
+                             .repeat = FaultRepeat::kEveryAfter,
+                             .bit_index = (128 + 100) * 8})  // In the payload, past the header.
+                  .ok());
+  const std::vector<Status> layers = LoadAndCheck(*e, ns, a, 1);  // Checks bytes of OK layers.
+  ASSERT_EQ(layers.size(), kLayers);
+  for (const Status& s : layers) EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+  EXPECT_EQ(e->Stats().corrupt_blocks, kLayers);
+  faulty.DisarmAllFaults();
+}
+
+TEST_F(EngineTest, FailedWriteBackDropsTheBlockWithoutHanging) {
+  FaultInjectionEnv faulty(env_.get());
+  EngineOptions o = Options(0, kLayers, true);
+  o.env = &faulty;
+  auto e = OpenOrDie(o);  // Write-back.
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(24, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(25, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  ASSERT_TRUE(
+      faulty
+          .ArmFault(
+              {.op = FaultOp::kWrite, .path_substring = ".kvs", .repeat = FaultRepeat::kEveryAfter})
+          .ok());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(StoreChunks(*e, ns, b, 1).ok());  // Evicts a: its write-back fails.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, 0u);
+  EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, b, 1)));
+  faulty.DisarmAllFaults();
+}
+
+TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
+  EngineOptions o = Options(0, kLayers, true);
+  o.write_policy = WritePolicy::kWriteThrough;
+  o.ssd->admission = SsdAdmission::kAfterRequests;
+  o.ssd->admission_requests = 2;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(26, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  EXPECT_EQ(e->Stats().tiers.back().blocks, 0u);  // First request: not admitted, still dirty.
+  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(27, kBlockTokens), 1).ok());  // Evicts a: written back.
+  EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, a, 1)));
+}
+
+TEST_F(EngineTest, LayersCompleteAndReadinessIsMonotone) {
+  auto e = OpenOrDie(Options(0, 8, true));
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(17, 4 * kBlockTokens);
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+  std::vector<std::vector<std::byte>> bufs(4 * kLayers, std::vector<std::byte>(kBlockBytes));
+  std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
+  auto h = e->Load(ns, tokens, dst);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ((*h)->chunks(), 4u);
+  std::vector<bool> seen(kLayers, false);
+  for (int spin = 0; spin < 1000; ++spin) {
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      const bool ready = (*h)->LayerReady(l);
+      EXPECT_FALSE(seen[l] && !ready) << "layer " << l << " became unready";
+      seen[l] = seen[l] || ready;
+    }
+  }
+  EXPECT_TRUE((*h)->WaitLayer(0).ok());
+  EXPECT_TRUE((*h)->Wait().ok());
+  for (uint32_t l = 0; l < kLayers; ++l) EXPECT_TRUE((*h)->LayerReady(l));
+}
+
+TEST_F(EngineTest, CxlTierOnNode0WorksLikeASecondHostTier) {
+  EngineOptions o = Options(0, kLayers, false);
+  HostTierOptions cxl = o.host;
+  cxl.name = "cxl";
+  cxl.numa_node = 0;
+  cxl.capacity_bytes = 8 * kLayers * kBlockBytes;
+  o.cxl = cxl;
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(o);
+  if (!opened.ok() && opened.status().IsNotSupported()) {
+    GTEST_SKIP() << "no NUMA support here: " << opened.status().ToString();
+  }
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto& e = *opened;
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(18, 4 * kBlockTokens);
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+  Result<LookupResult> r = e->Lookup(ns, tokens);
+  EXPECT_EQ(r->matched_tokens, 4 * kBlockTokens);  // Demoted host -> CXL, nothing lost.
+  EXPECT_EQ(r->chunk_tiers.front(), TierKind::kCxl);
+  EXPECT_EQ(r->chunk_tiers.back(), TierKind::kHost);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 4)));
+  const EngineStats st = e->Stats();
+  ASSERT_EQ(st.tiers.size(), 2u);
+  EXPECT_EQ(st.tiers[1].kind, TierKind::kCxl);
+  EXPECT_EQ(st.tiers[1].blocks, 3u * kLayers);
+}
+
+TEST_F(EngineTest, PrefetchPromotesFromSsd) {
+  const std::vector<uint32_t> tokens = Tokens(19, 2 * kBlockTokens);
+  Namespace ns;
+  {
+    auto e = OpenOrDie(Options(0, 8, true));
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    ASSERT_TRUE(StoreChunks(*e, ns, tokens, 2).ok());
+  }
+  auto e = OpenOrDie(Options(0, 8, true));
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->Prefetch(ns, tokens).ok());
+  for (int i = 0; i < 500 && e->Stats().prefetch_blocks < 2u * kLayers; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(e->Stats().prefetch_blocks, 2u * kLayers);
+  const Result<LookupResult> r = e->Lookup(ns, tokens);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->chunk_tiers.size(), 2u);
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kHost);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 2)));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,78 @@
+// StagingPool and CodecContextPool (see staging.h).
+#include "engine/staging.h"
+
+#include <utility>
+
+#include "core/assert.h"
+
+namespace kvtier {
+
+StagingLease::StagingLease(StagingLease&& o) noexcept
+    : pool_(std::exchange(o.pool_, nullptr)),
+      indexes_(std::move(o.indexes_)),
+      buffers_(std::move(o.buffers_)) {}
+
+StagingLease::~StagingLease() {
+  if (pool_ != nullptr) pool_->Release(indexes_);
+}
+
+Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint32_t count, size_t buffer_bytes) {
+  if (count == 0) return Status::InvalidArgument("staging pool: count must be > 0");
+  std::unique_ptr<StagingPool> pool(new StagingPool());
+  pool->buffer_bytes_ = buffer_bytes;
+  pool->buffers_.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    KV_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(buffer_bytes));
+    pool->buffers_.push_back(std::move(b));
+  }
+  MutexLock lock(&pool->mu_);
+  for (uint32_t i = 0; i < count; ++i) pool->free_.push_back(count - 1 - i);
+  return pool;
+}
+
+StagingLease StagingPool::Acquire(uint32_t n) {
+  KV_CHECK(n >= 1);
+  KV_CHECK(n <= count());
+  StagingLease lease;
+  MutexLock lock(&mu_);
+  while (free_.size() < n) freed_.Wait(&mu_);
+  lease.pool_ = this;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t idx = free_.back();
+    free_.pop_back();
+    lease.indexes_.push_back(idx);
+    lease.buffers_.push_back(buffers_[idx].span());
+  }
+  return lease;
+}
+
+void StagingPool::Release(std::span<const uint32_t> indexes) {
+  MutexLock lock(&mu_);
+  for (uint32_t idx : indexes) free_.push_back(idx);
+  freed_.SignalAll();
+}
+
+CodecLease::~CodecLease() {
+  if (ctx_ != nullptr) pool_->Return(std::move(ctx_));
+}
+
+Result<CodecLease> CodecContextPool::Acquire() {
+  {
+    MutexLock lock(&mu_);
+    if (!free_.empty()) {
+      std::unique_ptr<codecs::CodecContext> ctx = std::move(free_.back());
+      free_.pop_back();
+      return CodecLease(this, std::move(ctx));
+    }
+  }
+  KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());
+  KV_RETURN_IF_ERROR(ctx.Reserve(geometry_));
+  return CodecLease(this, std::make_unique<codecs::CodecContext>(std::move(ctx)));
+}
+
+void CodecContextPool::Return(std::unique_ptr<codecs::CodecContext> ctx) {
+  MutexLock lock(&mu_);
+  free_.push_back(std::move(ctx));
+}
+
+}  // namespace kvtier
