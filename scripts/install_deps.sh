@@ -21,6 +21,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   fio zstd         # Benchmarks compare against the disk (fio) and the zstd CLI.
   python3
+  # Python module (bindings/python) and its tests; Debian's /usr/bin/python3 owns these.
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest
 )
 
 missing=()

@@ -1,0 +1,90 @@
+"""kvtier: a tiered KV-cache engine for LLM inference (device -> host -> SSD).
+
+    import numpy as np, kvtier
+    engine = kvtier.Engine(layout="layers=32,kv_heads=8,head_dim=128,dtype=f16,block_tokens=16",
+                           host_bytes=8 << 30, ssd_dirs=["/nvme/kvtier"], ssd_bytes=512 << 30)
+    ns = engine.make_namespace(salt="tenant-a")
+    hit = engine.lookup(ns, tokens).matched_tokens
+    dst = kvtier.empty_blocks(engine, hit // engine.block_tokens)
+    with engine.load(ns, tokens, dst) as load:
+        for layer in range(engine.layers):
+            load.wait_layer(layer)      # layer `layer` of every chunk is in dst now
+
+Block buffers are any C-contiguous buffer-protocol objects (numpy arrays, memoryview, bytearray)
+or host-memory DLPack objects (torch CPU tensors), passed without a copy: one object holding
+chunks * layers blocks, or a sequence of one object per block indexed [chunk * layers + layer].
+Every blocking call releases the GIL. Errors raise kvtier.Error subclasses (BusyError,
+NotFoundError, CorruptionError, InvalidArgumentError, ...). See docs/integration.md.
+"""
+
+from . import _kvtier
+from ._kvtier import (  # noqa: F401  (re-exported API)
+    AbortedError,
+    BusyError,
+    CorruptionError,
+    EngineStats,
+    Error,
+    InvalidArgumentError,
+    IoError,
+    LoadHandle,
+    LookupResult,
+    Namespace,
+    NoSpaceError,
+    NotFoundError,
+    NotSupportedError,
+    PinHandle,
+    Priority,
+    StoreHandle,
+    Tier,
+    TierStats,
+    TimedOutError,
+    UnavailableError,
+)
+
+__version__ = _kvtier.__version__
+
+__all__ = [
+    "Engine", "Namespace", "LookupResult", "LoadHandle", "StoreHandle", "PinHandle", "Tier",
+    "Priority", "EngineStats", "TierStats", "Error", "NotFoundError", "CorruptionError", "IoError",
+    "InvalidArgumentError", "NotSupportedError", "NoSpaceError", "BusyError", "AbortedError",
+    "TimedOutError", "UnavailableError", "empty_blocks", "__version__",
+]
+
+
+class Engine(_kvtier.Engine):
+    """The cache engine. Keyword arguments map onto kvtier::EngineOptions:
+
+    layout          "layers=..,kv_heads=..,head_dim=..,dtype=f16|bf16|f32,block_tokens=.." or a
+                    dict with those keys (required)
+    host_bytes      host memory tier capacity (required, > 0)
+    device_bytes    device tier capacity (0: none)
+    ssd_dirs        SSD tier directories (empty: no SSD tier); ssd_bytes their capacity
+                    (0: 4 GiB); ssd_sync "per_batch" | "none" | "periodic"
+    write_policy    "back" (SSD on eviction/flush) | "through" (SSD before store completes)
+    ssd_codec       "identity" | "shuffle-zstd" | "int8" | "int4" (+ ssd_codec_level,
+                    ssd_codec_group_size)
+    model_name, weights_digest (32 bytes)   enter every key
+    default_ttl_ms, worker_threads, sink_chunks, promote_on_load, numa_node
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(_kvtier._EngineArgs(**kwargs))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else "open"
+        return f"<kvtier.Engine {self.layout} ({state})>"
+
+
+def empty_blocks(engine, chunks):
+    """A zeroed numpy array for `chunks` chunks of every layer, shaped
+    (chunks, layers, 2, block_tokens, kv_heads, head_dim): a ready Load destination or Store
+    source (bf16 travels as uint16)."""
+    import numpy as np
+
+    return np.zeros((chunks, engine.layers) + engine.block_shape, dtype=engine.numpy_dtype)

@@ -1,0 +1,984 @@
+// _kvtier: the Python glue over engine/engine.h. Glue only (STYLE.md §20):
+//   - every call that can block (Open, Lookup, Load, Store, Prefetch, Pin, waits, Flush, Stats,
+//     close) runs with the GIL released: py::call_guard<py::gil_scoped_release>;
+//   - arguments are converted by the type casters below while the GIL is still held: tokens
+//     (a list or any integer buffer), block buffers (any C-contiguous buffer-protocol object, or a
+//     host-memory DLPack object such as a torch tensor, borrowed without a copy) and the layout
+//     (a string or a dict);
+//   - Status becomes a Python exception in one place: ThrowIfError throws StatusError, and one
+//     exception translator maps it to kvtier.Error or its subclass for the code.
+//
+// Buffers: Load destinations and Store sources stay borrowed (a Py_buffer view is held, which
+// keeps the exporting object alive and, for numpy, unresizable) until the handle is closed or
+// garbage-collected; closing waits for the copies first.
+//
+// Lifetime: the Python Engine holds a shared_ptr to the C++ Engine and every handle holds
+// another, so the engine is torn down only after its last handle (engine.h requires handles to
+// go first). Engine.close() drops the Python object's reference; later calls raise kvtier.Error.
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codecs/codec_params.h"
+#include "core/kv_layout.h"
+#include "core/mutex.h"
+#include "engine/engine.h"
+#include "kvtier/status.h"
+#include "kvtier/version.h"
+
+namespace py = pybind11;
+
+namespace kvtier::python {
+
+// ---- Status -> exception (the one place) --------------------------------------------------------
+
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const char* what() const noexcept override { return status_.message().c_str(); }
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+void ThrowIfError(const Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+template <typename T>
+T ValueOrThrow(Result<T> result) {
+  ThrowIfError(result.status());
+  return std::move(result).value();
+}
+
+constexpr size_t kStatusCodes = static_cast<size_t>(StatusCode::kUnavailable) + 1;
+// Exception classes by StatusCode (index 0, OK, holds the base class kvtier.Error). Created at
+// import and never freed (module globals live as long as the interpreter).
+std::array<PyObject*, kStatusCodes> g_errors{};
+
+void TranslateStatusError(const StatusError& e) {
+  const auto code = static_cast<size_t>(e.status().code());
+  PyObject* type = code < kStatusCodes ? g_errors[code] : g_errors[0];
+  py::object instance = py::reinterpret_borrow<py::object>(type)(e.status().message());
+  instance.attr("code") = StatusCodeName(e.status().code());
+  PyErr_SetObject(type, instance.ptr());
+}
+
+void RegisterErrors(py::module_& m) {
+  struct Spec {
+    StatusCode code;
+    const char* name;
+    PyObject* builtin;  // A second base where Python has a natural one, else nullptr.
+  };
+  const Spec specs[] = {
+      {StatusCode::kNotFound, "NotFoundError", PyExc_LookupError},
+      {StatusCode::kCorruption, "CorruptionError", nullptr},
+      {StatusCode::kIoError, "IoError", PyExc_OSError},
+      {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
+      {StatusCode::kNotSupported, "NotSupportedError", nullptr},
+      {StatusCode::kNoSpace, "NoSpaceError", nullptr},
+      {StatusCode::kBusy, "BusyError", nullptr},
+      {StatusCode::kAborted, "AbortedError", nullptr},
+      {StatusCode::kTimedOut, "TimedOutError", PyExc_TimeoutError},
+      {StatusCode::kUnavailable, "UnavailableError", nullptr},
+  };
+  PyObject* base = PyErr_NewExceptionWithDoc(
+      "kvtier.Error", "Base class of kvtier errors; .code is the status code name.", nullptr,
+      nullptr);
+  if (base == nullptr) throw py::error_already_set();
+  g_errors[0] = base;
+  m.add_object("Error", py::reinterpret_borrow<py::object>(base));
+  for (const Spec& spec : specs) {
+    py::tuple bases = spec.builtin != nullptr
+                          ? py::make_tuple(py::handle(base), py::handle(spec.builtin))
+                          : py::make_tuple(py::handle(base));
+    const std::string qualified = std::string("kvtier.") + spec.name;
+    PyObject* type = PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr);
+    if (type == nullptr) throw py::error_already_set();
+    g_errors[static_cast<size_t>(spec.code)] = type;
+    m.add_object(spec.name, py::reinterpret_borrow<py::object>(type));
+  }
+  // pybind11 takes a plain function pointer with a by-value exception_ptr.
+  py::register_exception_translator([](std::exception_ptr p) {  // NOLINT(performance-*)
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      TranslateStatusError(e);
+    }
+  });
+}
+
+// ---- Buffers ----------------------------------------------------------------------------------
+
+// DLPack (v0.x, the "dltensor" capsule every framework exports): the C structs of the
+// specification, declared here because Debian ships no dlpack header. Used for objects without the
+// buffer protocol, such as torch tensors.
+namespace dlpack {
+struct Device {
+  int32_t device_type;  // 1 = CPU, 3 = CUDA host (pinned) memory, 2 = CUDA, ...
+  int32_t device_id;
+};
+struct DataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct Tensor {
+  void* data;
+  Device device;
+  int32_t ndim;
+  DataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // In elements; nullptr: compact row-major.
+  uint64_t byte_offset;
+};
+struct ManagedTensor {
+  Tensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensor* self);
+};
+constexpr int32_t kCpu = 1;
+constexpr int32_t kCudaHost = 3;
+constexpr const char* kCapsuleName = "dltensor";
+constexpr const char* kUsedCapsuleName = "used_dltensor";
+}  // namespace dlpack
+
+// A borrowed view of the bytes of a C-contiguous object: through the buffer protocol (numpy,
+// memoryview, bytearray) or, failing that, DLPack (torch tensors in host memory). Created and
+// destroyed with the GIL held; moving it touches no Python state, so views may be moved while the
+// GIL is released.
+class BufferView {
+ public:
+  BufferView(py::handle object, bool writable, const std::string& what) {
+    if (PyObject_CheckBuffer(object.ptr()) == 0 && py::hasattr(object, "__dlpack__")) {
+      FromDlpack(object, what);
+      return;
+    }
+    const int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) {
+      PyErr_Clear();
+      const bool readable = writable && PyObject_CheckBuffer(object.ptr()) != 0;
+      throw StatusError(Status::InvalidArgument(
+          what + (readable ? " is read-only; a load destination must be writable"
+                           : " supports neither the buffer protocol nor DLPack (" +
+                                 std::string(Py_TYPE(object.ptr())->tp_name) + ")")));
+    }
+    held_ = true;
+    data_ = static_cast<std::byte*>(view_.buf);
+    size_ = static_cast<size_t>(view_.len);
+    if (PyBuffer_IsContiguous(&view_, 'C') == 0) {
+      Release();
+      throw StatusError(Status::InvalidArgument(what + " is not C-contiguous"));
+    }
+  }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  BufferView(BufferView&& other) noexcept { Take(other); }
+  BufferView& operator=(BufferView&& other) noexcept {
+    if (this != &other) {
+      Release();
+      Take(other);
+    }
+    return *this;
+  }
+  ~BufferView() { Release(); }
+
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  // Takes ownership of the tensor in obj.__dlpack__()'s capsule (renaming it "used_dltensor", as
+  // the protocol requires); the deleter runs in Release().
+  void FromDlpack(py::handle object, const std::string& what) {
+    const py::object capsule = object.attr("__dlpack__")();
+    auto* managed = static_cast<dlpack::ManagedTensor*>(
+        PyCapsule_GetPointer(capsule.ptr(), dlpack::kCapsuleName));
+    if (managed == nullptr) {
+      PyErr_Clear();
+      throw StatusError(Status::InvalidArgument(what + ": __dlpack__ returned no dltensor"));
+    }
+    if (PyCapsule_SetName(capsule.ptr(), dlpack::kUsedCapsuleName) != 0) {
+      throw py::error_already_set();
+    }
+    managed_ = managed;
+    const dlpack::Tensor& t = managed->dl_tensor;
+    if (t.device.device_type != dlpack::kCpu && t.device.device_type != dlpack::kCudaHost) {
+      Release();
+      throw StatusError(Status::InvalidArgument(what + " lives on DLPack device type " +
+                                                std::to_string(t.device.device_type) +
+                                                "; this build reads and writes host memory only"));
+    }
+    uint64_t elements = 1;
+    int64_t expected_stride = 1;
+    bool contiguous = true;
+    for (int32_t d = t.ndim - 1; d >= 0; --d) {
+      const int64_t extent = t.shape[d];
+      if (t.strides != nullptr && extent > 1 && t.strides[d] != expected_stride) {
+        contiguous = false;
+      }
+      expected_stride *= extent;
+      elements *= static_cast<uint64_t>(extent);
+    }
+    if (!contiguous) {
+      Release();
+      throw StatusError(Status::InvalidArgument(what + " is not C-contiguous"));
+    }
+    const uint64_t element_bits = uint64_t{t.dtype.bits} * t.dtype.lanes;
+    data_ = static_cast<std::byte*>(t.data) + t.byte_offset;
+    size_ = static_cast<size_t>(elements * element_bits / 8);
+  }
+
+  void Take(BufferView& other) {
+    view_ = other.view_;
+    held_ = other.held_;
+    managed_ = other.managed_;
+    data_ = other.data_;
+    size_ = other.size_;
+    other.held_ = false;
+    other.managed_ = nullptr;
+  }
+
+  void Release() {
+    if (held_) PyBuffer_Release(&view_);
+    held_ = false;
+    if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
+    managed_ = nullptr;
+  }
+
+  Py_buffer view_{};
+  bool held_ = false;
+  dlpack::ManagedTensor* managed_ = nullptr;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Block buffers as one object (split into blocks of the layout) or a sequence of one object per
+// block, indexed [chunk * layers + layer]. kWritable: load destinations.
+template <bool kWritable>
+struct BlockBuffers {
+  std::vector<BufferView> views;
+
+  // The blocks, each block_bytes long. InvalidArgument for any size mismatch. No GIL needed.
+  template <typename Byte>
+  std::vector<std::span<Byte>> Split(uint64_t block_bytes, uint32_t layers) const {
+    const char* name = kWritable ? "dst" : "src";
+    std::vector<std::span<Byte>> blocks;
+    if (views.size() == 1 && views[0].size() != block_bytes) {
+      const size_t size = views[0].size();
+      const uint64_t chunk_bytes = block_bytes * layers;
+      if (size == 0 || size % chunk_bytes != 0) {
+        throw StatusError(
+            Status::InvalidArgument(std::string(name) + " has " + std::to_string(size) +
+                                    " bytes, not a positive multiple of layers * block_bytes = " +
+                                    std::to_string(chunk_bytes)));
+      }
+      for (size_t offset = 0; offset < size; offset += block_bytes) {
+        blocks.emplace_back(views[0].data() + offset, block_bytes);
+      }
+      return blocks;
+    }
+    if (views.empty() || views.size() % layers != 0) {
+      throw StatusError(Status::InvalidArgument(
+          std::string(name) + " must hold a positive multiple of " + std::to_string(layers) +
+          " (layers) blocks, got " + std::to_string(views.size())));
+    }
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i].size() != block_bytes) {
+        throw StatusError(Status::InvalidArgument(std::string(name) + "[" + std::to_string(i) +
+                                                  "] has " + std::to_string(views[i].size()) +
+                                                  " bytes; a block has " +
+                                                  std::to_string(block_bytes)));
+      }
+      blocks.emplace_back(views[i].data(), block_bytes);
+    }
+    return blocks;
+  }
+};
+using SrcBlocks = BlockBuffers<false>;
+using DstBlocks = BlockBuffers<true>;
+
+// Token ids: a list/tuple of ints or an integer buffer (numpy uint32 is copied with one memcpy).
+struct Tokens {
+  std::vector<uint32_t> values;
+};
+
+// The layout: "layers=32,kv_heads=8,head_dim=128,dtype=f16,block_tokens=256" or the same as a
+// dict {"layers": 32, ..., "dtype": "f16"}.
+struct LayoutArg {
+  std::string text;
+};
+
+}  // namespace kvtier::python
+
+namespace pybind11::detail {
+
+template <bool kWritable>
+struct type_caster<kvtier::python::BlockBuffers<kWritable>> {
+  PYBIND11_TYPE_CASTER(kvtier::python::BlockBuffers<kWritable>,
+                       const_name("Buffer | Sequence[Buffer]"));
+  bool load(handle src, bool /*convert*/) {
+    const std::string what = kWritable ? "dst" : "src";
+    if (PyObject_CheckBuffer(src.ptr()) != 0 || hasattr(src, "__dlpack__")) {
+      value.views.emplace_back(src, kWritable, what);
+      return true;
+    }
+    if (PySequence_Check(src.ptr()) == 0 || PyUnicode_Check(src.ptr()) != 0) return false;
+    const sequence seq = reinterpret_borrow<sequence>(src);
+    value.views.reserve(seq.size());
+    for (size_t i = 0; i < seq.size(); ++i) {
+      value.views.emplace_back(seq[i], kWritable, what + "[" + std::to_string(i) + "]");
+    }
+    return true;
+  }
+};
+
+template <>
+struct type_caster<kvtier::python::Tokens> {
+  PYBIND11_TYPE_CASTER(kvtier::python::Tokens, const_name("Sequence[int] | Buffer"));
+
+  bool load(handle src, bool /*convert*/) {
+    using kvtier::Status;
+    using kvtier::python::StatusError;
+    if (PyObject_CheckBuffer(src.ptr()) != 0) {
+      Py_buffer view;
+      if (PyObject_GetBuffer(src.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        throw StatusError(Status::InvalidArgument("tokens must be a C-contiguous buffer"));
+      }
+      const bool ok = LoadBuffer(view);
+      PyBuffer_Release(&view);
+      if (!ok) {
+        throw StatusError(Status::InvalidArgument(
+            "tokens must be integers in [0, 2^32) (an integer array or a sequence of int)"));
+      }
+      return true;
+    }
+    if (PySequence_Check(src.ptr()) == 0 || PyUnicode_Check(src.ptr()) != 0) return false;
+    const sequence seq = reinterpret_borrow<sequence>(src);
+    value.values.reserve(seq.size());
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const object item = seq[i];
+      // Any integer-like item (int, numpy integer scalars): operator.index semantics.
+      const object index = reinterpret_steal<object>(PyNumber_Index(item.ptr()));
+      int overflow = 0;
+      const long long v = index ? PyLong_AsLongLongAndOverflow(index.ptr(), &overflow) : -1;
+      if (PyErr_Occurred() != nullptr) PyErr_Clear();
+      if (!index || overflow != 0 || v < 0 || v > 0xffffffffLL) {
+        throw StatusError(Status::InvalidArgument("tokens[" + std::to_string(i) +
+                                                  "] is not an integer in [0, 2^32)"));
+      }
+      value.values.push_back(static_cast<uint32_t>(v));
+    }
+    return true;
+  }
+
+ private:
+  template <typename T>
+  bool Convert(const Py_buffer& view) {
+    const size_t n = static_cast<size_t>(view.len) / sizeof(T);
+    const auto* items = static_cast<const T*>(view.buf);
+    value.values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      T item;
+      std::memcpy(&item, items + i, sizeof(T));  // Buffers need not be aligned.
+      if constexpr (std::is_signed_v<T>) {
+        if (item < 0) return false;
+      }
+      if (static_cast<unsigned long long>(item) > 0xffffffffULL) return false;
+      value.values[i] = static_cast<uint32_t>(static_cast<unsigned long long>(item));
+    }
+    return true;
+  }
+
+  // Native-order integer formats only ("I", "=I", "<I" on little-endian, "q", ...).
+  bool LoadBuffer(const Py_buffer& view) {
+    std::string format = view.format != nullptr ? view.format : "B";
+    if (!format.empty() && (format[0] == '@' || format[0] == '=' || format[0] == '<')) {
+      format.erase(0, 1);
+    }
+    if (format.size() != 1) return false;
+    const auto size = static_cast<size_t>(view.itemsize);
+    switch (format[0]) {
+      case 'B':
+        return size == 1 && Convert<uint8_t>(view);
+      case 'H':
+        return size == 2 && Convert<uint16_t>(view);
+      case 'I':
+      case 'L':
+        if (size == 4 && view.len % 4 == 0) {
+          value.values.resize(static_cast<size_t>(view.len) / 4);
+          std::memcpy(value.values.data(), view.buf, static_cast<size_t>(view.len));
+          return true;
+        }
+        return size == 8 && Convert<uint64_t>(view);
+      case 'Q':
+        return size == 8 && Convert<uint64_t>(view);
+      case 'b':
+        return size == 1 && Convert<int8_t>(view);
+      case 'h':
+        return size == 2 && Convert<int16_t>(view);
+      case 'i':
+      case 'l':
+      case 'q':
+        return size == 4 ? Convert<int32_t>(view) : size == 8 && Convert<int64_t>(view);
+      default:
+        return false;
+    }
+  }
+};
+
+template <>
+struct type_caster<kvtier::python::LayoutArg> {
+  PYBIND11_TYPE_CASTER(kvtier::python::LayoutArg, const_name("str | dict[str, int | str]"));
+
+  bool load(handle src, bool /*convert*/) {
+    if (PyUnicode_Check(src.ptr()) != 0) {
+      value.text = src.cast<std::string>();
+      return true;
+    }
+    if (PyDict_Check(src.ptr()) == 0) return false;
+    std::string text;
+    for (const auto& [key, item] : reinterpret_borrow<dict>(src)) {
+      if (!text.empty()) text += ',';
+      text += str(key).cast<std::string>() + "=" + str(item).cast<std::string>();
+    }
+    value.text = std::move(text);
+    return true;
+  }
+};
+
+}  // namespace pybind11::detail
+
+namespace kvtier::python {
+
+// Runs `fn` with the GIL released when it is held (destructors run from Python's deallocation,
+// with the GIL; waiting for copies there must not stall other Python threads).
+template <typename Fn>
+void WithoutGil(Fn&& fn) {
+  if (PyGILState_Check() != 0) {
+    py::gil_scoped_release release;
+    fn();
+  } else {
+    fn();
+  }
+}
+
+// WithoutGil for destructors, which must not throw. Should dropping the GIL or taking a lock fail
+// (only in a process that is already broken), the members' own destructors still release
+// everything, holding the GIL while they wait.
+template <typename Fn>
+void DestroyWithoutGil(Fn&& fn) {
+  try {
+    WithoutGil(std::forward<Fn>(fn));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to report to from a destructor.
+  }
+}
+
+class PyEngine {
+ public:
+  explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+    const EngineOptions& options = engine_->options();
+    layout_ = options.layout;
+  }
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
+  ~PyEngine() {
+    DestroyWithoutGil([this] { Close(); });
+  }
+
+  // A reference to the open engine; Aborted after close().
+  std::shared_ptr<Engine> Get() const KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (!engine_) throw StatusError(Status::Aborted("the engine is closed"));
+    return engine_;
+  }
+  void Close() KV_EXCLUDES(mu_) {
+    std::shared_ptr<Engine> engine;
+    {
+      MutexLock lock(&mu_);
+      engine.swap(engine_);
+    }
+    // Destroyed here, outside the lock (or later, with the last handle).
+  }
+  bool closed() const KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return engine_ == nullptr;
+  }
+  const KvLayout& layout() const { return layout_; }
+
+ private:
+  mutable Mutex mu_;
+  std::shared_ptr<Engine> engine_ KV_GUARDED_BY(mu_);
+  KvLayout layout_;  // Immutable copy: readable after close.
+};
+
+// A Load in flight. Methods serialize on mu_ (one may block in a wait); close() waits, then drops
+// the destination views.
+class PyLoad {
+ public:
+  PyLoad(std::shared_ptr<Engine> engine, std::unique_ptr<LoadHandle> handle,
+         std::vector<BufferView> views, uint32_t layers)
+      : engine_(std::move(engine)),
+        handle_(std::move(handle)),
+        views_(std::move(views)),
+        layers_(layers) {}
+  ~PyLoad() {
+    DestroyWithoutGil([this] { ResetHandle(); });
+  }
+
+  void WaitLayer(uint32_t layer) KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (layer >= layers_) {
+      throw StatusError(Status::InvalidArgument("layer " + std::to_string(layer) +
+                                                " is out of range (layers " +
+                                                std::to_string(layers_) + ")"));
+    }
+    ThrowIfError(Handle()->WaitLayer(layer));
+  }
+  bool LayerReady(uint32_t layer) KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return layer < layers_ && Handle()->LayerReady(layer);
+  }
+  void Wait() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    ThrowIfError(Handle()->Wait());
+  }
+  size_t chunks() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return Handle()->chunks();
+  }
+  // Called with the GIL released: waits for copies and releases the engine reference.
+  void ResetHandle() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    handle_.reset();
+    engine_.reset();
+  }
+  // Called with the GIL held, after ResetHandle.
+  void DropViews() { views_.clear(); }
+
+ private:
+  LoadHandle* Handle() KV_REQUIRES(mu_) {
+    if (!handle_) throw StatusError(Status::Aborted("the load handle is closed"));
+    return handle_.get();
+  }
+
+  Mutex mu_;
+  std::shared_ptr<Engine> engine_ KV_GUARDED_BY(mu_);  // Before handle_: destroyed after it.
+  std::unique_ptr<LoadHandle> handle_ KV_GUARDED_BY(mu_);
+  std::vector<BufferView> views_;  // Touched only with the GIL held.
+  const uint32_t layers_;
+};
+
+class PyStore {
+ public:
+  PyStore(std::shared_ptr<Engine> engine, std::unique_ptr<StoreHandle> handle,
+          std::vector<BufferView> views)
+      : engine_(std::move(engine)), handle_(std::move(handle)), views_(std::move(views)) {}
+  ~PyStore() {
+    DestroyWithoutGil([this] { ResetHandle(); });
+  }
+
+  void Wait() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    ThrowIfError(Handle()->Wait());
+  }
+  size_t chunks_stored() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return Handle()->chunks_stored();
+  }
+  void ResetHandle() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    handle_.reset();
+    engine_.reset();
+  }
+  void DropViews() { views_.clear(); }
+
+ private:
+  StoreHandle* Handle() KV_REQUIRES(mu_) {
+    if (!handle_) throw StatusError(Status::Aborted("the store handle is closed"));
+    return handle_.get();
+  }
+
+  Mutex mu_;
+  std::shared_ptr<Engine> engine_ KV_GUARDED_BY(mu_);
+  std::unique_ptr<StoreHandle> handle_ KV_GUARDED_BY(mu_);
+  std::vector<BufferView> views_;
+};
+
+class PyPin {
+ public:
+  PyPin(std::shared_ptr<Engine> engine, PinHandle pin)
+      : engine_(std::move(engine)), pin_(std::move(pin)), chunks_(pin_.chunks()) {}
+  ~PyPin() {
+    DestroyWithoutGil([this] { Release(); });
+  }
+  void Release() KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    pin_ = PinHandle();
+    engine_.reset();
+  }
+  size_t chunks() const { return chunks_; }
+
+ private:
+  Mutex mu_;
+  std::shared_ptr<Engine> engine_ KV_GUARDED_BY(mu_);
+  PinHandle pin_ KV_GUARDED_BY(mu_);
+  const size_t chunks_;
+};
+
+struct EngineArgs {
+  LayoutArg layout;
+  uint64_t host_bytes = 0;
+  uint64_t device_bytes = 0;
+  std::vector<std::string> ssd_dirs;
+  uint64_t ssd_bytes = 0;
+  uint64_t ssd_segment_bytes = 0;
+  std::string write_policy;
+  std::string ssd_codec;
+  int ssd_codec_level = 0;
+  uint32_t ssd_codec_group_size = 0;
+  std::string model_name;
+  std::string weights_digest;
+  std::string ssd_sync;
+  uint64_t default_ttl_ms = 0;
+  uint32_t worker_threads = 0;
+  uint32_t sink_chunks = 0;
+  bool promote_on_load = true;
+  int32_t numa_node = -1;
+};
+
+Status InvalidChoice(const char* what, const std::string& value, const char* choices) {
+  return Status::InvalidArgument(std::string(what) + " '" + value + "' is not one of " + choices);
+}
+
+Result<codecs::CodecParams> ParseCodec(const std::string& name, int level, uint32_t group) {
+  codecs::CodecParams params;
+  if (name == "identity") {
+    params = codecs::CodecParams::Identity();
+  } else if (name == "shuffle-zstd") {
+    params = codecs::CodecParams::ShuffleZstd(level == 0 ? 1 : level);
+  } else if (name == "int8") {
+    params = codecs::CodecParams::Int8(group == 0 ? 32 : group, level);
+  } else if (name == "int4") {
+    params = codecs::CodecParams::Int4(group == 0 ? 32 : group, level);
+  } else {
+    return InvalidChoice("ssd_codec", name, "identity, shuffle-zstd, int8, int4");
+  }
+  KV_RETURN_IF_ERROR(params.Validate().WithContext("ssd_codec"));
+  return params;
+}
+
+Result<EngineOptions> ToOptions(const EngineArgs& a) {
+  EngineOptions o;
+  KV_ASSIGN_OR_RETURN(o.layout, ParseLayout(a.layout.text));
+  o.model.name = a.model_name;
+  if (!a.weights_digest.empty()) {
+    if (a.weights_digest.size() != o.model.weights_digest.size()) {
+      return Status::InvalidArgument("weights_digest must be 32 bytes, got " +
+                                     std::to_string(a.weights_digest.size()));
+    }
+    std::memcpy(o.model.weights_digest.data(), a.weights_digest.data(),
+                o.model.weights_digest.size());
+  }
+  o.host.capacity_bytes = a.host_bytes;
+  o.host.numa_node = a.numa_node;
+  o.device.capacity_bytes = a.device_bytes;
+  if (!a.ssd_dirs.empty()) {
+    SsdTierOptions ssd;
+    ssd.dirs = a.ssd_dirs;
+    if (a.ssd_bytes != 0) ssd.capacity_bytes = a.ssd_bytes;
+    if (a.ssd_segment_bytes != 0) ssd.segment_bytes = a.ssd_segment_bytes;
+    if (a.ssd_sync == "per_batch") {
+      ssd.sync = SsdSyncMode::kPerBatch;
+    } else if (a.ssd_sync == "none") {
+      ssd.sync = SsdSyncMode::kNone;
+    } else if (a.ssd_sync == "periodic") {
+      ssd.sync = SsdSyncMode::kPeriodic;
+    } else {
+      return InvalidChoice("ssd_sync", a.ssd_sync, "per_batch, none, periodic");
+    }
+    o.ssd = std::move(ssd);
+  }
+  if (a.write_policy == "back") {
+    o.write_policy = WritePolicy::kWriteBack;
+  } else if (a.write_policy == "through") {
+    o.write_policy = WritePolicy::kWriteThrough;
+  } else {
+    return InvalidChoice("write_policy", a.write_policy, "back, through");
+  }
+  KV_ASSIGN_OR_RETURN(o.ssd_codec,
+                      ParseCodec(a.ssd_codec, a.ssd_codec_level, a.ssd_codec_group_size));
+  o.default_ttl_ms = a.default_ttl_ms;
+  if (a.worker_threads != 0) o.worker_threads = a.worker_threads;
+  if (a.sink_chunks != 0) o.sink_chunks = a.sink_chunks;
+  o.promote_on_load = a.promote_on_load;
+  return o;
+}
+
+Namespace ToNamespace(const py::bytes& digest) {
+  const std::string bytes = digest;
+  Namespace ns;
+  if (bytes.size() != ns.digest.size()) {
+    throw StatusError(Status::InvalidArgument("a namespace digest has 32 bytes, got " +
+                                              std::to_string(bytes.size())));
+  }
+  std::memcpy(ns.digest.data(), bytes.data(), ns.digest.size());
+  return ns;
+}
+
+std::string DigestBytes(const Namespace& ns) {
+  return std::string(reinterpret_cast<const char*>(ns.digest.data()), ns.digest.size());
+}
+
+std::string NumpyDtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "uint16";  // numpy has no bfloat16: the bits travel as uint16.
+    case DType::kF32:
+      return "float32";
+  }
+  return "uint8";
+}
+
+using NoGil = py::call_guard<py::gil_scoped_release>;
+
+void Bind(py::module_& m) {
+  m.doc() = "kvtier: tiered KV-cache engine (low-level bindings; import kvtier instead)";
+  m.attr("__version__") = kVersionString;
+  RegisterErrors(m);
+
+  py::enum_<TierKind>(m, "Tier", "Where a chunk is cached, fastest first.")
+      .value("NONE", TierKind::kNone)
+      .value("DEVICE", TierKind::kDevice)
+      .value("HOST", TierKind::kHost)
+      .value("CXL", TierKind::kCxl)
+      .value("SSD", TierKind::kSsd)
+      .value("REMOTE", TierKind::kRemote);
+
+  py::enum_<BlockPriority>(m, "Priority")
+      .value("NORMAL", BlockPriority::kNormal)
+      .value("HIGH", BlockPriority::kHigh)
+      .value("PINNED_PROMPT", BlockPriority::kPinnedPrompt);
+
+  py::class_<Namespace>(m, "Namespace", "A tenant's key namespace (a 32-byte digest).")
+      .def(py::init([](const py::bytes& digest) { return ToNamespace(digest); }), py::arg("digest"))
+      .def_property_readonly("digest",
+                             [](const Namespace& ns) { return py::bytes(DigestBytes(ns)); })
+      .def("__eq__", [](const Namespace& a, const Namespace& b) { return a.digest == b.digest; })
+      .def("__hash__", [](const Namespace& ns) { return py::hash(py::bytes(DigestBytes(ns))); })
+      .def("__repr__", [](const Namespace& ns) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        std::string hex;
+        for (size_t i = 0; i < 8; ++i) {
+          hex += kHex[ns.digest[i] >> 4];
+          hex += kHex[ns.digest[i] & 15];
+        }
+        return "<kvtier.Namespace " + hex + "...>";
+      });
+
+  py::class_<LookupResult>(m, "LookupResult")
+      .def_readonly("matched_tokens", &LookupResult::matched_tokens,
+                    "Leading tokens whose chunks are cached in every layer (whole chunks).")
+      .def_readonly("chunk_tiers", &LookupResult::chunk_tiers,
+                    "The fastest tier of each matched chunk.")
+      .def("__repr__", [](const LookupResult& r) {
+        return "<kvtier.LookupResult matched_tokens=" + std::to_string(r.matched_tokens) + ">";
+      });
+
+  py::class_<TierStats>(m, "TierStats")
+      .def_readonly("kind", &TierStats::kind)
+      .def_readonly("capacity_bytes", &TierStats::capacity_bytes)
+      .def_readonly("used_bytes", &TierStats::used_bytes)
+      .def_readonly("blocks", &TierStats::blocks)
+      .def_readonly("hits", &TierStats::hits)
+      .def_readonly("evictions", &TierStats::evictions)
+      .def_readonly("writebacks", &TierStats::writebacks)
+      .def_readonly("promotions", &TierStats::promotions);
+
+  py::class_<EngineStats>(m, "EngineStats")
+      .def_readonly("lookups", &EngineStats::lookups)
+      .def_readonly("lookup_hit_tokens", &EngineStats::lookup_hit_tokens)
+      .def_readonly("lookup_tokens", &EngineStats::lookup_tokens)
+      .def_readonly("loads", &EngineStats::loads)
+      .def_readonly("load_blocks", &EngineStats::load_blocks)
+      .def_readonly("load_failures", &EngineStats::load_failures)
+      .def_readonly("stores", &EngineStats::stores)
+      .def_readonly("store_blocks", &EngineStats::store_blocks)
+      .def_readonly("busy_rejections", &EngineStats::busy_rejections)
+      .def_readonly("prefetches", &EngineStats::prefetches)
+      .def_readonly("prefetch_blocks", &EngineStats::prefetch_blocks)
+      .def_readonly("corrupt_blocks", &EngineStats::corrupt_blocks)
+      .def_readonly("tiers", &EngineStats::tiers);
+
+  py::class_<PyLoad>(m, "LoadHandle",
+                     "A load in flight; wait_layer(i) returns once layer i is in place.")
+      .def("wait_layer", &PyLoad::WaitLayer, py::arg("layer"), NoGil())
+      .def("layer_ready", &PyLoad::LayerReady, py::arg("layer"), NoGil())
+      .def("wait", &PyLoad::Wait, NoGil())
+      .def_property_readonly("chunks", &PyLoad::chunks, NoGil())
+      .def("close",
+           [](PyLoad& self) {
+             WithoutGil([&] { self.ResetHandle(); });
+             self.DropViews();
+           })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyLoad& self, const py::args&) {
+        WithoutGil([&] { self.ResetHandle(); });
+        self.DropViews();
+      });
+
+  py::class_<PyStore>(m, "StoreHandle", "A store in flight; wait() returns once it is visible.")
+      .def("wait", &PyStore::Wait, NoGil())
+      .def_property_readonly("chunks_stored", &PyStore::chunks_stored, NoGil())
+      .def("close",
+           [](PyStore& self) {
+             WithoutGil([&] { self.ResetHandle(); });
+             self.DropViews();
+           })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyStore& self, const py::args&) {
+        WithoutGil([&] { self.ResetHandle(); });
+        self.DropViews();
+      });
+
+  py::class_<PyPin>(m, "PinHandle", "Keeps chunks resident in memory until released.")
+      .def_property_readonly("chunks", &PyPin::chunks)
+      .def("release", &PyPin::Release, NoGil())
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyPin& self, const py::args&) { WithoutGil([&] { self.Release(); }); });
+
+  py::class_<PyEngine>(m, "Engine")
+      .def(py::init([](const EngineArgs& args) {
+             EngineOptions options = ValueOrThrow(ToOptions(args));
+             return std::make_unique<PyEngine>(ValueOrThrow(Engine::Open(options)));
+           }),
+           py::arg("args"), NoGil())
+      .def_property_readonly("layout", [](const PyEngine& e) { return e.layout().ToString(); })
+      .def_property_readonly("layers", [](const PyEngine& e) { return e.layout().layers; })
+      .def_property_readonly("block_tokens",
+                             [](const PyEngine& e) { return e.layout().block_tokens; })
+      .def_property_readonly("block_bytes",
+                             [](const PyEngine& e) { return e.layout().BlockBytes(); })
+      .def_property_readonly("block_shape",
+                             [](const PyEngine& e) {
+                               const KvLayout& l = e.layout();
+                               return py::make_tuple(2, l.block_tokens, l.kv_heads, l.head_dim);
+                             })
+      .def_property_readonly("numpy_dtype",
+                             [](const PyEngine& e) { return NumpyDtype(e.layout().dtype); })
+      .def_property_readonly("closed", &PyEngine::closed)
+      .def(
+          "make_namespace",
+          [](PyEngine& self, const std::string& salt, const std::vector<std::string>& extra_keys) {
+            return ValueOrThrow(self.Get()->MakeNamespace(salt, extra_keys));
+          },
+          py::arg("salt") = std::string(), py::arg("extra_keys") = std::vector<std::string>(),
+          NoGil())
+      .def(
+          "lookup",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
+            return ValueOrThrow(self.Get()->Lookup(ns, tokens.values));
+          },
+          py::arg("ns"), py::arg("tokens"), NoGil())
+      .def(
+          "load",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens, DstBlocks& dst) {
+            std::shared_ptr<Engine> engine = self.Get();
+            const KvLayout& layout = self.layout();
+            const std::vector<std::span<std::byte>> blocks =
+                dst.Split<std::byte>(layout.BlockBytes(), layout.layers);
+            std::unique_ptr<LoadHandle> handle =
+                ValueOrThrow(engine->Load(ns, tokens.values, blocks));
+            return std::make_unique<PyLoad>(std::move(engine), std::move(handle),
+                                            std::move(dst.views), layout.layers);
+          },
+          py::arg("ns"), py::arg("tokens"), py::arg("dst"), NoGil())
+      .def(
+          "store",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens, SrcBlocks& src,
+             BlockPriority priority, uint64_t ttl_ms) {
+            std::shared_ptr<Engine> engine = self.Get();
+            const KvLayout& layout = self.layout();
+            const std::vector<std::span<const std::byte>> blocks =
+                src.Split<const std::byte>(layout.BlockBytes(), layout.layers);
+            std::unique_ptr<StoreHandle> handle = ValueOrThrow(engine->Store(
+                ns, tokens.values, blocks, StoreOptions{.priority = priority, .ttl_ms = ttl_ms}));
+            return std::make_unique<PyStore>(std::move(engine), std::move(handle),
+                                             std::move(src.views));
+          },
+          py::arg("ns"), py::arg("tokens"), py::arg("src"),
+          py::arg("priority") = BlockPriority::kNormal, py::arg("ttl_ms") = 0, NoGil())
+      .def(
+          "prefetch",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
+            ThrowIfError(self.Get()->Prefetch(ns, tokens.values));
+          },
+          py::arg("ns"), py::arg("tokens"), NoGil())
+      .def(
+          "pin",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
+            std::shared_ptr<Engine> engine = self.Get();
+            PinHandle pin = ValueOrThrow(engine->Pin(ns, tokens.values));
+            return std::make_unique<PyPin>(std::move(engine), std::move(pin));
+          },
+          py::arg("ns"), py::arg("tokens"), NoGil())
+      .def(
+          "flush", [](PyEngine& self) { ThrowIfError(self.Get()->Flush()); }, NoGil())
+      .def(
+          "stats", [](PyEngine& self) { return self.Get()->Stats(); }, NoGil())
+      .def("close", &PyEngine::Close, NoGil());
+
+  py::class_<EngineArgs>(m, "_EngineArgs")
+      .def(py::init([](const LayoutArg& layout, uint64_t host_bytes, uint64_t device_bytes,
+                       std::vector<std::string> ssd_dirs, uint64_t ssd_bytes,
+                       uint64_t ssd_segment_bytes, std::string write_policy, std::string ssd_codec,
+                       int ssd_codec_level, uint32_t ssd_codec_group_size, std::string model_name,
+                       const py::bytes& weights_digest, std::string ssd_sync,
+                       uint64_t default_ttl_ms, uint32_t worker_threads, uint32_t sink_chunks,
+                       bool promote_on_load, int32_t numa_node) {
+             return EngineArgs{.layout = layout,
+                               .host_bytes = host_bytes,
+                               .device_bytes = device_bytes,
+                               .ssd_dirs = std::move(ssd_dirs),
+                               .ssd_bytes = ssd_bytes,
+                               .ssd_segment_bytes = ssd_segment_bytes,
+                               .write_policy = std::move(write_policy),
+                               .ssd_codec = std::move(ssd_codec),
+                               .ssd_codec_level = ssd_codec_level,
+                               .ssd_codec_group_size = ssd_codec_group_size,
+                               .model_name = std::move(model_name),
+                               .weights_digest = weights_digest,
+                               .ssd_sync = std::move(ssd_sync),
+                               .default_ttl_ms = default_ttl_ms,
+                               .worker_threads = worker_threads,
+                               .sink_chunks = sink_chunks,
+                               .promote_on_load = promote_on_load,
+                               .numa_node = numa_node};
+           }),
+           py::kw_only(), py::arg("layout"), py::arg("host_bytes"), py::arg("device_bytes") = 0,
+           py::arg("ssd_dirs") = std::vector<std::string>(), py::arg("ssd_bytes") = 0,
+           py::arg("ssd_segment_bytes") = 0, py::arg("write_policy") = "back",
+           py::arg("ssd_codec") = "identity", py::arg("ssd_codec_level") = 0,
+           py::arg("ssd_codec_group_size") = 0, py::arg("model_name") = "",
+           py::arg("weights_digest") = py::bytes(), py::arg("ssd_sync") = "per_batch",
+           py::arg("default_ttl_ms") = 0, py::arg("worker_threads") = 0, py::arg("sink_chunks") = 0,
+           py::arg("promote_on_load") = true, py::arg("numa_node") = -1);
+}
+
+}  // namespace kvtier::python
+
+PYBIND11_MODULE(_kvtier, m) { kvtier::python::Bind(m); }

@@ -1,0 +1,301 @@
+/* kvtier C API: a stable C ABI over the engine (src/engine/engine.h) for other languages and for
+ * inference engines that should not depend on kvtier's C++ types.
+ *
+ * Why a C ABI: connectors to inference engines churn with every release of the engine they plug
+ * into; a small, versioned C surface lets thin shims (vLLM, SGLang, TRT-LLM, Rust, Go) bind once.
+ * docs/integration.md describes the calls from an inference engine's point of view.
+ *
+ * Conventions:
+ *   - Every fallible function returns a kvtier_status_t (KVTIER_OK = 0) and takes an optional
+ *     `kvtier_error_t* err` as its last argument. When err is not NULL it is always filled: code
+ *     and a NUL-terminated message (empty on success). There is no thread-local "last error".
+ *   - No C++ exception crosses this boundary: the library catches everything; an unexpected
+ *     failure (out of memory) is KVTIER_INTERNAL.
+ *   - Handles are opaque and owned by the caller, who releases each with its *_destroy / *_close
+ *     function exactly once. Destroy functions accept NULL.
+ *   - Namespaces and statistics are plain values the caller owns.
+ *   - Buffers: every pointer argument is borrowed for the duration of the call only, except the
+ *     block buffers given to kvtier_load / kvtier_store, which stay borrowed until the returned
+ *     handle reports completion (kvtier_load_wait / kvtier_store_wait returned) or is destroyed
+ *     (the destroy function waits). The caller must not free or reuse them before.
+ *   - Block buffers are in the canonical layout [k|v][token][kv_head][head_dim] of the engine's
+ *     layout, exactly kvtier_engine_block_bytes() bytes each, and are passed as pointer arrays
+ *     indexed [chunk * layers + layer]. Only full chunks of block_tokens tokens are cached.
+ *   - Option and statistics structs begin with a struct_size field (set by the *_init function):
+ *     fields are only ever appended, so a program built against an older header keeps working.
+ *
+ * Thread safety: engine functions may be called from any thread concurrently. A load, store or
+ * pin handle is used by one thread at a time and must not be destroyed while another thread still
+ * uses it. An engine may be closed while
+ * load/store/pin handles are alive: it is torn down when the last of them is destroyed.
+ */
+#ifndef KVTIER_C_API_H_
+#define KVTIER_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define KVTIER_API
+#else
+#define KVTIER_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of this header (it is the shared library's SOVERSION).
+ * Appending functions, enum values or trailing struct fields keeps it. */
+#define KVTIER_ABI_VERSION 1
+
+/* The ABI version the loaded library implements; compare with KVTIER_ABI_VERSION. */
+KVTIER_API uint32_t kvtier_abi_version(void);
+/* "0.1.0": the library's release. Static storage; never freed. */
+KVTIER_API const char* kvtier_version_string(void);
+
+/* ---- Errors ------------------------------------------------------------------------------- */
+
+/* Mirrors kvtier::StatusCode (include/kvtier/status.h); values never change. */
+typedef enum kvtier_status {
+  KVTIER_OK = 0,
+  KVTIER_NOT_FOUND = 1,
+  KVTIER_CORRUPTION = 2,
+  KVTIER_IO_ERROR = 3,
+  KVTIER_INVALID_ARGUMENT = 4,
+  KVTIER_NOT_SUPPORTED = 5,
+  KVTIER_NO_SPACE = 6,
+  KVTIER_BUSY = 7, /* Every slot pinned or in use: retry later. */
+  KVTIER_ABORTED = 8,
+  KVTIER_TIMED_OUT = 9,
+  KVTIER_UNAVAILABLE = 10,
+  KVTIER_INTERNAL = 255 /* C API only: an unexpected failure caught at the boundary. */
+} kvtier_status_t;
+
+#define KVTIER_ERROR_MESSAGE_BYTES 256
+
+typedef struct kvtier_error_s {
+  kvtier_status_t code;
+  char message[KVTIER_ERROR_MESSAGE_BYTES]; /* NUL-terminated; truncated when longer. */
+} kvtier_error_t;
+
+/* "OK", "NotFound", ...; "Unknown" for other values. Static storage. */
+KVTIER_API const char* kvtier_status_name(kvtier_status_t code);
+
+/* ---- Options ------------------------------------------------------------------------------ */
+
+typedef enum kvtier_dtype {
+  KVTIER_DTYPE_F16 = 1,
+  KVTIER_DTYPE_BF16 = 2,
+  KVTIER_DTYPE_F32 = 3
+} kvtier_dtype_t;
+
+typedef enum kvtier_write_policy {
+  KVTIER_WRITE_BACK = 0,   /* Blocks reach the SSD when evicted from memory (and at flush). */
+  KVTIER_WRITE_THROUGH = 1 /* Store also writes every block to the SSD before it completes. */
+} kvtier_write_policy_t;
+
+typedef enum kvtier_codec {
+  KVTIER_CODEC_IDENTITY = 1,
+  KVTIER_CODEC_SHUFFLE_ZSTD = 2, /* Lossless. */
+  KVTIER_CODEC_INT8 = 3,         /* Lossy (KIVI-style). */
+  KVTIER_CODEC_INT4 = 4          /* Lossy (KIVI-style). */
+} kvtier_codec_t;
+
+typedef enum kvtier_ssd_sync {
+  KVTIER_SSD_SYNC_NONE = 0,      /* Pure cache: fdatasync only at checkpoints and close. */
+  KVTIER_SSD_SYNC_PER_BATCH = 1, /* Default. */
+  KVTIER_SSD_SYNC_PERIODIC = 2
+} kvtier_ssd_sync_t;
+
+typedef enum kvtier_tier {
+  KVTIER_TIER_NONE = 0,
+  KVTIER_TIER_DEVICE = 1,
+  KVTIER_TIER_HOST = 2,
+  KVTIER_TIER_CXL = 3,
+  KVTIER_TIER_SSD = 4,
+  KVTIER_TIER_REMOTE = 5
+} kvtier_tier_t;
+
+/* The KV geometry (docs/key_format.md): one block is one chunk of block_tokens tokens of one
+ * layer, 2 * block_tokens * kv_heads * head_dim * sizeof(dtype) bytes. */
+typedef struct kvtier_layout_s {
+  uint32_t layers;
+  uint32_t kv_heads;
+  uint32_t head_dim;
+  kvtier_dtype_t dtype;
+  uint32_t block_tokens; /* A multiple of 16 in [16, 1024]. */
+} kvtier_layout_t;
+
+typedef struct kvtier_engine_options_s {
+  size_t struct_size; /* sizeof(kvtier_engine_options_t); set by kvtier_engine_options_init. */
+  kvtier_layout_t layout;
+  const char* model_name;        /* Borrowed during open; NULL = "". Enters every key. */
+  const uint8_t* weights_digest; /* NULL or 32 bytes (SHA-256 of the weights); enters keys. */
+  uint64_t device_bytes;         /* 0 (default): no device tier. */
+  uint64_t host_bytes;           /* Required, > 0. */
+  int32_t host_numa_node;        /* -1 (default): no binding. */
+  const char* const* ssd_dirs;   /* ssd_dir_count paths, borrowed during open; none: no SSD. */
+  size_t ssd_dir_count;
+  uint64_t ssd_bytes;         /* 0: the SSD tier's default (4 GiB). */
+  uint64_t ssd_segment_bytes; /* 0: default (64 MiB). ssd_bytes holds >= 2 per dir + 2. */
+  kvtier_ssd_sync_t ssd_sync;
+  kvtier_write_policy_t write_policy; /* Default KVTIER_WRITE_BACK. */
+  kvtier_codec_t ssd_codec;           /* Default KVTIER_CODEC_IDENTITY. */
+  int32_t ssd_codec_zstd_level;       /* See src/codecs/codec_params.h; 0 for identity. */
+  uint32_t ssd_codec_group_size;      /* int8/int4 only. */
+  uint64_t default_ttl_ms;            /* 0: blocks do not expire. */
+  uint32_t worker_threads;            /* Default 2. */
+  uint32_t sink_chunks;               /* Default 1. */
+  uint32_t promote_on_load;           /* Bool, default 1: SSD hits are copied into host memory. */
+} kvtier_engine_options_t;
+
+/* Fills *options with the defaults (and struct_size). Call it before setting fields. */
+KVTIER_API void kvtier_engine_options_init(kvtier_engine_options_t* options);
+
+/* K and V of one chunk for one layer; INVALID_ARGUMENT (naming the field) for a bad layout. */
+KVTIER_API kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout,
+                                                     uint64_t* block_bytes, kvtier_error_t* err);
+
+/* ---- Engine ------------------------------------------------------------------------------- */
+
+typedef struct kvtier_engine_s kvtier_engine_t;
+typedef struct kvtier_load_s kvtier_load_t;
+typedef struct kvtier_store_s kvtier_store_t;
+typedef struct kvtier_pin_s kvtier_pin_t;
+
+/* A tenant's key namespace: a value (the namespace digest) the caller owns and may copy. */
+typedef struct kvtier_namespace_s {
+  uint8_t digest[32];
+} kvtier_namespace_t;
+
+/* Opens the engine (maps memory tiers, recovers the SSD tier). *engine is set on success and
+ * must be released with kvtier_engine_close. Strings in options are only read during the call.
+ * INVALID_ARGUMENT names the bad option; NOT_SUPPORTED when options come from a newer header
+ * and set fields this library does not know. */
+KVTIER_API kvtier_status_t kvtier_engine_open(const kvtier_engine_options_t* options,
+                                              kvtier_engine_t** engine, kvtier_error_t* err);
+/* Releases the caller's reference; the engine shuts down (writing nothing more: call
+ * kvtier_flush first for durability) once every load/store/pin handle is destroyed too. */
+KVTIER_API void kvtier_engine_close(kvtier_engine_t* engine);
+
+/* The engine's validated layout and block size. */
+KVTIER_API void kvtier_engine_layout(const kvtier_engine_t* engine, kvtier_layout_t* layout);
+KVTIER_API uint64_t kvtier_engine_block_bytes(const kvtier_engine_t* engine);
+
+/* The namespace of a tenant: salt (salt_len bytes, may contain NUL) and extra keys (LoRA id,
+ * media hashes; each extra_key_lens[i] bytes, or NUL-terminated when extra_key_lens is NULL). */
+KVTIER_API kvtier_status_t kvtier_make_namespace(kvtier_engine_t* engine, const void* salt,
+                                                 size_t salt_len, const char* const* extra_keys,
+                                                 const size_t* extra_key_lens,
+                                                 size_t extra_key_count, kvtier_namespace_t* ns,
+                                                 kvtier_error_t* err);
+
+/* How many leading tokens have every layer of their chunks cached (*matched_tokens, a multiple
+ * of block_tokens) and, when chunk_tiers is not NULL, the fastest tier of each matched chunk
+ * (the first min(matched chunks, chunk_tiers_capacity) entries are written). */
+KVTIER_API kvtier_status_t kvtier_lookup(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                         const uint32_t* tokens, size_t token_count,
+                                         size_t* matched_tokens, kvtier_tier_t* chunk_tiers,
+                                         size_t chunk_tiers_capacity, kvtier_error_t* err);
+
+/* Starts copying the first dst_count / layers chunks of `tokens` (each must be cached; call
+ * kvtier_lookup first) into dst[chunk * layers + layer], each pointing to block_bytes writable
+ * bytes. dst_count must be a positive multiple of layers. The pointer array itself is only read
+ * during the call; the buffers it names are borrowed until the handle completes. */
+KVTIER_API kvtier_status_t kvtier_load(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                       const uint32_t* tokens, size_t token_count, void* const* dst,
+                                       size_t dst_count, kvtier_load_t** load, kvtier_error_t* err);
+/* Blocks until every chunk of `layer` is in its destination buffers. NOT_FOUND when the layer
+ * could not be served (a block failed verification): recompute it. */
+KVTIER_API kvtier_status_t kvtier_load_wait_layer(kvtier_load_t* load, uint32_t layer,
+                                                  kvtier_error_t* err);
+/* 1 when `layer` is complete (successfully or not), else 0. Does not block. */
+KVTIER_API int kvtier_load_layer_ready(kvtier_load_t* load, uint32_t layer);
+/* Waits for all layers; the first error. */
+KVTIER_API kvtier_status_t kvtier_load_wait(kvtier_load_t* load, kvtier_error_t* err);
+KVTIER_API size_t kvtier_load_chunks(const kvtier_load_t* load);
+/* Waits for copies still in flight, then frees the handle. */
+KVTIER_API void kvtier_load_destroy(kvtier_load_t* load);
+
+typedef enum kvtier_priority {
+  KVTIER_PRIORITY_NORMAL = 0,
+  KVTIER_PRIORITY_HIGH = 1,
+  KVTIER_PRIORITY_PINNED_PROMPT = 2
+} kvtier_priority_t;
+
+typedef struct kvtier_store_options_s {
+  size_t struct_size; /* Set by kvtier_store_options_init. */
+  kvtier_priority_t priority;
+  uint64_t ttl_ms; /* 0: the engine's default_ttl_ms. */
+} kvtier_store_options_t;
+
+KVTIER_API void kvtier_store_options_init(kvtier_store_options_t* options);
+
+/* Starts storing the first src_count / layers full chunks of `tokens` from src[chunk * layers +
+ * layer] (block_bytes readable bytes each). options may be NULL (defaults). The buffers are
+ * borrowed until kvtier_store_wait returned or the handle is destroyed. */
+KVTIER_API kvtier_status_t kvtier_store(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                        const uint32_t* tokens, size_t token_count,
+                                        const void* const* src, size_t src_count,
+                                        const kvtier_store_options_t* options,
+                                        kvtier_store_t** store, kvtier_error_t* err);
+/* OK once the source buffers are no longer needed and the blocks are visible to lookups. */
+KVTIER_API kvtier_status_t kvtier_store_wait(kvtier_store_t* store, kvtier_error_t* err);
+/* Full chunks newly taken (chunks already cached are skipped). Meaningful after wait. */
+KVTIER_API size_t kvtier_store_chunks_stored(const kvtier_store_t* store);
+KVTIER_API void kvtier_store_destroy(kvtier_store_t* store);
+
+/* A hint: promotes the cached chunks of `tokens` towards host memory; returns at once. */
+KVTIER_API kvtier_status_t kvtier_prefetch(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                           const uint32_t* tokens, size_t token_count,
+                                           kvtier_error_t* err);
+
+/* Keeps the leading cached chunks of `tokens` resident in memory until kvtier_unpin. BUSY when
+ * memory is full of pinned blocks. */
+KVTIER_API kvtier_status_t kvtier_pin(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                      const uint32_t* tokens, size_t token_count,
+                                      kvtier_pin_t** pin, kvtier_error_t* err);
+KVTIER_API size_t kvtier_pin_chunks(const kvtier_pin_t* pin);
+/* Releases the pin and frees the handle. */
+KVTIER_API void kvtier_unpin(kvtier_pin_t* pin);
+
+/* Writes every dirty block down and syncs the SSD tier. Blocks until done. */
+KVTIER_API kvtier_status_t kvtier_flush(kvtier_engine_t* engine, kvtier_error_t* err);
+
+/* ---- Statistics --------------------------------------------------------------------------- */
+
+#define KVTIER_STATS_TIERS_MAX 8
+
+typedef struct kvtier_tier_stats_s {
+  kvtier_tier_t kind;
+  uint64_t capacity_bytes;
+  uint64_t used_bytes;
+  uint64_t blocks;
+  uint64_t hits;
+  uint64_t evictions;
+  uint64_t writebacks;
+  uint64_t promotions;
+} kvtier_tier_stats_t;
+
+typedef struct kvtier_engine_stats_s {
+  size_t struct_size; /* The caller sets sizeof(kvtier_engine_stats_t) (or kvtier_stats_init). */
+  uint64_t lookups, lookup_hit_tokens, lookup_tokens;
+  uint64_t loads, load_blocks, load_failures;
+  uint64_t stores, store_blocks, busy_rejections;
+  uint64_t prefetches, prefetch_blocks;
+  uint64_t corrupt_blocks;
+  uint32_t tier_count; /* Entries of tiers[] filled, fastest first. */
+  kvtier_tier_stats_t tiers[KVTIER_STATS_TIERS_MAX];
+} kvtier_engine_stats_t;
+
+KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);
+/* Fills the first stats->struct_size bytes of *stats. */
+KVTIER_API kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine,
+                                               kvtier_engine_stats_t* stats, kvtier_error_t* err);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVTIER_C_API_H_ */

@@ -1,0 +1,598 @@
+// The C API of include/kvtier/c_api.h over the C++ engine (engine/engine.h).
+//
+// Every exported function is a thin translation: C arguments -> C++ types, one engine call,
+// Status -> kvtier_status_t + kvtier_error_t. Exceptions (only std::bad_alloc and friends can
+// escape the engine, which itself never throws) are caught at the boundary by Guard().
+//
+// Lifetime: kvtier_engine_t holds a shared_ptr to the Engine and every load/store/pin handle holds
+// another, so kvtier_engine_close may come before the handles are destroyed (the engine requires
+// its Load/Store handles to be destroyed first; the shared owner makes that order automatic).
+#include "kvtier/c_api.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codecs/codec_params.h"
+#include "core/block_key.h"
+#include "core/kv_layout.h"
+#include "engine/engine.h"
+#include "kvtier/status.h"
+#include "kvtier/version.h"
+
+struct kvtier_engine_s {
+  std::shared_ptr<kvtier::Engine> engine;
+  kvtier::KvLayout layout;
+  uint64_t block_bytes = 0;
+};
+
+struct kvtier_load_s {
+  std::shared_ptr<kvtier::Engine> engine;  // Declared first: destroyed after the handle.
+  std::unique_ptr<kvtier::LoadHandle> handle;
+};
+
+struct kvtier_store_s {
+  std::shared_ptr<kvtier::Engine> engine;
+  std::unique_ptr<kvtier::StoreHandle> handle;
+  bool waited = false;
+};
+
+struct kvtier_pin_s {
+  std::shared_ptr<kvtier::Engine> engine;
+  kvtier::PinHandle pin;
+};
+
+namespace kvtier {
+namespace {
+
+// The C enums mirror the C++ ones value for value.
+static_assert(KVTIER_OK == static_cast<int>(StatusCode::kOk));
+static_assert(KVTIER_NOT_FOUND == static_cast<int>(StatusCode::kNotFound));
+static_assert(KVTIER_CORRUPTION == static_cast<int>(StatusCode::kCorruption));
+static_assert(KVTIER_IO_ERROR == static_cast<int>(StatusCode::kIoError));
+static_assert(KVTIER_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument));
+static_assert(KVTIER_NOT_SUPPORTED == static_cast<int>(StatusCode::kNotSupported));
+static_assert(KVTIER_NO_SPACE == static_cast<int>(StatusCode::kNoSpace));
+static_assert(KVTIER_BUSY == static_cast<int>(StatusCode::kBusy));
+static_assert(KVTIER_ABORTED == static_cast<int>(StatusCode::kAborted));
+static_assert(KVTIER_TIMED_OUT == static_cast<int>(StatusCode::kTimedOut));
+static_assert(KVTIER_UNAVAILABLE == static_cast<int>(StatusCode::kUnavailable));
+static_assert(KVTIER_TIER_NONE == static_cast<int>(TierKind::kNone));
+static_assert(KVTIER_TIER_DEVICE == static_cast<int>(TierKind::kDevice));
+static_assert(KVTIER_TIER_HOST == static_cast<int>(TierKind::kHost));
+static_assert(KVTIER_TIER_CXL == static_cast<int>(TierKind::kCxl));
+static_assert(KVTIER_TIER_SSD == static_cast<int>(TierKind::kSsd));
+static_assert(KVTIER_TIER_REMOTE == static_cast<int>(TierKind::kRemote));
+static_assert(KVTIER_DTYPE_F16 == static_cast<int>(DType::kF16));
+static_assert(KVTIER_DTYPE_BF16 == static_cast<int>(DType::kBF16));
+static_assert(KVTIER_DTYPE_F32 == static_cast<int>(DType::kF32));
+static_assert(KVTIER_CODEC_IDENTITY == static_cast<int>(codecs::CodecId::kIdentity));
+static_assert(KVTIER_CODEC_SHUFFLE_ZSTD == static_cast<int>(codecs::CodecId::kShuffleZstd));
+static_assert(KVTIER_CODEC_INT8 == static_cast<int>(codecs::CodecId::kInt8));
+static_assert(KVTIER_CODEC_INT4 == static_cast<int>(codecs::CodecId::kInt4));
+static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::kPinnedPrompt));
+
+// The struct sizes of ABI version 1. Callers built against a later header pass larger structs;
+// the fields appended since then must be zero for this library to accept them.
+constexpr size_t kEngineOptionsV1Bytes = sizeof(kvtier_engine_options_t);
+constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
+constexpr size_t kStatsV1Bytes = sizeof(kvtier_engine_stats_t);
+
+// The value a C caller stored in an enum-typed field, read as an int: the caller may store any
+// int there, and loading an out-of-range value through the C++ enum type is undefined behavior.
+template <typename E>
+int32_t RawEnum(const E& field) {
+  static_assert(sizeof(E) == sizeof(int32_t), "C enums are int-sized on every supported ABI");
+  int32_t value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
+void FillError(kvtier_error_t* err, kvtier_status_t code, std::string_view message) {
+  if (err == nullptr) return;
+  err->code = code;
+  const size_t n = std::min(message.size(), sizeof(err->message) - 1);
+  std::memcpy(err->message, message.data(), n);
+  err->message[n] = '\0';
+}
+
+kvtier_status_t Finish(kvtier_error_t* err, const Status& status) {
+  const auto code = static_cast<kvtier_status_t>(status.code());
+  FillError(err, code, status.message());
+  return code;
+}
+
+// Runs `body` (returning a Status) with every exception turned into KVTIER_INTERNAL.
+template <typename Body>
+kvtier_status_t Guard(kvtier_error_t* err, Body&& body) noexcept {
+  try {
+    return Finish(err, body());
+  } catch (const std::bad_alloc&) {
+    FillError(err, KVTIER_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    FillError(err, KVTIER_INTERNAL, e.what());
+  } catch (...) {
+    FillError(err, KVTIER_INTERNAL, "unknown exception");
+  }
+  return KVTIER_INTERNAL;
+}
+
+// Copies a caller's versioned struct over `*dst` (holding the defaults). Fields the caller does not
+// know keep their defaults; fields this library does not know must be zero.
+template <typename T>
+Status ReadVersioned(const T* src, size_t min_bytes, T* dst, std::string_view what) {
+  const size_t size = src->struct_size;
+  if (size < min_bytes) {
+    return Status::InvalidArgument(std::string(what) + ".struct_size " + std::to_string(size) +
+                                   " is smaller than " + std::to_string(min_bytes) +
+                                   " (call the *_init function first)");
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(src);
+  for (size_t i = sizeof(T); i < size; ++i) {
+    if (bytes[i] != 0) {
+      return Status::NotSupported(std::string(what) + " sets fields unknown to kvtier " +
+                                  kVersionString + " (struct_size " + std::to_string(size) + " > " +
+                                  std::to_string(sizeof(T)) + ")");
+    }
+  }
+  std::memcpy(static_cast<void*>(dst), src, std::min(size, sizeof(T)));
+  return Status::Ok();
+}
+
+Result<KvLayout> ConvertLayout(const kvtier_layout_t& in) {
+  const int32_t dtype = RawEnum(in.dtype);
+  if (dtype < KVTIER_DTYPE_F16 || dtype > KVTIER_DTYPE_F32) {
+    return Status::InvalidArgument("layout.dtype " + std::to_string(dtype) +
+                                   " is not a kvtier_dtype_t");
+  }
+  KvLayout layout{.layers = in.layers,
+                  .kv_heads = in.kv_heads,
+                  .head_dim = in.head_dim,
+                  .dtype = static_cast<DType>(dtype),
+                  .block_tokens = in.block_tokens};
+  KV_RETURN_IF_ERROR(layout.Validate().WithContext("layout"));
+  return layout;
+}
+
+Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
+  EngineOptions out;
+  KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout));
+  if (in.model_name != nullptr) out.model.name = in.model_name;
+  if (in.weights_digest != nullptr) {
+    std::memcpy(out.model.weights_digest.data(), in.weights_digest,
+                out.model.weights_digest.size());
+  }
+  out.device.capacity_bytes = in.device_bytes;
+  out.host.capacity_bytes = in.host_bytes;
+  out.host.numa_node = in.host_numa_node;
+  if (in.ssd_dir_count > 0) {
+    if (in.ssd_dirs == nullptr) {
+      return Status::InvalidArgument("ssd_dirs is NULL but ssd_dir_count is " +
+                                     std::to_string(in.ssd_dir_count));
+    }
+    SsdTierOptions ssd;
+    for (size_t i = 0; i < in.ssd_dir_count; ++i) {
+      if (in.ssd_dirs[i] == nullptr) {
+        return Status::InvalidArgument("ssd_dirs[" + std::to_string(i) + "] is NULL");
+      }
+      ssd.dirs.emplace_back(in.ssd_dirs[i]);
+    }
+    if (in.ssd_bytes != 0) ssd.capacity_bytes = in.ssd_bytes;
+    if (in.ssd_segment_bytes != 0) ssd.segment_bytes = in.ssd_segment_bytes;
+    const int32_t sync = RawEnum(in.ssd_sync);
+    if (sync < KVTIER_SSD_SYNC_NONE || sync > KVTIER_SSD_SYNC_PERIODIC) {
+      return Status::InvalidArgument("ssd_sync " + std::to_string(sync) +
+                                     " is not a kvtier_ssd_sync_t");
+    }
+    ssd.sync = static_cast<SsdSyncMode>(sync);
+    out.ssd = std::move(ssd);
+  }
+  const int32_t write_policy = RawEnum(in.write_policy);
+  switch (write_policy) {
+    case KVTIER_WRITE_BACK:
+      out.write_policy = WritePolicy::kWriteBack;
+      break;
+    case KVTIER_WRITE_THROUGH:
+      out.write_policy = WritePolicy::kWriteThrough;
+      break;
+    default:
+      return Status::InvalidArgument("write_policy " + std::to_string(write_policy) +
+                                     " is not a kvtier_write_policy_t");
+  }
+  const int32_t codec = RawEnum(in.ssd_codec);
+  if (codec < KVTIER_CODEC_IDENTITY || codec > KVTIER_CODEC_INT4) {
+    return Status::InvalidArgument("ssd_codec " + std::to_string(codec) +
+                                   " is not a kvtier_codec_t");
+  }
+  out.ssd_codec = codecs::CodecParams{.codec = static_cast<codecs::CodecId>(codec),
+                                      .zstd_level = in.ssd_codec_zstd_level,
+                                      .group_size = in.ssd_codec_group_size};
+  KV_RETURN_IF_ERROR(out.ssd_codec.Validate().WithContext("ssd_codec"));
+  out.default_ttl_ms = in.default_ttl_ms;
+  out.worker_threads = in.worker_threads;
+  out.sink_chunks = in.sink_chunks;
+  out.promote_on_load = in.promote_on_load != 0;
+  return out;
+}
+
+Status CheckEngine(const kvtier_engine_t* engine) {
+  if (engine == nullptr || !engine->engine) return Status::InvalidArgument("engine is NULL");
+  return Status::Ok();
+}
+
+// The engine and namespace checks every keyed call shares; returns the token span.
+Result<std::span<const uint32_t>> CheckKeyed(const kvtier_engine_t* engine,
+                                             const kvtier_namespace_t* ns, const uint32_t* tokens,
+                                             size_t token_count) {
+  KV_RETURN_IF_ERROR(CheckEngine(engine));
+  if (ns == nullptr) return Status::InvalidArgument("ns is NULL");
+  if (tokens == nullptr && token_count != 0) {
+    return Status::InvalidArgument("tokens is NULL but token_count is " +
+                                   std::to_string(token_count));
+  }
+  return std::span<const uint32_t>(tokens, tokens == nullptr ? 0 : token_count);
+}
+
+Namespace ToNamespace(const kvtier_namespace_t& ns) {
+  Namespace out;
+  std::memcpy(out.digest.data(), ns.digest, out.digest.size());
+  return out;
+}
+
+Status CheckBlockArray(const kvtier_engine_t* engine, const void* array, size_t count,
+                       std::string_view name) {
+  const uint32_t layers = engine->layout.layers;
+  if (array == nullptr || count == 0 || count % layers != 0) {
+    return Status::InvalidArgument(std::string(name) + " must name a positive multiple of " +
+                                   std::to_string(layers) + " (layers) blocks, got " +
+                                   std::to_string(array == nullptr ? 0 : count));
+  }
+  return Status::Ok();
+}
+
+void FillTierStats(const TierStats& in, kvtier_tier_stats_t* out) {
+  out->kind = static_cast<kvtier_tier_t>(in.kind);
+  out->capacity_bytes = in.capacity_bytes;
+  out->used_bytes = in.used_bytes;
+  out->blocks = in.blocks;
+  out->hits = in.hits;
+  out->evictions = in.evictions;
+  out->writebacks = in.writebacks;
+  out->promotions = in.promotions;
+}
+
+}  // namespace
+}  // namespace kvtier
+
+using kvtier::Guard;
+using kvtier::Status;
+
+extern "C" {
+
+uint32_t kvtier_abi_version(void) { return KVTIER_ABI_VERSION; }
+
+const char* kvtier_version_string(void) { return kvtier::kVersionString; }
+
+const char* kvtier_status_name(kvtier_status_t code) {
+  const int32_t value = kvtier::RawEnum(code);
+  if (value == KVTIER_INTERNAL) return "Internal";
+  if (value < KVTIER_OK || value > KVTIER_UNAVAILABLE) return "Unknown";
+  // StatusCodeName returns views of string literals: NUL-terminated static storage.
+  return kvtier::StatusCodeName(static_cast<kvtier::StatusCode>(value)).data();
+}
+
+void kvtier_engine_options_init(kvtier_engine_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(static_cast<void*>(options), 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->layout.dtype = KVTIER_DTYPE_F16;
+  options->layout.block_tokens = 256;
+  options->host_numa_node = -1;
+  options->ssd_sync = KVTIER_SSD_SYNC_PER_BATCH;
+  options->write_policy = KVTIER_WRITE_BACK;
+  options->ssd_codec = KVTIER_CODEC_IDENTITY;
+  const kvtier::EngineOptions defaults;
+  options->worker_threads = defaults.worker_threads;
+  options->sink_chunks = defaults.sink_chunks;
+  options->promote_on_load = defaults.promote_on_load ? 1 : 0;
+}
+
+kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout, uint64_t* block_bytes,
+                                          kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (layout == nullptr || block_bytes == nullptr) {
+      return Status::InvalidArgument("layout and block_bytes must not be NULL");
+    }
+    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted, kvtier::ConvertLayout(*layout));
+    *block_bytes = converted.BlockBytes();
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_engine_open(const kvtier_engine_options_t* options, kvtier_engine_t** engine,
+                                   kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (options == nullptr || engine == nullptr) {
+      return Status::InvalidArgument("options and engine must not be NULL");
+    }
+    *engine = nullptr;
+    kvtier_engine_options_t in;
+    kvtier_engine_options_init(&in);
+    KV_RETURN_IF_ERROR(
+        kvtier::ReadVersioned(options, kvtier::kEngineOptionsV1Bytes, &in, "engine options"));
+    KV_ASSIGN_OR_RETURN(const kvtier::EngineOptions converted, kvtier::ConvertOptions(in));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::Engine> opened, kvtier::Engine::Open(converted));
+    auto handle = std::make_unique<kvtier_engine_s>();
+    handle->layout = converted.layout;
+    handle->block_bytes = converted.layout.BlockBytes();
+    handle->engine = std::move(opened);
+    *engine = handle.release();
+    return Status::Ok();
+  });
+}
+
+void kvtier_engine_close(kvtier_engine_t* engine) {
+  // The destructor of the last owner shuts the engine down; nothing there throws.
+  delete engine;
+}
+
+void kvtier_engine_layout(const kvtier_engine_t* engine, kvtier_layout_t* layout) {
+  if (engine == nullptr || layout == nullptr) return;
+  layout->layers = engine->layout.layers;
+  layout->kv_heads = engine->layout.kv_heads;
+  layout->head_dim = engine->layout.head_dim;
+  layout->dtype = static_cast<kvtier_dtype_t>(engine->layout.dtype);
+  layout->block_tokens = engine->layout.block_tokens;
+}
+
+uint64_t kvtier_engine_block_bytes(const kvtier_engine_t* engine) {
+  return engine == nullptr ? 0 : engine->block_bytes;
+}
+
+kvtier_status_t kvtier_make_namespace(kvtier_engine_t* engine, const void* salt, size_t salt_len,
+                                      const char* const* extra_keys, const size_t* extra_key_lens,
+                                      size_t extra_key_count, kvtier_namespace_t* ns,
+                                      kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_RETURN_IF_ERROR(kvtier::CheckEngine(engine));
+    if (ns == nullptr) return Status::InvalidArgument("ns is NULL");
+    if (salt == nullptr && salt_len != 0) return Status::InvalidArgument("salt is NULL");
+    if (extra_keys == nullptr && extra_key_count != 0) {
+      return Status::InvalidArgument("extra_keys is NULL");
+    }
+    std::vector<std::string> keys;
+    keys.reserve(extra_key_count);
+    for (size_t i = 0; i < extra_key_count; ++i) {
+      if (extra_keys[i] == nullptr) {
+        return Status::InvalidArgument("extra_keys[" + std::to_string(i) + "] is NULL");
+      }
+      keys.emplace_back(extra_keys[i],
+                        extra_key_lens != nullptr ? extra_key_lens[i] : std::strlen(extra_keys[i]));
+    }
+    const std::string_view salt_view(static_cast<const char*>(salt),
+                                     salt == nullptr ? 0 : salt_len);
+    KV_ASSIGN_OR_RETURN(const kvtier::Namespace made,
+                        engine->engine->MakeNamespace(salt_view, keys));
+    std::memcpy(ns->digest, made.digest.data(), sizeof(ns->digest));
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_lookup(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                              const uint32_t* tokens, size_t token_count, size_t* matched_tokens,
+                              kvtier_tier_t* chunk_tiers, size_t chunk_tiers_capacity,
+                              kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    if (matched_tokens == nullptr) return Status::InvalidArgument("matched_tokens is NULL");
+    KV_ASSIGN_OR_RETURN(const kvtier::LookupResult result,
+                        engine->engine->Lookup(kvtier::ToNamespace(*ns), span));
+    *matched_tokens = result.matched_tokens;
+    if (chunk_tiers != nullptr) {
+      const size_t n = std::min(chunk_tiers_capacity, result.chunk_tiers.size());
+      for (size_t i = 0; i < n; ++i) {
+        chunk_tiers[i] = static_cast<kvtier_tier_t>(result.chunk_tiers[i]);
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_load(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                            const uint32_t* tokens, size_t token_count, void* const* dst,
+                            size_t dst_count, kvtier_load_t** load, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    if (load == nullptr) return Status::InvalidArgument("load is NULL");
+    *load = nullptr;
+    KV_RETURN_IF_ERROR(kvtier::CheckBlockArray(engine, dst, dst_count, "dst"));
+    std::vector<std::span<std::byte>> blocks;
+    blocks.reserve(dst_count);
+    for (size_t i = 0; i < dst_count; ++i) {
+      if (dst[i] == nullptr) {
+        return Status::InvalidArgument("dst[" + std::to_string(i) + "] is NULL");
+      }
+      blocks.emplace_back(static_cast<std::byte*>(dst[i]), engine->block_bytes);
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::LoadHandle> started,
+                        engine->engine->Load(kvtier::ToNamespace(*ns), span, blocks));
+    auto handle = std::make_unique<kvtier_load_s>();
+    handle->engine = engine->engine;
+    handle->handle = std::move(started);
+    *load = handle.release();
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_load_wait_layer(kvtier_load_t* load, uint32_t layer, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (load == nullptr) return Status::InvalidArgument("load is NULL");
+    return load->handle->WaitLayer(layer);
+  });
+}
+
+int kvtier_load_layer_ready(kvtier_load_t* load, uint32_t layer) {
+  return load != nullptr && load->handle->LayerReady(layer) ? 1 : 0;
+}
+
+kvtier_status_t kvtier_load_wait(kvtier_load_t* load, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (load == nullptr) return Status::InvalidArgument("load is NULL");
+    return load->handle->Wait();
+  });
+}
+
+size_t kvtier_load_chunks(const kvtier_load_t* load) {
+  return load == nullptr ? 0 : load->handle->chunks();
+}
+
+void kvtier_load_destroy(kvtier_load_t* load) { delete load; }
+
+void kvtier_store_options_init(kvtier_store_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(static_cast<void*>(options), 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->priority = KVTIER_PRIORITY_NORMAL;
+}
+
+kvtier_status_t kvtier_store(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                             const uint32_t* tokens, size_t token_count, const void* const* src,
+                             size_t src_count, const kvtier_store_options_t* options,
+                             kvtier_store_t** store, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    if (store == nullptr) return Status::InvalidArgument("store is NULL");
+    *store = nullptr;
+    KV_RETURN_IF_ERROR(kvtier::CheckBlockArray(engine, src, src_count, "src"));
+    kvtier_store_options_t in;
+    kvtier_store_options_init(&in);
+    if (options != nullptr) {
+      KV_RETURN_IF_ERROR(
+          kvtier::ReadVersioned(options, kvtier::kStoreOptionsV1Bytes, &in, "store options"));
+    }
+    const int32_t priority = kvtier::RawEnum(in.priority);
+    if (priority < KVTIER_PRIORITY_NORMAL || priority > KVTIER_PRIORITY_PINNED_PROMPT) {
+      return Status::InvalidArgument("store priority " + std::to_string(priority) +
+                                     " is not a kvtier_priority_t");
+    }
+    const kvtier::StoreOptions store_options{
+        .priority = static_cast<kvtier::BlockPriority>(priority), .ttl_ms = in.ttl_ms};
+    std::vector<std::span<const std::byte>> blocks;
+    blocks.reserve(src_count);
+    for (size_t i = 0; i < src_count; ++i) {
+      if (src[i] == nullptr) {
+        return Status::InvalidArgument("src[" + std::to_string(i) + "] is NULL");
+      }
+      blocks.emplace_back(static_cast<const std::byte*>(src[i]), engine->block_bytes);
+    }
+    KV_ASSIGN_OR_RETURN(
+        std::unique_ptr<kvtier::StoreHandle> started,
+        engine->engine->Store(kvtier::ToNamespace(*ns), span, blocks, store_options));
+    auto handle = std::make_unique<kvtier_store_s>();
+    handle->engine = engine->engine;
+    handle->handle = std::move(started);
+    *store = handle.release();
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_store_wait(kvtier_store_t* store, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (store == nullptr) return Status::InvalidArgument("store is NULL");
+    return store->handle->Wait();
+  });
+}
+
+size_t kvtier_store_chunks_stored(const kvtier_store_t* store) {
+  return store == nullptr ? 0 : store->handle->chunks_stored();
+}
+
+void kvtier_store_destroy(kvtier_store_t* store) { delete store; }
+
+kvtier_status_t kvtier_prefetch(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                const uint32_t* tokens, size_t token_count, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    return engine->engine->Prefetch(kvtier::ToNamespace(*ns), span);
+  });
+}
+
+kvtier_status_t kvtier_pin(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                           const uint32_t* tokens, size_t token_count, kvtier_pin_t** pin,
+                           kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    if (pin == nullptr) return Status::InvalidArgument("pin is NULL");
+    *pin = nullptr;
+    KV_ASSIGN_OR_RETURN(kvtier::PinHandle pinned,
+                        engine->engine->Pin(kvtier::ToNamespace(*ns), span));
+    auto handle = std::make_unique<kvtier_pin_s>();
+    handle->engine = engine->engine;
+    handle->pin = std::move(pinned);
+    *pin = handle.release();
+    return Status::Ok();
+  });
+}
+
+size_t kvtier_pin_chunks(const kvtier_pin_t* pin) { return pin == nullptr ? 0 : pin->pin.chunks(); }
+
+void kvtier_unpin(kvtier_pin_t* pin) { delete pin; }
+
+kvtier_status_t kvtier_flush(kvtier_engine_t* engine, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_RETURN_IF_ERROR(kvtier::CheckEngine(engine));
+    return engine->engine->Flush();
+  });
+}
+
+void kvtier_stats_init(kvtier_engine_stats_t* stats) {
+  if (stats == nullptr) return;
+  std::memset(static_cast<void*>(stats), 0, sizeof(*stats));
+  stats->struct_size = sizeof(*stats);
+}
+
+kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats_t* stats,
+                                    kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_RETURN_IF_ERROR(kvtier::CheckEngine(engine));
+    if (stats == nullptr) return Status::InvalidArgument("stats is NULL");
+    const size_t size = stats->struct_size;
+    if (size < kvtier::kStatsV1Bytes) {
+      return Status::InvalidArgument("stats.struct_size " + std::to_string(size) +
+                                     " is smaller than " + std::to_string(kvtier::kStatsV1Bytes) +
+                                     " (call kvtier_stats_init first)");
+    }
+    const kvtier::EngineStats in = engine->engine->Stats();
+    kvtier_engine_stats_t out;
+    kvtier_stats_init(&out);
+    out.lookups = in.lookups;
+    out.lookup_hit_tokens = in.lookup_hit_tokens;
+    out.lookup_tokens = in.lookup_tokens;
+    out.loads = in.loads;
+    out.load_blocks = in.load_blocks;
+    out.load_failures = in.load_failures;
+    out.stores = in.stores;
+    out.store_blocks = in.store_blocks;
+    out.busy_rejections = in.busy_rejections;
+    out.prefetches = in.prefetches;
+    out.prefetch_blocks = in.prefetch_blocks;
+    out.corrupt_blocks = in.corrupt_blocks;
+    const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
+    out.tier_count = static_cast<uint32_t>(tiers);
+    for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
+    // Fields appended after the caller's header keep whatever the caller had (nothing is known
+    // about them); the known prefix is overwritten, struct_size included (same value).
+    out.struct_size = size;
+    std::memcpy(static_cast<void*>(stats), &out, sizeof(out));
+    return Status::Ok();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,308 @@
+/* The C API from C (compiled as C11): open an engine with an SSD directory in a temporary
+ * directory, store a prefix, look it up, load it back layer by layer, compare the bytes, pin,
+ * prefetch, flush, read statistics, and check the error paths (bad layout, bad block arrays,
+ * versioned structs). Exits 0 on success, 1 with a message on the first failed check. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "kvtier/c_api.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                              \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_OK(expr)                                                      \
+  do {                                                                      \
+    kvtier_status_t check_st_ = (expr);                                     \
+    if (check_st_ != KVTIER_OK) {                                           \
+      fprintf(stderr, "%s:%d: %s returned %s\n", __FILE__, __LINE__, #expr, \
+              kvtier_status_name(check_st_));                               \
+      failures++;                                                           \
+      return;                                                               \
+    }                                                                       \
+  } while (0)
+
+enum { kLayers = 3, kKvHeads = 2, kHeadDim = 16, kBlockTokens = 16, kChunks = 4 };
+
+static char temp_dir[256];
+
+/* A recognizable byte pattern per (chunk, layer, byte). */
+static uint8_t Pattern(size_t chunk, size_t layer, size_t i) {
+  return (uint8_t)((chunk * 31u + layer * 7u + i * 13u + 5u) & 0xffu);
+}
+
+static void InitOptions(kvtier_engine_options_t* o, const char* const* dirs) {
+  kvtier_engine_options_init(o);
+  o->layout.layers = kLayers;
+  o->layout.kv_heads = kKvHeads;
+  o->layout.head_dim = kHeadDim;
+  o->layout.dtype = KVTIER_DTYPE_F16;
+  o->layout.block_tokens = kBlockTokens;
+  o->model_name = "c-api-test";
+  o->host_bytes = 4u << 20;
+  o->ssd_dirs = dirs;
+  o->ssd_dir_count = 1;
+  o->ssd_bytes = 16u << 20;
+  o->ssd_segment_bytes = 1u << 20;
+  o->write_policy = KVTIER_WRITE_THROUGH;
+}
+
+static void TestVersion(void) {
+  CHECK(kvtier_abi_version() == KVTIER_ABI_VERSION);
+  CHECK(kvtier_version_string() != NULL && strlen(kvtier_version_string()) > 0);
+  CHECK(strcmp(kvtier_status_name(KVTIER_OK), "OK") == 0);
+  CHECK(strcmp(kvtier_status_name(KVTIER_BUSY), "Busy") == 0);
+  CHECK(strcmp(kvtier_status_name(KVTIER_INTERNAL), "Internal") == 0);
+  CHECK(strcmp(kvtier_status_name((kvtier_status_t)77), "Unknown") == 0);
+}
+
+static void TestBadLayout(void) {
+  const char* dirs[1] = {temp_dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  o.layout.block_tokens = 17; /* Not a multiple of 16. */
+  kvtier_engine_t* engine = (kvtier_engine_t*)(uintptr_t)1;
+  kvtier_error_t err;
+  kvtier_status_t st = kvtier_engine_open(&o, &engine, &err);
+  CHECK(st == KVTIER_INVALID_ARGUMENT);
+  CHECK(err.code == KVTIER_INVALID_ARGUMENT);
+  CHECK(engine == NULL);
+  CHECK(strstr(err.message, "block_tokens") != NULL);
+
+  /* The same through the layout helper, and with a NULL error pointer. */
+  uint64_t bytes = 0;
+  CHECK(kvtier_layout_block_bytes(&o.layout, &bytes, NULL) == KVTIER_INVALID_ARGUMENT);
+  o.layout.block_tokens = kBlockTokens;
+  o.layout.dtype = (kvtier_dtype_t)9;
+  CHECK(kvtier_layout_block_bytes(&o.layout, &bytes, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "dtype") != NULL);
+  o.layout.dtype = KVTIER_DTYPE_F16;
+  CHECK_OK(kvtier_layout_block_bytes(&o.layout, &bytes, &err));
+  CHECK(bytes == 2u * kBlockTokens * kKvHeads * kHeadDim * 2u);
+
+  /* Enum fields holding values outside their enum. */
+  o.write_policy = (kvtier_write_policy_t)7;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "write_policy") != NULL);
+  o.write_policy = KVTIER_WRITE_BACK;
+  o.ssd_codec = (kvtier_codec_t)300;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "ssd_codec") != NULL);
+  o.ssd_codec = KVTIER_CODEC_IDENTITY;
+
+  /* No host tier. */
+  o.host_bytes = 0;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strlen(err.message) > 0);
+
+  /* Versioned structs: too small is refused; larger with unknown non-zero fields too. */
+  struct {
+    kvtier_engine_options_t known;
+    uint64_t future_field;
+  } bigger;
+  InitOptions(&bigger.known, dirs);
+  bigger.known.struct_size = 8;
+  CHECK(kvtier_engine_open(&bigger.known, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "struct_size") != NULL);
+  bigger.known.struct_size = sizeof(bigger);
+  bigger.future_field = 1;
+  CHECK(kvtier_engine_open(&bigger.known, &engine, &err) == KVTIER_NOT_SUPPORTED);
+
+  /* NULL arguments are errors, not crashes. */
+  CHECK(kvtier_engine_open(NULL, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_flush(NULL, &err) == KVTIER_INVALID_ARGUMENT);
+  kvtier_engine_close(NULL);
+  kvtier_load_destroy(NULL);
+  kvtier_store_destroy(NULL);
+  kvtier_unpin(NULL);
+}
+
+static void TestRoundTrip(void) {
+  const char* dirs[1] = {temp_dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  if (kvtier_engine_open(&o, &engine, &err) != KVTIER_OK) {
+    fprintf(stderr, "open: %s: %s\n", kvtier_status_name(err.code), err.message);
+    failures++;
+    return;
+  }
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  CHECK(block_bytes == 2u * kBlockTokens * kKvHeads * kHeadDim * 2u);
+  kvtier_layout_t layout;
+  kvtier_engine_layout(engine, &layout);
+  CHECK(layout.layers == kLayers && layout.block_tokens == kBlockTokens);
+
+  kvtier_namespace_t ns, other_ns;
+  const char* extra[1] = {"lora:7"};
+  CHECK_OK(kvtier_make_namespace(engine, "tenant-a", 8, extra, NULL, 1, &ns, &err));
+  CHECK_OK(kvtier_make_namespace(engine, "tenant-b", 8, NULL, NULL, 0, &other_ns, &err));
+  CHECK(memcmp(ns.digest, other_ns.digest, sizeof(ns.digest)) != 0);
+
+  /* kChunks full chunks plus a partial tail (ignored). */
+  enum { kTokens = kChunks * kBlockTokens + 5 };
+  uint32_t tokens[kTokens];
+  for (size_t i = 0; i < kTokens; ++i) tokens[i] = (uint32_t)(1000 + i * 3);
+
+  size_t matched = 99;
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kTokens, &matched, NULL, 0, &err));
+  CHECK(matched == 0);
+
+  /* Store every chunk. */
+  uint8_t* src = malloc(kChunks * kLayers * block_bytes);
+  uint8_t* dst = malloc(kChunks * kLayers * block_bytes);
+  CHECK(src != NULL && dst != NULL);
+  const void* src_ptrs[kChunks * kLayers];
+  void* dst_ptrs[kChunks * kLayers];
+  for (size_t c = 0; c < kChunks; ++c) {
+    for (size_t l = 0; l < kLayers; ++l) {
+      uint8_t* block = src + (c * kLayers + l) * block_bytes;
+      for (size_t i = 0; i < block_bytes; ++i) block[i] = Pattern(c, l, i);
+      src_ptrs[c * kLayers + l] = block;
+      dst_ptrs[c * kLayers + l] = dst + (c * kLayers + l) * block_bytes;
+    }
+  }
+  memset(dst, 0, kChunks * kLayers * block_bytes);
+
+  kvtier_store_options_t sopts;
+  kvtier_store_options_init(&sopts);
+  sopts.priority = KVTIER_PRIORITY_HIGH;
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kTokens, src_ptrs, kChunks * kLayers, &sopts, &store,
+                        &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  CHECK(kvtier_store_chunks_stored(store) == kChunks);
+  kvtier_store_destroy(store);
+
+  /* Lookup: every chunk, in memory; the other tenant sees nothing. */
+  kvtier_tier_t tiers[kChunks + 2];
+  for (size_t i = 0; i < kChunks + 2; ++i) tiers[i] = KVTIER_TIER_NONE;
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kTokens, &matched, tiers, kChunks + 2, &err));
+  CHECK(matched == kChunks * kBlockTokens);
+  for (size_t i = 0; i < kChunks; ++i) CHECK(tiers[i] == KVTIER_TIER_HOST);
+  CHECK(tiers[kChunks] == KVTIER_TIER_NONE);
+  CHECK_OK(kvtier_lookup(engine, &other_ns, tokens, kTokens, &matched, NULL, 0, &err));
+  CHECK(matched == 0);
+
+  /* Load back, layer by layer. */
+  kvtier_load_t* load = NULL;
+  CHECK_OK(kvtier_load(engine, &ns, tokens, kTokens, dst_ptrs, kChunks * kLayers, &load, &err));
+  CHECK(kvtier_load_chunks(load) == kChunks);
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    CHECK_OK(kvtier_load_wait_layer(load, l, &err));
+    CHECK(kvtier_load_layer_ready(load, l) == 1);
+    for (size_t c = 0; c < kChunks; ++c) {
+      CHECK(memcmp(dst_ptrs[c * kLayers + l], src_ptrs[c * kLayers + l], block_bytes) == 0);
+    }
+  }
+  CHECK_OK(kvtier_load_wait(load, &err));
+  CHECK(kvtier_load_wait_layer(load, kLayers, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_load_layer_ready(load, kLayers) == 0);
+  kvtier_load_destroy(load);
+
+  /* A shorter load: the first two chunks only. */
+  memset(dst, 0, kChunks * kLayers * block_bytes);
+  CHECK_OK(kvtier_load(engine, &ns, tokens, kTokens, dst_ptrs, 2 * kLayers, &load, &err));
+  CHECK_OK(kvtier_load_wait(load, &err));
+  kvtier_load_destroy(load);
+  CHECK(memcmp(dst, src, 2 * kLayers * block_bytes) == 0);
+
+  /* Error paths of keyed calls: not a multiple of layers, NULL arrays, NULL namespace. */
+  CHECK(kvtier_load(engine, &ns, tokens, kTokens, dst_ptrs, kLayers + 1, &load, &err) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(load == NULL);
+  CHECK(strstr(err.message, "layers") != NULL);
+  CHECK(kvtier_store(engine, &ns, tokens, kTokens, NULL, kLayers, NULL, &store, &err) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_lookup(engine, NULL, tokens, kTokens, &matched, NULL, 0, &err) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_lookup(engine, &ns, NULL, 5, &matched, NULL, 0, &err) == KVTIER_INVALID_ARGUMENT);
+  /* Loading chunks that are not cached fails (the other tenant has none). */
+  {
+    kvtier_status_t st =
+        kvtier_load(engine, &other_ns, tokens, kTokens, dst_ptrs, kLayers, &load, &err);
+    if (st == KVTIER_OK) {
+      st = kvtier_load_wait(load, &err);
+      kvtier_load_destroy(load);
+    }
+    CHECK(st != KVTIER_OK);
+    CHECK(strlen(err.message) > 0);
+  }
+
+  /* Pin, prefetch, flush, statistics. */
+  kvtier_pin_t* pin = NULL;
+  CHECK_OK(kvtier_pin(engine, &ns, tokens, kTokens, &pin, &err));
+  CHECK(kvtier_pin_chunks(pin) == kChunks);
+  CHECK_OK(kvtier_prefetch(engine, &ns, tokens, kTokens, &err));
+  CHECK_OK(kvtier_flush(engine, &err));
+
+  kvtier_engine_stats_t stats;
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.lookups >= 3);
+  CHECK(stats.store_blocks == kChunks * kLayers);
+  CHECK(stats.load_blocks >= (kChunks + 2) * kLayers);
+  CHECK(stats.tier_count >= 2); /* host and SSD */
+  stats.struct_size = 4;
+  CHECK(kvtier_engine_stats(engine, &stats, &err) == KVTIER_INVALID_ARGUMENT);
+
+  /* Handles may outlive the caller's engine reference: the engine goes with the last one. */
+  kvtier_engine_close(engine);
+  kvtier_unpin(pin);
+
+  /* Reopen: the write-through SSD tier still has every block. */
+  engine = NULL;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  CHECK_OK(kvtier_make_namespace(engine, "tenant-a", 8, extra, NULL, 1, &ns, &err));
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kTokens, &matched, tiers, kChunks, &err));
+  CHECK(matched == kChunks * kBlockTokens);
+  CHECK(tiers[0] == KVTIER_TIER_SSD);
+  memset(dst, 0, kChunks * kLayers * block_bytes);
+  CHECK_OK(kvtier_load(engine, &ns, tokens, kTokens, dst_ptrs, kChunks * kLayers, &load, &err));
+  CHECK_OK(kvtier_load_wait(load, &err));
+  kvtier_load_destroy(load);
+  CHECK(memcmp(dst, src, kChunks * kLayers * block_bytes) == 0);
+  kvtier_engine_close(engine);
+
+  free(src);
+  free(dst);
+}
+
+static void RemoveTree(const char* path) {
+  char command[512];
+  snprintf(command, sizeof(command), "rm -rf '%s'", path);
+  if (system(command) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+int main(void) {
+  const char* tmp = getenv("TMPDIR");
+  snprintf(temp_dir, sizeof(temp_dir), "%s/kvtier_c_api_XXXXXX",
+           tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+  if (mkdtemp(temp_dir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  TestVersion();
+  TestBadLayout();
+  TestRoundTrip();
+  RemoveTree(temp_dir);
+  if (failures != 0) {
+    fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: OK\n");
+  return 0;
+}

@@ -1,0 +1,45 @@
+"""Shared fixtures for the kvtier Python tests (run by CTest as `python_tests`).
+
+CTest sets PYTHONPATH to <build>/python, where the kvtier package and its _kvtier extension are
+assembled. KVTIER_PYTEST_MIN_TESTS makes a run that collected fewer tests fail loudly instead of
+passing with a handful (pytest's own "no tests ran" already exits 5, which CTest counts as failure).
+"""
+
+import os
+
+import pytest
+
+import kvtier
+
+LAYOUT = "layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16"
+
+
+def pytest_collection_finish(session):
+    minimum = int(os.environ.get("KVTIER_PYTEST_MIN_TESTS", "0"))
+    if minimum and len(session.items) < minimum:
+        raise pytest.UsageError(
+            f"collected {len(session.items)} tests, expected at least {minimum}")
+
+
+@pytest.fixture
+def make_engine(tmp_path):
+    """Engine factory: a small host tier and an SSD tier under the test's temporary directory."""
+    engines = []
+
+    def make(**overrides):
+        options = dict(layout=LAYOUT, host_bytes=1 << 20, ssd_dirs=[str(tmp_path / "ssd")],
+                       ssd_bytes=16 << 20, ssd_segment_bytes=1 << 20)
+        options.update(overrides)
+        (tmp_path / "ssd").mkdir(exist_ok=True)
+        engine = kvtier.Engine(**options)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+@pytest.fixture
+def engine(make_engine):
+    return make_engine()
