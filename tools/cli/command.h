@@ -49,6 +49,8 @@ class Command {
 // Declares a subcommand on `app` and returns the Command its flags are bound to.
 using CommandFactory = std::unique_ptr<Command> (*)(CLI::App* app);
 
+// cmd_demo.cc: multi-turn prefix reuse through the tiers, with correctness checks.
+std::unique_ptr<Command> MakeDemoCommand(CLI::App* app);
 // cmd_hash.cc: namespace digest and chunk hashes of a token file.
 std::unique_ptr<Command> MakeHashCommand(CLI::App* app);
 // cmd_selfcheck.cc: write, recover, read back and corrupt a few blocks on the SSD path.

@@ -23,7 +23,7 @@ namespace {
 
 // Every subcommand, in the order `--help` lists them. Append new ones here.
 constexpr CommandFactory kCommandFactories[] = {
-    MakeHashCommand, MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
+    MakeDemoCommand, MakeHashCommand, MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
 };
 
 std::string OneLineFailure(const CLI::App* /*app*/, const CLI::Error& e) {
