@@ -20,7 +20,7 @@ case "${1:-}" in
   demo)
     build
     "$build_dir/tools/cli/kvtier" --version
-    "$build_dir/tools/cli/kvtier" selfcheck
+    "$build_dir/tools/cli/kvtier" demo
     ;;
   test)
     build

@@ -55,8 +55,8 @@ Result<DemoModel> MakeModel(const std::string& model_path, const std::string& to
   }
   KV_ASSIGN_OR_RETURN(runtime::ModelConfig config, runtime::SyntheticPreset("tinyllama-1.1b"));
   KV_ASSIGN_OR_RETURN(config, runtime::ShrinkConfig(config, {.layers = 4,
-                                                             .dim = 1024,
-                                                             .hidden_dim = 2048,
+                                                             .dim = 512,
+                                                             .hidden_dim = 1536,
                                                              .vocab_size = 4096}));
   KV_ASSIGN_OR_RETURN(runtime::ModelWeights weights, runtime::MakeSyntheticWeights(config, 7));
   out.description = "synthetic tinyllama-1.1b geometry (" + std::to_string(config.n_layers) +
