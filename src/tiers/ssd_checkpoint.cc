@@ -48,17 +48,40 @@ bool GetBlockEntry(ByteReader* r, BlockKey* key, IndexEntry* e) {
   return reserved16 == 0 && reserved32 == 0 && (flags & ~kCheckpointFlagReferenced) == 0;
 }
 
+void PutTombstoneEntry(std::string* dst, const BlockKey& key, const LiveTombstone& t) {
+  PutHash(dst, key.chunk_hash);
+  PutFixed32(dst, key.layer);
+  PutFixed32(dst, 0);
+  PutFixed64(dst, t.segment_id);
+  PutFixed64(dst, t.sequence);
+}
+
+bool GetTombstoneEntry(ByteReader* r, BlockKey* key, LiveTombstone* t) {
+  std::span<const std::byte> hash;
+  uint32_t reserved = 0;
+  if (!r->GetBytes(32, &hash)) return false;
+  std::memcpy(key->chunk_hash.data(), hash.data(), 32);
+  if (!r->GetFixed32(&key->layer) || !r->GetFixed32(&reserved) || !r->GetFixed64(&t->segment_id) ||
+      !r->GetFixed64(&t->sequence)) {
+    return false;
+  }
+  return reserved == 0;
+}
+
 }  // namespace
 
 std::string EncodeCheckpoint(const Checkpoint& c) {
   std::string out;
   out.reserve(kCheckpointHeaderBytes + c.segments.size() * kCheckpointSegmentEntryBytes +
-              c.entries.size() * kCheckpointBlockEntryBytes + kCheckpointTrailerBytes);
+              c.entries.size() * kCheckpointBlockEntryBytes +
+              c.tombstones.size() * kCheckpointTombstoneEntryBytes + kCheckpointTrailerBytes);
+  // One tombstone record per entry lives on disk, so the count is far below the u32 limit.
+  KV_CHECK(c.tombstones.size() <= UINT32_MAX);
   PutFixed32(&out, kCheckpointMagic);
-  PutFixed16(&out, kFormatVersion);
+  PutFixed16(&out, kCheckpointVersion);
   PutFixed16(&out, 0);
   PutFixed32(&out, c.dir_count);
-  PutFixed32(&out, 0);
+  PutFixed32(&out, static_cast<uint32_t>(c.tombstones.size()));
   PutFixed64(&out, c.segment_bytes);
   PutFixed64(&out, c.next_sequence);
   PutFixed64(&out, c.next_segment_id);
@@ -74,6 +97,7 @@ std::string EncodeCheckpoint(const Checkpoint& c) {
     PutFixed64(&out, s.scan_from);
   }
   for (const auto& [key, entry] : c.entries) PutBlockEntry(&out, key, entry);
+  for (const auto& [key, t] : c.tombstones) PutTombstoneEntry(&out, key, t);
   PutFixed32(&out, crc32c::Mask(crc32c::Value(out)));
 #ifndef NDEBUG
   // Pair assertion: the checkpoint we write decodes to the one we meant.
@@ -81,6 +105,7 @@ std::string EncodeCheckpoint(const Checkpoint& c) {
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(out.data()), out.size()));
   KV_DCHECK(back.ok());
   KV_DCHECK(back->entries.size() == c.entries.size());
+  KV_DCHECK(back->tombstones.size() == c.tombstones.size());
 #endif
   return out;
 }
@@ -94,24 +119,28 @@ Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes) {
     return Status::Corruption("checkpoint: crc mismatch");
   }
   ByteReader r(bytes.first(body));
-  uint32_t magic = 0, reserved32a = 0, reserved32b = 0, segment_count = 0;
+  uint32_t magic = 0, tombstone_count = 0, reserved32b = 0, segment_count = 0;
   uint16_t version = 0, reserved16 = 0;
   uint64_t entry_count = 0;
   Checkpoint c;
   if (!r.GetFixed32(&magic) || !r.GetFixed16(&version) || !r.GetFixed16(&reserved16) ||
-      !r.GetFixed32(&c.dir_count) || !r.GetFixed32(&reserved32a) ||
+      !r.GetFixed32(&c.dir_count) || !r.GetFixed32(&tombstone_count) ||
       !r.GetFixed64(&c.segment_bytes) || !r.GetFixed64(&c.next_sequence) ||
       !r.GetFixed64(&c.next_segment_id) || !r.GetFixed64(&c.written_wall_us) ||
       !r.GetFixed32(&segment_count) || !r.GetFixed32(&reserved32b) || !r.GetFixed64(&entry_count)) {
     return Status::Corruption("checkpoint: short header");
   }
   if (magic != kCheckpointMagic) return Status::Corruption("checkpoint: bad magic");
-  if (version != kFormatVersion) return Status::Corruption("checkpoint: unknown version");
-  if (reserved16 != 0 || reserved32a != 0 || reserved32b != 0) {
+  if (version < kCheckpointVersionMin || version > kCheckpointVersion) {
+    return Status::Corruption("checkpoint: unknown version");
+  }
+  // In version 1 the tombstone count was a reserved field.
+  if (reserved16 != 0 || reserved32b != 0 || (version == 1 && tombstone_count != 0)) {
     return Status::Corruption("checkpoint: reserved field set");
   }
   // The sizes must account for every byte, which also bounds the allocations below.
-  const uint64_t expect = uint64_t{segment_count} * kCheckpointSegmentEntryBytes;
+  const uint64_t expect = uint64_t{segment_count} * kCheckpointSegmentEntryBytes +
+                          uint64_t{tombstone_count} * kCheckpointTombstoneEntryBytes;
   if (entry_count > r.remaining() / kCheckpointBlockEntryBytes ||
       expect + entry_count * kCheckpointBlockEntryBytes != r.remaining()) {
     return Status::Corruption("checkpoint: sizes do not match the file");
@@ -133,6 +162,13 @@ Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes) {
     if (!GetBlockEntry(&r, &key, &entry)) return Status::Corruption("checkpoint: bad block entry");
     if (!std::binary_search(ids.begin(), ids.end(), entry.segment_id)) {
       return Status::Corruption("checkpoint: entry names an unlisted segment");
+    }
+  }
+  c.tombstones.resize(tombstone_count);
+  for (auto& [key, t] : c.tombstones) {
+    if (!GetTombstoneEntry(&r, &key, &t)) return Status::Corruption("checkpoint: bad tombstone");
+    if (!std::binary_search(ids.begin(), ids.end(), t.segment_id)) {
+      return Status::Corruption("checkpoint: tombstone names an unlisted segment");
     }
   }
   return c;

@@ -47,6 +47,14 @@ struct CheckpointSegment {
   friend bool operator==(const CheckpointSegment&, const CheckpointSegment&) = default;
 };
 
+// An erase whose tombstone record must outlive its segment: a segment that may hold an older
+// record of the key still exists (docs/ssd_format.md §7).
+struct LiveTombstone {
+  uint64_t segment_id = 0;  // Where the tombstone record is.
+  uint64_t sequence = 0;    // The tombstone record's sequence.
+  friend bool operator==(const LiveTombstone&, const LiveTombstone&) = default;
+};
+
 struct Checkpoint {
   uint32_t dir_count = 0;
   uint64_t segment_bytes = 0;
@@ -55,14 +63,16 @@ struct Checkpoint {
   uint64_t written_wall_us = 0;
   std::vector<CheckpointSegment> segments;
   std::vector<std::pair<BlockKey, IndexEntry>> entries;
+  std::vector<std::pair<BlockKey, LiveTombstone>> tombstones;  // Empty in a version 1 file.
   friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
 
-// The whole checkpoint file, trailer CRC included.
+// The whole checkpoint file (version kCheckpointVersion), trailer CRC included.
 std::string EncodeCheckpoint(const Checkpoint& checkpoint);
 
-// Decodes and checks a whole checkpoint file: magic, version, reserved fields, sizes, that every
-// entry names a listed segment, and the trailer CRC. Corruption otherwise.
+// Decodes and checks a whole checkpoint file (version 1 or 2): magic, version, reserved fields,
+// sizes, that every entry and tombstone names a listed segment, and the trailer CRC. Corruption
+// otherwise.
 Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes);
 
 }  // namespace kvtier::ssd

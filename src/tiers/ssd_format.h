@@ -1,6 +1,7 @@
-// Constants of the SSD tier's on-disk format, specified in docs/ssd_format.md (version 1). The
-// document is the source of truth: change it first, then these values, and only ever append
-// enum values or give meaning to reserved fields.
+// Constants of the SSD tier's on-disk format, specified in docs/ssd_format.md (records and
+// segments at version 1, the checkpoint at version 2). The document is the source of truth:
+// change it first, then these values, and only ever append enum values or give meaning to
+// reserved fields.
 //
 // Thread safety: constants only.
 #pragma once
@@ -36,6 +37,11 @@ inline constexpr size_t kCheckpointSegmentEntryBytes = 24;
 inline constexpr size_t kCheckpointBlockEntryBytes = 80;
 inline constexpr size_t kCheckpointTrailerBytes = 4;
 inline constexpr uint8_t kCheckpointFlagReferenced = 0x01;
+// The checkpoint has its own version (records and segment headers stay at kFormatVersion).
+// Version 2 added the live tombstones (§4); version 1 files, which have none, are still read.
+inline constexpr uint16_t kCheckpointVersion = 2;
+inline constexpr uint16_t kCheckpointVersionMin = 1;
+inline constexpr size_t kCheckpointTombstoneEntryBytes = 56;
 
 // Segment sizes (docs/ssd_format.md §2).
 inline constexpr uint64_t kSegmentBytesDefault = 64 * kMiB;

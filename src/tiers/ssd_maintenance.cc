@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "core/aligned_buffer.h"
@@ -62,6 +63,20 @@ Status SsdTier::Flush() { return SyncSegments(); }
 Status SsdTier::Checkpoint() { return WriteCheckpoint(); }
 
 Status SsdTier::SyncSegments() {
+  uint64_t failures = 0;
+  {
+    MutexLock lock(&mu_);
+    failures = sync_failures_;
+  }
+  return SyncSegmentsSince(failures);
+}
+
+// Why sync_mu_ is held across the fsyncs: a pass clears a segment's `unsynced` flag before its
+// fsync. Without the serialisation, a second caller would find nothing unsynced while the first
+// pass's fsync still ran (or was about to fail), and return OK for writes that are not durable.
+// Holding it, a caller waits for the running pass, then runs its own, which retries what failed.
+Status SsdTier::SyncSegmentsSince(uint64_t failures) {
+  MutexLock serial(&sync_mu_);
   std::vector<std::pair<uint64_t, std::shared_ptr<File>>> files;
   uint64_t durable = 0;
   {
@@ -77,21 +92,38 @@ Status SsdTier::SyncSegments() {
   for (auto& [id, file] : files) {
     Status s = file->Sync();
     if (s.ok()) continue;
-    MutexLock lock(&mu_);
-    ++stats_.io_errors;
-    auto it = segments_.find(id);
-    if (it != segments_.end()) it->second.unsynced = true;
     if (first.ok()) first = s.WithContext("syncing " + file->path());
   }
-  if (first.ok() && durable > durable_sequence_.load()) durable_sequence_.store(durable);
-  return first;
+  MutexLock lock(&mu_);
+  if (!first.ok()) {
+    // Flag them again (the next pass retries) before the failure is counted, so that a caller
+    // that reads the count after this finds the flags set.
+    for (auto& [id, file] : files) {
+      auto it = segments_.find(id);
+      if (it != segments_.end()) it->second.unsynced = true;
+    }
+    ++stats_.io_errors;
+    ++sync_failures_;
+    last_sync_error_ = first;
+    return first;
+  }
+  // A pass that ran while this caller waited may have covered its writes and failed; a retry
+  // that succeeds does not prove those bytes reached the disk (a failed fdatasync may have
+  // dropped the dirty pages), so the caller hears of the failure.
+  if (sync_failures_ != failures) {
+    return last_sync_error_.WithContext("an fsync covering these writes failed");
+  }
+  if (durable > durable_sequence_.load()) durable_sequence_.store(durable);
+  return Status::Ok();
 }
 
 Status SsdTier::WriteCheckpoint() {
   MutexLock serial(&checkpoint_mu_);
   ssd::Checkpoint ck;
+  uint64_t failures = 0;
   {
     MutexLock lock(&mu_);
+    failures = sync_failures_;
     ck.dir_count = static_cast<uint32_t>(options_.dirs.size());
     ck.segment_bytes = options_.segment_bytes;
     ck.next_sequence = next_sequence_;
@@ -103,10 +135,13 @@ Status SsdTier::WriteCheckpoint() {
     }
     ck.entries.reserve(index_.size());
     for (const auto& [key, e] : index_) ck.entries.emplace_back(key, e);
+    ck.tombstones.reserve(tombstones_.size());
+    for (const auto& [key, t] : tombstones_) ck.tombstones.emplace_back(key, t);
     checkpoint_wanted_ = false;
   }
-  // Every entry of the snapshot must point at durable bytes before the checkpoint names them.
-  KV_RETURN_IF_ERROR(SyncSegments());
+  // Every entry of the snapshot must point at durable bytes before the checkpoint names them,
+  // including entries whose fsync another pass was running when the snapshot was taken.
+  KV_RETURN_IF_ERROR(SyncSegmentsSince(failures));
   const std::string bytes = ssd::EncodeCheckpoint(ck);
   const std::string dir = DirPath(0);
   const std::string tmp = dir + "/" + ssd::kCheckpointTempName;
@@ -127,6 +162,7 @@ Status SsdTier::ReclaimOldestSegment() {
   uint64_t id = 0;
   std::shared_ptr<File> file;
   std::vector<std::pair<BlockKey, IndexEntry>> keep;
+  std::vector<std::pair<BlockKey, ssd::LiveTombstone>> tombs;
   {
     MutexLock lock(&mu_);
     if (segments_.empty()) return Status::NotFound("ssd: no segment to reclaim");
@@ -137,34 +173,92 @@ Status SsdTier::ReclaimOldestSegment() {
     seg.sealed = true;
     if (open_segment_[seg.dir] == id) open_segment_[seg.dir] = 0;
     file = seg.file;
-    const uint64_t now_wall = clock_->WallMicros();
-    for (const auto& [key, e] : index_) {
-      if (e.segment_id == id && e.referenced && !e.Expired(now_wall)) keep.emplace_back(key, e);
-    }
+    CollectReclaimLocked(id, &keep, &tombs);
   }
   KV_RETURN_IF_ERROR(Reappend(keep, file));
+  KV_RETURN_IF_ERROR(ReappendTombstones(id, tombs));
+  // The copies must be durable before the file that holds the originals goes (kNone and
+  // kPeriodic; kPerBatch synced them with their batch).
+  if (!keep.empty() || !tombs.empty()) KV_RETURN_IF_ERROR(SyncSegments());
   uint32_t dir = 0;
   {
     MutexLock lock(&mu_);
-    Segment& seg = segments_.at(id);
-    dir = seg.dir;
-    KV_CHECK(seg.in_flight.empty());  // Sealed before: nothing can have been reserved in it.
-    for (auto it = index_.begin(); it != index_.end();) {
-      if (it->second.segment_id == id) {
-        live_bytes_ -= it->second.record_bytes();
-        ++stats_.dropped_blocks;
-        it = index_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    segments_.erase(id);
+    dir = segments_.at(id).dir;
+    DropSegmentLocked(id);
     ++stats_.reclaimed_segments;
     changed_.SignalAll();
   }
   const std::string path = DirPath(dir) + "/" + ssd::SegmentFileName(id);
   KV_RETURN_IF_ERROR(env_->RemoveFile(path));
   return env_->SyncDir(DirPath(dir));
+}
+
+void SsdTier::CollectReclaimLocked(uint64_t id, std::vector<std::pair<BlockKey, IndexEntry>>* keep,
+                                   std::vector<std::pair<BlockKey, ssd::LiveTombstone>>* tombs) {
+  const Segment& seg = segments_.at(id);
+  // The smallest sequence any other segment may hold: a tombstone above it still has an older
+  // record of its key to hide (with several directories, segment ids are not in write order).
+  uint64_t others_min = UINT64_MAX;
+  for (const auto& [other_id, other] : segments_) {
+    if (other_id != id) others_min = std::min(others_min, other.min_sequence);
+  }
+  const uint64_t now_wall = clock_->WallMicros();
+  std::unordered_set<BlockKey> seen;
+  for (const BlockKey& key : seg.keys) {
+    if (!seen.insert(key).second) continue;
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.segment_id == id && it->second.referenced &&
+        !it->second.Expired(now_wall)) {
+      keep->emplace_back(key, it->second);
+    }
+    auto t = tombstones_.find(key);
+    if (t != tombstones_.end() && t->second.segment_id == id && t->second.sequence > others_min) {
+      tombs->emplace_back(key, t->second);
+    }
+  }
+}
+
+// Forgets segment `id`: its index entries and the tombstones still located in it (those worth
+// keeping were re-appended and point elsewhere now).
+void SsdTier::DropSegmentLocked(uint64_t id) {
+  Segment& seg = segments_.at(id);
+  KV_CHECK(seg.in_flight.empty());  // Sealed before: nothing can have been reserved in it.
+  for (const BlockKey& key : seg.keys) {
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.segment_id == id) {
+      live_bytes_ -= it->second.record_bytes();
+      ++stats_.dropped_blocks;
+      index_.erase(it);
+    }
+    auto t = tombstones_.find(key);
+    if (t != tombstones_.end() && t->second.segment_id == id) tombstones_.erase(t);
+  }
+  segments_.erase(id);
+}
+
+Status SsdTier::ReappendTombstones(
+    uint64_t id, const std::vector<std::pair<BlockKey, ssd::LiveTombstone>>& tombs) {
+  for (size_t start = 0; start < tombs.size(); start += kReappendBatch) {
+    const size_t n = std::min(kReappendBatch, tombs.size() - start);
+    std::vector<SsdBlockWrite> writes(n);
+    WriteMode mode;
+    mode.bypass_policy = true;
+    mode.over_capacity = true;
+    mode.tombstone = true;
+    for (size_t k = 0; k < n; ++k) {
+      writes[k].key = tombs[start + k].first;
+      mode.keep_sequence.push_back(tombs[start + k].second.sequence);
+    }
+    KV_RETURN_IF_ERROR(WriteInternalSync(writes, std::move(mode)));
+    MutexLock lock(&mu_);
+    for (const SsdBlockWrite& w : writes) {
+      // A tombstone not copied is fine only when a newer erase replaced it; otherwise the
+      // segment must stay (the reclaim fails and is retried later).
+      auto t = tombstones_.find(w.key);
+      if (!w.status.ok() && t != tombstones_.end() && t->second.segment_id == id) return w.status;
+    }
+  }
+  return Status::Ok();
 }
 
 Status SsdTier::Reappend(const std::vector<std::pair<BlockKey, IndexEntry>>& entries,
@@ -204,21 +298,7 @@ Status SsdTier::Reappend(const std::vector<std::pair<BlockKey, IndexEntry>>& ent
       buffers.push_back(std::move(buf));
     }
     if (writes.empty()) continue;
-    Mutex mu;
-    CondVar cv(&mu);
-    bool finished = false;
-    Status result;
-    WriteInternal(writes, std::move(mode), [&](Status s) {
-      MutexLock lock(&mu);
-      result = std::move(s);
-      finished = true;
-      cv.SignalAll();
-    });
-    {
-      MutexLock lock(&mu);
-      while (!finished) cv.Wait();
-    }
-    KV_RETURN_IF_ERROR(result);
+    KV_RETURN_IF_ERROR(WriteInternalSync(writes, std::move(mode)));
     uint64_t reappended = 0;
     for (const SsdBlockWrite& w : writes) reappended += w.status.ok() ? 1u : 0u;
     MutexLock lock(&mu_);

@@ -243,6 +243,18 @@ Checkpoint ExampleCheckpoint(size_t entries) {
   return c;
 }
 
+// With live tombstones (checkpoint version 2).
+Checkpoint ExampleCheckpointWithTombstones(size_t entries, size_t tombstones) {
+  Checkpoint c = ExampleCheckpoint(entries);
+  for (size_t i = 0; i < tombstones; ++i) {
+    BlockKey k;
+    k.chunk_hash.fill(static_cast<uint8_t>(i + 1));
+    k.layer = static_cast<uint32_t>(100 + i);
+    c.tombstones.emplace_back(k, LiveTombstone{.segment_id = 11 - i % 2, .sequence = 500 + i});
+  }
+  return c;
+}
+
 std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
@@ -259,8 +271,38 @@ TEST(SsdCheckpointTest, RoundTrip) {
   }
 }
 
+TEST(SsdCheckpointTest, RoundTripWithTombstones) {
+  const Checkpoint c = ExampleCheckpointWithTombstones(4, 3);
+  const std::string enc = EncodeCheckpoint(c);
+  EXPECT_EQ(enc.size(), kCheckpointHeaderBytes + 2 * kCheckpointSegmentEntryBytes +
+                            4 * kCheckpointBlockEntryBytes + 3 * kCheckpointTombstoneEntryBytes +
+                            kCheckpointTrailerBytes);
+  EXPECT_EQ(DecodeFixed16(Bytes(enc).data() + 4), kCheckpointVersion);
+  EXPECT_EQ(DecodeFixed32(Bytes(enc).data() + 12), 3u);  // tombstone_count.
+  Result<Checkpoint> back = DecodeCheckpoint(Bytes(enc));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+}
+
+// A version 1 file (written before tombstones were recorded) still decodes, with none; a
+// version 1 file with the then-reserved field at offset 12 set is corruption.
+TEST(SsdCheckpointTest, Version1IsStillRead) {
+  const Checkpoint c = ExampleCheckpoint(5);
+  std::string v1 = EncodeCheckpoint(c);
+  v1.resize(v1.size() - kCheckpointTrailerBytes);
+  EncodeFixed16(reinterpret_cast<std::byte*>(v1.data()) + 4, 1);
+  std::string bad = v1;
+  PutFixed32(&v1, crc32c::Mask(crc32c::Value(v1)));
+  Result<Checkpoint> back = DecodeCheckpoint(Bytes(v1));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+  EncodeFixed32(reinterpret_cast<std::byte*>(bad.data()) + 12, 1);
+  PutFixed32(&bad, crc32c::Mask(crc32c::Value(bad)));
+  EXPECT_TRUE(DecodeCheckpoint(Bytes(bad)).status().IsCorruption());
+}
+
 TEST(SsdCheckpointTest, BitFlipsAndTruncationAreDetected) {
-  const std::string enc = EncodeCheckpoint(ExampleCheckpoint(5));
+  const std::string enc = EncodeCheckpoint(ExampleCheckpointWithTombstones(5, 2));
   for (size_t bit = 0; bit < enc.size() * 8; bit += 3) {
     std::string bad = enc;
     bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));

@@ -54,17 +54,17 @@ Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFi
 
 // Installs `h` (found at `offset` of its segment) if it is newer than what the index and the
 // tombstones seen so far say about its key.
-void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st,
-           std::unordered_map<BlockKey, uint64_t>* tombstones) {
+// A re-appended tombstone keeps its sequence, so an equal sequence is a copy of one tombstone.
+void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st) {
   ++st->stats.records_scanned;
   st->next_sequence = std::max(st->next_sequence, h.sequence + 1);
-  auto tomb = tombstones->find(h.key);
-  if (tomb != tombstones->end() && tomb->second > h.sequence) return;
+  auto tomb = st->tombstones.find(h.key);
+  if (tomb != st->tombstones.end() && tomb->second.sequence > h.sequence) return;
   auto it = st->index.find(h.key);
   if (it != st->index.end() && it->second.sequence > h.sequence) return;
   if (h.tombstone()) {
     ++st->stats.tombstones_seen;
-    (*tombstones)[h.key] = h.sequence;
+    st->tombstones[h.key] = LiveTombstone{.segment_id = h.segment_id, .sequence = h.sequence};
     if (it != st->index.end()) st->index.erase(it);
     return;
   }
@@ -109,6 +109,9 @@ std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env,
     if (scan_from.count(entry.segment_id) == 0) continue;  // Its segment is gone.
     st->index[key] = entry;
     ++st->stats.checkpoint_entries;
+  }
+  for (const auto& [key, t] : ck->tombstones) {
+    if (scan_from.count(t.segment_id) != 0) st->tombstones[key] = t;
   }
   st->next_sequence = std::max(st->next_sequence, ck->next_sequence);
   st->next_segment_id = std::max(st->next_segment_id, ck->next_segment_id);
@@ -268,7 +271,6 @@ Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
   RecoveredState st;
   std::unordered_map<uint64_t, uint64_t> scan_from =
       LoadCheckpoint(env, dirs, segment_bytes, listing, &st, logger);
-  std::unordered_map<BlockKey, uint64_t> tombstones;
   AlignedBuffer scratch;  // One scan window for every segment.
   for (SegmentFile& seg : listing.segments) {
     st.next_segment_id = std::max(st.next_segment_id, seg.segment_id + 1);
@@ -279,12 +281,11 @@ Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
     }
     auto from = scan_from.find(seg.segment_id);
     const uint64_t start = from == scan_from.end() ? kSegmentHeaderBytes : from->second;
-    KV_ASSIGN_OR_RETURN(SegmentScan scan, ScanSegment(
-                                              *seg.file, seg.segment_id, seg.segment_bytes, start,
-                                              [&](const RecordHeader& h, uint64_t offset) {
-                                                Apply(h, offset, &st, &tombstones);
-                                              },
-                                              &scratch));
+    KV_ASSIGN_OR_RETURN(
+        SegmentScan scan,
+        ScanSegment(
+            *seg.file, seg.segment_id, seg.segment_bytes, start,
+            [&](const RecordHeader& h, uint64_t offset) { Apply(h, offset, &st); }, &scratch));
     if (scan.stop == ScanStop::kInvalid) {
       ++st.stats.torn_or_corrupt_tails;
       LogTo(logger, LogLevel::kInfo,

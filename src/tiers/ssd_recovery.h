@@ -83,6 +83,8 @@ struct RecoveredSegment {
 
 struct RecoveredState {
   std::unordered_map<BlockKey, IndexEntry> index;
+  // The newest tombstone of each key seen in the checkpoint or the scan (docs/ssd_format.md §7).
+  std::unordered_map<BlockKey, LiveTombstone> tombstones;
   std::vector<RecoveredSegment> segments;  // Good segments, by increasing id.
   uint64_t next_sequence = 1;
   uint64_t next_segment_id = 1;

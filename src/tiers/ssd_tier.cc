@@ -87,11 +87,17 @@ Status SsdTier::Start(ssd::RecoveredState* st) {
     seg.dir = rs.segment.dir_index;
     seg.file = std::shared_ptr<File>(std::move(rs.segment.file));
     seg.append_offset = rs.end_offset;
-    seg.sealed = true;  // Never append after a possibly torn tail.
+    seg.sealed = true;     // Never append after a possibly torn tail.
+    seg.min_sequence = 0;  // Unknown: it may hold anything older than a tombstone.
     segments_.emplace(rs.segment.segment_id, std::move(seg));
   }
   index_ = std::move(st->index);
-  for (const auto& [key, e] : index_) live_bytes_ += e.record_bytes();
+  tombstones_ = std::move(st->tombstones);
+  for (const auto& [key, e] : index_) {
+    live_bytes_ += e.record_bytes();
+    segments_.at(e.segment_id).keys.push_back(key);
+  }
+  for (const auto& [key, t] : tombstones_) segments_.at(t.segment_id).keys.push_back(key);
   open_segment_.assign(options_.dirs.size(), 0);
   rolling_.assign(options_.dirs.size(), false);
   next_sequence_ = st->next_sequence;
@@ -155,18 +161,17 @@ Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, ui
   return std::shared_ptr<File>(std::move(file));
 }
 
-Status SsdTier::RollSegment(uint32_t dir, bool over_capacity) {
+Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) {
   // Counted in waits rather than clock time so that a ManualClock cannot stall a writer forever.
   constexpr uint32_t kWaitMs = 10;
-  uint32_t waited_ms = 0;
   while (SegmentLimitReachedLocked(over_capacity)) {
     if (stopping_) return Status::Aborted("ssd: closing");
-    if (waited_ms >= options_.write_stall_ms_max) {
+    if (*stalled_ms >= options_.write_stall_ms_max) {
       return Status::Busy("ssd: no segment free after waiting for reclaim");
     }
     changed_.SignalAll();  // Wakes the maintenance thread to reclaim.
     changed_.WaitFor(std::chrono::milliseconds(kWaitMs));
-    waited_ms += kWaitMs;
+    *stalled_ms += kWaitMs;
   }
   rolling_[dir] = true;
   const uint64_t id = next_segment_id_++;
@@ -188,7 +193,8 @@ Status SsdTier::RollSegment(uint32_t dir, bool over_capacity) {
   return Status::Ok();
 }
 
-Status SsdTier::Reserve(uint32_t record_bytes, bool over_capacity, Placement* out) {
+Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
+                        uint32_t* stalled_ms, Placement* out) {
   const uint32_t dir = next_dir_;
   next_dir_ = static_cast<uint32_t>((next_dir_ + 1) % options_.dirs.size());
   while (true) {
@@ -197,14 +203,25 @@ Status SsdTier::Reserve(uint32_t record_bytes, bool over_capacity, Placement* ou
     if (id != 0) {
       Segment& seg = segments_.at(id);
       if (!seg.sealed && seg.append_offset + record_bytes <= options_.segment_bytes) {
+        // Checked here, where the sequence is taken, with no unlock of mu_ in between (waiting
+        // for a roll unlocks it): an erase either happened before (skip the copy) or gets a
+        // larger sequence than the copy.
+        if (!StillCurrentLocked(mode, i, key)) {
+          return Status::Aborted("ssd: superseded before its re-append");
+        }
+        const uint64_t keep = mode.keep_sequence.empty() ? 0 : mode.keep_sequence[i];
+        const bool fresh = keep == 0;
         *out = {.segment_id = id,
                 .offset = seg.append_offset,
-                .sequence = next_sequence_++,
+                .sequence = fresh ? next_sequence_++ : keep,
+                .fresh_sequence = fresh,
                 .file = seg.file,
                 .dir = dir};
         seg.append_offset += record_bytes;
         seg.in_flight.insert(out->offset);
-        inflight_sequences_.insert(out->sequence);
+        if (!mode.tombstone) seg.min_sequence = std::min(seg.min_sequence, out->sequence);
+        // durable_sequence() speaks of fresh sequences; a kept one was counted when first written.
+        if (fresh) inflight_sequences_.insert(out->sequence);
         ++writes_in_flight_;
         return Status::Ok();
       }
@@ -216,7 +233,7 @@ Status SsdTier::Reserve(uint32_t record_bytes, bool over_capacity, Placement* ou
       changed_.Wait();
       continue;
     }
-    KV_RETURN_IF_ERROR(RollSegment(dir, over_capacity));
+    KV_RETURN_IF_ERROR(RollSegment(dir, mode.over_capacity, stalled_ms));
   }
 }
 
@@ -320,24 +337,31 @@ Status SsdTier::Erase(std::span<const BlockKey> keys) {
   }
   for (size_t start = 0; start < tombstones.size(); start += kSsdBatchEntriesMax) {
     const size_t n = std::min<size_t>(kSsdBatchEntriesMax, tombstones.size() - start);
-    Mutex mu;
-    CondVar cv(&mu);
-    bool finished = false;
-    Status result;
     WriteMode mode;
     mode.bypass_policy = true;
     mode.tombstone = true;
-    WriteInternal(std::span(tombstones).subspan(start, n), std::move(mode), [&](Status s) {
-      MutexLock lock(&mu);
-      result = std::move(s);
-      finished = true;
-      cv.SignalAll();
-    });
-    MutexLock lock(&mu);
-    while (!finished) cv.Wait();
-    KV_RETURN_IF_ERROR(result);
+    std::span<SsdBlockWrite> batch = std::span(tombstones).subspan(start, n);
+    KV_RETURN_IF_ERROR(WriteInternalSync(batch, std::move(mode)));
+    // A tombstone that was not written (Busy: no space) leaves the erase to memory only.
+    for (const SsdBlockWrite& w : batch) KV_RETURN_IF_ERROR(w.status);
   }
   return Status::Ok();
+}
+
+Status SsdTier::WriteInternalSync(std::span<SsdBlockWrite> writes, WriteMode mode) {
+  Mutex mu;
+  CondVar cv(&mu);
+  bool finished = false;
+  Status result;
+  WriteInternal(writes, std::move(mode), [&](Status s) {
+    MutexLock lock(&mu);
+    result = std::move(s);
+    finished = true;
+    cv.SignalAll();
+  });
+  MutexLock lock(&mu);
+  while (!finished) cv.Wait();
+  return result;
 }
 
 SsdTierStats SsdTier::Stats() {
@@ -346,6 +370,7 @@ SsdTierStats SsdTier::Stats() {
   s.blocks = index_.size();
   s.segments = segments_.size();
   s.live_bytes = live_bytes_;
+  s.live_tombstones = tombstones_.size();
   s.disk_bytes = 0;
   for (const auto& [id, seg] : segments_) s.disk_bytes += seg.append_offset;
   return s;

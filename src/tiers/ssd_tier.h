@@ -10,7 +10,11 @@
 // - A record is returned only if its CRCs, key and layout digest match; otherwise the read is a
 //   miss and `corrupt_records` grows.
 // - Space is reclaimed a segment at a time, oldest first; referenced, unexpired blocks in it are
-//   re-appended. An admission filter and a write budget protect the drive.
+//   re-appended, and so are tombstones an older record elsewhere still needs (with several
+//   directories segment ids are not in write order). An admission filter and a write budget
+//   protect the drive.
+// - Sync passes (Flush, periodic sync, checkpoint, reclaim) are serialised across their fsyncs,
+//   so none reports OK while another's fsync of the same data runs or has failed.
 //
 // Thread safety: every public method may be called from any thread concurrently. Completion
 // callbacks run on an internal I/O thread: they must be short and must not call the *Sync
@@ -140,6 +144,7 @@ struct SsdTierStats {
   uint64_t io_errors = 0;
   uint64_t reclaimed_segments = 0, reappended_blocks = 0, dropped_blocks = 0;
   uint64_t checkpoints = 0, recovered_blocks = 0;
+  uint64_t live_tombstones = 0;  // Erases whose tombstone record is kept (docs/ssd_format.md §7).
   bool checkpoint_used = false, checkpoint_rejected = false;
   std::string io_backend;
 };
@@ -170,7 +175,9 @@ class SsdTier {
   // Removes the keys and appends tombstones so the erase survives restarts (per the sync mode).
   Status Erase(std::span<const BlockKey> keys);
 
-  // Syncs every segment with unsynced writes now.
+  // Syncs every segment with unsynced writes now. Returns only after every write that completed
+  // before the call is durable, including writes whose fsync another caller (the maintenance
+  // thread's periodic sync, a checkpoint) had already started; fails when such an fsync failed.
   Status Flush();
   // Writes a checkpoint now (docs/ssd_format.md §4).
   Status Checkpoint();
@@ -194,11 +201,19 @@ class SsdTier {
     bool sealed = false;
     bool unsynced = false;
     std::multiset<uint64_t> in_flight;  // Offsets of writes not yet completed.
+    // The smallest sequence of a block (not tombstone) record it holds: a tombstone with a larger
+    // sequence must outlive its own segment while this one exists (docs/ssd_format.md §7). 0 for
+    // a recovered segment, whose records before the checkpoint's scan_from were not read.
+    uint64_t min_sequence = UINT64_MAX;
+    // Keys of the records written into it (data and tombstones; stale ones too), so a reclaim
+    // visits its own records instead of the whole index. At most segment_bytes / 4096.
+    std::vector<BlockKey> keys;
   };
   struct Placement {
     uint64_t segment_id = 0;
     uint64_t offset = 0;
     uint64_t sequence = 0;
+    bool fresh_sequence = true;  // Taken from next_sequence_ (false: a re-append keeps its own).
     std::shared_ptr<File> file;
     uint32_t dir = 0;
     uint64_t expiry_wall_us = 0;  // Written into the record and the index entry.
@@ -213,17 +228,28 @@ class SsdTier {
     bool tombstone = false;
     std::vector<uint64_t> expiry_wall_us;   // Absolute expiries (re-appends keep theirs).
     std::vector<uint64_t> expect_sequence;  // Install only if the entry still has this sequence.
+    // Tombstone re-appends: the sequence to write, the tombstone's own, so that the copy can
+    // never beat a write of its key made after the erase (docs/ssd_format.md §7).
+    std::vector<uint64_t> keep_sequence;
   };
 
   SsdTier(const SsdTierOptions& options, Env* env);
   Status Start(ssd::RecoveredState* recovered);
   void WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Callback done);
   std::vector<bool> ApplyPolicies(std::span<SsdBlockWrite> writes, const WriteMode& mode);
-  Status Reserve(uint32_t record_bytes, bool over_capacity, Placement* out) KV_REQUIRES(mu_);
-  Status RollSegment(uint32_t dir, bool over_capacity) KV_REQUIRES(mu_);
+  // Places entry `i` (key `key`) of a batch written with `mode`. `stalled_ms` counts the wait for
+  // reclaim over the whole batch, which gets one write_stall_ms_max. Aborted for a re-append
+  // that is no longer current (StillCurrentLocked).
+  Status Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
+                 uint32_t* stalled_ms, Placement* out) KV_REQUIRES(mu_);
+  Status RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) KV_REQUIRES(mu_);
+  bool StillCurrentLocked(const WriteMode& mode, size_t i, const BlockKey& key) const
+      KV_REQUIRES(mu_);
   Result<std::shared_ptr<File>> CreateSegmentFile(uint64_t segment_id, uint32_t dir);
   void SubmitWrites(std::shared_ptr<WriteState> state);
   void FinishWrites(WriteState& state);
+  void InstallLocked(const SsdBlockWrite& w, const Placement& p, const WriteMode& mode, size_t i,
+                     Segment& seg) KV_REQUIRES(mu_);
   void SubmitReads(std::shared_ptr<ReadState> state);
   void FinishRead(SsdBlockRead& read, const ssd::IndexEntry& expect, const IoCompletion& io);
   void DropEntryLocked(const BlockKey& key, uint64_t sequence) KV_REQUIRES(mu_);
@@ -231,12 +257,25 @@ class SsdTier {
 
   // Maintenance (ssd_maintenance.cc).
   void MaintenanceLoop();
-  Status SyncSegments();
+  Status SyncSegments() KV_EXCLUDES(mu_, sync_mu_);
+  // Syncs as SyncSegments does; fails also when a sync pass that began before `failures` was read
+  // (sync_failures_) has failed since, since it may have covered the caller's writes.
+  Status SyncSegmentsSince(uint64_t failures) KV_EXCLUDES(mu_, sync_mu_);
   uint64_t DurableCandidateLocked() const KV_REQUIRES(mu_);
   Status WriteCheckpoint();
   Status ReclaimSegment(uint64_t segment_id);
   Status Reappend(const std::vector<std::pair<BlockKey, ssd::IndexEntry>>& entries,
                   const std::shared_ptr<File>& file);
+  // Copies the live tombstones of segment `id` (keeping their sequences) before it goes.
+  Status ReappendTombstones(uint64_t id,
+                            const std::vector<std::pair<BlockKey, ssd::LiveTombstone>>& tombs);
+  Status WriteInternalSync(std::span<SsdBlockWrite> writes, WriteMode mode);
+  // What a reclaim of `id` must copy: live, referenced, unexpired entries and live tombstones
+  // that an older record in another segment still needs.
+  void CollectReclaimLocked(uint64_t id, std::vector<std::pair<BlockKey, ssd::IndexEntry>>* keep,
+                            std::vector<std::pair<BlockKey, ssd::LiveTombstone>>* tombs)
+      KV_REQUIRES(mu_);
+  void DropSegmentLocked(uint64_t id) KV_REQUIRES(mu_);
   bool ReclaimNeededLocked() const KV_REQUIRES(mu_);
 
   std::string DirPath(uint32_t dir) const { return options_.dirs[dir]; }
@@ -256,6 +295,8 @@ class SsdTier {
   Mutex mu_;
   CondVar changed_{&mu_};  // Segments rolled or reclaimed; maintenance wake-ups.
   std::unordered_map<BlockKey, ssd::IndexEntry> index_ KV_GUARDED_BY(mu_);
+  // The newest tombstone of each erased key whose record must still be kept (§7).
+  std::unordered_map<BlockKey, ssd::LiveTombstone> tombstones_ KV_GUARDED_BY(mu_);
   std::map<uint64_t, Segment> segments_ KV_GUARDED_BY(mu_);
   std::vector<uint64_t> open_segment_ KV_GUARDED_BY(mu_);  // Per dir; 0 = none.
   std::vector<bool> rolling_ KV_GUARDED_BY(mu_);           // Per dir: a segment is being made.
@@ -270,7 +311,14 @@ class SsdTier {
   std::multiset<uint64_t> inflight_sequences_ KV_GUARDED_BY(mu_);
   SsdTierStats stats_ KV_GUARDED_BY(mu_);
 
+  uint64_t sync_failures_ KV_GUARDED_BY(mu_) = 0;  // Sync passes that failed.
+  Status last_sync_error_ KV_GUARDED_BY(mu_);
+
+  // Lock order: checkpoint_mu_, then sync_mu_, then mu_.
   Mutex checkpoint_mu_;  // Serializes checkpoints and reclaims.
+  // Serializes sync passes and is held across their fsyncs, so a pass never finds a segment
+  // "synced" whose fsync another pass is still running (or is about to find failed).
+  Mutex sync_mu_;
   std::atomic<uint64_t> durable_sequence_{0};
   std::thread maintenance_;
 };

@@ -214,8 +214,16 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
   const uint64_t now_wall = clock_->WallMicros();
   {
     MutexLock lock(&mu_);
+    // One stall allowance for the whole batch: once a record gave up waiting for space (Busy) or
+    // the tier is closing (Aborted), the rest fail the same way at once.
+    uint32_t stalled_ms = 0;
+    Status give_up;
     for (size_t i = 0; i < writes.size(); ++i) {
       if (!admitted[i]) continue;
+      if (!give_up.ok()) {
+        writes[i].status = give_up;
+        continue;
+      }
       state->placements[i].expiry_wall_us = !state->mode.expiry_wall_us.empty()
                                                 ? state->mode.expiry_wall_us[i]
                                             : writes[i].ttl_us != 0 ? now_wall + writes[i].ttl_us
@@ -223,12 +231,28 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
       const auto record_bytes =
           static_cast<uint32_t>(RecordBytesForPayload(writes[i].payload.size()));
       const uint64_t expiry = state->placements[i].expiry_wall_us;
-      Status s = Reserve(record_bytes, state->mode.over_capacity, &state->placements[i]);
+      Status s =
+          Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_ms, &state->placements[i]);
       state->placements[i].expiry_wall_us = expiry;
       if (!s.ok()) writes[i].status = s;
+      if (s.IsBusy() || (s.IsAborted() && stopping_)) give_up = s;
     }
   }
   SubmitWrites(std::move(state));
+}
+
+// A re-append of an entry that was erased or rewritten since the reclaim's snapshot, or of a
+// tombstone that a newer erase replaced, is skipped (it would be a wasted write).
+bool SsdTier::StillCurrentLocked(const WriteMode& mode, size_t i, const BlockKey& key) const {
+  if (!mode.expect_sequence.empty()) {
+    auto it = index_.find(key);
+    return it != index_.end() && it->second.sequence == mode.expect_sequence[i];
+  }
+  if (mode.tombstone && !mode.keep_sequence.empty()) {
+    auto it = tombstones_.find(key);
+    return it != tombstones_.end() && it->second.sequence == mode.keep_sequence[i];
+  }
+  return true;
 }
 
 void SsdTier::SubmitWrites(std::shared_ptr<WriteState> state) {
@@ -272,7 +296,7 @@ void SsdTier::FinishWrites(WriteState& state) {
       auto seg = segments_.find(p.segment_id);
       KV_CHECK(seg != segments_.end());  // A segment with writes in flight is never reclaimed.
       seg->second.in_flight.erase(seg->second.in_flight.find(p.offset));
-      inflight_sequences_.erase(inflight_sequences_.find(p.sequence));
+      if (p.fresh_sequence) inflight_sequences_.erase(inflight_sequences_.find(p.sequence));
       --writes_in_flight_;
       if (!w.status.ok()) {
         // A hole: the scan would stop here, so seal the segment and checkpoint what follows.
@@ -286,24 +310,7 @@ void SsdTier::FinishWrites(WriteState& state) {
       if (options_.sync != SsdSyncMode::kPerBatch) seg->second.unsynced = true;
       ++stats_.writes;
       stats_.write_bytes += RecordBytesForPayload(w.payload.size());
-      if (state.mode.tombstone) continue;
-      auto it = index_.find(w.key);
-      if (!state.mode.expect_sequence.empty() &&
-          (it == index_.end() || it->second.sequence != state.mode.expect_sequence[i])) {
-        continue;  // Re-append of a block that was erased or replaced meanwhile.
-      }
-      if (it != index_.end() && it->second.sequence > p.sequence) continue;  // A newer write won.
-      if (it != index_.end()) live_bytes_ -= it->second.record_bytes();
-      IndexEntry e{.segment_id = p.segment_id,
-                   .segment_offset = static_cast<uint32_t>(p.offset),
-                   .payload_bytes = static_cast<uint32_t>(w.payload.size()),
-                   .raw_bytes = w.raw_bytes,
-                   .codec_id = w.codec_id,
-                   .referenced = false,
-                   .sequence = p.sequence,
-                   .expiry_wall_us = p.expiry_wall_us};
-      live_bytes_ += e.record_bytes();
-      index_[w.key] = e;
+      InstallLocked(w, p, state.mode, i, seg->second);
     }
     if (options_.sync == SsdSyncMode::kPerBatch && first_error.ok()) {
       const uint64_t durable = DurableCandidateLocked();
@@ -312,6 +319,36 @@ void SsdTier::FinishWrites(WriteState& state) {
     changed_.SignalAll();
   }
   state.done(first_error);
+}
+
+// Makes a completed record visible: a block in the index, a tombstone in tombstones_.
+void SsdTier::InstallLocked(const SsdBlockWrite& w, const Placement& p, const WriteMode& mode,
+                            size_t i, Segment& seg) {
+  if (mode.tombstone) {
+    auto t = tombstones_.find(w.key);
+    if (t != tombstones_.end() && t->second.sequence > p.sequence) return;  // A newer erase.
+    tombstones_[w.key] = {.segment_id = p.segment_id, .sequence = p.sequence};
+    seg.keys.push_back(w.key);
+    return;
+  }
+  auto it = index_.find(w.key);
+  if (!mode.expect_sequence.empty() &&
+      (it == index_.end() || it->second.sequence != mode.expect_sequence[i])) {
+    return;  // Re-append of a block that was erased or replaced meanwhile.
+  }
+  if (it != index_.end() && it->second.sequence > p.sequence) return;  // A newer write won.
+  if (it != index_.end()) live_bytes_ -= it->second.record_bytes();
+  IndexEntry e{.segment_id = p.segment_id,
+               .segment_offset = static_cast<uint32_t>(p.offset),
+               .payload_bytes = static_cast<uint32_t>(w.payload.size()),
+               .raw_bytes = w.raw_bytes,
+               .codec_id = w.codec_id,
+               .referenced = false,
+               .sequence = p.sequence,
+               .expiry_wall_us = p.expiry_wall_us};
+  live_bytes_ += e.record_bytes();
+  index_[w.key] = e;
+  seg.keys.push_back(w.key);
 }
 
 void SsdTier::ReadBatch(std::span<SsdBlockRead> reads, Callback done) {

@@ -1,0 +1,365 @@
+// Goal: show that the SSD tier stays correct when its own threads interleave: a Flush never
+// returns OK while an fsync that covers its writes is still running or has failed (F1), an erased
+// block never comes back after a crash however reclaim, erase and re-append interleave, with
+// several directories whose segment ids are not in write order (F3), and a write batch that
+// cannot get space gives up after one stall period, not one per record (F4).
+// Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync or a read
+// until the test releases it (and then fail it), so a chosen interleaving happens every run;
+// ReclaimOldestSegment called directly; a crash simulated by opening a second instance on the
+// same directories while the first, which never wrote a checkpoint, is idle.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "core/mutex.h"
+#include "testing/test_util.h"
+#include "tiers/ssd_test_util.h"
+#include "tiers/ssd_tier.h"
+
+namespace kvtier {
+namespace {
+
+using ssd_test::Get;
+using ssd_test::Put;
+
+constexpr size_t kBlock = 60 * 1024;  // 64 KiB records: 15 per 1 MiB segment.
+
+// One point where a segment file's operation can be held: armed, the next such operation blocks
+// until Release() (or 10 s, so a broken test cannot hang) and then returns `result`.
+class Gate {
+ public:
+  void Arm(Status result) {
+    MutexLock lock(&mu_);
+    armed_ = true;
+    entered_ = released_ = false;
+    result_ = std::move(result);
+  }
+  // Called by the operation; nullopt when the gate was not armed.
+  std::optional<Status> Pass() {
+    MutexLock lock(&mu_);
+    if (!armed_) return std::nullopt;
+    armed_ = false;
+    entered_ = true;
+    cv_.SignalAll();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!released_ && std::chrono::steady_clock::now() < deadline) {
+      cv_.WaitFor(std::chrono::milliseconds(10));
+    }
+    return result_;
+  }
+  bool WaitEntered() {
+    MutexLock lock(&mu_);
+    for (int i = 0; i < 1000 && !entered_; ++i) cv_.WaitFor(std::chrono::milliseconds(10));
+    return entered_;
+  }
+  void Release() {
+    MutexLock lock(&mu_);
+    released_ = true;
+    cv_.SignalAll();
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  bool armed_ KV_GUARDED_BY(mu_) = false;
+  bool entered_ KV_GUARDED_BY(mu_) = false;
+  bool released_ KV_GUARDED_BY(mu_) = false;
+  Status result_ KV_GUARDED_BY(mu_);
+};
+
+// Decorator over the posix Env: segment files (".kvs") pass their Sync and ReadAt through gates.
+class GateEnv final : public Env {
+ public:
+  explicit GateEnv(Env* base) : base_(base) {}
+  Gate sync_gate;
+  Gate read_gate;
+
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path,
+                                         const FileOptions& options) override {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->OpenFile(path, options));
+    if (path.find(".kvs") == std::string::npos) return f;
+    return std::unique_ptr<File>(std::make_unique<GatedFile>(this, std::move(f)));
+  }
+  Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& o) override {
+    return base_->NewIoQueue(o);
+  }
+  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override {
+    return base_->ListDir(p);
+  }
+  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
+  Status RenameFile(const std::string& a, const std::string& b) override {
+    return base_->RenameFile(a, b);
+  }
+  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  bool FileExists(const std::string& p) override { return base_->FileExists(p); }
+  Result<uint64_t> FreeSpaceBytes(const std::string& p) override {
+    return base_->FreeSpaceBytes(p);
+  }
+  Clock* clock() override { return base_->clock(); }
+  Logger* logger() override { return base_->logger(); }
+
+ private:
+  class GatedFile final : public File {
+   public:
+    GatedFile(GateEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
+    const std::string& path() const override { return f_->path(); }
+    bool direct() const override { return f_->direct(); }
+    int fd() const override { return f_->fd(); }
+    Status ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read_bytes) override {
+      std::optional<Status> gated = env_->read_gate.Pass();
+      if (gated.has_value() && !gated->ok()) return *gated;
+      return f_->ReadAt(offset, dst, read_bytes);
+    }
+    Status WriteAt(uint64_t offset, std::span<const std::byte> src) override {
+      return f_->WriteAt(offset, src);
+    }
+    Status Sync() override {
+      std::optional<Status> gated = env_->sync_gate.Pass();
+      if (gated.has_value() && !gated->ok()) return *gated;
+      return f_->Sync();
+    }
+    Status Truncate(uint64_t size_bytes) override { return f_->Truncate(size_bytes); }
+    Status Allocate(uint64_t offset, uint64_t len) override { return f_->Allocate(offset, len); }
+    Result<uint64_t> Size() override { return f_->Size(); }
+    Status Close() override { return f_->Close(); }
+
+   private:
+    GateEnv* const env_;
+    const std::unique_ptr<File> f_;
+  };
+
+  Env* const base_;
+};
+
+class SsdRaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<ScopedTempDir> d = ScopedTempDir::Create();
+    ASSERT_TRUE(d.ok());
+    dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
+    base_ = NewPosixEnv();
+    env_ = std::make_unique<GateEnv>(base_.get());
+  }
+  SsdTierOptions Options(uint32_t dirs) {
+    SsdTierOptions o;
+    for (uint32_t i = 0; i < dirs; ++i) o.dirs.push_back(dir_->Join("d" + std::to_string(i)));
+    o.segment_bytes = 1 * kMiB;
+    o.capacity_bytes = 64 * kMiB;
+    o.sync = SsdSyncMode::kPerBatch;
+    o.io_backend = IoBackend::kThreadPool;  // Writes go through File, like on every machine.
+    return o;
+  }
+  std::unique_ptr<SsdTier> OpenOrDie(const SsdTierOptions& o, Env* env) {
+    Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env);
+    KV_CHECK_OK(t.status());
+    return std::move(t).value();
+  }
+
+  std::unique_ptr<ScopedTempDir> dir_;
+  std::unique_ptr<Env> base_;
+  std::unique_ptr<GateEnv> env_;
+};
+
+// F1: thread A's Flush is inside fsync(S); thread B's Flush must not return before it, and must
+// report its failure (B's writes were in S; an fsync that failed does not make them durable).
+TEST_F(SsdRaceTest, FlushWaitsForAnInFlightFsyncAndReportsItsFailure) {
+  for (SsdSyncMode mode : {SsdSyncMode::kNone, SsdSyncMode::kPeriodic}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    SsdTierOptions o = Options(1);
+    o.sync = mode;
+    o.sync_interval_ms = 3'600'000;  // No periodic sync of its own during the test.
+    auto tier = OpenOrDie(o, env_.get());
+    ASSERT_TRUE(Put(*tier, 0, 5, kBlock).ok());
+    const uint64_t durable_before = tier->durable_sequence();
+    env_->sync_gate.Arm(Status::IoError("injected fsync failure"));
+    Status a_status, b_status;
+    std::thread a([&] { a_status = tier->Flush(); });
+    ASSERT_TRUE(env_->sync_gate.WaitEntered());
+    std::atomic<bool> b_done{false};
+    std::thread b([&] {
+      b_status = tier->Flush();
+      b_done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(b_done.load()) << "Flush returned while an fsync of its data was running";
+    env_->sync_gate.Release();
+    a.join();
+    b.join();
+    EXPECT_TRUE(a_status.IsIoError()) << a_status.ToString();
+    EXPECT_FALSE(b_status.ok()) << "Flush said OK although the fsync covering its writes failed";
+    EXPECT_EQ(tier->durable_sequence(), durable_before);
+    // A later Flush syncs again and succeeds.
+    ASSERT_TRUE(tier->Flush().ok());
+    EXPECT_GE(tier->durable_sequence(), 5u);
+    ASSERT_TRUE(tier->Close().ok());
+  }
+}
+
+// F1: a checkpoint taken while another caller's fsync runs waits for it, and fails with it.
+TEST_F(SsdRaceTest, CheckpointWaitsForAnInFlightFsync) {
+  SsdTierOptions o = Options(1);
+  o.sync = SsdSyncMode::kNone;
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(Put(*tier, 0, 5, kBlock).ok());
+  env_->sync_gate.Arm(Status::IoError("injected fsync failure"));
+  std::thread a([&] { tier->Flush().IgnoreError(); });
+  ASSERT_TRUE(env_->sync_gate.WaitEntered());
+  std::atomic<bool> done{false};
+  Status ck;
+  std::thread b([&] {
+    ck = tier->Checkpoint();
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done.load()) << "a checkpoint named records whose fsync was still running";
+  env_->sync_gate.Release();
+  a.join();
+  b.join();
+  EXPECT_FALSE(ck.ok());
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+// Payloads that fill a whole segment (one record per segment) or take one 4 KiB block.
+constexpr size_t kFull = 1 * kMiB - 4096 - 128;
+constexpr size_t kTiny = 1000;
+
+Status PutSized(SsdTier& tier, std::initializer_list<std::pair<uint64_t, size_t>> blocks) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<SsdBlockWrite> writes;
+  for (const auto& [id, size] : blocks) payloads.push_back(ssd_test::Payload(id, size));
+  size_t k = 0;
+  for (const auto& [id, size] : blocks) {
+    SsdBlockWrite w;
+    w.key = ssd_test::Key(id);
+    w.layout_digest = ssd_test::Layout();
+    w.codec_id = 3;
+    w.raw_bytes = static_cast<uint32_t>(size * 2);
+    w.payload = payloads[k++];
+    writes.push_back(w);
+  }
+  KV_RETURN_IF_ERROR(tier.WriteBatchSync(writes));
+  for (const SsdBlockWrite& w : writes) KV_RETURN_IF_ERROR(w.status);
+  return Status::Ok();
+}
+
+// F3 (a): with two directories, K (seq 3) lands in dir 0's segment 3 and its tombstone (seq 4) in
+// dir 1's segment 2. Reclaiming segments 1 and 2 must not lose the tombstone while segment 3,
+// which holds an older record of K, exists; a crash with no checkpoint must not bring K back.
+TEST_F(SsdRaceTest, TombstoneOutlivesItsSegmentWhileAnOlderRecordExists) {
+  SsdTierOptions o = Options(2);
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(PutSized(*tier, {{100, kFull}, {101, kTiny}}).ok());  // seg 1 (d0), seg 2 (d1).
+  ASSERT_TRUE(PutSized(*tier, {{7, kFull}}).ok());                  // K: seg 3 (d0).
+  const std::vector<BlockKey> k = {ssd_test::Key(7)};
+  ASSERT_TRUE(tier->Erase(k).ok());                // Tombstone: seg 2 (d1).
+  ASSERT_TRUE(tier->ReclaimOldestSegment().ok());  // seg 1.
+  ASSERT_TRUE(tier->ReclaimOldestSegment().ok());  // seg 2, with the tombstone.
+  EXPECT_FALSE(tier->Contains(k[0]));
+  EXPECT_EQ(tier->Stats().live_tombstones, 1u);
+  {
+    // Crash: the first instance never wrote a checkpoint; recovery scans every segment.
+    auto after = OpenOrDie(o, base_.get());
+    EXPECT_FALSE(after->Contains(k[0])) << "an erased block came back after a crash";
+    EXPECT_TRUE(Get(*after, 101, kTiny).IsNotFound());  // Unreferenced: dropped by reclaim.
+    after.reset();
+  }
+  // Once every segment older than the tombstone is gone, reclaim drops the tombstone too.
+  for (int i = 0; i < 4 && tier->Stats().segments > 0; ++i) {
+    ASSERT_TRUE(tier->ReclaimOldestSegment().ok());
+  }
+  EXPECT_FALSE(tier->Contains(k[0]));
+  EXPECT_EQ(tier->Stats().live_tombstones, 0u);
+  ASSERT_TRUE(tier->Close().ok());
+  auto reopened = OpenOrDie(o, base_.get());
+  EXPECT_FALSE(reopened->Contains(k[0]));
+}
+
+// F3 (a) across a restart: the checkpoint must carry the live tombstone, so that a reclaim after
+// the restart still keeps it while the older record exists.
+TEST_F(SsdRaceTest, TombstoneSurvivesACheckpointedRestartThenAReclaim) {
+  SsdTierOptions o = Options(2);
+  {
+    auto tier = OpenOrDie(o, env_.get());
+    ASSERT_TRUE(PutSized(*tier, {{100, kFull}, {101, kTiny}}).ok());
+    ASSERT_TRUE(PutSized(*tier, {{7, kFull}}).ok());
+    const std::vector<BlockKey> k = {ssd_test::Key(7)};
+    ASSERT_TRUE(tier->Erase(k).ok());
+    ASSERT_TRUE(tier->Close().ok());  // Checkpoint lists segments 1..3 and the tombstone.
+  }
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(tier->ReclaimOldestSegment().ok());
+  ASSERT_TRUE(tier->ReclaimOldestSegment().ok());
+  // Crash with the old checkpoint lost (a stale or rejected one must be as correct as none).
+  ASSERT_TRUE(base_->RemoveFile(o.dirs[0] + "/index.ckpt").ok());
+  auto after = OpenOrDie(o, base_.get());
+  EXPECT_FALSE(after->Contains(ssd_test::Key(7))) << "an erased block came back after a crash";
+}
+
+// F3 (b): reclaim snapshots K, Erase(K) writes tombstone T while the reclaim reads K's record,
+// then the re-append of K must neither beat T on disk nor bring K back in memory.
+TEST_F(SsdRaceTest, EraseDuringReclaimReappendStaysErasedAfterACrash) {
+  SsdTierOptions o = Options(2);
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(Put(*tier, 7, 1, kBlock).ok());  // K in seg 1 (d0), the oldest segment.
+  ASSERT_TRUE(Get(*tier, 7, kBlock).ok());     // Referenced: reclaim re-appends it.
+  env_->read_gate.Arm(Status::Ok());
+  Status reclaimed;
+  std::thread r([&] { reclaimed = tier->ReclaimOldestSegment(); });
+  ASSERT_TRUE(env_->read_gate.WaitEntered());  // Reclaim has K in its snapshot.
+  const std::vector<BlockKey> k = {ssd_test::Key(7)};
+  std::atomic<bool> erased{false};
+  std::thread e([&] {
+    EXPECT_TRUE(tier->Erase(k).ok());
+    erased = true;
+  });
+  // Erase may wait for the reclaim (it is serialised with it) or finish first; either is right.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  env_->read_gate.Release();
+  r.join();
+  e.join();
+  ASSERT_TRUE(reclaimed.ok()) << reclaimed.ToString();
+  EXPECT_FALSE(tier->Contains(k[0]));
+  auto after = OpenOrDie(o, base_.get());
+  EXPECT_FALSE(after->Contains(k[0])) << "an erased block came back after a crash";
+}
+
+// F4: with reclaim stuck (it holds a read of the oldest segment), a batch of 8 records that each
+// need a new segment gives up after about one write_stall_ms_max, not eight, and every entry
+// says Busy.
+TEST_F(SsdRaceTest, StalledBatchGivesUpAfterOneStallPeriod) {
+  SsdTierOptions o = Options(1);
+  o.capacity_bytes = 4 * kMiB;  // 4 segments; reclaim starts above 3.
+  o.write_stall_ms_max = 400;
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(Put(*tier, 0, 15, kBlock).ok());  // Segment 1, full.
+  for (uint64_t i = 0; i < 15; ++i) ASSERT_TRUE(Get(*tier, i, kBlock).ok());
+  env_->read_gate.Arm(Status::Ok());  // The reclaim of segment 1 will hang reading its blocks.
+  ASSERT_TRUE(Put(*tier, 100, 45, kBlock).ok());  // Segments 2..4, full: at the limit.
+  ASSERT_TRUE(env_->read_gate.WaitEntered());
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<SsdBlockWrite> writes(8);
+  for (uint64_t i = 0; i < 8; ++i) {
+    payloads.push_back(ssd_test::Payload(200 + i, kFull));
+    writes[i].key = ssd_test::Key(200 + i);
+    writes[i].layout_digest = ssd_test::Layout();
+    writes[i].payload = payloads[i];
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Status s = tier->WriteBatchSync(writes);
+  const auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+  env_->read_gate.Release();
+  EXPECT_TRUE(s.ok()) << s.ToString();  // Busy is per entry, not an I/O error.
+  for (const SsdBlockWrite& w : writes) EXPECT_TRUE(w.status.IsBusy()) << w.status.ToString();
+  EXPECT_LT(took_ms, 3 * 400) << "each record of the batch stalled on its own";
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+}  // namespace
+}  // namespace kvtier
