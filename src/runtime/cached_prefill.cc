@@ -63,27 +63,6 @@ Result<std::unique_ptr<LoadHandle>> StartLoad(Engine& engine, const Namespace& n
   return engine.Load(ns, prompt, dst);
 }
 
-// Stores every full chunk of `prompt` (the engine skips the ones it has) and waits, since the
-// engine borrows the blocks until then.
-Result<size_t> StoreChunks(Engine& engine, const Namespace& ns, std::span<const uint32_t> prompt,
-                           InMemoryKvBlocks& kv, const StoreOptions& options) {
-  const KvLayout& layout = kv.Layout();
-  const size_t chunks = prompt.size() / layout.block_tokens;
-  if (chunks == 0) return size_t{0};
-  std::vector<std::span<const std::byte>> src;
-  src.reserve(chunks * layout.layers);
-  for (uint32_t c = 0; c < chunks; ++c) {
-    for (uint32_t l = 0; l < layout.layers; ++l) {
-      KV_ASSIGN_OR_RETURN(std::span<const uint16_t> block, kv.Block(l, c));
-      src.push_back(std::as_bytes(block));
-    }
-  }
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> store,
-                      engine.Store(ns, prompt.first(chunks * layout.block_tokens), src, options));
-  KV_RETURN_IF_ERROR(store->Wait());
-  return store->chunks_stored();
-}
-
 }  // namespace
 
 Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Namespace& ns,
@@ -110,8 +89,8 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
   if (chunks > 0) {
     // At least the last token is computed: its logits are the output. Recomputing it rewrites
     // the same K/V at its position, which the gate orders after the load of its layer.
-    const size_t start = hit.matched_tokens < prompt.size() ? hit.matched_tokens
-                                                            : prompt.size() - 1;
+    const size_t start =
+        hit.matched_tokens < prompt.size() ? hit.matched_tokens : prompt.size() - 1;
     Result<std::unique_ptr<LoadHandle>> load = StartLoad(engine, ns, prompt, chunks, kv);
     if (load.ok()) {
       LayerGatedKv gated(kv, load->get(), static_cast<uint32_t>(chunks), layout.layers);
@@ -139,10 +118,29 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
 
   if (options.store_new_chunks) {
     t0 = NowUs();
-    KV_ASSIGN_OR_RETURN(stats.stored_chunks, StoreChunks(engine, ns, prompt, kv, options.store));
+    KV_ASSIGN_OR_RETURN(stats.stored_chunks, StoreKvChunks(engine, ns, prompt, kv, options.store));
     stats.store_us = NowUs() - t0;
   }
   return stats;
+}
+
+Result<size_t> StoreKvChunks(Engine& engine, const Namespace& ns, std::span<const uint32_t> tokens,
+                             InMemoryKvBlocks& kv, const StoreOptions& options) {
+  const KvLayout& layout = kv.Layout();
+  const size_t chunks = tokens.size() / layout.block_tokens;
+  if (chunks == 0) return size_t{0};
+  std::vector<std::span<const std::byte>> src;
+  src.reserve(chunks * layout.layers);
+  for (uint32_t c = 0; c < chunks; ++c) {
+    for (uint32_t l = 0; l < layout.layers; ++l) {
+      KV_ASSIGN_OR_RETURN(std::span<const uint16_t> block, kv.Block(l, c));
+      src.push_back(std::as_bytes(block));
+    }
+  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> store,
+                      engine.Store(ns, tokens.first(chunks * layout.block_tokens), src, options));
+  KV_RETURN_IF_ERROR(store->Wait());
+  return store->chunks_stored();
 }
 
 }  // namespace kvtier::runtime

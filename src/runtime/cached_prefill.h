@@ -28,17 +28,17 @@
 namespace kvtier::runtime {
 
 struct CachedPrefillOptions {
-  ForwardOptions forward;            // logits: kLast or kNone.
-  StoreOptions store;                // Priority and TTL of the stored chunks.
-  bool store_new_chunks = true;      // Store the prompt's full chunks after computing them.
+  ForwardOptions forward;        // logits: kLast or kNone.
+  StoreOptions store;            // Priority and TTL of the stored chunks.
+  bool store_new_chunks = true;  // Store the prompt's full chunks after computing them.
 };
 
 struct CachedPrefillStats {
   size_t prompt_tokens = 0;
-  size_t cached_tokens = 0;     // Tokens whose KV came from the cache (whole chunks).
-  size_t computed_tokens = 0;   // Tokens run through the model.
-  size_t stored_chunks = 0;     // Chunks newly taken by the engine.
-  bool fell_back = false;       // A load failed and the prompt was recomputed.
+  size_t cached_tokens = 0;           // Tokens whose KV came from the cache (whole chunks).
+  size_t computed_tokens = 0;         // Tokens run through the model.
+  size_t stored_chunks = 0;           // Chunks newly taken by the engine.
+  bool fell_back = false;             // A load failed and the prompt was recomputed.
   std::vector<TierKind> chunk_tiers;  // Where the cached chunks were found.
   uint64_t lookup_us = 0, compute_us = 0, store_us = 0;
 };
@@ -49,5 +49,12 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
                                          std::span<const uint32_t> prompt, InMemoryKvBlocks& kv,
                                          const CachedPrefillOptions& options,
                                          std::vector<float>* logits);
+
+// Stores every full chunk of `tokens` whose KV `kv` holds at positions [0, tokens.size()) (the
+// engine skips the chunks it already has) and waits, since the engine borrows the blocks until
+// then. For the tokens a decode loop appended after CachedPrefill, so that the next turn of a
+// conversation finds them too. Returns the number of chunks newly taken.
+Result<size_t> StoreKvChunks(Engine& engine, const Namespace& ns, std::span<const uint32_t> tokens,
+                             InMemoryKvBlocks& kv, const StoreOptions& options);
 
 }  // namespace kvtier::runtime

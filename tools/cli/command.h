@@ -61,5 +61,9 @@ std::unique_ptr<Command> MakeBenchCommand(CLI::App* app);
 std::unique_ptr<Command> MakeInspectCommand(CLI::App* app);
 // cmd_verify.cc: checks every record of an SSD cache directory; non-zero exit on damage.
 std::unique_ptr<Command> MakeVerifyCommand(CLI::App* app);
+// cmd_run.cc: generate text from a prompt with a real model, the prompt's KV through the cache.
+std::unique_ptr<Command> MakeRunCommand(CLI::App* app);
+// cmd_chat.cc: multi-turn conversation from stdin; earlier turns are loaded from the cache.
+std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
 
 }  // namespace kvtier::cli

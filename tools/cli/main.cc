@@ -23,7 +23,8 @@ namespace {
 
 // Every subcommand, in the order `--help` lists them. Append new ones here.
 constexpr CommandFactory kCommandFactories[] = {
-    MakeDemoCommand, MakeHashCommand, MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
+    MakeDemoCommand,      MakeRunCommand,   MakeChatCommand,    MakeHashCommand,
+    MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
 };
 
 std::string OneLineFailure(const CLI::App* /*app*/, const CLI::Error& e) {

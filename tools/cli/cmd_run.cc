@@ -1,0 +1,110 @@
+// `kvtier run`: text generation with the reference runtime, its KV going through an Engine.
+// The prompt (BOS + the encoded text) is prefilled with CachedPrefill, so the leading chunks
+// that an earlier run with the same prompt prefix stored (in the host tier, or on the SSD under
+// --cache-dir across processes) are loaded instead of computed; then the continuation is decoded
+// token by token and printed as it comes. stdout carries the text only; the cache report (cached
+// and computed prompt tokens, prefill time) and the decode speed go to stderr.
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "llm_session.h"
+
+namespace kvtier::cli {
+namespace {
+
+class RunCommand final : public Command {
+ public:
+  explicit RunCommand(CLI::App* app)
+      : Command(app->add_subcommand(
+            "run",
+            "Generate text from a prompt with a llama2.c or GGUF model, KV through kvtier")) {
+    CLI::App* c = subcommand();
+    c->add_option("--model", options_.model_path, "A llama2.c checkpoint or GGUF file")->required();
+    c->add_option("--tokenizer", options_.tokenizer_path,
+                  "The tokenizer of a llama2.c checkpoint (GGUF files carry theirs)");
+    c->add_option("--prompt", prompt_, "Text to continue (default: empty, BOS only)");
+    c->add_option("--steps", steps_, "Tokens to generate at most")->check(CLI::Range(1u, 1u << 20));
+    c->add_option("--temperature", sampler_.temperature, "0: greedy")
+        ->check(CLI::Range(0.0, 100.0));
+    c->add_option("--top-p", sampler_.top_p, "Nucleus sampling threshold in (0, 1]");
+    c->add_option("--seed", sampler_.seed, "Sampling seed");
+    c->add_option("--cache-dir", options_.cache_dir,
+                  "SSD tier directory: cached prompt prefixes persist across runs");
+    c->add_option("--salt", options_.salt, "Tenant salt: runs with different salts share nothing");
+    c->add_option("--context", options_.context_tokens,
+                  "Positions per sequence (default: the model's seq_len)")
+        ->check(CLI::Range(1u, 1u << 20));
+    c->add_option("--block-tokens", options_.block_tokens, "Tokens per cached chunk")
+        ->check(CLI::Range(1u, 65536u));
+  }
+
+  int Run() override {
+    const Status s = Generate();
+    if (!s.ok()) return Fail(s);
+    return kExitOk;
+  }
+
+ private:
+  Status Generate();
+
+  LlmSessionOptions options_;
+  std::string prompt_;
+  uint32_t steps_ = 256;
+  runtime::SamplerOptions sampler_;
+};
+
+Status RunCommand::Generate() {
+  KV_RETURN_IF_ERROR(runtime::Sampler::Validate(sampler_));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(options_));
+  KV_ASSIGN_OR_RETURN(std::vector<uint32_t> sequence, session->tokenizer().Encode(prompt_));
+  if (sequence.size() >= session->context_tokens()) {
+    return Status::NoSpace("the prompt has " + std::to_string(sequence.size()) +
+                           " tokens; the context holds " +
+                           std::to_string(session->context_tokens()) +
+                           " (leave room to generate, or raise --context)");
+  }
+  std::vector<float> logits;
+  const uint64_t t0 = SteadyNowUs();
+  KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session->Prefill(sequence, &logits));
+  const uint64_t prefill_us = SteadyNowUs() - t0;
+  const std::string where =
+      stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
+  std::fprintf(
+      stderr,
+      "kvtier run: prompt %zu tokens: %zu from the cache%s, %zu computed%s; prefill %.2f ms\n",
+      stats.prompt_tokens, stats.cached_tokens, where.c_str(), stats.computed_tokens,
+      stats.fell_back ? " (a cached block failed verification: recomputed)" : "",
+      MsFromUs(prefill_us));
+
+  const std::string prompt_text = session->tokenizer().Decode(sequence);
+  std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
+  runtime::Sampler sampler(sampler_);
+  const size_t prompt_tokens = sequence.size();
+  const uint64_t t1 = SteadyNowUs();
+  KV_ASSIGN_OR_RETURN(size_t generated, session->Decode(sequence, logits, sampler,
+                                                        {.max_new_tokens = steps_}, stdout));
+  const uint64_t decode_us = SteadyNowUs() - t1;
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  // The decoded tokens' chunks too (all but the last token were run), so a later prompt that
+  // extends this text starts from the cache.
+  const size_t run_tokens = generated > 0 ? sequence.size() - 1 : prompt_tokens;
+  KV_ASSIGN_OR_RETURN(size_t stored, session->StoreSequence(std::span(sequence).first(run_tokens)));
+  std::fprintf(stderr,
+               "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s); %zu chunks "
+               "stored\n",
+               generated, MsFromUs(decode_us),
+               decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0,
+               stats.stored_chunks + stored);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::unique_ptr<Command> MakeRunCommand(CLI::App* app) { return std::make_unique<RunCommand>(app); }
+
+}  // namespace kvtier::cli

@@ -1,0 +1,162 @@
+#include "llm_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "core/assert.h"
+#include "core/sha256.h"
+#include "runtime/model_loader.h"
+#include "runtime/runtime_limits.h"
+
+namespace kvtier::cli {
+namespace {
+
+// The model's identity in every cache key: SHA-256 over the config and every tensor, so the
+// same weights share KV whatever the file is called (and llama2.c vs GGUF copies of one model
+// differ only if their tensors do).
+Hash256 WeightsDigest(const runtime::ModelWeights& weights) {
+  Sha256 h;
+  h.Update(weights.config().ToString());
+  const uint32_t layers = weights.config().n_layers;
+  for (size_t k = 0; k < runtime::kWeightKindCount; ++k) {
+    const auto kind = static_cast<runtime::WeightKind>(k);
+    const uint32_t copies = runtime::IsPerLayer(kind) ? layers : 1;
+    for (uint32_t l = 0; l < copies; ++l) h.Update(std::as_bytes(weights.Get(kind, l)));
+  }
+  return h.Finish();
+}
+
+EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout& layout,
+                                uint32_t context_tokens, const Hash256& digest, Logger* logger) {
+  // The host tier holds at least two full contexts, so one Store of a whole conversation
+  // (all or nothing) always finds slots.
+  const uint64_t chunks = (context_tokens + layout.block_tokens - 1) / layout.block_tokens;
+  const uint64_t context_bytes = chunks * layout.layers * layout.BlockBytes();
+  EngineOptions o;
+  o.layout = layout;
+  o.model = {.name = "kvtier-cli", .weights_digest = digest};
+  o.host.capacity_bytes = std::max<uint64_t>(16 * kMiB, 2 * context_bytes);
+  if (!options.cache_dir.empty()) {
+    o.ssd = SsdTierOptions{.dirs = {options.cache_dir},
+                           .capacity_bytes = options.ssd_capacity_bytes,
+                           .segment_bytes = 16 * kMiB,
+                           .sync = SsdSyncMode::kPeriodic};
+    // Every stored block also reaches the SSD at once, so the next process finds it even if
+    // this one is killed before closing the engine.
+    o.write_policy = WritePolicy::kWriteThrough;
+  }
+  o.logger = logger;
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& options) {
+  if (options.model_path.empty()) return Status::InvalidArgument("--model is required");
+  KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded,
+                      runtime::LoadModel(options.model_path, options.tokenizer_path));
+  if (!loaded.tokenizer.has_value()) {
+    return Status::InvalidArgument(options.model_path +
+                                   ": a llama2.c checkpoint needs --tokenizer FILE");
+  }
+  std::unique_ptr<LlmSession> s(new LlmSession());
+  s->model_path_ = options.model_path;
+  s->tokenizer_ = std::move(*loaded.tokenizer);
+  const Hash256 digest = WeightsDigest(loaded.weights);
+  KV_ASSIGN_OR_RETURN(s->model_, runtime::Model::Create(std::move(loaded.weights)));
+  const runtime::ModelConfig& config = s->model_->config();
+  s->context_tokens_ = options.context_tokens != 0 ? options.context_tokens : config.seq_len;
+  if (s->context_tokens_ == 0 || s->context_tokens_ > runtime::kContextTokensMax) {
+    return Status::InvalidArgument("context of " + std::to_string(s->context_tokens_) +
+                                   " tokens: give --context between 1 and " +
+                                   std::to_string(runtime::kContextTokensMax));
+  }
+  const KvLayout layout = config.KvLayoutFor(options.block_tokens);
+  KV_RETURN_IF_ERROR(layout.Validate().WithContext("--block-tokens"));
+  KV_ASSIGN_OR_RETURN(s->engine_, Engine::Open(MakeEngineOptions(
+                                      options, layout, s->context_tokens_, digest, &s->logger_)));
+  KV_ASSIGN_OR_RETURN(s->ns_, s->engine_->MakeNamespace(options.salt));
+  KV_ASSIGN_OR_RETURN(s->kv_, runtime::InMemoryKvBlocks::Create(layout, s->context_tokens_));
+  s->has_ssd_ = !options.cache_dir.empty();
+  return s;
+}
+
+std::string LlmSession::Description() const {
+  return model_path_ + " (" + model_->config().ToString() + "), context " +
+         std::to_string(context_tokens_) + " tokens, KV cache: host" +
+         (has_ssd_ ? " + SSD" : " only");
+}
+
+Result<runtime::CachedPrefillStats> LlmSession::Prefill(std::span<const uint32_t> tokens,
+                                                        std::vector<float>* logits) {
+  if (tokens.size() > context_tokens_) {
+    return Status::NoSpace(std::to_string(tokens.size()) + " tokens exceed the context of " +
+                           std::to_string(context_tokens_));
+  }
+  kv_->Clear();
+  return runtime::CachedPrefill(*model_, *engine_, ns_, tokens, *kv_, {}, logits);
+}
+
+Status LlmSession::Step(uint32_t token, uint32_t pos, std::vector<float>* logits) {
+  if (pos >= context_tokens_) {
+    return Status::NoSpace("position " + std::to_string(pos) + " is past the context of " +
+                           std::to_string(context_tokens_));
+  }
+  return model_->Forward(std::span<const uint32_t>(&token, 1), pos, *kv_, {}, logits);
+}
+
+Result<size_t> LlmSession::StoreSequence(std::span<const uint32_t> tokens) {
+  return runtime::StoreKvChunks(*engine_, ns_, tokens, *kv_, {});
+}
+
+Result<size_t> LlmSession::Decode(std::vector<uint32_t>& sequence, std::vector<float>& logits,
+                                  runtime::Sampler& sampler, const DecodeOptions& options,
+                                  std::FILE* out) {
+  KV_CHECK(!sequence.empty());
+  size_t generated = 0;
+  while (generated < options.max_new_tokens && sequence.size() < context_tokens_) {
+    const uint32_t token = sampler.Sample(logits);
+    if (token == tokenizer_->bos_id() || token == tokenizer_->eos_id()) break;
+    const std::string piece = tokenizer_->DecodeToken(sequence.back(), token);
+    if (options.stop_at == StopAt::kEndOfLine && piece.find('\n') != std::string::npos) break;
+    std::fwrite(piece.data(), 1, piece.size(), out);
+    std::fflush(out);
+    sequence.push_back(token);
+    ++generated;
+    const bool last = generated == options.max_new_tokens || sequence.size() == context_tokens_;
+    if (last && options.run_last == RunLast::kNo) break;
+    KV_RETURN_IF_ERROR(Step(token, static_cast<uint32_t>(sequence.size() - 1), &logits));
+  }
+  return generated;
+}
+
+std::string CachedTierList(const std::vector<TierKind>& tiers) {
+  // Counts per tier, in the order tiers first appear.
+  std::vector<std::pair<TierKind, size_t>> counts;
+  for (TierKind t : tiers) {
+    auto it =
+        std::find_if(counts.begin(), counts.end(), [t](const auto& c) { return c.first == t; });
+    if (it == counts.end()) {
+      counts.emplace_back(t, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string out;
+  for (const auto& [tier, n] : counts) {
+    if (!out.empty()) out += " + ";
+    out += std::to_string(n) + " " + std::string(TierKindName(tier));
+  }
+  return out.empty() ? "-" : out;
+}
+
+double MsFromUs(uint64_t us) { return static_cast<double>(us) / 1000.0; }
+
+uint64_t SteadyNowUs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,106 @@
+// LlmSession: what `kvtier run` and `kvtier chat` share. It loads a model file (llama2.c
+// checkpoint + tokenizer, or GGUF), opens an Engine (host tier, plus an SSD tier under a cache
+// directory when one is given) keyed by the model's weights digest and the tenant salt, and
+// runs one sequence at a time: Prefill() goes through CachedPrefill (Lookup, layer-gated Load,
+// compute the rest, Store), Step() decodes one token with Model::Forward, and StoreSequence()
+// hands the decoded tokens' full chunks to the engine so that a later turn finds them.
+//
+// Why a separate engine key per model: the namespace digest covers the weights' SHA-256 and the
+// KV layout, so two models (or two block sizes) never share cached KV, whatever the file names.
+//
+// Thread safety: single-threaded (the CLI's main thread). Ownership: the session owns the
+// model, tokenizer, engine and the sequence's KV blocks; the Engine borrows the session's
+// logger, which is declared first so that it outlives the engine.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/logger.h"
+#include "engine/engine.h"
+#include "kvtier/result.h"
+#include "runtime/cached_prefill.h"
+#include "runtime/kv_blocks.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/tokenizer.h"
+
+namespace kvtier::cli {
+
+struct LlmSessionOptions {
+  std::string model_path;       // llama2.c checkpoint or GGUF.
+  std::string tokenizer_path;   // llama2.c tokenizer; empty for GGUF (its vocabulary is used).
+  std::string cache_dir;        // SSD tier directory; empty: host tier only (nothing persists).
+  std::string salt;             // Tenant salt: different salts never share cached KV.
+  uint32_t block_tokens = 16;   // Tokens per cached chunk; only full chunks are cached.
+  uint32_t context_tokens = 0;  // Positions a sequence may use; 0: the model's seq_len.
+  uint64_t ssd_capacity_bytes = uint64_t{1} << 30;
+};
+
+class LlmSession {
+ public:
+  // Errors: the loader's (missing, truncated or hostile files), InvalidArgument when the model
+  // has no tokenizer or the context is out of range, and the engine's.
+  static Result<std::unique_ptr<LlmSession>> Open(const LlmSessionOptions& options);
+
+  const runtime::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const runtime::ModelConfig& config() const { return model_->config(); }
+  uint32_t context_tokens() const { return context_tokens_; }
+  std::string Description() const;
+
+  // Starts a new sequence with `tokens` (non-empty, at most context_tokens()) at position 0:
+  // its cached leading chunks are loaded, the rest computed and its full chunks stored.
+  // `logits` receives the last token's.
+  Result<runtime::CachedPrefillStats> Prefill(std::span<const uint32_t> tokens,
+                                              std::vector<float>* logits);
+  // Runs `token` at position `pos` (every earlier position already computed); NoSpace past the
+  // context.
+  Status Step(uint32_t token, uint32_t pos, std::vector<float>* logits);
+  // Stores the full chunks of `tokens`, every one of which has been run (Prefill or Step).
+  Result<size_t> StoreSequence(std::span<const uint32_t> tokens);
+
+  // Decodes after `sequence` (whose last token's logits are in `logits`): samples up to
+  // `max_new_tokens` tokens, stops (exclusive) at BOS or EOS, and with StopAt::kEndOfLine also
+  // at a token whose text holds a newline, prints each token's text to `out`
+  // as soon as it is known, and appends it to `sequence`. Every appended token is run through
+  // the model (so the KV covers the whole sequence), except the last one when `run_last` is
+  // kNo. Stops early, without error, when the context is full.
+  enum class RunLast : uint8_t { kNo = 0, kYes = 1 };
+  enum class StopAt : uint8_t { kEndOfText = 0, kEndOfLine = 1 };
+  struct DecodeOptions {
+    uint32_t max_new_tokens = 256;
+    RunLast run_last = RunLast::kNo;
+    StopAt stop_at = StopAt::kEndOfText;
+  };
+  Result<size_t> Decode(std::vector<uint32_t>& sequence, std::vector<float>& logits,
+                        runtime::Sampler& sampler, const DecodeOptions& options, std::FILE* out);
+
+ private:
+  LlmSession() = default;
+
+  StderrLogger logger_{LogLevel::kWarn};  // Borrowed by engine_: declared before it.
+  std::string model_path_;
+  std::optional<runtime::Tokenizer> tokenizer_;  // Set by Open().
+  std::unique_ptr<runtime::Model> model_;
+  std::unique_ptr<Engine> engine_;
+  Namespace ns_;
+  std::unique_ptr<runtime::InMemoryKvBlocks> kv_;
+  uint32_t context_tokens_ = 0;
+  bool has_ssd_ = false;
+};
+
+// "3 host + 2 ssd" for the tiers cached chunks came from; "-" when none.
+std::string CachedTierList(const std::vector<TierKind>& tiers);
+
+// Milliseconds from microseconds, for messages.
+double MsFromUs(uint64_t us);
+
+// Microseconds of a steady clock, for timing messages.
+uint64_t SteadyNowUs();
+
+}  // namespace kvtier::cli

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Goal: `kvtier run` and `kvtier chat` serve the real stories260K model through the KV cache:
+# greedy decoding prints the text the models README documents (llama2.c checkpoint and GGUF);
+# a second run with the same prompt in a new process finds the prompt's chunks on the SSD under
+# --cache-dir and prints the same text; chat loads earlier turns from the cache and stops with a
+# clear message when the context is full; `demo` with the real model decodes the same greedy
+# continuation with and without the cache; missing or hostile model files give one line on
+# stderr and a non-zero exit status, never a crash.
+# Method: run the binary on the shared model files (../shared/models beside the repository) and
+# on damaged copies made here; compare stdout with the expected text and parse the stderr stats.
+# Usage: run_chat_test.sh <path to kvtier> <shared models directory>
+# Exit 77 (skipped) when the shared model files are absent.
+set -u
+
+KVTIER="$1"
+MODELS="$2"
+BIN="$MODELS/stories260K.bin"
+TOK="$MODELS/tok512.bin"
+GGUF="$MODELS/stories260K.gguf"
+for f in "$BIN" "$TOK" "$GGUF"; do
+  if [[ ! -f "$f" ]]; then
+    echo "SKIP: shared model file $f is missing (expected ../shared/models beside the repository)"
+    exit 77
+  fi
+done
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+EXPECTED="Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# run_ok <name> <args>...: exit 0; stdout in $TMP/out, stderr in $TMP/err.
+run_ok() {
+  local name="$1"; shift
+  local rc=0
+  "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
+  [[ $rc -eq 0 ]] || fail "$name: exit $rc, stderr: $(cat "$TMP/err")"
+  return $rc
+}
+
+# expect_fail <name> <needle> <args>...: non-zero exit that is not a signal, and stderr is one
+# line containing the needle.
+expect_fail() {
+  local name="$1" needle="$2"; shift 2
+  local rc=0
+  "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
+  if [[ $rc -eq 0 ]]; then fail "$name: exit 0"; return; fi
+  if [[ $rc -ge 128 ]]; then fail "$name: killed by a signal (exit $rc)"; return; fi
+  grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  [[ $lines -eq 1 ]] || fail "$name: stderr has $lines lines: $(cat "$TMP/err")"
+}
+
+# The number N in "<prompt> tokens: N from the cache" of run's stderr.
+cached_tokens() { sed -n 's/.*tokens: \([0-9]*\) from the cache.*/\1/p' "$TMP/err" | head -n 1; }
+
+# Greedy decoding from BOS, llama2.c checkpoint and GGUF.
+if run_ok greedy_bin run --model "$BIN" --tokenizer "$TOK" --temperature 0 --steps 200; then
+  [[ "$(head -c ${#EXPECTED} "$TMP/out")" == "$EXPECTED" ]] ||
+    fail "greedy_bin: stdout does not start with the expected text: $(head -c 300 "$TMP/out")"
+  grep -q "generated" "$TMP/err" || fail "greedy_bin: no decode stats on stderr"
+fi
+if run_ok greedy_gguf run --model "$GGUF" --steps 200; then
+  [[ "$(head -c ${#EXPECTED} "$TMP/out")" == "$EXPECTED" ]] ||
+    fail "greedy_gguf: stdout does not start with the expected text: $(head -c 300 "$TMP/out")"
+fi
+
+# A prompt of several chunks: the first run computes and stores it, a second process loads it
+# from the SSD tier and prints the same text.
+PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside"
+if run_ok cache_first run --model "$BIN" --tokenizer "$TOK" --prompt "$PROMPT" --steps 40 \
+    --cache-dir "$TMP/cache"; then
+  cp "$TMP/out" "$TMP/first.txt"
+  [[ "$(cached_tokens)" == "0" ]] || fail "cache_first: expected 0 cached tokens: $(cat "$TMP/err")"
+  [[ "$(head -c ${#PROMPT} "$TMP/out")" == "$PROMPT" ]] ||
+    fail "cache_first: stdout does not start with the prompt: $(cat "$TMP/out")"
+fi
+if run_ok cache_second run --model "$BIN" --tokenizer "$TOK" --prompt "$PROMPT" --steps 40 \
+    --cache-dir "$TMP/cache"; then
+  n="$(cached_tokens)"
+  [[ -n "$n" && "$n" -gt 0 ]] || fail "cache_second: no cached tokens: $(cat "$TMP/err")"
+  cmp -s "$TMP/out" "$TMP/first.txt" || fail "cache_second: text differs from the first run"
+fi
+# Another salt shares nothing.
+if run_ok cache_salt run --model "$BIN" --tokenizer "$TOK" --prompt "$PROMPT" --steps 4 \
+    --cache-dir "$TMP/cache" --salt other; then
+  [[ "$(cached_tokens)" == "0" ]] || fail "cache_salt: another salt saw cached tokens"
+fi
+
+# Chat: three turns from a pipe; turns 2 and 3 find the earlier turns in the cache.
+printf 'Once upon a time, there was a little dog.\n\nThe dog liked to run.\nOne day, it saw a cat.\n' \
+  >"$TMP/turns.txt"
+rc=0
+"$KVTIER" chat --model "$BIN" --tokenizer "$TOK" --steps 30 <"$TMP/turns.txt" >"$TMP/out" \
+  2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "chat: exit $rc, stderr: $(cat "$TMP/err")"
+else
+  [[ $(grep -c '^\[turn ' "$TMP/err") -eq 3 ]] || fail "chat: expected 3 stat lines: $(cat "$TMP/err")"
+  [[ $(wc -l <"$TMP/out") -eq 3 ]] || fail "chat: expected 3 reply lines: $(cat "$TMP/out")"
+  for turn in 2 3; do
+    n=$(sed -n "s/^\[turn $turn\] \([0-9]*\) cached.*/\1/p" "$TMP/err")
+    [[ -n "$n" && "$n" -gt 0 ]] || fail "chat: turn $turn found nothing cached: $(cat "$TMP/err")"
+  done
+fi
+
+# Chat beyond a small context: stops with a clear last line and a failing status.
+rc=0
+"$KVTIER" chat --model "$BIN" --tokenizer "$TOK" --steps 30 --context 48 <"$TMP/turns.txt" \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -eq 0 || $rc -ge 128 ]]; then
+  fail "chat_context: exit $rc"
+else
+  tail -n 1 "$TMP/err" | grep -qF "does not fit" ||
+    fail "chat_context: last stderr line lacks 'does not fit': $(cat "$TMP/err")"
+fi
+expect_fail run_prompt_too_long "the context holds" run --model "$BIN" --tokenizer "$TOK" \
+  --context 8 --prompt "$PROMPT"
+
+# The demo with the real model: the greedy continuation of turn 2 is the same with and without
+# the cache.
+if run_ok demo_real demo --model "$BIN" --tokenizer "$TOK"; then
+  grep -qF "the 32 greedy tokens are identical" "$TMP/out" ||
+    fail "demo_real: no continuation check in stdout: $(cat "$TMP/out")"
+  grep -qF "demo passed" "$TMP/out" || fail "demo_real: stdout lacks 'demo passed'"
+fi
+
+# Missing and hostile model files.
+expect_fail missing_model "no-such-model.bin" run --model "$TMP/no-such-model.bin" \
+  --tokenizer "$TOK" --prompt hi
+: >"$TMP/empty.bin"
+expect_fail empty_model "kvtier run:" run --model "$TMP/empty.bin" --tokenizer "$TOK"
+head -c 100000 "$BIN" >"$TMP/truncated.bin"
+expect_fail truncated_model "kvtier run:" run --model "$TMP/truncated.bin" --tokenizer "$TOK"
+{ cat "$BIN"; printf 'trailing'; } >"$TMP/trailing.bin"
+expect_fail trailing_model "kvtier run:" run --model "$TMP/trailing.bin" --tokenizer "$TOK"
+# A header claiming a huge model: dim 2^30 (bytes 00 00 00 40), the rest of the real header.
+{ printf '\x00\x00\x00\x40'; tail -c +5 "$BIN" | head -c 24; } >"$TMP/huge.bin"
+expect_fail huge_header "kvtier run:" run --model "$TMP/huge.bin" --tokenizer "$TOK"
+head -c 4096 /dev/urandom >"$TMP/random.bin"
+expect_fail random_model "kvtier run:" run --model "$TMP/random.bin" --tokenizer "$TOK"
+{ printf 'GGUF\x03\x00\x00\x00'; head -c 64 /dev/urandom; } >"$TMP/bad.gguf"
+expect_fail bad_gguf "kvtier run:" run --model "$TMP/bad.gguf"
+expect_fail no_tokenizer "--tokenizer" run --model "$BIN"
+head -c 3000 "$TOK" >"$TMP/tok-truncated.bin"
+expect_fail truncated_tokenizer "kvtier run:" run --model "$BIN" --tokenizer "$TMP/tok-truncated.bin"
+expect_fail chat_missing_model "no-such-model.bin" chat --model "$TMP/no-such-model.bin"
+expect_fail bad_top_p "top_p" run --model "$BIN" --tokenizer "$TOK" --temperature 1 --top-p 0
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures run/chat check(s) failed" >&2
+  exit 1
+fi
+echo "run/chat tests passed"
