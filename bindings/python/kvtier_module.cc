@@ -657,6 +657,11 @@ struct EngineArgs {
   uint32_t sink_chunks = 0;
   bool promote_on_load = true;
   int32_t numa_node = -1;
+  std::vector<std::string> remote_endpoints;  // Empty: no remote tier.
+  bool remote_cluster = false;
+  std::string remote_write_policy;
+  std::string remote_user;
+  std::string remote_password;
 };
 
 Status InvalidChoice(const char* what, const std::string& value, const char* choices) {
@@ -724,6 +729,20 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
   if (a.worker_threads != 0) o.worker_threads = a.worker_threads;
   if (a.sink_chunks != 0) o.sink_chunks = a.sink_chunks;
   o.promote_on_load = a.promote_on_load;
+  if (!a.remote_endpoints.empty()) {
+    RemoteTierOptions remote{.redis = RedisStoreOptions{.endpoints = a.remote_endpoints,
+                                                        .mode = a.remote_cluster
+                                                                    ? RedisMode::kCluster
+                                                                    : RedisMode::kStandalone,
+                                                        .user = a.remote_user,
+                                                        .password = a.remote_password}};
+    if (a.remote_write_policy == "back") {
+      remote.write_policy = WritePolicy::kWriteBack;
+    } else if (a.remote_write_policy != "through") {
+      return InvalidChoice("remote_write_policy", a.remote_write_policy, "back, through");
+    }
+    o.remote = std::move(remote);
+  }
   return o;
 }
 
@@ -822,6 +841,8 @@ void Bind(py::module_& m) {
       .def_readonly("prefetches", &EngineStats::prefetches)
       .def_readonly("prefetch_blocks", &EngineStats::prefetch_blocks)
       .def_readonly("corrupt_blocks", &EngineStats::corrupt_blocks)
+      .def_readonly("remote_put_errors", &EngineStats::remote_put_errors)
+      .def_readonly("remote_lookup_errors", &EngineStats::remote_lookup_errors)
       .def_readonly("tiers", &EngineStats::tiers);
 
   py::class_<PyLoad>(m, "LoadHandle",
@@ -949,7 +970,10 @@ void Bind(py::module_& m) {
                        int ssd_codec_level, uint32_t ssd_codec_group_size, std::string model_name,
                        const py::bytes& weights_digest, std::string ssd_sync,
                        uint64_t default_ttl_ms, uint32_t worker_threads, uint32_t sink_chunks,
-                       bool promote_on_load, int32_t numa_node) {
+                       bool promote_on_load, int32_t numa_node,
+                       std::vector<std::string> remote_endpoints, bool remote_cluster,
+                       std::string remote_write_policy, std::string remote_user,
+                       std::string remote_password) {
              return EngineArgs{.layout = layout,
                                .host_bytes = host_bytes,
                                .device_bytes = device_bytes,
@@ -967,7 +991,12 @@ void Bind(py::module_& m) {
                                .worker_threads = worker_threads,
                                .sink_chunks = sink_chunks,
                                .promote_on_load = promote_on_load,
-                               .numa_node = numa_node};
+                               .numa_node = numa_node,
+                               .remote_endpoints = std::move(remote_endpoints),
+                               .remote_cluster = remote_cluster,
+                               .remote_write_policy = std::move(remote_write_policy),
+                               .remote_user = std::move(remote_user),
+                               .remote_password = std::move(remote_password)};
            }),
            py::kw_only(), py::arg("layout"), py::arg("host_bytes"), py::arg("device_bytes") = 0,
            py::arg("ssd_dirs") = std::vector<std::string>(), py::arg("ssd_bytes") = 0,
@@ -976,7 +1005,10 @@ void Bind(py::module_& m) {
            py::arg("ssd_codec_group_size") = 0, py::arg("model_name") = "",
            py::arg("weights_digest") = py::bytes(), py::arg("ssd_sync") = "per_batch",
            py::arg("default_ttl_ms") = 0, py::arg("worker_threads") = 0, py::arg("sink_chunks") = 0,
-           py::arg("promote_on_load") = true, py::arg("numa_node") = -1);
+           py::arg("promote_on_load") = true, py::arg("numa_node") = -1,
+           py::arg("remote_endpoints") = std::vector<std::string>(),
+           py::arg("remote_cluster") = false, py::arg("remote_write_policy") = "through",
+           py::arg("remote_user") = "", py::arg("remote_password") = "");
 }
 
 }  // namespace kvtier::python

@@ -148,6 +148,17 @@ typedef struct kvtier_engine_options_s {
   uint32_t worker_threads;            /* Default 2. */
   uint32_t sink_chunks;               /* Default 1. */
   uint32_t promote_on_load;           /* Bool, default 1: SSD hits are copied into host memory. */
+  /* Appended: the remote tier on Redis or Redis Cluster (docs/remote_tier.md). Off while
+   * remote_endpoints is NULL. Its failures never fail a call: remote reads become misses. */
+  const char* remote_endpoints; /* "host:port[,host:port...]", borrowed during open; cluster:
+                                   seeds. NULL (default): no remote tier. */
+  uint32_t remote_cluster;      /* Bool, default 0: a single Redis; 1: Redis Cluster. */
+  kvtier_write_policy_t remote_write_policy; /* Default KVTIER_WRITE_THROUGH. */
+  const char* remote_user;                   /* NULL: the default user. Borrowed during open. */
+  const char* remote_password;               /* NULL: no AUTH. Borrowed during open. */
+  const char* remote_key_prefix;             /* NULL: "kvt". Borrowed during open. */
+  uint32_t remote_connect_timeout_ms;        /* 0: default (200). */
+  uint32_t remote_command_timeout_ms;        /* 0: default (500). */
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

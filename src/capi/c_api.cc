@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,7 +82,8 @@ static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::k
 
 // The struct sizes of ABI version 1. Callers built against a later header pass larger structs;
 // the fields appended since then must be zero for this library to accept them.
-constexpr size_t kEngineOptionsV1Bytes = sizeof(kvtier_engine_options_t);
+// The first version ended before the remote tier's fields (appended since).
+constexpr size_t kEngineOptionsV1Bytes = offsetof(kvtier_engine_options_t, remote_endpoints);
 constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
 constexpr size_t kStatsV1Bytes = sizeof(kvtier_engine_stats_t);
 
@@ -161,6 +163,40 @@ Result<KvLayout> ConvertLayout(const kvtier_layout_t& in) {
   return layout;
 }
 
+// "a:1,b:2" -> {"a:1", "b:2"}; empty items are refused.
+Result<std::vector<std::string>> SplitEndpoints(std::string_view list) {
+  std::vector<std::string> out;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    if (item.empty()) return Status::InvalidArgument("remote_endpoints: empty item");
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engine_options_t& in) {
+  if (in.remote_endpoints == nullptr) return std::optional<RemoteTierOptions>();
+  RedisStoreOptions redis;
+  KV_ASSIGN_OR_RETURN(redis.endpoints, SplitEndpoints(in.remote_endpoints));
+  redis.mode = in.remote_cluster != 0 ? RedisMode::kCluster : RedisMode::kStandalone;
+  if (in.remote_user != nullptr) redis.user = in.remote_user;
+  if (in.remote_password != nullptr) redis.password = in.remote_password;
+  if (in.remote_key_prefix != nullptr) redis.key_prefix = in.remote_key_prefix;
+  if (in.remote_connect_timeout_ms != 0) redis.connect_timeout_ms = in.remote_connect_timeout_ms;
+  if (in.remote_command_timeout_ms != 0) redis.command_timeout_ms = in.remote_command_timeout_ms;
+  RemoteTierOptions remote{.redis = std::move(redis)};
+  const int32_t policy = RawEnum(in.remote_write_policy);
+  if (policy != KVTIER_WRITE_BACK && policy != KVTIER_WRITE_THROUGH) {
+    return Status::InvalidArgument("remote_write_policy " + std::to_string(policy) +
+                                   " is not a kvtier_write_policy_t");
+  }
+  remote.write_policy =
+      policy == KVTIER_WRITE_BACK ? WritePolicy::kWriteBack : WritePolicy::kWriteThrough;
+  return std::optional<RemoteTierOptions>(std::move(remote));
+}
+
 Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   EngineOptions out;
   KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout));
@@ -219,6 +255,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   out.worker_threads = in.worker_threads;
   out.sink_chunks = in.sink_chunks;
   out.promote_on_load = in.promote_on_load != 0;
+  KV_ASSIGN_OR_RETURN(out.remote, ConvertRemoteOptions(in));
   return out;
 }
 
@@ -302,6 +339,7 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->worker_threads = defaults.worker_threads;
   options->sink_chunks = defaults.sink_chunks;
   options->promote_on_load = defaults.promote_on_load ? 1 : 0;
+  options->remote_write_policy = KVTIER_WRITE_THROUGH;
 }
 
 kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout, uint64_t* block_bytes,

@@ -49,6 +49,8 @@ struct BlockEntry {
   std::array<bool, kMemTiers> referenced{false, false, false};  // CLOCK bits.
   bool on_ssd = false;  // Hint: this engine wrote it to SSD (the SSD may have dropped it since).
   bool dirty = false;   // Write-back: only in memory; must reach the SSD before the last copy goes.
+  // Remote write-back: not yet in the remote tier; put there before the last memory copy goes.
+  bool remote_dirty = false;
   bool flushing = false;        // A Flush is writing it down; not chosen again meanwhile.
   uint32_t pins = 0;            // PinHandles and Loads in flight. Pinned blocks are never evicted.
   uint64_t expiry_wall_us = 0;  // 0: never expires.

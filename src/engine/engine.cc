@@ -105,6 +105,9 @@ Status EngineImpl::OpenTiers() {
   contexts_ = std::make_unique<CodecContextPool>(geometry_);
   if (options_.ssd.has_value()) {
     KV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(*options_.ssd, env_));
+  }
+  KV_RETURN_IF_ERROR(OpenRemote());
+  if (ssd_ != nullptr || remote_ != nullptr) {
     KV_ASSIGN_OR_RETURN(size_t encoded_max, codec_->MaxEncodedSize(geometry_));
     const size_t record = ssd::RecordBytesForPayload(encoded_max);
     KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers,
@@ -117,8 +120,8 @@ EngineImpl::~EngineImpl() {
   // Handles point into the engine: destroying it first is a programmer error.
   KV_CHECK(live_handles_.load() == 0);
   if (pool_ != nullptr) pool_->WaitIdle();
-  if (ssd_ != nullptr) {
-    // A clean shutdown keeps write-back blocks: they reach the SSD before it closes.
+  if (ssd_ != nullptr || remote_ != nullptr) {
+    // A clean shutdown keeps write-back blocks: they reach the SSD (and the remote tier) first.
     const Status s = Flush();
     if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: flush at close: " + s.ToString());
   }
@@ -154,28 +157,52 @@ std::vector<BlockKey> EngineImpl::KeysOf(std::span<const Hash256> chunks,
 Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uint32_t> tokens) {
   KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
-  LookupResult result;
-  MutexLock lock(&mu_);
-  const uint64_t now = NowWallUs();
-  for (const Hash256& chunk : chunks) {
-    TierKind slowest = TierKind::kNone;
-    bool all = true;
-    for (uint32_t l = 0; l < options_.layout.layers && all; ++l) {
-      const BlockKey key{.chunk_hash = chunk, .layer = l};
-      std::optional<MemTier> t = ReadableTier(key, now);
-      TierKind kind = TierKind::kNone;
-      if (t.has_value()) {
-        kind = ToTierKind(*t);
-      } else if (ssd_ != nullptr && ssd_->Contains(key)) {
-        kind = TierKind::kSsd;
+  const uint32_t layers = options_.layout.layers;
+  // The tier of every block of the candidate chunks, kNone when no local tier has it. Without a
+  // remote tier the candidates end before the first chunk with a missing block; with one they go
+  // on while the missing blocks fit one Exists batch (kRemoteLookupKeysMax).
+  std::vector<BlockKey> keys;
+  std::vector<TierKind> kinds;
+  size_t missing = 0;
+  {
+    MutexLock lock(&mu_);
+    const uint64_t now = NowWallUs();
+    for (const Hash256& chunk : chunks) {
+      const size_t start = kinds.size();
+      size_t chunk_missing = 0;
+      for (uint32_t l = 0; l < layers; ++l) {
+        const BlockKey key{.chunk_hash = chunk, .layer = l};
+        std::optional<MemTier> t = ReadableTier(key, now);
+        TierKind kind = TierKind::kNone;
+        if (t.has_value()) {
+          kind = ToTierKind(*t);
+        } else if (ssd_ != nullptr && ssd_->Contains(key)) {
+          kind = TierKind::kSsd;
+        }
+        if (kind == TierKind::kNone) ++chunk_missing;
+        keys.push_back(key);
+        kinds.push_back(kind);
       }
-      if (kind == TierKind::kNone) all = false;
-      slowest = std::max(slowest, kind);
+      if (chunk_missing != 0 &&
+          (remote_ == nullptr || missing + chunk_missing > kRemoteLookupKeysMax)) {
+        keys.resize(start);
+        kinds.resize(start);
+        break;
+      }
+      missing += chunk_missing;
     }
-    if (!all) break;
-    result.chunk_tiers.push_back(slowest);
+  }
+  if (missing != 0) LookupRemote(keys, kinds);  // One round trip, without the engine mutex.
+  LookupResult result;
+  for (size_t c = 0; (c + 1) * layers <= kinds.size(); ++c) {
+    const auto chunk_kinds = std::span(kinds).subspan(c * layers, layers);
+    if (std::find(chunk_kinds.begin(), chunk_kinds.end(), TierKind::kNone) != chunk_kinds.end()) {
+      break;
+    }
+    result.chunk_tiers.push_back(*std::max_element(chunk_kinds.begin(), chunk_kinds.end()));
   }
   result.matched_tokens = result.chunk_tiers.size() * options_.layout.block_tokens;
+  MutexLock lock(&mu_);
   ++stats_.lookups;
   stats_.lookup_tokens += tokens.size();
   stats_.lookup_hit_tokens += result.matched_tokens;
@@ -316,6 +343,7 @@ bool EngineImpl::FlushBatch(std::span<const BlockKey> keys) {
 }
 
 Status EngineImpl::Flush() {
+  FlushRemote();
   if (ssd_ == nullptr) return Status::Ok();
   std::vector<BlockKey> dirty;
   {
@@ -336,6 +364,9 @@ Status EngineImpl::Flush() {
 }
 
 EngineStats EngineImpl::Stats() {
+  // Read before taking the engine mutex: a borrowed RemoteStore's Stats() may take its own locks.
+  std::optional<RemoteStoreStats> remote;
+  if (remote_ != nullptr) remote = remote_->Stats();
   MutexLock lock(&mu_);
   EngineStats out = stats_;
   out.tiers.clear();
@@ -361,6 +392,7 @@ EngineStats EngineImpl::Stats() {
                                   .hits = counters_[kMemTiers].hits,
                                   .evictions = s.dropped_blocks});
   }
+  AppendRemoteStats(remote, &out);
   return out;
 }
 

@@ -1,5 +1,5 @@
 // Engine: kvtier's prefix-cache API over an ordered list of tiers
-// (device -> host -> optional CXL host -> SSD; a remote tier comes later).
+// (device -> host -> optional CXL host -> SSD -> optional remote tier shared by every node).
 //
 // An inference engine calls it around prefill and decode:
 //   - Lookup(ns, tokens): how many leading tokens have every layer of their chunks cached, and in
@@ -19,7 +19,7 @@
 // [chunk * layers + layer].
 //
 // Correctness rules: a block is visible to Lookup and Load only after every byte of it is in a
-// tier (a Store in progress is invisible); a block read from SSD (or later the network) is
+// tier (a Store in progress is invisible); a block read from SSD or the remote tier is
 // checked (checksum, key, layout digest) and a failure is a miss, never wrong data; when every
 // slot is pinned or in use the call returns Busy instead of waiting forever.
 //
@@ -44,6 +44,8 @@
 #include "core/kv_layout.h"
 #include "env/env.h"
 #include "tiers/memory_tier.h"
+#include "tiers/redis_store.h"
+#include "tiers/remote_store.h"
 #include "tiers/ssd_tier.h"
 
 namespace kvtier {
@@ -67,8 +69,36 @@ enum class WritePolicy : uint8_t {
 // left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
 enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
 
+// Keys one Lookup asks the remote tier about at most (one Exists batch).
+inline constexpr size_t kRemoteLookupKeysMax = 1024;
+static_assert(kRemoteLookupKeysMax <= kRemoteBatchMax);
+
 // TTLs above this (about 10 years) are refused as mistakes.
 inline constexpr uint64_t kTtlMsMax = 10ull * 365 * 24 * 3600 * 1000;
+
+// The remote tier (docs/remote_tier.md, "Engine integration"): below the SSD tier (or below the
+// memory tiers when there is no SSD), shared by every engine that points at the same store. Its
+// blocks are encoded with EngineOptions::ssd_codec. Exactly one of `redis` (the engine opens and
+// owns a RedisStore) and `store` (borrowed; tests and custom stores) is set. Remote failures never
+// fail a call: reads become misses, writes are counted in EngineStats and logged.
+struct RemoteTierOptions {
+  // The engine fills in layout_digest, and clock / logger when they are null (env->clock(),
+  // EngineOptions::logger).
+  std::optional<RedisStoreOptions> redis;
+  RemoteStore* store = nullptr;  // Borrowed; must outlive the Engine.
+  // kWriteThrough: every Store also puts its blocks (on a worker, before StoreHandle::Wait
+  // returns). kWriteBack: blocks are put when their last memory copy is evicted, and on Flush.
+  WritePolicy write_policy = WritePolicy::kWriteThrough;
+  SsdAdmission admission = SsdAdmission::kAlways;  // As the SSD tier's admission filter.
+  uint32_t admission_requests = 2;
+  uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
+  uint64_t write_budget_bytes_per_s = 0;  // Encoded bytes put per second; 0 = unlimited.
+  uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
+  // Remote hits served by Load are also copied into a free or clean host slot.
+  bool promote_on_load = true;
+
+  Status Validate() const;
+};
 
 struct EngineOptions {
   KvLayout layout;           // Validated; its digest enters every key.
@@ -85,8 +115,10 @@ struct EngineOptions {
   // SSD hits served by Load are also copied into the host tier (only into free or clean slots:
   // a promotion never forces a write-back).
   bool promote_on_load = true;
-  // 4 KiB-aligned buffers that SSD reads land in (bounded pool, allocated at Open), each large
-  // enough for one encoded record. At least kLoadStagingBatchMax.
+  std::optional<RemoteTierOptions> remote;  // The shared remote tier; none by default.
+  // 4 KiB-aligned buffers that SSD and remote reads land in and blocks are encoded into (bounded
+  // pool, allocated at Open when an SSD or remote tier exists), each large enough for one encoded
+  // record. At least kLoadStagingBatchMax.
   uint32_t staging_buffers = 32;
   Env* env = nullptr;        // Borrowed; nullptr: a PosixEnv owned by the engine.
   Logger* logger = nullptr;  // Borrowed; nullptr: silent.
@@ -109,7 +141,9 @@ struct LookupResult {
 // Write-through: StoreHandle::Wait returns after the blocks are in memory (visible to Lookup as
 // soon as the memory copy completed) AND their SSD write finished; an SSD write error is reported
 // by Wait but the blocks stay cached in memory. Blocks the SSD refused (admission filter, write
-// budget) stay dirty and are retried on eviction and Flush.
+// budget) stay dirty and are retried on eviction and Flush. A remote tier with write-through is
+// written in the same task, before Wait returns, but its errors are never reported by Wait (only
+// by EngineStats and the log): the blocks are cached locally.
 struct StoreOptions {
   BlockPriority priority = BlockPriority::kNormal;
   uint64_t ttl_ms = 0;  // 0: the engine's default_ttl_ms. Measured on env->clock()'s wall time.
@@ -167,7 +201,8 @@ struct TierStats {
   uint64_t blocks = 0;
   uint64_t hits = 0;        // Blocks served from this tier.
   uint64_t evictions = 0;   // Blocks removed to make room.
-  uint64_t writebacks = 0;  // Dirty blocks written to the tier below before eviction.
+  uint64_t writebacks = 0;  // Dirty blocks written to the tier below before eviction (remote:
+                            // blocks put into the remote tier, write-through included).
   uint64_t promotions = 0;  // Blocks copied up into this tier.
 };
 
@@ -176,8 +211,13 @@ struct EngineStats {
   uint64_t loads = 0, load_blocks = 0, load_failures = 0;
   uint64_t stores = 0, store_blocks = 0, busy_rejections = 0;
   uint64_t prefetches = 0, prefetch_blocks = 0;
-  uint64_t corrupt_blocks = 0;  // Blocks refused by verification (served as misses).
-  std::vector<TierStats> tiers;
+  uint64_t corrupt_blocks = 0;   // Blocks refused by verification (served as misses).
+  std::vector<TierStats> tiers;  // Fastest first; the remote tier (kRemote) last.
+  // Remote tier only. Puts that failed (store down, slow, OOM), were refused by the admission
+  // filter or went over the write budget; lookups whose remote Exists failed (served as misses).
+  uint64_t remote_put_errors = 0, remote_not_admitted = 0, remote_over_budget = 0;
+  uint64_t remote_lookup_errors = 0;
+  std::optional<RemoteStoreStats> remote;  // The store's own counters and breaker state.
 };
 
 class Engine {
@@ -190,7 +230,10 @@ class Engine {
                                           std::span<const std::string> extra_keys = {}) = 0;
 
   // Memory copies come from the engine's index, SSD copies from the SSD tier's own index (which
-  // survives restarts). Expired blocks are misses.
+  // survives restarts). Expired blocks are misses. With a remote tier, the blocks found in neither
+  // are asked of it in one batched Exists (at most kRemoteLookupKeysMax keys, the store's timeouts
+  // and breaker bound it); an unanswered Exists is a miss. The remote is not asked whether a
+  // value verifies: a corrupt remote value is found at Load time (its layer fails closed).
   virtual Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
   // Loads the first dst.size() / layers chunks (each must be cached; Lookup first).
   // InvalidArgument (naming the index) when dst.size() is not a multiple of layers, exceeds the

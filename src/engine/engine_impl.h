@@ -1,12 +1,13 @@
 // EngineImpl: the Engine of engine.h (internal header; only src/engine includes it).
 //
-// The pieces: the tiers (device, host, optional CXL, optional SSD), a BlockIndex with one
-// SlotClock per memory tier, a worker pool (memory copies without a device tier, codec work, SSD
-// staging), a bounded staging pool for SSD reads and codec contexts. Files:
+// The pieces: the tiers (device, host, optional CXL, optional SSD, optional remote), a BlockIndex
+// with one SlotClock per memory tier, a worker pool (memory copies without a device tier, codec
+// work, SSD staging), a bounded staging pool for SSD reads and codec contexts. Files:
 //   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
 //   engine_tiers.cc  slot allocation, eviction with demotion and write-back, SSD read/write helpers
 //   engine_load.cc   Load and its per-layer LoadHandle
 //   engine_store.cc  Store and its StoreHandle
+//   engine_remote.cc the remote tier: open, Exists on lookup, Get on load, Put on store/eviction
 //
 // Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
 // across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
@@ -30,6 +31,7 @@
 #include "engine/engine.h"
 #include "engine/eviction.h"
 #include "engine/staging.h"
+#include "tiers/ssd_policy.h"
 
 namespace kvtier {
 
@@ -65,9 +67,10 @@ struct SsdReadItem {
 struct LoadItem {
   BlockKey key;
   std::span<std::byte> dst;
-  MemTier tier = MemTier::kHost;  // Memory source (when !from_ssd).
+  MemTier tier = MemTier::kHost;  // Memory source (when !from_ssd && !from_remote).
   uint32_t slot = kNoSlot;        // Pinned for the duration of the load.
   bool from_ssd = false;
+  bool from_remote = false;  // In no local tier: a Get from the remote tier (a miss fails closed).
 };
 
 // One block of a Store: its source and the slot it is copied into.
@@ -84,6 +87,9 @@ class StoreHandleImpl;
 struct TierCounters {
   uint64_t hits = 0, evictions = 0, writebacks = 0, promotions = 0;
 };
+// Indexes of counters_ after the memory tiers.
+inline constexpr size_t kSsdCounters = kMemTiers;
+inline constexpr size_t kRemoteCounters = kMemTiers + 1;
 
 class EngineImpl final : public Engine {
  public:
@@ -129,12 +135,40 @@ class EngineImpl final : public Engine {
   uint64_t block_bytes() const { return block_bytes_; }
   bool has_ssd() const { return ssd_ != nullptr; }
 
+  // Remote tier (engine_remote.cc). Remote failures are never returned: reads become misses,
+  // writes are counted (remote_put_errors) and logged once per failure streak.
+  // Encodes and puts blocks (expired ones skipped) through the admission filter and write budget;
+  // per-item status as WriteToSsd. `encode_buffers` as WriteToSsd's.
+  void WriteToRemote(std::span<SsdWriteItem> items,
+                     std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
+  // Gets and decodes blocks (at most kLoadStagingBatchMax); statuses as ReadFromSsd.
+  void ReadFromRemote(std::span<SsdReadItem> items) KV_EXCLUDES(mu_);
+
  private:
   friend class LoadHandleImpl;
   friend class StoreHandleImpl;
 
   explicit EngineImpl(const EngineOptions& options);
   Status OpenTiers();
+  Status OpenRemote();
+  bool RemoteWriteThrough() const {
+    return remote_ != nullptr && options_.remote->write_policy == WritePolicy::kWriteThrough;
+  }
+  bool RemoteWriteBack() const {
+    return remote_ != nullptr && options_.remote->write_policy == WritePolicy::kWriteBack;
+  }
+  // Lookup's remote step: marks kRemote the kNone entries of `kinds` (one per key of `keys`)
+  // that the remote tier has, with one Exists call.
+  void LookupRemote(std::span<const BlockKey> keys, std::span<TierKind> kinds) KV_EXCLUDES(mu_);
+  // Puts the remote-dirty blocks among `keys`; false when a put failed.
+  bool FlushRemoteBatch(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  // Puts every remote-dirty block (write-back); failures are counted and logged, never returned.
+  void FlushRemote() KV_EXCLUDES(mu_);
+  // Adds the kRemote TierStats and the store's counters (`store`, read without mu_) to *out.
+  void AppendRemoteStats(const std::optional<RemoteStoreStats>& store, EngineStats* out)
+      KV_REQUIRES(mu_);
+  // Counts and logs the outcome of one remote call (one line per change of health).
+  void NoteRemoteOutcome(std::string_view what, const Status& first_error);
 
   bool HasTier(MemTier t) const { return clocks_[TierIndex(t)].has_value(); }
   std::byte* SlotData(MemTier t, uint32_t slot);
@@ -166,8 +200,11 @@ class EngineImpl final : public Engine {
   // Load (engine_load.cc).
   void IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items);
   Status LoadFromSsd(std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
-  // Copies a block just read from the SSD into a free or clean host slot, when there is one.
-  void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw) KV_EXCLUDES(mu_);
+  Status LoadFromRemote(std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
+  // Copies a block just read from the SSD (or the remote tier: `source`) into a free or clean
+  // host slot, when there is one.
+  void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw,
+                   TierKind source = TierKind::kSsd) KV_EXCLUDES(mu_);
   // Runs `task` on the worker pool (inline once the pool is shutting down). Caller threads only:
   // a worker calling it could wait on its own full queue.
   void RunOnPool(std::function<void()> task);
@@ -181,6 +218,8 @@ class EngineImpl final : public Engine {
   void AbortStore(std::span<const StoreItem> items) KV_REQUIRES(mu_);
   // Runs on a worker: waits for the copies, publishes the blocks, writes through.
   void FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> items, CopyEvent event);
+  // Write-through to the remote tier of the blocks a Store just published.
+  void WriteThroughRemote(std::span<const StoreItem> items) KV_EXCLUDES(mu_);
 
   EngineOptions options_;
   std::unique_ptr<Env> owned_env_;
@@ -195,6 +234,11 @@ class EngineImpl final : public Engine {
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<HostTier> cxl_;
   std::unique_ptr<SsdTier> ssd_;
+  std::unique_ptr<RemoteStore> owned_remote_;  // From options_.remote->redis.
+  RemoteStore* remote_ = nullptr;              // owned_remote_ or options_.remote->store.
+  std::unique_ptr<ssd::AdmissionFilter> remote_admission_;  // Null: admit everything.
+  std::unique_ptr<ssd::WriteBudget> remote_budget_;         // Null: unlimited.
+  std::atomic<bool> remote_failing_{false};                 // For one log line per streak.
   std::unique_ptr<codecs::Codec> codec_;
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<CodecContextPool> contexts_;
@@ -205,7 +249,8 @@ class EngineImpl final : public Engine {
   Mutex mu_;
   BlockIndex index_ KV_GUARDED_BY(mu_);
   std::array<std::optional<SlotClock>, kMemTiers> clocks_;  // Set at Open; contents under mu_.
-  std::array<TierCounters, kMemTiers + 1> counters_ KV_GUARDED_BY(mu_);  // Last: SSD.
+  // Memory tiers, then kSsdCounters and kRemoteCounters.
+  std::array<TierCounters, kMemTiers + 2> counters_ KV_GUARDED_BY(mu_);
   EngineStats stats_ KV_GUARDED_BY(mu_);
 };
 

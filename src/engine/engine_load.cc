@@ -6,7 +6,9 @@
 //   - memory sources: DeviceTier::Copy (device slot -> dst kDeviceToDevice, host/CXL slot -> dst
 //     kHostToDevice); without a device tier, a memcpy task on the worker pool;
 //   - SSD sources: worker tasks of at most kLoadStagingBatchMax blocks read into staging
-//     buffers, the SSD tier verifies, the codec decodes into dst; optionally promoted to host.
+//     buffers, the SSD tier verifies, the codec decodes into dst; optionally promoted to host;
+//   - blocks in no local tier, with a remote tier: worker tasks of the same size Get them (the
+//     store verifies), decode into dst and optionally promote to host (engine_remote.cc).
 // A block that cannot be served makes its layer NotFound (fail closed: recompute it).
 #include <cstring>
 
@@ -174,6 +176,8 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
         } else if (ssd_ != nullptr && ssd_->Contains(item.key)) {
           item.from_ssd = true;
           ++counters_[kMemTiers].hits;
+        } else if (remote_ != nullptr) {
+          item.from_remote = true;  // Counted as a hit when the Get succeeds.
         } else {
           ++missing[l];
           continue;
@@ -199,9 +203,10 @@ void EngineImpl::IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<
   std::vector<CopyRegion> from_device;
   std::vector<CopyRegion> from_host;
   std::vector<LoadItem> from_ssd;
+  std::vector<LoadItem> from_remote;
   for (const LoadItem& item : items) {
-    if (item.from_ssd) {
-      from_ssd.push_back(item);
+    if (item.from_ssd || item.from_remote) {
+      (item.from_ssd ? from_ssd : from_remote).push_back(item);
       continue;
     }
     const CopyRegion r{
@@ -231,6 +236,15 @@ void EngineImpl::IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<
       handle->TaskDone(layer, LoadFromSsd(batch));
     });
   }
+  for (size_t base = 0; base < from_remote.size(); base += kLoadStagingBatchMax) {
+    const size_t n = std::min<size_t>(kLoadStagingBatchMax, from_remote.size() - base);
+    const std::span<const LoadItem> part = std::span(from_remote).subspan(base, n);
+    std::vector<LoadItem> batch(part.begin(), part.end());
+    handle->AddTasks(layer, 1);
+    RunOnPool([this, handle, layer, batch = std::move(batch)] {
+      handle->TaskDone(layer, LoadFromRemote(batch));
+    });
+  }
 }
 
 Status EngineImpl::LoadFromSsd(std::span<const LoadItem> batch) {
@@ -258,7 +272,7 @@ Status EngineImpl::LoadFromSsd(std::span<const LoadItem> batch) {
   return first;
 }
 
-void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw) {
+void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw, TierKind source) {
   uint32_t slot = 0;
   {
     MutexLock lock(&mu_);
@@ -270,9 +284,12 @@ void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw
     e = index_.Insert(key);
     e->slot[TierIndex(MemTier::kHost)] = slot;
     e->copy[TierIndex(MemTier::kHost)] = CopyState::kFilling;
-    e->on_ssd = true;
-    if (std::optional<SsdBlockInfo> info = ssd_->Lookup(key)) {
-      e->expiry_wall_us = info->expiry_wall_us;
+    // A remote copy's expiry is not known here (Redis enforces its TTL): the host copy has none.
+    if (source == TierKind::kSsd) {
+      e->on_ssd = true;
+      if (std::optional<SsdBlockInfo> info = ssd_->Lookup(key)) {
+        e->expiry_wall_us = info->expiry_wall_us;
+      }
     }
     clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, e->expiry_wall_us != 0);
   }

@@ -61,6 +61,7 @@ Status EngineOptions::Validate() const {
   }
   if (ssd.has_value()) KV_RETURN_IF_ERROR(WithField(ssd->Validate(), "ssd"));
   KV_RETURN_IF_ERROR(WithField(ssd_codec.Validate(), "ssd_codec"));
+  if (remote.has_value()) KV_RETURN_IF_ERROR(WithField(remote->Validate(), "remote"));
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
     return Status::InvalidArgument("write_policy: unknown value");
   }

@@ -8,9 +8,10 @@
 //
 // The bytes are then copied (DeviceTier::Copy kHostToDevice, or a memcpy on the worker pool into
 // host/CXL slots). A worker publishes the blocks (kReady) only after the copy completed, then,
-// with write-through, encodes and writes them to the SSD before completing the handle. Every
-// published block starts dirty when an SSD exists; a successful SSD write clears the bit, so a
-// block the SSD refused is written back again on eviction.
+// with write-through, encodes and writes them to the SSD before completing the handle (a remote
+// tier with write-through gets them in the same task). Every published block starts dirty when an
+// SSD exists (remote-dirty with a write-back remote tier); a successful write clears the bit, so
+// a block the SSD refused is written back again on eviction.
 #include <cstring>
 
 #include "core/assert.h"
@@ -217,9 +218,11 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
       e->copy[TierIndex(item.tier)] = CopyState::kReady;
       e->state = BlockState::kReady;
       e->dirty = ssd_ != nullptr;
+      e->remote_dirty = RemoteWriteBack();
     }
   }
   if (!copied.ok() || ssd_ == nullptr || options_.write_policy != WritePolicy::kWriteThrough) {
+    if (copied.ok()) WriteThroughRemote(items);
     handle->Complete(copied);
     return;
   }
@@ -245,6 +248,7 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
       }
     }
   }
+  WriteThroughRemote(items);  // Never fails the store: errors are counted and logged.
   handle->Complete(io);
 }
 

@@ -152,25 +152,34 @@ Status EngineImpl::WriteDown(const BlockKey& key, MemTier t, uint32_t slot) {
     return Status::Ok();
   }
   BlockEntry* e = index_.Find(key);
+  const bool to_ssd = ssd_ != nullptr && e->dirty;
+  const bool to_remote = e->remote_dirty;  // Only set with a write-back remote tier.
   // Clean, or nothing below: a cache may drop it.
-  if (ssd_ == nullptr || !e->dirty) return Status::Ok();
+  if (!to_ssd && !to_remote) return Status::Ok();
   const uint64_t expiry = e->expiry_wall_us;
   mu_.Unlock();
   // One lease for both buffers (raw copy and encoded record): never wait while holding one.
   StagingLease lease = staging_->Acquire(2);
-  Status s = CopySlotToHost(t, slot, lease.buffer(0).data());
+  const Status copied = CopySlotToHost(t, slot, lease.buffer(0).data());
   SsdWriteItem item{
       .key = key, .raw = lease.buffer(0).first(block_bytes_), .expiry_wall_us = expiry};
-  if (s.ok()) s = WriteToSsd(std::span(&item, 1), lease.buffers().subspan(1, 1));
-  if (s.ok()) s = item.status;
+  SsdWriteItem remote_item = item;
+  Status s = copied;
+  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().subspan(1, 1));
+  if (s.ok() && to_ssd) s = item.status;
+  // The remote put reuses the encode buffer after the SSD write returned (it copied the payload).
+  if (copied.ok() && to_remote) WriteToRemote(std::span(&remote_item, 1), lease.buffers().last(1));
   mu_.Lock();
   e = index_.Find(key);
-  if (s.ok()) {
+  const bool remote_ok = copied.ok() && to_remote && remote_item.status.ok();
+  if (remote_ok) e->remote_dirty = false;
+  if (to_ssd && s.ok()) {
     e->dirty = false;
     e->on_ssd = true;
-    ++counters_[TierIndex(t)].writebacks;
   }
-  return s;
+  if ((to_ssd && s.ok()) || remote_ok) ++counters_[TierIndex(t)].writebacks;
+  // A failed remote put is never an error here (WriteToRemote counted and logged it).
+  return to_ssd ? s : copied;
 }
 
 Status EngineImpl::CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst) {

@@ -6,6 +6,7 @@
 
 #include "kvtier/c_api.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +282,58 @@ static void TestRoundTrip(void) {
   free(dst);
 }
 
+/* The remote tier's options: a malformed endpoint list is refused; an unreachable Redis (nothing
+ * listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown prefixes are
+ * misses, and the stats list the remote tier last; a caller built before the remote fields
+ * (struct_size ending before them) still opens, without a remote tier. */
+static void TestRemoteOptions(void) {
+  kvtier_engine_options_t o;
+  InitOptions(&o, NULL);
+  o.ssd_dir_count = 0;
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  o.remote_endpoints = "127.0.0.1:1,";
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "remote_endpoints") != NULL);
+  o.remote_endpoints = "127.0.0.1:1";
+  o.remote_connect_timeout_ms = 100;
+  o.remote_command_timeout_ms = 100;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  kvtier_namespace_t ns;
+  CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
+  uint32_t tokens[kBlockTokens];
+  for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(7 + i);
+  uint8_t* src = malloc(kLayers * block_bytes);
+  CHECK(src != NULL);
+  memset(src, 0x11, kLayers * block_bytes);
+  const void* src_ptrs[kLayers];
+  for (size_t l = 0; l < kLayers; ++l) src_ptrs[l] = src + l * block_bytes;
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err)); /* The remote put failed; the store did not. */
+  kvtier_store_destroy(store);
+  free(src);
+  size_t matched = 0;
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kBlockTokens, &matched, NULL, 0, &err));
+  CHECK(matched == kBlockTokens);
+  tokens[0] = 99;
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kBlockTokens, &matched, NULL, 0, &err));
+  CHECK(matched == 0);
+  kvtier_engine_stats_t stats;
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.tier_count >= 2);
+  CHECK(stats.tiers[stats.tier_count - 1].kind == KVTIER_TIER_REMOTE);
+  kvtier_engine_close(engine);
+
+  o.struct_size = offsetof(kvtier_engine_options_t, remote_endpoints);
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.tiers[stats.tier_count - 1].kind == KVTIER_TIER_HOST);
+  kvtier_engine_close(engine);
+}
+
 static void RemoveTree(const char* path) {
   char command[512];
   snprintf(command, sizeof(command), "rm -rf '%s'", path);
@@ -298,6 +351,7 @@ int main(void) {
   TestVersion();
   TestBadLayout();
   TestRoundTrip();
+  TestRemoteOptions();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);

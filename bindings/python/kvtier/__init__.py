@@ -65,6 +65,9 @@ class Engine(_kvtier.Engine):
                     ssd_codec_group_size)
     model_name, weights_digest (32 bytes)   enter every key
     default_ttl_ms, worker_threads, sink_chunks, promote_on_load, numa_node
+    remote_endpoints  ["host:port", ...]: the remote tier on Redis (empty: none); with
+                    remote_cluster=True the endpoints are Redis Cluster seeds;
+                    remote_write_policy "through" | "back"; remote_user, remote_password (AUTH)
     """
 
     def __init__(self, **kwargs):

@@ -1,0 +1,389 @@
+// Goal: show that two engines ("nodes") sharing one Redis (or one Redis Cluster) share a prefix
+// cache through the remote tier: node A stores a prefix (write-through, or write-back on
+// eviction), node B, empty, finds it with Lookup and loads it byte-identical; tenants with other
+// salts never see it; a corrupt value planted in Redis fails its layer closed on B and is counted;
+// a killed Redis costs nothing but misses (A keeps serving and storing locally, B's lookups of
+// remote-only chunks are misses within a bounded time, the breaker state shows in Stats) and a
+// restarted Redis is used again; multi-MiB blocks work; RemoteTierOptions are validated.
+// Method: real redis-server processes on loopback ports (tiers/redis_test_util.h), a tiny layout
+// (3 layers, 2 KiB blocks) whose bytes are derived from (chunk hash, layer) so any expected block
+// can be recomputed, node A with an SSD in a temp dir and node B without one, short store
+// timeouts, and a ManualClock driving the breakers' cool-down. Skipped when redis-server is not
+// installed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "testing/test_util.h"
+#include "tiers/redis_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr uint32_t kLayers = 3;
+constexpr uint32_t kBlockTokens = 16;
+
+KvLayout SmallLayout() {
+  return {.layers = kLayers,
+          .kv_heads = 2,
+          .head_dim = 16,
+          .dtype = DType::kF16,
+          .block_tokens = kBlockTokens};
+}
+
+// Deterministic, finite FP16 bytes of block (chunk_hash, layer).
+std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer, uint64_t bytes) {
+  uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
+  std::vector<std::byte> out(bytes);
+  for (size_t i = 0; i + 1 < out.size(); i += 2) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<std::byte>(x);
+    out[i + 1] = static_cast<std::byte>((x >> 8) & 0x3B);
+  }
+  return out;
+}
+
+std::vector<uint32_t> Tokens(uint32_t seed, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = seed * 100003u + static_cast<uint32_t>(i);
+  return t;
+}
+
+int64_t MillisSince(steady_clock::time_point start) {
+  return std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count();
+}
+
+const TierStats* FindTier(const EngineStats& s, TierKind kind) {
+  for (const TierStats& t : s.tiers) {
+    if (t.kind == kind) return &t;
+  }
+  return nullptr;
+}
+
+class EngineRemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServerInstalled()) GTEST_SKIP() << "redis-server is not installed; skipping";
+    Result<ScopedTempDir> d = ScopedTempDir::Create();
+    ASSERT_TRUE(d.ok());
+    dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
+  }
+
+  void StartServer() {
+    Result<std::unique_ptr<RedisServer>> server = RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  // A node: host memory for `host_blocks` blocks, an SSD when `ssd_name` is not empty, and the
+  // remote tier on `endpoints`.
+  EngineOptions NodeOptions(std::vector<std::string> endpoints, uint32_t host_blocks,
+                            const std::string& ssd_name, KvLayout layout = SmallLayout()) {
+    EngineOptions o;
+    o.layout = layout;
+    o.model.name = "remote-test-model";
+    o.host.capacity_bytes = host_blocks * layout.BlockBytes();
+    o.host.huge_pages = HugePages::kOff;
+    o.host.lock = MemoryLock::kOff;
+    o.host.prefault = false;
+    if (!ssd_name.empty()) {
+      SsdTierOptions s;
+      s.dirs = {dir_->Join(ssd_name)};
+      s.segment_bytes = 1 * kMiB;
+      s.capacity_bytes = 16 * kMiB;
+      o.ssd = s;
+    }
+    o.write_policy = WritePolicy::kWriteThrough;
+    o.staging_buffers = 8;
+    RedisStoreOptions r{.endpoints = std::move(endpoints),
+                        .connect_timeout_ms = 200,
+                        .command_timeout_ms = 500,
+                        .breaker = {.failures_to_open = 3, .open_cooldown_us = 1'000'000},
+                        .clock = &breaker_clock_};
+    o.remote = RemoteTierOptions{.redis = std::move(r)};
+    o.logger = &logger_;
+    return o;
+  }
+
+  std::unique_ptr<Engine> Open(const EngineOptions& o) {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  static Namespace Ns(Engine& e, std::string_view salt) {
+    Result<Namespace> ns = e.MakeNamespace(salt);
+    EXPECT_TRUE(ns.ok());
+    return ns.ok() ? *ns : Namespace{};
+  }
+
+  // Stores the first `chunks` chunks of `tokens` and waits; the status of Store or Wait.
+  static Status StoreChunks(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
+                            size_t chunks) {
+    const KvLayout& layout = e.options().layout;
+    KV_ASSIGN_OR_RETURN(std::vector<Hash256> hashes,
+                        ChunkHashes(ns.digest, tokens, layout.block_tokens));
+    std::vector<std::vector<std::byte>> bufs;
+    for (size_t c = 0; c < chunks; ++c) {
+      for (uint32_t l = 0; l < layout.layers; ++l) {
+        bufs.push_back(Payload(hashes[c], l, layout.BlockBytes()));
+      }
+    }
+    std::vector<std::span<const std::byte>> src(bufs.begin(), bufs.end());
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src));
+    return h->Wait();
+  }
+
+  // Loads `chunks` chunks; per layer its status, with every byte of an OK layer checked.
+  static std::vector<Status> LoadAndCheck(Engine& e, const Namespace& ns,
+                                          std::span<const uint32_t> tokens, size_t chunks) {
+    const KvLayout& layout = e.options().layout;
+    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, layout.block_tokens);
+    EXPECT_TRUE(hashes.ok());
+    std::vector<std::vector<std::byte>> bufs(chunks * layout.layers,
+                                             std::vector<std::byte>(layout.BlockBytes()));
+    std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
+    Result<std::unique_ptr<LoadHandle>> h = e.Load(ns, tokens, dst);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    std::vector<Status> out(layout.layers, Status::Aborted("load not issued"));
+    if (!h.ok()) return out;
+    for (uint32_t l = 0; l < layout.layers; ++l) {
+      out[l] = (*h)->WaitLayer(l);
+      if (!out[l].ok()) continue;
+      for (size_t c = 0; c < chunks; ++c) {
+        EXPECT_TRUE(bufs[c * layout.layers + l] == Payload((*hashes)[c], l, layout.BlockBytes()))
+            << "chunk " << c << " layer " << l << " differs";
+      }
+    }
+    return out;
+  }
+
+  static size_t Matched(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens) {
+    Result<LookupResult> r = e.Lookup(ns, tokens);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->matched_tokens : 0;
+  }
+
+  ManualClock breaker_clock_;
+  CapturingLogger logger_;
+  std::unique_ptr<ScopedTempDir> dir_;
+  std::unique_ptr<RedisServer> server_;
+};
+
+TEST_F(EngineRemoteTest, NodeBFindsAndLoadsWhatNodeAStored) {
+  StartServer();
+  std::unique_ptr<Engine> a = Open(NodeOptions({server_->endpoint()}, 64, "ssd-a"));
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::vector<uint32_t> tokens = Tokens(1, 4 * kBlockTokens + 5);
+  ASSERT_TRUE(StoreChunks(*a, Ns(*a, "tenant"), tokens, 4).ok());
+  EXPECT_EQ(FindTier(a->Stats(), TierKind::kRemote)->writebacks, 4u * kLayers);
+
+  const Namespace ns_b = Ns(*b, "tenant");
+  Result<LookupResult> r = b->Lookup(ns_b, tokens);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->matched_tokens, 4u * kBlockTokens);
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kRemote);
+  for (const Status& s : LoadAndCheck(*b, ns_b, tokens, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
+
+  const EngineStats stats = b->Stats();
+  EXPECT_EQ(FindTier(stats, TierKind::kRemote)->hits, 4u * kLayers);
+  EXPECT_EQ(FindTier(stats, TierKind::kHost)->promotions, 4u * kLayers);
+  ASSERT_TRUE(stats.remote.has_value());
+  EXPECT_EQ(stats.remote->hits, 4u * kLayers);
+  EXPECT_EQ(stats.remote->breaker_state, BreakerState::kClosed);
+  // Promoted: the next lookup is served from B's own host memory.
+  r = b->Lookup(ns_b, tokens);
+  ASSERT_TRUE(r.ok());
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kHost);
+  // A partial remote prefix: a chunk only partly in Redis ends the match.
+  const std::vector<uint32_t> longer = Tokens(1, 6 * kBlockTokens);
+  EXPECT_EQ(Matched(*b, ns_b, longer), 4u * kBlockTokens);
+}
+
+TEST_F(EngineRemoteTest, TenantSaltsStayIsolatedAcrossNodes) {
+  StartServer();
+  std::unique_ptr<Engine> a = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::vector<uint32_t> tokens = Tokens(2, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, Ns(*a, "alice"), tokens, 2).ok());
+  EXPECT_EQ(Matched(*b, Ns(*b, "bob"), tokens), 0u);
+  EXPECT_EQ(Matched(*b, Ns(*b, ""), tokens), 0u);
+  EXPECT_EQ(Matched(*b, Ns(*b, "alice"), tokens), 2u * kBlockTokens);
+  // A Load under the wrong salt finds nothing either: every layer fails closed.
+  for (const Status& s : LoadAndCheck(*b, Ns(*b, "bob"), tokens, 2)) EXPECT_TRUE(s.IsNotFound());
+}
+
+TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
+  StartServer();
+  std::unique_ptr<Engine> a = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const Namespace ns = Ns(*a, "t");
+  const std::vector<uint32_t> tokens = Tokens(3, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, ns, tokens, 2).ok());
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+  ASSERT_TRUE(hashes.ok());
+  // Flip one payload byte of (chunk 1, layer 1) in Redis.
+  const std::string key = RemoteKeyName("kvt", BlockKey{.chunk_hash = (*hashes)[1], .layer = 1});
+  ASSERT_TRUE(RedisRawCommand(server_->port(), {"SETRANGE", key, "300", "X"}).ok());
+
+  EXPECT_EQ(Matched(*b, ns, tokens), 2u * kBlockTokens) << "Exists does not verify values";
+  const std::vector<Status> layers = LoadAndCheck(*b, ns, tokens, 2);
+  EXPECT_TRUE(layers[0].ok()) << layers[0].ToString();
+  EXPECT_TRUE(layers[1].IsNotFound()) << layers[1].ToString();
+  EXPECT_TRUE(layers[2].ok()) << layers[2].ToString();
+  const EngineStats stats = b->Stats();
+  EXPECT_EQ(stats.corrupt_blocks, 1u);
+  EXPECT_EQ(stats.load_failures, 1u);
+  ASSERT_TRUE(stats.remote.has_value());
+  EXPECT_EQ(stats.remote->corrupt, 1u);
+}
+
+TEST_F(EngineRemoteTest, RedisDownCostsOnlyMissesAndRestartRecovers) {
+  StartServer();
+  std::unique_ptr<Engine> a = Open(NodeOptions({server_->endpoint()}, 64, "ssd-a"));
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const Namespace ns = Ns(*a, "t");
+  const std::vector<uint32_t> stored = Tokens(4, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, ns, stored, 2).ok());
+  server_->Kill();
+
+  // A keeps serving its own blocks and storing new ones (locally; the put failures are counted).
+  EXPECT_EQ(Matched(*a, ns, stored), 2u * kBlockTokens);
+  for (const Status& s : LoadAndCheck(*a, ns, stored, 2)) EXPECT_TRUE(s.ok()) << s.ToString();
+  const std::vector<uint32_t> fresh = Tokens(5, 2 * kBlockTokens);
+  EXPECT_TRUE(StoreChunks(*a, ns, fresh, 2).ok());
+  EXPECT_EQ(Matched(*a, ns, fresh), 2u * kBlockTokens);
+  EXPECT_GT(a->Stats().remote_put_errors, 0u);
+  EXPECT_GE(logger_.CountContaining("engine: remote write failed"), 1u);
+
+  // B's lookups of remote-only chunks are misses, quickly; the breaker opens.
+  for (int i = 0; i < 5; ++i) {
+    const auto start = steady_clock::now();
+    EXPECT_EQ(Matched(*b, ns, stored), 0u);
+    EXPECT_LT(MillisSince(start), 600);
+  }
+  for (const Status& s : LoadAndCheck(*b, ns, stored, 2)) EXPECT_TRUE(s.IsNotFound());
+  EngineStats stats = b->Stats();
+  ASSERT_TRUE(stats.remote.has_value());
+  EXPECT_EQ(stats.remote->breaker_state, BreakerState::kOpen);
+  EXPECT_GT(stats.remote_lookup_errors, 0u);
+
+  // Restart (empty: no persistence) and let the breakers probe again.
+  ASSERT_TRUE(server_->Restart().ok());
+  breaker_clock_.Advance(2'000'000);
+  const std::vector<uint32_t> after = Tokens(6, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, ns, after, 2).ok());
+  EXPECT_EQ(Matched(*b, ns, after), 2u * kBlockTokens);
+  for (const Status& s : LoadAndCheck(*b, ns, after, 2)) EXPECT_TRUE(s.ok()) << s.ToString();
+  stats = b->Stats();
+  EXPECT_EQ(stats.remote->breaker_state, BreakerState::kClosed);
+  EXPECT_GE(logger_.CountContaining("engine: remote tier answers again"), 1u);
+}
+
+TEST_F(EngineRemoteTest, WriteBackPutsBlocksWhenEvictedAndOnFlush) {
+  StartServer();
+  EngineOptions oa = NodeOptions({server_->endpoint()}, kLayers, "");  // One chunk of memory.
+  oa.remote->write_policy = WritePolicy::kWriteBack;
+  std::unique_ptr<Engine> a = Open(oa);
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const Namespace ns = Ns(*a, "t");
+  const std::vector<uint32_t> first = Tokens(7, kBlockTokens);
+  const std::vector<uint32_t> second = Tokens(8, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, ns, first, 1).ok());
+  EXPECT_EQ(Matched(*b, ns, first), 0u) << "write-back: not remote before eviction";
+  ASSERT_TRUE(StoreChunks(*a, ns, second, 1).ok());  // Evicts `first` from A's only tier.
+  EXPECT_EQ(Matched(*b, ns, first), kBlockTokens);
+  for (const Status& s : LoadAndCheck(*b, ns, first, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Matched(*b, ns, second), 0u);
+  ASSERT_TRUE(a->Flush().ok());
+  EXPECT_EQ(Matched(*b, ns, second), kBlockTokens);
+  EXPECT_EQ(FindTier(a->Stats(), TierKind::kRemote)->writebacks, 2u * kLayers);
+}
+
+TEST_F(EngineRemoteTest, MultiMiBBlocksRoundTrip) {
+  StartServer();
+  // 2 x 1024 tokens x 8 heads x 128 dims x 2 bytes = 4 MiB per block.
+  const KvLayout big{
+      .layers = 2, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16, .block_tokens = 1024};
+  ASSERT_EQ(big.BlockBytes(), 4 * kMiB);
+  std::unique_ptr<Engine> a = Open(NodeOptions({server_->endpoint()}, 2, "", big));
+  std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 2, "", big));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const Namespace ns = Ns(*a, "t");
+  const std::vector<uint32_t> tokens = Tokens(9, 1024);
+  ASSERT_TRUE(StoreChunks(*a, ns, tokens, 1).ok());
+  EXPECT_EQ(Matched(*b, ns, tokens), 1024u);
+  for (const Status& s : LoadAndCheck(*b, ns, tokens, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(EngineRemoteTest, TwoNodesShareARedisCluster) {
+  Result<std::unique_ptr<RedisCluster>> cluster = RedisCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  std::vector<std::string> seeds;
+  for (size_t i = 0; i < (*cluster)->size(); ++i) seeds.push_back((*cluster)->node(i).endpoint());
+  EngineOptions oa = NodeOptions(seeds, 64, "ssd-a");
+  EngineOptions ob = NodeOptions({seeds[1]}, 64, "");  // One seed is enough to learn the map.
+  oa.remote->redis->mode = RedisMode::kCluster;
+  ob.remote->redis->mode = RedisMode::kCluster;
+  std::unique_ptr<Engine> a = Open(oa);
+  std::unique_ptr<Engine> b = Open(ob);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const Namespace ns = Ns(*a, "t");
+  const std::vector<uint32_t> tokens = Tokens(10, 12 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*a, ns, tokens, 12).ok());
+  EXPECT_EQ(a->Stats().remote_put_errors, 0u);
+  EXPECT_EQ(Matched(*b, ns, tokens), 12u * kBlockTokens);
+  for (const Status& s : LoadAndCheck(*b, ns, tokens, 12)) EXPECT_TRUE(s.ok()) << s.ToString();
+  // The chunks spread over the masters: more than one node holds keys.
+  size_t nodes_with_keys = 0;
+  for (size_t i = 0; i < (*cluster)->size(); ++i) {
+    Result<std::string> n = RedisRawCommand((*cluster)->node(i).port(), {"DBSIZE"});
+    if (n.ok() && *n != "0") ++nodes_with_keys;
+  }
+  EXPECT_GE(nodes_with_keys, 2u);
+}
+
+TEST(EngineRemoteOptionsTest, ExactlyOneStoreSourceAndKnownPolicies) {
+  RemoteTierOptions o;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument()) << "neither redis nor store";
+  o.redis = RedisStoreOptions{.endpoints = {"127.0.0.1:1"}};
+  EXPECT_TRUE(o.Validate().ok());
+  o.write_policy = static_cast<WritePolicy>(9);
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+  o.write_policy = WritePolicy::kWriteBack;
+  o.admission = SsdAdmission::kAfterRequests;
+  o.admission_slots = 0;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+  EngineOptions e;
+  e.layout = SmallLayout();
+  e.host.capacity_bytes = 64 * SmallLayout().BlockBytes();
+  e.remote = o;
+  const Status s = e.Validate();
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("remote: admission_slots"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace kvtier
