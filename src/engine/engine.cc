@@ -82,17 +82,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
 Status EngineImpl::OpenTiers() {
   const uint32_t slot_bytes = static_cast<uint32_t>(block_bytes_);
-  if (options_.device.capacity_bytes > 0) {
-    DeviceTierOptions d = options_.device;
-    d.slot_bytes = slot_bytes;
-    if (d.logger == nullptr) d.logger = logger_;
-    KV_ASSIGN_OR_RETURN(device_, DeviceTier::OpenCpu(d));
-    clocks_[TierIndex(MemTier::kDevice)].emplace(device_->slots());
-  }
-  HostTierOptions h = options_.host;
-  h.slot_bytes = slot_bytes;
-  if (h.logger == nullptr) h.logger = logger_;
-  KV_ASSIGN_OR_RETURN(host_, HostTier::Open(h));
+  KV_RETURN_IF_ERROR(OpenMemoryTiers());
+  if (device_ != nullptr) clocks_[TierIndex(MemTier::kDevice)].emplace(device_->slots());
   clocks_[TierIndex(MemTier::kHost)].emplace(host_->slots());
   if (options_.cxl.has_value()) {
     HostTierOptions c = *options_.cxl;
@@ -108,7 +99,9 @@ Status EngineImpl::OpenTiers() {
   }
   KV_RETURN_IF_ERROR(OpenRemote());
   if (ssd_ != nullptr || remote_ != nullptr) {
-    KV_ASSIGN_OR_RETURN(size_t encoded_max, codec_->MaxEncodedSize(geometry_));
+    // Keys do not include the codec: a block written by an engine opened with another codec
+    // (identity, then int8) must still fit a read buffer, so size for the largest any codec makes.
+    KV_ASSIGN_OR_RETURN(size_t encoded_max, codecs::MaxEncodedSizeAnyCodec(geometry_));
     const size_t record = ssd::RecordBytesForPayload(encoded_max);
     KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers,
                                                       std::max<size_t>(record, block_bytes_)));

@@ -65,6 +65,20 @@ enum class WritePolicy : uint8_t {
   kWriteBack = 1,     // Blocks are written down only when evicted from memory (dirty bit).
 };
 
+// Which implementation backs the device tier (and the host tier). Why an option and not a build
+// switch: one CUDA build runs on machines with and without a GPU, and tests pick the CPU tiers.
+enum class DeviceBackend : uint8_t {
+  // kCuda when the build has the CUDA backend (KVTIER_WITH_CUDA) and a GPU is usable, else kCpu.
+  kAuto = 0,
+  // The CPU-simulated device tier (host memory and copy threads) and a plain host tier.
+  kCpu = 1,
+  // CudaDeviceTier (slots in GPU memory, copies on CUDA streams) and the pinned host tier
+  // (page-locked, registered with CUDA). NotSupported at Open, saying why, when the build has no
+  // CUDA backend or no GPU is usable.
+  kCuda = 2,
+};
+std::string_view DeviceBackendName(DeviceBackend backend);  // "auto", "cpu", "cuda".
+
 // Eviction priority of stored chunks: higher priorities are evicted only when no lower one is
 // left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
 enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
@@ -105,6 +119,12 @@ struct EngineOptions {
   ModelIdentity model;       // Name and weights digest; enter every namespace.
   DeviceTierOptions device;  // capacity_bytes 0: no device tier. slot_bytes is set by the engine.
   HostTierOptions host;      // Required: capacity_bytes > 0. slot_bytes is set by the engine.
+  // The device and host tiers' implementation; Open logs the one in use (Info). With kCuda the
+  // device tier's slots are GPU memory, but Load and Store buffers stay host memory (pinned
+  // memory is fastest): the engine copies with cudaMemcpyDefault and decodes on the CPU.
+  DeviceBackend device_backend = DeviceBackend::kAuto;
+  int32_t cuda_device = 0;  // CUDA device ordinal (kCuda, or kAuto resolving to kCuda).
+  // The CXL tier (below) stays a plain host tier with every backend.
   std::optional<HostTierOptions> cxl;  // A second host tier bound to a CPU-less NUMA node.
   std::optional<SsdTierOptions> ssd;   // The persistent tier.
   WritePolicy write_policy = WritePolicy::kWriteBack;
@@ -262,6 +282,8 @@ class Engine {
   virtual Status Flush() = 0;
   virtual EngineStats Stats() = 0;
   virtual const EngineOptions& options() const = 0;
+  // The backend in use: kCpu or kCuda (what kAuto resolved to), never kAuto.
+  virtual DeviceBackend device_backend() const = 0;
 };
 
 }  // namespace kvtier

@@ -4,6 +4,7 @@
 // with one SlotClock per memory tier, a worker pool (memory copies without a device tier, codec
 // work, SSD staging), a bounded staging pool for SSD reads and codec contexts. Files:
 //   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
+//   engine_device.cc the device backend: CPU or CUDA device tier, plain or pinned host tier
 //   engine_tiers.cc  slot allocation, eviction with demotion and write-back, SSD read/write helpers
 //   engine_load.cc   Load and its per-layer LoadHandle
 //   engine_store.cc  Store and its StoreHandle
@@ -109,6 +110,7 @@ class EngineImpl final : public Engine {
   Status Flush() override;
   EngineStats Stats() override;
   const EngineOptions& options() const override { return options_; }
+  DeviceBackend device_backend() const override { return backend_; }
 
   // --- Internal, used by the handles and helpers of this directory. ---
   void Unpin(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
@@ -150,6 +152,9 @@ class EngineImpl final : public Engine {
 
   explicit EngineImpl(const EngineOptions& options);
   Status OpenTiers();
+  // The device (when device.capacity_bytes > 0) and host tiers of the resolved backend, with one
+  // log line naming them (engine_device.cc).
+  Status OpenMemoryTiers();
   Status OpenRemote();
   bool RemoteWriteThrough() const {
     return remote_ != nullptr && options_.remote->write_policy == WritePolicy::kWriteThrough;
@@ -230,6 +235,7 @@ class EngineImpl final : public Engine {
   uint64_t block_bytes_ = 0;
   codecs::BlockGeometry geometry_;
 
+  DeviceBackend backend_ = DeviceBackend::kCpu;  // Set at Open; never kAuto.
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<HostTier> cxl_;

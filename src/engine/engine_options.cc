@@ -1,4 +1,4 @@
-// EngineOptions::Validate and TierKindName.
+// EngineOptions::Validate, TierKindName and DeviceBackendName.
 #include <string>
 
 #include "core/limits.h"
@@ -21,6 +21,18 @@ std::string_view TierKindName(TierKind kind) {
       return "ssd";
     case TierKind::kRemote:
       return "remote";
+  }
+  return "invalid";
+}
+
+std::string_view DeviceBackendName(DeviceBackend backend) {
+  switch (backend) {
+    case DeviceBackend::kAuto:
+      return "auto";
+    case DeviceBackend::kCpu:
+      return "cpu";
+    case DeviceBackend::kCuda:
+      return "cuda";
   }
   return "invalid";
 }
@@ -56,6 +68,13 @@ Status EngineOptions::Validate() const {
       return Status::InvalidArgument("device.copy_threads: must be > 0");
   }
   KV_RETURN_IF_ERROR(CheckCapacity("host.capacity_bytes", host.capacity_bytes, block_bytes));
+  if (DeviceBackendName(device_backend) == "invalid") {
+    return Status::InvalidArgument("device_backend: unknown value " +
+                                   std::to_string(static_cast<int>(device_backend)));
+  }
+  if (cuda_device < 0) {
+    return Status::InvalidArgument("cuda_device=" + std::to_string(cuda_device) + ": must be >= 0");
+  }
   if (cxl.has_value()) {
     KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
   }

@@ -58,6 +58,9 @@ std::vector<uint32_t> Sequence(uint32_t base, uint32_t split, uint32_t variant) 
 
 struct Counters {
   std::atomic<uint64_t> stores{0}, busy{0}, loads_ok{0}, layers_failed{0}, mismatches{0};
+  // Layers whose every chunk was loaded and compared byte for byte (loads_ok alone would also
+  // count loads in which every layer failed).
+  std::atomic<uint64_t> layers_verified{0};
 };
 
 class Worker {
@@ -133,6 +136,7 @@ class Worker {
       for (size_t c = 0; c < chunks; ++c) {
         if (bufs[c * kLayers + l] != Payload((*h)[c], l)) ++c_->mismatches;
       }
+      ++c_->layers_verified;
     }
     ++c_->loads_ok;
   }
@@ -184,6 +188,7 @@ void RunStress(WritePolicy policy, bool device, bool cxl) {
   ASSERT_TRUE((*engine)->Flush().ok());
   EXPECT_EQ(counters.mismatches.load(), 0u);
   EXPECT_GT(counters.loads_ok.load(), 0u);
+  EXPECT_GT(counters.layers_verified.load(), 0u);
   EXPECT_GT(counters.stores.load(), 0u);
   const EngineStats st = (*engine)->Stats();
   EXPECT_EQ(st.corrupt_blocks, 0u);
@@ -194,10 +199,11 @@ void RunStress(WritePolicy policy, bool device, bool cxl) {
                 static_cast<unsigned long long>(t.writebacks),
                 static_cast<unsigned long long>(t.promotions));
   }
-  std::printf("stores=%llu busy=%llu loads=%llu failed_layers=%llu\n",
+  std::printf("stores=%llu busy=%llu loads=%llu verified_layers=%llu failed_layers=%llu\n",
               static_cast<unsigned long long>(counters.stores.load()),
               static_cast<unsigned long long>(counters.busy.load()),
               static_cast<unsigned long long>(counters.loads_ok.load()),
+              static_cast<unsigned long long>(counters.layers_verified.load()),
               static_cast<unsigned long long>(counters.layers_failed.load()));
 }
 

@@ -2,8 +2,10 @@
 // from whichever tier holds them (device, host, CXL, SSD), and that its guards hold: partial
 // tails and other tenants' salts never match, expired blocks are misses, pinned blocks stay, a
 // store into an all-pinned tier returns Busy quickly, the sink chunk outlives normal chunks, a
-// corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, and the
-// SSD contents are found again after a restart.
+// corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, an SSD
+// block that cannot be read or decoded is erased so that it is stored again, the SSD contents are
+// found again after a restart (also by an engine opened with another codec), and the device
+// backend is chosen as EngineOptions::device_backend says.
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
@@ -15,16 +17,28 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "codecs/codec.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 
+#ifdef KVTIER_HAVE_CUDA  // Only to know whether kAuto must pick CUDA on this machine.
+#include "cuda/cuda_status.h"
+#endif
+
 namespace kvtier {
 namespace {
+
+#ifdef KVTIER_HAVE_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
 
 constexpr uint32_t kLayers = 3;
 constexpr uint32_t kBlockTokens = 16;
@@ -39,10 +53,10 @@ KvLayout TestLayout() {
 const uint64_t kBlockBytes = TestLayout().BlockBytes();
 
 // Deterministic bytes of block (chunk_hash, layer): finite FP16 values so every codec takes them.
-std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer) {
+std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer, uint64_t bytes = kBlockBytes) {
   uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
-  std::vector<std::byte> out(kBlockBytes);
+  std::vector<std::byte> out(bytes);
   for (size_t i = 0; i + 1 < out.size(); i += 2) {
     x ^= x << 13;
     x ^= x >> 7;
@@ -417,8 +431,10 @@ TEST_F(EngineTest, PinHandleMayOutliveEngine) {
   ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
   Result<PinHandle> pin = e->Pin(ns, a);
   ASSERT_TRUE(pin.ok());
+  ASSERT_EQ(pin->chunks(), 1u);  // Else the handle would have nothing to release late.
   e.reset();
   PinHandle gone = std::move(*pin);  // Destroyed after the engine: does nothing.
+  EXPECT_EQ(gone.chunks(), 1u);
 }
 
 TEST_F(EngineTest, SinkChunkOutlivesNormalChunks) {
@@ -611,6 +627,170 @@ TEST_F(EngineTest, PrefetchPromotesFromSsd) {
   EXPECT_EQ(r->chunk_tiers.size(), 2u);
   for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kHost);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 2)));
+}
+
+// Keys do not include the codec, so an engine reopened with another codec must still read what
+// the previous one wrote. With this wide layout an identity record (AlignUp(128 + 48 + 16 KiB,
+// 4 KiB) = 20 KiB) is larger than anything int8 writes, so read buffers sized for the current
+// codec alone would be too small and every load would fail while Lookup kept reporting hits.
+TEST_F(EngineTest, ReopenWithAnotherCodecReadsOldRecords) {
+  const KvLayout wide{.layers = 2,
+                      .kv_heads = 2,
+                      .head_dim = 128,
+                      .dtype = DType::kF16,
+                      .block_tokens = kBlockTokens};
+  const uint64_t block = wide.BlockBytes();
+  auto options = [&](const codecs::CodecParams& codec) {
+    EngineOptions o = Options(0, 0, true);
+    o.layout = wide;
+    o.host.capacity_bytes = 8 * block;
+    o.ssd_codec = codec;
+    return o;
+  };
+  const std::vector<uint32_t> tokens = Tokens(30, 2 * kBlockTokens);
+  Namespace ns;
+  std::vector<std::vector<std::byte>> want;
+  {
+    auto e = OpenOrDie(options(codecs::CodecParams::Identity()));  // Write-back: close flushes.
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+    ASSERT_TRUE(hashes.ok());
+    for (size_t c = 0; c < 2; ++c) {
+      for (uint32_t l = 0; l < wide.layers; ++l) want.push_back(Payload((*hashes)[c], l, block));
+    }
+    std::vector<std::span<const std::byte>> src(want.begin(), want.end());
+    Result<std::unique_ptr<StoreHandle>> h = e->Store(ns, tokens, src);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE((*h)->Wait().ok());
+  }
+  for (const codecs::CodecParams& codec :
+       {codecs::CodecParams::Int8(), codecs::CodecParams::ShuffleZstd(3)}) {
+    SCOPED_TRACE(codec.ToString());
+    auto e = OpenOrDie(options(codec));
+    ASSERT_NE(e, nullptr);
+    Result<LookupResult> r = e->Lookup(ns, tokens);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->matched_tokens, 2 * kBlockTokens);
+    for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kSsd);
+    std::vector<std::vector<std::byte>> got(want.size(), std::vector<std::byte>(block));
+    std::vector<std::span<std::byte>> dst(got.begin(), got.end());
+    Result<std::unique_ptr<LoadHandle>> h = e->Load(ns, tokens, dst);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    const Status s = (*h)->Wait();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    h->reset();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "block " << i;
+    EXPECT_EQ(e->Stats().corrupt_blocks, 0u);
+  }
+}
+
+// An SSD block that passes the SSD's checks but cannot be used (its payload is not an encoded
+// block, or its record is larger than any codec writes) is erased on the failed read: Lookup
+// stops reporting it and the next Store rewrites it, instead of failing every Load forever.
+TEST_F(EngineTest, UnusableSsdBlocksAreErasedAndRewritten) {
+  EngineOptions o = Options(0, 4 * kLayers, true);
+  o.promote_on_load = false;
+  const std::vector<uint32_t> tokens = Tokens(31, kBlockTokens);
+  Namespace ns;
+  {
+    auto e = OpenOrDie(o);
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+  }
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+  ASSERT_TRUE(hashes.ok());
+  {
+    // Layer 0: garbage that no codec decodes. Layer 1: a record larger than any read buffer.
+    // Layer 2: a valid identity block.
+    const codecs::BlockGeometry g{.tokens = kBlockTokens, .kv_heads = 2, .head_dim = 16};
+    Result<codecs::CodecContext> ctx = codecs::CodecContext::Create();
+    ASSERT_TRUE(ctx.ok());
+    std::vector<std::byte> valid(*codecs::MaxEncodedSize(codecs::CodecParams::Identity(), g));
+    const std::vector<std::byte> raw = Payload((*hashes)[0], 2);
+    Result<size_t> n = codecs::EncodeBlock(codecs::CodecParams::Identity(), g, raw, valid, &*ctx);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    const std::vector<std::byte> garbage(512, std::byte{0xAB});
+    const std::vector<std::byte> huge(8 * kBlockBytes, std::byte{0x11});
+    const std::span<const std::byte> payloads[] = {garbage, huge, std::span(valid).first(*n)};
+    std::vector<SsdBlockWrite> writes;
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      writes.push_back({.key = {.chunk_hash = (*hashes)[0], .layer = l},
+                        .layout_digest = LayoutDigest(TestLayout()),
+                        .codec_id = static_cast<uint8_t>(codecs::CodecId::kIdentity),
+                        .raw_bytes = static_cast<uint32_t>(kBlockBytes),
+                        .payload = payloads[l]});
+    }
+    Result<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(*o.ssd, env_.get());
+    ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
+    ASSERT_TRUE((*ssd)->WriteBatchSync(writes).ok());
+    for (const SsdBlockWrite& w : writes) ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+    ASSERT_TRUE((*ssd)->Close().ok());
+  }
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->Lookup(ns, tokens)->matched_tokens, kBlockTokens);
+  std::vector<Status> layers = LoadAndCheck(*e, ns, tokens, 1);
+  ASSERT_EQ(layers.size(), kLayers);
+  EXPECT_TRUE(layers[0].IsNotFound()) << layers[0].ToString();
+  EXPECT_TRUE(layers[1].IsNotFound()) << layers[1].ToString();
+  EXPECT_TRUE(layers[2].ok()) << layers[2].ToString();
+  EXPECT_EQ(e->Stats().corrupt_blocks, 1u);  // Layer 0 did not decode; layer 1 is not corrupt.
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, 0u);  // Both were erased.
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 1).ok());
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, kBlockTokens);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 1)));
+}
+
+// The device backend: kAuto picks CUDA exactly when the build has it and a GPU is usable, else
+// the CPU tiers, and says which in one log line; kCuda without a GPU (or without the CUDA build)
+// is NotSupported with a message saying why; kCpu always opens the CPU tiers. Blocks round-trip
+// whichever backend serves them.
+TEST_F(EngineTest, DeviceBackendIsChosenAndLogged) {
+  bool gpu = false;
+#ifdef KVTIER_HAVE_CUDA
+  Result<int> gpus = cuda::CudaDeviceCount();
+  gpu = gpus.ok() && *gpus > 0;
+#endif
+  std::printf("CUDA build: %s, usable GPU: %s\n", kCudaBuild ? "yes" : "no", gpu ? "yes" : "no");
+  CapturingLogger log;
+  EngineOptions o = Options(2, 4, false);
+  o.logger = &log;
+  ASSERT_EQ(o.device_backend, DeviceBackend::kAuto);  // The default.
+  {
+    auto e = OpenOrDie(o);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->device_backend(), gpu ? DeviceBackend::kCuda : DeviceBackend::kCpu);
+    EXPECT_EQ(log.CountContaining("engine: device tier"), 1u);
+    EXPECT_EQ(log.CountContaining(gpu ? "device tier cuda" : "device tier cpu"), 1u);
+    Namespace ns = *e->MakeNamespace("t");
+    const std::vector<uint32_t> tokens = Tokens(40, 2 * kBlockTokens);
+    ASSERT_TRUE(StoreChunks(*e, ns, tokens, 2).ok());
+    EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 2)));
+  }
+  o.device_backend = DeviceBackend::kCuda;
+  Result<std::unique_ptr<Engine>> cuda_engine = Engine::Open(o);
+  if (gpu) {
+    ASSERT_TRUE(cuda_engine.ok()) << cuda_engine.status().ToString();
+    EXPECT_EQ((*cuda_engine)->device_backend(), DeviceBackend::kCuda);
+  } else {
+    ASSERT_TRUE(cuda_engine.status().IsNotSupported()) << cuda_engine.status().ToString();
+    const std::string message = cuda_engine.status().message();
+    EXPECT_NE(message.find("device_backend=cuda"), std::string::npos) << message;
+    EXPECT_NE(message.find(kCudaBuild ? "no usable GPU" : "built without the CUDA backend"),
+              std::string::npos)
+        << message;
+  }
+  cuda_engine = Status::Aborted("closed");  // Closes the engine before the next one opens.
+  o.device_backend = DeviceBackend::kCpu;
+  auto cpu = OpenOrDie(o);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(cpu->device_backend(), DeviceBackend::kCpu);
+  o.device_backend = static_cast<DeviceBackend>(9);
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+  o.device_backend = DeviceBackend::kAuto;
+  o.cuda_device = -1;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
 }
 
 }  // namespace

@@ -203,21 +203,37 @@ void EngineImpl::ReadFromSsd(std::span<SsdReadItem> items) {
   }
   const Status io = ssd_->ReadBatchSync(reads);
   Result<CodecLease> ctx = contexts_->Acquire();
+  // Blocks the SSD holds but this engine cannot use: erased, so that Lookup stops reporting them
+  // and the next Store rewrites them (Store skips keys the SSD contains).
+  std::vector<BlockKey> unusable;
   for (size_t i = 0; i < items.size(); ++i) {
     SsdReadItem& item = items[i];
     Status s = io.ok() ? reads[i].status : io;
+    bool undecodable = false;
     if (s.ok() && reads[i].raw_bytes != block_bytes_) s = Status::Corruption("raw size differs");
     if (s.ok() && !ctx.ok()) s = ctx.status();
-    if (s.ok()) s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
+    if (s.ok()) {
+      s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
+      undecodable = !s.ok();
+    }
     if (s.ok()) {
       item.status = Status::Ok();
       continue;
     }
-    // The SSD answered NotFound for a block it listed (a failed check), or the payload did not
-    // decode: either way a miss, never wrong bytes.
-    item.corrupt = reads[i].status.IsNotFound() || s.IsCorruption();
+    // A record that failed verification (the SSD dropped it) or did not decode: a miss, never
+    // wrong bytes, and counted as corrupt. A block reclaimed or expired since Lookup is a plain
+    // miss; a read the SSD refused (InvalidArgument: a record larger than the buffer) is unusable.
+    item.corrupt = reads[i].failed_verification || undecodable || s.IsCorruption();
+    if (io.ok() && (undecodable || s.IsCorruption() || s.IsInvalidArgument())) {
+      unusable.push_back(item.key);
+    }
     item.status =
         Status::NotFound("block " + item.key.ToString() + " unavailable: " + s.ToString());
+  }
+  if (unusable.empty()) return;
+  const Status erased = ssd_->Erase(unusable);
+  if (!erased.ok()) {
+    LogTo(logger_, LogLevel::kWarn, "engine: erasing unreadable SSD blocks: " + erased.ToString());
   }
 }
 

@@ -52,6 +52,7 @@ std::optional<uint32_t> SlotClock::PickVictim(MemTier tier, BlockIndex* index, u
   for (uint32_t slot = 0; slot < n && ttl_count_ != 0; ++slot) {
     if (!used_[slot] || !has_ttl_[slot]) continue;
     const BlockEntry* e = index->Find(owner_[slot]);
+    KV_CHECK(e != nullptr);  // A used slot always has its entry.
     if (Evictable(*e, tier, filter) && e->Expired(now_wall_us)) return slot;
   }
   for (uint64_t step = 0; step < 2ull * n; ++step) {

@@ -1,10 +1,19 @@
 #include "runtime/kv_blocks.h"
 
+#include <numeric>
 #include <string>
 
 #include "runtime/runtime_limits.h"
 
 namespace kvtier::runtime {
+
+Status KvBlockSource::SelectChunks(uint32_t /*layer*/, std::span<const float> /*query*/,
+                                   uint32_t /*n_heads*/, uint32_t chunks,
+                                   std::vector<uint32_t>* selected) {
+  selected->resize(chunks);
+  std::iota(selected->begin(), selected->end(), 0u);
+  return Status::Ok();
+}
 
 InMemoryKvBlocks::InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max)
     : layout_(layout), chunks_max_(chunks_max) {

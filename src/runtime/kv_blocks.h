@@ -39,6 +39,14 @@ class KvBlockSource {
   virtual Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) = 0;
   // A block for writing (created zeroed on first use). NoSpace beyond the capacity.
   virtual Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) = 0;
+
+  // Attention-guided selection (optional; ARCHITECTURE.md §6). When the model decodes one token
+  // it calls this after computing the token's query for `layer` (post-RoPE, [n_heads][head_dim]
+  // floats, unscaled) and before any Block(layer, ...) call; the token then attends only to the
+  // chunks left in *selected (ascending, each < `chunks`, the last chunk included since it holds
+  // the token itself). The default keeps all `chunks`, i.e. full attention.
+  virtual Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
+                              uint32_t chunks, std::vector<uint32_t>* selected);
 };
 
 // Every block in host memory, allocated on first write. Capacity is fixed at Create.

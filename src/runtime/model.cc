@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "core/assert.h"
@@ -155,7 +156,7 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
                 inv_freq_.data());
   }
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
-  KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, kv));
+  KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
   std::fill_n(att_.data(), size_t{n_tokens} * c.q_dim(), 0.0f);
   for (uint32_t t = 0; t < n_tokens; ++t) {
     for (uint32_t h = 0; h < c.n_heads; ++h) AttendOneHead(t, h, start_pos + t, kernels);
@@ -188,13 +189,30 @@ Status Model::StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvB
   return Status::Ok();
 }
 
-Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, KvBlockSource& kv) {
+Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv) {
   const uint32_t block_tokens = kv.Layout().block_tokens;
   const uint32_t chunks = (end_pos + block_tokens - 1) / block_tokens;
-  blocks_.resize(chunks);
-  for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
-    KV_ASSIGN_OR_RETURN(blocks_[chunk], kv.Block(layer, chunk));
-    KV_CHECK(blocks_[chunk].size() == 2 * size_t{block_tokens} * config().kv_dim());
+  if (n_tokens == 1) {
+    // Decode: the source may narrow attention to some chunks (attention-guided selection).
+    const ModelConfig& c = config();
+    KV_RETURN_IF_ERROR(kv.SelectChunks(layer, std::span<const float>(q_.data(), c.q_dim()),
+                                       c.n_heads, chunks, &selected_));
+    for (size_t i = 0; i < selected_.size(); ++i) {
+      if (selected_[i] >= chunks || (i > 0 && selected_[i] <= selected_[i - 1])) {
+        return Status::InvalidArgument("SelectChunks returned unsorted or out-of-range chunks");
+      }
+    }
+    if (selected_.empty() || selected_.back() != chunks - 1) {
+      return Status::InvalidArgument("SelectChunks must keep the last chunk");
+    }
+  } else {
+    selected_.resize(chunks);
+    std::iota(selected_.begin(), selected_.end(), 0u);
+  }
+  blocks_.resize(selected_.size());
+  for (size_t i = 0; i < selected_.size(); ++i) {
+    KV_ASSIGN_OR_RETURN(blocks_[i], kv.Block(layer, selected_[i]));
+    KV_CHECK(blocks_[i].size() == 2 * size_t{block_tokens} * config().kv_dim());
   }
   block_tokens_ = block_tokens;
   return Status::Ok();
@@ -211,18 +229,24 @@ void Model::AttendOneHead(uint32_t t, uint32_t head, uint32_t pos,
   for (size_t d = 0; d < head_dim; ++d) q[d] *= scale;
   const size_t n_ctx = size_t{pos} + 1;
   const size_t v_offset = size_t{block_tokens_} * kv_dim;
-  for (size_t chunk = 0; chunk * block_tokens_ < n_ctx; ++chunk) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - chunk * block_tokens_);
-    kernels.dot_rows_f16(q, blocks_[chunk].data() + kv_head * head_dim, kv_dim, rows, head_dim,
-                         scores_.data() + chunk * block_tokens_);
+  // Scores of the attended chunks are packed in selection order; with every chunk selected this
+  // is exactly the full-attention computation.
+  size_t n_scores = 0;
+  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
+    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
+    kernels.dot_rows_f16(q, blocks_[i].data() + kv_head * head_dim, kv_dim, rows, head_dim,
+                         scores_.data() + n_scores);
+    n_scores += rows;
   }
-  Softmax(scores_.data(), n_ctx);
+  Softmax(scores_.data(), n_scores);
   float* out = att_.data() + size_t{t} * c.q_dim() + head * head_dim;
-  for (size_t chunk = 0; chunk * block_tokens_ < n_ctx; ++chunk) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - chunk * block_tokens_);
-    kernels.weighted_sum_rows_f16(scores_.data() + chunk * block_tokens_,
-                                  blocks_[chunk].data() + v_offset + kv_head * head_dim, kv_dim,
-                                  rows, head_dim, out);
+  n_scores = 0;
+  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
+    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
+    kernels.weighted_sum_rows_f16(scores_.data() + n_scores,
+                                  blocks_[i].data() + v_offset + kv_head * head_dim, kv_dim, rows,
+                                  head_dim, out);
+    n_scores += rows;
   }
 }
 

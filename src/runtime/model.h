@@ -7,6 +7,8 @@
 // `chunk_tokens` (default 2048): each chunk's K/V are written to the cache and then every token
 // of the chunk attends causally to all earlier positions, so chunked prefill gives the same
 // logits as feeding the tokens one by one (up to float summation order; tests bound the gap).
+// When decoding one token the source may narrow attention to a subset of chunks
+// (KvBlockSource::SelectChunks, attention-guided selection); by default every chunk is attended.
 //
 // Thread safety: a Model owns scratch buffers and is used by one thread at a time; distinct
 // Models may share nothing and run concurrently. OpenBLAS may use its own threads inside a call.
@@ -65,7 +67,7 @@ class Model {
                         const AttentionKernels& kernels);
   Status StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
                  const AttentionKernels& kernels);
-  Status GatherBlocks(uint32_t layer, uint32_t end_pos, KvBlockSource& kv);
+  Status GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv);
   void AttendOneHead(uint32_t t, uint32_t head, uint32_t pos, const AttentionKernels& kernels);
   void FfnBlock(uint32_t layer, uint32_t n_tokens);
   void Logits(const float* x_rows, uint32_t n_rows, float* out);
@@ -83,7 +85,8 @@ class Model {
   std::vector<float> hb_;                          // [chunk][hidden]
   std::vector<float> hb2_;                         // [chunk][hidden]
   std::vector<float> scores_;                      // [context] one head's attention weights.
-  std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, by chunk.
+  std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, as selected_.
+  std::vector<uint32_t> selected_;                 // Chunks attended to, ascending.
   uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
 };
 

@@ -1,0 +1,86 @@
+// OffloadedKvBlocks: the KvBlockSource over an engine OffloadedSequence, so Model::Forward
+// decodes with a KV cache larger than the device budget (ARCHITECTURE.md §1, offloaded-sequence
+// mode), optionally with Quest-style attention-guided selection (§6).
+//
+// Block(layer, c): the first request of a layer asks the sequence to acquire that layer's chunks
+// (the Quest selection when there is one, else every written chunk); the sequence waits for their
+// copy events and starts prefetching the next layers, and the spans handed out stay valid until
+// the model moves to another layer (the KvBlockSource contract).
+//
+// Selection (QuestOptions.top_k > 0): for each full chunk the source keeps a key summary in host
+// memory, the per-channel min and max of K over the chunk's tokens for every KV head, computed
+// when the model moves on to the next chunk (the block is still on the device then). At decode
+// SelectChunks() ranks chunks by an upper bound of q.k, sum over channels of max(q_i * min_i,
+// q_i * max_i), summed over the query heads; keeps the top_k, the sink chunks and the recent
+// window; and, with preselect_next, plans the same ranking against layer N+1's summaries so the
+// sequence starts loading N+1's likely chunks while N computes. A chunk without a valid summary
+// is always kept. top_k == 0 keeps full attention (the default).
+//
+// Thread safety: none (one forward pass at a time, as KvBlockSource). Ownership: borrows the
+// sequence, which must outlive this source; owns the summaries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/offload_sequence.h"
+#include "runtime/kv_blocks.h"
+
+namespace kvtier::runtime {
+
+struct QuestOptions {
+  uint32_t top_k = 0;          // Chunks chosen by score; 0 = full attention.
+  uint32_t sink_chunks = 1;    // Leading chunks always attended.
+  uint32_t recent_chunks = 2;  // Trailing chunks always attended (the last one included).
+  bool preselect_next = true;  // Layer N's query plans layer N+1's prefetch.
+};
+
+struct QuestStats {
+  uint64_t selections = 0;  // SelectChunks calls that narrowed attention.
+  uint64_t chunks_considered = 0;
+  uint64_t chunks_selected = 0;
+};
+
+class OffloadedKvBlocks final : public KvBlockSource {
+ public:
+  // The sequence's layout must be FP16. `seq` is borrowed.
+  static Result<std::unique_ptr<OffloadedKvBlocks>> Create(OffloadedSequence* seq,
+                                                           const QuestOptions& quest);
+
+  const KvLayout& Layout() const override { return seq_->layout(); }
+  uint32_t CapacityTokens() const override {
+    return seq_->chunks_max() * seq_->layout().block_tokens;
+  }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) override;
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override;
+  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
+                      uint32_t chunks, std::vector<uint32_t>* selected) override;
+
+  const QuestStats& quest_stats() const { return stats_; }
+
+ private:
+  OffloadedKvBlocks(OffloadedSequence* seq, const QuestOptions& quest);
+  void Summarize(uint32_t layer, uint32_t chunk);
+  void Rank(uint32_t layer, std::span<const float> query, uint32_t n_heads, uint32_t chunks,
+            std::vector<uint32_t>* selected);
+  float UpperBound(uint32_t layer, uint32_t chunk, std::span<const float> query,
+                   uint32_t n_heads) const;
+  size_t SummaryOffset(uint32_t layer, uint32_t chunk) const;
+
+  OffloadedSequence* seq_;
+  QuestOptions quest_;
+  QuestStats stats_;
+  std::vector<float> summaries_;        // [layer][chunk][min|max][kv_head][head_dim].
+  std::vector<uint8_t> summary_ok_;     // [layer][chunk].
+  std::vector<uint32_t> last_written_;  // Per layer: chunk of the latest MutableBlock, or max.
+  std::vector<uint8_t> has_selection_;  // Per layer: selection_[layer] applies to its acquire.
+  std::vector<std::vector<uint32_t>> selection_;
+  std::vector<uint32_t> acquire_chunks_;
+  std::vector<std::pair<float, uint32_t>> ranked_;
+  std::vector<float> half_scratch_;
+  uint32_t acquired_layer_ = UINT32_MAX;  // Layer whose blocks are pinned; max = none.
+};
+
+}  // namespace kvtier::runtime
