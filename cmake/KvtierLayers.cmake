@@ -1,4 +1,5 @@
-# Layering: core -> env -> {codecs, policies} -> tiers -> engine -> {runtime, cli, bindings}.
+# Layering: core -> env -> {codecs, policies} -> tiers -> [cuda] -> engine -> {runtime, cli,
+# bindings}. cuda (src/cuda) exists only with KVTIER_WITH_CUDA; the engine links it when it does.
 #
 # Every layer's headers are included as "<layer>/<file>.h". A layer's library exports an include
 # directory that holds a single link, <layer> -> src/<layer>, so a target sees the headers of

@@ -85,7 +85,30 @@ static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::k
 // The first version ended before the remote tier's fields (appended since).
 constexpr size_t kEngineOptionsV1Bytes = offsetof(kvtier_engine_options_t, remote_endpoints);
 constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
+// When fields are appended to kvtier_engine_stats_t this stays the offset of the first of them:
+// callers built against this header pass exactly this many bytes.
 constexpr size_t kStatsV1Bytes = sizeof(kvtier_engine_stats_t);
+// A struct_size above this is a garbage value (uninitialized memory, a pointer), not a newer
+// header: refusing it keeps ReadVersioned from scanning that many bytes past the caller's struct.
+constexpr size_t kVersionedStructBytesMax = 4096;
+static_assert(sizeof(kvtier_engine_options_t) <= kVersionedStructBytesMax);
+static_assert(sizeof(kvtier_store_options_t) <= kVersionedStructBytesMax);
+static_assert(sizeof(kvtier_engine_stats_t) <= kVersionedStructBytesMax);
+
+// InvalidArgument unless `size` (a caller's struct_size) is in [min_bytes, the cap].
+Status CheckStructSize(size_t size, size_t min_bytes, std::string_view what) {
+  if (size < min_bytes) {
+    return Status::InvalidArgument(std::string(what) + ".struct_size " + std::to_string(size) +
+                                   " is smaller than " + std::to_string(min_bytes) +
+                                   " (call the *_init function first)");
+  }
+  if (size > kVersionedStructBytesMax) {
+    return Status::InvalidArgument(std::string(what) + ".struct_size " + std::to_string(size) +
+                                   " is larger than " + std::to_string(kVersionedStructBytesMax) +
+                                   " (not initialized? call the *_init function first)");
+  }
+  return Status::Ok();
+}
 
 // The value a C caller stored in an enum-typed field, read as an int: the caller may store any
 // int there, and loading an out-of-range value through the C++ enum type is undefined behavior.
@@ -131,11 +154,7 @@ kvtier_status_t Guard(kvtier_error_t* err, Body&& body) noexcept {
 template <typename T>
 Status ReadVersioned(const T* src, size_t min_bytes, T* dst, std::string_view what) {
   const size_t size = src->struct_size;
-  if (size < min_bytes) {
-    return Status::InvalidArgument(std::string(what) + ".struct_size " + std::to_string(size) +
-                                   " is smaller than " + std::to_string(min_bytes) +
-                                   " (call the *_init function first)");
-  }
+  KV_RETURN_IF_ERROR(CheckStructSize(size, min_bytes, what));
   const auto* bytes = reinterpret_cast<const unsigned char*>(src);
   for (size_t i = sizeof(T); i < size; ++i) {
     if (bytes[i] != 0) {
@@ -602,11 +621,7 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     KV_RETURN_IF_ERROR(kvtier::CheckEngine(engine));
     if (stats == nullptr) return Status::InvalidArgument("stats is NULL");
     const size_t size = stats->struct_size;
-    if (size < kvtier::kStatsV1Bytes) {
-      return Status::InvalidArgument("stats.struct_size " + std::to_string(size) +
-                                     " is smaller than " + std::to_string(kvtier::kStatsV1Bytes) +
-                                     " (call kvtier_stats_init first)");
-    }
+    KV_RETURN_IF_ERROR(kvtier::CheckStructSize(size, kvtier::kStatsV1Bytes, "stats"));
     const kvtier::EngineStats in = engine->engine->Stats();
     kvtier_engine_stats_t out;
     kvtier_stats_init(&out);
@@ -625,10 +640,11 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
     out.tier_count = static_cast<uint32_t>(tiers);
     for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
-    // Fields appended after the caller's header keep whatever the caller had (nothing is known
-    // about them); the known prefix is overwritten, struct_size included (same value).
+    // Only the caller's struct_size bytes are written: a caller built against an older, smaller
+    // header has no room for the fields appended since. Fields appended after the caller's header
+    // keep whatever the caller had (nothing is known about them); struct_size keeps its value.
     out.struct_size = size;
-    std::memcpy(static_cast<void*>(stats), &out, sizeof(out));
+    std::memcpy(static_cast<void*>(stats), &out, std::min(size, sizeof(out)));
     return Status::Ok();
   });
 }

@@ -137,6 +137,26 @@ Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& ge
   return kBlockHeaderBytes + MaxPayloadBytes(params, geometry);
 }
 
+Result<size_t> MaxEncodedSizeAnyCodec(const BlockGeometry& geometry) {
+  KV_RETURN_IF_ERROR(geometry.Validate());
+  // The smallest quantization group has the most scale/zero parameters, and a zstd frame's bound
+  // exceeds its input; the zstd level does not change the bound. Keep in step with CodecId.
+  const CodecParams worst[] = {
+      CodecParams::Identity(),
+      CodecParams::ShuffleZstd(kZstdLevelMin),
+      CodecParams::Int8(kQuantGroupSizeMin, 0),
+      CodecParams::Int8(kQuantGroupSizeMin, kZstdLevelMin),
+      CodecParams::Int4(kQuantGroupSizeMin, 0),
+      CodecParams::Int4(kQuantGroupSizeMin, kZstdLevelMin),
+  };
+  size_t max_bytes = 0;
+  for (const CodecParams& params : worst) {
+    KV_ASSIGN_OR_RETURN(const size_t bytes, MaxEncodedSize(params, geometry));
+    max_bytes = std::max(max_bytes, bytes);
+  }
+  return max_bytes;
+}
+
 Result<size_t> EncodeBlock(const CodecParams& params, const BlockGeometry& geometry,
                            std::span<const std::byte> raw, std::span<std::byte> out,
                            CodecContext* ctx) {

@@ -82,6 +82,12 @@ class CodecContext {
 // or geometry.
 Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& geometry);
 
+// Bytes an encoded block of `geometry` can take at most under any codec and any valid parameters
+// (header included). Why: decoding accepts a block written by any codec, so a buffer that a
+// stored block is read into must fit what another configuration may have written.
+// InvalidArgument for an invalid geometry.
+Result<size_t> MaxEncodedSizeAnyCodec(const BlockGeometry& geometry);
+
 // Encodes `raw` (exactly geometry.raw_bytes(), aligned to the element size) into `out`, which
 // must hold at least MaxEncodedSize() bytes. Returns the encoded size. InvalidArgument for bad
 // params, geometry or buffer sizes, and for int8/int4 on values that are not finite or are

@@ -264,6 +264,30 @@ TEST(CodecTest, ParamsAreValidated) {
   EXPECT_TRUE(MaxEncodedSize(CodecParams::ShuffleZstd(0), g).status().IsInvalidArgument());
 }
 
+// A buffer sized by MaxEncodedSizeAnyCodec holds a block written by any codec with any valid
+// parameters (engines size read buffers with it, whatever codec they were opened with).
+TEST(CodecTest, MaxEncodedSizeAnyCodecBoundsEveryCodec) {
+  const BlockGeometry geometries[] = {
+      {.tokens = 16, .kv_heads = 1, .head_dim = 16, .dtype = DType::kF16},
+      {.tokens = 7, .kv_heads = 3, .head_dim = 5, .dtype = DType::kBF16},
+      {.tokens = 64, .kv_heads = 2, .head_dim = 128, .dtype = DType::kF32},
+  };
+  for (const BlockGeometry& g : geometries) {
+    Result<size_t> any = MaxEncodedSizeAnyCodec(g);
+    ASSERT_TRUE(any.ok()) << any.status().ToString();
+    for (const uint32_t group : {kQuantGroupSizeMin, 32u, kQuantGroupSizeMax}) {
+      for (const int level : {0, kZstdLevelMin, kZstdLevelMax}) {
+        const CodecParams all[] = {CodecParams::Int8(group, level),
+                                   CodecParams::Int4(group, level)};
+        for (const CodecParams& p : all) EXPECT_GE(*any, *MaxEncodedSize(p, g)) << p.ToString();
+      }
+    }
+    EXPECT_GE(*any, *MaxEncodedSize(CodecParams::Identity(), g));
+    EXPECT_GE(*any, *MaxEncodedSize(CodecParams::ShuffleZstd(kZstdLevelMax), g));
+  }
+  EXPECT_TRUE(MaxEncodedSizeAnyCodec(BlockGeometry{}).status().IsInvalidArgument());
+}
+
 TEST(CodecTest, BuffersAndGeometryAreValidated) {
   CodecContext ctx = NewContext();
   const BlockGeometry g{.tokens = 16, .kv_heads = 1, .head_dim = 16, .dtype = DType::kF16};

@@ -123,6 +123,9 @@ struct SsdBlockRead {
   std::span<const std::byte> payload;
   uint8_t codec_id = 0;
   uint32_t raw_bytes = 0;
+  // Out: the record was read but failed verification (status NotFound; the entry was dropped),
+  // as opposed to a block that was never stored, expired or was reclaimed before the read.
+  bool failed_verification = false;
 };
 
 struct SsdBlockInfo {

@@ -366,6 +366,7 @@ void SsdTier::ReadBatch(std::span<SsdBlockRead> reads, Callback done) {
     for (size_t i = 0; i < reads.size(); ++i) {
       SsdBlockRead& r = reads[i];
       r.payload = {};
+      r.failed_verification = false;
       ++stats_.reads;
       auto it = index_.find(r.key);
       if (it != index_.end() && it->second.Expired(now_wall)) {
@@ -463,6 +464,7 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
   MutexLock lock(&mu_);
   if (!verdict.ok()) {
     read.status = Status::NotFound("ssd: record failed verification: " + verdict.message());
+    read.failed_verification = true;
     ++stats_.corrupt_records;
     ++stats_.read_misses;
     DropEntryLocked(read.key, expect.sequence);

@@ -61,6 +61,24 @@ class SsdTierTest : public ::testing::Test {
   std::unique_ptr<Env> env_;
 };
 
+// Readers tell a record that failed verification (corrupt) from one that is simply not there
+// (never stored, expired, reclaimed): both are NotFound, only the first sets failed_verification.
+TEST_F(SsdTierTest, FailedVerificationIsToldApartFromAbsence) {
+  auto tier = OpenOrDie(Options());
+  ASSERT_TRUE(Put(*tier, 0, 1, kBlock).ok());
+  Result<AlignedBuffer> buf = AlignedBuffer::Allocate(ssd::RecordBytesForPayload(kBlock));
+  ASSERT_TRUE(buf.ok());
+  SsdBlockRead reads[2];
+  reads[0] = {.key = ssd_test::Key(0), .layout_digest = ssd_test::Layout(7), .buffer = buf->span()};
+  reads[1] = {.key = ssd_test::Key(1), .layout_digest = ssd_test::Layout(), .buffer = buf->span()};
+  ASSERT_TRUE(tier->ReadBatchSync(std::span(&reads[0], 1)).ok());
+  ASSERT_TRUE(tier->ReadBatchSync(std::span(&reads[1], 1)).ok());
+  EXPECT_TRUE(reads[0].status.IsNotFound()) << reads[0].status.ToString();
+  EXPECT_TRUE(reads[0].failed_verification);
+  EXPECT_TRUE(reads[1].status.IsNotFound()) << reads[1].status.ToString();
+  EXPECT_FALSE(reads[1].failed_verification);
+}
+
 TEST_F(SsdTierTest, WriteReadContainsErase) {
   auto tier = OpenOrDie(Options(2));
   ASSERT_TRUE(Put(*tier, 0, 40, kBlock).ok());

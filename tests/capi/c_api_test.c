@@ -120,6 +120,13 @@ static void TestBadLayout(void) {
   bigger.known.struct_size = sizeof(bigger);
   bigger.future_field = 1;
   CHECK(kvtier_engine_open(&bigger.known, &engine, &err) == KVTIER_NOT_SUPPORTED);
+  /* A garbage struct_size is refused before anything past the struct is read (ASan would flag
+   * the scan of unknown trailing fields otherwise). */
+  bigger.known.struct_size = (size_t)1 << 40;
+  CHECK(kvtier_engine_open(&bigger.known, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "struct_size") != NULL);
+  bigger.known.struct_size = 4097;
+  CHECK(kvtier_engine_open(&bigger.known, &engine, &err) == KVTIER_INVALID_ARGUMENT);
 
   /* NULL arguments are errors, not crashes. */
   CHECK(kvtier_engine_open(NULL, &engine, &err) == KVTIER_INVALID_ARGUMENT);
@@ -259,6 +266,33 @@ static void TestRoundTrip(void) {
   CHECK(stats.tier_count >= 2); /* host and SSD */
   stats.struct_size = 4;
   CHECK(kvtier_engine_stats(engine, &stats, &err) == KVTIER_INVALID_ARGUMENT);
+  stats.struct_size = (size_t)1 << 40;
+  CHECK(kvtier_engine_stats(engine, &stats, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "struct_size") != NULL);
+  /* A caller built against a newer header: only the fields known here are written, the rest and
+   * struct_size keep the caller's values. */
+  {
+    struct {
+      kvtier_engine_stats_t known;
+      uint64_t future_fields[4];
+    } newer;
+    memset(&newer, 0xA5, sizeof(newer));
+    newer.known.struct_size = sizeof(newer);
+    CHECK_OK(kvtier_engine_stats(engine, &newer.known, &err));
+    CHECK(newer.known.struct_size == sizeof(newer));
+    CHECK(newer.known.store_blocks == kChunks * kLayers);
+    for (size_t i = 0; i < 4; ++i) CHECK(newer.future_fields[i] == 0xA5A5A5A5A5A5A5A5ull);
+  }
+  /* Garbage struct_size in the store options is refused as well. */
+  {
+    kvtier_store_options_t bad;
+    kvtier_store_options_init(&bad);
+    bad.struct_size = (size_t)-1;
+    kvtier_store_t* none = NULL;
+    CHECK(kvtier_store(engine, &ns, tokens, kTokens, src_ptrs, kLayers, &bad, &none, &err) ==
+          KVTIER_INVALID_ARGUMENT);
+    CHECK(none == NULL);
+  }
 
   /* Handles may outlive the caller's engine reference: the engine goes with the last one. */
   kvtier_engine_close(engine);

@@ -9,7 +9,8 @@
 #    tests and cuda_bench.
 # 2. Runs the CUDA tests; a GPU test that skips counts as a failure here (on this machine the
 #    GPU must be usable).
-# 3. Runs cuda_bench and prints its JSON (also written to $OUT/cuda_bench.json when $OUT is set).
+# 3. Builds and runs engine_test, whose engines must pick the CUDA backend (device_backend=auto).
+# 4. Runs cuda_bench and prints its JSON (also written to $OUT/cuda_bench.json when $OUT is set).
 # Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -46,6 +47,24 @@ for t in "${tests[@]}"; do
   if [[ -n "${out_dir}" ]]; then cp "${result}" "${out_dir}/${t}.log"; fi
   rm -f "${result}"
 done
+
+# The engine on the CUDA backend: device_backend=auto must pick CUDA here, and every engine test
+# then runs its device tier on the GPU and its host tier pinned.
+log "engine_test (device_backend=auto -> cuda)"
+ninja -C "${build_dir}" -j "${jobs}" engine_test >&2
+result="$(mktemp)"
+if ! timeout 300 "${build_dir}/src/engine/engine_test" >"${result}" 2>&1; then
+  cat "${result}" >&2
+  status=1
+elif ! grep -q "usable GPU: yes" "${result}"; then
+  cat "${result}" >&2
+  log "engine_test: the engine did not see a usable GPU"
+  status=1
+else
+  tail -n 1 "${result}" >&2
+fi
+if [[ -n "${out_dir}" ]]; then cp "${result}" "${out_dir}/engine_test.log"; fi
+rm -f "${result}"
 
 log "cuda_bench"
 json="$(timeout 300 "${build_dir}/src/cuda/cuda_bench")"
