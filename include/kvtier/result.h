@@ -20,7 +20,7 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::remove_cvref_t<T>, Status>, "Result<Status> is meaningless");
 
   // Implicit on purpose: `return value;` and `return status;` both read naturally.
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) {
       // An OK status carries no value: that is a bug in the caller.
@@ -29,10 +29,10 @@ class [[nodiscard]] Result {
     }
   }
   template <typename U>
-    requires(std::is_constructible_v<T, U &&> && !std::is_same_v<std::remove_cvref_t<U>, T> &&
-             !std::is_same_v<std::remove_cvref_t<U>, Status> &&
-             !std::is_same_v<std::remove_cvref_t<U>, Result<T>>)
-  Result(U&& value) : value_(T(std::forward<U>(value))) {}  // NOLINT(google-explicit-constructor)
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::remove_cvref_t<U>, T> &&
+           !std::is_same_v<std::remove_cvref_t<U>, Status> &&
+           !std::is_same_v<std::remove_cvref_t<U>, Result<T>>) Result(U&& value)
+      : value_(T(std::forward<U>(value))) {}  // NOLINT(google-explicit-constructor)
 
   Result(const Result&) = default;
   Result(Result&&) noexcept = default;
@@ -65,8 +65,7 @@ class [[nodiscard]] Result {
  private:
   void CheckOk() const {
     if (!value_.has_value()) {
-      std::fprintf(stderr, "kvtier: value() on an error Result: %s\n",
-                   status_.ToString().c_str());
+      std::fprintf(stderr, "kvtier: value() on an error Result: %s\n", status_.ToString().c_str());
       std::abort();
     }
   }

@@ -97,8 +97,8 @@ class [[nodiscard]] Status {
 }  // namespace kvtier
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define KV_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::kvtier::Status kv_status_tmp_ = (expr);    \
+#define KV_RETURN_IF_ERROR(expr)                     \
+  do {                                               \
+    ::kvtier::Status kv_status_tmp_ = (expr);        \
     if (!kv_status_tmp_.ok()) return kv_status_tmp_; \
   } while (0)

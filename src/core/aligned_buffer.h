@@ -38,8 +38,7 @@ class AlignedBuffer {
 
   // Allocates `size_bytes` rounded up to `alignment` (a power of two, at least 8). Fails with
   // NoSpace when memory is exhausted and InvalidArgument for a bad alignment.
-  static Result<AlignedBuffer> Allocate(size_t size_bytes,
-                                        size_t alignment = kDirectIoAlignment);
+  static Result<AlignedBuffer> Allocate(size_t size_bytes, size_t alignment = kDirectIoAlignment);
 
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }

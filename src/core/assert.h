@@ -15,15 +15,16 @@ namespace kvtier::internal {
 
 }  // namespace kvtier::internal
 
-#define KV_CHECK(cond)                                                             \
-  do {                                                                             \
-    if (!(cond)) [[unlikely]] ::kvtier::internal::CheckFailed(#cond, __FILE__, __LINE__); \
+#define KV_CHECK(cond)                                            \
+  do {                                                            \
+    if (!(cond)) [[unlikely]]                                     \
+      ::kvtier::internal::CheckFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 
-#define KV_CHECK_OK(expr)                                                               \
-  do {                                                                                  \
-    ::kvtier::Status kv_check_status_ = (expr);                                         \
-    if (!kv_check_status_.ok()) [[unlikely]]                                            \
+#define KV_CHECK_OK(expr)                                                                       \
+  do {                                                                                          \
+    ::kvtier::Status kv_check_status_ = (expr);                                                 \
+    if (!kv_check_status_.ok()) [[unlikely]]                                                    \
       ::kvtier::internal::CheckFailed(kv_check_status_.ToString().c_str(), __FILE__, __LINE__); \
   } while (0)
 

@@ -12,7 +12,8 @@
 
 namespace kvtier {
 
-static_assert(std::endian::native == std::endian::little || std::endian::native == std::endian::big);
+static_assert(std::endian::native == std::endian::little ||
+              std::endian::native == std::endian::big);
 
 namespace internal {
 template <typename T>
@@ -89,7 +90,9 @@ class ByteReader {
   size_t remaining() const { return bytes_.size() - pos_; }
   size_t position() const { return pos_; }
 
-  bool GetFixed8(uint8_t* v) { return Get(v, 1, [](const std::byte* p) { return DecodeFixed8(p); }); }
+  bool GetFixed8(uint8_t* v) {
+    return Get(v, 1, [](const std::byte* p) { return DecodeFixed8(p); });
+  }
   bool GetFixed16(uint16_t* v) { return Get(v, 2, DecodeFixed16); }
   bool GetFixed32(uint32_t* v) { return Get(v, 4, DecodeFixed32); }
   bool GetFixed64(uint64_t* v) { return Get(v, 8, DecodeFixed64); }

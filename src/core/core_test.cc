@@ -2,13 +2,12 @@
 // macros, little-endian encoding round trips and the bounds-checked reader, AlignedBuffer
 // alignment and ownership, UniqueFd closing, and SHA-256 against the FIPS 180-2 test vectors.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <memory>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "core/aligned_buffer.h"
 #include "core/coding.h"
@@ -155,8 +154,7 @@ TEST(Sha256Test, Fips180Vectors) {
   Sha256 h;
   h.Update("abcdbcdecdefdefgefghfghighijhijk");
   h.Update("ijkljklmklmnlmnomnopnopq");
-  EXPECT_EQ(ToHex(h.Finish()),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(ToHex(h.Finish()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 
 TEST(Sha256Test, HexRoundTrip) {

@@ -16,7 +16,9 @@ namespace kvtier::crc32c {
 uint32_t Extend(uint32_t init_crc, const void* data, size_t n);
 
 inline uint32_t Value(const void* data, size_t n) { return Extend(0, data, n); }
-inline uint32_t Value(std::span<const std::byte> data) { return Extend(0, data.data(), data.size()); }
+inline uint32_t Value(std::span<const std::byte> data) {
+  return Extend(0, data.data(), data.size());
+}
 inline uint32_t Value(std::string_view data) { return Extend(0, data.data(), data.size()); }
 
 // The portable (non-SIMD) implementation, exposed so tests can check both paths.

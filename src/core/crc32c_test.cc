@@ -1,13 +1,13 @@
 // Checks CRC32C against published test vectors (RFC 3720 B.4 and the "123456789" check value),
 // on both the dispatched (SSE4.2 where present) and the portable path, and that Extend over
 // pieces equals one pass over the whole, for random data and every split point.
-#include <random>
-#include <string>
-#include <vector>
+#include "core/crc32c.h"
 
 #include <gtest/gtest.h>
 
-#include "core/crc32c.h"
+#include <random>
+#include <string>
+#include <vector>
 
 namespace kvtier {
 namespace {

@@ -7,17 +7,28 @@ namespace kvtier {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotSupported: return "NotSupported";
-    case StatusCode::kNoSpace: return "NoSpace";
-    case StatusCode::kBusy: return "Busy";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kTimedOut: return "TimedOut";
-    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotSupported:
+      return "NotSupported";
+    case StatusCode::kNoSpace:
+      return "NoSpace";
+    case StatusCode::kBusy:
+      return "Busy";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kTimedOut:
+      return "TimedOut";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
   }
   return "Unknown";
 }
@@ -29,14 +40,21 @@ Status Status::FromErrno(int err, std::string_view context) {
   std::string msg = std::string(context) + ": " + text;
   switch (err) {
     case ENOSPC:
-    case EDQUOT: return NoSpace(std::move(msg));
-    case ENOENT: return NotFound(std::move(msg));
-    case EINVAL: return InvalidArgument(std::move(msg));
+    case EDQUOT:
+      return NoSpace(std::move(msg));
+    case ENOENT:
+      return NotFound(std::move(msg));
+    case EINVAL:
+      return InvalidArgument(std::move(msg));
     case EAGAIN:
-    case EBUSY: return Busy(std::move(msg));
-    case ETIMEDOUT: return TimedOut(std::move(msg));
-    case EOPNOTSUPP: return NotSupported(std::move(msg));
-    default: return IoError(std::move(msg));
+    case EBUSY:
+      return Busy(std::move(msg));
+    case ETIMEDOUT:
+      return TimedOut(std::move(msg));
+    case EOPNOTSUPP:
+      return NotSupported(std::move(msg));
+    default:
+      return IoError(std::move(msg));
   }
 }
 

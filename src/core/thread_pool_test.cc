@@ -1,13 +1,13 @@
 // Checks the bounded thread pool: every submitted task runs exactly once, TrySubmit reports Busy
 // when the queue is full (back-pressure, not growth), Submit blocks until space frees up, the
 // destructor drains queued work, and invalid options are rejected with a clear error.
-#include <atomic>
-#include <chrono>
-#include <thread>
+#include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 
-#include "core/thread_pool.h"
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 namespace kvtier {
 namespace {
@@ -28,10 +28,12 @@ TEST(ThreadPoolTest, TrySubmitIsBusyWhenFull) {
   ASSERT_TRUE(pool.ok());
   std::atomic<bool> release{false};
   std::atomic<bool> started{false};
-  ASSERT_TRUE((*pool)->Submit([&] {
-    started = true;
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }).ok());
+  ASSERT_TRUE((*pool)
+                  ->Submit([&] {
+                    started = true;
+                    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                  })
+                  .ok());
   while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE((*pool)->TrySubmit([] {}).ok());
   EXPECT_TRUE((*pool)->TrySubmit([] {}).ok());
@@ -56,7 +58,8 @@ TEST(ThreadPoolTest, DestructorDrainsQueue) {
 
 TEST(ThreadPoolTest, RejectsBadOptions) {
   EXPECT_TRUE(ThreadPool::Create({.threads = 0}).status().IsInvalidArgument());
-  EXPECT_TRUE(ThreadPool::Create({.threads = 1, .queue_tasks_max = 0}).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      ThreadPool::Create({.threads = 1, .queue_tasks_max = 0}).status().IsInvalidArgument());
   EXPECT_TRUE(ThreadPool::Create({.threads = 100000}).status().IsInvalidArgument());
 }
 

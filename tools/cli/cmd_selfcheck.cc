@@ -38,17 +38,16 @@ struct Fixture {
 
 Result<Fixture> MakeFixture() {
   Fixture f;
-  f.layout = {.layers = 4, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16,
-              .block_tokens = 256};
+  f.layout = {
+      .layers = 4, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16, .block_tokens = 256};
   KV_RETURN_IF_ERROR(f.layout.Validate());
   f.layout_digest = LayoutDigest(f.layout);
-  KV_ASSIGN_OR_RETURN(Hash256 ns, NamespaceDigest({.name = "kvtier-selfcheck"}, f.layout,
-                                                  "selfcheck-salt", {}));
+  KV_ASSIGN_OR_RETURN(
+      Hash256 ns, NamespaceDigest({.name = "kvtier-selfcheck"}, f.layout, "selfcheck-salt", {}));
   std::mt19937 rng(42);
   std::vector<uint32_t> tokens(kChunks * f.layout.block_tokens);
   for (uint32_t& t : tokens) t = static_cast<uint32_t>(rng() % 32000);
-  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
-                      ChunkHashes(ns, tokens, f.layout.block_tokens));
+  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks, ChunkHashes(ns, tokens, f.layout.block_tokens));
   const size_t block_bytes = f.layout.BlockBytes();
   for (const Hash256& chunk : chunks) {
     for (uint32_t layer = 0; layer < f.layout.layers; ++layer) {
@@ -71,7 +70,9 @@ SsdTierOptions TierOptions(const std::string& root) {
 Status WriteAll(SsdTier& tier, const Fixture& f) {
   std::vector<SsdBlockWrite> writes(f.keys.size());
   for (size_t i = 0; i < f.keys.size(); ++i) {
-    writes[i] = {.key = f.keys[i], .layout_digest = f.layout_digest, .codec_id = 0,
+    writes[i] = {.key = f.keys[i],
+                 .layout_digest = f.layout_digest,
+                 .codec_id = 0,
                  .raw_bytes = static_cast<uint32_t>(f.payloads[i].size()),
                  .payload = f.payloads[i]};
   }
@@ -82,8 +83,8 @@ Status WriteAll(SsdTier& tier, const Fixture& f) {
 
 // Reads every block back; returns how many matched byte for byte and how many were misses.
 Status ReadAll(SsdTier& tier, const Fixture& f, size_t* matched, size_t* misses) {
-  const size_t record_bytes = AlignUp(ssd::kRecordPayloadOffset + f.payloads[0].size(),
-                                      kDirectIoAlignment);
+  const size_t record_bytes =
+      AlignUp(ssd::kRecordPayloadOffset + f.payloads[0].size(), kDirectIoAlignment);
   std::vector<AlignedBuffer> buffers;
   std::vector<SsdBlockRead> reads(f.keys.size());
   for (size_t i = 0; i < f.keys.size(); ++i) {
@@ -121,8 +122,8 @@ Status DamageOneRecord(const std::string& dir) {
   if (victim.empty()) return Status::NotFound("no segment file in " + dir);
   const int fd = ::open(victim.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, victim);
-  const off_t offset = static_cast<off_t>(ssd::kSegmentHeaderBytes + ssd::kRecordPayloadOffset +
-                                          1000);
+  const off_t offset =
+      static_cast<off_t>(ssd::kSegmentHeaderBytes + ssd::kRecordPayloadOffset + 1000);
   unsigned char byte = 0;
   bool ok = ::pread(fd, &byte, 1, offset) == 1;
   byte ^= 0x5A;
@@ -199,9 +200,10 @@ Status SelfcheckCommand::Phases(const std::string& root, const Fixture& f) {
   size_t matched = 0, misses = 0;
   KV_RETURN_IF_ERROR(ReadAll(*tier, f, &matched, &misses));
   const uint64_t corrupt = tier->Stats().corrupt_records;
-  std::printf("flipped one byte on disk: %zu block refused as a miss (corrupt_records=%llu), "
-              "%zu others intact\n",
-              misses, static_cast<unsigned long long>(corrupt), matched);
+  std::printf(
+      "flipped one byte on disk: %zu block refused as a miss (corrupt_records=%llu), "
+      "%zu others intact\n",
+      misses, static_cast<unsigned long long>(corrupt), matched);
   if (misses != 1 || corrupt != 1 || matched + 1 != f.keys.size()) {
     return Status::Corruption("the damaged block was not detected exactly once");
   }
