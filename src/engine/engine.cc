@@ -72,11 +72,24 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                   .kv_heads = options.layout.kv_heads,
                   .head_dim = options.layout.head_dim,
                   .dtype = options.layout.dtype};
+  Logger* logger = e->logger_;
+  KV_ASSIGN_OR_RETURN(
+      e->ratio_, codecs::RatioMonitor::Create({.on_event = [logger](const codecs::RatioEvent& ev) {
+        LogTo(logger, LogLevel::kWarn,
+              "engine: compression ratio of codec " + codecs::CodecName(ev.codec) + " on layer " +
+                  std::to_string(ev.layer) + " varies: mean " + std::to_string(ev.ratio_mean) +
+                  ", CV " + std::to_string(ev.ratio_cv) + " over " + std::to_string(ev.samples) +
+                  " samples");
+      }}));
   KV_RETURN_IF_ERROR(e->OpenTiers());
   KV_ASSIGN_OR_RETURN(e->pool_, ThreadPool::Create({.threads = options.worker_threads,
                                                     .queue_tasks_max = 4096,
                                                     .name = "kvtier-engine"}));
   e->unpinner_ = std::make_shared<PinHandle::Unpinner>(e.get());
+  if (e->ssd_ != nullptr && options.write_policy == WritePolicy::kWriteBack &&
+      options.writeback_dirty_fraction < 1) {
+    e->cleaner_ = std::thread([raw = e.get()] { raw->CleanerLoop(); });
+  }
   return e;
 }
 
@@ -112,6 +125,15 @@ Status EngineImpl::OpenTiers() {
 EngineImpl::~EngineImpl() {
   // Handles point into the engine: destroying it first is a programmer error.
   KV_CHECK(live_handles_.load() == 0);
+  // The cleaner first: it uses the tiers, the staging pool and the codec contexts.
+  if (cleaner_.joinable()) {
+    {
+      MutexLock lock(&mu_);
+      cleaner_stop_ = true;
+    }
+    cleaner_cv_.SignalAll();
+    cleaner_.join();
+  }
   if (pool_ != nullptr) pool_->WaitIdle();
   if (ssd_ != nullptr || remote_ != nullptr) {
     // A clean shutdown keeps write-back blocks: they reach the SSD (and the remote tier) first.
@@ -293,7 +315,7 @@ void EngineImpl::CountLoadFailure() {
 // --- Flush and stats ---------------------------------------------------------------------------
 
 // Writes the dirty blocks among `keys` to the SSD.
-bool EngineImpl::FlushBatch(std::span<const BlockKey> keys) {
+bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
   std::vector<SsdWriteItem> items;
   // Raw copies in the first half, encoded records in the second: one lease, never nested.
@@ -330,6 +352,10 @@ bool EngineImpl::FlushBatch(std::span<const BlockKey> keys) {
     if (io.ok() && items[i].status.ok()) {
       e->dirty = false;
       e->on_ssd = true;
+      if (background) {
+        ++counters_[TierIndex(todo[i].second)].writebacks;
+        ++stats_.background_writebacks;
+      }
     }
   }
   return io.ok();
@@ -356,12 +382,72 @@ Status EngineImpl::Flush() {
   return failed ? Status::IoError("flush: some dirty blocks could not be written") : Status::Ok();
 }
 
+void EngineImpl::KickCleaner() {
+  if (!cleaner_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    cleaner_kick_ = true;
+  }
+  cleaner_cv_.Signal();
+}
+
+std::vector<BlockKey> EngineImpl::PickDirty(double fraction, size_t max) {
+  std::array<size_t, kMemTiers> dirty{};
+  std::array<std::vector<BlockKey>, kMemTiers> candidates;
+  const uint64_t now = NowWallUs();
+  index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+    MemTier t;
+    if (!e.dirty || !e.FastestReadable(&t)) return;
+    const size_t i = TierIndex(t);
+    ++dirty[i];
+    if (e.flushing || e.pins != 0 || e.state != BlockState::kReady || e.Expired(now)) return;
+    if (candidates[i].size() < max) candidates[i].push_back(key);
+  });
+  for (size_t i = 0; i < kMemTiers; ++i) {
+    if (!HasTier(MemTierAt(i)) || clocks_[i]->slots() < kCleanerTierSlotsMin) continue;
+    if (static_cast<double>(dirty[i]) > fraction * clocks_[i]->slots()) return candidates[i];
+  }
+  return {};
+}
+
+void EngineImpl::CleanerLoop() {
+  // Why a thread of its own and not pool tasks: FlushBatch waits for staging buffers and SSD I/O,
+  // and workers never wait (engine.md, Locking). Its batches are small, so it pins few blocks.
+  const size_t batch_max = kLoadStagingBatchMax / 2;
+  const double high = options_.writeback_dirty_fraction;
+  mu_.Lock();
+  while (!cleaner_stop_) {
+    if (!cleaner_kick_) {
+      cleaner_cv_.Wait(&mu_);
+      continue;
+    }
+    cleaner_kick_ = false;
+    // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded:
+    // a round that writes nothing (SSD refusals, I/O errors) leaves the rest to eviction.
+    double fraction = high;
+    while (!cleaner_stop_) {
+      const std::vector<BlockKey> batch = PickDirty(fraction, batch_max);
+      if (batch.empty()) break;
+      fraction = high / 2;
+      const uint64_t before = stats_.background_writebacks;
+      mu_.Unlock();
+      FlushBatch(batch, /*background=*/true);
+      mu_.Lock();
+      if (stats_.background_writebacks == before) break;
+    }
+  }
+  mu_.Unlock();
+}
+
 EngineStats EngineImpl::Stats() {
   // Read before taking the engine mutex: a borrowed RemoteStore's Stats() may take its own locks.
   std::optional<RemoteStoreStats> remote;
   if (remote_ != nullptr) remote = remote_->Stats();
+  const codecs::RatioMonitorStats ratio = ratio_->Stats();
   MutexLock lock(&mu_);
   EngineStats out = stats_;
+  out.ratio_samples = ratio.samples_total;
+  out.ratio_cv_events = ratio.events_total;
   out.tiers.clear();
   for (size_t i = 0; i < kMemTiers; ++i) {
     if (!HasTier(MemTierAt(i))) continue;

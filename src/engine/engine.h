@@ -87,6 +87,9 @@ enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 }
 inline constexpr size_t kRemoteLookupKeysMax = 1024;
 static_assert(kRemoteLookupKeysMax <= kRemoteBatchMax);
 
+// Memory tiers with fewer slots are never cleaned in the background (EngineOptions).
+inline constexpr uint32_t kCleanerTierSlotsMin = 16;
+
 // TTLs above this (about 10 years) are refused as mistakes.
 inline constexpr uint64_t kTtlMsMax = 10ull * 365 * 24 * 3600 * 1000;
 
@@ -128,6 +131,12 @@ struct EngineOptions {
   std::optional<HostTierOptions> cxl;  // A second host tier bound to a CPU-less NUMA node.
   std::optional<SsdTierOptions> ssd;   // The persistent tier.
   WritePolicy write_policy = WritePolicy::kWriteBack;
+  // Write-back only: when more than this fraction of a memory tier's slots hold dirty blocks (its
+  // fastest copy), the engine's cleaner thread writes dirty, unpinned blocks to the SSD in small
+  // batches until half that many are left, so eviction normally finds clean victims. In (0, 1];
+  // 1 turns the cleaner off (eviction alone writes back). Tiers under kCleanerTierSlotsMin slots
+  // are left to eviction (a batch in flight would pin a large share of them).
+  double writeback_dirty_fraction = 0.5;
   codecs::CodecParams ssd_codec;  // How blocks are encoded on the SSD (default identity).
   uint64_t default_ttl_ms = 0;    // 0: blocks do not expire.
   uint32_t worker_threads = 2;    // Encode/decode and SSD staging, off the caller's thread.
@@ -238,6 +247,11 @@ struct EngineStats {
   uint64_t remote_put_errors = 0, remote_not_admitted = 0, remote_over_budget = 0;
   uint64_t remote_lookup_errors = 0;
   std::optional<RemoteStoreStats> remote;  // The store's own counters and breaker state.
+  // Dirty blocks the cleaner wrote to the SSD (also counted in their tier's writebacks).
+  uint64_t background_writebacks = 0;
+  // The SSD codec's compression-ratio monitor (codecs/ratio_monitor.h): samples recorded (one per
+  // encoded block, write-through and write-back) and CV events raised (each also logged).
+  uint64_t ratio_samples = 0, ratio_cv_events = 0;
 };
 
 class Engine {

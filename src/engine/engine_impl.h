@@ -23,9 +23,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "codecs/codec.h"
+#include "codecs/ratio_monitor.h"
 #include "core/mutex.h"
 #include "core/thread_pool.h"
 #include "engine/block_index.h"
@@ -198,8 +200,18 @@ class EngineImpl final : public Engine {
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
   // Looks up `key`: a readable memory copy (returns its tier) or nullopt. Expired = absent.
   std::optional<MemTier> ReadableTier(const BlockKey& key, uint64_t now_wall_us) KV_REQUIRES(mu_);
-  // False when an I/O error kept some block from the SSD.
-  bool FlushBatch(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  // False when an I/O error kept some block from the SSD. `background`: the cleaner's batch (its
+  // write-backs are counted in the tier's writebacks and background_writebacks); at most
+  // kLoadStagingBatchMax / 2 keys.
+  bool FlushBatch(std::span<const BlockKey> keys, bool background = false) KV_EXCLUDES(mu_);
+  // The cleaner (engine.cc): one thread, woken by write-back Stores, that writes dirty blocks down
+  // with FlushBatch while a tier is over its dirty watermark. Never holds mu_ across I/O.
+  void CleanerLoop() KV_EXCLUDES(mu_);
+  // Up to `max` dirty, ready, unpinned keys whose fastest copy is in the first tier with more
+  // dirty blocks than `fraction` of its slots; empty when no tier is over.
+  std::vector<BlockKey> PickDirty(double fraction, size_t max) KV_REQUIRES(mu_);
+  // Wakes the cleaner after a write-back Store published dirty blocks.
+  void KickCleaner() KV_EXCLUDES(mu_);
   Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);
 
   // Load (engine_load.cc).
@@ -250,6 +262,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<CodecContextPool> contexts_;
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<PinHandle::Unpinner> unpinner_;
+  std::unique_ptr<codecs::RatioMonitor> ratio_;  // Fed by WriteToSsd; thread-safe on its own.
+  std::thread cleaner_;                          // Joinable only when the cleaner runs.
   std::atomic<int64_t> live_handles_{0};
 
   Mutex mu_;
@@ -258,6 +272,9 @@ class EngineImpl final : public Engine {
   // Memory tiers, then kSsdCounters and kRemoteCounters.
   std::array<TierCounters, kMemTiers + 2> counters_ KV_GUARDED_BY(mu_);
   EngineStats stats_ KV_GUARDED_BY(mu_);
+  CondVar cleaner_cv_;  // Waited on with mu_.
+  bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
+  bool cleaner_stop_ KV_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvtier

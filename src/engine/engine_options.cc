@@ -94,6 +94,11 @@ Status EngineOptions::Validate() const {
                                    ": must be in [" + std::to_string(kLoadStagingBatchMax) +
                                    ", 4096]");
   }
+  if (!(writeback_dirty_fraction > 0 && writeback_dirty_fraction <= 1)) {
+    return Status::InvalidArgument(
+        "writeback_dirty_fraction=" + std::to_string(writeback_dirty_fraction) +
+        ": must be in (0, 1]");
+  }
   if (default_ttl_ms > kTtlMsMax) {
     return Status::InvalidArgument("default_ttl_ms=" + std::to_string(default_ttl_ms) +
                                    ": at most " + std::to_string(kTtlMsMax) + " ms");

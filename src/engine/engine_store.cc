@@ -223,6 +223,7 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
   }
   if (!copied.ok() || ssd_ == nullptr || options_.write_policy != WritePolicy::kWriteThrough) {
     if (copied.ok()) WriteThroughRemote(items);
+    if (copied.ok()) KickCleaner();
     handle->Complete(copied);
     return;
   }

@@ -315,6 +315,55 @@ TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
   EXPECT_EQ(e->Lookup(ns, tokens)->chunk_tiers.at(1), TierKind::kHost);
 }
 
+TEST_F(EngineTest, CleanerWritesDirtyBlocksBackWithoutEviction) {
+  EngineOptions o = Options(0, 32, true);  // Write-back; watermark 0.5 x 32 = 16 dirty blocks.
+  ASSERT_EQ(o.write_policy, WritePolicy::kWriteBack);
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = Tokens(40, 8 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 8).ok());  // 24 dirty blocks: over the watermark.
+  // Bounded wait for the cleaner (no timing assert: only that it happens at all).
+  EngineStats st = e->Stats();
+  for (int i = 0; i < 1000 && st.background_writebacks == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = e->Stats();
+  }
+  EXPECT_GT(st.background_writebacks, 0u);
+  ASSERT_EQ(st.tiers.back().kind, TierKind::kSsd);
+  EXPECT_GT(st.tiers.back().blocks, 0u);
+  EXPECT_EQ(st.tiers.front().evictions, 0u);  // Written by the cleaner, not by eviction.
+  EXPECT_GE(st.tiers.front().writebacks, st.background_writebacks);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, tokens, 8)));
+}
+
+TEST_F(EngineTest, CleanerOffAtFractionOneAndFractionValidated) {
+  EngineOptions o = Options(0, 32, true);
+  o.writeback_dirty_fraction = 0;
+  EXPECT_NE(o.Validate().message().find("writeback_dirty_fraction"), std::string::npos);
+  o.writeback_dirty_fraction = 1;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(41, 8 * kBlockTokens), 8).ok());
+  EXPECT_EQ(e->Stats().background_writebacks, 0u);
+  EXPECT_EQ(e->Stats().tiers.back().blocks, 0u);
+}
+
+TEST_F(EngineTest, SsdEncodesFeedTheRatioMonitor) {
+  EngineOptions o = Options(0, 16, true);
+  o.write_policy = WritePolicy::kWriteThrough;
+  o.ssd_codec = codecs::CodecParams::ShuffleZstd(1);
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  EXPECT_EQ(e->Stats().ratio_samples, 0u);
+  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(42, 2 * kBlockTokens), 2).ok());
+  EngineStats st = e->Stats();
+  EXPECT_EQ(st.ratio_samples, 2u * kLayers);
+  EXPECT_EQ(st.ratio_cv_events, 0u);  // Fewer samples than the monitor judges.
+}
+
 TEST_F(EngineTest, ConcurrentStoresOfOneKeyStoreItOnce) {
   auto e = OpenOrDie(Options(4, 32, false));
   ASSERT_NE(e, nullptr);

@@ -269,6 +269,7 @@ Status EngineImpl::WriteToSsd(std::span<SsdWriteItem> items,
         item.status = bytes.status();
         continue;
       }
+      ratio_->Record(options_.ssd_codec.codec, item.key.layer, block_bytes_, *bytes);
       writes.push_back(SsdBlockWrite{.key = item.key,
                                      .layout_digest = layout_digest_,
                                      .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
