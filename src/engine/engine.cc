@@ -314,6 +314,35 @@ void EngineImpl::CountLoadFailure() {
 
 // --- Flush and stats ---------------------------------------------------------------------------
 
+// Marks the blocks among `keys` whose `dirty_flag` is set as flushing, pins them, and copies each
+// one's fastest memory copy into lease.buffer(i). A failed copy leaves items[i].raw empty.
+void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
+                                 StagingLease& lease,
+                                 std::vector<std::pair<BlockKey, MemTier>>* todo,
+                                 std::vector<SsdWriteItem>* items) {
+  {
+    MutexLock lock(&mu_);
+    for (const BlockKey& key : keys) {
+      BlockEntry* e = index_.Find(key);
+      MemTier t;
+      if (e == nullptr || !(e->*dirty_flag) || e->flushing || !e->FastestReadable(&t)) continue;
+      e->flushing = true;
+      ++e->pins;
+      todo->emplace_back(key, t);
+      items->push_back({.key = key, .expiry_wall_us = e->expiry_wall_us});
+    }
+  }
+  for (size_t i = 0; i < todo->size(); ++i) {
+    // Pinned, so the slot stays put while its bytes are copied out.
+    const uint32_t slot = [&] {
+      MutexLock lock(&mu_);
+      return index_.Find((*todo)[i].first)->slot[TierIndex((*todo)[i].second)];
+    }();
+    const Status s = CopySlotToHost((*todo)[i].second, slot, lease.buffer(i).data());
+    (*items)[i].raw = s.ok() ? lease.buffer(i).first(block_bytes_) : std::span<const std::byte>{};
+  }
+}
+
 // Writes the dirty blocks among `keys` to the SSD.
 bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
@@ -321,28 +350,7 @@ bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   // Raw copies in the first half, encoded records in the second: one lease, never nested.
   const size_t n = keys.size();
   StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
-  {
-    MutexLock lock(&mu_);
-    for (const BlockKey& key : keys) {
-      BlockEntry* e = index_.Find(key);
-      MemTier t;
-      if (e == nullptr || !e->dirty || e->flushing || !e->FastestReadable(&t)) continue;
-      e->flushing = true;
-      ++e->pins;
-      todo.emplace_back(key, t);
-      items.push_back({.key = key, .expiry_wall_us = e->expiry_wall_us});
-    }
-  }
-  for (size_t i = 0; i < todo.size(); ++i) {
-    // Pinned, so the slot stays put while its bytes are copied out.
-    const uint32_t slot = [&] {
-      MutexLock lock(&mu_);
-      return index_.Find(todo[i].first)->slot[TierIndex(todo[i].second)];
-    }();
-    const Status s = CopySlotToHost(todo[i].second, slot, lease.buffer(i).data());
-    items[i].raw = lease.buffer(i).first(block_bytes_);
-    if (!s.ok()) items[i].raw = {};
-  }
+  ClaimAndCopyOut(keys, &BlockEntry::dirty, lease, &todo, &items);
   const Status io = WriteToSsd(items, lease.buffers().subspan(n, n));
   MutexLock lock(&mu_);
   for (size_t i = 0; i < todo.size(); ++i) {

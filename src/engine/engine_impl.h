@@ -198,6 +198,11 @@ class EngineImpl final : public Engine {
   void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
+  // The first half of FlushBatch and FlushRemoteBatch: claims (flushing + pin) the blocks among
+  // `keys` whose `dirty_flag` is set and copies them out of memory into the lease's buffers.
+  void ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
+                       StagingLease& lease, std::vector<std::pair<BlockKey, MemTier>>* todo,
+                       std::vector<SsdWriteItem>* items) KV_EXCLUDES(mu_);
   // Looks up `key`: a readable memory copy (returns its tier) or nullopt. Expired = absent.
   std::optional<MemTier> ReadableTier(const BlockKey& key, uint64_t now_wall_us) KV_REQUIRES(mu_);
   // False when an I/O error kept some block from the SSD. `background`: the cleaner's batch (its

@@ -265,26 +265,7 @@ bool EngineImpl::FlushRemoteBatch(std::span<const BlockKey> keys) {
   const size_t n = keys.size();
   // Raw copies in the first half, encoded values in the second: one lease, never nested.
   StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
-  {
-    MutexLock lock(&mu_);
-    for (const BlockKey& key : keys) {
-      BlockEntry* e = index_.Find(key);
-      MemTier t;
-      if (e == nullptr || !e->remote_dirty || e->flushing || !e->FastestReadable(&t)) continue;
-      e->flushing = true;
-      ++e->pins;
-      todo.emplace_back(key, t);
-      items.push_back({.key = key, .expiry_wall_us = e->expiry_wall_us});
-    }
-  }
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const uint32_t slot = [&] {
-      MutexLock lock(&mu_);
-      return index_.Find(todo[i].first)->slot[TierIndex(todo[i].second)];
-    }();
-    const Status s = CopySlotToHost(todo[i].second, slot, lease.buffer(i).data());
-    items[i].raw = s.ok() ? lease.buffer(i).first(block_bytes_) : std::span<const std::byte>{};
-  }
+  ClaimAndCopyOut(keys, &BlockEntry::remote_dirty, lease, &todo, &items);
   WriteToRemote(items, lease.buffers().subspan(n, n));
   bool ok = true;
   MutexLock lock(&mu_);

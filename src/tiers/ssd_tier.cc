@@ -265,36 +265,34 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
   return admitted;
 }
 
-Status SsdTier::WriteBatchSync(std::span<SsdBlockWrite> writes) {
+namespace {
+
+// Runs an asynchronous batch call and waits for its callback: the body of the *Sync wrappers.
+template <typename StartFn>
+Status WaitForCallback(StartFn start) {
   Mutex mu;
-  CondVar cv(&mu);
+  CondVar cv;
   bool finished = false;
   Status result;
-  WriteBatch(writes, [&](Status s) {
+  start([&](Status s) {
     MutexLock lock(&mu);
     result = std::move(s);
     finished = true;
     cv.SignalAll();
   });
   MutexLock lock(&mu);
-  while (!finished) cv.Wait();
+  while (!finished) cv.Wait(&mu);
   return result;
 }
 
+}  // namespace
+
+Status SsdTier::WriteBatchSync(std::span<SsdBlockWrite> writes) {
+  return WaitForCallback([&](Callback done) { WriteBatch(writes, std::move(done)); });
+}
+
 Status SsdTier::ReadBatchSync(std::span<SsdBlockRead> reads) {
-  Mutex mu;
-  CondVar cv(&mu);
-  bool finished = false;
-  Status result;
-  ReadBatch(reads, [&](Status s) {
-    MutexLock lock(&mu);
-    result = std::move(s);
-    finished = true;
-    cv.SignalAll();
-  });
-  MutexLock lock(&mu);
-  while (!finished) cv.Wait();
-  return result;
+  return WaitForCallback([&](Callback done) { ReadBatch(reads, std::move(done)); });
 }
 
 void SsdTier::DropEntryLocked(const BlockKey& key, uint64_t sequence) {
