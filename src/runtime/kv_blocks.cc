@@ -15,6 +15,9 @@ Status KvBlockSource::SelectChunks(uint32_t /*layer*/, std::span<const float> /*
   return Status::Ok();
 }
 
+void KvBlockSource::ObserveAttention(uint32_t /*layer*/, std::span<const uint32_t> /*chunks*/,
+                                     std::span<const float> /*mass*/) {}
+
 InMemoryKvBlocks::InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max)
     : layout_(layout), chunks_max_(chunks_max) {
   blocks_.resize(size_t{layout.layers} * chunks_max);

@@ -47,6 +47,14 @@ class KvBlockSource {
   // the token itself). The default keeps all `chunks`, i.e. full attention.
   virtual Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
                               uint32_t chunks, std::vector<uint32_t>* selected);
+
+  // Attention feedback (optional; ARCHITECTURE.md §7, heat). After the model decodes one token
+  // it reports, per attended chunk of `layer` (`chunks`, ascending, as SelectChunks left them),
+  // the attention mass the token gave it: mass[i] is the softmax probability summed over the
+  // rows of chunks[i], averaged over the query heads, so the masses sum to about 1. Sources
+  // that place blocks by heat use it; the default ignores it.
+  virtual void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                                std::span<const float> mass);
 };
 
 // Every block in host memory, allocated on first write. Capacity is fixed at Create.

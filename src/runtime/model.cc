@@ -92,6 +92,7 @@ void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
 Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
                       const ForwardOptions& options, std::vector<float>* logits) {
   KV_RETURN_IF_ERROR(CheckForward(tokens, start_pos, kv, options));
+  probe_ = options.probe;
   const ModelConfig& c = config();
   const AttentionKernels& kernels = GetAttentionKernels(options.isa);
   const auto n_total = static_cast<uint32_t>(tokens.size());
@@ -158,8 +159,20 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
   KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
   std::fill_n(att_.data(), size_t{n_tokens} * c.q_dim(), 0.0f);
+  chunk_mass_.assign(selected_.size(), 0.0f);
   for (uint32_t t = 0; t < n_tokens; ++t) {
     for (uint32_t h = 0; h < c.n_heads; ++h) AttendOneHead(t, h, start_pos + t, kernels);
+  }
+  if (n_tokens == 1) {
+    for (float& m : chunk_mass_) m /= static_cast<float>(c.n_heads);
+    kv.ObserveAttention(layer, selected_, chunk_mass_);
+  }
+  if (probe_ != nullptr) {
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      probe_->OnAttentionOutput(
+          layer, start_pos + t,
+          std::span<const float>(att_.data() + size_t{t} * c.q_dim(), c.q_dim()));
+    }
   }
   // Residual: x += att * wo^T.
   MatMulTransposed(att_.data(), n_tokens, c.q_dim(), weights_.Get(WeightKind::kWo, layer).data(),
@@ -239,6 +252,15 @@ void Model::AttendOneHead(uint32_t t, uint32_t head, uint32_t pos,
     n_scores += rows;
   }
   Softmax(scores_.data(), n_scores);
+  // Attention mass per attended chunk (decode feedback, KvBlockSource::ObserveAttention).
+  size_t row = 0;
+  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
+    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
+    float mass = 0.0f;
+    for (size_t r = 0; r < rows; ++r) mass += scores_[row + r];
+    chunk_mass_[i] += mass;
+    row += rows;
+  }
   float* out = att_.data() + size_t{t} * c.q_dim() + head * head_dim;
   n_scores = 0;
   for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {

@@ -35,10 +35,20 @@ enum class LogitsMode : uint8_t {
   kNone = 2,  // Nothing (prefill that only fills the cache).
 };
 
+// Receives the attention output of every token a Forward() call processes, per layer: `out` is
+// the token's q_dim attention output (before the wo projection), valid during the call only. For
+// quality measurements (the cosine between full and selected attention); costs nothing when unset.
+class AttentionProbe {
+ public:
+  virtual ~AttentionProbe() = default;
+  virtual void OnAttentionOutput(uint32_t layer, uint32_t pos, std::span<const float> out) = 0;
+};
+
 struct ForwardOptions {
   uint32_t chunk_tokens = kPrefillChunkTokensDefault;  // Tokens per sgemm chunk, >= 1.
   LogitsMode logits = LogitsMode::kLast;
   KernelIsa isa = KernelIsa::kAuto;  // kScalar forces the reference attention kernels.
+  AttentionProbe* probe = nullptr;   // Borrowed for the call; nullptr = none.
 };
 
 class Model {
@@ -88,6 +98,8 @@ class Model {
   std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, as selected_.
   std::vector<uint32_t> selected_;                 // Chunks attended to, ascending.
   uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
+  std::vector<float> chunk_mass_;                  // [selected] attention mass (decode).
+  AttentionProbe* probe_ = nullptr;                // Of the current Forward() call.
 };
 
 }  // namespace kvtier::runtime
