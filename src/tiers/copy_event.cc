@@ -1,4 +1,6 @@
 // CopyEvent: wait/poll on the completion of an asynchronous copy (see memory_tier.h).
+#include <memory>
+
 #include "core/assert.h"
 #include "tiers/copy_event_state.h"
 
@@ -15,6 +17,14 @@ bool CopyEvent::Ready() const {
   if (state_ == nullptr) return true;
   MutexLock lock(&state_->mu);
   return state_->done;
+}
+
+CopyEventSource::CopyEventSource(uint32_t pending) : state_(std::make_shared<CopyEvent::State>()) {
+  tiers_internal::ResetEvent(*state_, pending);
+}
+
+void CopyEventSource::Complete(const Status& status) const {
+  tiers_internal::CompleteRegion(*state_, status);
 }
 
 namespace tiers_internal {

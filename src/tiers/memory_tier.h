@@ -141,6 +141,20 @@ class CopyEvent {
   std::shared_ptr<State> state_;  // Shared by the copy thread and waiters; nullptr = done.
 };
 
+// A CopyEvent completed by the caller's own asynchronous work instead of a tier's copy thread
+// (a decode on a worker that fills a device slot), so that waiters treat both alike. Complete()
+// is called once per pending unit (checked in debug builds); after the last the event is done,
+// with the first error reported. Copyable handle to shared state, like CopyEvent.
+class CopyEventSource {
+ public:
+  explicit CopyEventSource(uint32_t pending = 1);
+  CopyEvent event() const { return CopyEvent(state_); }
+  void Complete(const Status& status) const;
+
+ private:
+  std::shared_ptr<CopyEvent::State> state_;  // Shared with the events handed out.
+};
+
 struct DeviceTierOptions {
   uint64_t capacity_bytes = 0;  // Device memory budget for slots; 0 disables the tier.
   uint32_t slot_bytes = 0;
