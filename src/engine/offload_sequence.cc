@@ -1,55 +1,41 @@
+// OffloadedSequence: the block table, victim choice, the demand path and prefetch. SSD reads and
+// writes and the codec work are in offload_sequence_io.cc; offload_sequence_internal.h holds the
+// pieces both files share.
 #include "engine/offload_sequence.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
+#include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "engine/offload_sequence_internal.h"
 #include "tiers/ssd_format.h"
 
 namespace kvtier {
-namespace {
 
-constexpr uint32_t kNoSlot = UINT32_MAX;
-constexpr int32_t kNoRead = -1;
+using offload_internal::kNoPos;
+using offload_internal::kNoRead;
+using offload_internal::kNoSlot;
+using offload_internal::NowUs;
+using offload_internal::Rank;
 
-uint64_t NowUs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-}  // namespace
-
-// One (layer, chunk) of the block table. A slot index is set while the tier holds it; the
-// *_current flags say whether that copy holds the latest bytes.
-struct OffloadedSequence::Entry {
-  uint32_t device_slot = kNoSlot;
-  uint32_t host_slot = kNoSlot;
-  CopyEvent device_event;  // Last copy into or out of the device slot.
-  CopyEvent host_event;    // Last copy into the host slot.
-  int32_t read = kNoRead;  // SSD -> host read in flight into reads_[read].
-  uint32_t ssd_generation = 0;
-  uint64_t last_use = 0;
-  bool written = false;
-  bool host_current = false;
-  bool ssd_current = false;
-  bool pinned = false;
-  bool loading = false;  // In a host -> device batch being formed: its host slot stays.
-};
-
-struct OffloadedSequence::ReadSlot {
-  SsdBlockRead read;  // Reads straight into the block's host slot.
-  size_t index = 0;
-};
-
-uint32_t OffloadedSequence::HostSlotBytes(const KvLayout& layout, bool with_ssd) {
-  const uint64_t block = layout.BlockBytes();
-  if (!with_ssd) return static_cast<uint32_t>(block);
-  const uint64_t record = ssd::kRecordPayloadOffset + block;
-  return static_cast<uint32_t>((record + kDirectIoAlignment - 1) / kDirectIoAlignment *
-                               kDirectIoAlignment);
+uint32_t OffloadedSequence::HostSlotBytes(
+    const KvLayout& layout, bool with_ssd,
+    const std::optional<codecs::PrecisionLadderOptions>& ladder) {
+  uint64_t payload = layout.BlockBytes();
+  if (ladder.has_value()) {
+    const codecs::BlockGeometry g = offload_internal::GeometryOf(layout);
+    for (const codecs::CodecParams& p :
+         {ladder->full_precision_memory, ladder->int8, ladder->int4}) {
+      const Result<size_t> bytes = codecs::MaxEncodedSize(p, g);
+      if (bytes.ok()) payload = std::max<uint64_t>(payload, *bytes);
+    }
+  }
+  const uint64_t total = (with_ssd ? ssd::kRecordPayloadOffset : 0) + payload;
+  return static_cast<uint32_t>(AlignUp(total, kDirectIoAlignment));
 }
 
 std::byte* OffloadedSequence::HostData(uint32_t slot) {
@@ -64,6 +50,16 @@ Status OffloadSequenceOptions::Validate() const {
   if (device_blocks_max == 0) {
     return Status::InvalidArgument("OffloadSequenceOptions.device_blocks_max must be >= 1");
   }
+  if (codec_threads == 0 || codec_threads > kOffloadCodecThreadsMax) {
+    return Status::InvalidArgument("OffloadSequenceOptions.codec_threads out of [1, 16]");
+  }
+  if (ladder.has_value()) {
+    KV_RETURN_IF_ERROR(ladder->Validate());
+    if (!ladder->full_precision_memory.lossless()) {
+      return Status::InvalidArgument(
+          "OffloadSequenceOptions.ladder.full_precision_memory must be lossless");
+    }
+  }
   return depth.Validate();
 }
 
@@ -73,6 +69,7 @@ OffloadedSequence::OffloadedSequence(const OffloadSequenceOptions& options,
       tiers_(tiers),
       block_bytes_(options.layout.BlockBytes()),
       host_offset_(tiers.ssd != nullptr ? ssd::kRecordPayloadOffset : 0),
+      geometry_(offload_internal::GeometryOf(options.layout)),
       depth_(options.depth) {}
 
 Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
@@ -85,7 +82,8 @@ Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
   if (tiers.device->slot_bytes() < block_bytes || tiers.host->slot_bytes() < block_bytes) {
     return Status::InvalidArgument("OffloadTiers: a tier's slot_bytes is below the block size");
   }
-  if (tiers.host->slot_bytes() < HostSlotBytes(options.layout, tiers.ssd != nullptr)) {
+  if (tiers.host->slot_bytes() <
+      HostSlotBytes(options.layout, tiers.ssd != nullptr, options.ladder)) {
     return Status::InvalidArgument("OffloadTiers: host slot_bytes below HostSlotBytes()");
   }
   if (tiers.device->slots() < options.device_blocks_max) {
@@ -96,38 +94,23 @@ Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
   return seq;
 }
 
-Status OffloadedSequence::Init() {
-  const KvLayout& l = options_.layout;
-  entries_.resize(size_t{l.layers} * options_.chunks_max);
-  chunks_written_.assign(l.layers, 0);
-  plans_.resize(l.layers);
-  has_plan_.assign(l.layers, 0);
-  layout_digest_ = LayoutDigest(l);
-  stats_.depth = depth_.depth();
-  if (tiers_.ssd != nullptr) {
-    reads_.resize(kOffloadSsdReadsInFlightMax);
-    for (uint32_t i = 0; i < kOffloadSsdReadsInFlightMax; ++i) {
-      free_reads_.push_back(kOffloadSsdReadsInFlightMax - 1 - i);
-    }
-    MutexLock lock(&mu_);
-    read_done_.assign(kOffloadSsdReadsInFlightMax, 0);
-    read_status_.assign(kOffloadSsdReadsInFlightMax, Status::Ok());
-  }
-  return Status::Ok();
-}
-
 OffloadedSequence::~OffloadedSequence() {
   for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].read != kNoRead) WaitRead(i).IgnoreError();
+  }
+  codec_pool_.reset();  // Finishes the decodes in flight.
+  std::vector<BlockKey> erase;
+  for (size_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
-    if (e.read != kNoRead) WaitRead(i).IgnoreError();
     e.device_event.Wait().IgnoreError();
     e.host_event.Wait().IgnoreError();
     if (e.device_slot != kNoSlot) tiers_.device->Free(e.device_slot);
     if (e.host_slot != kNoSlot) tiers_.host->Free(e.host_slot);
-    if (e.ssd_current && tiers_.ssd != nullptr) {
-      const BlockKey key = SsdKey(i);
-      tiers_.ssd->Erase(std::span<const BlockKey>(&key, 1)).IgnoreError();
-    }
+    if (e.ssd_current && tiers_.ssd != nullptr) erase.push_back(SsdKey(i));
+  }
+  for (size_t i = 0; i < erase.size(); i += kSsdBatchEntriesMax) {
+    const size_t n = std::min<size_t>(kSsdBatchEntriesMax, erase.size() - i);
+    tiers_.ssd->Erase(std::span(erase).subspan(i, n)).IgnoreError();
   }
 }
 
@@ -137,145 +120,228 @@ size_t OffloadedSequence::Index(uint32_t layer, uint32_t chunk) const {
   return size_t{layer} * options_.chunks_max + chunk;
 }
 
+uint32_t OffloadedSequence::LayerOf(size_t index) const {
+  return static_cast<uint32_t>(index / options_.chunks_max);
+}
+
+uint32_t OffloadedSequence::ChunkOf(size_t index) const {
+  return static_cast<uint32_t>(index % options_.chunks_max);
+}
+
 // How many layer steps until the block is needed again, in [1, layers]: 1 for the next layer;
 // the layer being computed (when unpinned) and the one just computed come last.
 uint32_t OffloadedSequence::Distance(size_t index) const {
   const uint32_t layers = options_.layout.layers;
-  const auto layer = static_cast<uint32_t>(index / options_.chunks_max);
-  return (layer + layers - cursor_layer_ - 1) % layers + 1;
+  return (LayerOf(index) + layers - cursor_layer_ - 1) % layers + 1;
 }
 
-BlockKey OffloadedSequence::SsdKey(size_t index) const {
+float OffloadedSequence::HeatAt(size_t index) const {
   const Entry& e = entries_[index];
-  BlockKey key;
-  const uint64_t chunk = index % options_.chunks_max;
-  for (size_t b = 0; b < 8; ++b) {
-    key.chunk_hash[b] = static_cast<uint8_t>(options_.sequence_id >> (8 * b));
-    key.chunk_hash[8 + b] = static_cast<uint8_t>(chunk >> (8 * b));
-  }
-  for (size_t b = 0; b < 4; ++b) {
-    key.chunk_hash[16 + b] = static_cast<uint8_t>(e.ssd_generation >> (8 * b));
-  }
-  key.chunk_hash[31] = 0x5e;  // Marks offloaded-sequence keys apart from prefix-cache keys.
-  key.layer = static_cast<uint32_t>(index / options_.chunks_max);
-  return key;
+  if (e.heat == 0.0f) return 0.0f;
+  const double age = static_cast<double>(step_ - e.heat_step);
+  return static_cast<float>(e.heat * std::exp2(-age / heat_half_life_steps_));
 }
 
-int64_t OffloadedSequence::FindDeviceVictim(uint32_t distance_min) const {
+void OffloadedSequence::ObserveHeat(uint32_t layer, uint32_t chunk, float mass) {
+  const size_t i = Index(layer, chunk);
+  Entry& e = entries_[i];
+  e.heat = HeatAt(i) + std::max(mass, 0.0f);
+  e.heat_step = step_;
+}
+
+float OffloadedSequence::Heat(uint32_t layer, uint32_t chunk) const {
+  return HeatAt(Index(layer, chunk));
+}
+
+// Among blocks needed equally soon: regular chunks before sink chunks, then the least heat,
+// then the least recently used.
+bool OffloadedSequence::Colder(size_t a, size_t b) const {
+  const bool sink_a = ChunkOf(a) < options_.sink_chunks;
+  const bool sink_b = ChunkOf(b) < options_.sink_chunks;
+  if (sink_a != sink_b) return !sink_a;
+  const float heat_a = HeatAt(a);
+  const float heat_b = HeatAt(b);
+  if (heat_a != heat_b) return heat_a < heat_b;
+  return entries_[a].last_use < entries_[b].last_use;
+}
+
+// A device copy is clean when a current copy below holds it at the precision its age calls for:
+// dropping it then loses nothing.
+bool OffloadedSequence::DeviceCopyClean(size_t index) const {
+  const Entry& e = entries_[index];
+  if (!e.host_current && !e.ssd_current) return false;
+  if (!ladder_.has_value()) return true;
+  const uint32_t stored = e.host_current ? Rank(e.host_codec) : Rank(e.ssd_codec);
+  return Rank(RungFor(index)) <= stored;
+}
+
+void OffloadedSequence::TrackDevice(size_t index, bool resident) {
+  offload_internal::Track(&device_list_, &entries_[index].device_pos, index, resident,
+                          [this](size_t moved, uint32_t pos) { entries_[moved].device_pos = pos; });
+  stats_.device_blocks_peak =
+      std::max(stats_.device_blocks_peak, static_cast<uint32_t>(device_list_.size()));
+}
+
+void OffloadedSequence::TrackHost(size_t index, bool resident) {
+  offload_internal::Track(&host_list_, &entries_[index].host_pos, index, resident,
+                          [this](size_t moved, uint32_t pos) { entries_[moved].host_pos = pos; });
+}
+
+int64_t OffloadedSequence::FindDeviceVictim(uint32_t distance_min, bool clean_only) const {
   int64_t best = -1;
   uint32_t best_distance = 0;
-  bool best_sink = true;
-  uint64_t best_use = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) {
+  for (const size_t i : device_list_) {
     const Entry& e = entries_[i];
-    if (e.device_slot == kNoSlot || e.pinned) continue;
+    if (e.pinned || e.loading) continue;
     const uint32_t d = Distance(i);
-    if (d <= distance_min) continue;
-    const bool sink = i % options_.chunks_max < options_.sink_chunks;
-    const bool better = best < 0 || d > best_distance ||
-                        (d == best_distance && (best_sink && !sink)) ||
-                        (d == best_distance && sink == best_sink && e.last_use < best_use);
-    if (better) {
+    if (d <= distance_min || (clean_only && !DeviceCopyClean(i))) continue;
+    if (best < 0 || d > best_distance ||
+        (d == best_distance && Colder(i, static_cast<size_t>(best)))) {
       best = static_cast<int64_t>(i);
       best_distance = d;
-      best_sink = sink;
-      best_use = e.last_use;
     }
   }
   return best;
 }
 
-// Host blocks with a read in flight are victims only when nothing else is (the eviction then
-// waits for the read): prefetched reads must not leave a demand load without a slot.
-int64_t OffloadedSequence::FindHostVictim(uint32_t distance_min) const {
-  const int64_t settled = FindHostVictimPass(distance_min, false);
-  return settled >= 0 ? settled : FindHostVictimPass(distance_min, true);
-}
-
-int64_t OffloadedSequence::FindHostVictimPass(uint32_t distance_min, bool reading) const {
-  int64_t best = -1;
-  uint32_t best_distance = 0;
-  uint64_t best_use = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& e = entries_[i];
-    if (e.host_slot == kNoSlot || (e.read != kNoRead) != reading || e.pinned || e.loading) {
-      continue;
-    }
-    // Without an SSD a host copy that is the only current one cannot go anywhere.
-    if (tiers_.ssd == nullptr && !e.ssd_current && e.device_slot == kNoSlot) continue;
-    const uint32_t d = Distance(i);
-    if (d <= distance_min) continue;
-    if (best < 0 || d > best_distance || (d == best_distance && e.last_use < best_use)) {
-      best = static_cast<int64_t>(i);
-      best_distance = d;
-      best_use = e.last_use;
-    }
-  }
-  return best;
-}
-
-Result<uint32_t> OffloadedSequence::AllocateDevice(uint32_t distance_min) {
-  if (device_used_ >= options_.device_blocks_max) {
-    const int64_t victim = FindDeviceVictim(distance_min);
+// clean_only (prefetch): the victim's demotion may not force anything else out, so a dirty
+// block qualifies only while the host tier has a free slot to take it.
+Result<uint32_t> OffloadedSequence::AllocateDevice(uint32_t distance_min, bool clean_only) {
+  if (device_list_.size() >= options_.device_blocks_max) {
+    const bool host_free = host_list_.size() < tiers_.host->slots();
+    const int64_t victim = FindDeviceVictim(distance_min, clean_only && !host_free);
     if (victim < 0) return Status::Busy("device budget full of blocks needed sooner");
-    KV_RETURN_IF_ERROR(EvictDevice(static_cast<size_t>(victim)));
+    KV_RETURN_IF_ERROR(EvictDevice(static_cast<size_t>(victim), !clean_only));
   }
-  KV_ASSIGN_OR_RETURN(uint32_t slot, tiers_.device->Allocate());
-  ++device_used_;
-  stats_.device_blocks_peak = std::max(stats_.device_blocks_peak, device_used_);
-  return slot;
+  return tiers_.device->Allocate();
 }
 
-Result<uint32_t> OffloadedSequence::AllocateHost(uint32_t distance_min) {
-  Result<uint32_t> slot = tiers_.host->Allocate();
-  if (slot.ok()) {
-    ++host_used_;
-    return slot;
-  }
-  const int64_t victim = FindHostVictim(distance_min);
-  if (victim < 0) return Status::NoSpace("host tier full and nothing can be demoted");
-  KV_RETURN_IF_ERROR(EvictHost(static_cast<size_t>(victim)));
-  KV_ASSIGN_OR_RETURN(uint32_t s, tiers_.host->Allocate());
-  ++host_used_;
-  return s;
-}
-
-// Demotes a device block. It goes to a free host slot when there is one (so device and host
-// together hold more distinct blocks than either alone); with none it is dropped when the SSD
-// holds it, and otherwise written back to the host, evicting a host block to the SSD if needed.
-Status OffloadedSequence::EvictDevice(size_t index) {
+// Demotes a device block: a dirty one (or one whose stored rung is finer than its age calls for)
+// is written down to the host; a clean one is kept in a free host slot when there is one (host
+// and device together then hold more distinct blocks), else dropped.
+Status OffloadedSequence::EvictDevice(size_t index, bool may_evict_host) {
   Entry& e = entries_[index];
   KV_RETURN_IF_ERROR(e.device_event.Wait());
-  if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(index));
-  if (!e.host_current) {
-    if (e.host_slot == kNoSlot) {
-      Result<uint32_t> free_slot = tiers_.host->Allocate();
-      if (free_slot.ok()) {
-        e.host_slot = *free_slot;
-        ++host_used_;
-      } else if (!e.ssd_current) {
-        const bool was_pinned = std::exchange(e.pinned, true);  // Not a host victim itself.
-        Result<uint32_t> host = AllocateHost(0);
-        e.pinned = was_pinned;
-        KV_RETURN_IF_ERROR(host.status());
-        e.host_slot = *host;
-      }
-    }
-    if (e.host_slot != kNoSlot) {
-      const CopyRegion region{HostData(e.host_slot), tiers_.device->SlotData(e.device_slot),
-                              block_bytes_};
-      e.host_event = tiers_.device->Copy(CopyKind::kDeviceToHost, std::span(&region, 1));
-      KV_RETURN_IF_ERROR(e.host_event.Wait());
-      e.host_current = true;
-      stats_.bytes_device_to_host += block_bytes_;
+  if (!DeviceCopyClean(index)) {
+    KV_RETURN_IF_ERROR(DemoteToHost(index, may_evict_host));
+  } else if (e.host_slot == kNoSlot && e.read == kNoRead) {
+    Result<uint32_t> free_slot = tiers_.host->Allocate();
+    if (free_slot.ok()) {
+      e.host_slot = *free_slot;
+      TrackHost(index, true);
+      const bool had_ssd = e.ssd_current;
+      KV_RETURN_IF_ERROR(EncodeToHost(index, RungFor(index)));
+      e.ssd_current = had_ssd && Rank(e.host_codec) <= Rank(e.ssd_codec);
     }
   }
   tiers_.device->Free(e.device_slot);
   e.device_slot = kNoSlot;
   e.device_event = CopyEvent();
-  --device_used_;
+  TrackDevice(index, false);
   ++stats_.device_evictions;
   return Status::Ok();
+}
+
+Status OffloadedSequence::DemoteToHost(size_t index, bool may_evict_host) {
+  Entry& e = entries_[index];
+  const bool reencode = e.host_current || e.ssd_current;
+  if (e.host_slot == kNoSlot) {
+    const bool was_pinned = std::exchange(e.pinned, true);  // Not a host victim itself.
+    Result<uint32_t> host = may_evict_host ? AllocateHost(0, false) : tiers_.host->Allocate();
+    e.pinned = was_pinned;
+    if (!host.ok()) {
+      if (may_evict_host && tiers_.ssd != nullptr) {
+        KV_RETURN_IF_ERROR(SpillToSsd(index));
+        if (reencode) ++stats_.blocks_reencoded;
+        return Status::Ok();
+      }
+      return Status::NoSpace("host tier cannot take a block demoted from the device: " +
+                             host.status().message());
+    }
+    e.host_slot = *host;
+    TrackHost(index, true);
+  } else {
+    KV_RETURN_IF_ERROR(e.host_event.Wait());
+  }
+  KV_RETURN_IF_ERROR(EncodeToHost(index, RungFor(index)));
+  e.ssd_current = false;  // Rewritten (the record of an older generation is left to reclaim).
+  if (reencode) ++stats_.blocks_reencoded;
+  return Status::Ok();
+}
+
+// Host blocks with a read in flight are victims only when nothing else is (the eviction then
+// waits for the read): prefetched reads must not leave a demand load without a slot.
+int64_t OffloadedSequence::FindHostVictim(uint32_t distance_min, bool clean_only,
+                                          bool reading) const {
+  int64_t best = -1;
+  uint32_t best_distance = 0;
+  for (const size_t i : host_list_) {
+    const Entry& e = entries_[i];
+    if ((e.read != kNoRead) != reading || e.pinned || e.loading) continue;
+    const bool only_copy = e.host_current && !e.ssd_current && e.device_slot == kNoSlot;
+    // An only copy goes down to the SSD first (not for prefetch, and not without an SSD).
+    if (only_copy && (clean_only || tiers_.ssd == nullptr)) continue;
+    if (clean_only && e.host_current && !e.ssd_current) continue;
+    const uint32_t d = Distance(i);
+    if (d <= distance_min) continue;
+    if (best < 0 || d > best_distance ||
+        (d == best_distance && Colder(i, static_cast<size_t>(best)))) {
+      best = static_cast<int64_t>(i);
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+Result<uint32_t> OffloadedSequence::AllocateHost(uint32_t distance_min, bool clean_only) {
+  Result<uint32_t> slot = tiers_.host->Allocate();
+  if (slot.ok()) return slot;
+  int64_t victim = FindHostVictim(distance_min, clean_only, false);
+  if (victim < 0 && !clean_only) victim = FindHostVictim(distance_min, clean_only, true);
+  if (victim < 0) return Status::NoSpace("host tier full and nothing can be demoted");
+  KV_RETURN_IF_ERROR(EvictHostBatch(static_cast<size_t>(victim), distance_min));
+  return tiers_.host->Allocate();
+}
+
+// Frees the host slot of `first`; when that copy must go to the SSD first, other dirty victims
+// needed no sooner go with it in one write batch (the SSD writes them in parallel).
+Status OffloadedSequence::EvictHostBatch(size_t first, uint32_t distance_min) {
+  std::vector<size_t>& batch = evict_scratch_;
+  batch.assign(1, first);
+  const auto needs_write = [this](size_t i) {
+    const Entry& e = entries_[i];
+    return e.host_current && !e.ssd_current;
+  };
+  if (needs_write(first)) {
+    for (const size_t i : host_list_) {
+      if (batch.size() >= kOffloadWriteBatchBlocks) break;
+      const Entry& e = entries_[i];
+      if (i == first || e.pinned || e.loading || e.read != kNoRead || !needs_write(i)) continue;
+      if (e.device_slot != kNoSlot || Distance(i) <= distance_min) continue;
+      batch.push_back(i);
+    }
+  }
+  for (const size_t i : batch) {
+    Entry& e = entries_[i];
+    if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(i));
+    KV_RETURN_IF_ERROR(e.host_event.Wait());
+    KV_RETURN_IF_ERROR(e.device_event.Wait());  // An H2D copy may still read the host slot.
+  }
+  if (needs_write(first)) KV_RETURN_IF_ERROR(WriteToSsd(batch));
+  for (const size_t i : batch) {
+    FreeHost(i);
+    ++stats_.host_evictions;
+  }
+  return Status::Ok();
+}
+
+void OffloadedSequence::FreeHost(size_t index) {
+  Entry& e = entries_[index];
+  tiers_.host->Free(e.host_slot);
+  e.host_slot = kNoSlot;
+  e.host_current = false;
+  e.host_event = CopyEvent();
+  TrackHost(index, false);
 }
 
 // Keeps the tiers exclusive: once a pinned block's device copy is complete, its host copy is
@@ -285,166 +351,107 @@ void OffloadedSequence::ReleaseHostCopies() {
     Entry& e = entries_[i];
     if (e.host_slot == kNoSlot || !e.ssd_current || e.read != kNoRead) continue;
     if (!e.host_event.Ready() || !e.device_event.Ready()) continue;
-    tiers_.host->Free(e.host_slot);
-    e.host_slot = kNoSlot;
-    e.host_current = false;
-    --host_used_;
+    FreeHost(i);
   }
 }
 
-// Demotes a host block; writes it to the SSD first when no other copy is current.
-Status OffloadedSequence::EvictHost(size_t index) {
-  Entry& e = entries_[index];
-  if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(index));
-  KV_RETURN_IF_ERROR(e.host_event.Wait());
-  KV_RETURN_IF_ERROR(e.device_event.Wait());  // An H2D copy may still read the host slot.
-  if (e.host_current && !e.ssd_current && e.device_slot == kNoSlot) {
-    KV_RETURN_IF_ERROR(WriteToSsd(index));
-  }
-  tiers_.host->Free(e.host_slot);
-  e.host_slot = kNoSlot;
-  e.host_current = false;
-  --host_used_;
-  ++stats_.host_evictions;
-  return Status::Ok();
-}
-
-Status OffloadedSequence::WriteToSsd(size_t index) {
-  if (tiers_.ssd == nullptr) return Status::NoSpace("host tier full and no SSD tier");
-  Entry& e = entries_[index];
-  ++e.ssd_generation;
-  SsdBlockWrite write;
-  write.key = SsdKey(index);
-  write.layout_digest = layout_digest_;
-  write.codec_id = 0;  // Identity: the precision ladder is not applied here yet.
-  write.raw_bytes = static_cast<uint32_t>(block_bytes_);
-  write.payload = std::span<const std::byte>(HostData(e.host_slot), block_bytes_);
-  KV_RETURN_IF_ERROR(tiers_.ssd->WriteBatchSync(std::span(&write, 1)));
-  KV_RETURN_IF_ERROR(write.status);
-  e.ssd_current = true;
-  stats_.bytes_ssd_written += block_bytes_;
-  return Status::Ok();
-}
-
-void OffloadedSequence::OnReadDone(uint32_t slot, Status status) {
-  MutexLock lock(&mu_);
-  read_done_[slot] = 1;
-  read_status_[slot] = std::move(status);
-  read_cv_.SignalAll();
-}
-
-// Starts an SSD -> host read of a block whose only current copy is on the SSD. Busy when the
-// read pool or the host tier (for blocks needed sooner) is exhausted.
-Status OffloadedSequence::StartSsdRead(size_t index, uint32_t distance_min) {
-  Entry& e = entries_[index];
-  KV_CHECK(e.read == kNoRead);
-  if (free_reads_.empty()) return Status::Busy("SSD read pool exhausted");
-  if (e.host_slot == kNoSlot) {
-    const bool was_pinned = std::exchange(e.pinned, true);
-    Result<uint32_t> host = AllocateHost(distance_min);
-    e.pinned = was_pinned;
-    if (!host.ok()) return host.status();
-    e.host_slot = *host;
-  }
-  const uint32_t slot = free_reads_.back();
-  free_reads_.pop_back();
-  ReadSlot& r = reads_[slot];
-  r.index = index;
-  r.read = SsdBlockRead{};
-  r.read.key = SsdKey(index);
-  r.read.layout_digest = layout_digest_;
-  r.read.buffer =
-      std::span<std::byte>(tiers_.host->SlotData(e.host_slot), tiers_.host->slot_bytes());
-  {
-    MutexLock lock(&mu_);
-    read_done_[slot] = 0;
-  }
-  e.read = static_cast<int32_t>(slot);
-  tiers_.ssd->ReadBatch(std::span(&r.read, 1),
-                        [this, slot](Status s) { OnReadDone(slot, std::move(s)); });
-  return Status::Ok();
-}
-
-// A completed read: verify and copy the payload into the block's host slot.
-Status OffloadedSequence::FinishRead(uint32_t slot) {
-  ReadSlot& r = reads_[slot];
-  Entry& e = entries_[r.index];
-  Status status;
-  {
-    MutexLock lock(&mu_);
-    status = read_status_[slot];
-  }
-  e.read = kNoRead;
-  free_reads_.push_back(slot);
-  KV_RETURN_IF_ERROR(status);
-  KV_RETURN_IF_ERROR(r.read.status);
-  if (r.read.codec_id != 0 || r.read.payload.size() != block_bytes_ ||
-      r.read.payload.data() != HostData(e.host_slot)) {
-    return Status::Corruption("offloaded block on SSD has an unexpected codec or size");
-  }
-  e.host_current = true;
-  stats_.bytes_ssd_read += block_bytes_;
-  return Status::Ok();
-}
-
-Status OffloadedSequence::HarvestReads() {
-  for (uint32_t slot = 0; slot < reads_.size(); ++slot) {
-    if (entries_.empty() ||
-        std::find(free_reads_.begin(), free_reads_.end(), slot) != free_reads_.end()) {
-      continue;
-    }
-    bool done = false;
-    {
-      MutexLock lock(&mu_);
-      done = read_done_[slot] != 0;
-    }
-    if (done) KV_RETURN_IF_ERROR(FinishRead(slot));
-  }
-  return Status::Ok();
-}
-
-Status OffloadedSequence::WaitRead(size_t index) {
-  const auto slot = static_cast<uint32_t>(entries_[index].read);
-  {
-    MutexLock lock(&mu_);
-    while (read_done_[slot] == 0) read_cv_.Wait(&mu_);
-  }
-  return FinishRead(slot);
-}
-
-// Starts host -> device copies of `indexes` (blocks current on the host) in one batch. Blocks
-// that get no slot set *pressure and are skipped (prefetch) or fail the call (distance 0).
+// Starts host -> device transfers of `indexes` (blocks current on the host): plain copies for
+// raw host copies, decodes for encoded ones. Blocks that get no slot set *pressure and are
+// skipped (prefetch: distance_min > 0, clean victims only) or fail the call (distance_min 0).
 Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t distance_min,
                                        bool* pressure) {
   regions_.clear();
-  scratch_chunks_.clear();
+  raw_scratch_.clear();
+  decode_scratch_.clear();
   for (const size_t i : indexes) entries_[i].loading = true;  // Their host slots must stay.
+  Status status;
   for (const size_t i : indexes) {
     Entry& e = entries_[i];
-    Result<uint32_t> slot = AllocateDevice(distance_min);
+    Result<uint32_t> slot = AllocateDevice(distance_min, distance_min > 0);
     if (!slot.ok()) {
-      if (distance_min == 0 && slot.status().code() == StatusCode::kBusy) {
-        return Status::NoSpace("device budget below the blocks one layer reads");
+      if (distance_min > 0) {
+        *pressure = true;
+        break;
       }
-      if (distance_min == 0) return slot.status();
-      *pressure = true;
+      status = slot.status().code() == StatusCode::kBusy
+                   ? Status::NoSpace("device budget below the blocks one layer reads")
+                   : slot.status();
       break;
     }
     e.device_slot = *slot;
-    KV_RETURN_IF_ERROR(e.host_event.Wait());  // A write-back into the host slot finished.
-    regions_.push_back(
-        {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), block_bytes_});
-    scratch_chunks_.push_back(static_cast<uint32_t>(i % options_.chunks_max));
+    TrackDevice(i, true);
+    status = e.host_event.Wait();  // A write-back into the host slot finished.
+    if (!status.ok()) break;
+    e.device_rung = static_cast<uint8_t>(Rank(e.host_codec));
+    if (e.host_codec == 0) {
+      regions_.push_back(
+          {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), block_bytes_});
+      raw_scratch_.push_back(i);
+    } else {
+      decode_scratch_.push_back(i);
+    }
   }
   for (const size_t i : indexes) entries_[i].loading = false;
-  if (regions_.empty()) return Status::Ok();
-  const CopyEvent event = tiers_.device->Copy(CopyKind::kHostToDevice, regions_);
-  const uint32_t layer = static_cast<uint32_t>(indexes[0] / options_.chunks_max);
-  for (const uint32_t chunk : scratch_chunks_) {
-    Entry& e = entries_[Index(layer, chunk)];
-    e.device_event = event;
+  if (!regions_.empty()) {
+    const CopyEvent event = tiers_.device->Copy(CopyKind::kHostToDevice, regions_);
+    for (const size_t i : raw_scratch_) entries_[i].device_event = event;
   }
-  stats_.bytes_host_to_device += regions_.size() * block_bytes_;
+  if (!decode_scratch_.empty()) {
+    const CopyEvent event = DecodeToDevice(decode_scratch_);
+    for (const size_t i : decode_scratch_) entries_[i].device_event = event;
+  }
+  stats_.bytes_host_to_device += (raw_scratch_.size() + decode_scratch_.size()) * block_bytes_;
+  loaded_ += raw_scratch_.size() + decode_scratch_.size();
+  return status;
+}
+
+// The demand path: streams `indexes` (pinned, not on the device) SSD -> host -> device through
+// whatever host room there is, so a host tier smaller than a layer still works.
+Status OffloadedSequence::BringToDevice(std::span<const size_t> indexes) {
+  std::vector<size_t>& left = left_scratch_;
+  std::vector<size_t>& ready = ready_scratch_;
+  left.assign(indexes.begin(), indexes.end());
+  while (!left.empty()) {
+    size_t started = 0;
+    KV_RETURN_IF_ERROR(StartReads(left, 0, &started));
+    KV_RETURN_IF_ERROR(HarvestReads());
+    ready.clear();
+    size_t kept = 0;
+    for (const size_t i : left) {
+      const Entry& e = entries_[i];
+      if (e.host_current && e.read == kNoRead) {
+        ready.push_back(i);
+      } else {
+        left[kept++] = i;
+      }
+    }
+    left.resize(kept);
+    if (!ready.empty()) {
+      bool pressure = false;
+      KV_RETURN_IF_ERROR(LoadToDevice(ready, 0, &pressure));
+      continue;
+    }
+    const auto reading = std::find_if(left.begin(), left.end(),
+                                      [this](size_t i) { return entries_[i].read != kNoRead; });
+    if (reading != left.end()) {
+      KV_RETURN_IF_ERROR(WaitRead(*reading));
+      continue;
+    }
+    // No read could start: host slots may be held by this layer's blocks still being copied.
+    bool released = false;
+    for (const size_t i : pinned_) {
+      Entry& e = entries_[i];
+      if (e.host_slot == kNoSlot || e.device_slot == kNoSlot || !e.ssd_current) continue;
+      KV_RETURN_IF_ERROR(e.device_event.Wait());
+      released = true;
+    }
+    const size_t before = host_list_.size();
+    if (released) ReleaseHostCopies();
+    if (host_list_.size() == before) {
+      return Status::NoSpace("host tier too small to stage the blocks of layer " +
+                             std::to_string(LayerOf(left[0])));
+    }
+  }
   return Status::Ok();
 }
 
@@ -468,8 +475,10 @@ Status OffloadedSequence::AcquireLayer(uint32_t layer, std::span<const uint32_t>
   KV_RETURN_IF_ERROR(HarvestReads());
   Unpin();
   cursor_layer_ = layer;
+  ++step_;
   const uint64_t start_us = NowUs();
-  scratch_.clear();
+  std::vector<size_t>& missing = missing_scratch_;
+  missing.clear();
   for (const uint32_t c : chunks) {
     const size_t i = Index(layer, c);
     Entry& e = entries_[i];
@@ -477,22 +486,17 @@ Status OffloadedSequence::AcquireLayer(uint32_t layer, std::span<const uint32_t>
     e.pinned = true;
     e.last_use = ++tick_;
     pinned_.push_back(i);
-    if (e.device_slot != kNoSlot) continue;
-    ++stats_.blocks_demand;
-    KV_RETURN_IF_ERROR(StartDemandRead(i));
-    scratch_.push_back(i);
+    if (e.device_slot == kNoSlot) missing.push_back(i);
   }
-  for (const size_t i : scratch_) {
-    if (entries_[i].read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(i));
-  }
-  bool pressure = false;
-  KV_RETURN_IF_ERROR(LoadToDevice(scratch_, 0, &pressure));
+  stats_.blocks_demand += missing.size();
+  KV_RETURN_IF_ERROR(BringToDevice(missing));
   for (const size_t i : pinned_) KV_RETURN_IF_ERROR(entries_[i].device_event.Wait());
   const uint64_t stall_us = NowUs() - start_us;
   ReleaseHostCopies();
   stats_.stall_us += stall_us;
   stats_.last_stall_us = stall_us;
   ++stats_.layers_acquired;
+  bool pressure = false;
   KV_RETURN_IF_ERROR(Prefetch(layer, &pressure));
   stats_.depth = depth_.Observe(stall_us, pressure);
   stats_.depth_grows = depth_.grows();
@@ -500,58 +504,39 @@ Status OffloadedSequence::AcquireLayer(uint32_t layer, std::span<const uint32_t>
   return Status::Ok();
 }
 
-// Makes sure a block needed now is current on the host or on its way there: starts its SSD
-// read, waiting for an earlier read when the pool is exhausted.
-Status OffloadedSequence::StartDemandRead(size_t index) {
-  const Entry& e = entries_[index];
-  if (e.read != kNoRead || e.host_current) return Status::Ok();
-  if (tiers_.ssd == nullptr || !e.ssd_current) {
-    return Status::Corruption("offloaded block has no current copy in any tier");
-  }
-  Status s = StartSsdRead(index, 0);
-  while (s.code() == StatusCode::kBusy) {
-    KV_RETURN_IF_ERROR(WaitRead(FirstPendingRead()));
-    s = StartSsdRead(index, 0);
-  }
-  return s;
-}
-
-size_t OffloadedSequence::FirstPendingRead() const {
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (entries_[i].read != kNoRead) return i;
-  }
-  KV_CHECK(false);
-  return 0;
-}
-
 // Loads ahead along the layer schedule: host -> device for layers +1..+depth, SSD -> host for
-// layers +1..+depth+1. Only slots held by blocks needed later than the prefetched one are
-// reclaimed, so prefetch never evicts what it (or the current layer) needs sooner.
+// layers +1..+depth+1. Only slots of clean blocks needed later than the prefetched one are
+// reclaimed, so prefetch never evicts what it (or the current layer) needs sooner and never
+// forces a write-back.
 Status OffloadedSequence::Prefetch(uint32_t layer, bool* pressure) {
   const uint32_t depth = depth_.depth();
   const uint32_t layers = options_.layout.layers;
   if (depth == 0) return Status::Ok();
+  std::vector<size_t>& reads = prefetch_reads_;
+  std::vector<size_t>& loads = prefetch_loads_;
   for (uint32_t d = 1; d <= std::min(depth + 1, layers - 1); ++d) {
     const uint32_t next = (layer + d) % layers;
     PlannedChunks(next, &scratch_chunks_);
-    const std::vector<uint32_t> chunks = scratch_chunks_;  // LoadToDevice reuses the scratch.
-    scratch_.clear();
-    for (const uint32_t c : chunks) {
+    reads.clear();
+    loads.clear();
+    for (const uint32_t c : scratch_chunks_) {
       const size_t i = Index(next, c);
-      Entry& e = entries_[i];
-      if (e.device_slot != kNoSlot) continue;
-      if (e.read == kNoRead && !e.host_current) {
-        const Status s = StartSsdRead(i, d);
-        if (!s.ok() && s.code() != StatusCode::kBusy && s.code() != StatusCode::kNoSpace) return s;
-        if (!s.ok()) break;  // Pool or host full of blocks needed sooner: stop this layer.
-        ++stats_.blocks_prefetched;
-        continue;
+      const Entry& e = entries_[i];
+      if (e.device_slot != kNoSlot || e.read != kNoRead) continue;
+      if (e.host_current) {
+        if (d <= depth) loads.push_back(i);
+      } else if (e.ssd_current) {
+        reads.push_back(i);
       }
-      if (d <= depth && e.read == kNoRead) scratch_.push_back(i);
     }
-    if (!scratch_.empty()) {
-      KV_RETURN_IF_ERROR(LoadToDevice(scratch_, d, pressure));
-      stats_.blocks_prefetched += regions_.size();
+    size_t started = 0;
+    KV_RETURN_IF_ERROR(StartReads(reads, d, &started));
+    stats_.blocks_prefetched += started;
+    if (started < reads.size()) *pressure = true;
+    if (!loads.empty()) {
+      loaded_ = 0;
+      KV_RETURN_IF_ERROR(LoadToDevice(loads, d, pressure));
+      stats_.blocks_prefetched += loaded_;
     }
   }
   return Status::Ok();
@@ -564,38 +549,45 @@ Result<std::span<std::byte>> OffloadedSequence::MutableBlock(uint32_t layer, uin
   KV_RETURN_IF_ERROR(HarvestReads());
   Unpin();
   cursor_layer_ = layer;  // Writes follow the layer schedule too.
+  ++step_;
   const size_t i = Index(layer, chunk);
   Entry& e = entries_[i];
   e.last_use = ++tick_;
   if (e.device_slot == kNoSlot) {
     e.pinned = true;
-    if (e.written) KV_RETURN_IF_ERROR(StartDemandRead(i));
-    if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(i));
-    Result<uint32_t> slot = AllocateDevice(0);
-    e.pinned = false;
-    if (!slot.ok()) return Status::NoSpace("device budget has no slot for a written block");
-    e.device_slot = *slot;
+    Status s;
     if (e.written) {
-      const CopyRegion region{tiers_.device->SlotData(e.device_slot), HostData(e.host_slot),
-                              block_bytes_};
-      e.device_event = tiers_.device->Copy(CopyKind::kHostToDevice, std::span(&region, 1));
-      stats_.bytes_host_to_device += block_bytes_;
+      s = BringToDevice(std::span<const size_t>(&i, 1));
     } else {
-      std::memset(tiers_.device->SlotData(e.device_slot), 0, block_bytes_);
+      Result<uint32_t> slot = AllocateDevice(0, false);
+      if (slot.ok()) {
+        e.device_slot = *slot;
+        TrackDevice(i, true);
+        std::memset(tiers_.device->SlotData(e.device_slot), 0, block_bytes_);
+        e.device_rung = 0;
+      } else {
+        s = slot.status();
+      }
+    }
+    e.pinned = false;
+    if (!s.ok()) {
+      return s.code() == StatusCode::kBusy
+                 ? Status::NoSpace("device budget has no slot for a written block")
+                 : s;
     }
   }
   KV_RETURN_IF_ERROR(e.device_event.Wait());
   if (e.host_slot != kNoSlot) {
+    if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(i));
     KV_RETURN_IF_ERROR(e.host_event.Wait());
-    tiers_.host->Free(e.host_slot);
-    e.host_slot = kNoSlot;
-    --host_used_;
+    FreeHost(i);
   }
   e.host_current = false;
   e.ssd_current = false;  // The old record stays until the SSD reclaims it; a new one is keyed
                           // by the next generation.
   e.written = true;
   chunks_written_[layer] = std::max(chunks_written_[layer], chunk + 1);
+  newest_chunk_ = std::max(newest_chunk_, chunk);
   return std::span<std::byte>(tiers_.device->SlotData(e.device_slot), block_bytes_);
 }
 
@@ -629,13 +621,15 @@ BlockPlacement OffloadedSequence::Placement(uint32_t layer, uint32_t chunk) cons
   return {.written = e.written,
           .device = e.device_slot != kNoSlot,
           .host = e.host_slot != kNoSlot && e.host_current,
-          .ssd = e.ssd_current};
+          .ssd = e.ssd_current,
+          .host_codec = e.host_codec,
+          .ssd_codec = e.ssd_codec};
 }
 
 OffloadStats OffloadedSequence::Stats() const {
   OffloadStats s = stats_;
-  s.device_blocks = device_used_;
-  s.host_blocks = host_used_;
+  s.device_blocks = static_cast<uint32_t>(device_list_.size());
+  s.host_blocks = static_cast<uint32_t>(host_list_.size());
   return s;
 }
 
@@ -643,12 +637,21 @@ Status OffloadedSequence::CheckInvariants() const {
   uint32_t device = 0;
   uint32_t host = 0;
   std::vector<uint32_t> slots;
-  for (const Entry& e : entries_) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
     if (e.device_slot != kNoSlot) {
       ++device;
       slots.push_back(e.device_slot);
+      if (e.device_pos == kNoPos || device_list_[e.device_pos] != i) {
+        return Status::Corruption("a device block is missing from the device list");
+      }
     }
-    if (e.host_slot != kNoSlot) ++host;
+    if (e.host_slot != kNoSlot) {
+      ++host;
+      if (e.host_pos == kNoPos || host_list_[e.host_pos] != i) {
+        return Status::Corruption("a host block is missing from the host list");
+      }
+    }
     if (e.written && e.device_slot == kNoSlot && !e.host_current && !e.ssd_current &&
         e.read == kNoRead) {
       return Status::Corruption("a written block has no current copy");
@@ -659,12 +662,15 @@ Status OffloadedSequence::CheckInvariants() const {
     if (e.pinned && e.device_slot == kNoSlot) {
       return Status::Corruption("a pinned block is not on the device");
     }
+    if (e.host_current && e.host_slot == kNoSlot) {
+      return Status::Corruption("a current host copy has no host slot");
+    }
   }
   std::sort(slots.begin(), slots.end());
   if (std::adjacent_find(slots.begin(), slots.end()) != slots.end()) {
     return Status::Corruption("two blocks share a device slot");
   }
-  if (device != device_used_ || host != host_used_) {
+  if (device != device_list_.size() || host != host_list_.size()) {
     return Status::Corruption("slot counters disagree with the block table");
   }
   if (device > options_.device_blocks_max) return Status::Corruption("device budget exceeded");

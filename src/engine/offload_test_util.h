@@ -72,8 +72,11 @@ struct OffloadTestTiers {
 
 // Device tier of `device_slots` slots (slow copies when delay_bytes > 0), host tier of
 // `host_slots`, and an SSD tier unless with_ssd is false.
+// `host_slot_bytes_override` (non-zero) sizes host slots, e.g. OffloadedSequence::HostSlotBytes
+// with a ladder.
 inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots,
-                                      uint32_t host_slots, bool with_ssd, size_t delay_bytes = 0) {
+                                      uint32_t host_slots, bool with_ssd, size_t delay_bytes = 0,
+                                      uint32_t host_slot_bytes_override = 0) {
   OffloadTestTiers t;
   Result<std::unique_ptr<DeviceTier>> device = DeviceTier::OpenCpu(
       {.capacity_bytes = uint64_t{slot_bytes} * device_slots, .slot_bytes = slot_bytes});
@@ -84,7 +87,10 @@ inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots
   }
   // With an SSD a host slot holds a whole SSD record (OffloadedSequence::HostSlotBytes).
   const uint32_t host_slot_bytes =
-      with_ssd ? static_cast<uint32_t>((slot_bytes + 128 + 4095) / 4096 * 4096) : slot_bytes;
+      host_slot_bytes_override != 0
+          ? host_slot_bytes_override
+          : (with_ssd ? static_cast<uint32_t>((slot_bytes + 128 + 4095) / 4096 * 4096)
+                      : slot_bytes);
   Result<std::unique_ptr<HostTier>> host =
       HostTier::Open({.capacity_bytes = uint64_t{host_slot_bytes} * host_slots,
                       .slot_bytes = host_slot_bytes,
