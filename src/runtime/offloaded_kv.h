@@ -16,6 +16,10 @@
 // sequence starts loading N+1's likely chunks while N computes. A chunk without a valid summary
 // is always kept. top_k == 0 keeps full attention (the default).
 //
+// Heat: at decode the model reports each attended chunk's attention mass (ObserveAttention);
+// the source hands it to the sequence, which keeps hot chunks on the device longest among blocks
+// needed equally soon.
+//
 // Thread safety: none (one forward pass at a time, as KvBlockSource). Ownership: borrows the
 // sequence, which must outlive this source; owns the summaries.
 #pragma once
@@ -27,21 +31,9 @@
 
 #include "engine/offload_sequence.h"
 #include "runtime/kv_blocks.h"
+#include "runtime/quest.h"
 
 namespace kvtier::runtime {
-
-struct QuestOptions {
-  uint32_t top_k = 0;          // Chunks chosen by score; 0 = full attention.
-  uint32_t sink_chunks = 1;    // Leading chunks always attended.
-  uint32_t recent_chunks = 2;  // Trailing chunks always attended (the last one included).
-  bool preselect_next = true;  // Layer N's query plans layer N+1's prefetch.
-};
-
-struct QuestStats {
-  uint64_t selections = 0;  // SelectChunks calls that narrowed attention.
-  uint64_t chunks_considered = 0;
-  uint64_t chunks_selected = 0;
-};
 
 class OffloadedKvBlocks final : public KvBlockSource {
  public:
@@ -57,29 +49,20 @@ class OffloadedKvBlocks final : public KvBlockSource {
   Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override;
   Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
                       uint32_t chunks, std::vector<uint32_t>* selected) override;
+  // Passes each attended chunk's attention mass to the sequence as heat (victim order).
+  void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                        std::span<const float> mass) override;
 
-  const QuestStats& quest_stats() const { return stats_; }
+  const QuestStats& quest_stats() const { return quest_.stats(); }
 
  private:
   OffloadedKvBlocks(OffloadedSequence* seq, const QuestOptions& quest);
-  void Summarize(uint32_t layer, uint32_t chunk);
-  void Rank(uint32_t layer, std::span<const float> query, uint32_t n_heads, uint32_t chunks,
-            std::vector<uint32_t>* selected);
-  float UpperBound(uint32_t layer, uint32_t chunk, std::span<const float> query,
-                   uint32_t n_heads) const;
-  size_t SummaryOffset(uint32_t layer, uint32_t chunk) const;
 
   OffloadedSequence* seq_;
-  QuestOptions quest_;
-  QuestStats stats_;
-  std::vector<float> summaries_;        // [layer][chunk][min|max][kv_head][head_dim].
-  std::vector<uint8_t> summary_ok_;     // [layer][chunk].
-  std::vector<uint32_t> last_written_;  // Per layer: chunk of the latest MutableBlock, or max.
+  QuestSelector quest_;
   std::vector<uint8_t> has_selection_;  // Per layer: selection_[layer] applies to its acquire.
   std::vector<std::vector<uint32_t>> selection_;
   std::vector<uint32_t> acquire_chunks_;
-  std::vector<std::pair<float, uint32_t>> ranked_;
-  std::vector<float> half_scratch_;
   uint32_t acquired_layer_ = UINT32_MAX;  // Layer whose blocks are pinned; max = none.
 };
 

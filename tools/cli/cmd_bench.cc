@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_decode.h"
+#include "byte_size.h"
 #include "command.h"
 #include "core/limits.h"
 #include "core/logger.h"
@@ -21,36 +23,6 @@
 
 namespace kvtier::cli {
 namespace {
-
-// "1GiB", "64KiB", "4096", "4096B" -> bytes. Suffixes B, KiB, MiB, GiB (binary, case-sensitive).
-Result<uint64_t> ParseBytes(std::string_view flag, const std::string& text) {
-  struct Unit {
-    std::string_view suffix;
-    uint64_t bytes;
-  };
-  constexpr Unit kUnits[] = {{"GiB", kGiB}, {"MiB", kMiB}, {"KiB", kKiB}, {"B", 1}};
-  std::string_view digits = text;
-  uint64_t unit = 1;
-  for (const Unit& u : kUnits) {
-    if (digits.size() > u.suffix.size() && digits.ends_with(u.suffix)) {
-      digits.remove_suffix(u.suffix.size());
-      unit = u.bytes;
-      break;
-    }
-  }
-  const auto bad = [&] {
-    return Status::InvalidArgument(std::string(flag) + ": '" + text +
-                                   "' is not a size (e.g. 4096, 64KiB, 1MiB, 4GiB)");
-  };
-  if (digits.empty() || digits.size() > 19) return bad();
-  uint64_t value = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return bad();
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (value > UINT64_MAX / unit) return bad();
-  return value * unit;
-}
 
 std::string Mbps(double bytes_per_s) {
   char buf[32];
@@ -121,7 +93,7 @@ void PrintReopen(const ssd::BenchReopenReport& r, bool json) {
 class BenchCommand final : public Command {
  public:
   explicit BenchCommand(CLI::App* app)
-      : Command(app->add_subcommand("bench", "Measure the SSD tier on this machine's disk")) {
+      : Command(app->add_subcommand("bench", "Measure the SSD tier and long-context decode")) {
     ssd_ = subcommand()->add_subcommand(
         "ssd", "Write then cold-read equal blocks with a fixed queue depth (like fio)");
     ssd_->add_option("--dir", dirs_, "Directory to test in; repeat to stripe (required)")
@@ -137,6 +109,7 @@ class BenchCommand final : public Command {
     reopen_->add_option("--blocks", blocks_, "Blocks to fill (default 100000)");
     reopen_->add_option("--payload-bytes", payload_text_, "Payload per block (default 4KiB)");
     reopen_->add_flag("--json", json_, "Print one JSON object");
+    decode_ = std::make_unique<BenchDecode>(subcommand());
   }
 
   int Run() override;
@@ -147,6 +120,7 @@ class BenchCommand final : public Command {
 
   CLI::App* ssd_ = nullptr;
   CLI::App* reopen_ = nullptr;
+  std::unique_ptr<BenchDecode> decode_;
   std::vector<std::string> dirs_, reopen_dirs_;
   std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
   uint32_t queue_depth_ = 16;
@@ -159,7 +133,11 @@ int BenchCommand::Run() {
   std::unique_ptr<Env> env = NewPosixEnv({.logger = &logger});
   if (ssd_->parsed()) return RunSsd(env.get());
   if (reopen_->parsed()) return RunReopen(env.get());
-  return Fail(Status::InvalidArgument("name what to measure: ssd or ssd-reopen"));
+  if (decode_->parsed()) {
+    const Status s = decode_->Run();
+    return s.ok() ? kExitOk : Fail(s);
+  }
+  return Fail(Status::InvalidArgument("name what to measure: ssd, ssd-reopen or decode"));
 }
 
 int BenchCommand::RunSsd(Env* env) {

@@ -1,0 +1,536 @@
+#include "runtime/decode_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/assert.h"
+#include "engine/offload_sequence.h"
+#include "env/env.h"
+#include "runtime/model.h"
+#include "runtime/model_loader.h"
+#include "runtime/offloaded_kv.h"
+#include "runtime/quest.h"
+#include "runtime/synthetic.h"
+
+namespace kvtier::runtime {
+namespace {
+
+constexpr std::string_view kSyntheticPrefix = "synthetic:";
+
+struct ConfigName {
+  DecodeConfig config;
+  std::string_view name;
+};
+constexpr ConfigName kConfigNames[] = {
+    {DecodeConfig::kResident, "resident"}, {DecodeConfig::kResidentTopk, "resident-topk"},
+    {DecodeConfig::kOffload, "offload"},   {DecodeConfig::kLadder, "ladder"},
+    {DecodeConfig::kTopk, "topk"},         {DecodeConfig::kReference, "reference"},
+};
+
+bool IsOffloaded(DecodeConfig c) {
+  return c == DecodeConfig::kOffload || c == DecodeConfig::kLadder || c == DecodeConfig::kTopk;
+}
+bool IsTopk(DecodeConfig c) { return c == DecodeConfig::kTopk || c == DecodeConfig::kResidentTopk; }
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Peak RSS: reset (Linux >= 4.0: "5" to clear_refs) and read (VmHWM). Best effort: 0 = unknown.
+void ResetPeakRss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (f) f << "5";
+}
+uint64_t PeakRssBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+// Records the attention output of each layer for the token being decoded.
+class AttentionRecorder final : public AttentionProbe {
+ public:
+  explicit AttentionRecorder(const ModelConfig& c)
+      : q_dim_(c.q_dim()), out_(size_t{c.n_layers} * c.q_dim()) {}
+  void OnAttentionOutput(uint32_t layer, uint32_t /*pos*/, std::span<const float> out) override {
+    std::copy(out.begin(), out.end(), out_.begin() + static_cast<std::ptrdiff_t>(layer * q_dim_));
+  }
+  const std::vector<float>& outputs() const { return out_; }
+
+ private:
+  size_t q_dim_;
+  std::vector<float> out_;  // [layer][q_dim]
+};
+
+double Cosine(std::span<const float> a, std::span<const float> b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += double{a[i]} * b[i];
+    aa += double{a[i]} * a[i];
+    bb += double{b[i]} * b[i];
+  }
+  if (aa == 0 && bb == 0) return 1.0;
+  return ab / std::sqrt(aa * bb + 1e-300);
+}
+
+uint32_t Argmax(const std::vector<float>& v) {
+  return static_cast<uint32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// What every configuration starts from: the context's blocks and the first decode input.
+class Context {
+ public:
+  static Result<std::unique_ptr<Context>> Synthetic(const KvLayout& layout,
+                                                    const SyntheticKvOptions& options) {
+    KV_ASSIGN_OR_RETURN(SyntheticKvContext c, SyntheticKvContext::Create(layout, options));
+    auto ctx = std::unique_ptr<Context>(new Context());
+    ctx->synthetic_ = std::make_unique<SyntheticKvContext>(std::move(c));
+    ctx->first_input_ = 1;
+    return ctx;
+  }
+  // A real model's own KV: greedy generation from BOS over `tokens` positions.
+  static Result<std::unique_ptr<Context>> Generated(Model& model, const KvLayout& layout,
+                                                    uint32_t tokens) {
+    auto ctx = std::unique_ptr<Context>(new Context());
+    KV_ASSIGN_OR_RETURN(ctx->master_, InMemoryKvBlocks::Create(layout, tokens));
+    std::vector<float> logits;
+    uint32_t input = 1;
+    for (uint32_t pos = 0; pos < tokens; ++pos) {
+      KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), pos, *ctx->master_, {}, &logits));
+      input = Argmax(logits);
+    }
+    ctx->first_input_ = input;
+    ctx->chunks_ = (tokens + layout.block_tokens - 1) / layout.block_tokens;
+    return ctx;
+  }
+
+  const SyntheticKvContext* synthetic() const { return synthetic_.get(); }
+  uint32_t first_input() const { return first_input_; }
+
+  Status Fill(KvBlockSource& kv) const {
+    if (synthetic_ != nullptr) return FillSyntheticContext(*synthetic_, kv);
+    for (uint32_t c = 0; c < chunks_; ++c) {
+      for (uint32_t layer = 0; layer < kv.Layout().layers; ++layer) {
+        KV_ASSIGN_OR_RETURN(std::span<const uint16_t> src, master_->Block(layer, c));
+        KV_ASSIGN_OR_RETURN(std::span<uint16_t> dst, kv.MutableBlock(layer, c));
+        std::copy(src.begin(), src.end(), dst.begin());
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Context() = default;
+  std::unique_ptr<SyntheticKvContext> synthetic_;
+  std::unique_ptr<InMemoryKvBlocks> master_;
+  uint32_t chunks_ = 0;
+  uint32_t first_input_ = 1;
+};
+
+Result<std::unique_ptr<Model>> BuildModel(const DecodeBenchOptions& o, bool* synthetic) {
+  *synthetic = o.model.rfind(kSyntheticPrefix, 0) == 0;
+  if (*synthetic) {
+    KV_ASSIGN_OR_RETURN(ModelConfig preset,
+                        SyntheticPreset(std::string_view(o.model).substr(kSyntheticPrefix.size())));
+    const uint32_t layers = o.layers != 0 ? o.layers : kDecodeBenchLayersDefault;
+    KV_ASSIGN_OR_RETURN(ModelConfig config, ShrinkConfig(preset, {.layers = layers,
+                                                                  .dim = o.dim,
+                                                                  .hidden_dim = o.hidden_dim,
+                                                                  .vocab_size = o.vocab_size}));
+    KV_ASSIGN_OR_RETURN(ModelWeights weights, MakeSyntheticWeights(config, o.seed));
+    return Model::Create(std::move(weights));
+  }
+  KV_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(o.model, o.tokenizer));
+  if (o.layers != 0 && o.layers != loaded.weights.config().n_layers) {
+    return Status::InvalidArgument("--layers cuts synthetic models only; " + o.model + " has " +
+                                   std::to_string(loaded.weights.config().n_layers) + " layers");
+  }
+  return Model::Create(std::move(loaded.weights));
+}
+
+QuestOptions Quest(const DecodeBenchOptions& o) {
+  return {.top_k = o.top_k, .sink_chunks = o.sink_chunks, .recent_chunks = o.recent_chunks};
+}
+
+double Attended(const QuestStats& q) {
+  return static_cast<double>(q.chunks_selected) /
+         static_cast<double>(std::max<uint64_t>(1, q.chunks_considered));
+}
+
+// Tiers and sequence of one offloaded configuration; removes its SSD files when destroyed.
+struct OffloadRig {
+  std::unique_ptr<Env> env;
+  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<DeviceTier> device;
+  std::unique_ptr<HostTier> host;
+  std::unique_ptr<OffloadedSequence> seq;
+  std::unique_ptr<OffloadedKvBlocks> kv;
+  std::string dir;
+
+  ~OffloadRig() {
+    kv.reset();
+    seq.reset();
+    if (ssd != nullptr) ssd->Close().IgnoreError();
+    ssd.reset();
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
+struct Budget {
+  uint32_t device_blocks = 0;
+  uint32_t host_slots = 0;
+};
+
+std::optional<codecs::PrecisionLadderOptions> LadderOf(const DecodeBenchOptions& o,
+                                                       DecodeConfig config) {
+  if (config != DecodeConfig::kLadder) return std::nullopt;
+  return o.ladder;
+}
+
+uint32_t HostSlot(const DecodeBenchOptions& o, DecodeConfig config, const KvLayout& layout) {
+  return OffloadedSequence::HostSlotBytes(layout, true, LadderOf(o, config));
+}
+
+Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
+                             const KvLayout& layout) {
+  const uint64_t block = layout.BlockBytes();
+  const uint32_t bt = layout.block_tokens;
+  const uint32_t context_chunks = (o.context_tokens + bt - 1) / bt;
+  const uint32_t chunks_ws = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt;
+  const uint64_t kv_blocks = uint64_t{layout.layers} * context_chunks;
+  const uint64_t host_slot = HostSlot(o, config, layout);
+  Budget b;
+  uint64_t device_blocks = 0;
+  if (o.device_budget_bytes != 0) {
+    device_blocks = o.device_budget_bytes / block;
+  } else if (config == DecodeConfig::kTopk) {
+    device_blocks = std::max<uint64_t>(kv_blocks / 8, o.top_k + o.sink_chunks + o.recent_chunks);
+  } else {
+    device_blocks = uint64_t{chunks_ws} + layout.layers;
+  }
+  if (device_blocks == 0) return Status::InvalidArgument("device budget below one block");
+  uint64_t host_bytes = o.host_budget_bytes != 0 ? o.host_budget_bytes : kv_blocks * block / 4;
+  if (o.dram_budget_bytes != 0) {
+    if (device_blocks * block >= o.dram_budget_bytes) {
+      return Status::InvalidArgument(
+          "DRAM budget " + std::to_string(o.dram_budget_bytes) + " bytes leaves nothing for the " +
+          "host tier after a device budget of " + std::to_string(device_blocks * block) + " bytes");
+    }
+    host_bytes = o.dram_budget_bytes - device_blocks * block;
+  }
+  b.device_blocks = static_cast<uint32_t>(std::min<uint64_t>(device_blocks, kv_blocks * 2 + 64));
+  b.host_slots = static_cast<uint32_t>(std::max<uint64_t>(1, host_bytes / host_slot));
+  return b;
+}
+
+Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeConfig config,
+                                            const KvLayout& layout, const Budget& budget) {
+  auto rig = std::make_unique<OffloadRig>();
+  const uint64_t block = layout.BlockBytes();
+  const uint32_t bt = layout.block_tokens;
+  const uint32_t chunks_max = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt + 1;
+  const uint64_t kv_bytes = uint64_t{layout.layers} * chunks_max * block;
+  rig->dir = o.dir + "/" + std::string(DecodeConfigName(config));
+  std::error_code ec;
+  std::filesystem::remove_all(rig->dir, ec);
+  rig->env = NewPosixEnv();
+  SsdTierOptions so;
+  so.dirs = {rig->dir};
+  so.capacity_bytes = kv_bytes * 2 + kGiB;
+  so.sync = SsdSyncMode::kNone;
+  so.queue_jobs_max = 256;
+  KV_ASSIGN_OR_RETURN(rig->ssd, SsdTier::Open(so, rig->env.get()));
+  KV_ASSIGN_OR_RETURN(rig->device,
+                      DeviceTier::OpenCpu({.capacity_bytes = block * budget.device_blocks,
+                                           .slot_bytes = static_cast<uint32_t>(block)}));
+  const uint32_t host_slot = HostSlot(o, config, layout);
+  KV_ASSIGN_OR_RETURN(rig->host,
+                      HostTier::Open({.capacity_bytes = uint64_t{host_slot} * budget.host_slots,
+                                      .slot_bytes = host_slot}));
+  OffloadSequenceOptions so2;
+  so2.layout = layout;
+  so2.chunks_max = chunks_max;
+  so2.device_blocks_max = budget.device_blocks;
+  so2.sink_chunks = o.sink_chunks;
+  so2.sequence_id = static_cast<uint64_t>(config) + 1;
+  so2.depth = {.depth_min = 1, .depth_max = 4, .depth_initial = 1};
+  so2.ladder = LadderOf(o, config);
+  so2.codec_threads = o.codec_threads;
+  KV_ASSIGN_OR_RETURN(rig->seq, OffloadedSequence::Create(so2, {.device = rig->device.get(),
+                                                                .host = rig->host.get(),
+                                                                .ssd = rig->ssd.get()}));
+  const QuestOptions quest = config == DecodeConfig::kTopk ? Quest(o) : QuestOptions{};
+  KV_ASSIGN_OR_RETURN(rig->kv, OffloadedKvBlocks::Create(rig->seq.get(), quest));
+  return rig;
+}
+
+// The reference run's tokens, logits and attention outputs, per decoded token.
+struct Reference {
+  std::vector<uint32_t> inputs;
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<float>> attention;
+};
+
+struct Runner {
+  const DecodeBenchOptions& o;
+  Model& model;
+  const Context& context;
+  const KvLayout& layout;
+  Reference reference;
+  bool have_reference = false;
+  double resident_ms = 0;
+
+  void Progress(const std::string& line) const {
+    if (o.progress) o.progress(line);
+  }
+
+  Status Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
+                DecodeConfigReport* r);
+  Result<DecodeConfigReport> Run(DecodeConfig config);
+};
+
+Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
+                      DecodeConfigReport* r) {
+  const uint32_t total = o.warmup_tokens + o.tokens;
+  AttentionRecorder recorder(model.config());
+  std::vector<float> logits;
+  std::vector<double> stall, read, write, h2d, bw;
+  uint32_t input = context.first_input();
+  uint32_t agree = 0;
+  double cos_sum = 0;
+  uint64_t cos_n = 0;
+  const bool probe = IsOffloaded(config) && static_cast<bool>(o.ssd_probe);
+  for (uint32_t t = 0; t < total; ++t) {
+    const bool measured = t >= o.warmup_tokens;
+    if (have_reference) input = reference.inputs[t];
+    if (measured && probe) {
+      KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(OffloadedSequence::HostSlotBytes(layout, true)));
+      bw.push_back(b);
+    }
+    const OffloadStats before = seq != nullptr ? seq->Stats() : OffloadStats{};
+    const double start = NowMs();
+    KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), o.context_tokens + t, kv,
+                                     {.probe = &recorder}, &logits));
+    const double ms = NowMs() - start;
+    const OffloadStats after = seq != nullptr ? seq->Stats() : OffloadStats{};
+    if (measured) {
+      r->ms_per_token.push_back(ms);
+      stall.push_back(static_cast<double>(after.stall_us - before.stall_us) / 1e3);
+      read.push_back(static_cast<double>(after.bytes_ssd_read - before.bytes_ssd_read));
+      write.push_back(static_cast<double>(after.bytes_ssd_written - before.bytes_ssd_written));
+      h2d.push_back(static_cast<double>(after.bytes_host_to_device - before.bytes_host_to_device));
+    }
+    if (!have_reference) {
+      reference.inputs.push_back(input);
+      reference.logits.push_back(logits);
+      reference.attention.push_back(recorder.outputs());
+      input = Argmax(logits);
+      continue;
+    }
+    if (logits != reference.logits[t]) r->logits_identical = false;
+    if (Argmax(logits) == Argmax(reference.logits[t])) ++agree;
+    const size_t q_dim = model.config().q_dim();
+    for (uint32_t l = 0; l < model.config().n_layers; ++l) {
+      const double c = Cosine(std::span(recorder.outputs()).subspan(l * q_dim, q_dim),
+                              std::span(reference.attention[t]).subspan(l * q_dim, q_dim));
+      r->attention_cosine_min = std::min(r->attention_cosine_min, c);
+      cos_sum += c;
+      ++cos_n;
+    }
+  }
+  if (probe) {
+    KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(OffloadedSequence::HostSlotBytes(layout, true)));
+    bw.push_back(b);
+  }
+  if (have_reference) {
+    r->greedy_agreement = static_cast<double>(agree) / total;
+    r->attention_cosine_mean = cos_sum / static_cast<double>(std::max<uint64_t>(cos_n, 1));
+  }
+  r->ms_per_token_median = Median(r->ms_per_token);
+  r->ms_per_token_min = *std::min_element(r->ms_per_token.begin(), r->ms_per_token.end());
+  r->ms_per_token_max = *std::max_element(r->ms_per_token.begin(), r->ms_per_token.end());
+  if (seq != nullptr) {
+    r->stall_ms_per_token = Median(stall);
+    std::vector<double> compute;
+    for (size_t i = 0; i < stall.size(); ++i) compute.push_back(r->ms_per_token[i] - stall[i]);
+    r->compute_ms_per_token = Median(compute);
+    r->ssd_read_bytes_per_token = Median(read);
+    r->ssd_write_bytes_per_token = Median(write);
+    r->host_to_device_bytes_per_token = Median(h2d);
+    const OffloadStats s = seq->Stats();
+    r->depth = s.depth;
+    r->blocks_prefetched = s.blocks_prefetched;
+    r->blocks_demand = s.blocks_demand;
+  }
+  if (!bw.empty()) {
+    r->ssd_read_bytes_per_s = Median(bw);
+    const double io_ms = r->ssd_read_bytes_per_token / r->ssd_read_bytes_per_s * 1e3;
+    r->roofline_ms_per_token = std::max(resident_ms, io_ms);
+  }
+  return Status::Ok();
+}
+
+Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
+  DecodeConfigReport r;
+  r.config = config;
+  r.weights_bytes = model.config().WeightFloats() * sizeof(float);
+  const uint32_t capacity = o.context_tokens + o.warmup_tokens + o.tokens + layout.block_tokens;
+  ResetPeakRss();
+  Progress("config " + std::string(DecodeConfigName(config)) + ": filling the context");
+  if (config == DecodeConfig::kResident || config == DecodeConfig::kResidentTopk) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryKvBlocks> kv,
+                        InMemoryKvBlocks::Create(layout, capacity));
+    std::unique_ptr<SelectingKvBlocks> selecting;
+    KvBlockSource* source = kv.get();
+    if (config == DecodeConfig::kResidentTopk) {
+      KV_ASSIGN_OR_RETURN(selecting, SelectingKvBlocks::Create(kv.get(), Quest(o)));
+      source = selecting.get();
+    }
+    KV_RETURN_IF_ERROR(context.Fill(*source));
+    Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
+    KV_RETURN_IF_ERROR(Decode(config, *source, nullptr, &r));
+    if (selecting != nullptr) r.chunks_attended = Attended(selecting->quest_stats());
+  } else if (config == DecodeConfig::kReference) {
+    if (context.synthetic() == nullptr) {
+      return Status::InvalidArgument("the reference configuration needs a synthetic model");
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<GeneratedKvBlocks> kv,
+                        GeneratedKvBlocks::Create(context.synthetic(), capacity));
+    Progress("config reference: decoding");
+    KV_RETURN_IF_ERROR(Decode(config, *kv, nullptr, &r));
+  } else {
+    KV_ASSIGN_OR_RETURN(Budget budget, ComputeBudget(o, config, layout));
+    r.device_budget_bytes = uint64_t{budget.device_blocks} * layout.BlockBytes();
+    r.host_budget_bytes = uint64_t{budget.host_slots} * HostSlot(o, config, layout);
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<OffloadRig> rig, MakeRig(o, config, layout, budget));
+    KV_RETURN_IF_ERROR(context.Fill(*rig->kv));
+    Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
+    KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), &r));
+    if (IsTopk(config)) r.chunks_attended = Attended(rig->kv->quest_stats());
+  }
+  r.peak_rss_bytes = PeakRssBytes();
+  if (!have_reference) {
+    have_reference = true;
+    if (config == DecodeConfig::kResident) resident_ms = r.ms_per_token_median;
+  }
+  return r;
+}
+
+}  // namespace
+
+codecs::PrecisionLadderOptions DefaultDecodeLadder() {
+  codecs::PrecisionLadderOptions l;
+  l.recent_window_tokens = 2048;
+  l.int4_age_tokens = 16384;
+  l.full_precision_memory = codecs::CodecParams::Identity();
+  l.full_precision_at_rest = codecs::CodecParams::Identity();
+  l.int8 = codecs::CodecParams::Int8(32);
+  l.int4 = codecs::CodecParams::Int4(32);
+  l.lossy_from_tier = codecs::Tier::kHost;
+  return l;
+}
+
+std::string_view DecodeConfigName(DecodeConfig config) {
+  for (const ConfigName& c : kConfigNames) {
+    if (c.config == config) return c.name;
+  }
+  return "unknown";
+}
+
+Result<DecodeConfig> ParseDecodeConfig(std::string_view name) {
+  std::string known;
+  for (const ConfigName& c : kConfigNames) {
+    if (c.name == name) return c.config;
+    known += (known.empty() ? "" : ", ") + std::string(c.name);
+  }
+  return Status::InvalidArgument("unknown configuration '" + std::string(name) +
+                                 "' (known: " + known + ")");
+}
+
+Status DecodeBenchOptions::Validate() const {
+  if (context_tokens == 0) return Status::InvalidArgument("context_tokens must be >= 1");
+  if (tokens == 0 || tokens > kDecodeBenchTokensMax || warmup_tokens > kDecodeBenchTokensMax) {
+    return Status::InvalidArgument("tokens must be in [1, 4096] and warmup_tokens <= 4096");
+  }
+  if (configs.empty()) return Status::InvalidArgument("no configuration to run");
+  for (const DecodeConfig c : configs) {
+    if (IsTopk(c) && top_k == 0) return Status::InvalidArgument("top_k must be >= 1 for topk");
+  }
+  if (recent_chunks == 0) return Status::InvalidArgument("recent_chunks must be >= 1");
+  if (dir.empty()) return Status::InvalidArgument("dir must be set");
+  return Status::Ok();
+}
+
+const DecodeConfigReport* DecodeBenchReport::Find(DecodeConfig config) const {
+  for (const DecodeConfigReport& r : configs) {
+    if (r.config == config) return &r;
+  }
+  return nullptr;
+}
+
+Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
+  KV_RETURN_IF_ERROR(options.Validate());
+  bool synthetic = false;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, BuildModel(options, &synthetic));
+  const KvLayout layout = model->config().KvLayoutFor(options.block_tokens);
+  KV_RETURN_IF_ERROR(layout.Validate());
+  std::unique_ptr<Context> context;
+  if (synthetic) {
+    SyntheticKvOptions so = options.context;
+    so.context_tokens = options.context_tokens;
+    KV_ASSIGN_OR_RETURN(context, Context::Synthetic(layout, so));
+  } else {
+    if (options.progress) options.progress("generating the context with the model");
+    KV_ASSIGN_OR_RETURN(context, Context::Generated(*model, layout, options.context_tokens));
+  }
+  DecodeBenchReport report;
+  report.model = options.model;
+  report.model_config = model->config();
+  report.layout = layout;
+  report.context_tokens = options.context_tokens;
+  report.tokens = options.tokens;
+  report.warmup_tokens = options.warmup_tokens;
+  report.top_k = options.top_k;
+  const uint32_t bt = layout.block_tokens;
+  report.kv_bytes =
+      uint64_t{layout.layers} * ((options.context_tokens + bt - 1) / bt) * layout.BlockBytes();
+  // The reference runs first: resident when asked for, else the regenerated reference.
+  std::vector<DecodeConfig> order;
+  const bool has_resident = std::find(options.configs.begin(), options.configs.end(),
+                                      DecodeConfig::kResident) != options.configs.end();
+  order.push_back(has_resident ? DecodeConfig::kResident : DecodeConfig::kReference);
+  if (!has_resident && !synthetic) order[0] = DecodeConfig::kResident;
+  report.reference = order[0];
+  for (const DecodeConfig c : options.configs) {
+    if (c != order[0]) order.push_back(c);
+  }
+  Runner runner{.o = options, .model = *model, .context = *context, .layout = layout};
+  for (const DecodeConfig c : order) {
+    KV_ASSIGN_OR_RETURN(DecodeConfigReport r, runner.Run(c));
+    report.configs.push_back(std::move(r));
+  }
+  return report;
+}
+
+}  // namespace kvtier::runtime
