@@ -234,6 +234,12 @@ Status OffloadedSequence::EvictDevice(size_t index, bool may_evict_host) {
       e.ssd_current = had_ssd && Rank(e.host_codec) <= Rank(e.ssd_codec);
     }
   }
+  if (e.fresh && observer_ != nullptr) {
+    observer_->OnWrittenBlockLeavesDevice(
+        LayerOf(index), ChunkOf(index),
+        std::span<const std::byte>(tiers_.device->SlotData(e.device_slot), block_bytes_));
+  }
+  e.fresh = false;
   tiers_.device->Free(e.device_slot);
   e.device_slot = kNoSlot;
   e.device_event = CopyEvent();
@@ -586,6 +592,7 @@ Result<std::span<std::byte>> OffloadedSequence::MutableBlock(uint32_t layer, uin
   e.ssd_current = false;  // The old record stays until the SSD reclaims it; a new one is keyed
                           // by the next generation.
   e.written = true;
+  e.fresh = true;
   chunks_written_[layer] = std::max(chunks_written_[layer], chunk + 1);
   newest_chunk_ = std::max(newest_chunk_, chunk);
   return std::span<std::byte>(tiers_.device->SlotData(e.device_slot), block_bytes_);

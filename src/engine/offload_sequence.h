@@ -88,6 +88,16 @@ struct OffloadSequenceOptions {
   Status Validate() const;
 };
 
+// Sees each written block once more before its device copy goes (a selector summarizes the
+// chunk's keys then, while the bytes are at hand). Called on the caller's thread, inside the
+// sequence's call that evicts; must not call back into the sequence.
+class OffloadObserver {
+ public:
+  virtual ~OffloadObserver() = default;
+  virtual void OnWrittenBlockLeavesDevice(uint32_t layer, uint32_t chunk,
+                                          std::span<const std::byte> block) = 0;
+};
+
 // Borrowed tiers. device and host are required: device slot_bytes >= the layout's block bytes,
 // host slot_bytes >= OffloadedSequence::HostSlotBytes() (with an SSD a host slot holds a whole
 // SSD record, so reads land in it directly: no staging buffer, no copy). ssd may be null, and
@@ -169,6 +179,9 @@ class OffloadedSequence {
   void PlanLayer(uint32_t layer, std::span<const uint32_t> chunks);
   void ClearPlan(uint32_t layer);
 
+  // `observer` (borrowed; nullptr = none) is told about written blocks leaving the device.
+  void SetObserver(OffloadObserver* observer) { observer_ = observer; }
+
   // Attention feedback: the mass (0..1) that the latest decoded token gave this chunk of `layer`.
   // Heat keeps the most recent observations (decayed by heat_half_life_steps) and orders
   // victims that are needed equally soon.
@@ -231,6 +244,7 @@ class OffloadedSequence {
 
   OffloadSequenceOptions options_;
   OffloadTiers tiers_;
+  OffloadObserver* observer_ = nullptr;
   uint64_t block_bytes_;
   size_t host_offset_;  // Of the block in a host slot: the SSD record's payload offset.
   Hash256 layout_digest_{};

@@ -96,6 +96,7 @@ struct OffloadedSequence::Entry {
   bool ssd_current = false;
   bool pinned = false;
   bool loading = false;  // In a host -> device batch being formed: its host slot stays.
+  bool fresh = false;    // Written through MutableBlock since it came to the device.
 };
 
 // Up to kOffloadReadBatchBlocks SSD -> host reads submitted as one batch with one completion.

@@ -14,6 +14,7 @@
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "env/env.h"
+#include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "tiers/memory_tier.h"
 #include "tiers/ssd_tier.h"
@@ -65,6 +66,7 @@ class SlowCopyDeviceTier final : public DeviceTier {
 struct OffloadTestTiers {
   std::unique_ptr<ScopedTempDir> dir;
   std::unique_ptr<Env> env;
+  std::unique_ptr<FaultInjectionEnv> faults;  // Under the SSD tier when asked for.
   std::unique_ptr<DeviceTier> device;
   std::unique_ptr<HostTier> host;
   std::unique_ptr<SsdTier> ssd;
@@ -74,9 +76,11 @@ struct OffloadTestTiers {
 // `host_slots`, and an SSD tier unless with_ssd is false.
 // `host_slot_bytes_override` (non-zero) sizes host slots, e.g. OffloadedSequence::HostSlotBytes
 // with a ladder.
+// `fault_env`: the SSD tier runs on a FaultInjectionEnv (tiers.faults) over the posix env.
 inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots,
                                       uint32_t host_slots, bool with_ssd, size_t delay_bytes = 0,
-                                      uint32_t host_slot_bytes_override = 0) {
+                                      uint32_t host_slot_bytes_override = 0,
+                                      bool fault_env = false) {
   OffloadTestTiers t;
   Result<std::unique_ptr<DeviceTier>> device = DeviceTier::OpenCpu(
       {.capacity_bytes = uint64_t{slot_bytes} * device_slots, .slot_bytes = slot_bytes});
@@ -103,6 +107,7 @@ inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots
     KV_CHECK_OK(dir.status());
     t.dir = std::make_unique<ScopedTempDir>(std::move(dir).value());
     t.env = NewPosixEnv();
+    if (fault_env) t.faults = std::make_unique<FaultInjectionEnv>(t.env.get());
     SsdTierOptions o;
     o.dirs = {t.dir->Join("ssd")};
     o.segment_bytes = 4 * kMiB;
@@ -110,7 +115,8 @@ inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots
     o.sync = SsdSyncMode::kNone;
     o.staging_buffer_bytes = 256 * kKiB;
     o.staging_buffers = 8;
-    Result<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, t.env.get());
+    Result<std::unique_ptr<SsdTier>> ssd =
+        SsdTier::Open(o, fault_env ? static_cast<Env*>(t.faults.get()) : t.env.get());
     KV_CHECK_OK(ssd.status());
     t.ssd = std::move(ssd).value();
   }

@@ -19,6 +19,14 @@ OffloadedKvBlocks::OffloadedKvBlocks(OffloadedSequence* seq, const QuestOptions&
     : seq_(seq), quest_(seq->layout(), seq->chunks_max(), quest) {
   has_selection_.assign(seq->layout().layers, 0);
   selection_.resize(seq->layout().layers);
+  if (quest.top_k > 0) seq->SetObserver(this);
+}
+
+OffloadedKvBlocks::~OffloadedKvBlocks() { seq_->SetObserver(nullptr); }
+
+void OffloadedKvBlocks::OnWrittenBlockLeavesDevice(uint32_t layer, uint32_t chunk,
+                                                   std::span<const std::byte> block) {
+  quest_.Observe(layer, chunk, AsHalves(block));
 }
 
 Result<std::unique_ptr<OffloadedKvBlocks>> OffloadedKvBlocks::Create(OffloadedSequence* seq,

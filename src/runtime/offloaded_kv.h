@@ -35,11 +35,15 @@
 
 namespace kvtier::runtime {
 
-class OffloadedKvBlocks final : public KvBlockSource {
+class OffloadedKvBlocks final : public KvBlockSource, private OffloadObserver {
  public:
   // The sequence's layout must be FP16. `seq` is borrowed.
   static Result<std::unique_ptr<OffloadedKvBlocks>> Create(OffloadedSequence* seq,
                                                            const QuestOptions& quest);
+
+  ~OffloadedKvBlocks() override;
+  OffloadedKvBlocks(const OffloadedKvBlocks&) = delete;
+  OffloadedKvBlocks& operator=(const OffloadedKvBlocks&) = delete;
 
   const KvLayout& Layout() const override { return seq_->layout(); }
   uint32_t CapacityTokens() const override {
@@ -57,6 +61,9 @@ class OffloadedKvBlocks final : public KvBlockSource {
 
  private:
   OffloadedKvBlocks(OffloadedSequence* seq, const QuestOptions& quest);
+  // A written block leaving the device is summarized while its bytes are at hand.
+  void OnWrittenBlockLeavesDevice(uint32_t layer, uint32_t chunk,
+                                  std::span<const std::byte> block) override;
 
   OffloadedSequence* seq_;
   QuestSelector quest_;

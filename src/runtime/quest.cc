@@ -33,6 +33,10 @@ void QuestSelector::OnWrite(
   last_written_[layer] = chunk;
 }
 
+void QuestSelector::Observe(uint32_t layer, uint32_t chunk, std::span<const uint16_t> block) {
+  if (layer < layout_.layers && chunk < chunks_max_) Summarize(layer, chunk, block);
+}
+
 // Per-channel min and max of the chunk's keys (the K half of the block).
 void QuestSelector::Summarize(uint32_t layer, uint32_t chunk, std::span<const uint16_t> block) {
   if (block.empty()) return;  // Left invalid: such a chunk is always attended.

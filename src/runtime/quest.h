@@ -50,6 +50,11 @@ class QuestSelector {
   // summary, so it is always attended); `chunk`'s own summary is invalidated.
   void OnWrite(uint32_t layer, uint32_t chunk,
                const std::function<std::span<const uint16_t>(uint32_t, uint32_t)>& peek);
+  // The bytes of a written block of `layer` as they are now (a chunk leaving the device):
+  // summarized, so a chunk completed while it was away still has a summary. A chunk written
+  // again later is invalidated by OnWrite as usual.
+  void Observe(uint32_t layer, uint32_t chunk, std::span<const uint16_t> block);
+
   // Whether a Rank() call is a selection (counted in stats()) or only a plan for prefetch.
   enum class Purpose : uint8_t { kSelect = 0, kPlan = 1 };
   // Sink + recent window + chunks without a summary + the top_k others by upper bound,
