@@ -212,6 +212,16 @@ uint32_t HostSlot(const DecodeBenchOptions& o, DecodeConfig config, const KvLayo
   return OffloadedSequence::HostSlotBytes(layout, true, LadderOf(o, config));
 }
 
+// Blocks one layer's AcquireLayer pins at the end of the run: every chunk (full attention), or
+// the selection (top-k, sink, recent window) and the tail.
+uint32_t WorkingSetBlocks(const DecodeBenchOptions& o, DecodeConfig config,
+                          const KvLayout& layout) {
+  const uint32_t bt = layout.block_tokens;
+  const uint32_t chunks = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt;
+  if (config != DecodeConfig::kTopk) return chunks;
+  return std::min(chunks, o.top_k + o.sink_chunks + o.recent_chunks);
+}
+
 Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
                              const KvLayout& layout) {
   const uint64_t block = layout.BlockBytes();
@@ -524,6 +534,19 @@ Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
   report.reference = order[0];
   for (const DecodeConfig c : options.configs) {
     if (c != order[0]) order.push_back(c);
+  }
+  // Budgets are checked before anything runs: a device budget below one layer's working set
+  // would only fail after minutes of filling.
+  for (const DecodeConfig c : order) {
+    if (!IsOffloaded(c)) continue;
+    KV_ASSIGN_OR_RETURN(Budget b, ComputeBudget(options, c, layout));
+    const uint32_t ws = WorkingSetBlocks(options, c, layout);
+    if (b.device_blocks < ws) {
+      return Status::NoSpace("configuration " + std::string(DecodeConfigName(c)) +
+                             ": device budget of " + std::to_string(b.device_blocks) +
+                             " blocks is below the " + std::to_string(ws) + " blocks of " +
+                             std::to_string(layout.BlockBytes()) + " bytes one layer reads");
+    }
   }
   Runner runner{.o = options, .model = *model, .context = *context, .layout = layout};
   for (const DecodeConfig c : order) {

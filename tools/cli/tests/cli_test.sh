@@ -168,6 +168,27 @@ expect_fail bench_total_small "at least one block" bench ssd --dir "$TMP" --tota
 expect_fail bench_overflow "is not a size" bench ssd --dir "$TMP" --total-bytes 99999999999GiB
 expect_fail reopen_blocks "blocks must be 1..16777216" bench ssd-reopen --dir "$TMP" --blocks 0
 
+# Decode benchmark: a small synthetic model through every configuration, JSON keys present, the
+# lossless offload identical to resident; its bad input named.
+mkdir -p "$TMP/decode"
+expect_ok bench_decode "\"resident_ms_per_token\"" "\"offload_ms_per_token\"" \
+  "\"ladder_ms_per_token\"" "\"topk_ms_per_token\"" "\"roofline_ms_per_token\"" \
+  "\"offload_over_roofline\"" "\"logits_identical\": true" -- \
+  bench decode --model synthetic:tinyllama-1.1b --layers 2 --dim 64 --context 1024 \
+  --block-tokens 16 --tokens 2 --top-k 8 --dir "$TMP/decode" --json
+[[ -z "$(ls "$TMP/decode")" ]] || fail "bench decode left files behind: $(ls "$TMP/decode")"
+expect_fail decode_model "unknown" bench decode --model synthetic:nope --dir "$TMP/decode"
+expect_fail decode_file "$TMP/nope.bin" bench decode --model "$TMP/nope.bin" --dir "$TMP/decode"
+expect_fail decode_config "unknown configuration 'fast'" bench decode --configs resident,fast \
+  --dir "$TMP/decode"
+expect_fail decode_budget "device budget" bench decode --model synthetic:tinyllama-1.1b \
+  --layers 2 --dim 64 --context 1024 --block-tokens 16 --tokens 1 --configs offload \
+  --device-budget 64KiB --no-probe --dir "$TMP/decode"
+expect_fail decode_dram "DRAM budget" bench decode --model synthetic:tinyllama-1.1b \
+  --layers 2 --dim 64 --context 1024 --block-tokens 16 --tokens 1 --configs offload \
+  --dram-budget 1MiB --no-probe --dir "$TMP/decode"
+expect_fail decode_size "is not a size" bench decode --dram-budget 2GB --dir "$TMP/decode"
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed" >&2
   exit 1
