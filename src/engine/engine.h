@@ -295,8 +295,9 @@ struct EngineStats {
   // encoded block, write-through and write-back) and CV events raised (each also logged).
   uint64_t ratio_samples = 0, ratio_cv_events = 0;
   // Access prediction (EngineOptions::prediction). An access is a Lookup with at least one full
-  // chunk; a Lookup of the session observed just before is the same access asked again and is
-  // not counted. A prediction is scored against the access that follows it.
+  // chunk; a Lookup of the session observed just before, with the same chunks, is the same access
+  // asked again and is not counted. A prediction (the sessions promoted for, never the session
+  // just seen) is scored against the access that follows it.
   uint64_t prediction_accesses = 0;  // Accesses observed.
   uint64_t prediction_scored = 0;    // Accesses that had a prediction made before them.
   uint64_t prediction_hits = 0;      // ... whose session was in that prediction.
