@@ -1,6 +1,6 @@
 // _kvtier: the Python glue over engine/engine.h. Glue only (STYLE.md §20):
-//   - every call that can block (Open, Lookup, Load, Store, Prefetch, Pin, waits, Flush, Stats,
-//     close) runs with the GIL released: py::call_guard<py::gil_scoped_release>;
+//   - every call that can block (Open, Lookup, Load, Store, Prefetch, Hint, Pin, waits, Flush,
+//     Stats, close) runs with the GIL released: py::call_guard<py::gil_scoped_release>;
 //   - arguments are converted by the type casters below while the GIL is still held: tokens
 //     (a list or any integer buffer), block buffers (any C-contiguous buffer-protocol object, or a
 //     host-memory DLPack object such as a torch tensor, borrowed without a copy) and the layout
@@ -662,6 +662,14 @@ struct EngineArgs {
   std::string remote_write_policy;
   std::string remote_user;
   std::string remote_password;
+  bool prediction = false;
+  // 0: the PredictionOptions default.
+  uint32_t prediction_window = 0;
+  uint32_t prediction_successors_max = 0;
+  uint32_t prediction_sessions_max = 0;
+  uint32_t prediction_session_chunks_max = 0;
+  uint32_t prediction_predict_k = 0;
+  uint32_t prediction_blocks_max = 0;
 };
 
 Status InvalidChoice(const char* what, const std::string& value, const char* choices) {
@@ -743,6 +751,16 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
     }
     o.remote = std::move(remote);
   }
+  o.prediction.enabled = a.prediction;
+  auto set = [](uint32_t value, uint32_t* field) {
+    if (value != 0) *field = value;
+  };
+  set(a.prediction_window, &o.prediction.window);
+  set(a.prediction_successors_max, &o.prediction.successors_max);
+  set(a.prediction_sessions_max, &o.prediction.sessions_max);
+  set(a.prediction_session_chunks_max, &o.prediction.session_chunks_max);
+  set(a.prediction_predict_k, &o.prediction.predict_k);
+  set(a.prediction_blocks_max, &o.prediction.blocks_max);
   return o;
 }
 
@@ -843,6 +861,18 @@ void Bind(py::module_& m) {
       .def_readonly("corrupt_blocks", &EngineStats::corrupt_blocks)
       .def_readonly("remote_put_errors", &EngineStats::remote_put_errors)
       .def_readonly("remote_lookup_errors", &EngineStats::remote_lookup_errors)
+      .def_readonly("prediction_accesses", &EngineStats::prediction_accesses)
+      .def_readonly("prediction_scored", &EngineStats::prediction_scored)
+      .def_readonly("prediction_hits", &EngineStats::prediction_hits)
+      .def_readonly("prediction_accuracy", &EngineStats::prediction_accuracy)
+      .def_readonly("prediction_promoted_blocks", &EngineStats::prediction_promoted_blocks)
+      .def_readonly("prediction_useful_blocks", &EngineStats::prediction_useful_blocks)
+      .def_readonly("hints", &EngineStats::hints)
+      .def_readonly("hint_promoted_blocks", &EngineStats::hint_promoted_blocks)
+      .def_readonly("hint_useful_blocks", &EngineStats::hint_useful_blocks)
+      .def_readonly("prediction_dropped_blocks", &EngineStats::prediction_dropped_blocks)
+      .def_readonly("prediction_sessions", &EngineStats::prediction_sessions)
+      .def_readonly("prediction_tasks_pending", &EngineStats::prediction_tasks_pending)
       .def_readonly("tiers", &EngineStats::tiers);
 
   py::class_<PyLoad>(m, "LoadHandle",
@@ -911,10 +941,11 @@ void Bind(py::module_& m) {
           NoGil())
       .def(
           "lookup",
-          [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
-            return ValueOrThrow(self.Get()->Lookup(ns, tokens.values));
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens, uint64_t session_id) {
+            return ValueOrThrow(
+                self.Get()->Lookup(ns, tokens.values, LookupOptions{.session_id = session_id}));
           },
-          py::arg("ns"), py::arg("tokens"), NoGil())
+          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil())
       .def(
           "load",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, DstBlocks& dst) {
@@ -950,6 +981,12 @@ void Bind(py::module_& m) {
           },
           py::arg("ns"), py::arg("tokens"), NoGil())
       .def(
+          "hint",
+          [](PyEngine& self, const Namespace& ns, const Tokens& tokens, uint64_t session_id) {
+            ThrowIfError(self.Get()->Hint(ns, tokens.values, session_id));
+          },
+          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil())
+      .def(
           "pin",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
             std::shared_ptr<Engine> engine = self.Get();
@@ -973,7 +1010,10 @@ void Bind(py::module_& m) {
                        bool promote_on_load, int32_t numa_node,
                        std::vector<std::string> remote_endpoints, bool remote_cluster,
                        std::string remote_write_policy, std::string remote_user,
-                       std::string remote_password) {
+                       std::string remote_password, bool prediction, uint32_t prediction_window,
+                       uint32_t prediction_successors_max, uint32_t prediction_sessions_max,
+                       uint32_t prediction_session_chunks_max, uint32_t prediction_predict_k,
+                       uint32_t prediction_blocks_max) {
              return EngineArgs{.layout = layout,
                                .host_bytes = host_bytes,
                                .device_bytes = device_bytes,
@@ -996,7 +1036,14 @@ void Bind(py::module_& m) {
                                .remote_cluster = remote_cluster,
                                .remote_write_policy = std::move(remote_write_policy),
                                .remote_user = std::move(remote_user),
-                               .remote_password = std::move(remote_password)};
+                               .remote_password = std::move(remote_password),
+                               .prediction = prediction,
+                               .prediction_window = prediction_window,
+                               .prediction_successors_max = prediction_successors_max,
+                               .prediction_sessions_max = prediction_sessions_max,
+                               .prediction_session_chunks_max = prediction_session_chunks_max,
+                               .prediction_predict_k = prediction_predict_k,
+                               .prediction_blocks_max = prediction_blocks_max};
            }),
            py::kw_only(), py::arg("layout"), py::arg("host_bytes"), py::arg("device_bytes") = 0,
            py::arg("ssd_dirs") = std::vector<std::string>(), py::arg("ssd_bytes") = 0,
@@ -1008,7 +1055,11 @@ void Bind(py::module_& m) {
            py::arg("promote_on_load") = true, py::arg("numa_node") = -1,
            py::arg("remote_endpoints") = std::vector<std::string>(),
            py::arg("remote_cluster") = false, py::arg("remote_write_policy") = "through",
-           py::arg("remote_user") = "", py::arg("remote_password") = "");
+           py::arg("remote_user") = "", py::arg("remote_password") = "",
+           py::arg("prediction") = false, py::arg("prediction_window") = 0,
+           py::arg("prediction_successors_max") = 0, py::arg("prediction_sessions_max") = 0,
+           py::arg("prediction_session_chunks_max") = 0, py::arg("prediction_predict_k") = 0,
+           py::arg("prediction_blocks_max") = 0);
 }
 
 }  // namespace kvtier::python

@@ -159,6 +159,17 @@ typedef struct kvtier_engine_options_s {
   const char* remote_key_prefix;             /* NULL: "kvt". Borrowed during open. */
   uint32_t remote_connect_timeout_ms;        /* 0: default (200). */
   uint32_t remote_command_timeout_ms;        /* 0: default (500). */
+  /* Appended: access prediction (docs/engine.md, "Access prediction"): sessions' next requests
+   * are predicted from their order and their blocks promoted from SSD / remote into host memory
+   * in the background. Off by default. 0 in a numeric field: its default. */
+  uint32_t prediction_enabled;            /* Bool, default 0. */
+  uint32_t prediction_window;             /* Recent accesses that vote; [1, 16], default 2. */
+  uint32_t prediction_successors_max;     /* Next sessions per session; [1, 64], default 8. */
+  uint32_t prediction_sessions_max;       /* Sessions remembered; [1, 2^20], default 1024. */
+  uint32_t prediction_session_chunks_max; /* Chunk hashes per session; [1, 4096], default 128. */
+  uint32_t prediction_predict_k;          /* Sessions promoted per access; [1, 64], default 1. */
+  /* Blocks promoted per access or hint; [1, 65536], default 256; at most half the host tier. */
+  uint32_t prediction_blocks_max;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */
@@ -209,6 +220,25 @@ KVTIER_API kvtier_status_t kvtier_lookup(kvtier_engine_t* engine, const kvtier_n
                                          const uint32_t* tokens, size_t token_count,
                                          size_t* matched_tokens, kvtier_tier_t* chunk_tiers,
                                          size_t chunk_tiers_capacity, kvtier_error_t* err);
+
+/* Per-lookup options; versioned by struct_size like every options struct. */
+typedef struct kvtier_lookup_options_s {
+  size_t struct_size; /* Set by kvtier_lookup_options_init. */
+  /* The request's session (a conversation, an agent), per namespace. 0 (default): derived from
+   * the first chunk of the tokens, so requests sharing a system prompt of at least block_tokens
+   * tokens share one derived session: pass ids for them. Used by access prediction only. */
+  uint64_t session_id;
+} kvtier_lookup_options_t;
+
+KVTIER_API void kvtier_lookup_options_init(kvtier_lookup_options_t* options);
+
+/* kvtier_lookup with options (NULL: defaults). With prediction enabled the lookup is an access of
+ * its session: the engine learns from it and promotes the predicted next sessions' blocks in the
+ * background; the result is computed first. */
+KVTIER_API kvtier_status_t kvtier_lookup_with_options(
+    kvtier_engine_t* engine, const kvtier_namespace_t* ns, const uint32_t* tokens,
+    size_t token_count, const kvtier_lookup_options_t* options, size_t* matched_tokens,
+    kvtier_tier_t* chunk_tiers, size_t chunk_tiers_capacity, kvtier_error_t* err);
 
 /* Starts copying the first dst_count / layers chunks of `tokens` (each must be cached; call
  * kvtier_lookup first) into dst[chunk * layers + layer], each pointing to block_bytes writable
@@ -262,6 +292,14 @@ KVTIER_API kvtier_status_t kvtier_prefetch(kvtier_engine_t* engine, const kvtier
                                            const uint32_t* tokens, size_t token_count,
                                            kvtier_error_t* err);
 
+/* The caller's queue: a request of session_id (0: derived, as kvtier_lookup_options_t says)
+ * with these tokens comes soon. Promotes its cached prefix into host memory in the background
+ * (at most prediction_blocks_max blocks) and, with prediction enabled, makes the session the
+ * first prediction until it is looked up. Returns at once. */
+KVTIER_API kvtier_status_t kvtier_hint(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                       const uint32_t* tokens, size_t token_count,
+                                       uint64_t session_id, kvtier_error_t* err);
+
 /* Keeps the leading cached chunks of `tokens` resident in memory until kvtier_unpin. BUSY when
  * memory is full of pinned blocks. */
 KVTIER_API kvtier_status_t kvtier_pin(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
@@ -298,6 +336,17 @@ typedef struct kvtier_engine_stats_s {
   uint64_t corrupt_blocks;
   uint32_t tier_count; /* Entries of tiers[] filled, fastest first. */
   kvtier_tier_stats_t tiers[KVTIER_STATS_TIERS_MAX];
+  /* Appended: access prediction (docs/engine.md, "Access prediction"). */
+  uint64_t prediction_accesses;        /* Lookups observed as accesses of a session. */
+  uint64_t prediction_scored;          /* Accesses that had a prediction made before them. */
+  uint64_t prediction_hits;            /* ... whose session was in it. */
+  double prediction_accuracy;          /* hits / scored; 0 before any. */
+  uint64_t prediction_promoted_blocks; /* Copied into host memory for predicted sessions. */
+  uint64_t prediction_useful_blocks;   /* ... of those, served from memory by a later load. */
+  uint64_t hints, hint_promoted_blocks, hint_useful_blocks; /* The same for kvtier_hint. */
+  uint64_t prediction_dropped_blocks; /* Promotions given up (queue full, no clean slot). */
+  uint64_t prediction_sessions;       /* Gauge: sessions remembered. */
+  uint64_t prediction_tasks_pending;  /* Gauge: promotion tasks queued or running. */
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

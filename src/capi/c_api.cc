@@ -85,15 +85,17 @@ static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::k
 // The first version ended before the remote tier's fields (appended since).
 constexpr size_t kEngineOptionsV1Bytes = offsetof(kvtier_engine_options_t, remote_endpoints);
 constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
-// When fields are appended to kvtier_engine_stats_t this stays the offset of the first of them:
-// callers built against this header pass exactly this many bytes.
-constexpr size_t kStatsV1Bytes = sizeof(kvtier_engine_stats_t);
+constexpr size_t kLookupOptionsV1Bytes = sizeof(kvtier_lookup_options_t);
+// The offset of the first field appended to kvtier_engine_stats_t since ABI version 1 (the
+// prediction counters): callers built against the first header pass exactly this many bytes.
+constexpr size_t kStatsV1Bytes = offsetof(kvtier_engine_stats_t, prediction_accesses);
 // A struct_size above this is a garbage value (uninitialized memory, a pointer), not a newer
 // header: refusing it keeps ReadVersioned from scanning that many bytes past the caller's struct.
 constexpr size_t kVersionedStructBytesMax = 4096;
 static_assert(sizeof(kvtier_engine_options_t) <= kVersionedStructBytesMax);
 static_assert(sizeof(kvtier_store_options_t) <= kVersionedStructBytesMax);
 static_assert(sizeof(kvtier_engine_stats_t) <= kVersionedStructBytesMax);
+static_assert(sizeof(kvtier_lookup_options_t) <= kVersionedStructBytesMax);
 
 // InvalidArgument unless `size` (a caller's struct_size) is in [min_bytes, the cap].
 Status CheckStructSize(size_t size, size_t min_bytes, std::string_view what) {
@@ -216,6 +218,22 @@ Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engin
   return std::optional<RemoteTierOptions>(std::move(remote));
 }
 
+// 0 in a numeric field keeps the default; EngineOptions::Validate checks the ranges.
+PredictionOptions ConvertPredictionOptions(const kvtier_engine_options_t& in) {
+  PredictionOptions p;
+  p.enabled = in.prediction_enabled != 0;
+  auto set = [](uint32_t value, uint32_t* field) {
+    if (value != 0) *field = value;
+  };
+  set(in.prediction_window, &p.window);
+  set(in.prediction_successors_max, &p.successors_max);
+  set(in.prediction_sessions_max, &p.sessions_max);
+  set(in.prediction_session_chunks_max, &p.session_chunks_max);
+  set(in.prediction_predict_k, &p.predict_k);
+  set(in.prediction_blocks_max, &p.blocks_max);
+  return p;
+}
+
 Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   EngineOptions out;
   KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout));
@@ -275,6 +293,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   out.sink_chunks = in.sink_chunks;
   out.promote_on_load = in.promote_on_load != 0;
   KV_ASSIGN_OR_RETURN(out.remote, ConvertRemoteOptions(in));
+  out.prediction = ConvertPredictionOptions(in);
   return out;
 }
 
@@ -324,6 +343,21 @@ void FillTierStats(const TierStats& in, kvtier_tier_stats_t* out) {
   out->promotions = in.promotions;
 }
 
+void FillPredictionStats(const EngineStats& in, kvtier_engine_stats_t* out) {
+  out->prediction_accesses = in.prediction_accesses;
+  out->prediction_scored = in.prediction_scored;
+  out->prediction_hits = in.prediction_hits;
+  out->prediction_accuracy = in.prediction_accuracy;
+  out->prediction_promoted_blocks = in.prediction_promoted_blocks;
+  out->prediction_useful_blocks = in.prediction_useful_blocks;
+  out->hints = in.hints;
+  out->hint_promoted_blocks = in.hint_promoted_blocks;
+  out->hint_useful_blocks = in.hint_useful_blocks;
+  out->prediction_dropped_blocks = in.prediction_dropped_blocks;
+  out->prediction_sessions = in.prediction_sessions;
+  out->prediction_tasks_pending = in.prediction_tasks_pending;
+}
+
 }  // namespace
 }  // namespace kvtier
 
@@ -359,6 +393,14 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->sink_chunks = defaults.sink_chunks;
   options->promote_on_load = defaults.promote_on_load ? 1 : 0;
   options->remote_write_policy = KVTIER_WRITE_THROUGH;
+  const kvtier::PredictionOptions prediction;
+  options->prediction_enabled = prediction.enabled ? 1 : 0;
+  options->prediction_window = prediction.window;
+  options->prediction_successors_max = prediction.successors_max;
+  options->prediction_sessions_max = prediction.sessions_max;
+  options->prediction_session_chunks_max = prediction.session_chunks_max;
+  options->prediction_predict_k = prediction.predict_k;
+  options->prediction_blocks_max = prediction.blocks_max;
 }
 
 kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout, uint64_t* block_bytes,
@@ -446,11 +488,33 @@ kvtier_status_t kvtier_lookup(kvtier_engine_t* engine, const kvtier_namespace_t*
                               const uint32_t* tokens, size_t token_count, size_t* matched_tokens,
                               kvtier_tier_t* chunk_tiers, size_t chunk_tiers_capacity,
                               kvtier_error_t* err) {
+  return kvtier_lookup_with_options(engine, ns, tokens, token_count, nullptr, matched_tokens,
+                                    chunk_tiers, chunk_tiers_capacity, err);
+}
+
+void kvtier_lookup_options_init(kvtier_lookup_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(static_cast<void*>(options), 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+}
+
+kvtier_status_t kvtier_lookup_with_options(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                                           const uint32_t* tokens, size_t token_count,
+                                           const kvtier_lookup_options_t* options,
+                                           size_t* matched_tokens, kvtier_tier_t* chunk_tiers,
+                                           size_t chunk_tiers_capacity, kvtier_error_t* err) {
   return Guard(err, [&]() -> Status {
     KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
     if (matched_tokens == nullptr) return Status::InvalidArgument("matched_tokens is NULL");
-    KV_ASSIGN_OR_RETURN(const kvtier::LookupResult result,
-                        engine->engine->Lookup(kvtier::ToNamespace(*ns), span));
+    kvtier_lookup_options_t in;
+    kvtier_lookup_options_init(&in);
+    if (options != nullptr) {
+      KV_RETURN_IF_ERROR(
+          kvtier::ReadVersioned(options, kvtier::kLookupOptionsV1Bytes, &in, "lookup options"));
+    }
+    KV_ASSIGN_OR_RETURN(
+        const kvtier::LookupResult result,
+        engine->engine->Lookup(kvtier::ToNamespace(*ns), span, {.session_id = in.session_id}));
     *matched_tokens = result.matched_tokens;
     if (chunk_tiers != nullptr) {
       const size_t n = std::min(chunk_tiers_capacity, result.chunk_tiers.size());
@@ -581,6 +645,15 @@ kvtier_status_t kvtier_prefetch(kvtier_engine_t* engine, const kvtier_namespace_
   });
 }
 
+kvtier_status_t kvtier_hint(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                            const uint32_t* tokens, size_t token_count, uint64_t session_id,
+                            kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto span, kvtier::CheckKeyed(engine, ns, tokens, token_count));
+    return engine->engine->Hint(kvtier::ToNamespace(*ns), span, session_id);
+  });
+}
+
 kvtier_status_t kvtier_pin(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
                            const uint32_t* tokens, size_t token_count, kvtier_pin_t** pin,
                            kvtier_error_t* err) {
@@ -640,6 +713,7 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
     out.tier_count = static_cast<uint32_t>(tiers);
     for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
+    kvtier::FillPredictionStats(in, &out);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller
     // header has no room for the fields appended since. Fields appended after the caller's header
     // keep whatever the caller had (nothing is known about them); struct_size keeps its value.

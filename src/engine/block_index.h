@@ -42,6 +42,10 @@ enum class CopyState : uint8_t { kNone = 0, kFilling = 1, kReady = 2, kEvicting 
 // Whether the block as a whole has completed its first write (the spec's {writing, ready}).
 enum class BlockState : uint8_t { kWriting = 0, kReady = 1 };
 
+// Why a memory copy was promoted ahead of need, until a Load serves it (docs/engine.md, "Access
+// prediction": the useful-block counters).
+enum class PromotedBy : uint8_t { kNone = 0, kPrediction = 1, kHint = 2 };
+
 struct BlockEntry {
   BlockState state = BlockState::kWriting;
   std::array<uint32_t, kMemTiers> slot{kNoSlot, kNoSlot, kNoSlot};
@@ -55,6 +59,7 @@ struct BlockEntry {
   uint32_t pins = 0;            // PinHandles and Loads in flight. Pinned blocks are never evicted.
   uint64_t expiry_wall_us = 0;  // 0: never expires.
   BlockPriority priority = BlockPriority::kNormal;
+  PromotedBy promoted_by = PromotedBy::kNone;  // Cleared by the first Load served from memory.
 
   bool Readable(MemTier t) const {
     const CopyState c = copy[TierIndex(t)];

@@ -86,6 +86,15 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                     .queue_tasks_max = 4096,
                                                     .name = "kvtier-engine"}));
   e->unpinner_ = std::make_shared<PinHandle::Unpinner>(e.get());
+  if (options.prediction.enabled) {
+    const PredictionOptions& p = options.prediction;
+    MutexLock lock(&e->pred_mu_);
+    e->predictor_.emplace(AccessPredictorOptions{.window = p.window,
+                                                 .successors_max = p.successors_max,
+                                                 .items_max = p.sessions_max,
+                                                 .predict_k = p.predict_k});
+    e->sessions_.emplace(p.sessions_max, p.session_chunks_max);
+  }
   if (e->ssd_ != nullptr && options.write_policy == WritePolicy::kWriteBack &&
       options.writeback_dirty_fraction < 1) {
     e->cleaner_ = std::thread([raw = e.get()] { raw->CleanerLoop(); });
@@ -169,7 +178,8 @@ std::vector<BlockKey> EngineImpl::KeysOf(std::span<const Hash256> chunks,
   return keys;
 }
 
-Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uint32_t> tokens) {
+Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uint32_t> tokens,
+                                        const LookupOptions& options) {
   KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
   const uint32_t layers = options_.layout.layers;
@@ -217,10 +227,16 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
     result.chunk_tiers.push_back(*std::max_element(chunk_kinds.begin(), chunk_kinds.end()));
   }
   result.matched_tokens = result.chunk_tiers.size() * options_.layout.block_tokens;
-  MutexLock lock(&mu_);
-  ++stats_.lookups;
-  stats_.lookup_tokens += tokens.size();
-  stats_.lookup_hit_tokens += result.matched_tokens;
+  {
+    MutexLock lock(&mu_);
+    ++stats_.lookups;
+    stats_.lookup_tokens += tokens.size();
+    stats_.lookup_hit_tokens += result.matched_tokens;
+  }
+  // After the result is final: promotions it triggers are for other sessions' requests.
+  if (options_.prediction.enabled && !chunks.empty()) {
+    ObserveAccess(ns, chunks, options.session_id);
+  }
   return result;
 }
 
@@ -452,34 +468,38 @@ EngineStats EngineImpl::Stats() {
   std::optional<RemoteStoreStats> remote;
   if (remote_ != nullptr) remote = remote_->Stats();
   const codecs::RatioMonitorStats ratio = ratio_->Stats();
-  MutexLock lock(&mu_);
-  EngineStats out = stats_;
-  out.ratio_samples = ratio.samples_total;
-  out.ratio_cv_events = ratio.events_total;
-  out.tiers.clear();
-  for (size_t i = 0; i < kMemTiers; ++i) {
-    if (!HasTier(MemTierAt(i))) continue;
-    const SlotClock& c = *clocks_[i];
-    TierStats t{.kind = ToTierKind(MemTierAt(i)),
-                .capacity_bytes = uint64_t{c.slots()} * block_bytes_,
-                .used_bytes = uint64_t{c.used()} * block_bytes_,
-                .blocks = c.used(),
-                .hits = counters_[i].hits,
-                .evictions = counters_[i].evictions,
-                .writebacks = counters_[i].writebacks,
-                .promotions = counters_[i].promotions};
-    out.tiers.push_back(t);
+  EngineStats out;
+  {
+    MutexLock lock(&mu_);
+    out = stats_;
+    out.ratio_samples = ratio.samples_total;
+    out.ratio_cv_events = ratio.events_total;
+    out.tiers.clear();
+    for (size_t i = 0; i < kMemTiers; ++i) {
+      if (!HasTier(MemTierAt(i))) continue;
+      const SlotClock& c = *clocks_[i];
+      TierStats t{.kind = ToTierKind(MemTierAt(i)),
+                  .capacity_bytes = uint64_t{c.slots()} * block_bytes_,
+                  .used_bytes = uint64_t{c.used()} * block_bytes_,
+                  .blocks = c.used(),
+                  .hits = counters_[i].hits,
+                  .evictions = counters_[i].evictions,
+                  .writebacks = counters_[i].writebacks,
+                  .promotions = counters_[i].promotions};
+      out.tiers.push_back(t);
+    }
+    if (ssd_ != nullptr) {
+      const SsdTierStats s = ssd_->Stats();
+      out.tiers.push_back(TierStats{.kind = TierKind::kSsd,
+                                    .capacity_bytes = options_.ssd->capacity_bytes,
+                                    .used_bytes = s.live_bytes,
+                                    .blocks = s.blocks,
+                                    .hits = counters_[kMemTiers].hits,
+                                    .evictions = s.dropped_blocks});
+    }
+    AppendRemoteStats(remote, &out);
   }
-  if (ssd_ != nullptr) {
-    const SsdTierStats s = ssd_->Stats();
-    out.tiers.push_back(TierStats{.kind = TierKind::kSsd,
-                                  .capacity_bytes = options_.ssd->capacity_bytes,
-                                  .used_bytes = s.live_bytes,
-                                  .blocks = s.blocks,
-                                  .hits = counters_[kMemTiers].hits,
-                                  .evictions = s.dropped_blocks});
-  }
-  AppendRemoteStats(remote, &out);
+  AppendPredictionStats(&out);  // pred_mu_ is a leaf: never taken inside mu_.
   return out;
 }
 

@@ -8,6 +8,9 @@
 //     completion per layer so layer 0 can be used while later layers still arrive;
 //   - Store(ns, tokens, src): takes the full chunks of a sequence into the cache, asynchronously;
 //   - Prefetch(ns, tokens): a hint to promote cached chunks towards the host tier ahead of need;
+//   - Hint(ns, tokens, session): the caller's next requests; with access prediction
+//     (EngineOptions::prediction) the engine also learns the order of sessions from Lookups and
+//     promotes the predicted next session's blocks by itself;
 //   - Pin(ns, tokens): an RAII handle that keeps chunks resident in memory while it lives.
 //
 // Keys follow docs/key_format.md: a Namespace (from the model, the layout, the tenant salt and
@@ -117,6 +120,35 @@ struct RemoteTierOptions {
   Status Validate() const;
 };
 
+// Access prediction (docs/engine.md, "Access prediction"): the engine tags every Lookup with a
+// session (LookupOptions::session_id, or one derived from the request), remembers the chunk hashes
+// of each session's latest request, feeds the sequence of sessions to a sliding-window + Markov
+// predictor (policies/access_predictor.h) and, after each access, promotes the predicted next
+// sessions' cached blocks from the SSD (and the remote tier) into the host tier in the background.
+// Off by default: it spends SSD reads and clean host slots on guesses, which pays only when
+// sessions come back in a learnable order; EngineStats says whether it does.
+struct PredictionOptions {
+  bool enabled = false;
+  uint32_t window = 2;           // Recent accesses that vote for the next session; [1, 16].
+  uint32_t successors_max = 8;   // Next sessions remembered per session; [1, 64].
+  uint32_t sessions_max = 1024;  // Sessions remembered (least recently seen forgotten); [1, 2^20].
+  // Leading chunk hashes remembered per session (32 bytes each): its latest request's first
+  // chunks; [1, kPredictionSessionChunksMax]. Memory: sessions_max * session_chunks_max * 32 B at
+  // most (4 MiB with the defaults).
+  uint32_t session_chunks_max = 128;
+  uint32_t predict_k = 1;  // Sessions promoted after each access, best first; [1, 64].
+  // Blocks (chunks x layers) promoted at most per access (all predicted sessions together) and per
+  // Hint; [1, kPredictionBlocksMax]. Never more than half of the host tier's slots either.
+  uint32_t blocks_max = 256;
+
+  // InvalidArgument naming the first bad field (always checked, also when disabled).
+  Status Validate() const;
+};
+
+// Bounds of PredictionOptions beyond the predictor's own (policies/access_predictor.h).
+inline constexpr uint32_t kPredictionSessionChunksMax = 4096;
+inline constexpr uint32_t kPredictionBlocksMax = 1u << 16;
+
 struct EngineOptions {
   KvLayout layout;           // Validated; its digest enters every key.
   ModelIdentity model;       // Name and weights digest; enter every namespace.
@@ -145,6 +177,7 @@ struct EngineOptions {
   // a promotion never forces a write-back).
   bool promote_on_load = true;
   std::optional<RemoteTierOptions> remote;  // The shared remote tier; none by default.
+  PredictionOptions prediction;             // Promotion ahead of need; off by default.
   // 4 KiB-aligned buffers that SSD and remote reads land in and blocks are encoded into (bounded
   // pool, allocated at Open when an SSD or remote tier exists), each large enough for one encoded
   // record. At least kLoadStagingBatchMax.
@@ -158,6 +191,15 @@ struct EngineOptions {
 
 struct Namespace {
   Hash256 digest{};
+};
+
+// A session groups the requests of one conversation or agent, whose next request usually extends
+// the previous one. Session ids are per namespace (two tenants' session 7 are different sessions).
+// 0: the engine derives one from the request's first chunk hash (which covers the namespace and
+// the first block_tokens tokens), so requests that share their first chunk (a common system
+// prompt at least block_tokens long) fall into one session: such callers should pass ids.
+struct LookupOptions {
+  uint64_t session_id = 0;
 };
 
 struct LookupResult {
@@ -252,6 +294,24 @@ struct EngineStats {
   // The SSD codec's compression-ratio monitor (codecs/ratio_monitor.h): samples recorded (one per
   // encoded block, write-through and write-back) and CV events raised (each also logged).
   uint64_t ratio_samples = 0, ratio_cv_events = 0;
+  // Access prediction (EngineOptions::prediction). An access is a Lookup with at least one full
+  // chunk; a Lookup of the session observed just before, with the same chunks, is the same access
+  // asked again and is not counted. A prediction (the sessions promoted for, never the session
+  // just seen) is scored against the access that follows it.
+  uint64_t prediction_accesses = 0;  // Accesses observed.
+  uint64_t prediction_scored = 0;    // Accesses that had a prediction made before them.
+  uint64_t prediction_hits = 0;      // ... whose session was in that prediction.
+  double prediction_accuracy = 0;    // prediction_hits / prediction_scored (0 before any).
+  // Blocks copied into the host tier because their session was predicted; of those, how many a
+  // later Load served from memory (the rest were evicted unused or are still waiting).
+  uint64_t prediction_promoted_blocks = 0, prediction_useful_blocks = 0;
+  // Hint calls, and the same two counters for the blocks they promoted.
+  uint64_t hints = 0, hint_promoted_blocks = 0, hint_useful_blocks = 0;
+  // Promotions (prediction or hint) given up: the worker queue was full, no free or clean host
+  // slot was left, or the block could not be read.
+  uint64_t prediction_dropped_blocks = 0;
+  uint64_t prediction_sessions = 0;       // Gauge: sessions remembered.
+  uint64_t prediction_tasks_pending = 0;  // Gauge: promotion tasks queued or running.
 };
 
 class Engine {
@@ -268,7 +328,16 @@ class Engine {
   // are asked of it in one batched Exists (at most kRemoteLookupKeysMax keys, the store's timeouts
   // and breaker bound it); an unanswered Exists is a miss. The remote is not asked whether a
   // value verifies: a corrupt remote value is found at Load time (its layer fails closed).
-  virtual Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
+  //
+  // With EngineOptions::prediction enabled the Lookup is also an access of its session
+  // (LookupOptions): the session's chunks are remembered, the predictor learns, and the blocks of
+  // the sessions it predicts next are promoted towards the host tier in the background (worker
+  // pool, clean victims only); the result is computed before any of that.
+  virtual Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens,
+                                      const LookupOptions& options) = 0;
+  Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) {
+    return Lookup(ns, tokens, LookupOptions{});
+  }
   // Loads the first dst.size() / layers chunks (each must be cached; Lookup first).
   // InvalidArgument (naming the index) when dst.size() is not a multiple of layers, exceeds the
   // full chunks of `tokens`, or a span is not layout.BlockBytes() long. A block that is missing
@@ -288,6 +357,14 @@ class Engine {
       std::span<const std::span<const std::byte>> src, const StoreOptions& options = {}) = 0;
   // Promotes the cached chunks of `tokens` towards the host tier; returns at once.
   virtual Status Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
+  // The caller's queue: a request of `session_id` (0: derived as LookupOptions says) with these
+  // tokens comes soon. Promotes the cached prefix of `tokens` from the SSD (and the remote tier)
+  // into the host tier in the background, at most prediction.blocks_max blocks, like Prefetch;
+  // with prediction enabled it also remembers the tokens' chunks as the session's latest request
+  // and makes the predictor name the session first until it is looked up (or, never looked up,
+  // until 64 accesses went by). Returns at once; never an error for a miss.
+  virtual Status Hint(const Namespace& ns, std::span<const uint32_t> tokens,
+                      uint64_t session_id = 0) = 0;
   // Pins the leading cached chunks of `tokens` in memory (promoting from SSD first if needed).
   virtual Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
 

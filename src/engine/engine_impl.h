@@ -9,10 +9,12 @@
 //   engine_load.cc   Load and its per-layer LoadHandle
 //   engine_store.cc  Store and its StoreHandle
 //   engine_remote.cc the remote tier: open, Exists on lookup, Get on load, Put on store/eviction
+//   engine_predict.cc access prediction: sessions, the predictor, Hint, promotion ahead of need
 //
 // Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
 // across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
-// order: engine mu_ -> tier mutexes), never the other way round.
+// order: engine mu_ -> tier mutexes), never the other way round. pred_mu_ guards the access
+// predictor and the session table; it is a leaf (no other lock is taken while it is held).
 //
 // Thread safety: as engine.h. Ownership: the engine owns every tier, pool and thread. Load and
 // Store handles point into the engine and must be destroyed first (checked at destruction).
@@ -33,7 +35,9 @@
 #include "engine/block_index.h"
 #include "engine/engine.h"
 #include "engine/eviction.h"
+#include "engine/session_table.h"
 #include "engine/staging.h"
+#include "policies/access_predictor.h"
 #include "tiers/ssd_policy.h"
 
 namespace kvtier {
@@ -101,13 +105,16 @@ class EngineImpl final : public Engine {
 
   Result<Namespace> MakeNamespace(std::string_view salt,
                                   std::span<const std::string> extra_keys) override;
-  Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens) override;
+  using Engine::Lookup;
+  Result<LookupResult> Lookup(const Namespace& ns, std::span<const uint32_t> tokens,
+                              const LookupOptions& options) override;
   Result<std::unique_ptr<LoadHandle>> Load(const Namespace& ns, std::span<const uint32_t> tokens,
                                            std::span<const std::span<std::byte>> dst) override;
   Result<std::unique_ptr<StoreHandle>> Store(const Namespace& ns, std::span<const uint32_t> tokens,
                                              std::span<const std::span<const std::byte>> src,
                                              const StoreOptions& options) override;
   Status Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) override;
+  Status Hint(const Namespace& ns, std::span<const uint32_t> tokens, uint64_t session_id) override;
   Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) override;
   Status Flush() override;
   EngineStats Stats() override;
@@ -192,8 +199,10 @@ class EngineImpl final : public Engine {
   // Moves the copy of `key` in tier `t` down: demotion to a lower memory tier with a free or
   // clean slot, else (dirty only) a write to the SSD. The copy is kEvicting on entry and stays so.
   Status WriteDown(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
-  // Allocates a slot in `t` without any write (free slot or clean victim); never drops mu_.
-  Result<uint32_t> AllocateClean(MemTier t) KV_REQUIRES(mu_);
+  // Allocates a slot in `t` without any write (free slot or a victim `filter` allows, which is
+  // kCleanOnly or kCleanNotAhead); never drops mu_.
+  Result<uint32_t> AllocateClean(MemTier t, VictimFilter filter = VictimFilter::kCleanOnly)
+      KV_REQUIRES(mu_);
   // Drops `entry`'s copy in `t` (no write); erases the entry when nothing is left. Never drops mu_.
   void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
@@ -230,6 +239,37 @@ class EngineImpl final : public Engine {
   // Runs `task` on the worker pool (inline once the pool is shutting down). Caller threads only:
   // a worker calling it could wait on its own full queue.
   void RunOnPool(std::function<void()> task);
+
+  // Access prediction (engine_predict.cc). Promotions ahead of need run on the worker pool, are
+  // submitted with TrySubmit (dropped when the queue is full, never blocking anyone) and take only
+  // free or clean host slots, like Prefetch.
+  // The predictor's id of a session: explicit ids are mixed with the namespace, derived ones are
+  // the first chunk hash (which covers the namespace already). `chunks` is not empty.
+  static uint64_t SessionKey(const Namespace& ns, std::span<const Hash256> chunks,
+                             uint64_t session_id);
+  // Lookup's prediction step: remembers the session's chunks, observes the access, and promotes
+  // the predicted sessions' blocks (other than this session's) in the background.
+  void ObserveAccess(const Namespace& ns, std::span<const Hash256> chunks, uint64_t session_id)
+      KV_EXCLUDES(mu_, pred_mu_);
+  // Blocks promoted at most for one access or hint: prediction.blocks_max, and half the host tier.
+  size_t PromotionBudget() const;
+  // Queues a worker task that promotes the cached prefixes of `sessions` (chunk lists, best first).
+  void SubmitPromotion(std::vector<std::vector<Hash256>> sessions, PromotedBy by)
+      KV_EXCLUDES(mu_, pred_mu_);
+  // On a worker: picks the blocks of `sessions` that are in no memory tier, up to the budget and
+  // only while each session's prefix is cached, and queues them in batches for PromoteBatch.
+  void PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by)
+      KV_EXCLUDES(mu_);
+  // On a worker: copies `keys` (at most kLoadStagingBatchMax) from `source` (kSsd or kRemote) into
+  // free or clean host slots, marking them promoted by `by`.
+  void PromoteBatch(std::span<const BlockKey> keys, TierKind source, PromotedBy by)
+      KV_EXCLUDES(mu_);
+  // Load served `e` from memory: counts it useful when it was promoted ahead of need, once.
+  void CountUsefulPromotion(BlockEntry* e) KV_REQUIRES(mu_);
+  // TrySubmit that keeps prediction_tasks_pending; false when the queue is full.
+  bool TrySubmitPromotion(std::function<void()> task);
+  // Adds the predictor's counters and gauges to *out.
+  void AppendPredictionStats(EngineStats* out) KV_EXCLUDES(pred_mu_);
 
   // Store (engine_store.cc).
   // Reserves index entries for the absent blocks among `keys` (pinned while the store runs).
@@ -280,6 +320,17 @@ class EngineImpl final : public Engine {
   CondVar cleaner_cv_;  // Waited on with mu_.
   bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
   bool cleaner_stop_ KV_GUARDED_BY(mu_) = false;
+
+  // Access prediction; predictor_ and sessions_ are set at Open when prediction is enabled.
+  Mutex pred_mu_;
+  std::optional<AccessPredictor> predictor_ KV_GUARDED_BY(pred_mu_);
+  std::optional<SessionTable> sessions_ KV_GUARDED_BY(pred_mu_);
+  std::optional<uint64_t> last_session_ KV_GUARDED_BY(pred_mu_);  // The latest access observed.
+  // The sessions promoted for after the latest access, which the next access is scored against.
+  std::vector<uint64_t> predicted_ KV_GUARDED_BY(pred_mu_);
+  uint64_t prediction_scored_ KV_GUARDED_BY(pred_mu_) = 0;
+  uint64_t prediction_hits_ KV_GUARDED_BY(pred_mu_) = 0;
+  std::atomic<uint64_t> promotion_tasks_pending_{0};
 };
 
 }  // namespace kvtier

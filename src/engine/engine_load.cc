@@ -173,6 +173,7 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
           item.slot = e->slot[TierIndex(*t)];
           handle->pinned.push_back(item.key);
           ++counters_[TierIndex(*t)].hits;
+          CountUsefulPromotion(e);
         } else if (ssd_ != nullptr && ssd_->Contains(item.key)) {
           item.from_ssd = true;
           ++counters_[kMemTiers].hits;

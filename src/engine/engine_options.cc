@@ -1,9 +1,10 @@
-// EngineOptions::Validate, TierKindName and DeviceBackendName.
+// EngineOptions::Validate, PredictionOptions::Validate, TierKindName and DeviceBackendName.
 #include <string>
 
 #include "core/limits.h"
 #include "engine/engine.h"
 #include "engine/staging.h"
+#include "policies/access_predictor.h"
 
 namespace kvtier {
 
@@ -53,7 +54,27 @@ Status CheckCapacity(std::string_view field, uint64_t capacity_bytes, uint64_t b
   return Status::Ok();
 }
 
+// InvalidArgument unless `value` of `field` is in [1, max].
+Status CheckRange(std::string_view field, uint32_t value, uint32_t max) {
+  if (value == 0 || value > max) {
+    return Status::InvalidArgument(std::string(field) + "=" + std::to_string(value) +
+                                   ": must be in [1, " + std::to_string(max) + "]");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status PredictionOptions::Validate() const {
+  KV_RETURN_IF_ERROR(CheckRange("window", window, kPredictorWindowMax));
+  KV_RETURN_IF_ERROR(CheckRange("successors_max", successors_max, kPredictorSuccessorsMax));
+  KV_RETURN_IF_ERROR(CheckRange("sessions_max", sessions_max, kPredictorItemsMax));
+  KV_RETURN_IF_ERROR(
+      CheckRange("session_chunks_max", session_chunks_max, kPredictionSessionChunksMax));
+  KV_RETURN_IF_ERROR(CheckRange("predict_k", predict_k, kPredictorPredictMax));
+  KV_RETURN_IF_ERROR(CheckRange("blocks_max", blocks_max, kPredictionBlocksMax));
+  return Status::Ok();
+}
 
 Status EngineOptions::Validate() const {
   KV_RETURN_IF_ERROR(WithField(layout.Validate(), "layout"));
@@ -99,6 +120,7 @@ Status EngineOptions::Validate() const {
         "writeback_dirty_fraction=" + std::to_string(writeback_dirty_fraction) +
         ": must be in (0, 1]");
   }
+  KV_RETURN_IF_ERROR(WithField(prediction.Validate(), "prediction"));
   if (default_ttl_ms > kTtlMsMax) {
     return Status::InvalidArgument("default_ttl_ms=" + std::to_string(default_ttl_ms) +
                                    ": at most " + std::to_string(kTtlMsMax) + " ms");

@@ -71,12 +71,13 @@ void EngineImpl::DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) {
   index_.EraseIfEmpty(key);
 }
 
-Result<uint32_t> EngineImpl::AllocateClean(MemTier t) {
+Result<uint32_t> EngineImpl::AllocateClean(MemTier t, VictimFilter filter) {
+  KV_CHECK(filter != VictimFilter::kAny);
   if (!HasTier(t)) return Status::Busy("tier absent");
   Result<uint32_t> slot = AllocateRaw(t);
   if (slot.ok()) return slot;
   std::optional<uint32_t> victim =
-      clocks_[TierIndex(t)]->PickVictim(t, &index_, NowWallUs(), VictimFilter::kCleanOnly);
+      clocks_[TierIndex(t)]->PickVictim(t, &index_, NowWallUs(), filter);
   if (!victim.has_value()) return Status::Busy("no clean slot");
   const BlockKey key = *clocks_[TierIndex(t)]->Owner(*victim);
   DropCopy(key, index_.Find(key), t);

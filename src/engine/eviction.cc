@@ -38,7 +38,9 @@ bool CleanToDrop(const BlockEntry& entry, MemTier tier) {
 bool Evictable(const BlockEntry& entry, MemTier tier, VictimFilter filter) {
   if (entry.copy[TierIndex(tier)] != CopyState::kReady) return false;
   if (entry.pins != 0 || entry.flushing) return false;
-  if (filter == VictimFilter::kCleanOnly && !CleanToDrop(entry, tier)) return false;
+  if (filter != VictimFilter::kAny && !CleanToDrop(entry, tier)) return false;
+  if (filter == VictimFilter::kCleanNotAhead && entry.promoted_by != PromotedBy::kNone)
+    return false;
   return true;
 }
 

@@ -30,6 +30,10 @@ namespace kvtier {
 enum class VictimFilter : uint8_t {
   kAny = 0,        // Dirty blocks qualify (the caller writes them back first).
   kCleanOnly = 1,  // Only blocks that can be dropped without a write (promotions use this).
+  // kCleanOnly, and never a block promoted ahead of need that no Load has used yet: promotions
+  // ahead of need (prediction, hints) use it, so they never displace one another's blocks
+  // before their requests arrive. Other allocations still evict such blocks.
+  kCleanNotAhead = 2,
 };
 
 class SlotClock {

@@ -1,6 +1,7 @@
 // Goal: show that SlotClock picks victims by the rules of eviction.h: expired first, pinned and
 // in-flight blocks never, referenced blocks get a second chance, lower priorities go first, clean
-// blocks only when asked, and "no victim" (so the engine answers Busy) when all are protected.
+// blocks only when asked, blocks promoted ahead of need are spared by other such promotions until
+// used, and "no victim" (so the engine answers Busy) when all are protected.
 // Method: a BlockIndex and a SlotClock filled by hand; the tier itself is not needed.
 #include "engine/eviction.h"
 
@@ -89,6 +90,17 @@ TEST_F(EvictionTest, CleanOnlySkipsDirtyLastCopies) {
   // A dirty copy with a readable copy below it may be dropped without a write.
   E(1).copy[TierIndex(MemTier::kCxl)] = CopyState::kReady;
   EXPECT_EQ(Pick(0, VictimFilter::kCleanOnly), 1u);
+}
+
+TEST_F(EvictionTest, CleanNotAheadSparesUnusedPromotions) {
+  Fill(3);
+  E(0).promoted_by = PromotedBy::kPrediction;
+  E(1).promoted_by = PromotedBy::kHint;
+  E(2).dirty = true;
+  EXPECT_FALSE(Pick(0, VictimFilter::kCleanNotAhead).has_value());
+  EXPECT_EQ(Pick(0, VictimFilter::kCleanOnly), 0u);  // Other allocations still take them.
+  E(1).promoted_by = PromotedBy::kNone;              // A Load used it.
+  EXPECT_EQ(Pick(0, VictimFilter::kCleanNotAhead), 1u);
 }
 
 TEST_F(EvictionTest, ReleaseFreesOwnership) {

@@ -18,6 +18,9 @@ Status AccessPredictorOptions::Validate() const {
   if (predict_k == 0 || predict_k > kPredictorPredictMax) {
     return Status::InvalidArgument("AccessPredictorOptions.predict_k out of [1, 64]");
   }
+  if (hint_accesses_max == 0) {
+    return Status::InvalidArgument("AccessPredictorOptions.hint_accesses_max must be > 0");
+  }
   return Status::Ok();
 }
 
@@ -65,7 +68,13 @@ void AccessPredictor::Observe(uint64_t id) {
       ++stats_.hits;
     }
   }
-  auto hinted = std::find(hints_.begin(), hints_.end(), id);
+  // Hints are queued in time order: the stale ones are at the front.
+  while (!hints_.empty() &&
+         stats_.observed - hints_.front().observed_at > options_.hint_accesses_max) {
+    hints_.pop_front();
+  }
+  auto hinted =
+      std::find_if(hints_.begin(), hints_.end(), [id](const HintEntry& h) { return h.id == id; });
   if (hinted != hints_.end()) hints_.erase(hints_.begin(), hinted + 1);
   // window_ front is the latest access: distance 1.
   for (size_t d = 0; d < window_.size(); ++d) {
@@ -80,9 +89,9 @@ void AccessPredictor::Observe(uint64_t id) {
 std::vector<uint64_t> AccessPredictor::Predict(uint32_t k) const {
   k = std::min(k, kPredictorPredictMax);
   std::vector<uint64_t> out;
-  for (const uint64_t h : hints_) {
+  for (const HintEntry& h : hints_) {
     if (out.size() >= k) return out;
-    if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+    if (std::find(out.begin(), out.end(), h.id) == out.end()) out.push_back(h.id);
   }
   std::vector<std::pair<float, uint64_t>> scored;
   for (size_t d = 0; d < window_.size(); ++d) {
@@ -110,7 +119,7 @@ std::vector<uint64_t> AccessPredictor::Predict(uint32_t k) const {
 }
 
 void AccessPredictor::Hint(uint64_t id) {
-  hints_.push_back(id);
+  hints_.push_back({.id = id, .observed_at = stats_.observed});
   if (hints_.size() > kPredictorHintsMax) hints_.pop_front();
 }
 

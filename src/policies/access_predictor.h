@@ -7,14 +7,17 @@
 // adds a transition from each of the last `window` accesses to it, weighted 1 / distance, so an
 // order-1 chain dominates and a step skipped now and then still predicts. Predict() scores the
 // successors of the items in the window the same way and returns the best. Callers may also give
-// hints (the next requests in their queue): hinted ids come first, in order, until observed.
+// hints (the next requests in their queue): hinted ids come first, in order, until observed; a
+// hint not observed within hint_accesses_max accesses is dropped (a cancelled request must not
+// lead every prediction forever), and observing a hinted id drops the hints queued before it.
 // Accuracy is measured online: an access counts as a hit when it was among the last prediction
 // made (of `predict_k` ids); Stats() exposes hits, misses and their ratio as a metric.
 //
 // Bounds: at most items_max tracked items (the least recently seen is forgotten), successors_max
 // successors per item (the weakest is replaced), kPredictorHintsMax hints.
 //
-// Thread safety: none; one owner (the engine's scheduler thread). Ownership: plain value type.
+// Thread safety: none; its owner serializes calls (the engine holds its prediction mutex).
+// Ownership: plain value type.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +37,11 @@ inline constexpr uint32_t kPredictorHintsMax = 256;
 inline constexpr uint32_t kPredictorPredictMax = 64;
 
 struct AccessPredictorOptions {
-  uint32_t window = 2;          // Recent accesses that vote for the next one.
-  uint32_t successors_max = 8;  // Successors remembered per item.
-  uint32_t items_max = 65536;   // Items tracked.
-  uint32_t predict_k = 1;       // Ids per prediction used to score accuracy.
+  uint32_t window = 2;              // Recent accesses that vote for the next one.
+  uint32_t successors_max = 8;      // Successors remembered per item.
+  uint32_t items_max = 65536;       // Items tracked.
+  uint32_t predict_k = 1;           // Ids per prediction used to score accuracy.
+  uint32_t hint_accesses_max = 64;  // Accesses a hint waits to be observed before it is dropped.
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -65,6 +69,9 @@ class AccessPredictor {
 
   const AccessPredictorStats& stats() const { return stats_; }
   size_t items() const { return table_.size(); }
+  size_t hints() const { return hints_.size(); }
+  // The prediction made by the latest Observe() (what the next access is scored against).
+  const std::vector<uint64_t>& last_prediction() const { return last_prediction_; }
 
  private:
   struct Successor {
@@ -83,7 +90,11 @@ class AccessPredictor {
   std::unordered_map<uint64_t, Item> table_;
   std::list<uint64_t> lru_;  // Front = most recently seen.
   std::deque<uint64_t> window_;
-  std::deque<uint64_t> hints_;
+  struct HintEntry {
+    uint64_t id = 0;
+    uint64_t observed_at = 0;  // stats_.observed when the hint was given.
+  };
+  std::deque<HintEntry> hints_;
   std::vector<uint64_t> last_prediction_;
 };
 

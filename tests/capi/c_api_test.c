@@ -1,7 +1,8 @@
 /* The C API from C (compiled as C11): open an engine with an SSD directory in a temporary
  * directory, store a prefix, look it up, load it back layer by layer, compare the bytes, pin,
- * prefetch, flush, read statistics, and check the error paths (bad layout, bad block arrays,
- * versioned structs). Exits 0 on success, 1 with a message on the first failed check. */
+ * prefetch, flush, read statistics, hint a session and look it up with a session id (access
+ * prediction), and check the error paths (bad layout, bad block arrays, versioned structs, bad
+ * prediction options). Exits 0 on success, 1 with a message on the first failed check. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvtier/c_api.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -368,6 +370,94 @@ static void TestRemoteOptions(void) {
   kvtier_engine_close(engine);
 }
 
+/* Waits (at most 5 s) until no promotion task is pending. */
+static int WaitForPromotions(kvtier_engine_t* engine) {
+  for (int i = 0; i < 5000; ++i) {
+    kvtier_engine_stats_t stats;
+    kvtier_stats_init(&stats);
+    if (kvtier_engine_stats(engine, &stats, NULL) != KVTIER_OK) return 0;
+    if (stats.prediction_tasks_pending == 0) return 1;
+    const struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  return 0;
+}
+
+/* Access prediction: options are validated, a hint promotes a session that is on the SSD only
+ * (a reopened engine) into host memory, a lookup with a session id is counted as an access, and
+ * callers built before the prediction fields (options and stats) keep working. */
+static void TestPrediction(void) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/prediction", temp_dir);
+  const char* dirs[1] = {dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  o.prediction_enabled = 1;
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  o.prediction_window = 17;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "prediction") != NULL);
+  o.prediction_window = 0; /* The default. */
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  kvtier_namespace_t ns;
+  CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
+  enum { kTokens = 2 * kBlockTokens };
+  uint32_t tokens[kTokens];
+  for (size_t i = 0; i < kTokens; ++i) tokens[i] = (uint32_t)(500 + i);
+  uint8_t* src = malloc(2 * kLayers * block_bytes);
+  CHECK(src != NULL);
+  memset(src, 0x22, 2 * kLayers * block_bytes);
+  const void* src_ptrs[2 * kLayers];
+  for (size_t b = 0; b < 2 * kLayers; ++b) src_ptrs[b] = src + b * block_bytes;
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kTokens, src_ptrs, 2 * kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  kvtier_store_destroy(store);
+  free(src);
+  kvtier_engine_close(engine); /* Write-through: the blocks are on the SSD. */
+
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  CHECK_OK(kvtier_hint(engine, &ns, tokens, kTokens, 42, &err));
+  CHECK(WaitForPromotions(engine));
+  kvtier_lookup_options_t lo;
+  kvtier_lookup_options_init(&lo);
+  lo.session_id = 42;
+  size_t matched = 0;
+  kvtier_tier_t tiers[2] = {KVTIER_TIER_NONE, KVTIER_TIER_NONE};
+  CHECK_OK(kvtier_lookup_with_options(engine, &ns, tokens, kTokens, &lo, &matched, tiers, 2, &err));
+  CHECK(matched == kTokens);
+  CHECK(tiers[0] == KVTIER_TIER_HOST && tiers[1] == KVTIER_TIER_HOST);
+  lo.struct_size = 3;
+  CHECK(kvtier_lookup_with_options(engine, &ns, tokens, kTokens, &lo, &matched, NULL, 0, &err) ==
+        KVTIER_INVALID_ARGUMENT);
+  kvtier_engine_stats_t stats;
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.hints == 1);
+  CHECK(stats.hint_promoted_blocks == 2 * kLayers);
+  CHECK(stats.prediction_accesses == 1);
+  CHECK(stats.prediction_sessions == 1);
+  CHECK(stats.prediction_tasks_pending == 0);
+  /* A caller built before the prediction counters: the fields after its struct stay untouched. */
+  kvtier_stats_init(&stats);
+  stats.struct_size = offsetof(kvtier_engine_stats_t, prediction_accesses);
+  stats.hints = 77;
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.hints == 77 && stats.lookups == 1);
+  kvtier_engine_close(engine);
+
+  /* A caller built before the prediction options opens without prediction. */
+  o.struct_size = offsetof(kvtier_engine_options_t, prediction_enabled);
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  CHECK_OK(kvtier_lookup(engine, &ns, tokens, kTokens, &matched, NULL, 0, &err));
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.prediction_accesses == 0 && stats.prediction_sessions == 0);
+  kvtier_engine_close(engine);
+}
+
 static void RemoveTree(const char* path) {
   char command[512];
   snprintf(command, sizeof(command), "rm -rf '%s'", path);
@@ -386,6 +476,7 @@ int main(void) {
   TestBadLayout();
   TestRoundTrip();
   TestRemoteOptions();
+  TestPrediction();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);

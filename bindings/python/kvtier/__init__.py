@@ -68,6 +68,14 @@ class Engine(_kvtier.Engine):
     remote_endpoints  ["host:port", ...]: the remote tier on Redis (empty: none); with
                     remote_cluster=True the endpoints are Redis Cluster seeds;
                     remote_write_policy "through" | "back"; remote_user, remote_password (AUTH)
+    prediction      True: access prediction (docs/engine.md, "Access prediction"): each
+                    lookup(ns, tokens, session_id=...) is an access of its session, and the
+                    predicted next sessions' blocks are promoted into host memory in the
+                    background; hint(ns, tokens, session_id) names the caller's next requests.
+                    prediction_window, prediction_successors_max, prediction_sessions_max,
+                    prediction_session_chunks_max, prediction_predict_k, prediction_blocks_max:
+                    its bounds (0: the default); stats() reports prediction_accuracy,
+                    prediction_promoted_blocks, prediction_useful_blocks, ...
     """
 
     def __init__(self, **kwargs):
