@@ -494,6 +494,7 @@ Status OffloadedSequence::AcquireLayer(uint32_t layer, std::span<const uint32_t>
     pinned_.push_back(i);
     if (e.device_slot == kNoSlot) missing.push_back(i);
   }
+  stats_.blocks_acquired += chunks.size();
   stats_.blocks_demand += missing.size();
   KV_RETURN_IF_ERROR(BringToDevice(missing));
   for (const size_t i : pinned_) KV_RETURN_IF_ERROR(entries_[i].device_event.Wait());

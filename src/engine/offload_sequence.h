@@ -129,7 +129,8 @@ struct OffloadStats {
   uint64_t bytes_host_to_device = 0, bytes_device_to_host = 0;
   uint64_t bytes_ssd_read = 0, bytes_ssd_written = 0;
   uint64_t blocks_prefetched = 0;  // Loads started ahead of their layer.
-  uint64_t blocks_demand = 0;      // Blocks AcquireLayer found missing (misses).
+  uint64_t blocks_acquired = 0;    // Blocks AcquireLayer handed out.
+  uint64_t blocks_demand = 0;      // ... of which it found missing (misses).
   uint64_t device_evictions = 0, host_evictions = 0;
   uint64_t ssd_reads = 0, ssd_writes = 0;  // Blocks.
   // Ladder: blocks encoded on demotion, of which re-encoded to a coarser rung as they aged, and

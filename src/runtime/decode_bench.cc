@@ -97,6 +97,48 @@ uint32_t Argmax(const std::vector<float>& v) {
   return static_cast<uint32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+// Forwards everything to `inner` and measures, for a synthetic context, the share of the
+// attention mass that decode gives the chunks holding salient tokens (how concentrated the
+// context's attention is; the full-attention reference runs through it).
+class MassTap final : public KvBlockSource {
+ public:
+  MassTap(KvBlockSource* inner, const SyntheticKvContext* context)
+      : inner_(inner), context_(context) {}
+  const KvLayout& Layout() const override { return inner_->Layout(); }
+  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk) override {
+    return inner_->Block(layer, chunk);
+  }
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk) override {
+    return inner_->MutableBlock(layer, chunk);
+  }
+  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
+                      uint32_t chunks, std::vector<uint32_t>* selected) override {
+    return inner_->SelectChunks(layer, query, n_heads, chunks, selected);
+  }
+  void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                        std::span<const float> mass) override {
+    inner_->ObserveAttention(layer, chunks, mass);
+    if (context_ == nullptr) return;
+    const uint32_t bt = Layout().block_tokens;
+    const std::span<const uint32_t> salient = context_->salient_positions(layer);
+    double on = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const auto it = std::lower_bound(salient.begin(), salient.end(), chunks[i] * bt);
+      if (it != salient.end() && *it < (chunks[i] + 1) * bt) on += mass[i];
+    }
+    sum_ += on;
+    ++count_;
+  }
+  double salient_mass() const { return count_ == 0 ? 0.0 : sum_ / static_cast<double>(count_); }
+
+ private:
+  KvBlockSource* inner_;
+  const SyntheticKvContext* context_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
 // What every configuration starts from: the context's blocks and the first decode input.
 class Context {
  public:
@@ -235,7 +277,10 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
   if (o.device_budget_bytes != 0) {
     device_blocks = o.device_budget_bytes / block;
   } else if (config == DecodeConfig::kTopk) {
-    device_blocks = std::max<uint64_t>(kv_blocks / 8, o.top_k + o.sink_chunks + o.recent_chunks);
+    // KV / 8, or within a DRAM budget a quarter of it, at least the selection of one layer.
+    uint64_t share = kv_blocks / 8;
+    if (o.dram_budget_bytes != 0) share = std::min(share, o.dram_budget_bytes / 4 / block);
+    device_blocks = std::max<uint64_t>(share, o.top_k + o.sink_chunks + o.recent_chunks);
   } else {
     device_blocks = uint64_t{chunks_ws} + layout.layers;
   }
@@ -310,6 +355,7 @@ struct Runner {
   Reference reference;
   bool have_reference = false;
   double resident_ms = 0;
+  double salient_mass = 0;
 
   void Progress(const std::string& line) const {
     if (o.progress) o.progress(line);
@@ -331,6 +377,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
   double cos_sum = 0;
   uint64_t cos_n = 0;
   const bool probe = IsOffloaded(config) && static_cast<bool>(o.ssd_probe);
+  OffloadStats first;  // Before the first measured token.
   for (uint32_t t = 0; t < total; ++t) {
     const bool measured = t >= o.warmup_tokens;
     if (have_reference) input = reference.inputs[t];
@@ -339,6 +386,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
       bw.push_back(b);
     }
     const OffloadStats before = seq != nullptr ? seq->Stats() : OffloadStats{};
+    if (t == o.warmup_tokens) first = before;
     const double start = NowMs();
     KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), o.context_tokens + t, kv,
                                      {.probe = &recorder}, &logits));
@@ -389,6 +437,10 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     r->ssd_write_bytes_per_token = Median(write);
     r->host_to_device_bytes_per_token = Median(h2d);
     const OffloadStats s = seq->Stats();
+    const uint64_t acquired = s.blocks_acquired - first.blocks_acquired;
+    const uint64_t demand = s.blocks_demand - first.blocks_demand;
+    r->prefetch_coverage =
+        acquired == 0 ? 0.0 : 1.0 - static_cast<double>(demand) / static_cast<double>(acquired);
     r->depth = s.depth;
     r->blocks_prefetched = s.blocks_prefetched;
     r->blocks_demand = s.blocks_demand;
@@ -419,8 +471,10 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     }
     KV_RETURN_IF_ERROR(context.Fill(*source));
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
-    KV_RETURN_IF_ERROR(Decode(config, *source, nullptr, &r));
+    MassTap tap(source, context.synthetic());
+    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, &r));
     if (selecting != nullptr) r.chunks_attended = Attended(selecting->quest_stats());
+    if (config == DecodeConfig::kResident) salient_mass = tap.salient_mass();
   } else if (config == DecodeConfig::kReference) {
     if (context.synthetic() == nullptr) {
       return Status::InvalidArgument("the reference configuration needs a synthetic model");
@@ -428,7 +482,9 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     KV_ASSIGN_OR_RETURN(std::unique_ptr<GeneratedKvBlocks> kv,
                         GeneratedKvBlocks::Create(context.synthetic(), capacity));
     Progress("config reference: decoding");
-    KV_RETURN_IF_ERROR(Decode(config, *kv, nullptr, &r));
+    MassTap tap(kv.get(), context.synthetic());
+    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, &r));
+    salient_mass = tap.salient_mass();
   } else {
     KV_ASSIGN_OR_RETURN(Budget budget, ComputeBudget(o, config, layout));
     r.device_budget_bytes = uint64_t{budget.device_blocks} * layout.BlockBytes();
@@ -553,6 +609,7 @@ Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
     KV_ASSIGN_OR_RETURN(DecodeConfigReport r, runner.Run(c));
     report.configs.push_back(std::move(r));
   }
+  report.salient_attention_mass = runner.salient_mass;
   return report;
 }
 

@@ -72,7 +72,8 @@ struct DecodeBenchOptions {
   uint32_t tokens = 5;         // Measured decode tokens per configuration.
   uint32_t warmup_tokens = 1;  // Decoded first and not measured (the ladder re-encodes then).
   // 0 = automatic. Device: one layer's working set plus one tail block per layer (full
-  // attention), KV / 8 (topk). Host: KV / 4, or with dram_budget_bytes what the device leaves.
+  // attention), KV / 8 (topk; with dram_budget_bytes at most a quarter of it). Host: KV / 4, or
+  // with dram_budget_bytes what the device leaves.
   uint64_t device_budget_bytes = 0;
   uint64_t host_budget_bytes = 0;
   uint64_t dram_budget_bytes = 0;  // Device + host together (the capacity run).
@@ -110,6 +111,8 @@ struct DecodeConfigReport {
   double roofline_ms_per_token = 0;
   uint32_t depth = 0;
   uint64_t blocks_prefetched = 0, blocks_demand = 0;
+  // Share of the blocks acquired in the measured tokens that were on the device already.
+  double prefetch_coverage = 0;
   double chunks_attended = 1;  // Fraction of chunks attended (selection).
   // Against the reference configuration (itself: exact).
   bool logits_identical = true;
@@ -127,6 +130,9 @@ struct DecodeBenchReport {
   uint64_t kv_bytes = 0;  // FP16 KV of the context.
   uint32_t context_tokens = 0, tokens = 0, warmup_tokens = 0, top_k = 0;
   DecodeConfig reference = DecodeConfig::kResident;
+  // Synthetic contexts: mean share of the reference's decode attention mass on the chunks
+  // holding salient tokens (how concentrated attention is; selection needs it high).
+  double salient_attention_mass = 0;
   std::vector<DecodeConfigReport> configs;
   const DecodeConfigReport* Find(DecodeConfig config) const;
 };

@@ -71,6 +71,7 @@ nlohmann::ordered_json ConfigJson(const runtime::DecodeConfigReport& r) {
   j["depth"] = r.depth;
   j["blocks_prefetched"] = r.blocks_prefetched;
   j["blocks_demand"] = r.blocks_demand;
+  j["prefetch_coverage"] = r.prefetch_coverage;
   j["chunks_attended"] = r.chunks_attended;
   j["logits_identical"] = r.logits_identical;
   j["greedy_agreement"] = r.greedy_agreement;
@@ -96,6 +97,7 @@ void PrintJson(const runtime::DecodeBenchReport& report) {
   j["warmup_tokens"] = report.warmup_tokens;
   j["top_k"] = report.top_k;
   j["reference"] = std::string(runtime::DecodeConfigName(report.reference));
+  j["salient_attention_mass"] = report.salient_attention_mass;
   const struct {
     DecodeConfig config;
     const char* key;
