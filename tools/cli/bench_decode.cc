@@ -80,6 +80,7 @@ nlohmann::ordered_json ConfigJson(const runtime::DecodeConfigReport& r) {
   j["device_budget_bytes"] = r.device_budget_bytes;
   j["host_budget_bytes"] = r.host_budget_bytes;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["weights_bytes"] = r.weights_bytes;
   return j;
 }
 
