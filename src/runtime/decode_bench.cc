@@ -282,7 +282,8 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
     if (o.dram_budget_bytes != 0) share = std::min(share, o.dram_budget_bytes / 4 / block);
     device_blocks = std::max<uint64_t>(share, o.top_k + o.sink_chunks + o.recent_chunks);
   } else {
-    device_blocks = uint64_t{chunks_ws} + layout.layers;
+    // Two layers' working sets: layer N+1 is copied (or decoded) in while N computes.
+    device_blocks = 2 * uint64_t{chunks_ws} + layout.layers;
   }
   if (device_blocks == 0) return Status::InvalidArgument("device budget below one block");
   uint64_t host_bytes = o.host_budget_bytes != 0 ? o.host_budget_bytes : kv_blocks * block / 4;

@@ -8,8 +8,8 @@
 // decodes warmup + measured tokens in each configuration:
 //   resident       every block in host memory (InMemoryKvBlocks), full attention;
 //   resident-topk  the same with attention-guided selection (the selection's own cost);
-//   offload        OffloadedSequence over a CPU device tier (budget: one layer's working set plus
-//                  the tails), a host tier and the SSD tier, full attention, lossless;
+//   offload        OffloadedSequence over a CPU device tier (budget: two layers' working sets
+//                  plus the tails), a host tier and the SSD tier, full attention, lossless;
 //   ladder         offload with the INT8/INT4 precision ladder by age below the device tier;
 //   topk           offload with Quest selection of top_k chunks and a device budget of KV / 8;
 //   reference      GeneratedKvBlocks: all-resident bytes regenerated on demand (one layer in
@@ -71,9 +71,10 @@ struct DecodeBenchOptions {
   uint32_t block_tokens = 256;
   uint32_t tokens = 5;         // Measured decode tokens per configuration.
   uint32_t warmup_tokens = 1;  // Decoded first and not measured (the ladder re-encodes then).
-  // 0 = automatic. Device: one layer's working set plus one tail block per layer (full
-  // attention), KV / 8 (topk; with dram_budget_bytes at most a quarter of it). Host: KV / 4, or
-  // with dram_budget_bytes what the device leaves.
+  // 0 = automatic. Device: two layers' working sets plus one tail block per layer (full
+  // attention: layer N+1 moves to the device while N computes), KV / 8 (topk; with
+  // dram_budget_bytes at most a quarter of it). Host: KV / 4, or with dram_budget_bytes what the
+  // device leaves.
   uint64_t device_budget_bytes = 0;
   uint64_t host_budget_bytes = 0;
   uint64_t dram_budget_bytes = 0;  // Device + host together (the capacity run).

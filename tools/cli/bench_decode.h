@@ -34,7 +34,7 @@ class BenchDecode {
   std::string device_budget_, host_budget_, dram_budget_;
   uint32_t top_k_ = 16, recent_chunks_ = 2, sink_chunks_ = 1;
   uint32_t salient_tokens_ = 8;
-  float salient_scale_ = 160.0f;
+  float salient_scale_ = 240.0f;
   std::vector<std::string> configs_;
   std::string dir_ = "/var/tmp/kvtier-bench-decode";
   uint64_t seed_ = 1;
