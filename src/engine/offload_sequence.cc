@@ -217,21 +217,22 @@ Result<uint32_t> OffloadedSequence::AllocateDevice(uint32_t distance_min, bool c
 }
 
 // Demotes a device block: a dirty one (or one whose stored rung is finer than its age calls for)
-// is written down to the host; a clean one is kept in a free host slot when there is one (host
-// and device together then hold more distinct blocks), else dropped.
+// is written down to the host; a clean raw one is kept in a free host slot when there is one
+// (host and device together then hold more distinct blocks), else dropped.
 Status OffloadedSequence::EvictDevice(size_t index, bool may_evict_host) {
   Entry& e = entries_[index];
   KV_RETURN_IF_ERROR(e.device_event.Wait());
   if (!DeviceCopyClean(index)) {
     KV_RETURN_IF_ERROR(DemoteToHost(index, may_evict_host));
-  } else if (e.host_slot == kNoSlot && e.read == kNoRead) {
+  } else if (e.host_slot == kNoSlot && e.read == kNoRead &&
+             RungFor(index).codec == codecs::CodecId::kIdentity) {
+    // Only a plain copy is worth it: re-encoding a clean block costs more CPU than reading its
+    // encoded record back.
     Result<uint32_t> free_slot = tiers_.host->Allocate();
     if (free_slot.ok()) {
       e.host_slot = *free_slot;
       TrackHost(index, true);
-      const bool had_ssd = e.ssd_current;
-      KV_RETURN_IF_ERROR(EncodeToHost(index, RungFor(index)));
-      e.ssd_current = had_ssd && Rank(e.host_codec) <= Rank(e.ssd_codec);
+      KV_RETURN_IF_ERROR(EncodeToHost(index, codecs::CodecParams::Identity()));
     }
   }
   if (e.fresh && observer_ != nullptr) {
@@ -350,12 +351,13 @@ void OffloadedSequence::FreeHost(size_t index) {
   TrackHost(index, false);
 }
 
-// Keeps the tiers exclusive: once a pinned block's device copy is complete, its host copy is
-// released when the SSD also holds it, leaving host room for blocks the device does not hold.
+// Keeps the tiers exclusive: once a device copy is complete (the layer being acquired, or one
+// prefetched ahead), its host copy is released when the SSD also holds it, leaving host room for
+// the reads of the next layers.
 void OffloadedSequence::ReleaseHostCopies() {
-  for (const size_t i : pinned_) {
+  for (const size_t i : device_list_) {
     Entry& e = entries_[i];
-    if (e.host_slot == kNoSlot || !e.ssd_current || e.read != kNoRead) continue;
+    if (e.host_slot == kNoSlot || !e.ssd_current || e.read != kNoRead || e.loading) continue;
     if (!e.host_event.Ready() || !e.device_event.Ready()) continue;
     FreeHost(i);
   }
@@ -479,6 +481,7 @@ void OffloadedSequence::PlannedChunks(uint32_t layer, std::vector<uint32_t>* out
 
 Status OffloadedSequence::AcquireLayer(uint32_t layer, std::span<const uint32_t> chunks) {
   KV_RETURN_IF_ERROR(HarvestReads());
+  ReleaseHostCopies();
   Unpin();
   cursor_layer_ = layer;
   ++step_;
