@@ -127,12 +127,25 @@ void QuantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, const Q
   if (bits == 4) k.pack_nibbles(codes, g.half_elements(), As<uint8_t>(stage + l.v_codes_offset));
 }
 
+// Dequantized rows are produced one token at a time into `row` (channels floats, hot in L1) and
+// stored to `dst` in the block's dtype at once: a whole half in F32 would not fit in cache and
+// would cost a round trip to DRAM.
+void StoreRow(const Kernels& k, DType dtype, const float* row, size_t channels, std::byte* dst) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, row, channels * sizeof(float));
+  } else {
+    FromF32(k, dtype, row, channels, dst);
+  }
+}
+
 Status DequantizeKeys(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
-                      const std::byte* stage, float* y, CodecContext* ctx) {
+                      const std::byte* stage, std::byte* dst, CodecContext* ctx) {
   const Kernels& k = ctx->kernels();
   const size_t channels = g.channels();
-  float* zero = ctx->ParamScratch(2 * channels);
+  const size_t row_bytes = channels * DTypeBytes(g.dtype);
+  float* zero = ctx->ParamScratch(3 * channels);
   float* scale = zero + channels;
+  float* row = scale + channels;
   const uint8_t* codes = As<uint8_t>(stage + l.k_codes_offset);
   if (bits == 4) {
     uint8_t* unpacked = ctx->CodeScratch(g.half_elements());
@@ -147,16 +160,19 @@ Status DequantizeKeys(const BlockGeometry& g, uint32_t bits, size_t group, const
     }
     const size_t t1 = std::min<size_t>(g.tokens, (grp + 1) * group);
     for (size_t t = grp * group; t < t1; ++t) {
-      k.dequantize_per_channel(codes + t * channels, channels, zero, scale, y + t * channels);
+      k.dequantize_per_channel(codes + t * channels, channels, zero, scale, row);
+      StoreRow(k, g.dtype, row, channels, dst + t * row_bytes);
     }
   }
   return Status::Ok();
 }
 
 Status DequantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
-                        const std::byte* stage, float* y, CodecContext* ctx) {
+                        const std::byte* stage, std::byte* dst, CodecContext* ctx) {
   const Kernels& k = ctx->kernels();
   const size_t channels = g.channels();
+  const size_t row_bytes = channels * DTypeBytes(g.dtype);
+  float* row = ctx->ParamScratch(channels);
   const uint8_t* codes = As<uint8_t>(stage + l.v_codes_offset);
   if (bits == 4) {
     uint8_t* unpacked = ctx->CodeScratch(g.half_elements());
@@ -171,9 +187,10 @@ Status DequantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, con
       float zero = 0;
       KV_RETURN_IF_ERROR(ReadParams(stage + l.v_scale_offset + 2 * param_index,
                                     stage + l.v_zero_offset + 2 * param_index, &scale, &zero));
-      const size_t at = t * channels + c0;
-      k.dequantize_uniform(codes + at, std::min(group, channels - c0), zero, scale, y + at);
+      k.dequantize_uniform(codes + t * channels + c0, std::min(group, channels - c0), zero, scale,
+                           row + c0);
     }
+    StoreRow(k, g.dtype, row, channels, dst + t * row_bytes);
   }
   return Status::Ok();
 }
@@ -243,19 +260,9 @@ Status DequantizeBlock(const BlockGeometry& g, uint32_t bits, uint32_t group_siz
   const QuantLayout l = ComputeQuantLayout(g, bits, group_size);
   KV_CHECK(stage.size() == l.total_bytes);
   KV_CHECK(raw_out.size() >= g.raw_bytes());
-  const size_t n = g.half_elements();
-  const size_t half_bytes = n * DTypeBytes(g.dtype);
-  for (size_t half = 0; half < 2; ++half) {
-    std::byte* dst = raw_out.data() + half * half_bytes;
-    float* y = g.dtype == DType::kF32 ? As<float>(dst) : ctx->F32Scratch(n);
-    if (half == 0) {
-      KV_RETURN_IF_ERROR(DequantizeKeys(g, bits, group_size, l, stage.data(), y, ctx));
-    } else {
-      KV_RETURN_IF_ERROR(DequantizeValues(g, bits, group_size, l, stage.data(), y, ctx));
-    }
-    if (g.dtype != DType::kF32) FromF32(ctx->kernels(), g.dtype, y, n, dst);
-  }
-  return Status::Ok();
+  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
+  KV_RETURN_IF_ERROR(DequantizeKeys(g, bits, group_size, l, stage.data(), raw_out.data(), ctx));
+  return DequantizeValues(g, bits, group_size, l, stage.data(), raw_out.data() + half_bytes, ctx);
 }
 
 }  // namespace kvtier::codecs
