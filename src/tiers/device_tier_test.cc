@@ -6,7 +6,8 @@
 // Method: slots and host buffers filled with per-position patterns (byte = f(seed, offset)),
 // copied through Copy() and compared after Wait(); threads submit hundreds of copies through
 // queues of 1-2 regions; destruction right after submitting 64 MiB of copies; the kernels are
-// compared with memcpy over sizes and misalignments around the 64-byte line.
+// compared with memcpy over sizes and misalignments around the 64-byte line. A CopyEventSource
+// (events completed by the caller's own work) is completed from another thread.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -127,6 +128,25 @@ TEST(DeviceTierTest, TrivialEventsAreCompleteAndOk) {
   std::byte b{};
   const CopyRegion zero[] = {{nullptr, nullptr, 0}, {&b, &b, 0}};
   EXPECT_TRUE(tier->Copy(CopyKind::kDeviceToHost, zero).Wait().ok());
+}
+
+// A CopyEventSource completes its events after its last pending unit, from another thread, with
+// the first error reported.
+TEST(DeviceTierTest, EventSourceCompletesAfterItsLastUnit) {
+  const CopyEventSource source(2);
+  const CopyEvent event = source.event();
+  EXPECT_FALSE(event.Ready());
+  std::thread worker([source] {
+    source.Complete(Status::Corruption("first"));
+    source.Complete(Status::IoError("second"));
+  });
+  const Status s = event.Wait();
+  worker.join();
+  EXPECT_TRUE(event.Ready());
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  const CopyEventSource ok;
+  ok.Complete(Status::Ok());
+  EXPECT_TRUE(ok.event().Wait().ok());
 }
 
 TEST(DeviceTierTest, BadRegionFailsTheWholeCallBeforeCopying) {
