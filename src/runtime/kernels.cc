@@ -76,7 +76,60 @@ void WeightedSumRowsF16(const float* weights, const uint16_t* v, size_t stride_e
   }
 }
 
+namespace {
+
+float DotF16(const float* q, const uint16_t* k, size_t head_dim) {
+  float sum = 0.0f;
+  for (size_t d = 0; d < head_dim; ++d) sum += q[d] * HalfToFloat(k[d]);
+  return sum;
+}
+
+}  // namespace
+
+void AttendF16(const AttendArgs& a) {
+  const size_t head_dim = a.head_dim;
+  const size_t kv_dim = size_t{a.n_kv_heads} * head_dim;
+  const uint32_t group = a.n_heads / a.n_kv_heads;
+  if (a.run_mass != nullptr) std::fill_n(a.run_mass, a.n_runs, 0.0f);
+  for (uint32_t h = a.kv_head_begin * group; h < a.kv_head_end * group; ++h) {
+    const float* q = a.q + h * head_dim;
+    const size_t head_offset = size_t{h / group} * head_dim;
+    float max_score = -INFINITY;
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      for (size_t j = 0; j < a.runs[i].rows; ++j) {
+        max_score =
+            std::max(max_score, DotF16(q, a.runs[i].k + j * kv_dim + head_offset, head_dim));
+      }
+    }
+    float sum = 0.0f;
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      for (size_t j = 0; j < a.runs[i].rows; ++j) {
+        sum += std::exp(DotF16(q, a.runs[i].k + j * kv_dim + head_offset, head_dim) - max_score);
+      }
+    }
+    float* out = a.out + h * head_dim;
+    std::fill_n(out, head_dim, 0.0f);
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      float mass = 0.0f;
+      for (size_t j = 0; j < a.runs[i].rows; ++j) {
+        const float p =
+            std::exp(DotF16(q, a.runs[i].k + j * kv_dim + head_offset, head_dim) - max_score) / sum;
+        const uint16_t* v = a.runs[i].v + j * kv_dim + head_offset;
+        for (size_t d = 0; d < head_dim; ++d) out[d] += p * HalfToFloat(v[d]);
+        mass += p;
+      }
+      if (a.run_mass != nullptr) a.run_mass[i] += mass / static_cast<float>(a.n_heads);
+    }
+  }
+}
+
 }  // namespace ref
+
+size_t AttendScratchFloats(size_t n_heads, size_t n_runs) {
+  // The AVX2 version's layout (kernels_avx2.cc): running max, sum and run sum per head, one
+  // step's scores per head, and one log-sum-exp per (run, head) for the run masses.
+  return n_heads * (3 + kAttendTileRows + n_runs);
+}
 
 namespace {
 
@@ -86,6 +139,7 @@ constexpr AttentionKernels kScalarKernels = {
     .float_to_half = ref::FloatToHalfN,
     .dot_rows_f16 = ref::DotRowsF16,
     .weighted_sum_rows_f16 = ref::WeightedSumRowsF16,
+    .attend_f16 = ref::AttendF16,
 };
 
 #if defined(__x86_64__)
@@ -95,6 +149,7 @@ constexpr AttentionKernels kAvx2Kernels = {
     .float_to_half = avx2::FloatToHalfN,
     .dot_rows_f16 = avx2::DotRowsF16,
     .weighted_sum_rows_f16 = avx2::WeightedSumRowsF16,
+    .attend_f16 = avx2::AttendF16,
 };
 #endif
 
