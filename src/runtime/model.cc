@@ -72,7 +72,7 @@ Status Model::CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos,
   return Status::Ok();
 }
 
-void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
+void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens, uint32_t block_tokens) {
   const ModelConfig& c = config();
   const size_t t = chunk_tokens;
   auto grow = [](std::vector<float>& v, size_t n) {
@@ -86,7 +86,9 @@ void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
   grow(att_, t * c.q_dim());
   grow(hb_, t * c.hidden_dim);
   grow(hb2_, t * c.hidden_dim);
-  grow(scores_, context_tokens);
+  const size_t chunks = (size_t{context_tokens} + block_tokens - 1) / block_tokens;
+  grow(attend_scratch_, AttendScratchFloats(c.n_heads, chunks));
+  if (runs_.capacity() < chunks) runs_.reserve(chunks);
 }
 
 Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
@@ -97,7 +99,7 @@ Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBl
   const AttentionKernels& kernels = GetAttentionKernels(options.isa);
   const auto n_total = static_cast<uint32_t>(tokens.size());
   const uint32_t chunk_max = std::min(options.chunk_tokens, n_total);
-  ReserveScratch(chunk_max, start_pos + n_total);
+  ReserveScratch(chunk_max, start_pos + n_total, kv.Layout().block_tokens);
   switch (options.logits) {
     case LogitsMode::kLast:
       logits->assign(c.vocab_size, 0.0f);
@@ -158,15 +160,12 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
   }
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
   KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
-  std::fill_n(att_.data(), size_t{n_tokens} * c.q_dim(), 0.0f);
   chunk_mass_.assign(selected_.size(), 0.0f);
-  for (uint32_t t = 0; t < n_tokens; ++t) {
-    for (uint32_t h = 0; h < c.n_heads; ++h) AttendOneHead(t, h, start_pos + t, kernels);
-  }
-  if (n_tokens == 1) {
-    for (float& m : chunk_mass_) m /= static_cast<float>(c.n_heads);
-    kv.ObserveAttention(layer, selected_, chunk_mass_);
-  }
+  // At decode the token attends to every selected chunk, so the runs match selected_ one to one
+  // and the kernel's run masses are the per-chunk feedback.
+  float* run_mass = n_tokens == 1 ? chunk_mass_.data() : nullptr;
+  for (uint32_t t = 0; t < n_tokens; ++t) AttendToken(t, start_pos + t, run_mass, kernels);
+  if (n_tokens == 1) kv.ObserveAttention(layer, selected_, chunk_mass_);
   if (probe_ != nullptr) {
     for (uint32_t t = 0; t < n_tokens; ++t) {
       probe_->OnAttentionOutput(
@@ -231,45 +230,36 @@ Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, 
   return Status::Ok();
 }
 
-void Model::AttendOneHead(uint32_t t, uint32_t head, uint32_t pos,
-                          const AttentionKernels& kernels) {
+void Model::AttendToken(uint32_t t, uint32_t pos, float* run_mass,
+                        const AttentionKernels& kernels) {
   const ModelConfig& c = config();
-  const size_t head_dim = c.head_dim;
   const size_t kv_dim = c.kv_dim();
-  const size_t kv_head = head / (c.n_heads / c.n_kv_heads);
-  float* q = q_.data() + size_t{t} * c.q_dim() + head * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (size_t d = 0; d < head_dim; ++d) q[d] *= scale;
+  float* q = q_.data() + size_t{t} * c.q_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (size_t d = 0; d < c.q_dim(); ++d) q[d] *= scale;
+  // The attended chunks' rows up to and including `pos`, in selection order; with every chunk
+  // selected this is exactly the full-attention computation.
   const size_t n_ctx = size_t{pos} + 1;
   const size_t v_offset = size_t{block_tokens_} * kv_dim;
-  // Scores of the attended chunks are packed in selection order; with every chunk selected this
-  // is exactly the full-attention computation.
-  size_t n_scores = 0;
+  runs_.clear();
   for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
     const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    kernels.dot_rows_f16(q, blocks_[i].data() + kv_head * head_dim, kv_dim, rows, head_dim,
-                         scores_.data() + n_scores);
-    n_scores += rows;
+    runs_.push_back({.k = blocks_[i].data(),
+                     .v = blocks_[i].data() + v_offset,
+                     .rows = static_cast<uint32_t>(rows)});
   }
-  Softmax(scores_.data(), n_scores);
-  // Attention mass per attended chunk (decode feedback, KvBlockSource::ObserveAttention).
-  size_t row = 0;
-  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    float mass = 0.0f;
-    for (size_t r = 0; r < rows; ++r) mass += scores_[row + r];
-    chunk_mass_[i] += mass;
-    row += rows;
-  }
-  float* out = att_.data() + size_t{t} * c.q_dim() + head * head_dim;
-  n_scores = 0;
-  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    kernels.weighted_sum_rows_f16(scores_.data() + n_scores,
-                                  blocks_[i].data() + v_offset + kv_head * head_dim, kv_dim, rows,
-                                  head_dim, out);
-    n_scores += rows;
-  }
+  KV_CHECK(run_mass == nullptr || runs_.size() == selected_.size());
+  kernels.attend_f16({.n_heads = c.n_heads,
+                      .n_kv_heads = c.n_kv_heads,
+                      .head_dim = c.head_dim,
+                      .kv_head_begin = 0,
+                      .kv_head_end = c.n_kv_heads,
+                      .q = q,
+                      .runs = runs_.data(),
+                      .n_runs = runs_.size(),
+                      .out = att_.data() + size_t{t} * c.q_dim(),
+                      .run_mass = run_mass,
+                      .scratch = attend_scratch_.data()});
 }
 
 void Model::FfnBlock(uint32_t layer, uint32_t n_tokens) {

@@ -1,7 +1,9 @@
 // Model: the forward pass of a llama-family transformer on the CPU. RMSNorm, RoPE on adjacent
 // pairs, grouped-query attention over an FP16 KV cache reached through a KvBlockSource, SwiGLU
 // FFN, tied or separate classifier. Matrix products go through OpenBLAS (sgemm for a chunk of
-// tokens, sgemv for one token); attention uses the AVX2/F16C kernels of runtime/kernels.h.
+// tokens, sgemv for one token); attention uses the AVX2/F16C kernels of runtime/kernels.h, one
+// AttendF16 call per token and layer, which reads the attended blocks' K and V once for all
+// query heads.
 //
 // Forward() processes any number of tokens starting at any position, in chunks of at most
 // `chunk_tokens` (default 2048): each chunk's K/V are written to the cache and then every token
@@ -70,7 +72,7 @@ class Model {
   explicit Model(ModelWeights weights);
   Status CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos, const KvBlockSource& kv,
                       const ForwardOptions& options) const;
-  void ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens);
+  void ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens, uint32_t block_tokens);
   Status ForwardChunk(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
                       const AttentionKernels& kernels);
   Status AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
@@ -78,7 +80,7 @@ class Model {
   Status StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
                  const AttentionKernels& kernels);
   Status GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv);
-  void AttendOneHead(uint32_t t, uint32_t head, uint32_t pos, const AttentionKernels& kernels);
+  void AttendToken(uint32_t t, uint32_t pos, float* run_mass, const AttentionKernels& kernels);
   void FfnBlock(uint32_t layer, uint32_t n_tokens);
   void Logits(const float* x_rows, uint32_t n_rows, float* out);
 
@@ -94,7 +96,8 @@ class Model {
   std::vector<float> att_;                         // [chunk][q_dim] attention output.
   std::vector<float> hb_;                          // [chunk][hidden]
   std::vector<float> hb2_;                         // [chunk][hidden]
-  std::vector<float> scores_;                      // [context] one head's attention weights.
+  std::vector<float> attend_scratch_;              // AttendScratchFloats(n_heads, chunks).
+  std::vector<KvRun> runs_;                        // The rows one token attends to, per chunk.
   std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, as selected_.
   std::vector<uint32_t> selected_;                 // Chunks attended to, ascending.
   uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
