@@ -8,14 +8,20 @@
 // (relative error <= 2^-11). Measured max |diff| / max(1, max |logit|): 1.1e-4 on the synthetic
 // model, 1.4e-3 on stories260K (its logits reach ~20); the bound is 5e-3. Chunked prefill is
 // compared with token-by-token decoding (same KV rounding; only float summation order between
-// sgemm and sgemv differs; measured 3e-6) within 1e-4.
+// sgemm and sgemv differs; measured 3e-6) within 1e-4. The decode feedback hooks are checked
+// against a plain double-precision attention over the cached FP16 blocks and the query the
+// source saw in SelectChunks, with all chunks and with a selected subset: the per-chunk masses
+// given to ObserveAttention within 1e-5 (they sum to 1 within 1e-5) and the outputs the probe
+// receives within 1e-4 of the largest.
 #include "runtime/model.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/generate.h"
@@ -203,6 +209,147 @@ TEST(ModelTest, RejectsBadInput) {
       KvLayout{.layers = 2, .kv_heads = 4, .head_dim = 16, .block_tokens = 16}, 32);
   ASSERT_TRUE(other.ok());
   EXPECT_TRUE(model->Forward(ok, 0, **other, {}, &logits).IsInvalidArgument());
+}
+
+// An in-memory source that records what the model reports at decode (the query SelectChunks
+// sees, the masses ObserveAttention gets) and narrows attention to the chunks in `keep` plus
+// the last one.
+class RecordingKv final : public KvBlockSource {
+ public:
+  RecordingKv(std::unique_ptr<InMemoryKvBlocks> inner, std::vector<uint32_t> keep)
+      : inner_(std::move(inner)), keep_(std::move(keep)) {}
+
+  const KvLayout& Layout() const override { return inner_->Layout(); }
+  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk) override {
+    return inner_->Block(layer, chunk);
+  }
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk) override {
+    return inner_->MutableBlock(layer, chunk);
+  }
+  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t /*n_heads*/,
+                      uint32_t chunks, std::vector<uint32_t>* selected) override {
+    queries[layer].assign(query.begin(), query.end());
+    selected->clear();
+    for (uint32_t c = 0; c + 1 < chunks; ++c) {
+      if (keep_.empty() || std::find(keep_.begin(), keep_.end(), c) != keep_.end()) {
+        selected->push_back(c);
+      }
+    }
+    selected->push_back(chunks - 1);
+    return Status::Ok();
+  }
+  void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                        std::span<const float> mass) override {
+    observed[layer] = {std::vector<uint32_t>(chunks.begin(), chunks.end()),
+                       std::vector<float>(mass.begin(), mass.end())};
+  }
+
+  std::map<uint32_t, std::vector<float>> queries;
+  std::map<uint32_t, std::pair<std::vector<uint32_t>, std::vector<float>>> observed;
+
+ private:
+  std::unique_ptr<InMemoryKvBlocks> inner_;
+  std::vector<uint32_t> keep_;  // Empty: every chunk.
+};
+
+class RecordingProbe final : public AttentionProbe {
+ public:
+  void OnAttentionOutput(uint32_t layer, uint32_t pos, std::span<const float> out) override {
+    outputs[{layer, pos}].assign(out.begin(), out.end());
+  }
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<float>> outputs;
+};
+
+struct PlainAttention {
+  std::vector<double> chunk_mass;  // Per attended chunk, averaged over heads.
+  std::vector<double> out;         // [n_heads][head_dim]
+};
+
+// Attention of the token at `pos` (query `q`, unscaled) over the rows <= pos of `chunks`, in
+// double precision from the FP16 blocks of `kv`.
+PlainAttention AttendPlainly(const ModelConfig& c, KvBlockSource& kv, uint32_t layer, uint32_t pos,
+                             const std::vector<float>& q, const std::vector<uint32_t>& chunks) {
+  const uint32_t bt = kv.Layout().block_tokens;
+  const size_t hd = c.head_dim, kvd = c.kv_dim();
+  PlainAttention a{.chunk_mass = std::vector<double>(chunks.size()),
+                   .out = std::vector<double>(c.q_dim())};
+  for (size_t h = 0; h < c.n_heads; ++h) {
+    const size_t g = h / (c.n_heads / c.n_kv_heads);
+    std::vector<double> scores;
+    std::vector<const uint16_t*> values;
+    std::vector<size_t> chunk_of;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Result<std::span<const uint16_t>> block = kv.Block(layer, chunks[i]);
+      EXPECT_TRUE(block.ok());
+      for (uint32_t r = 0; r < bt && chunks[i] * bt + r <= pos; ++r) {
+        double dot = 0;
+        for (size_t d = 0; d < hd; ++d) {
+          dot += double{q[h * hd + d]} * ref::HalfToFloat((*block)[r * kvd + g * hd + d]);
+        }
+        scores.push_back(dot / std::sqrt(double(hd)));
+        values.push_back(block->data() + size_t{bt} * kvd + r * kvd + g * hd);
+        chunk_of.push_back(i);
+      }
+    }
+    double max = -INFINITY;
+    for (double v : scores) max = std::max(max, v);
+    double sum = 0;
+    for (double& v : scores) sum += (v = std::exp(v - max));
+    for (size_t j = 0; j < scores.size(); ++j) {
+      const double p = scores[j] / sum;
+      a.chunk_mass[chunk_of[j]] += p / c.n_heads;
+      for (size_t d = 0; d < hd; ++d) a.out[h * hd + d] += p * ref::HalfToFloat(values[j][d]);
+    }
+  }
+  return a;
+}
+
+TEST(ModelTest, DecodeFeedbackMatchesPlainAttention) {
+  auto model = SyntheticModel(SmallConfig());
+  const ModelConfig& c = model->config();
+  const std::vector<uint32_t> prompt = SomeTokens(50, 50);
+  for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAuto}) {
+    for (const std::vector<uint32_t>& keep : {std::vector<uint32_t>{}, {0u, 2u}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "isa " << static_cast<int>(isa) << " keep " << keep.size());
+      auto inner = InMemoryKvBlocks::Create(c.KvLayoutFor(16), 256);
+      ASSERT_TRUE(inner.ok());
+      RecordingKv kv(std::move(*inner), keep);
+      RecordingProbe probe;
+      std::vector<float> logits;
+      ASSERT_TRUE(model->Forward(prompt, 0, kv, {.isa = isa, .probe = &probe}, &logits).ok());
+      EXPECT_TRUE(kv.observed.empty());  // Prefill reports no feedback.
+      const uint32_t next = 7, pos = 50;
+      ASSERT_TRUE(
+          model->Forward(std::span(&next, 1), pos, kv, {.isa = isa, .probe = &probe}, &logits)
+              .ok());
+      // The probe saw every processed token's output at every layer.
+      EXPECT_EQ(probe.outputs.size(), size_t{pos + 1} * c.n_layers);
+      for (uint32_t layer = 0; layer < c.n_layers; ++layer) {
+        ASSERT_EQ(kv.observed.count(layer), 1u);
+        const auto& [chunks, mass] = kv.observed[layer];
+        const std::vector<uint32_t> expected_chunks =
+            keep.empty() ? std::vector<uint32_t>{0, 1, 2, 3} : std::vector<uint32_t>{0, 2, 3};
+        ASSERT_EQ(chunks, expected_chunks);
+        ASSERT_EQ(mass.size(), chunks.size());
+        const PlainAttention plain = AttendPlainly(c, kv, layer, pos, kv.queries[layer], chunks);
+        double total = 0;
+        for (size_t i = 0; i < mass.size(); ++i) {
+          EXPECT_NEAR(mass[i], plain.chunk_mass[i], 1e-5) << "layer " << layer << " chunk " << i;
+          total += mass[i];
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5);
+        const std::vector<float>& out = probe.outputs[{layer, pos}];
+        ASSERT_EQ(out.size(), c.q_dim());
+        double scale = 1;
+        for (double v : plain.out) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < out.size(); ++i) {
+          EXPECT_NEAR(out[i], plain.out[i], 1e-4 * scale) << "layer " << layer << " elem " << i;
+        }
+      }
+    }
+  }
 }
 
 // The stories260K checkpoint's greedy sample (models README / llama2.c doc/stories260K.md).
