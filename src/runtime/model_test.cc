@@ -6,7 +6,8 @@
 // accumulators, F32 KV, no blocks) gives logits for every position; the runtime's logits must
 // match within a tolerance set by the FP16 KV cache: K and V are rounded to 11 significant bits
 // (relative error <= 2^-11). Measured max |diff| / max(1, max |logit|): 1.1e-4 on the synthetic
-// model, 1.4e-3 on stories260K (its logits reach ~20); the bound is 5e-3. Chunked prefill is
+// model, 1.4e-3 on stories260K (its logits reach ~20); the bound is 5e-3, also for synthetic
+// models with GQA groups of 3 and 8, MHA, and head sizes 6, 10 and 34. Chunked prefill is
 // compared with token-by-token decoding (same KV rounding; only float summation order between
 // sgemm and sgemv differs; measured 3e-6) within 1e-4. The decode feedback hooks are checked
 // against a plain double-precision attention over the cached FP16 blocks and the query the
@@ -166,6 +167,30 @@ TEST(ModelTest, SyntheticMatchesReference) {
   for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAuto}) {
     const std::vector<float> got = RuntimeLogits(*model, tokens, 2048, 16, isa);
     EXPECT_LT(RelativeMaxError(got, expected), 5e-3) << "isa " << static_cast<int>(isa);
+  }
+}
+
+// GQA groups of 3 and 1 (MHA), head sizes that are not multiples of 8, and a group as large as
+// a real model's (8 query heads per KV head).
+TEST(ModelTest, OtherHeadGeometriesMatchReference) {
+  struct Heads {
+    uint32_t n_heads, n_kv_heads, head_dim;
+  };
+  for (const Heads& g : {Heads{6, 2, 10}, Heads{3, 3, 8}, Heads{8, 1, 6}, Heads{5, 5, 34}}) {
+    ModelConfig config = SmallConfig();
+    config.n_heads = g.n_heads;
+    config.n_kv_heads = g.n_kv_heads;
+    config.head_dim = g.head_dim;
+    auto model = SyntheticModel(config);
+    const std::vector<uint32_t> tokens = SomeTokens(40, 50);
+    const std::vector<float> expected = ReferenceLogits(model->weights(), tokens);
+    for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAuto}) {
+      for (uint32_t chunk : {1u, 7u, 2048u}) {
+        EXPECT_LT(RelativeMaxError(RuntimeLogits(*model, tokens, chunk, 16, isa), expected), 5e-3)
+            << "heads " << g.n_heads << "/" << g.n_kv_heads << " head_dim " << g.head_dim << " isa "
+            << static_cast<int>(isa) << " chunk " << chunk;
+      }
+    }
   }
 }
 
