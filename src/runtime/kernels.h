@@ -43,28 +43,41 @@ struct KvRun {
   uint32_t rows = 0;  // >= 1.
 };
 
-// One query token's attention over `n_runs` runs taken as one sequence of rows j, for the query
-// heads of KV heads [kv_head_begin, kv_head_end). Query head h reads KV head
-// h / (n_heads / n_kv_heads). With s[h][j] = q_h . k_j[kv(h)] and p[h][j] = softmax over j:
-//   out[h * head_dim + d] = sum_j p[h][j] * v_j[kv(h)][d]                (overwritten)
-//   run_mass[i] = (1 / n_heads) * sum_h sum_{j in run i} p[h][j]         (overwritten)
-// for the heads h of the range only, so the run masses of disjoint ranges add up to the masses
-// averaged over all heads (about 1 in total). q is used as given: the caller applies the
-// 1/sqrt(head_dim) scale. Splitting the heads into ranges does not change `out`. The AVX2
-// version takes weights below e^-64 of a head's largest as exactly 0 (kernels_avx2.cc).
+// One query token's attention over `n_runs` runs taken as one sequence of rows j, for every
+// query head h, which reads KV head h / (n_heads / n_kv_heads). With s[h][j] = q_h . k_j[kv(h)]
+// and p[h][j] = e^s[h][j] / sum_j' e^s[h][j']:
+//   out[h * head_dim + d] = sum_j p[h][j] * v_j[kv(h)][d]
+//   run_mass[i]           = (1 / n_heads) * sum_h sum_{j in run i} p[h][j]  (sums to ~1)
+//   head_lse[h]           = log sum_j e^s[h][j]
+//   run_lse[i * n_heads + h] = log sum_{j in run i} e^s[h][j]
+// every output overwritten, the optional ones only when given. q is used as given: the caller
+// applies the 1/sqrt(head_dim) scale. The log-sum-exps let the attention of a long sequence be
+// split into consecutive parts computed apart (two threads) and merged exactly
+// (MergeAttendParts, RunMassFromLse). The AVX2 version takes weights below e^-64 of a head's
+// largest as exactly 0 (kernels_avx2.cc).
 struct AttendArgs {
-  uint32_t n_heads = 0;     // Query heads; a multiple of n_kv_heads.
-  uint32_t n_kv_heads = 0;  // >= 1.
-  uint32_t head_dim = 0;    // >= 1.
-  uint32_t kv_head_begin = 0;
-  uint32_t kv_head_end = 0;  // kv_head_begin < kv_head_end <= n_kv_heads.
+  uint32_t n_heads = 0;      // Query heads; a multiple of n_kv_heads.
+  uint32_t n_kv_heads = 0;   // >= 1.
+  uint32_t head_dim = 0;     // >= 1.
   const float* q = nullptr;  // [n_heads][head_dim]
   const KvRun* runs = nullptr;
   size_t n_runs = 0;          // >= 1.
-  float* out = nullptr;       // [n_heads][head_dim]; only the range's heads are written.
-  float* run_mass = nullptr;  // [n_runs], or nullptr when not wanted.
+  float* out = nullptr;       // [n_heads][head_dim]
+  float* run_mass = nullptr;  // [n_runs], or nullptr.
+  float* head_lse = nullptr;  // [n_heads], or nullptr.
+  float* run_lse = nullptr;   // [n_runs][n_heads], or nullptr.
   float* scratch = nullptr;   // AttendScratchFloats(n_heads, n_runs) floats, any contents.
 };
+
+// Folds the attention over a second part of a sequence (out_b, lse_b: outputs and head_lse of
+// an AttendF16 call over its runs) into that over the first part (out_a, lse_a), which then
+// describe both parts' rows together. Scalar; n_heads * head_dim multiply-adds.
+void MergeAttendParts(uint32_t n_heads, uint32_t head_dim, const float* out_b, const float* lse_b,
+                      float* out_a, float* lse_a);
+
+// run_mass[i] = (1 / n_heads) * sum_h e^(run_lse[i * n_heads + h] - head_lse[h]).
+void RunMassFromLse(uint32_t n_heads, size_t n_runs, const float* run_lse, const float* head_lse,
+                    float* run_mass);
 
 // Rows one AVX2 attention step scores before it softmaxes and reads their values; bounds the
 // scratch and keeps a step's scores in L1 (32 heads: 8 KiB).
@@ -84,7 +97,7 @@ void DotRowsF16(const float* q, const uint16_t* k, size_t stride_elems, size_t n
 // out[d] += sum_i weights[i] * v[i * stride_elems + d], for i < n_rows, d < head_dim.
 void WeightedSumRowsF16(const float* weights, const uint16_t* v, size_t stride_elems, size_t n_rows,
                         size_t head_dim, float* out);
-// Three plain passes per head (max, sum, then probabilities and outputs); no scratch used.
+// Three plain passes per head (max, sum, then probabilities and outputs); uses no scratch.
 void AttendF16(const AttendArgs& args);
 }  // namespace ref
 

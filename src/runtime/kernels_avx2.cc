@@ -4,10 +4,10 @@
 // conversions, which are bit-identical to F16C's.
 //
 // AttendF16 walks each run in steps of kAttendTileRows rows. A step scores its rows against
-// every query head of the range (K pass), updates each head's running max and sum and turns the
+// every query head (K pass), updates each head's running max and sum and turns the
 // scores into weights (online softmax), then adds the weighted V rows into every head's output
 // (V pass). Both passes take the rows in small groups in address order and serve every KV head
-// of the range inside a group, so K and V are each read once, as a few interleaved ascending
+// inside a group, so K and V are each read once, as a few interleaved ascending
 // streams. A KV head's query heads are covered by register tiles of 4, 2 or 1 heads: a K or V
 // vector converted from FP16 once feeds one FMA per head of the tile; a score tile holds
 // H x R = 8 dot products, a weight tile H x 8 / H output vectors across the group's rows.
@@ -125,8 +125,7 @@ struct AttendGeometry {
   size_t head_dim;
   size_t kv_dim;   // Elements from one row to the next.
   uint32_t group;  // Query heads per KV head.
-  uint32_t kv_begin;
-  uint32_t kv_end;
+  uint32_t n_kv_heads;
 };
 
 // Asks for one KV head's segment of a row (head_dim FP16 values) ahead of its use.
@@ -291,7 +290,7 @@ KV_TARGET_AVX2 KV_ALWAYS_INLINE void KvHeadRows(const float* q, float* out, cons
   }
 }
 
-// Rows [0, n) in groups of `Rows`, every KV head of the range inside a group, then the rest one
+// Rows [0, n) in groups of `Rows`, every KV head inside a group, then the rest one
 // by one.
 template <Pass P, size_t Rows>
 KV_TARGET_AVX2 void PassInGroups(const float* q, float* out, const uint16_t* rows, size_t n,
@@ -299,7 +298,7 @@ KV_TARGET_AVX2 void PassInGroups(const float* q, float* out, const uint16_t* row
   size_t r = 0;
   for (; r + Rows <= n; r += Rows) {
     const bool prefetch = r + Rows < run_rows_left;
-    for (uint32_t kv_head = g.kv_begin; kv_head < g.kv_end; ++kv_head) {
+    for (uint32_t kv_head = 0; kv_head < g.n_kv_heads; ++kv_head) {
       if (prefetch) {
         PrefetchSegment(rows + (r + Rows) * g.kv_dim + kv_head * g.head_dim, g.head_dim);
       }
@@ -307,7 +306,7 @@ KV_TARGET_AVX2 void PassInGroups(const float* q, float* out, const uint16_t* row
     }
   }
   for (; r < n; ++r) {
-    for (uint32_t kv_head = g.kv_begin; kv_head < g.kv_end; ++kv_head) {
+    for (uint32_t kv_head = 0; kv_head < g.n_kv_heads; ++kv_head) {
       KvHeadRows<P, 1>(q, out, rows + r * g.kv_dim, kv_head, g, s + r);
     }
   }
@@ -378,7 +377,7 @@ struct OnlineSoftmax {
 // running max, rescaling what the heads accumulated so far when the max grows.
 KV_TARGET_AVX2 void SoftmaxStep(AttendGeometry g, size_t n, OnlineSoftmax st, float* s,
                                 float* out) {
-  for (uint32_t h = g.kv_begin * g.group; h < g.kv_end * g.group; ++h) {
+  for (size_t h = 0; h < size_t{g.n_kv_heads} * g.group; ++h) {
     float* sh = s + h * kAttendTileRows;
     const float step_max = MaxN(sh, n);
     if (step_max > st.max[h]) {
@@ -443,22 +442,19 @@ KV_TARGET_AVX2 void AttendF16(const AttendArgs& a) {
   const AttendGeometry g = {.head_dim = a.head_dim,
                             .kv_dim = size_t{a.n_kv_heads} * a.head_dim,
                             .group = a.n_heads / a.n_kv_heads,
-                            .kv_begin = a.kv_head_begin,
-                            .kv_end = a.kv_head_end};
+                            .n_kv_heads = a.n_kv_heads};
   const size_t n_heads = a.n_heads;
   const OnlineSoftmax st = {
       .max = a.scratch, .sum = a.scratch + n_heads, .run_sum = a.scratch + 2 * n_heads};
-  float* s = a.scratch + 3 * n_heads;          // [n_heads][kAttendTileRows]
-  float* lse = s + n_heads * kAttendTileRows;  // [n_runs][n_heads] log-sum-exp per run.
-  const uint32_t h_begin = g.kv_begin * g.group;
-  const uint32_t h_end = g.kv_end * g.group;
-  for (uint32_t h = h_begin; h < h_end; ++h) {
-    st.max[h] = -INFINITY;
-    st.sum[h] = 0.0f;
-    std::fill_n(a.out + h * g.head_dim, g.head_dim, 0.0f);
-  }
+  float* s = a.scratch + 3 * n_heads;  // [n_heads][kAttendTileRows]
+  // Per-run log-sum-exps: asked for, or needed for the run masses.
+  float* run_lse = a.run_lse;
+  if (run_lse == nullptr && a.run_mass != nullptr) run_lse = s + n_heads * kAttendTileRows;
+  std::fill_n(st.max, n_heads, -INFINITY);
+  std::fill_n(st.sum, n_heads, 0.0f);
+  std::fill_n(a.out, n_heads * g.head_dim, 0.0f);
   for (size_t i = 0; i < a.n_runs; ++i) {
-    std::fill(st.run_sum + h_begin, st.run_sum + h_end, 0.0f);
+    std::fill_n(st.run_sum, n_heads, 0.0f);
     const KvRun& run = a.runs[i];
     for (size_t r0 = 0; r0 < run.rows; r0 += kAttendTileRows) {
       const size_t n = std::min<size_t>(kAttendTileRows, run.rows - r0);
@@ -466,23 +462,18 @@ KV_TARGET_AVX2 void AttendF16(const AttendArgs& a) {
       SoftmaxStep(g, n, st, s, a.out);
       StepPass<Pass::kWeights>(a.q, a.out, run.v + r0 * g.kv_dim, n, run.rows - r0, g, s);
     }
-    if (a.run_mass != nullptr) {
-      for (uint32_t h = h_begin; h < h_end; ++h) {
-        lse[i * n_heads + h] = st.max[h] + std::log(st.run_sum[h]);
+    if (run_lse != nullptr) {
+      for (size_t h = 0; h < n_heads; ++h) {
+        run_lse[i * n_heads + h] = st.max[h] + std::log(st.run_sum[h]);
       }
     }
   }
-  for (uint32_t h = h_begin; h < h_end; ++h) {
+  for (size_t h = 0; h < n_heads; ++h) {
     ScaleN(a.out + h * g.head_dim, g.head_dim, 1.0f / st.sum[h]);
+    st.max[h] += std::log(st.sum[h]);  // Now the head's log-sum-exp.
   }
-  if (a.run_mass == nullptr) return;
-  // Mass of run i for head h: e^(lse[i][h]) / (e^max[h] * sum[h]); keep the total in `max`.
-  for (uint32_t h = h_begin; h < h_end; ++h) st.max[h] += std::log(st.sum[h]);
-  for (size_t i = 0; i < a.n_runs; ++i) {
-    float mass = 0.0f;
-    for (uint32_t h = h_begin; h < h_end; ++h) mass += std::exp(lse[i * n_heads + h] - st.max[h]);
-    a.run_mass[i] = mass / static_cast<float>(n_heads);
-  }
+  if (a.head_lse != nullptr) std::copy_n(st.max, n_heads, a.head_lse);
+  if (a.run_mass != nullptr) RunMassFromLse(a.n_heads, a.n_runs, run_lse, st.max, a.run_mass);
 }
 
 }  // namespace kvtier::runtime::avx2

@@ -6,12 +6,14 @@
 // sizes (8, 13, 64, 128) are compared with a relative tolerance of 1e-5 of the sum of
 // magnitudes, since only summation order and FMA rounding differ. AttendF16 (all heads of one
 // token over runs of blocks) is compared over head sizes 2-128 including ones that are not
-// multiples of 8, GQA groups of 1-8 (odd ones too), runs of 1-200 rows and KV-head ranges,
+// multiples of 8, GQA groups of 1-8 (odd ones too), and runs of 1-200 rows,
 // with mild and very peaked scores (maxima that grow from run to run, so the online softmax
 // rescales, and weights that underflow): outputs (V ~ N(0, 1)) within 8e-5 absolute (measured
 // 1.1e-5 with peaked scores, where score rounding is amplified by e^x, and <= 3.5e-6
 // otherwise), run masses within 1e-5 (measured 8e-7), masses over all heads summing to 1
-// within 1e-5; a split into KV-head ranges must give bit-identical outputs. Seeds are printed.
+// within 1e-5, log-sum-exps within 1e-5 relative; every split of the runs into two parts,
+// attended apart and merged (MergeAttendParts, RunMassFromLse), must give the whole within the
+// same bounds. Seeds are printed.
 #include "runtime/kernels.h"
 
 #include <gtest/gtest.h>
@@ -132,21 +134,31 @@ AttendData MakeAttendData(const AttendCase& c, std::mt19937_64& rng) {
   return d;
 }
 
-void Attend(void (*fn)(const AttendArgs&), const AttendCase& c, const AttendData& d,
-            uint32_t kv_begin, uint32_t kv_end, std::vector<float>* out, std::vector<float>* mass) {
-  std::vector<float> scratch(AttendScratchFloats(c.n_heads, d.runs.size()), NAN);
-  mass->assign(d.runs.size(), NAN);
+struct AttendResult {
+  std::vector<float> out, mass, head_lse, run_lse;
+};
+
+// Runs `fn` over runs [first, last) of `d`.
+AttendResult Attend(void (*fn)(const AttendArgs&), const AttendCase& c, const AttendData& d,
+                    size_t first, size_t last) {
+  const size_t n_runs = last - first;
+  std::vector<float> scratch(AttendScratchFloats(c.n_heads, n_runs), NAN);
+  AttendResult r{.out = std::vector<float>(d.q.size(), NAN),
+                 .mass = std::vector<float>(n_runs, NAN),
+                 .head_lse = std::vector<float>(c.n_heads, NAN),
+                 .run_lse = std::vector<float>(n_runs * c.n_heads, NAN)};
   fn({.n_heads = c.n_heads,
       .n_kv_heads = c.n_kv_heads,
       .head_dim = c.head_dim,
-      .kv_head_begin = kv_begin,
-      .kv_head_end = kv_end,
       .q = d.q.data(),
-      .runs = d.runs.data(),
-      .n_runs = d.runs.size(),
-      .out = out->data(),
-      .run_mass = mass->data(),
+      .runs = d.runs.data() + first,
+      .n_runs = n_runs,
+      .out = r.out.data(),
+      .run_mass = r.mass.data(),
+      .head_lse = r.head_lse.data(),
+      .run_lse = r.run_lse.data(),
       .scratch = scratch.data()});
+  return r;
 }
 
 TEST(KernelsTest, AttendMatchesScalar) {
@@ -175,35 +187,41 @@ TEST(KernelsTest, AttendMatchesScalar) {
                  << "seed " << seed << " heads " << c.n_heads << "/" << c.n_kv_heads << " head_dim "
                  << c.head_dim << " peak " << c.peak << " growth " << c.growth);
     const AttendData d = MakeAttendData(c, rng);
-    const size_t q_dim = d.q.size();
-    std::vector<float> out_ref(q_dim), out_avx(q_dim), mass_ref, mass_avx;
-    Attend(ref::AttendF16, c, d, 0, c.n_kv_heads, &out_ref, &mass_ref);
-    Attend(avx2::AttendF16, c, d, 0, c.n_kv_heads, &out_avx, &mass_avx);
-    for (size_t i = 0; i < q_dim; ++i) ASSERT_NEAR(out_ref[i], out_avx[i], 8e-5) << i;
+    const size_t n_runs = d.runs.size();
+    const AttendResult ref = Attend(ref::AttendF16, c, d, 0, n_runs);
+    const AttendResult avx = Attend(avx2::AttendF16, c, d, 0, n_runs);
+    for (size_t i = 0; i < d.q.size(); ++i) ASSERT_NEAR(ref.out[i], avx.out[i], 8e-5) << i;
     double total_ref = 0, total_avx = 0;
-    for (size_t i = 0; i < d.runs.size(); ++i) {
-      EXPECT_NEAR(mass_ref[i], mass_avx[i], 1e-5) << "run " << i;
-      total_ref += mass_ref[i];
-      total_avx += mass_avx[i];
+    for (size_t i = 0; i < n_runs; ++i) {
+      EXPECT_NEAR(ref.mass[i], avx.mass[i], 1e-5) << "run " << i;
+      total_ref += ref.mass[i];
+      total_avx += avx.mass[i];
     }
     EXPECT_NEAR(total_ref, 1.0, 1e-5);
     EXPECT_NEAR(total_avx, 1.0, 1e-5);
-    // A split into two KV-head ranges: the same outputs bit for bit, masses that add up.
-    if (c.n_kv_heads < 2) continue;
-    const uint32_t half = c.n_kv_heads / 2;
-    std::vector<float> out_split(q_dim, NAN), mass_lo, mass_hi;
-    Attend(avx2::AttendF16, c, d, 0, half, &out_split, &mass_lo);
-    Attend(avx2::AttendF16, c, d, half, c.n_kv_heads, &out_split, &mass_hi);
-    for (size_t i = 0; i < q_dim; ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(out_split[i]), std::bit_cast<uint32_t>(out_avx[i])) << i;
+    for (size_t h = 0; h < c.n_heads; ++h) {
+      EXPECT_NEAR(ref.head_lse[h], avx.head_lse[h],
+                  1e-5 * std::max(1.0f, std::fabs(ref.head_lse[h])));
     }
-    for (size_t i = 0; i < d.runs.size(); ++i) {
-      EXPECT_NEAR(mass_lo[i] + mass_hi[i], mass_avx[i], 1e-6) << "run " << i;
+    for (size_t i = 0; i < ref.run_lse.size(); ++i) {
+      if (std::isinf(ref.run_lse[i])) continue;  // A run whose weights all underflow.
+      EXPECT_NEAR(ref.run_lse[i], avx.run_lse[i], 1e-5 * std::max(1.0f, std::fabs(ref.run_lse[i])));
     }
-    std::vector<float> out_ref_split(q_dim, NAN), ref_lo, ref_hi;
-    Attend(ref::AttendF16, c, d, 0, half, &out_ref_split, &ref_lo);
-    Attend(ref::AttendF16, c, d, half, c.n_kv_heads, &out_ref_split, &ref_hi);
-    for (size_t i = 0; i < q_dim; ++i) ASSERT_EQ(out_ref_split[i], out_ref[i]) << i;
+    // Split into two consecutive parts, attended apart and merged: the whole again.
+    for (size_t split = 1; split < n_runs; ++split) {
+      for (auto fn : {ref::AttendF16, avx2::AttendF16}) {
+        AttendResult a = Attend(fn, c, d, 0, split);
+        const AttendResult b = Attend(fn, c, d, split, n_runs);
+        MergeAttendParts(c.n_heads, c.head_dim, b.out.data(), b.head_lse.data(), a.out.data(),
+                         a.head_lse.data());
+        std::vector<float> run_lse = a.run_lse;
+        run_lse.insert(run_lse.end(), b.run_lse.begin(), b.run_lse.end());
+        std::vector<float> mass(n_runs);
+        RunMassFromLse(c.n_heads, n_runs, run_lse.data(), a.head_lse.data(), mass.data());
+        for (size_t i = 0; i < d.q.size(); ++i) ASSERT_NEAR(a.out[i], ref.out[i], 8e-5) << i;
+        for (size_t i = 0; i < n_runs; ++i) EXPECT_NEAR(mass[i], ref.mass[i], 1e-5) << i;
+      }
+    }
   }
 }
 
@@ -220,8 +238,6 @@ TEST(KernelsTest, AttendRowsAreSoftmaxWeighted) {
     GetAttentionKernels(isa).attend_f16({.n_heads = 1,
                                          .n_kv_heads = 1,
                                          .head_dim = 1,
-                                         .kv_head_begin = 0,
-                                         .kv_head_end = 1,
                                          .q = &q,
                                          .runs = runs,
                                          .n_runs = 2,
