@@ -377,6 +377,70 @@ TEST(ModelTest, DecodeFeedbackMatchesPlainAttention) {
   }
 }
 
+// Two attention threads: prefill gives the same logits bit for bit (each token is attended by
+// one thread); decode splits the rows and merges, so logits and masses agree within rounding.
+// The geometry (8 heads over 4 KV heads of 128) makes a row 2 KiB, so from 512 tokens on a
+// layer reads the kAttentionSplitBytesMin that turns the split on (not with the 3 chunks of
+// the last selection, which stays on one thread).
+TEST(ModelTest, TwoAttentionThreadsMatchOne) {
+  ModelConfig config = SmallConfig();
+  config.n_heads = 8;
+  config.n_kv_heads = 4;
+  config.head_dim = 128;
+  auto model = SyntheticModel(config);
+  const std::vector<uint32_t> prompt = SomeTokens(1100, 50);
+  std::vector<uint32_t> most;  // 60 of the 69 chunks: 1.9 MiB per layer, split too.
+  for (uint32_t c = 0; c < 60; ++c) most.push_back(c);
+  for (const std::vector<uint32_t>& keep : {std::vector<uint32_t>{}, most, {0u, 5u, 30u}}) {
+    std::vector<std::vector<float>> logits(2), masses(2);
+    for (uint32_t threads : {1u, 2u}) {
+      auto inner = InMemoryKvBlocks::Create(config.KvLayoutFor(16), 1200);
+      ASSERT_TRUE(inner.ok());
+      RecordingKv kv(std::move(*inner), keep);
+      std::vector<float>& out = logits[threads - 1];
+      ASSERT_TRUE(
+          model
+              ->Forward(
+                  prompt, 0, kv,
+                  {.chunk_tokens = 256, .logits = LogitsMode::kAll, .attention_threads = threads},
+                  &out)
+              .ok());
+      std::vector<float> step;
+      for (uint32_t i = 0; i < 3; ++i) {
+        const uint32_t token = 3 + i;
+        const auto pos = static_cast<uint32_t>(prompt.size() + i);
+        ASSERT_TRUE(
+            model->Forward(std::span(&token, 1), pos, kv, {.attention_threads = threads}, &step)
+                .ok());
+        out.insert(out.end(), step.begin(), step.end());
+        for (const auto& [layer, observed] : kv.observed) {
+          masses[threads - 1].insert(masses[threads - 1].end(), observed.second.begin(),
+                                     observed.second.end());
+        }
+      }
+    }
+    const auto prefill = static_cast<ptrdiff_t>(prompt.size() * config.vocab_size);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (ptrdiff_t i = 0; i < prefill; ++i)
+      ASSERT_EQ(logits[0][size_t(i)], logits[1][size_t(i)]) << i;
+    const std::vector<float> decode_1(logits[0].begin() + prefill, logits[0].end());
+    const std::vector<float> decode_2(logits[1].begin() + prefill, logits[1].end());
+    EXPECT_LT(RelativeMaxError(decode_2, decode_1), 1e-5) << "keep " << keep.size();
+    ASSERT_EQ(masses[0].size(), masses[1].size());
+    for (size_t i = 0; i < masses[0].size(); ++i) EXPECT_NEAR(masses[0][i], masses[1][i], 1e-6);
+  }
+}
+
+TEST(ModelTest, RejectsBadAttentionThreads) {
+  auto model = SyntheticModel(SmallConfig());
+  auto kv = InMemoryKvBlocks::Create(model->config().KvLayoutFor(16), 32);
+  ASSERT_TRUE(kv.ok());
+  std::vector<float> logits;
+  const std::vector<uint32_t> ok = {1, 2, 3};
+  EXPECT_TRUE(model->Forward(ok, 0, **kv, {.attention_threads = 0}, &logits).IsInvalidArgument());
+  EXPECT_TRUE(model->Forward(ok, 0, **kv, {.attention_threads = 3}, &logits).IsInvalidArgument());
+}
+
 // The stories260K checkpoint's greedy sample (models README / llama2.c doc/stories260K.md).
 constexpr char kStoriesGreedyPrefix[] =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
