@@ -14,7 +14,9 @@
 //                     Model does with attention_threads = 2;
 //   BM_AttendF16Hot   AttendF16 over runs that all alias 64 rows of one block, so the data
 //                     stays in cache: the compute ceiling;
-//   BM_ReadMemory/1|2 a plain AVX2 read of the whole arena by one or two threads: the limit.
+//   BM_ReadMemory/1|2 a plain AVX2 read of the whole arena by one or two threads: the limit;
+//   BM_ModelPrefill   a whole model's prefill of 2048 tokens (attention cost grows with the
+//                     square of the chunk), on one or two attention threads.
 // The counter GB/s is KV bytes streamed per second (10^9 B/s). The machine is shared and noisy:
 // run with --benchmark_repetitions=9 and compare medians of the same run.
 #include <benchmark/benchmark.h>
@@ -29,6 +31,7 @@
 
 #include "core/aligned_buffer.h"
 #include "runtime/kernels.h"
+#include "runtime/model.h"
 #include "runtime/synthetic.h"
 
 namespace kvtier::runtime {
@@ -216,6 +219,49 @@ void BM_AttendF16Hot(benchmark::State& state, const char* preset) {
   Finish(state, runs.size() * kHotRows * g.KvDim() * 2 * 2);
 }
 
+// Prefill of state.range(0) tokens in one chunk through a whole model (llama3-8b's attention
+// geometry cut to 4 layers and dim 256, as bench/long_context.cc uses), attention_threads =
+// state.range(1): attention is most of the time; a token attends to ~half the chunk on average.
+std::unique_ptr<Model> PrefillModel() {
+  Result<ModelConfig> preset = SyntheticPreset("llama3-8b");
+  if (!preset.ok()) return nullptr;
+  Result<ModelConfig> config =
+      ShrinkConfig(*preset, {.layers = 4, .dim = 256, .hidden_dim = 512, .vocab_size = 1024});
+  if (!config.ok()) return nullptr;
+  Result<ModelWeights> weights = MakeSyntheticWeights(*config, 3);
+  if (!weights.ok()) return nullptr;
+  Result<std::unique_ptr<Model>> model = Model::Create(std::move(weights).value());
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+void BM_ModelPrefill(benchmark::State& state) {
+  const auto n = static_cast<uint32_t>(state.range(0));
+  const std::unique_ptr<Model> model = PrefillModel();
+  if (model == nullptr) {
+    state.SkipWithError("model");
+    return;
+  }
+  std::vector<uint32_t> tokens(n);
+  for (uint32_t i = 0; i < n; ++i) tokens[i] = (i * 7919 + 13) % 1024;
+  std::vector<float> logits;
+  for (auto _ : state) {
+    Result<std::unique_ptr<InMemoryKvBlocks>> kv =
+        InMemoryKvBlocks::Create(model->config().KvLayoutFor(kBlockTokens), n + kBlockTokens);
+    if (!kv.ok() || !model
+                         ->Forward(tokens, 0, **kv,
+                                   {.chunk_tokens = n,
+                                    .attention_threads = static_cast<uint32_t>(state.range(1))},
+                                   &logits)
+                         .ok()) {
+      state.SkipWithError("forward");
+      return;
+    }
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(n) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
 __attribute__((target("avx2"))) uint64_t SumBytes(const std::byte* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i < n; i += 128) {
@@ -249,6 +295,12 @@ void BM_ReadMemory(benchmark::State& state) {
 
 void Register() {
   benchmark::RegisterBenchmark("BM_ReadMemory", BM_ReadMemory)->Arg(1)->Arg(2)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ModelPrefill", BM_ModelPrefill)
+      ->Args({2048, 1})
+      ->Args({2048, 2})
+      ->Iterations(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   for (const char* preset : {"llama2-7b", "llama3-8b"}) {
     benchmark::RegisterBenchmark((std::string("BM_AttendPerHead/") + preset).c_str(),
                                  BM_AttendPerHead, preset)
