@@ -290,8 +290,7 @@ KV_TARGET_AVX2 KV_ALWAYS_INLINE void KvHeadRows(const float* q, float* out, cons
   }
 }
 
-// Rows [0, n) in groups of `Rows`, every KV head inside a group, then the rest one
-// by one.
+// Rows [0, n) in groups of `Rows`, every KV head inside a group, then the rest one by one.
 template <Pass P, size_t Rows>
 KV_TARGET_AVX2 void PassInGroups(const float* q, float* out, const uint16_t* rows, size_t n,
                                  size_t run_rows_left, AttendGeometry g, float* s) {
@@ -314,9 +313,9 @@ KV_TARGET_AVX2 void PassInGroups(const float* q, float* out, const uint16_t* row
 
 // One pass over rows [0, n) of a step (n <= kAttendTileRows). The row groups are as small as
 // the group's head tiles allow (2 rows under 4-head tiles, 4 under 2-head tiles, else 8), so
-// the pass reads memory as a few interleaved ascending streams, which the hardware prefetchers
-// follow; 8-row groups under 4-head tiles jump back and forth inside 16 KiB and leave the loads
-// waiting on DRAM.
+// the pass reads memory as a few interleaved ascending streams. Measured with groups of 4 query
+// heads: 8-row groups (fewer loads and stores per FMA) were ~15 % faster with the rows in cache
+// but ~30 % slower from DRAM.
 template <Pass P>
 KV_TARGET_AVX2 void StepPass(const float* q, float* out, const uint16_t* rows, size_t n,
                              size_t run_rows_left, AttendGeometry g, float* s) {
