@@ -76,7 +76,82 @@ void WeightedSumRowsF16(const float* weights, const uint16_t* v, size_t stride_e
   }
 }
 
+namespace {
+
+float DotF16(const float* q, const uint16_t* k, size_t head_dim) {
+  float sum = 0.0f;
+  for (size_t d = 0; d < head_dim; ++d) sum += q[d] * HalfToFloat(k[d]);
+  return sum;
+}
+
+}  // namespace
+
+void AttendF16(const AttendArgs& a) {
+  const size_t head_dim = a.head_dim;
+  const size_t kv_dim = size_t{a.n_kv_heads} * head_dim;
+  const uint32_t group = a.n_heads / a.n_kv_heads;
+  if (a.run_mass != nullptr) std::fill_n(a.run_mass, a.n_runs, 0.0f);
+  for (uint32_t h = 0; h < a.n_heads; ++h) {
+    const float* q = a.q + h * head_dim;
+    const size_t head_offset = size_t{h / group} * head_dim;
+    auto score = [&](size_t run, size_t row) {
+      return DotF16(q, a.runs[run].k + row * kv_dim + head_offset, head_dim);
+    };
+    float max_score = -INFINITY;
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      for (size_t j = 0; j < a.runs[i].rows; ++j) max_score = std::max(max_score, score(i, j));
+    }
+    float sum = 0.0f;
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      for (size_t j = 0; j < a.runs[i].rows; ++j) sum += std::exp(score(i, j) - max_score);
+    }
+    if (a.head_lse != nullptr) a.head_lse[h] = max_score + std::log(sum);
+    float* out = a.out + h * head_dim;
+    std::fill_n(out, head_dim, 0.0f);
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      float run_sum = 0.0f;
+      for (size_t j = 0; j < a.runs[i].rows; ++j) {
+        const float e = std::exp(score(i, j) - max_score);
+        const uint16_t* v = a.runs[i].v + j * kv_dim + head_offset;
+        for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * HalfToFloat(v[d]);
+        run_sum += e;
+      }
+      if (a.run_mass != nullptr) a.run_mass[i] += run_sum / sum / static_cast<float>(a.n_heads);
+      if (a.run_lse != nullptr) a.run_lse[i * a.n_heads + h] = max_score + std::log(run_sum);
+    }
+  }
+}
+
 }  // namespace ref
+
+void MergeAttendParts(uint32_t n_heads, uint32_t head_dim, const float* out_b, const float* lse_b,
+                      float* out_a, float* lse_a) {
+  for (size_t h = 0; h < n_heads; ++h) {
+    const float total = std::max(lse_a[h], lse_b[h]);
+    const float wa = std::exp(lse_a[h] - total);
+    const float wb = std::exp(lse_b[h] - total);
+    const float inv = 1.0f / (wa + wb);
+    for (size_t d = h * head_dim; d < (h + 1) * head_dim; ++d) {
+      out_a[d] = (wa * out_a[d] + wb * out_b[d]) * inv;
+    }
+    lse_a[h] = total + std::log(wa + wb);
+  }
+}
+
+void RunMassFromLse(uint32_t n_heads, size_t n_runs, const float* run_lse, const float* head_lse,
+                    float* run_mass) {
+  for (size_t i = 0; i < n_runs; ++i) {
+    float mass = 0.0f;
+    for (size_t h = 0; h < n_heads; ++h) mass += std::exp(run_lse[i * n_heads + h] - head_lse[h]);
+    run_mass[i] = mass / static_cast<float>(n_heads);
+  }
+}
+
+size_t AttendScratchFloats(size_t n_heads, size_t n_runs) {
+  // The AVX2 version's layout (kernels_avx2.cc): running max, sum and run sum per head, one
+  // step's scores per head, and one log-sum-exp per (run, head) for the run masses.
+  return n_heads * (3 + kAttendTileRows + n_runs);
+}
 
 namespace {
 
@@ -86,6 +161,7 @@ constexpr AttentionKernels kScalarKernels = {
     .float_to_half = ref::FloatToHalfN,
     .dot_rows_f16 = ref::DotRowsF16,
     .weighted_sum_rows_f16 = ref::WeightedSumRowsF16,
+    .attend_f16 = ref::AttendF16,
 };
 
 #if defined(__x86_64__)
@@ -95,6 +171,7 @@ constexpr AttentionKernels kAvx2Kernels = {
     .float_to_half = avx2::FloatToHalfN,
     .dot_rows_f16 = avx2::DotRowsF16,
     .weighted_sum_rows_f16 = avx2::WeightedSumRowsF16,
+    .attend_f16 = avx2::AttendF16,
 };
 #endif
 

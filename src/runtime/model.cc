@@ -51,6 +51,11 @@ Status Model::CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos,
                                    " is outside [1, " + std::to_string(kPrefillChunkTokensMax) +
                                    "]");
   }
+  if (options.attention_threads == 0 || options.attention_threads > kAttentionThreadsMax) {
+    return Status::InvalidArgument("attention_threads " +
+                                   std::to_string(options.attention_threads) + " is outside [1, " +
+                                   std::to_string(kAttentionThreadsMax) + "]");
+  }
   const KvLayout& layout = kv.Layout();
   if (layout.layers != c.n_layers || layout.kv_heads != c.n_kv_heads ||
       layout.head_dim != c.head_dim || layout.dtype != DType::kF16) {
@@ -72,7 +77,7 @@ Status Model::CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos,
   return Status::Ok();
 }
 
-void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
+void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens, uint32_t block_tokens) {
   const ModelConfig& c = config();
   const size_t t = chunk_tokens;
   auto grow = [](std::vector<float>& v, size_t n) {
@@ -86,18 +91,30 @@ void Model::ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens) {
   grow(att_, t * c.q_dim());
   grow(hb_, t * c.hidden_dim);
   grow(hb2_, t * c.hidden_dim);
-  grow(scores_, context_tokens);
+  const size_t chunks = (size_t{context_tokens} + block_tokens - 1) / block_tokens;
+  for (uint32_t i = 0; i < attention_threads_; ++i) {
+    AttendShare& share = shares_[i];
+    grow(share.scratch, AttendScratchFloats(c.n_heads, chunks));
+    if (share.runs.capacity() < chunks) share.runs.reserve(chunks);
+    grow(share.out, c.q_dim());
+    grow(share.head_lse, c.n_heads);
+  }
+  if (attention_threads_ > 1) grow(run_lse_, chunks * c.n_heads);
 }
 
 Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
                       const ForwardOptions& options, std::vector<float>* logits) {
   KV_RETURN_IF_ERROR(CheckForward(tokens, start_pos, kv, options));
   probe_ = options.probe;
+  attention_threads_ = options.attention_threads;
+  if (attention_threads_ > 1 && helper_ == nullptr) {
+    KV_ASSIGN_OR_RETURN(helper_, ThreadPool::Create({.threads = 1, .name = "kvtier-attend"}));
+  }
   const ModelConfig& c = config();
   const AttentionKernels& kernels = GetAttentionKernels(options.isa);
   const auto n_total = static_cast<uint32_t>(tokens.size());
   const uint32_t chunk_max = std::min(options.chunk_tokens, n_total);
-  ReserveScratch(chunk_max, start_pos + n_total);
+  ReserveScratch(chunk_max, start_pos + n_total, kv.Layout().block_tokens);
   switch (options.logits) {
     case LogitsMode::kLast:
       logits->assign(c.vocab_size, 0.0f);
@@ -158,15 +175,8 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
   }
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
   KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
-  std::fill_n(att_.data(), size_t{n_tokens} * c.q_dim(), 0.0f);
-  chunk_mass_.assign(selected_.size(), 0.0f);
-  for (uint32_t t = 0; t < n_tokens; ++t) {
-    for (uint32_t h = 0; h < c.n_heads; ++h) AttendOneHead(t, h, start_pos + t, kernels);
-  }
-  if (n_tokens == 1) {
-    for (float& m : chunk_mass_) m /= static_cast<float>(c.n_heads);
-    kv.ObserveAttention(layer, selected_, chunk_mass_);
-  }
+  Attend(n_tokens, start_pos, kernels);
+  if (n_tokens == 1) kv.ObserveAttention(layer, selected_, chunk_mass_);
   if (probe_ != nullptr) {
     for (uint32_t t = 0; t < n_tokens; ++t) {
       probe_->OnAttentionOutput(
@@ -231,44 +241,115 @@ Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, 
   return Status::Ok();
 }
 
-void Model::AttendOneHead(uint32_t t, uint32_t head, uint32_t pos,
-                          const AttentionKernels& kernels) {
+void Model::Attend(uint32_t n_tokens, uint32_t start_pos, const AttentionKernels& kernels) {
   const ModelConfig& c = config();
-  const size_t head_dim = c.head_dim;
-  const size_t kv_dim = c.kv_dim();
-  const size_t kv_head = head / (c.n_heads / c.n_kv_heads);
-  float* q = q_.data() + size_t{t} * c.q_dim() + head * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (size_t d = 0; d < head_dim; ++d) q[d] *= scale;
+  const uint64_t row_bytes = uint64_t{4} * c.kv_dim();  // K and V, FP16.
+  chunk_mass_.assign(selected_.size(), 0.0f);
+  if (n_tokens == 1) {
+    // The token attends to every selected chunk, so the runs match selected_ one to one and the
+    // kernel's run masses are the per-chunk feedback.
+    PrepareToken(0, start_pos, &shares_[0].runs);
+    const std::vector<KvRun>& runs = shares_[0].runs;
+    KV_CHECK(runs.size() == selected_.size());
+    uint64_t rows = 0;
+    for (const KvRun& run : runs) rows += run.rows;
+    if (attention_threads_ > 1 && runs.size() > 1 && rows * row_bytes >= kAttentionSplitBytesMin) {
+      AttendDecodeSplit(kernels);
+      return;
+    }
+    AttendRuns(0, runs, shares_[0], att_.data(), chunk_mass_.data(), nullptr, nullptr, kernels);
+    return;
+  }
+  // Prefill (full attention): with a helper, it takes the odd tokens and this thread the even.
+  const uint64_t bytes = row_bytes * n_tokens * (start_pos + (n_tokens + 1) / 2);
+  const bool split = attention_threads_ > 1 && bytes >= kAttentionSplitBytesMin;
+  const uint32_t step = split ? 2 : 1;
+  if (split) {
+    helper_job_ = {.n_tokens = n_tokens, .start_pos = start_pos, .kernels = &kernels};
+    KV_CHECK_OK(helper_->Submit([this] { RunHelperJob(); }));
+  }
+  for (uint32_t t = 0; t < n_tokens; t += step) {
+    PrepareToken(t, start_pos + t, &shares_[0].runs);
+    AttendRuns(t, shares_[0].runs, shares_[0], att_.data() + size_t{t} * c.q_dim(), nullptr,
+               nullptr, nullptr, kernels);
+  }
+  if (split) helper_->WaitIdle();
+}
+
+void Model::PrepareToken(uint32_t t, uint32_t pos, std::vector<KvRun>* runs) {
+  const ModelConfig& c = config();
+  float* q = q_.data() + size_t{t} * c.q_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (size_t d = 0; d < c.q_dim(); ++d) q[d] *= scale;
+  // The attended chunks' rows up to and including `pos`, in selection order; with every chunk
+  // selected this is exactly the full-attention computation.
   const size_t n_ctx = size_t{pos} + 1;
-  const size_t v_offset = size_t{block_tokens_} * kv_dim;
-  // Scores of the attended chunks are packed in selection order; with every chunk selected this
-  // is exactly the full-attention computation.
-  size_t n_scores = 0;
+  const size_t v_offset = size_t{block_tokens_} * c.kv_dim();
+  runs->clear();
   for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
     const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    kernels.dot_rows_f16(q, blocks_[i].data() + kv_head * head_dim, kv_dim, rows, head_dim,
-                         scores_.data() + n_scores);
-    n_scores += rows;
+    runs->push_back({.k = blocks_[i].data(),
+                     .v = blocks_[i].data() + v_offset,
+                     .rows = static_cast<uint32_t>(rows)});
   }
-  Softmax(scores_.data(), n_scores);
-  // Attention mass per attended chunk (decode feedback, KvBlockSource::ObserveAttention).
-  size_t row = 0;
-  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    float mass = 0.0f;
-    for (size_t r = 0; r < rows; ++r) mass += scores_[row + r];
-    chunk_mass_[i] += mass;
-    row += rows;
+}
+
+void Model::AttendRuns(uint32_t t, std::span<const KvRun> runs, AttendShare& share, float* out,
+                       float* run_mass, float* head_lse, float* run_lse,
+                       const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  kernels.attend_f16({.n_heads = c.n_heads,
+                      .n_kv_heads = c.n_kv_heads,
+                      .head_dim = c.head_dim,
+                      .q = q_.data() + size_t{t} * c.q_dim(),
+                      .runs = runs.data(),
+                      .n_runs = runs.size(),
+                      .out = out,
+                      .run_mass = run_mass,
+                      .head_lse = head_lse,
+                      .run_lse = run_lse,
+                      .scratch = share.scratch.data()});
+}
+
+// Decode, runs prepared: the helper attends to the runs from about half the rows on, this
+// thread to those before; the parts' log-sum-exps merge them into the same attention and
+// per-chunk masses.
+void Model::AttendDecodeSplit(const AttentionKernels& kernels) {
+  const ModelConfig& c = config();
+  const std::vector<KvRun>& runs = shares_[0].runs;
+  size_t total_rows = 0;
+  for (const KvRun& run : runs) total_rows += run.rows;
+  size_t split = 0;  // In [1, runs - 1]: the first run after half of the rows.
+  for (size_t rows = 0; split + 1 < runs.size() && 2 * rows < total_rows; ++split) {
+    rows += runs[split].rows;
   }
-  float* out = att_.data() + size_t{t} * c.q_dim() + head * head_dim;
-  n_scores = 0;
-  for (size_t i = 0; i < selected_.size() && selected_[i] * size_t{block_tokens_} < n_ctx; ++i) {
-    const size_t rows = std::min<size_t>(block_tokens_, n_ctx - selected_[i] * block_tokens_);
-    kernels.weighted_sum_rows_f16(scores_.data() + n_scores,
-                                  blocks_[i].data() + v_offset + kv_head * head_dim, kv_dim, rows,
-                                  head_dim, out);
-    n_scores += rows;
+  helper_job_ = {.n_tokens = 1, .split = split, .kernels = &kernels};
+  KV_CHECK_OK(helper_->Submit([this] { RunHelperJob(); }));
+  AttendRuns(0, std::span<const KvRun>(runs).first(split), shares_[0], att_.data(), nullptr,
+             shares_[0].head_lse.data(), run_lse_.data(), kernels);
+  helper_->WaitIdle();
+  MergeAttendParts(c.n_heads, c.head_dim, shares_[1].out.data(), shares_[1].head_lse.data(),
+                   att_.data(), shares_[0].head_lse.data());
+  RunMassFromLse(c.n_heads, runs.size(), run_lse_.data(), shares_[0].head_lse.data(),
+                 chunk_mass_.data());
+}
+
+// On the helper thread: its part of the job in helper_job_ (decode: the runs from `split` on,
+// prepared by the calling thread; prefill: the odd tokens).
+void Model::RunHelperJob() {
+  const HelperJob& job = helper_job_;
+  const ModelConfig& c = config();
+  AttendShare& share = shares_[1];
+  if (job.n_tokens == 1) {
+    const std::span<const KvRun> runs(shares_[0].runs);
+    AttendRuns(0, runs.subspan(job.split), share, share.out.data(), nullptr, share.head_lse.data(),
+               run_lse_.data() + job.split * c.n_heads, *job.kernels);
+    return;
+  }
+  for (uint32_t t = 1; t < job.n_tokens; t += 2) {
+    PrepareToken(t, job.start_pos + t, &share.runs);
+    AttendRuns(t, share.runs, share, att_.data() + size_t{t} * c.q_dim(), nullptr, nullptr, nullptr,
+               *job.kernels);
   }
 }
 

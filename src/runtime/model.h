@@ -1,7 +1,9 @@
 // Model: the forward pass of a llama-family transformer on the CPU. RMSNorm, RoPE on adjacent
 // pairs, grouped-query attention over an FP16 KV cache reached through a KvBlockSource, SwiGLU
 // FFN, tied or separate classifier. Matrix products go through OpenBLAS (sgemm for a chunk of
-// tokens, sgemv for one token); attention uses the AVX2/F16C kernels of runtime/kernels.h.
+// tokens, sgemv for one token); attention uses the AVX2/F16C kernels of runtime/kernels.h, one
+// AttendF16 call per token and layer, which reads the attended blocks' K and V once for all
+// query heads.
 //
 // Forward() processes any number of tokens starting at any position, in chunks of at most
 // `chunk_tokens` (default 2048): each chunk's K/V are written to the cache and then every token
@@ -10,8 +12,15 @@
 // When decoding one token the source may narrow attention to a subset of chunks
 // (KvBlockSource::SelectChunks, attention-guided selection); by default every chunk is attended.
 //
+// With ForwardOptions::attention_threads = 2 a helper thread takes half of each long layer's
+// attention: at decode the second half of the attended rows (the two halves merged exactly, see
+// kernels.h MergeAttendParts), in prefill every other token of the chunk.
+//
 // Thread safety: a Model owns scratch buffers and is used by one thread at a time; distinct
 // Models may share nothing and run concurrently. OpenBLAS may use its own threads inside a call.
+// The helper thread (started by the first call that asks for two attention threads, stopped
+// with the Model) only runs inside a Forward() call, on buffers the calling thread does not
+// touch until it has waited for it.
 // Ownership: owns its weights; borrows the KvBlockSource for the duration of a call.
 #pragma once
 
@@ -20,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kvtier/result.h"
 #include "runtime/kernels.h"
 #include "runtime/kv_blocks.h"
@@ -49,6 +59,10 @@ struct ForwardOptions {
   LogitsMode logits = LogitsMode::kLast;
   KernelIsa isa = KernelIsa::kAuto;  // kScalar forces the reference attention kernels.
   AttentionProbe* probe = nullptr;   // Borrowed for the call; nullptr = none.
+  // 1, or 2 to split the attention of layers that read at least kAttentionSplitBytesMin of KV
+  // with a helper thread. 1 by default: in offloaded mode the other core copies blocks. Logits
+  // are the same bit for bit in prefill; at decode they differ by float rounding (the merge).
+  uint32_t attention_threads = 1;
 };
 
 class Model {
@@ -70,7 +84,7 @@ class Model {
   explicit Model(ModelWeights weights);
   Status CheckForward(std::span<const uint32_t> tokens, uint32_t start_pos, const KvBlockSource& kv,
                       const ForwardOptions& options) const;
-  void ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens);
+  void ReserveScratch(uint32_t chunk_tokens, uint32_t context_tokens, uint32_t block_tokens);
   Status ForwardChunk(std::span<const uint32_t> tokens, uint32_t start_pos, KvBlockSource& kv,
                       const AttentionKernels& kernels);
   Status AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
@@ -78,7 +92,28 @@ class Model {
   Status StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
                  const AttentionKernels& kernels);
   Status GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv);
-  void AttendOneHead(uint32_t t, uint32_t head, uint32_t pos, const AttentionKernels& kernels);
+  // One thread's working set for attention: the runs of the token it handles, the kernel's
+  // scratch, and (helper) the output and log-sum-exps of its part of a decode.
+  struct AttendShare {
+    std::vector<KvRun> runs;
+    std::vector<float> scratch;   // AttendScratchFloats(n_heads, chunks).
+    std::vector<float> out;       // [q_dim]
+    std::vector<float> head_lse;  // [n_heads]
+  };
+  // What the helper thread does during one layer's attention.
+  struct HelperJob {
+    uint32_t n_tokens = 0;
+    uint32_t start_pos = 0;
+    size_t split = 0;  // Decode: the helper attends runs [split, end) of shares_[0].runs.
+    const AttentionKernels* kernels = nullptr;
+  };
+  void Attend(uint32_t n_tokens, uint32_t start_pos, const AttentionKernels& kernels);
+  void PrepareToken(uint32_t t, uint32_t pos, std::vector<KvRun>* runs);
+  void AttendRuns(uint32_t t, std::span<const KvRun> runs, AttendShare& share, float* out,
+                  float* run_mass, float* head_lse, float* run_lse,
+                  const AttentionKernels& kernels);
+  void AttendDecodeSplit(const AttentionKernels& kernels);
+  void RunHelperJob();
   void FfnBlock(uint32_t layer, uint32_t n_tokens);
   void Logits(const float* x_rows, uint32_t n_rows, float* out);
 
@@ -94,12 +129,16 @@ class Model {
   std::vector<float> att_;                         // [chunk][q_dim] attention output.
   std::vector<float> hb_;                          // [chunk][hidden]
   std::vector<float> hb2_;                         // [chunk][hidden]
-  std::vector<float> scores_;                      // [context] one head's attention weights.
+  AttendShare shares_[kAttentionThreadsMax];       // [0] the calling thread's, [1] the helper's.
+  std::vector<float> run_lse_;                     // [chunks][n_heads] decode split.
   std::vector<std::span<const uint16_t>> blocks_;  // Blocks of the current layer, as selected_.
   std::vector<uint32_t> selected_;                 // Chunks attended to, ascending.
   uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
   std::vector<float> chunk_mass_;                  // [selected] attention mass (decode).
   AttentionProbe* probe_ = nullptr;                // Of the current Forward() call.
+  uint32_t attention_threads_ = 1;                 // Of the current Forward() call.
+  std::unique_ptr<ThreadPool> helper_;             // One thread; started on first need.
+  HelperJob helper_job_;                           // Set before each hand-off.
 };
 
 }  // namespace kvtier::runtime

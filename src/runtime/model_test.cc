@@ -6,16 +6,25 @@
 // accumulators, F32 KV, no blocks) gives logits for every position; the runtime's logits must
 // match within a tolerance set by the FP16 KV cache: K and V are rounded to 11 significant bits
 // (relative error <= 2^-11). Measured max |diff| / max(1, max |logit|): 1.1e-4 on the synthetic
-// model, 1.4e-3 on stories260K (its logits reach ~20); the bound is 5e-3. Chunked prefill is
+// model, 1.4e-3 on stories260K (its logits reach ~20); the bound is 5e-3, also for synthetic
+// models with GQA groups of 3 and 8, MHA, and head sizes 6, 10 and 34. Chunked prefill is
 // compared with token-by-token decoding (same KV rounding; only float summation order between
-// sgemm and sgemv differs; measured 3e-6) within 1e-4.
+// sgemm and sgemv differs; measured 3e-6) within 1e-4. The decode feedback hooks are checked
+// against a plain double-precision attention over the cached FP16 blocks and the query the
+// source saw in SelectChunks, with all chunks and with a selected subset: the per-chunk masses
+// given to ObserveAttention within 1e-5 (they sum to 1 within 1e-5) and the outputs the probe
+// receives within 1e-4 of the largest. With two attention threads, prefill logits must equal
+// those of one thread bit for bit, and decode logits (the halves merged) stay within 1e-5 and
+// the masses within 1e-6.
 #include "runtime/model.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/generate.h"
@@ -163,6 +172,30 @@ TEST(ModelTest, SyntheticMatchesReference) {
   }
 }
 
+// GQA groups of 3 and 1 (MHA), head sizes that are not multiples of 8, and a group as large as
+// a real model's (8 query heads per KV head).
+TEST(ModelTest, OtherHeadGeometriesMatchReference) {
+  struct Heads {
+    uint32_t n_heads, n_kv_heads, head_dim;
+  };
+  for (const Heads& g : {Heads{6, 2, 10}, Heads{3, 3, 8}, Heads{8, 1, 6}, Heads{5, 5, 34}}) {
+    ModelConfig config = SmallConfig();
+    config.n_heads = g.n_heads;
+    config.n_kv_heads = g.n_kv_heads;
+    config.head_dim = g.head_dim;
+    auto model = SyntheticModel(config);
+    const std::vector<uint32_t> tokens = SomeTokens(40, 50);
+    const std::vector<float> expected = ReferenceLogits(model->weights(), tokens);
+    for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAuto}) {
+      for (uint32_t chunk : {1u, 7u, 2048u}) {
+        EXPECT_LT(RelativeMaxError(RuntimeLogits(*model, tokens, chunk, 16, isa), expected), 5e-3)
+            << "heads " << g.n_heads << "/" << g.n_kv_heads << " head_dim " << g.head_dim << " isa "
+            << static_cast<int>(isa) << " chunk " << chunk;
+      }
+    }
+  }
+}
+
 TEST(ModelTest, ChunkedPrefillMatchesTokenByToken) {
   auto model = SyntheticModel(SmallConfig());
   const std::vector<uint32_t> tokens = SomeTokens(100, 50);
@@ -203,6 +236,211 @@ TEST(ModelTest, RejectsBadInput) {
       KvLayout{.layers = 2, .kv_heads = 4, .head_dim = 16, .block_tokens = 16}, 32);
   ASSERT_TRUE(other.ok());
   EXPECT_TRUE(model->Forward(ok, 0, **other, {}, &logits).IsInvalidArgument());
+}
+
+// An in-memory source that records what the model reports at decode (the query SelectChunks
+// sees, the masses ObserveAttention gets) and narrows attention to the chunks in `keep` plus
+// the last one.
+class RecordingKv final : public KvBlockSource {
+ public:
+  RecordingKv(std::unique_ptr<InMemoryKvBlocks> inner, std::vector<uint32_t> keep)
+      : inner_(std::move(inner)), keep_(std::move(keep)) {}
+
+  const KvLayout& Layout() const override { return inner_->Layout(); }
+  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk) override {
+    return inner_->Block(layer, chunk);
+  }
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk) override {
+    return inner_->MutableBlock(layer, chunk);
+  }
+  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t /*n_heads*/,
+                      uint32_t chunks, std::vector<uint32_t>* selected) override {
+    queries[layer].assign(query.begin(), query.end());
+    selected->clear();
+    for (uint32_t c = 0; c + 1 < chunks; ++c) {
+      if (keep_.empty() || std::find(keep_.begin(), keep_.end(), c) != keep_.end()) {
+        selected->push_back(c);
+      }
+    }
+    selected->push_back(chunks - 1);
+    return Status::Ok();
+  }
+  void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                        std::span<const float> mass) override {
+    observed[layer] = {std::vector<uint32_t>(chunks.begin(), chunks.end()),
+                       std::vector<float>(mass.begin(), mass.end())};
+  }
+
+  std::map<uint32_t, std::vector<float>> queries;
+  std::map<uint32_t, std::pair<std::vector<uint32_t>, std::vector<float>>> observed;
+
+ private:
+  std::unique_ptr<InMemoryKvBlocks> inner_;
+  std::vector<uint32_t> keep_;  // Empty: every chunk.
+};
+
+class RecordingProbe final : public AttentionProbe {
+ public:
+  void OnAttentionOutput(uint32_t layer, uint32_t pos, std::span<const float> out) override {
+    outputs[{layer, pos}].assign(out.begin(), out.end());
+  }
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<float>> outputs;
+};
+
+struct PlainAttention {
+  std::vector<double> chunk_mass;  // Per attended chunk, averaged over heads.
+  std::vector<double> out;         // [n_heads][head_dim]
+};
+
+// Attention of the token at `pos` (query `q`, unscaled) over the rows <= pos of `chunks`, in
+// double precision from the FP16 blocks of `kv`.
+PlainAttention AttendPlainly(const ModelConfig& c, KvBlockSource& kv, uint32_t layer, uint32_t pos,
+                             const std::vector<float>& q, const std::vector<uint32_t>& chunks) {
+  const uint32_t bt = kv.Layout().block_tokens;
+  const size_t hd = c.head_dim, kvd = c.kv_dim();
+  PlainAttention a{.chunk_mass = std::vector<double>(chunks.size()),
+                   .out = std::vector<double>(c.q_dim())};
+  for (size_t h = 0; h < c.n_heads; ++h) {
+    const size_t g = h / (c.n_heads / c.n_kv_heads);
+    std::vector<double> scores;
+    std::vector<const uint16_t*> values;
+    std::vector<size_t> chunk_of;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Result<std::span<const uint16_t>> block = kv.Block(layer, chunks[i]);
+      EXPECT_TRUE(block.ok());
+      for (uint32_t r = 0; r < bt && chunks[i] * bt + r <= pos; ++r) {
+        double dot = 0;
+        for (size_t d = 0; d < hd; ++d) {
+          dot += double{q[h * hd + d]} * ref::HalfToFloat((*block)[r * kvd + g * hd + d]);
+        }
+        scores.push_back(dot / std::sqrt(double(hd)));
+        values.push_back(block->data() + size_t{bt} * kvd + r * kvd + g * hd);
+        chunk_of.push_back(i);
+      }
+    }
+    double max = -INFINITY;
+    for (double v : scores) max = std::max(max, v);
+    double sum = 0;
+    for (double& v : scores) sum += (v = std::exp(v - max));
+    for (size_t j = 0; j < scores.size(); ++j) {
+      const double p = scores[j] / sum;
+      a.chunk_mass[chunk_of[j]] += p / c.n_heads;
+      for (size_t d = 0; d < hd; ++d) a.out[h * hd + d] += p * ref::HalfToFloat(values[j][d]);
+    }
+  }
+  return a;
+}
+
+TEST(ModelTest, DecodeFeedbackMatchesPlainAttention) {
+  auto model = SyntheticModel(SmallConfig());
+  const ModelConfig& c = model->config();
+  const std::vector<uint32_t> prompt = SomeTokens(50, 50);
+  for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAuto}) {
+    for (const std::vector<uint32_t>& keep : {std::vector<uint32_t>{}, {0u, 2u}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "isa " << static_cast<int>(isa) << " keep " << keep.size());
+      auto inner = InMemoryKvBlocks::Create(c.KvLayoutFor(16), 256);
+      ASSERT_TRUE(inner.ok());
+      RecordingKv kv(std::move(*inner), keep);
+      RecordingProbe probe;
+      std::vector<float> logits;
+      ASSERT_TRUE(model->Forward(prompt, 0, kv, {.isa = isa, .probe = &probe}, &logits).ok());
+      EXPECT_TRUE(kv.observed.empty());  // Prefill reports no feedback.
+      const uint32_t next = 7, pos = 50;
+      ASSERT_TRUE(
+          model->Forward(std::span(&next, 1), pos, kv, {.isa = isa, .probe = &probe}, &logits)
+              .ok());
+      // The probe saw every processed token's output at every layer.
+      EXPECT_EQ(probe.outputs.size(), size_t{pos + 1} * c.n_layers);
+      for (uint32_t layer = 0; layer < c.n_layers; ++layer) {
+        ASSERT_EQ(kv.observed.count(layer), 1u);
+        const auto& [chunks, mass] = kv.observed[layer];
+        const std::vector<uint32_t> expected_chunks =
+            keep.empty() ? std::vector<uint32_t>{0, 1, 2, 3} : std::vector<uint32_t>{0, 2, 3};
+        ASSERT_EQ(chunks, expected_chunks);
+        ASSERT_EQ(mass.size(), chunks.size());
+        const PlainAttention plain = AttendPlainly(c, kv, layer, pos, kv.queries[layer], chunks);
+        double total = 0;
+        for (size_t i = 0; i < mass.size(); ++i) {
+          EXPECT_NEAR(mass[i], plain.chunk_mass[i], 1e-5) << "layer " << layer << " chunk " << i;
+          total += mass[i];
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5);
+        const std::vector<float>& out = probe.outputs[{layer, pos}];
+        ASSERT_EQ(out.size(), c.q_dim());
+        double scale = 1;
+        for (double v : plain.out) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < out.size(); ++i) {
+          EXPECT_NEAR(out[i], plain.out[i], 1e-4 * scale) << "layer " << layer << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+// Two attention threads: prefill gives the same logits bit for bit (each token is attended by
+// one thread); decode splits the rows and merges, so logits and masses agree within rounding.
+// The geometry (8 heads over 4 KV heads of 128) makes a row 2 KiB, so from 512 tokens on a
+// layer reads the kAttentionSplitBytesMin that turns the split on (not with the 3 chunks of
+// the last selection, which stays on one thread).
+TEST(ModelTest, TwoAttentionThreadsMatchOne) {
+  ModelConfig config = SmallConfig();
+  config.n_heads = 8;
+  config.n_kv_heads = 4;
+  config.head_dim = 128;
+  auto model = SyntheticModel(config);
+  const std::vector<uint32_t> prompt = SomeTokens(1100, 50);
+  std::vector<uint32_t> most;  // 60 of the 69 chunks: 1.9 MiB per layer, split too.
+  for (uint32_t c = 0; c < 60; ++c) most.push_back(c);
+  for (const std::vector<uint32_t>& keep : {std::vector<uint32_t>{}, most, {0u, 5u, 30u}}) {
+    std::vector<std::vector<float>> logits(2), masses(2);
+    for (uint32_t threads : {1u, 2u}) {
+      auto inner = InMemoryKvBlocks::Create(config.KvLayoutFor(16), 1200);
+      ASSERT_TRUE(inner.ok());
+      RecordingKv kv(std::move(*inner), keep);
+      std::vector<float>& out = logits[threads - 1];
+      ASSERT_TRUE(
+          model
+              ->Forward(
+                  prompt, 0, kv,
+                  {.chunk_tokens = 256, .logits = LogitsMode::kAll, .attention_threads = threads},
+                  &out)
+              .ok());
+      std::vector<float> step;
+      for (uint32_t i = 0; i < 3; ++i) {
+        const uint32_t token = 3 + i;
+        const auto pos = static_cast<uint32_t>(prompt.size() + i);
+        ASSERT_TRUE(
+            model->Forward(std::span(&token, 1), pos, kv, {.attention_threads = threads}, &step)
+                .ok());
+        out.insert(out.end(), step.begin(), step.end());
+        for (const auto& [layer, observed] : kv.observed) {
+          masses[threads - 1].insert(masses[threads - 1].end(), observed.second.begin(),
+                                     observed.second.end());
+        }
+      }
+    }
+    const auto prefill = static_cast<ptrdiff_t>(prompt.size() * config.vocab_size);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (ptrdiff_t i = 0; i < prefill; ++i)
+      ASSERT_EQ(logits[0][size_t(i)], logits[1][size_t(i)]) << i;
+    const std::vector<float> decode_1(logits[0].begin() + prefill, logits[0].end());
+    const std::vector<float> decode_2(logits[1].begin() + prefill, logits[1].end());
+    EXPECT_LT(RelativeMaxError(decode_2, decode_1), 1e-5) << "keep " << keep.size();
+    ASSERT_EQ(masses[0].size(), masses[1].size());
+    for (size_t i = 0; i < masses[0].size(); ++i) EXPECT_NEAR(masses[0][i], masses[1][i], 1e-6);
+  }
+}
+
+TEST(ModelTest, RejectsBadAttentionThreads) {
+  auto model = SyntheticModel(SmallConfig());
+  auto kv = InMemoryKvBlocks::Create(model->config().KvLayoutFor(16), 32);
+  ASSERT_TRUE(kv.ok());
+  std::vector<float> logits;
+  const std::vector<uint32_t> ok = {1, 2, 3};
+  EXPECT_TRUE(model->Forward(ok, 0, **kv, {.attention_threads = 0}, &logits).IsInvalidArgument());
+  EXPECT_TRUE(model->Forward(ok, 0, **kv, {.attention_threads = 3}, &logits).IsInvalidArgument());
 }
 
 // The stories260K checkpoint's greedy sample (models README / llama2.c doc/stories260K.md).

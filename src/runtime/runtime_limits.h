@@ -31,6 +31,11 @@ inline constexpr uint32_t kContextTokensMax = 1u << 20;
 // Tokens per prefill chunk.
 inline constexpr uint32_t kPrefillChunkTokensMax = 1u << 16;
 inline constexpr uint32_t kPrefillChunkTokensDefault = 2048;
+// Threads one layer's attention may use (ForwardOptions::attention_threads).
+inline constexpr uint32_t kAttentionThreadsMax = 2;
+// KV bytes a layer's attention must read before it is split over two threads: below this the
+// hand-off to the helper (a few microseconds) is not repaid.
+inline constexpr uint64_t kAttentionSplitBytesMin = uint64_t{1} << 20;
 // Bytes of text one Encode() call takes (64 MiB).
 inline constexpr size_t kEncodeTextBytesMax = size_t{64} << 20;
 
