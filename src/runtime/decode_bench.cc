@@ -316,6 +316,7 @@ Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeC
   so.capacity_bytes = kv_bytes * 2 + kGiB;
   so.sync = SsdSyncMode::kNone;
   so.queue_jobs_max = 256;
+  so.io_depth = 64;  // Reads of several layers are in flight at once.
   KV_ASSIGN_OR_RETURN(rig->ssd, SsdTier::Open(so, rig->env.get()));
   KV_ASSIGN_OR_RETURN(rig->device,
                       DeviceTier::OpenCpu({.capacity_bytes = block * budget.device_blocks,
@@ -363,12 +364,12 @@ struct Runner {
   }
 
   Status Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
-                DecodeConfigReport* r);
+                const std::string& tier_dir, DecodeConfigReport* r);
   Result<DecodeConfigReport> Run(DecodeConfig config);
 };
 
 Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
-                      DecodeConfigReport* r) {
+                      const std::string& tier_dir, DecodeConfigReport* r) {
   const uint32_t total = o.warmup_tokens + o.tokens;
   AttentionRecorder recorder(model.config());
   std::vector<float> logits;
@@ -383,7 +384,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     const bool measured = t >= o.warmup_tokens;
     if (have_reference) input = reference.inputs[t];
     if (measured && probe) {
-      KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(OffloadedSequence::HostSlotBytes(layout, true)));
+      KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true)));
       bw.push_back(b);
     }
     const OffloadStats before = seq != nullptr ? seq->Stats() : OffloadStats{};
@@ -419,7 +420,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     }
   }
   if (probe) {
-    KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(OffloadedSequence::HostSlotBytes(layout, true)));
+    KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true)));
     bw.push_back(b);
   }
   if (have_reference) {
@@ -446,10 +447,19 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     r->blocks_prefetched = s.blocks_prefetched;
     r->blocks_demand = s.blocks_demand;
   }
-  if (!bw.empty()) {
+  if (bw.size() == r->ms_per_token.size() + 1) {
+    // Per token: the bound with the bandwidth probed just before and just after it, so that the
+    // disk's swings between tokens do not end up in the ratio.
+    std::vector<double> roofs, ratios;
+    for (size_t i = 0; i < r->ms_per_token.size(); ++i) {
+      const double token_bw = 0.5 * (bw[i] + bw[i + 1]);
+      const double roof = std::max(resident_ms, read[i] / token_bw * 1e3);
+      roofs.push_back(roof);
+      ratios.push_back(r->ms_per_token[i] / roof);
+    }
     r->ssd_read_bytes_per_s = Median(bw);
-    const double io_ms = r->ssd_read_bytes_per_token / r->ssd_read_bytes_per_s * 1e3;
-    r->roofline_ms_per_token = std::max(resident_ms, io_ms);
+    r->roofline_ms_per_token = Median(roofs);
+    r->over_roofline = Median(ratios);
   }
   return Status::Ok();
 }
@@ -473,7 +483,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     KV_RETURN_IF_ERROR(context.Fill(*source));
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
     MassTap tap(source, context.synthetic());
-    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, &r));
+    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, "", &r));
     if (selecting != nullptr) r.chunks_attended = Attended(selecting->quest_stats());
     if (config == DecodeConfig::kResident) salient_mass = tap.salient_mass();
   } else if (config == DecodeConfig::kReference) {
@@ -484,7 +494,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
                         GeneratedKvBlocks::Create(context.synthetic(), capacity));
     Progress("config reference: decoding");
     MassTap tap(kv.get(), context.synthetic());
-    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, &r));
+    KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, "", &r));
     salient_mass = tap.salient_mass();
   } else {
     KV_ASSIGN_OR_RETURN(Budget budget, ComputeBudget(o, config, layout));
@@ -493,7 +503,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     KV_ASSIGN_OR_RETURN(std::unique_ptr<OffloadRig> rig, MakeRig(o, config, layout, budget));
     KV_RETURN_IF_ERROR(context.Fill(*rig->kv));
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
-    KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), &r));
+    KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), rig->dir, &r));
     if (IsTopk(config)) r.chunks_attended = Attended(rig->kv->quest_stats());
   }
   r.peak_rss_bytes = PeakRssBytes();

@@ -89,10 +89,11 @@ struct DecodeBenchOptions {
   uint32_t codec_threads = 1;                        // Decoders of the ladder configuration.
   std::string dir = "/var/tmp/kvtier-bench-decode";  // SSD tier files (removed at the end).
   SyntheticKvOptions context;  // Synthetic models; context_tokens is set from above.
-  // Sequential read bandwidth of dir's disk in bytes/s with requests of `request_bytes` (one SSD
-  // record: fio in the CLI). Called before every measured token of an offloaded configuration
-  // and once after; unset: no roofline.
-  std::function<Result<double>(uint64_t request_bytes)> ssd_probe;
+  // The disk's read bandwidth in bytes/s, read off the SSD tier's own files in `tier_dir` with
+  // requests of `request_bytes` (one record; fio in the CLI), so that the probe and the tier
+  // read the same data on the same disk. Called before every measured token of an offloaded
+  // configuration and once after; unset: no roofline.
+  std::function<Result<double>(const std::string& tier_dir, uint64_t request_bytes)> ssd_probe;
   std::function<void(std::string_view)> progress;  // One line per step; unset: silent.
 
   // InvalidArgument naming the first bad field.
@@ -109,7 +110,10 @@ struct DecodeConfigReport {
   double ssd_read_bytes_per_token = 0, ssd_write_bytes_per_token = 0;
   double host_to_device_bytes_per_token = 0;
   double ssd_read_bytes_per_s = 0;  // Median of the probes around this configuration.
+  // The bound per token, max(resident ms, SSD bytes / bandwidth probed around that token), and
+  // the token's time over it: medians over the measured tokens.
   double roofline_ms_per_token = 0;
+  double over_roofline = 0;
   uint32_t depth = 0;
   uint64_t blocks_prefetched = 0, blocks_demand = 0;
   // Share of the blocks acquired in the measured tokens that were on the device already.

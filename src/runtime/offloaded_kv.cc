@@ -82,7 +82,7 @@ Status OffloadedKvBlocks::SelectChunks(uint32_t layer, std::span<const float> qu
   quest_.Rank(layer, query, n_heads, chunks, selected);
   selection_[layer] = *selected;
   has_selection_[layer] = 1;
-  seq_->PlanLayer(layer, *selected);  // Best guess for this layer at the next token.
+  seq_->PlanLayer(layer, *selected);  // Narrowed by ObserveAttention once the masses are known.
   if (quest_.options().preselect_next && layer + 1 < seq_->layout().layers) {
     std::vector<uint32_t>& next = selection_[layer + 1];  // Overwritten by its own selection.
     quest_.Rank(layer + 1, query, n_heads, chunks, &next, QuestSelector::Purpose::kPlan);
@@ -97,6 +97,24 @@ void OffloadedKvBlocks::ObserveAttention(uint32_t layer, std::span<const uint32_
   for (size_t i = 0; i < chunks.size() && i < mass.size(); ++i) {
     if (chunks[i] < seq_->chunks_written(layer)) seq_->ObserveHeat(layer, chunks[i], mass[i]);
   }
+  if (quest_.options().top_k == 0 || chunks.empty() || mass.size() != chunks.size()) return;
+  // The plan for this layer at the next token: the chunks that took a real share of this
+  // token's attention (at least half an even share), and the sink and the recent window, which
+  // are always attended. Picks that got next to nothing rarely come back, and reading them
+  // ahead would only take bandwidth from the reads that matter.
+  const float floor_mass = 0.5f / static_cast<float>(chunks.size());
+  const uint32_t last = chunks.back();
+  const uint32_t recent_start = last + 1 > quest_.options().recent_chunks
+                                    ? last + 1 - quest_.options().recent_chunks
+                                    : 0;
+  plan_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const uint32_t c = chunks[i];
+    if (c < quest_.options().sink_chunks || c >= recent_start || mass[i] >= floor_mass) {
+      plan_.push_back(c);
+    }
+  }
+  seq_->PlanLayer(layer, plan_);
 }
 
 }  // namespace kvtier::runtime

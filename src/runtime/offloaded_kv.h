@@ -70,6 +70,7 @@ class OffloadedKvBlocks final : public KvBlockSource, private OffloadObserver {
   std::vector<uint8_t> has_selection_;  // Per layer: selection_[layer] applies to its acquire.
   std::vector<std::vector<uint32_t>> selection_;
   std::vector<uint32_t> acquire_chunks_;
+  std::vector<uint32_t> plan_;
   uint32_t acquired_layer_ = UINT32_MAX;  // Layer whose blocks are pinned; max = none.
 };
 

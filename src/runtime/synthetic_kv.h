@@ -36,8 +36,8 @@ inline constexpr uint32_t kSyntheticSalientTokensMax = 4096;
 struct SyntheticKvOptions {
   uint32_t context_tokens = 0;  // Positions [0, context_tokens) are generated; >= 1.
   uint64_t seed = 1;
-  uint32_t salient_tokens = 8;  // Per layer, placed at positions >= sink_tokens.
-  float salient_scale = 240.0f;  // Norm of the planted key component.
+  uint32_t salient_tokens = 12;  // Per layer, placed at positions >= sink_tokens.
+  float salient_scale = 200.0f;  // Norm of the planted key component.
   uint32_t sink_tokens = 4;     // Leading positions that stay noise.
 
   // InvalidArgument naming the first bad field.

@@ -3,9 +3,10 @@
 // selection, against the roofline of the same run (runtime/decode_bench.h says what each
 // configuration is; docs/benchmarks.md has measured figures and docs/offload.md the design).
 //
-// The SSD read bandwidth of the roofline is measured with fio (O_DIRECT, io_uring, the block's
-// record size, queue depth 32) on a 1 GiB file in --dir, before each measured token and after the
-// last, so that the bound follows the shared disk's swings; without fio there is no roofline.
+// The SSD read bandwidth of the roofline is measured with fio (O_DIRECT, io_uring with registered
+// buffers, random reads of one record, queue depth 32) over up to 1 GiB of the SSD tier's own
+// segment files, before each measured token and after the last, so that the bound follows the
+// shared disk's swings and reads what the tier reads; without fio there is no roofline.
 //
 // Thread safety: the CLI's main thread only. Ownership: flags are bound to this object's members.
 #pragma once
@@ -33,8 +34,8 @@ class BenchDecode {
   uint32_t context_ = 32768, block_tokens_ = 256, tokens_ = 5, warmup_ = 1;
   std::string device_budget_, host_budget_, dram_budget_;
   uint32_t top_k_ = 16, recent_chunks_ = 2, sink_chunks_ = 1;
-  uint32_t salient_tokens_ = 8;
-  float salient_scale_ = 240.0f;
+  uint32_t salient_tokens_ = 12;
+  float salient_scale_ = 200.0f;
   std::vector<std::string> configs_;
   std::string dir_ = "/var/tmp/kvtier-bench-decode";
   uint64_t seed_ = 1;
