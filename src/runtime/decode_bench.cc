@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -365,6 +366,14 @@ struct Runner {
 
   Status Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
                 const std::string& tier_dir, DecodeConfigReport* r);
+  // The probe's bandwidth; infinite (no I/O bound) while the tier holds nothing to read.
+  Result<double> Probe(const std::string& tier_dir) const {
+    Result<double> b = o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true));
+    if (!b.ok() && b.status().code() == StatusCode::kNotFound) {
+      return std::numeric_limits<double>::infinity();
+    }
+    return b;
+  }
   Result<DecodeConfigReport> Run(DecodeConfig config);
 };
 
@@ -384,7 +393,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     const bool measured = t >= o.warmup_tokens;
     if (have_reference) input = reference.inputs[t];
     if (measured && probe) {
-      KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true)));
+      KV_ASSIGN_OR_RETURN(double b, Probe(tier_dir));
       bw.push_back(b);
     }
     const OffloadStats before = seq != nullptr ? seq->Stats() : OffloadStats{};
@@ -420,7 +429,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     }
   }
   if (probe) {
-    KV_ASSIGN_OR_RETURN(double b, o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true)));
+    KV_ASSIGN_OR_RETURN(double b, Probe(tier_dir));
     bw.push_back(b);
   }
   if (have_reference) {
@@ -457,7 +466,11 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
       roofs.push_back(roof);
       ratios.push_back(r->ms_per_token[i] / roof);
     }
-    r->ssd_read_bytes_per_s = Median(bw);
+    std::vector<double> finite;
+    for (const double b : bw) {
+      if (std::isfinite(b)) finite.push_back(b);
+    }
+    r->ssd_read_bytes_per_s = Median(finite);
     r->roofline_ms_per_token = Median(roofs);
     r->over_roofline = Median(ratios);
   }

@@ -92,7 +92,8 @@ struct DecodeBenchOptions {
   // The disk's read bandwidth in bytes/s, read off the SSD tier's own files in `tier_dir` with
   // requests of `request_bytes` (one record; fio in the CLI), so that the probe and the tier
   // read the same data on the same disk. Called before every measured token of an offloaded
-  // configuration and once after; unset: no roofline.
+  // configuration and once after; NotFound while the tier holds no file to read (nothing
+  // offloaded yet: no I/O bound); unset: no roofline.
   std::function<Result<double>(const std::string& tier_dir, uint64_t request_bytes)> ssd_probe;
   std::function<void(std::string_view)> progress;  // One line per step; unset: silent.
 
