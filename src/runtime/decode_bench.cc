@@ -400,7 +400,8 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     if (t == o.warmup_tokens) first = before;
     const double start = NowMs();
     KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), o.context_tokens + t, kv,
-                                     {.probe = &recorder}, &logits));
+                                     {.probe = &recorder, .attention_threads = o.attention_threads},
+                                     &logits));
     const double ms = NowMs() - start;
     const OffloadStats after = seq != nullptr ? seq->Stats() : OffloadStats{};
     if (measured) {

@@ -86,7 +86,8 @@ struct DecodeBenchOptions {
   // for the sink and the recent window, int8, int4 from int4_age_tokens; no zstd (it does not
   // shrink quantized KV enough to pay for its decode time).
   codecs::PrecisionLadderOptions ladder = DefaultDecodeLadder();
-  uint32_t codec_threads = 1;                        // Decoders of the ladder configuration.
+  uint32_t codec_threads = 2;      // Decoders of the ladder configuration (both cores here).
+  uint32_t attention_threads = 1;  // ForwardOptions::attention_threads of every configuration.
   std::string dir = "/var/tmp/kvtier-bench-decode";  // SSD tier files (removed at the end).
   SyntheticKvOptions context;  // Synthetic models; context_tokens is set from above.
   // The disk's read bandwidth in bytes/s, read off the SSD tier's own files in `tier_dir` with

@@ -197,6 +197,9 @@ BenchDecode::BenchDecode(CLI::App* bench)
   app_->add_option("--dram-budget", dram_budget_, "Device + host bytes (capacity runs)");
   app_->add_option("--top-k", top_k_, "Chunks chosen by selection (default 16)");
   app_->add_option("--recent-chunks", recent_chunks_, "Trailing chunks always attended");
+  app_->add_option("--codec-threads", codec_threads_, "Ladder decoders (default 2)");
+  app_->add_option("--attention-threads", attention_threads_,
+                   "Threads of the model's attention (default 1)");
   app_->add_option("--salient-tokens", salient_tokens_,
                    "Synthetic context: heavy-hitter tokens per layer (0 = spread attention)");
   app_->add_option("--salient-scale", salient_scale_, "Synthetic context: their key norm");
@@ -225,6 +228,8 @@ Status BenchDecode::Run() {
   o.top_k = top_k_;
   o.recent_chunks = recent_chunks_;
   o.sink_chunks = sink_chunks_;
+  o.codec_threads = codec_threads_;
+  o.attention_threads = attention_threads_;
   o.dir = dir_;
   o.context.seed = seed_;
   o.context.salient_tokens = salient_tokens_;

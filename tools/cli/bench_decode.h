@@ -35,6 +35,7 @@ class BenchDecode {
   std::string device_budget_, host_budget_, dram_budget_;
   uint32_t top_k_ = 16, recent_chunks_ = 2, sink_chunks_ = 1;
   uint32_t salient_tokens_ = 12;
+  uint32_t codec_threads_ = 2, attention_threads_ = 1;
   float salient_scale_ = 200.0f;
   std::vector<std::string> configs_;
   std::string dir_ = "/var/tmp/kvtier-bench-decode";
