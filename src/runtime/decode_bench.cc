@@ -1,5 +1,7 @@
 #include "runtime/decode_bench.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,7 +57,10 @@ double Median(std::vector<double> v) {
 }
 
 // Peak RSS: reset (Linux >= 4.0: "5" to clear_refs) and read (VmHWM). Best effort: 0 = unknown.
+// The heap is trimmed first, so that memory the previous configuration freed but the allocator
+// kept does not count against the next one.
 void ResetPeakRss() {
+  malloc_trim(0);
   std::ofstream f("/proc/self/clear_refs");
   if (f) f << "5";
 }

@@ -10,7 +10,8 @@ namespace kvtier::runtime {
 QuestSelector::QuestSelector(const KvLayout& layout, uint32_t chunks_max,
                              const QuestOptions& options)
     : layout_(layout), chunks_max_(chunks_max), options_(options) {
-  const size_t blocks = size_t{layout.layers} * chunks_max;
+  // Without selection (top_k 0) nothing is summarized: the summaries take no memory.
+  const size_t blocks = options.top_k > 0 ? size_t{layout.layers} * chunks_max : 0;
   summaries_.assign(blocks * 2 * layout.kv_heads * layout.head_dim, 0.0f);
   summary_ok_.assign(blocks, 0);
   last_written_.assign(layout.layers, UINT32_MAX);
@@ -24,7 +25,7 @@ size_t QuestSelector::SummaryOffset(uint32_t layer, uint32_t chunk) const {
 void QuestSelector::OnWrite(
     uint32_t layer, uint32_t chunk,
     const std::function<std::span<const uint16_t>(uint32_t, uint32_t)>& peek) {
-  if (layer >= layout_.layers) return;
+  if (layer >= layout_.layers || summary_ok_.empty()) return;
   const uint32_t last = last_written_[layer];
   if (last != UINT32_MAX && last < chunk && last < chunks_max_) {
     Summarize(layer, last, peek(layer, last));  // `last` is complete.
@@ -34,7 +35,9 @@ void QuestSelector::OnWrite(
 }
 
 void QuestSelector::Observe(uint32_t layer, uint32_t chunk, std::span<const uint16_t> block) {
-  if (layer < layout_.layers && chunk < chunks_max_) Summarize(layer, chunk, block);
+  if (layer < layout_.layers && chunk < chunks_max_ && !summary_ok_.empty()) {
+    Summarize(layer, chunk, block);
+  }
 }
 
 // Per-channel min and max of the chunk's keys (the K half of the block).
@@ -83,7 +86,7 @@ void QuestSelector::Rank(uint32_t layer, std::span<const float> query, uint32_t 
   const uint32_t recent_start =
       chunks > options_.recent_chunks ? chunks - options_.recent_chunks : 0;
   for (uint32_t c = 0; c < chunks; ++c) {
-    const bool always = c < sink || c >= recent_start || c >= chunks_max_ ||
+    const bool always = c < sink || c >= recent_start || c >= chunks_max_ || summary_ok_.empty() ||
                         summary_ok_[size_t{layer} * chunks_max_ + c] == 0;
     if (always) {
       selected->push_back(c);
