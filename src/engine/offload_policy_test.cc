@@ -33,15 +33,7 @@ using offload_test::OpenTestTiers;
 
 constexpr uint32_t kLayers = 4;
 
-KvLayout Layout() {
-  KvLayout l;
-  l.layers = kLayers;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kF16;
-  l.block_tokens = 16;
-  return l;
-}
+KvLayout Layout() { return offload_test::SmallTestLayout(kLayers); }
 
 // IEEE half from a float in [-8, 8] (normal range; round toward zero is fine for test data).
 uint16_t Half(float f) {

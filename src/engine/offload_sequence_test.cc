@@ -26,15 +26,7 @@ using offload_test::OpenTestTiers;
 constexpr uint32_t kLayers = 4;
 constexpr uint32_t kChunks = 8;
 
-KvLayout TestLayout() {
-  KvLayout l;
-  l.layers = kLayers;
-  l.kv_heads = 2;
-  l.head_dim = 16;
-  l.dtype = DType::kF16;
-  l.block_tokens = 16;
-  return l;
-}
+KvLayout TestLayout() { return offload_test::SmallTestLayout(kLayers); }
 
 uint8_t PatternByte(uint32_t layer, uint32_t chunk, uint32_t version, size_t b) {
   return static_cast<uint8_t>(layer * 31 + chunk * 7 + version * 13 + b * 3);

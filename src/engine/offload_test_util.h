@@ -13,6 +13,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "core/kv_layout.h"
 #include "env/env.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
@@ -62,6 +63,18 @@ class SlowCopyDeviceTier final : public DeviceTier {
   std::vector<CopyRegion> regions_;
   uint64_t slow_copies_ = 0;
 };
+
+// The small FP16 layout of the offloaded-sequence tests: 2 KV heads x 16, blocks of 16 tokens
+// (2 KiB per block).
+inline KvLayout SmallTestLayout(uint32_t layers) {
+  KvLayout l;
+  l.layers = layers;
+  l.kv_heads = 2;
+  l.head_dim = 16;
+  l.dtype = DType::kF16;
+  l.block_tokens = 16;
+  return l;
+}
 
 struct OffloadTestTiers {
   std::unique_ptr<ScopedTempDir> dir;

@@ -106,25 +106,13 @@ uint32_t Argmax(const std::vector<float>& v) {
 // Forwards everything to `inner` and measures, for a synthetic context, the share of the
 // attention mass that decode gives the chunks holding salient tokens (how concentrated the
 // context's attention is; the full-attention reference runs through it).
-class MassTap final : public KvBlockSource {
+class MassTap final : public ForwardingKvBlocks {
  public:
   MassTap(KvBlockSource* inner, const SyntheticKvContext* context)
-      : inner_(inner), context_(context) {}
-  const KvLayout& Layout() const override { return inner_->Layout(); }
-  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
-  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk) override {
-    return inner_->Block(layer, chunk);
-  }
-  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk) override {
-    return inner_->MutableBlock(layer, chunk);
-  }
-  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
-                      uint32_t chunks, std::vector<uint32_t>* selected) override {
-    return inner_->SelectChunks(layer, query, n_heads, chunks, selected);
-  }
+      : ForwardingKvBlocks(inner), context_(context) {}
   void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
                         std::span<const float> mass) override {
-    inner_->ObserveAttention(layer, chunks, mass);
+    ForwardingKvBlocks::ObserveAttention(layer, chunks, mass);
     if (context_ == nullptr) return;
     const uint32_t bt = Layout().block_tokens;
     const std::span<const uint32_t> salient = context_->salient_positions(layer);
@@ -139,7 +127,6 @@ class MassTap final : public KvBlockSource {
   double salient_mass() const { return count_ == 0 ? 0.0 : sum_ / static_cast<double>(count_); }
 
  private:
-  KvBlockSource* inner_;
   const SyntheticKvContext* context_;
   double sum_ = 0;
   uint64_t count_ = 0;

@@ -57,6 +57,37 @@ class KvBlockSource {
                                 std::span<const float> mass);
 };
 
+// A source that forwards every call to another one: the base of decorators that add to a
+// source (selection, measurements) and override only what they change. `inner` is borrowed and
+// must outlive it.
+class ForwardingKvBlocks : public KvBlockSource {
+ public:
+  explicit ForwardingKvBlocks(KvBlockSource* inner) : inner_(inner) {}
+
+  const KvLayout& Layout() const override { return inner_->Layout(); }
+  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
+  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) override {
+    return inner_->Block(layer, chunk_index);
+  }
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override {
+    return inner_->MutableBlock(layer, chunk_index);
+  }
+  Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
+                      uint32_t chunks, std::vector<uint32_t>* selected) override {
+    return inner_->SelectChunks(layer, query, n_heads, chunks, selected);
+  }
+  void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
+                        std::span<const float> mass) override {
+    inner_->ObserveAttention(layer, chunks, mass);
+  }
+
+ protected:
+  KvBlockSource* inner() const { return inner_; }
+
+ private:
+  KvBlockSource* inner_;
+};
+
 // Every block in host memory, allocated on first write. Capacity is fixed at Create.
 class InMemoryKvBlocks final : public KvBlockSource {
  public:

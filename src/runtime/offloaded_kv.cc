@@ -104,9 +104,8 @@ void OffloadedKvBlocks::ObserveAttention(uint32_t layer, std::span<const uint32_
   // ahead would only take bandwidth from the reads that matter.
   const float floor_mass = 0.5f / static_cast<float>(chunks.size());
   const uint32_t last = chunks.back();
-  const uint32_t recent_start = last + 1 > quest_.options().recent_chunks
-                                    ? last + 1 - quest_.options().recent_chunks
-                                    : 0;
+  const uint32_t recent_start =
+      last + 1 > quest_.options().recent_chunks ? last + 1 - quest_.options().recent_chunks : 0;
   plan_.clear();
   for (size_t i = 0; i < chunks.size(); ++i) {
     const uint32_t c = chunks[i];

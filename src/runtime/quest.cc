@@ -107,7 +107,7 @@ void QuestSelector::Rank(uint32_t layer, std::span<const float> query, uint32_t 
 }
 
 SelectingKvBlocks::SelectingKvBlocks(KvBlockSource* inner, const QuestOptions& options)
-    : inner_(inner),
+    : ForwardingKvBlocks(inner),
       quest_(inner->Layout(), inner->CapacityTokens() / inner->Layout().block_tokens, options) {}
 
 Result<std::unique_ptr<SelectingKvBlocks>> SelectingKvBlocks::Create(KvBlockSource* inner,
@@ -121,10 +121,10 @@ Result<std::unique_ptr<SelectingKvBlocks>> SelectingKvBlocks::Create(KvBlockSour
 
 Result<std::span<uint16_t>> SelectingKvBlocks::MutableBlock(uint32_t layer, uint32_t chunk_index) {
   quest_.OnWrite(layer, chunk_index, [this](uint32_t l, uint32_t c) {
-    Result<std::span<const uint16_t>> b = inner_->Block(l, c);
+    Result<std::span<const uint16_t>> b = inner()->Block(l, c);
     return b.ok() ? *b : std::span<const uint16_t>();
   });
-  return inner_->MutableBlock(layer, chunk_index);
+  return ForwardingKvBlocks::MutableBlock(layer, chunk_index);
 }
 
 Status SelectingKvBlocks::SelectChunks(uint32_t layer, std::span<const float> query,

@@ -81,17 +81,12 @@ class QuestSelector {
 
 // Any KvBlockSource with Quest selection at decode: the all-resident counterpart of the
 // offloaded source's selection, so that selection's own cost is measured apart from offloading.
-class SelectingKvBlocks final : public KvBlockSource {
+class SelectingKvBlocks final : public ForwardingKvBlocks {
  public:
   // `inner` is borrowed; options.top_k >= 1, recent_chunks >= 1.
   static Result<std::unique_ptr<SelectingKvBlocks>> Create(KvBlockSource* inner,
                                                            const QuestOptions& options);
 
-  const KvLayout& Layout() const override { return inner_->Layout(); }
-  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
-  Result<std::span<const uint16_t>> Block(uint32_t layer, uint32_t chunk_index) override {
-    return inner_->Block(layer, chunk_index);
-  }
   Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override;
   Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
                       uint32_t chunks, std::vector<uint32_t>* selected) override;
@@ -100,7 +95,6 @@ class SelectingKvBlocks final : public KvBlockSource {
 
  private:
   SelectingKvBlocks(KvBlockSource* inner, const QuestOptions& options);
-  KvBlockSource* inner_;
   QuestSelector quest_;
 };
 

@@ -38,7 +38,7 @@ struct SyntheticKvOptions {
   uint64_t seed = 1;
   uint32_t salient_tokens = 12;  // Per layer, placed at positions >= sink_tokens.
   float salient_scale = 200.0f;  // Norm of the planted key component.
-  uint32_t sink_tokens = 4;     // Leading positions that stay noise.
+  uint32_t sink_tokens = 4;      // Leading positions that stay noise.
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;

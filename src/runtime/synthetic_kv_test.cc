@@ -103,17 +103,9 @@ TEST(SyntheticKvTest, GeneratedSourceEqualsFilledSourceAndDecodesTheSame) {
 }
 
 // Records the attention mass full attention gives each chunk.
-class MassProbe final : public KvBlockSource {
+class MassProbe final : public ForwardingKvBlocks {
  public:
-  explicit MassProbe(KvBlockSource* inner) : inner_(inner) {}
-  const KvLayout& Layout() const override { return inner_->Layout(); }
-  uint32_t CapacityTokens() const override { return inner_->CapacityTokens(); }
-  Result<std::span<const uint16_t>> Block(uint32_t l, uint32_t c) override {
-    return inner_->Block(l, c);
-  }
-  Result<std::span<uint16_t>> MutableBlock(uint32_t l, uint32_t c) override {
-    return inner_->MutableBlock(l, c);
-  }
+  explicit MassProbe(KvBlockSource* inner) : ForwardingKvBlocks(inner) {}
   void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
                         std::span<const float> mass) override {
     masses.push_back({layer, std::vector<uint32_t>(chunks.begin(), chunks.end()),
@@ -125,9 +117,6 @@ class MassProbe final : public KvBlockSource {
     std::vector<float> mass;
   };
   std::vector<Observation> masses;
-
- private:
-  KvBlockSource* inner_;
 };
 
 TEST(SyntheticKvTest, SalientTokensTakeMostOfTheAttention) {
