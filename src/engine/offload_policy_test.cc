@@ -9,7 +9,8 @@
 //   clean victims only);
 // - stall accounting adds up (the per-layer stalls sum to the total, within the wall time), and
 //   every acquired block was either already on the device or counted as a demand load;
-// - a corrupted SSD read fails closed: AcquireLayer reports it, never hands out wrong bytes.
+// - a corrupted SSD read fails closed: the AcquireLayer of the layer that needs the block reports
+//   it (a damaged prefetch does not fail an unrelated layer), never hands out wrong bytes.
 // Method: small FP16 layouts (4 layers x 8-12 chunks of 16 tokens) with deterministic values,
 // written through MutableBlock and walked through AcquireLayer like a forward pass; bytes are
 // compared exactly (lossless) or by relative RMSE (lossy); a FaultInjectionEnv under the SSD tier
@@ -323,7 +324,10 @@ TEST(OffloadPolicyTest, CorruptSsdReadsFailClosed) {
   for (uint32_t layer = 1; layer < kLayers; ++layer) {
     const Status s = h.seq->AcquireLayer(layer, all);
     if (!s.ok()) {
+      // Reported by the layer that needs the damaged block, naming it.
       EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+      EXPECT_NE(s.message().find("(layer " + std::to_string(layer) + ","), std::string::npos)
+          << s.ToString();
       failed = true;
       break;
     }

@@ -420,9 +420,11 @@ Status OffloadedSequence::BringToDevice(std::span<const size_t> indexes) {
   std::vector<size_t>& ready = ready_scratch_;
   left.assign(indexes.begin(), indexes.end());
   while (!left.empty()) {
+    for (const size_t i : left) KV_RETURN_IF_ERROR(TakeReadError(i));
     size_t started = 0;
     KV_RETURN_IF_ERROR(StartReads(left, 0, &started));
     KV_RETURN_IF_ERROR(HarvestReads());
+    for (const size_t i : left) KV_RETURN_IF_ERROR(TakeReadError(i));
     ready.clear();
     size_t kept = 0;
     for (const size_t i : left) {
@@ -445,7 +447,12 @@ Status OffloadedSequence::BringToDevice(std::span<const size_t> indexes) {
       KV_RETURN_IF_ERROR(WaitRead(*reading));
       continue;
     }
-    // No read could start: host slots may be held by this layer's blocks still being copied.
+    // No read could start. The read pool may be taken by prefetches: wait for one of them.
+    if (free_batches_.empty() && !busy_batches_.empty()) {
+      KV_RETURN_IF_ERROR(WaitAnyRead());
+      continue;
+    }
+    // Or host slots are held by this layer's blocks still being copied.
     bool released = false;
     for (const size_t i : pinned_) {
       Entry& e = entries_[i];

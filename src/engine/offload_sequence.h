@@ -46,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -240,6 +241,7 @@ class OffloadedSequence {
   Status HarvestReads();
   Status WaitRead(size_t index);
   Status WaitAnyRead();
+  Status TakeReadError(size_t index);
   void OnBatchDone(uint32_t batch, Status status) KV_EXCLUDES(mu_);
   CopyEvent DecodeToDevice(std::span<const size_t> indexes);
 
@@ -266,7 +268,8 @@ class OffloadedSequence {
   size_t loaded_ = 0;  // Blocks LoadToDevice started (counts prefetches).
   PrefetchDepthController depth_;
   OffloadStats stats_;
-  std::vector<ReadBatch> batches_;  // Pool, fixed at Init.
+  std::vector<ReadBatch> batches_;                  // Pool, fixed at Init.
+  std::unordered_map<size_t, Status> read_errors_;  // Failed reads, until their block is needed.
   std::vector<uint32_t> free_batches_;
   std::vector<uint32_t> busy_batches_;
   // Reused lists, one per function so that no caller's list is clobbered by a callee.

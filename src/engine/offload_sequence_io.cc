@@ -243,6 +243,7 @@ Status OffloadedSequence::StartReads(std::span<const size_t> indexes, uint32_t d
   for (const size_t i : indexes) {
     Entry& e = entries_[i];
     if (e.device_slot != kNoSlot || e.read != kNoRead || e.host_current) continue;
+    if (distance_min > 0 && read_errors_.count(i) != 0) continue;  // Demand reports it.
     if (tiers_.ssd == nullptr || !e.ssd_current) {
       status =
           Status::Corruption("offloaded block (layer " + std::to_string(LayerOf(i)) + ", chunk " +
@@ -288,7 +289,9 @@ Status OffloadedSequence::StartReads(std::span<const size_t> indexes, uint32_t d
   return status;
 }
 
-// A completed batch: checks each read and makes its host copy current.
+// A completed batch: checks each read and makes its host copy current. A read that failed is
+// recorded against its block (read_errors_) and reported when that block is needed (TakeReadError
+// in the demand path), not to whoever happens to finish the batch.
 Status OffloadedSequence::FinishBatch(uint32_t batch) {
   Status io;
   {
@@ -297,7 +300,6 @@ Status OffloadedSequence::FinishBatch(uint32_t batch) {
   }
   busy_batches_.erase(std::find(busy_batches_.begin(), busy_batches_.end(), batch));
   ReadBatch& rb = batches_[batch];
-  Status first;
   for (size_t k = 0; k < rb.indexes.size(); ++k) {
     const size_t i = rb.indexes[k];
     Entry& e = entries_[i];
@@ -311,11 +313,9 @@ Status OffloadedSequence::FinishBatch(uint32_t batch) {
       s = Status::Corruption("unexpected codec or size");
     }
     if (!s.ok()) {
-      if (first.ok()) {
-        first = Status::Corruption("offloaded block (layer " + std::to_string(LayerOf(i)) +
-                                   ", chunk " + std::to_string(ChunkOf(i)) +
-                                   ") could not be read back from the SSD: " + s.message());
-      }
+      read_errors_[i] = Status::Corruption("offloaded block (layer " + std::to_string(LayerOf(i)) +
+                                           ", chunk " + std::to_string(ChunkOf(i)) +
+                                           ") could not be read back from the SSD: " + s.message());
       continue;
     }
     e.host_current = true;
@@ -328,7 +328,15 @@ Status OffloadedSequence::FinishBatch(uint32_t batch) {
   rb.reads.clear();
   rb.indexes.clear();
   free_batches_.push_back(batch);
-  return first;
+  return Status::Ok();
+}
+
+Status OffloadedSequence::TakeReadError(size_t index) {
+  const auto it = read_errors_.find(index);
+  if (it == read_errors_.end()) return Status::Ok();
+  Status s = std::move(it->second);
+  read_errors_.erase(it);  // A later request reads the block again.
+  return s;
 }
 
 Status OffloadedSequence::HarvestReads() {
@@ -353,6 +361,18 @@ Status OffloadedSequence::HarvestReads() {
 Status OffloadedSequence::WaitRead(size_t index) {
   const auto batch = static_cast<uint32_t>(entries_[index].read);
   KV_CHECK(std::find(busy_batches_.begin(), busy_batches_.end(), batch) != busy_batches_.end());
+  {
+    MutexLock lock(&mu_);
+    while (batch_done_[batch] == 0) read_cv_.Wait(&mu_);
+  }
+  return FinishBatch(batch);
+}
+
+// Waits for the first read batch in flight to complete and finishes it (an error of one of its
+// blocks is returned; the pool slot is free either way).
+Status OffloadedSequence::WaitAnyRead() {
+  KV_CHECK(!busy_batches_.empty());
+  const uint32_t batch = busy_batches_.front();
   {
     MutexLock lock(&mu_);
     while (batch_done_[batch] == 0) read_cv_.Wait(&mu_);
