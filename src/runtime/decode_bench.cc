@@ -342,6 +342,13 @@ struct Reference {
   std::vector<std::vector<float>> attention;
 };
 
+// Per measured token: the time, and for offloaded runs the stall and bytes moved.
+struct TokenSamples {
+  std::vector<double> stall_ms, read_bytes, write_bytes, h2d_bytes;
+  std::vector<double> bandwidth;  // Probes: before each measured token and after the last.
+  OffloadStats first;             // Before the first measured token.
+};
+
 struct Runner {
   const DecodeBenchOptions& o;
   Model& model;
@@ -358,6 +365,9 @@ struct Runner {
 
   Status Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
                 const std::string& tier_dir, DecodeConfigReport* r);
+  void Record(double ms, const OffloadStats& before, const OffloadStats& after,
+              TokenSamples* samples, DecodeConfigReport* r) const;
+  void Summarize(OffloadedSequence* seq, const TokenSamples& samples, DecodeConfigReport* r) const;
   // The probe's bandwidth; infinite (no I/O bound) while the tier holds nothing to read.
   Result<double> Probe(const std::string& tier_dir) const {
     Result<double> b = o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true));
@@ -374,35 +384,26 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
   const uint32_t total = o.warmup_tokens + o.tokens;
   AttentionRecorder recorder(model.config());
   std::vector<float> logits;
-  std::vector<double> stall, read, write, h2d, bw;
+  TokenSamples samples;
   uint32_t input = context.first_input();
   uint32_t agree = 0;
   double cos_sum = 0;
-  uint64_t cos_n = 0;
   const bool probe = IsOffloaded(config) && static_cast<bool>(o.ssd_probe);
-  OffloadStats first;  // Before the first measured token.
   for (uint32_t t = 0; t < total; ++t) {
     const bool measured = t >= o.warmup_tokens;
     if (have_reference) input = reference.inputs[t];
     if (measured && probe) {
       KV_ASSIGN_OR_RETURN(double b, Probe(tier_dir));
-      bw.push_back(b);
+      samples.bandwidth.push_back(b);
     }
     const OffloadStats before = seq != nullptr ? seq->Stats() : OffloadStats{};
-    if (t == o.warmup_tokens) first = before;
+    if (t == o.warmup_tokens) samples.first = before;
     const double start = NowMs();
     KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), o.context_tokens + t, kv,
                                      {.probe = &recorder, .attention_threads = o.attention_threads},
                                      &logits));
     const double ms = NowMs() - start;
-    const OffloadStats after = seq != nullptr ? seq->Stats() : OffloadStats{};
-    if (measured) {
-      r->ms_per_token.push_back(ms);
-      stall.push_back(static_cast<double>(after.stall_us - before.stall_us) / 1e3);
-      read.push_back(static_cast<double>(after.bytes_ssd_read - before.bytes_ssd_read));
-      write.push_back(static_cast<double>(after.bytes_ssd_written - before.bytes_ssd_written));
-      h2d.push_back(static_cast<double>(after.bytes_host_to_device - before.bytes_host_to_device));
-    }
+    if (measured) Record(ms, before, seq != nullptr ? seq->Stats() : OffloadStats{}, &samples, r);
     if (!have_reference) {
       reference.inputs.push_back(input);
       reference.logits.push_back(logits);
@@ -418,56 +419,71 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
                               std::span(reference.attention[t]).subspan(l * q_dim, q_dim));
       r->attention_cosine_min = std::min(r->attention_cosine_min, c);
       cos_sum += c;
-      ++cos_n;
     }
   }
   if (probe) {
     KV_ASSIGN_OR_RETURN(double b, Probe(tier_dir));
-    bw.push_back(b);
+    samples.bandwidth.push_back(b);
   }
   if (have_reference) {
     r->greedy_agreement = static_cast<double>(agree) / total;
-    r->attention_cosine_mean = cos_sum / static_cast<double>(std::max<uint64_t>(cos_n, 1));
+    r->attention_cosine_mean = cos_sum / (static_cast<double>(total) * model.config().n_layers);
   }
+  Summarize(seq, samples, r);
+  return Status::Ok();
+}
+
+void Runner::Record(double ms, const OffloadStats& before, const OffloadStats& after,
+                    TokenSamples* samples, DecodeConfigReport* r) const {
+  r->ms_per_token.push_back(ms);
+  samples->stall_ms.push_back(static_cast<double>(after.stall_us - before.stall_us) / 1e3);
+  samples->read_bytes.push_back(static_cast<double>(after.bytes_ssd_read - before.bytes_ssd_read));
+  samples->write_bytes.push_back(
+      static_cast<double>(after.bytes_ssd_written - before.bytes_ssd_written));
+  samples->h2d_bytes.push_back(
+      static_cast<double>(after.bytes_host_to_device - before.bytes_host_to_device));
+}
+
+// Medians over the measured tokens, and the roofline per token: the bound with the bandwidth
+// probed just before and just after it, so that the disk's swings between tokens do not end up
+// in the ratio.
+void Runner::Summarize(OffloadedSequence* seq, const TokenSamples& s, DecodeConfigReport* r) const {
   r->ms_per_token_median = Median(r->ms_per_token);
   r->ms_per_token_min = *std::min_element(r->ms_per_token.begin(), r->ms_per_token.end());
   r->ms_per_token_max = *std::max_element(r->ms_per_token.begin(), r->ms_per_token.end());
   if (seq != nullptr) {
-    r->stall_ms_per_token = Median(stall);
+    r->stall_ms_per_token = Median(s.stall_ms);
     std::vector<double> compute;
-    for (size_t i = 0; i < stall.size(); ++i) compute.push_back(r->ms_per_token[i] - stall[i]);
+    for (size_t i = 0; i < s.stall_ms.size(); ++i) {
+      compute.push_back(r->ms_per_token[i] - s.stall_ms[i]);
+    }
     r->compute_ms_per_token = Median(compute);
-    r->ssd_read_bytes_per_token = Median(read);
-    r->ssd_write_bytes_per_token = Median(write);
-    r->host_to_device_bytes_per_token = Median(h2d);
-    const OffloadStats s = seq->Stats();
-    const uint64_t acquired = s.blocks_acquired - first.blocks_acquired;
-    const uint64_t demand = s.blocks_demand - first.blocks_demand;
+    r->ssd_read_bytes_per_token = Median(s.read_bytes);
+    r->ssd_write_bytes_per_token = Median(s.write_bytes);
+    r->host_to_device_bytes_per_token = Median(s.h2d_bytes);
+    const OffloadStats now = seq->Stats();
+    const uint64_t acquired = now.blocks_acquired - s.first.blocks_acquired;
+    const uint64_t demand = now.blocks_demand - s.first.blocks_demand;
     r->prefetch_coverage =
         acquired == 0 ? 0.0 : 1.0 - static_cast<double>(demand) / static_cast<double>(acquired);
-    r->depth = s.depth;
-    r->blocks_prefetched = s.blocks_prefetched;
-    r->blocks_demand = s.blocks_demand;
+    r->depth = now.depth;
+    r->blocks_prefetched = now.blocks_prefetched;
+    r->blocks_demand = now.blocks_demand;
   }
-  if (bw.size() == r->ms_per_token.size() + 1) {
-    // Per token: the bound with the bandwidth probed just before and just after it, so that the
-    // disk's swings between tokens do not end up in the ratio.
-    std::vector<double> roofs, ratios;
-    for (size_t i = 0; i < r->ms_per_token.size(); ++i) {
-      const double token_bw = 0.5 * (bw[i] + bw[i + 1]);
-      const double roof = std::max(resident_ms, read[i] / token_bw * 1e3);
-      roofs.push_back(roof);
-      ratios.push_back(r->ms_per_token[i] / roof);
-    }
-    std::vector<double> finite;
-    for (const double b : bw) {
-      if (std::isfinite(b)) finite.push_back(b);
-    }
-    r->ssd_read_bytes_per_s = Median(finite);
-    r->roofline_ms_per_token = Median(roofs);
-    r->over_roofline = Median(ratios);
+  if (s.bandwidth.size() != r->ms_per_token.size() + 1) return;
+  std::vector<double> roofs, ratios, finite;
+  for (size_t i = 0; i < r->ms_per_token.size(); ++i) {
+    const double token_bw = 0.5 * (s.bandwidth[i] + s.bandwidth[i + 1]);
+    const double roof = std::max(resident_ms, s.read_bytes[i] / token_bw * 1e3);
+    roofs.push_back(roof);
+    ratios.push_back(r->ms_per_token[i] / roof);
   }
-  return Status::Ok();
+  for (const double b : s.bandwidth) {
+    if (std::isfinite(b)) finite.push_back(b);
+  }
+  r->ssd_read_bytes_per_s = Median(finite);
+  r->roofline_ms_per_token = Median(roofs);
+  r->over_roofline = Median(ratios);
 }
 
 Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
