@@ -44,7 +44,7 @@ enum class BlockState : uint8_t { kWriting = 0, kReady = 1 };
 
 // Why a memory copy was promoted ahead of need, until a Load serves it (docs/engine.md, "Access
 // prediction": the useful-block counters).
-enum class PromotedBy : uint8_t { kNone = 0, kPrediction = 1, kHint = 2 };
+enum class PromotedBy : uint8_t { kNone = 0, kPrediction = 1, kHint = 2, kPrefetch = 3 };
 
 struct BlockEntry {
   BlockState state = BlockState::kWriting;

@@ -245,28 +245,17 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
 Status EngineImpl::Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) {
   KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
-  if (ssd_ == nullptr) return Status::Ok();
-  std::vector<BlockKey> wanted;
   {
     MutexLock lock(&mu_);
     ++stats_.prefetches;
-    const uint64_t now = NowWallUs();
-    for (const BlockKey& key : KeysOf(chunks, chunks.size())) {
-      if (ReadableTier(key, now).has_value()) continue;
-      if (!ssd_->Contains(key)) break;  // The cached prefix ends here.
-      wanted.push_back(key);
-    }
   }
-  for (const BlockKey& key : wanted) {
-    // A hint: when the queue is full the rest is dropped rather than blocking the caller.
-    const Status s = pool_->TrySubmit([this, key] {
-      if (PromoteFromSsd(key, VictimFilter::kCleanOnly).ok()) {
-        MutexLock lock(&mu_);
-        ++stats_.prefetch_blocks;
-      }
-    });
-    if (!s.ok()) break;
-  }
+  if (chunks.empty()) return Status::Ok();
+  // The same background path as hints (engine_predict.cc): batched reads of the cached prefix
+  // from the SSD or the remote tier into free or clean host slots; a full queue drops the rest
+  // rather than blocking the caller.
+  std::vector<std::vector<Hash256>> sessions;
+  sessions.push_back(std::move(chunks));
+  SubmitPromotion(std::move(sessions), PromotedBy::kPrefetch);
   return Status::Ok();
 }
 
@@ -284,7 +273,7 @@ Status EngineImpl::PinChunk(const Hash256& chunk) {
           break;
         }
       }
-      s = PromoteFromSsd(key, VictimFilter::kAny);
+      s = PromoteFromSsd(key);
       if (!s.ok()) break;
       s = Status::Busy("block left memory while being pinned");
     }

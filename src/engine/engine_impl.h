@@ -136,9 +136,10 @@ class EngineImpl final : public Engine {
   // leases its own, kLoadStagingBatchMax at a time.
   Status WriteToSsd(std::span<SsdWriteItem> items,
                     std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
-  // Copies `key` from the SSD into a free or clean host slot. OK also when it is already in
-  // memory; NotFound when the SSD does not have it; Busy when no slot can be had.
-  Status PromoteFromSsd(const BlockKey& key, VictimFilter filter) KV_EXCLUDES(mu_);
+  // Copies `key` from the SSD into a host slot, evicting (with write-back) if needed: Pin's
+  // synchronous promotion (ahead-of-need promotions are PlanPromotion's). OK also when it is
+  // already in memory; NotFound when the SSD does not have it; Busy when no slot can be had.
+  Status PromoteFromSsd(const BlockKey& key) KV_EXCLUDES(mu_);
 
   ThreadPool* pool() { return pool_.get(); }
   DeviceTier* device() { return device_.get(); }
@@ -251,8 +252,9 @@ class EngineImpl final : public Engine {
   // the predicted sessions' blocks (other than this session's) in the background.
   void ObserveAccess(const Namespace& ns, std::span<const Hash256> chunks, uint64_t session_id)
       KV_EXCLUDES(mu_, pred_mu_);
-  // Blocks promoted at most for one access or hint: prediction.blocks_max, and half the host tier.
-  size_t PromotionBudget() const;
+  // Blocks promoted at most for one access or hint: prediction.blocks_max, and half the host tier;
+  // for a Prefetch the whole host tier (its clean slots bound it).
+  size_t PromotionBudget(PromotedBy by) const;
   // Queues a worker task that promotes the cached prefixes of `sessions` (chunk lists, best first).
   void SubmitPromotion(std::vector<std::vector<Hash256>> sessions, PromotedBy by)
       KV_EXCLUDES(mu_, pred_mu_);
@@ -264,6 +266,8 @@ class EngineImpl final : public Engine {
   // free or clean host slots, marking them promoted by `by`.
   void PromoteBatch(std::span<const BlockKey> keys, TierKind source, PromotedBy by)
       KV_EXCLUDES(mu_);
+  // Blocks a promotion by `by` gave up (prediction_dropped_blocks; Prefetch has no such counter).
+  void CountDropped(PromotedBy by, uint64_t blocks) KV_REQUIRES(mu_);
   // Load served `e` from memory: counts it useful when it was promoted ahead of need, once.
   void CountUsefulPromotion(BlockEntry* e) KV_REQUIRES(mu_);
   // TrySubmit that keeps prediction_tasks_pending; false when the queue is full.

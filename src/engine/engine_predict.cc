@@ -1,5 +1,6 @@
 // Access prediction: sessions, the sliding-window + Markov predictor, Hint, and the promotion of
-// predicted blocks ahead of need (docs/engine.md, "Access prediction").
+// blocks ahead of need that prediction, hints and Prefetch share (docs/engine.md, "Access
+// prediction").
 //
 // The path of one access, and who pays for it:
 //   Lookup (caller's thread) -> ObserveAccess: pred_mu_ only; remembers the session's chunks,
@@ -7,7 +8,8 @@
 //   PlanPromotion (worker): under mu_, the blocks of those chunks that no memory tier holds,
 //     while each session's prefix stays cached, up to the budget; TrySubmit per batch of 8.
 //   PromoteBatch (worker): free or clean host slots, one batched SSD read (or remote Get) into
-//     them, published like PromoteFromSsd; marked PromotedBy so Load can count useful blocks.
+//     them, published as Pin's PromoteFromSsd does; marked PromotedBy so Load can count useful
+//     blocks.
 // Nothing here blocks a caller, forces a write-back or evicts a pinned or dirty block; a full
 // worker queue, a host tier without clean slots or a block gone since the plan drops the rest.
 #include <algorithm>
@@ -112,7 +114,9 @@ Status EngineImpl::Hint(const Namespace& ns, std::span<const uint32_t> tokens,
   return Status::Ok();
 }
 
-size_t EngineImpl::PromotionBudget() const {
+size_t EngineImpl::PromotionBudget(PromotedBy by) const {
+  // A caller's Prefetch asks for its own prefix now: whatever clean slots the host tier has.
+  if (by == PromotedBy::kPrefetch) return host_->slots();
   // Half the host tier at most: promotions for the next requests must not flush out the blocks
   // of the requests being served.
   const size_t half_host = std::max<size_t>(1, host_->slots() / 2);
@@ -136,7 +140,7 @@ void EngineImpl::SubmitPromotion(std::vector<std::vector<Hash256>> sessions, Pro
 }
 
 void EngineImpl::PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by) {
-  const size_t budget = PromotionBudget();
+  const size_t budget = PromotionBudget(by);
   const uint32_t layers = options_.layout.layers;
   std::vector<BlockKey> from_ssd;
   std::vector<BlockKey> from_remote;
@@ -186,8 +190,12 @@ void EngineImpl::PlanPromotion(std::span<const std::vector<Hash256>> sessions, P
   submit(from_remote, TierKind::kRemote);
   if (dropped != 0) {
     MutexLock lock(&mu_);
-    stats_.prediction_dropped_blocks += dropped;
+    CountDropped(by, dropped);
   }
+}
+
+void EngineImpl::CountDropped(PromotedBy by, uint64_t blocks) {
+  if (by != PromotedBy::kPrefetch) stats_.prediction_dropped_blocks += blocks;
 }
 
 void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, TierKind source, PromotedBy by) {
@@ -255,16 +263,24 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, TierKind source, P
     e->referenced[host] = true;
     e->promoted_by = by;
     ++counters_[host].promotions;
-    ++(by == PromotedBy::kPrediction ? stats_.prediction_promoted_blocks
-                                     : stats_.hint_promoted_blocks);
+    switch (by) {
+      case PromotedBy::kPrediction:
+        ++stats_.prediction_promoted_blocks;
+        break;
+      case PromotedBy::kHint:
+        ++stats_.hint_promoted_blocks;
+        break;
+      default:
+        ++stats_.prefetch_blocks;
+        break;
+    }
   }
-  stats_.prediction_dropped_blocks += dropped;
+  CountDropped(by, dropped);
 }
 
 void EngineImpl::CountUsefulPromotion(BlockEntry* e) {
-  if (e->promoted_by == PromotedBy::kNone) return;
-  ++(e->promoted_by == PromotedBy::kPrediction ? stats_.prediction_useful_blocks
-                                               : stats_.hint_useful_blocks);
+  if (e->promoted_by == PromotedBy::kPrediction) ++stats_.prediction_useful_blocks;
+  if (e->promoted_by == PromotedBy::kHint) ++stats_.hint_useful_blocks;
   e->promoted_by = PromotedBy::kNone;
 }
 

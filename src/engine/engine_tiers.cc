@@ -286,7 +286,7 @@ Status EngineImpl::WriteToSsd(std::span<SsdWriteItem> items,
   return first;
 }
 
-Status EngineImpl::PromoteFromSsd(const BlockKey& key, VictimFilter filter) {
+Status EngineImpl::PromoteFromSsd(const BlockKey& key) {
   uint32_t slot = 0;
   std::optional<SsdBlockInfo> info = ssd_ != nullptr ? ssd_->Lookup(key) : std::nullopt;
   if (!info.has_value()) return Status::NotFound("not on SSD: " + key.ToString());
@@ -296,9 +296,7 @@ Status EngineImpl::PromoteFromSsd(const BlockKey& key, VictimFilter filter) {
     if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting)) {
       return Status::Ok();  // Already (or about to be) in memory.
     }
-    KV_ASSIGN_OR_RETURN(slot, filter == VictimFilter::kCleanOnly
-                                  ? AllocateClean(MemTier::kHost)
-                                  : AllocateSlot(MemTier::kHost, filter));
+    KV_ASSIGN_OR_RETURN(slot, AllocateSlot(MemTier::kHost, VictimFilter::kAny));
     e = index_.Find(key);
     if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting ||
                          e->copy[TierIndex(MemTier::kHost)] != CopyState::kNone)) {
