@@ -45,24 +45,10 @@ const uint64_t kBlockBytes = TestLayout().BlockBytes();
 
 // Deterministic, finite FP16 bytes of block (chunk hash, layer).
 std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer) {
-  uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
-  std::vector<std::byte> out(kBlockBytes);
-  for (size_t i = 0; i + 1 < out.size(); i += 2) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    out[i] = static_cast<std::byte>(x);
-    out[i + 1] = static_cast<std::byte>((x >> 8) & 0x3B);
-  }
-  return out;
+  return TestBlockPayload(chunk, layer, kBlockBytes);
 }
 
-std::vector<uint32_t> Tokens(uint32_t seed, size_t n) {
-  std::vector<uint32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = seed * 100003u + static_cast<uint32_t>(i);
-  return t;
-}
+std::vector<uint32_t> Tokens(uint32_t seed, size_t n) { return TestTokens(seed, n); }
 
 // Session s's request: kChunks chunks of its own tokens (so derived session ids differ).
 std::vector<std::vector<uint32_t>> SessionRequests(size_t sessions) {

@@ -33,17 +33,7 @@ KvLayout TestLayout() {
 const uint64_t kBlockBytes = TestLayout().BlockBytes();
 
 std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer) {
-  uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
-  std::vector<std::byte> out(kBlockBytes);
-  for (size_t i = 0; i + 1 < out.size(); i += 2) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    out[i] = static_cast<std::byte>(x);
-    out[i + 1] = static_cast<std::byte>((x >> 8) & 0x3B);
-  }
-  return out;
+  return TestBlockPayload(chunk, layer, kBlockBytes);
 }
 
 // Sequence `base` with a variant that diverges from chunk `split` on.

@@ -46,4 +46,24 @@ size_t CapturingLogger::CountContaining(std::string_view needle) const {
   return count;
 }
 
+std::vector<std::byte> TestBlockPayload(const Hash256& chunk, uint32_t layer, uint64_t bytes) {
+  uint64_t x = layer * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{chunk[i]} << (8 * i);
+  std::vector<std::byte> out(bytes);
+  for (size_t i = 0; i + 1 < out.size(); i += 2) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<std::byte>(x);
+    out[i + 1] = static_cast<std::byte>((x >> 8) & 0x3B);  // Exponent < 0x1F: finite.
+  }
+  return out;
+}
+
+std::vector<uint32_t> TestTokens(uint32_t seed, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = seed * 100003u + static_cast<uint32_t>(i);
+  return t;
+}
+
 }  // namespace kvtier

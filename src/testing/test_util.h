@@ -1,17 +1,21 @@
-// Helpers shared by kvtier's tests: a temporary directory removed at scope exit and a Logger that
-// keeps the lines it receives so tests can assert on what was logged.
+// Helpers shared by kvtier's tests: a temporary directory removed at scope exit, a Logger that
+// keeps the lines it receives so tests can assert on what was logged, and deterministic block
+// payloads and token sequences.
 //
 // Test-only: this library is linked into test binaries, never into the engine.
 // Thread safety: ScopedTempDir is not synchronized; CapturingLogger accepts concurrent Log() calls.
 // Ownership: ScopedTempDir owns its directory tree and removes it in its destructor.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/logger.h"
 #include "core/mutex.h"
+#include "core/sha256.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -36,6 +40,12 @@ class ScopedTempDir {
   explicit ScopedTempDir(std::string path) : path_(std::move(path)) {}
   std::string path_;  // Empty once moved from.
 };
+
+// Deterministic block bytes for (chunk hash, layer), `bytes` long: finite FP16 values (every
+// exponent below 0x1F), distinct per chunk and layer, so codecs accept them and a mix-up shows.
+std::vector<std::byte> TestBlockPayload(const Hash256& chunk, uint32_t layer, uint64_t bytes);
+// Tokens seed * 100003 + i for i < n: distinct sequences (and so chunk hashes) per seed.
+std::vector<uint32_t> TestTokens(uint32_t seed, size_t n);
 
 class CapturingLogger final : public Logger {
  public:
