@@ -247,12 +247,17 @@ uint32_t HostSlot(const DecodeBenchOptions& o, DecodeConfig config, const KvLayo
   return OffloadedSequence::HostSlotBytes(layout, true, LadderOf(o, config));
 }
 
+// Chunks of a layer at the end of the run: the context and every decoded token.
+uint32_t FinalChunks(const DecodeBenchOptions& o, const KvLayout& layout) {
+  const uint32_t bt = layout.block_tokens;
+  return (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt;
+}
+
 // Blocks one layer's AcquireLayer pins at the end of the run: every chunk (full attention), or
 // the selection (top-k, sink, recent window) and the tail.
 uint32_t WorkingSetBlocks(const DecodeBenchOptions& o, DecodeConfig config,
                           const KvLayout& layout) {
-  const uint32_t bt = layout.block_tokens;
-  const uint32_t chunks = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt;
+  const uint32_t chunks = FinalChunks(o, layout);
   if (config != DecodeConfig::kTopk) return chunks;
   return std::min(chunks, o.top_k + o.sink_chunks + o.recent_chunks);
 }
@@ -262,7 +267,6 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
   const uint64_t block = layout.BlockBytes();
   const uint32_t bt = layout.block_tokens;
   const uint32_t context_chunks = (o.context_tokens + bt - 1) / bt;
-  const uint32_t chunks_ws = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt;
   const uint64_t kv_blocks = uint64_t{layout.layers} * context_chunks;
   const uint64_t host_slot = HostSlot(o, config, layout);
   Budget b;
@@ -276,7 +280,7 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
     device_blocks = std::max<uint64_t>(share, o.top_k + o.sink_chunks + o.recent_chunks);
   } else {
     // Two layers' working sets: layer N+1 is copied (or decoded) in while N computes.
-    device_blocks = 2 * uint64_t{chunks_ws} + layout.layers;
+    device_blocks = 2 * uint64_t{FinalChunks(o, layout)} + layout.layers;
   }
   if (device_blocks == 0) return Status::InvalidArgument("device budget below one block");
   uint64_t host_bytes = o.host_budget_bytes != 0 ? o.host_budget_bytes : kv_blocks * block / 4;
@@ -288,7 +292,9 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
     }
     host_bytes = o.dram_budget_bytes - device_blocks * block;
   }
-  b.device_blocks = static_cast<uint32_t>(std::min<uint64_t>(device_blocks, kv_blocks * 2 + 64));
+  // More than every block the sequence can hold would only be memory never used.
+  const uint64_t blocks_max = uint64_t{layout.layers} * (FinalChunks(o, layout) + 1);
+  b.device_blocks = static_cast<uint32_t>(std::min(device_blocks, blocks_max));
   b.host_slots = static_cast<uint32_t>(std::max<uint64_t>(1, host_bytes / host_slot));
   return b;
 }
@@ -297,8 +303,7 @@ Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeC
                                             const KvLayout& layout, const Budget& budget) {
   auto rig = std::make_unique<OffloadRig>();
   const uint64_t block = layout.BlockBytes();
-  const uint32_t bt = layout.block_tokens;
-  const uint32_t chunks_max = (o.context_tokens + o.warmup_tokens + o.tokens + bt - 1) / bt + 1;
+  const uint32_t chunks_max = FinalChunks(o, layout) + 1;
   const uint64_t kv_bytes = uint64_t{layout.layers} * chunks_max * block;
   rig->dir = o.dir + "/" + std::string(DecodeConfigName(config));
   std::error_code ec;
@@ -577,6 +582,14 @@ Status DecodeBenchOptions::Validate() const {
     if (IsTopk(c) && top_k == 0) return Status::InvalidArgument("top_k must be >= 1 for topk");
   }
   if (recent_chunks == 0) return Status::InvalidArgument("recent_chunks must be >= 1");
+  if (codec_threads == 0 || codec_threads > kOffloadCodecThreadsMax) {
+    return Status::InvalidArgument("codec_threads must be in [1, " +
+                                   std::to_string(kOffloadCodecThreadsMax) + "]");
+  }
+  if (attention_threads == 0 || attention_threads > kAttentionThreadsMax) {
+    return Status::InvalidArgument("attention_threads must be in [1, " +
+                                   std::to_string(kAttentionThreadsMax) + "]");
+  }
   if (dir.empty()) return Status::InvalidArgument("dir must be set");
   return Status::Ok();
 }

@@ -188,6 +188,8 @@ expect_fail decode_dram "DRAM budget" bench decode --model synthetic:tinyllama-1
   --layers 2 --dim 64 --context 1024 --block-tokens 16 --tokens 1 --configs offload \
   --dram-budget 1MiB --no-probe --dir "$TMP/decode"
 expect_fail decode_size "is not a size" bench decode --dram-budget 2GB --dir "$TMP/decode"
+expect_fail decode_codec_threads "codec_threads must be in [1, 16]" bench decode \
+  --codec-threads 0 --dir "$TMP/decode"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures CLI check(s) failed" >&2
