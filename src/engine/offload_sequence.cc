@@ -390,7 +390,6 @@ Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t
     TrackDevice(i, true);
     status = e.host_event.Wait();  // A write-back into the host slot finished.
     if (!status.ok()) break;
-    e.device_rung = static_cast<uint8_t>(Rank(e.host_codec));
     if (e.host_codec == 0) {
       regions_.push_back(
           {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), block_bytes_});
@@ -409,7 +408,6 @@ Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t
     for (const size_t i : decode_scratch_) entries_[i].device_event = event;
   }
   stats_.bytes_host_to_device += (raw_scratch_.size() + decode_scratch_.size()) * block_bytes_;
-  loaded_ += raw_scratch_.size() + decode_scratch_.size();
   return status;
 }
 
@@ -551,9 +549,10 @@ Status OffloadedSequence::Prefetch(uint32_t layer, bool* pressure) {
     stats_.blocks_prefetched += started;
     if (started < reads.size()) *pressure = true;
     if (!loads.empty()) {
-      loaded_ = 0;
       KV_RETURN_IF_ERROR(LoadToDevice(loads, d, pressure));
-      stats_.blocks_prefetched += loaded_;
+      for (const size_t i : loads) {
+        if (entries_[i].device_slot != kNoSlot) ++stats_.blocks_prefetched;
+      }
     }
   }
   return Status::Ok();
@@ -581,7 +580,6 @@ Result<std::span<std::byte>> OffloadedSequence::MutableBlock(uint32_t layer, uin
         e.device_slot = *slot;
         TrackDevice(i, true);
         std::memset(tiers_.device->SlotData(e.device_slot), 0, block_bytes_);
-        e.device_rung = 0;
       } else {
         s = slot.status();
       }

@@ -265,7 +265,6 @@ class OffloadedSequence {
   uint64_t tick_ = 0;  // Advances per block use (recency).
   uint64_t step_ = 0;  // Advances per layer step (heat decay).
   double heat_half_life_steps_ = 1.0;
-  size_t loaded_ = 0;  // Blocks LoadToDevice started (counts prefetches).
   PrefetchDepthController depth_;
   OffloadStats stats_;
   std::vector<ReadBatch> batches_;                  // Pool, fixed at Init.

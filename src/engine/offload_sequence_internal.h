@@ -73,8 +73,7 @@ inline void Track(std::vector<size_t>* list, uint32_t* pos, size_t index, bool r
 
 // One (layer, chunk) of the block table. A slot index is set while the tier holds it; the
 // *_current flags say whether that copy holds the latest bytes. host_codec / ssd_codec say how
-// those copies are encoded (0 raw, else a codecs::CodecId); device_rung how lossy the data now on
-// the device has been (the Rank of the copy it was loaded from; 0 for freshly written data).
+// those copies are encoded (0 raw, else a codecs::CodecId).
 struct OffloadedSequence::Entry {
   uint32_t device_slot = offload_internal::kNoSlot;
   uint32_t host_slot = offload_internal::kNoSlot;
@@ -90,7 +89,6 @@ struct OffloadedSequence::Entry {
   float heat = 0.0f;
   uint8_t host_codec = 0;
   uint8_t ssd_codec = 0;
-  uint8_t device_rung = 0;
   bool written = false;
   bool host_current = false;
   bool ssd_current = false;
