@@ -89,6 +89,14 @@ class TokenParser {
 
 }  // namespace
 
+Result<std::vector<uint32_t>> ParseTokenText(std::string_view text, const std::string& name,
+                                             size_t tokens_max) {
+  TokenParser parser(name, tokens_max);
+  KV_RETURN_IF_ERROR(parser.Feed(text));
+  KV_RETURN_IF_ERROR(parser.Finish());
+  return parser.TakeTokens();
+}
+
 Result<std::vector<uint32_t>> ReadTokenFile(const std::string& path, size_t tokens_max) {
   const bool is_stdin = path == "-";
   std::unique_ptr<std::FILE, FileCloser> owned;

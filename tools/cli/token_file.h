@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/result.h"
@@ -18,5 +19,9 @@ namespace kvtier::cli {
 // InvalidArgument for a token that is not a decimal number, one above 2^32 - 1, or more than
 // `tokens_max` tokens. Messages name the file and the 1-based token number.
 Result<std::vector<uint32_t>> ReadTokenFile(const std::string& path, size_t tokens_max);
+
+// The same parse over bytes already in memory; `name` stands for the file in messages.
+Result<std::vector<uint32_t>> ParseTokenText(std::string_view text, const std::string& name,
+                                             size_t tokens_max);
 
 }  // namespace kvtier::cli
