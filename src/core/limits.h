@@ -39,6 +39,10 @@ inline constexpr uint32_t kIoBatchMax = 256;
 inline constexpr uint64_t kIoRequestBytesMax = 64 * kMiB;
 inline constexpr uint32_t kIoFallbackThreadsMax = 64;
 
+// SSD tier index checkpoint: the file is size-checked before any of it is read, and reopen
+// derives a tighter bound from the configured capacity (one entry per 4 KiB record at most).
+inline constexpr uint64_t kSsdCheckpointBytesMax = 4 * kGiB;
+
 // Thread pools.
 inline constexpr uint32_t kThreadPoolThreadsMax = 256;
 inline constexpr uint32_t kThreadPoolQueueMax = 1u << 16;

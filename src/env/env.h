@@ -72,9 +72,22 @@ enum class DirectIo : uint8_t {
   kRequired = 2,   // O_DIRECT or NotSupported.
 };
 
+// What a path must name for OpenFile to accept it.
+enum class FileKind : uint8_t {
+  kAny = 0,  // Whatever the path names; opening a FIFO may block until it has a writer.
+  // A regular file (symlinks to one are followed). The open never blocks (O_NONBLOCK, dropped
+  // once the file is known to be regular), so a FIFO, socket or device named like a data file
+  // cannot hang the caller; anything else fails with InvalidArgument "<path> is not a regular
+  // file (<what it is>)".
+  kRegular = 1,
+};
+
 struct FileOptions {
   OpenMode mode = OpenMode::kReadOnly;
   DirectIo direct = DirectIo::kOff;
+  FileKind kind = FileKind::kAny;
+  // Permission bits of a file the open creates (before the process umask); ignored otherwise.
+  uint32_t create_mode = 0644;
 };
 
 // A file accessed by position. With O_DIRECT in effect (direct() is true), buffers, offsets and
@@ -188,8 +201,10 @@ class Env {
                                                  const FileOptions& options) = 0;
   virtual Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) = 0;
 
-  // Creates the directory and its missing parents; OK when it already exists.
-  virtual Status CreateDirs(const std::string& path) = 0;
+  // Creates the directory and its missing parents with permission bits `mode` (before the process
+  // umask); OK when it already exists, whose permissions are left as they are.
+  virtual Status CreateDirs(const std::string& path, uint32_t mode) = 0;
+  Status CreateDirs(const std::string& path) { return CreateDirs(path, 0755); }
   // Names (not paths) of the entries of a directory, without "." and "..", sorted.
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual Status RemoveFile(const std::string& path) = 0;

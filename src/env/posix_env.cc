@@ -165,6 +165,32 @@ Result<uint64_t> PosixFile::Size() {
   return static_cast<uint64_t>(st.st_size);
 }
 
+const char* FileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+// FileKind::kRegular: checks what an O_NONBLOCK open found and, for a regular file, clears
+// O_NONBLOCK again (it means nothing to regular files, but later I/O should not depend on that).
+Status RequireRegular(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(path + " is not a regular file (" + FileTypeName(st.st_mode) +
+                                   ")");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return Status::FromErrno(errno, "fcntl(F_GETFL) " + path);
+  if (::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return Status::FromErrno(errno, "fcntl(F_SETFL) " + path);
+  }
+  return Status::Ok();
+}
+
 int OpenFlags(OpenMode mode) {
   switch (mode) {
     case OpenMode::kReadOnly:
@@ -200,7 +226,7 @@ class PosixEnv final : public Env {
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override;
   Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override;
-  Status CreateDirs(const std::string& path) override;
+  Status CreateDirs(const std::string& path, uint32_t mode) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
@@ -213,7 +239,7 @@ class PosixEnv final : public Env {
  private:
   // Logs the buffered-I/O fallback once per directory.
   void NoteDirectIoFallback(const std::string& path, const std::string& reason) KV_EXCLUDES(mu_);
-  Status MakeDir(const std::string& path);
+  Status MakeDir(const std::string& path, uint32_t mode);
 
   Logger* const logger_;
   Clock* const clock_;
@@ -226,17 +252,25 @@ Result<std::unique_ptr<File>> PosixEnv::OpenFile(const std::string& path,
                                                  const FileOptions& options) {
   // O_DIRECT is set with fcntl after a buffered open rather than passed to open(2): a refused
   // O_DIRECT open may already have created the file, so a retry with O_EXCL would then fail.
+  const bool regular = options.kind == FileKind::kRegular;
+  const int flags = OpenFlags(options.mode) | O_CLOEXEC | (regular ? O_NONBLOCK | O_NOCTTY : 0);
   int fd = -1;
   do {
-    fd = ::open(path.c_str(), OpenFlags(options.mode) | O_CLOEXEC, 0644);
+    fd = ::open(path.c_str(), flags, static_cast<mode_t>(options.create_mode));
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
     if (errno == EEXIST && options.mode == OpenMode::kCreateExclusive) {
       return Status::InvalidArgument("open " + path + ": the file already exists");
     }
+    // A directory opened for writing, or a FIFO without a reader, fails before fstat can tell.
+    if (regular && (errno == EISDIR || errno == ENXIO)) {
+      return Status::InvalidArgument(path + " is not a regular file (" +
+                                     (errno == EISDIR ? "a directory" : "a FIFO or device") + ")");
+    }
     return Status::FromErrno(errno, "open " + path);
   }
   UniqueFd owned(fd);
+  if (regular) KV_RETURN_IF_ERROR(RequireRegular(owned.get(), path));
   bool direct = false;
   if (options.direct != DirectIo::kOff) {
     std::string reason;
@@ -290,8 +324,8 @@ Result<std::unique_ptr<IoQueue>> PosixEnv::NewIoQueue(const IoQueueOptions& opti
   return NewThreadPoolIoQueue(options);
 }
 
-Status PosixEnv::MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) == 0) return Status::Ok();
+Status PosixEnv::MakeDir(const std::string& path, uint32_t mode) {
+  if (::mkdir(path.c_str(), static_cast<mode_t>(mode)) == 0) return Status::Ok();
   if (errno != EEXIST) return Status::FromErrno(errno, "mkdir " + path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + path);
@@ -301,16 +335,16 @@ Status PosixEnv::MakeDir(const std::string& path) {
   return Status::Ok();
 }
 
-Status PosixEnv::CreateDirs(const std::string& path) {
+Status PosixEnv::CreateDirs(const std::string& path, uint32_t mode) {
   if (path.empty()) return Status::InvalidArgument("CreateDirs: empty path");
   // Each prefix that ends before a '/' is a parent; the loop visits each '/' once.
   for (size_t slash = path.find('/', 1); slash != std::string::npos;
        slash = path.find('/', slash + 1)) {
     if (path[slash - 1] == '/') continue;  // "a//b"
-    KV_RETURN_IF_ERROR(MakeDir(path.substr(0, slash)));
+    KV_RETURN_IF_ERROR(MakeDir(path.substr(0, slash), mode));
   }
   if (path.back() == '/') return Status::Ok();
-  return MakeDir(path);
+  return MakeDir(path, mode);
 }
 
 Result<std::vector<std::string>> PosixEnv::ListDir(const std::string& path) {

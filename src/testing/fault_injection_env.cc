@@ -641,7 +641,9 @@ Result<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(const IoQueueOpti
   return std::unique_ptr<IoQueue>(std::make_unique<FaultIoQueue>(state_.get(), std::move(queue)));
 }
 
-Status FaultInjectionEnv::CreateDirs(const std::string& path) { return base_->CreateDirs(path); }
+Status FaultInjectionEnv::CreateDirs(const std::string& path, uint32_t mode) {
+  return base_->CreateDirs(path, mode);
+}
 
 Result<std::vector<std::string>> FaultInjectionEnv::ListDir(const std::string& path) {
   return base_->ListDir(path);

@@ -113,7 +113,8 @@ class FaultInjectionEnv final : public Env {
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override;
   Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override;
-  Status CreateDirs(const std::string& path) override;
+  using Env::CreateDirs;
+  Status CreateDirs(const std::string& path, uint32_t mode) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;

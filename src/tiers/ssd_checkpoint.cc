@@ -72,7 +72,7 @@ bool GetTombstoneEntry(ByteReader* r, BlockKey* key, LiveTombstone* t) {
 
 std::string EncodeCheckpoint(const Checkpoint& c) {
   std::string out;
-  out.reserve(kCheckpointHeaderBytes + c.segments.size() * kCheckpointSegmentEntryBytes +
+  out.reserve(kCheckpointHeaderBytes + kCheckpointCacheIdBytes + c.segments.size() * kCheckpointSegmentEntryBytes +
               c.entries.size() * kCheckpointBlockEntryBytes +
               c.tombstones.size() * kCheckpointTombstoneEntryBytes + kCheckpointTrailerBytes);
   // One tombstone record per entry lives on disk, so the count is far below the u32 limit.
@@ -90,6 +90,7 @@ std::string EncodeCheckpoint(const Checkpoint& c) {
   PutFixed32(&out, 0);
   PutFixed64(&out, c.entries.size());
   KV_DCHECK(out.size() == kCheckpointHeaderBytes);
+  out.append(reinterpret_cast<const char*>(c.cache_id.data()), c.cache_id.size());
   for (const CheckpointSegment& s : c.segments) {
     PutFixed64(&out, s.segment_id);
     PutFixed32(&out, s.dir_index);
@@ -110,68 +111,170 @@ std::string EncodeCheckpoint(const Checkpoint& c) {
   return out;
 }
 
-Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes) {
-  if (bytes.size() < kCheckpointHeaderBytes + kCheckpointTrailerBytes) {
-    return Status::Corruption("checkpoint: short");
+Result<CheckpointHeader> DecodeCheckpointHeader(std::span<const std::byte> header,
+                                                uint64_t file_bytes) {
+  if (header.size() < kCheckpointHeaderBytes) return Status::Corruption("checkpoint: short");
+  ByteReader r(header.first(kCheckpointHeaderBytes));
+  uint32_t magic = 0, reserved32 = 0;
+  uint16_t reserved16 = 0;
+  uint64_t ignored = 0;
+  CheckpointHeader h;
+  const bool whole = r.GetFixed32(&magic) && r.GetFixed16(&h.version) &&
+                     r.GetFixed16(&reserved16) && r.GetFixed32(&h.dir_count) &&
+                     r.GetFixed32(&h.tombstone_count) && r.GetFixed64(&h.segment_bytes) &&
+                     r.GetFixed64(&ignored) && r.GetFixed64(&ignored) && r.GetFixed64(&ignored) &&
+                     r.GetFixed32(&h.segment_count) && r.GetFixed32(&reserved32) &&
+                     r.GetFixed64(&h.entry_count);
+  KV_CHECK(whole);  // The span holds the whole header.
+  if (magic != kCheckpointMagic) return Status::Corruption("checkpoint: bad magic");
+  if (h.version < kCheckpointVersionMin || h.version > kCheckpointVersion) {
+    return Status::Corruption("checkpoint: unknown version " + std::to_string(h.version));
   }
+  // In version 1 the tombstone count was a reserved field.
+  if (reserved16 != 0 || reserved32 != 0 || (h.version == 1 && h.tombstone_count != 0)) {
+    return Status::Corruption("checkpoint: reserved field set");
+  }
+  h.prefix_bytes = kCheckpointHeaderBytes +
+                   (h.version >= kCheckpointVersionCacheId ? kCheckpointCacheIdBytes : 0);
+  // The counts must account for every byte, which also bounds every allocation of the decoder.
+  // Each term is below 2^40 (u32 counts times small sizes) except the u64 entry count, which is
+  // checked against the room left first, so no sum overflows.
+  const uint64_t fixed = h.prefix_bytes + kCheckpointTrailerBytes +
+                         uint64_t{h.segment_count} * kCheckpointSegmentEntryBytes +
+                         uint64_t{h.tombstone_count} * kCheckpointTombstoneEntryBytes;
+  if (file_bytes < fixed || h.entry_count > (file_bytes - fixed) / kCheckpointBlockEntryBytes ||
+      fixed + h.entry_count * kCheckpointBlockEntryBytes != file_bytes) {
+    return Status::Corruption("checkpoint: counts (" + std::to_string(h.segment_count) +
+                              " segments, " + std::to_string(h.entry_count) + " entries, " +
+                              std::to_string(h.tombstone_count) + " tombstones) do not match the " +
+                              std::to_string(file_bytes) + "-byte file");
+  }
+  return h;
+}
+
+namespace {
+
+// The header fields DecodeCheckpointHeader does not keep.
+void GetHeaderFields(std::span<const std::byte> bytes, const CheckpointHeader& h, Checkpoint* c) {
+  c->dir_count = h.dir_count;
+  c->segment_bytes = h.segment_bytes;
+  c->next_sequence = DecodeFixed64(bytes.data() + 24);
+  c->next_segment_id = DecodeFixed64(bytes.data() + 32);
+  c->written_wall_us = DecodeFixed64(bytes.data() + 40);
+  if (h.version >= kCheckpointVersionCacheId) {
+    for (size_t i = 0; i < kCheckpointCacheIdBytes; ++i) {
+      c->cache_id[i] = DecodeFixed8(bytes.data() + kCheckpointHeaderBytes + i);
+    }
+  }
+}
+
+// The checks of one segment entry against the header (docs/ssd_format.md §4).
+Status CheckSegmentEntry(const Checkpoint& c, const CheckpointSegment& s) {
+  if (s.dir_index >= c.dir_count) {
+    return Status::Corruption("checkpoint: segment " + std::to_string(s.segment_id) +
+                              " in directory " + std::to_string(s.dir_index) + " of " +
+                              std::to_string(c.dir_count));
+  }
+  if (s.segment_id == 0 || s.segment_id >= c.next_segment_id) {
+    return Status::Corruption("checkpoint: segment id " + std::to_string(s.segment_id) +
+                              " outside [1, next_segment_id)");
+  }
+  if (s.scan_from < kSegmentHeaderBytes || s.scan_from > c.segment_bytes ||
+      s.scan_from % kDirectIoAlignment != 0) {
+    return Status::Corruption("checkpoint: segment " + std::to_string(s.segment_id) +
+                              " scan_from " + std::to_string(s.scan_from) +
+                              " is not a 4 KiB-aligned offset in [4096, " +
+                              std::to_string(c.segment_bytes) + "]");
+  }
+  return Status::Ok();
+}
+
+// The checks of one block entry: the record it names fits its segment. Overflow-safe: the
+// payload is bounded first, so record_bytes() and the subtraction cannot wrap.
+Status CheckBlockEntry(const Checkpoint& c, const IndexEntry& e) {
+  if (e.payload_bytes > PayloadBytesMax(c.segment_bytes) || e.raw_bytes > kBlockBytesMax) {
+    return Status::Corruption("checkpoint: entry sizes out of range (payload " +
+                              std::to_string(e.payload_bytes) + ", raw " +
+                              std::to_string(e.raw_bytes) + " bytes)");
+  }
+  if (e.segment_offset < kSegmentHeaderBytes || e.segment_offset % kDirectIoAlignment != 0 ||
+      e.segment_offset > c.segment_bytes - e.record_bytes()) {
+    return Status::Corruption("checkpoint: entry at offset " + std::to_string(e.segment_offset) +
+                              " of segment " + std::to_string(e.segment_id) +
+                              " does not fit the segment");
+  }
+  return Status::Ok();
+}
+
+// Decodes the segment entries from `r` and returns their sorted ids.
+Result<std::vector<uint64_t>> GetSegments(ByteReader* r, Checkpoint* c) {
+  for (CheckpointSegment& s : c->segments) {
+    uint32_t reserved = 0;
+    if (!r->GetFixed64(&s.segment_id) || !r->GetFixed32(&s.dir_index) ||
+        !r->GetFixed32(&reserved) || !r->GetFixed64(&s.scan_from) || reserved != 0) {
+      return Status::Corruption("checkpoint: bad segment entry");
+    }
+    KV_RETURN_IF_ERROR(CheckSegmentEntry(*c, s));
+  }
+  std::vector<uint64_t> ids;
+  ids.reserve(c->segments.size());
+  for (const CheckpointSegment& s : c->segments) ids.push_back(s.segment_id);
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return Status::Corruption("checkpoint: a segment is listed twice");
+  }
+  return ids;
+}
+
+}  // namespace
+
+Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes) {
+  KV_ASSIGN_OR_RETURN(const CheckpointHeader h, DecodeCheckpointHeader(bytes, bytes.size()));
   const size_t body = bytes.size() - kCheckpointTrailerBytes;
   if (crc32c::Mask(crc32c::Value(bytes.first(body))) != DecodeFixed32(bytes.data() + body)) {
     return Status::Corruption("checkpoint: crc mismatch");
   }
-  ByteReader r(bytes.first(body));
-  uint32_t magic = 0, tombstone_count = 0, reserved32b = 0, segment_count = 0;
-  uint16_t version = 0, reserved16 = 0;
-  uint64_t entry_count = 0;
   Checkpoint c;
-  if (!r.GetFixed32(&magic) || !r.GetFixed16(&version) || !r.GetFixed16(&reserved16) ||
-      !r.GetFixed32(&c.dir_count) || !r.GetFixed32(&tombstone_count) ||
-      !r.GetFixed64(&c.segment_bytes) || !r.GetFixed64(&c.next_sequence) ||
-      !r.GetFixed64(&c.next_segment_id) || !r.GetFixed64(&c.written_wall_us) ||
-      !r.GetFixed32(&segment_count) || !r.GetFixed32(&reserved32b) || !r.GetFixed64(&entry_count)) {
-    return Status::Corruption("checkpoint: short header");
+  GetHeaderFields(bytes, h, &c);
+  if (c.segment_bytes < kSegmentBytesMin || c.segment_bytes > kSegmentBytesMax ||
+      c.segment_bytes % kDirectIoAlignment != 0) {
+    return Status::Corruption("checkpoint: bad segment_bytes " + std::to_string(c.segment_bytes));
   }
-  if (magic != kCheckpointMagic) return Status::Corruption("checkpoint: bad magic");
-  if (version < kCheckpointVersionMin || version > kCheckpointVersion) {
-    return Status::Corruption("checkpoint: unknown version");
-  }
-  // In version 1 the tombstone count was a reserved field.
-  if (reserved16 != 0 || reserved32b != 0 || (version == 1 && tombstone_count != 0)) {
-    return Status::Corruption("checkpoint: reserved field set");
-  }
-  // The sizes must account for every byte, which also bounds the allocations below.
-  const uint64_t expect = uint64_t{segment_count} * kCheckpointSegmentEntryBytes +
-                          uint64_t{tombstone_count} * kCheckpointTombstoneEntryBytes;
-  if (entry_count > r.remaining() / kCheckpointBlockEntryBytes ||
-      expect + entry_count * kCheckpointBlockEntryBytes != r.remaining()) {
-    return Status::Corruption("checkpoint: sizes do not match the file");
-  }
-  c.segments.resize(segment_count);
-  for (CheckpointSegment& s : c.segments) {
-    uint32_t reserved = 0;
-    if (!r.GetFixed64(&s.segment_id) || !r.GetFixed32(&s.dir_index) || !r.GetFixed32(&reserved) ||
-        !r.GetFixed64(&s.scan_from) || reserved != 0) {
-      return Status::Corruption("checkpoint: bad segment entry");
-    }
-  }
-  std::vector<uint64_t> ids;
-  ids.reserve(c.segments.size());
-  for (const CheckpointSegment& s : c.segments) ids.push_back(s.segment_id);
-  std::sort(ids.begin(), ids.end());
-  c.entries.resize(entry_count);
+  ByteReader r(bytes.subspan(h.prefix_bytes, body - h.prefix_bytes));
+  c.segments.resize(h.segment_count);
+  KV_ASSIGN_OR_RETURN(const std::vector<uint64_t> ids, GetSegments(&r, &c));
+  c.entries.resize(h.entry_count);
   for (auto& [key, entry] : c.entries) {
     if (!GetBlockEntry(&r, &key, &entry)) return Status::Corruption("checkpoint: bad block entry");
     if (!std::binary_search(ids.begin(), ids.end(), entry.segment_id)) {
       return Status::Corruption("checkpoint: entry names an unlisted segment");
     }
+    KV_RETURN_IF_ERROR(CheckBlockEntry(c, entry));
   }
-  c.tombstones.resize(tombstone_count);
+  c.tombstones.resize(h.tombstone_count);
   for (auto& [key, t] : c.tombstones) {
     if (!GetTombstoneEntry(&r, &key, &t)) return Status::Corruption("checkpoint: bad tombstone");
     if (!std::binary_search(ids.begin(), ids.end(), t.segment_id)) {
       return Status::Corruption("checkpoint: tombstone names an unlisted segment");
     }
   }
+  KV_DCHECK(r.remaining() == 0);
   return c;
+}
+
+uint64_t CheckpointBytesMax(uint64_t capacity_bytes, uint64_t segment_bytes, size_t dir_count) {
+  KV_CHECK(segment_bytes >= kSegmentBytesMin);
+  // Segments on disk: the capacity, one per directory over it while reclaiming, and as many
+  // again for a capacity lowered since the checkpoint was written (a larger file then costs a
+  // scan, never correctness).
+  const uint64_t segments = 2 * (capacity_bytes / segment_bytes + dir_count);
+  // Past this the cap applies anyway; below it no product can overflow.
+  if (segments > kSsdCheckpointBytesMax / segment_bytes) return kSsdCheckpointBytesMax;
+  const uint64_t blocks = segments * (segment_bytes / kDirectIoAlignment);
+  const uint64_t max = kCheckpointHeaderBytes + kCheckpointCacheIdBytes + kCheckpointTrailerBytes +
+                       segments * kCheckpointSegmentEntryBytes +
+                       blocks * (kCheckpointBlockEntryBytes + kCheckpointTombstoneEntryBytes);
+  return std::min(max, kSsdCheckpointBytesMax);
 }
 
 }  // namespace kvtier::ssd

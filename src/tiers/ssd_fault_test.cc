@@ -179,6 +179,7 @@ void PowerLossCase(SsdFaultTest* t, SsdSyncMode mode, FaultInjectionEnv* fenv,
   EXPECT_GE(durable, 30u);
   ASSERT_TRUE(Put(**t1, 30, 30, kBlock).ok());
   ASSERT_TRUE(fenv->DropUnsyncedData().ok());
+  (*t1)->ReleaseLocksForTesting();  // As the crash would.
   {
     // A second instance recovers from what survived (the first is still open but idle).
     Result<std::unique_ptr<SsdTier>> t2 = SsdTier::Open(o, base);

@@ -38,10 +38,20 @@ inline constexpr size_t kCheckpointBlockEntryBytes = 80;
 inline constexpr size_t kCheckpointTrailerBytes = 4;
 inline constexpr uint8_t kCheckpointFlagReferenced = 0x01;
 // The checkpoint has its own version (records and segment headers stay at kFormatVersion).
-// Version 2 added the live tombstones (§4); version 1 files, which have none, are still read.
-inline constexpr uint16_t kCheckpointVersion = 2;
+// Version 2 added the live tombstones (§4), version 3 the cache id after the header (binding the
+// checkpoint to the MANIFEST of its directory set); versions 1 and 2 are still read.
+inline constexpr uint16_t kCheckpointVersion = 3;
 inline constexpr uint16_t kCheckpointVersionMin = 1;
+inline constexpr uint16_t kCheckpointVersionCacheId = 3;  // The first with a cache id.
+inline constexpr size_t kCheckpointCacheIdBytes = 16;     // Right after the 64-byte header.
 inline constexpr size_t kCheckpointTombstoneEntryBytes = 56;
+
+// Manifest (docs/ssd_format.md §8): one 64-byte file per directory.
+inline constexpr uint32_t kManifestMagic = 0x464D564Bu;  // "KVMF".
+inline constexpr uint16_t kManifestVersion = 1;
+inline constexpr size_t kManifestBytes = 64;
+inline constexpr size_t kManifestCrcOffset = 60;  // CRC covers [0, 60).
+inline constexpr size_t kCacheIdBytes = 16;
 
 // Segment sizes (docs/ssd_format.md §2).
 inline constexpr uint64_t kSegmentBytesDefault = 64 * kMiB;
@@ -53,6 +63,7 @@ inline constexpr const char* kSegmentPrefix = "seg-";
 inline constexpr const char* kSegmentSuffix = ".kvs";
 inline constexpr const char* kCheckpointName = "index.ckpt";
 inline constexpr const char* kCheckpointTempName = "index.ckpt.tmp";
+inline constexpr const char* kManifestTempName = "MANIFEST.tmp";
 
 static_assert(kSegmentHeaderBytes == kDirectIoAlignment);
 static_assert(kRecordHeaderBytes < kDirectIoAlignment);
@@ -61,6 +72,7 @@ static_assert(kSegmentHeaderCrcOffset + 4 == kSegmentHeaderEncodedBytes);
 static_assert(kSegmentBytesMin % kDirectIoAlignment == 0);
 static_assert(kSegmentBytesMax % kDirectIoAlignment == 0);
 static_assert(kSegmentBytesMax <= UINT32_MAX);
+static_assert(kManifestCrcOffset + 4 == kManifestBytes);
 static_assert(kSegmentBytesDefault >= kSegmentBytesMin && kSegmentBytesDefault <= kSegmentBytesMax);
 
 }  // namespace kvtier::ssd

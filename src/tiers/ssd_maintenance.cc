@@ -129,6 +129,7 @@ Status SsdTier::WriteCheckpoint() {
     ck.next_sequence = next_sequence_;
     ck.next_segment_id = next_segment_id_;
     ck.written_wall_us = clock_->WallMicros();
+    ck.cache_id = cache_id_;
     for (const auto& [id, seg] : segments_) {
       const uint64_t scan_from = seg.in_flight.empty() ? seg.append_offset : *seg.in_flight.begin();
       ck.segments.push_back({.segment_id = id, .dir_index = seg.dir, .scan_from = scan_from});
@@ -145,7 +146,9 @@ Status SsdTier::WriteCheckpoint() {
   const std::string bytes = ssd::EncodeCheckpoint(ck);
   const std::string dir = DirPath(0);
   const std::string tmp = dir + "/" + ssd::kCheckpointTempName;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->OpenFile(tmp, {.mode = OpenMode::kTruncate}));
+  KV_ASSIGN_OR_RETURN(
+      std::unique_ptr<File> f,
+      env_->OpenFile(tmp, {.mode = OpenMode::kTruncate, .create_mode = options_.file_mode}));
   KV_RETURN_IF_ERROR(
       f->WriteAt(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
   KV_RETURN_IF_ERROR(f->Sync());

@@ -6,7 +6,8 @@
 // Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync or a read
 // until the test releases it (and then fail it), so a chosen interleaving happens every run;
 // ReclaimOldestSegment called directly; a crash simulated by opening a second instance on the
-// same directories while the first, which never wrote a checkpoint, is idle.
+// same directories while the first, which never wrote a checkpoint, is idle (its LOCKs released
+// as the crash would release them).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -87,7 +88,9 @@ class GateEnv final : public Env {
   Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& o) override {
     return base_->NewIoQueue(o);
   }
-  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  Status CreateDirs(const std::string& p, uint32_t mode) override {
+    return base_->CreateDirs(p, mode);
+  }
   Result<std::vector<std::string>> ListDir(const std::string& p) override {
     return base_->ListDir(p);
   }
@@ -263,6 +266,7 @@ TEST_F(SsdRaceTest, TombstoneOutlivesItsSegmentWhileAnOlderRecordExists) {
   EXPECT_EQ(tier->Stats().live_tombstones, 1u);
   {
     // Crash: the first instance never wrote a checkpoint; recovery scans every segment.
+    tier->ReleaseLocksForTesting();
     auto after = OpenOrDie(o, base_.get());
     EXPECT_FALSE(after->Contains(k[0])) << "an erased block came back after a crash";
     EXPECT_TRUE(Get(*after, 101, kTiny).IsNotFound());  // Unreferenced: dropped by reclaim.
@@ -296,6 +300,7 @@ TEST_F(SsdRaceTest, TombstoneSurvivesACheckpointedRestartThenAReclaim) {
   ASSERT_TRUE(tier->ReclaimOldestSegment().ok());
   // Crash with the old checkpoint lost (a stale or rejected one must be as correct as none).
   ASSERT_TRUE(base_->RemoveFile(o.dirs[0] + "/index.ckpt").ok());
+  tier->ReleaseLocksForTesting();
   auto after = OpenOrDie(o, base_.get());
   EXPECT_FALSE(after->Contains(ssd_test::Key(7))) << "an erased block came back after a crash";
 }
@@ -324,6 +329,7 @@ TEST_F(SsdRaceTest, EraseDuringReclaimReappendStaysErasedAfterACrash) {
   e.join();
   ASSERT_TRUE(reclaimed.ok()) << reclaimed.ToString();
   EXPECT_FALSE(tier->Contains(k[0]));
+  tier->ReleaseLocksForTesting();
   auto after = OpenOrDie(o, base_.get());
   EXPECT_FALSE(after->Contains(k[0])) << "an erased block came back after a crash";
 }

@@ -259,12 +259,39 @@ std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
+// The encoding of `c` as docs/ssd_format.md §4 lays it out, built here without the encoder's
+// pair assertion (which refuses, in debug builds, what the decoder would reject).
+std::string PatchedEncoding(const Checkpoint& c) {
+  Checkpoint valid = ExampleCheckpoint(c.entries.size());
+  std::string out = EncodeCheckpoint(valid);
+  out.resize(out.size() - kCheckpointTrailerBytes);
+  auto* p = reinterpret_cast<std::byte*>(out.data());
+  EncodeFixed64(p + 16, c.segment_bytes);
+  EncodeFixed64(p + 32, c.next_segment_id);
+  size_t at = kCheckpointHeaderBytes + kCheckpointCacheIdBytes;
+  for (const CheckpointSegment& s : c.segments) {
+    EncodeFixed64(p + at, s.segment_id);
+    EncodeFixed32(p + at + 8, s.dir_index);
+    EncodeFixed64(p + at + 16, s.scan_from);
+    at += kCheckpointSegmentEntryBytes;
+  }
+  for (const auto& [key, e] : c.entries) {
+    EncodeFixed32(p + at + 36, e.payload_bytes);
+    EncodeFixed32(p + at + 40, e.raw_bytes);
+    EncodeFixed32(p + at + 56, e.segment_offset);
+    at += kCheckpointBlockEntryBytes;
+  }
+  PutFixed32(&out, crc32c::Mask(crc32c::Value(out)));
+  return out;
+}
+
 TEST(SsdCheckpointTest, RoundTrip) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{50}}) {
     const Checkpoint c = ExampleCheckpoint(n);
     const std::string enc = EncodeCheckpoint(c);
-    EXPECT_EQ(enc.size(), kCheckpointHeaderBytes + 2 * kCheckpointSegmentEntryBytes +
-                              n * kCheckpointBlockEntryBytes + kCheckpointTrailerBytes);
+    EXPECT_EQ(enc.size(), kCheckpointHeaderBytes + kCheckpointCacheIdBytes +
+                              2 * kCheckpointSegmentEntryBytes + n * kCheckpointBlockEntryBytes +
+                              kCheckpointTrailerBytes);
     Result<Checkpoint> back = DecodeCheckpoint(Bytes(enc));
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, c);
@@ -274,9 +301,9 @@ TEST(SsdCheckpointTest, RoundTrip) {
 TEST(SsdCheckpointTest, RoundTripWithTombstones) {
   const Checkpoint c = ExampleCheckpointWithTombstones(4, 3);
   const std::string enc = EncodeCheckpoint(c);
-  EXPECT_EQ(enc.size(), kCheckpointHeaderBytes + 2 * kCheckpointSegmentEntryBytes +
-                            4 * kCheckpointBlockEntryBytes + 3 * kCheckpointTombstoneEntryBytes +
-                            kCheckpointTrailerBytes);
+  EXPECT_EQ(enc.size(), kCheckpointHeaderBytes + kCheckpointCacheIdBytes +
+                            2 * kCheckpointSegmentEntryBytes + 4 * kCheckpointBlockEntryBytes +
+                            3 * kCheckpointTombstoneEntryBytes + kCheckpointTrailerBytes);
   EXPECT_EQ(DecodeFixed16(Bytes(enc).data() + 4), kCheckpointVersion);
   EXPECT_EQ(DecodeFixed32(Bytes(enc).data() + 12), 3u);  // tombstone_count.
   Result<Checkpoint> back = DecodeCheckpoint(Bytes(enc));
@@ -284,13 +311,19 @@ TEST(SsdCheckpointTest, RoundTripWithTombstones) {
   EXPECT_EQ(*back, c);
 }
 
+// Rewrites a current (version 3) encoding as an older version: no cache id after the header.
+std::string AsOldVersion(std::string enc, uint16_t version) {
+  enc.erase(kCheckpointHeaderBytes, kCheckpointCacheIdBytes);
+  enc.resize(enc.size() - kCheckpointTrailerBytes);
+  EncodeFixed16(reinterpret_cast<std::byte*>(enc.data()) + 4, version);
+  return enc;  // Without its trailer.
+}
+
 // A version 1 file (written before tombstones were recorded) still decodes, with none; a
 // version 1 file with the then-reserved field at offset 12 set is corruption.
 TEST(SsdCheckpointTest, Version1IsStillRead) {
   const Checkpoint c = ExampleCheckpoint(5);
-  std::string v1 = EncodeCheckpoint(c);
-  v1.resize(v1.size() - kCheckpointTrailerBytes);
-  EncodeFixed16(reinterpret_cast<std::byte*>(v1.data()) + 4, 1);
+  std::string v1 = AsOldVersion(EncodeCheckpoint(c), 1);
   std::string bad = v1;
   PutFixed32(&v1, crc32c::Mask(crc32c::Value(v1)));
   Result<Checkpoint> back = DecodeCheckpoint(Bytes(v1));
@@ -299,6 +332,82 @@ TEST(SsdCheckpointTest, Version1IsStillRead) {
   EncodeFixed32(reinterpret_cast<std::byte*>(bad.data()) + 12, 1);
   PutFixed32(&bad, crc32c::Mask(crc32c::Value(bad)));
   EXPECT_TRUE(DecodeCheckpoint(Bytes(bad)).status().IsCorruption());
+}
+
+// Version 3 carries the cache id right after the header; a version 2 file (none) still decodes
+// with an all-zero id, which recovery does not hold against any cache.
+TEST(SsdCheckpointTest, Version3CarriesTheCacheIdAndVersion2IsStillRead) {
+  Checkpoint c = ExampleCheckpointWithTombstones(3, 2);
+  for (size_t i = 0; i < c.cache_id.size(); ++i) c.cache_id[i] = static_cast<uint8_t>(0xA0 + i);
+  const std::string enc = EncodeCheckpoint(c);
+  EXPECT_EQ(DecodeFixed16(Bytes(enc).data() + 4), 3);
+  EXPECT_EQ(std::memcmp(enc.data() + kCheckpointHeaderBytes, c.cache_id.data(), 16), 0);
+  Result<Checkpoint> back = DecodeCheckpoint(Bytes(enc));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+  std::string v2 = AsOldVersion(enc, 2);
+  PutFixed32(&v2, crc32c::Mask(crc32c::Value(v2)));
+  back = DecodeCheckpoint(Bytes(v2));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  c.cache_id = {};
+  EXPECT_EQ(*back, c);
+}
+
+// Re-encodes `c` after `edit` (so the CRC is valid) and requires Corruption naming `what`.
+template <typename F>
+void ExpectFieldRejected(F edit, const std::string& what) {
+  Checkpoint c = ExampleCheckpoint(3);
+  edit(c);
+  // The encoder's pair assertion would trip in debug builds on what the decoder refuses, so
+  // encode the valid checkpoint and patch the field's bytes in place.
+  SCOPED_TRACE(what);
+  Result<Checkpoint> back = DecodeCheckpoint(Bytes(PatchedEncoding(c)));
+  ASSERT_TRUE(back.status().IsCorruption()) << back.status().ToString();
+  EXPECT_NE(back.status().message().find(what), std::string::npos) << back.status().ToString();
+}
+
+// Every field is range-checked before use, with the CRC recomputed so only the check can catch
+// it: a scan_from near 2^64 (which wrapped the scan's bounds check), one off the 4 KiB grid or
+// past the segment, a record that overruns its segment, oversized payload or raw sizes, a
+// directory index past dir_count, a duplicated or future segment id, a bad segment size.
+TEST(SsdCheckpointTest, OutOfRangeFieldsAreRejected) {
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[0].scan_from = UINT64_MAX - 4095; },
+                      "scan_from");
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[0].scan_from = 4096 + 512; }, "scan_from");
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[0].scan_from = kSeg + 4096; }, "scan_from");
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[1].scan_from = 0; }, "scan_from");
+  ExpectFieldRejected(
+      [](Checkpoint& c) { c.entries[0].second.segment_offset = static_cast<uint32_t>(kSeg); },
+      "does not fit");
+  ExpectFieldRejected([](Checkpoint& c) { c.entries[0].second.segment_offset = 4096 + 8; },
+                      "does not fit");
+  ExpectFieldRejected([](Checkpoint& c) { c.entries[0].second.segment_offset = 0; },
+                      "does not fit");
+  ExpectFieldRejected([](Checkpoint& c) { c.entries[1].second.payload_bytes = UINT32_MAX; },
+                      "sizes out of range");
+  ExpectFieldRejected([](Checkpoint& c) { c.entries[1].second.raw_bytes = UINT32_MAX; },
+                      "sizes out of range");
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[1].dir_index = 2; }, "in directory 2 of 2");
+  ExpectFieldRejected([](Checkpoint& c) { c.segments[1].segment_id = 10; }, "listed twice");
+  ExpectFieldRejected([](Checkpoint& c) { c.next_segment_id = 11; }, "next_segment_id");
+  ExpectFieldRejected([](Checkpoint& c) { c.segment_bytes = kSeg + 1; }, "segment_bytes");
+}
+
+// The header alone tells whether the counts fit the file, before any entry is read.
+TEST(SsdCheckpointTest, HeaderCountsAreCheckedAgainstTheFileSize) {
+  const std::string enc = EncodeCheckpoint(ExampleCheckpointWithTombstones(4, 2));
+  Result<CheckpointHeader> h = DecodeCheckpointHeader(Bytes(enc), enc.size());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->entry_count, 4u);
+  EXPECT_EQ(h->tombstone_count, 2u);
+  EXPECT_EQ(h->prefix_bytes, kCheckpointHeaderBytes + kCheckpointCacheIdBytes);
+  EXPECT_TRUE(DecodeCheckpointHeader(Bytes(enc), enc.size() + 1).status().IsCorruption());
+  EXPECT_TRUE(DecodeCheckpointHeader(Bytes(enc), uint64_t{4} << 30).status().IsCorruption());
+  std::string huge = enc;
+  EncodeFixed64(reinterpret_cast<std::byte*>(huge.data()) + 56, UINT64_MAX / 80 + 1);
+  EXPECT_TRUE(DecodeCheckpointHeader(Bytes(huge), huge.size()).status().IsCorruption());
+  EXPECT_LT(CheckpointBytesMax(64 * kMiB, kMiB, 1), 8 * kMiB);
+  EXPECT_EQ(CheckpointBytesMax(UINT64_MAX, kMiB, 64), kSsdCheckpointBytesMax);
 }
 
 TEST(SsdCheckpointTest, BitFlipsAndTruncationAreDetected) {

@@ -8,11 +8,12 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "tiers/ssd_dir_lock.h"
+#include "tiers/ssd_manifest.h"
 
 namespace kvtier::ssd {
 namespace {
 
-constexpr uint64_t kCheckpointBytesMax = 4 * kGiB;
 // Reads of a segment scan start small, since a scan from a checkpoint usually finds the
 // unwritten tail at once, and double up to kScanChunkBytes for a scan through records.
 constexpr size_t kScanFirstReadBytes = 256 * kKiB;
@@ -29,8 +30,15 @@ Status ReadFull(File& file, uint64_t offset, std::span<std::byte> dst, bool* com
 }
 
 Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFile* seg) {
-  KV_ASSIGN_OR_RETURN(seg->file,
-                      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .direct = direct}));
+  Result<std::unique_ptr<File>> opened = env->OpenFile(
+      path, {.mode = OpenMode::kReadOnly, .direct = direct, .kind = FileKind::kRegular});
+  if (!opened.ok() && opened.status().IsInvalidArgument()) {
+    seg->bad = Status::Corruption(opened.status().message());  // Not a regular file.
+    return Status::Ok();
+  }
+  if (!opened.ok()) return opened.status();
+  seg->file = std::move(opened).value();
+  KV_ASSIGN_OR_RETURN(seg->file_bytes, seg->file->Size());
   KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(kSegmentHeaderBytes));
   bool complete = false;
   KV_RETURN_IF_ERROR(ReadFull(*seg->file, 0, block.span(), &complete));
@@ -46,6 +54,7 @@ Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFi
   if (!h.ok()) {
     seg->bad = h.status().WithContext(path);
     seg->file.reset();
+    seg->file_bytes = 0;
     return Status::Ok();
   }
   seg->segment_bytes = h->segment_bytes;
@@ -78,24 +87,52 @@ void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st) {
                                 .expiry_wall_us = h.expiry_wall_us};
 }
 
+// Corruption naming the first thing about `ck` that does not fit the configuration, the
+// directories' MANIFEST or the segments on disk (beyond what DecodeCheckpoint checked).
+Status CheckCheckpoint(const Checkpoint& ck, const RecoverOptions& o, const DirListing& listing) {
+  if (ck.dir_count != o.dirs.size() || ck.segment_bytes != o.segment_bytes) {
+    return Status::Corruption("checkpoint: written for " + std::to_string(ck.dir_count) +
+                              " directories of " + std::to_string(ck.segment_bytes) +
+                              "-byte segments, the cache has " + std::to_string(o.dirs.size()) +
+                              " of " + std::to_string(o.segment_bytes));
+  }
+  // Version 1 and 2 files carry no cache id (all zero) and are read as before.
+  const std::array<uint8_t, 16> none{};
+  if (ck.cache_id != none && o.cache_id != none && ck.cache_id != o.cache_id) {
+    return Status::Corruption("checkpoint: written for cache " + CacheIdHex(ck.cache_id) +
+                              ", the directories belong to cache " + CacheIdHex(o.cache_id));
+  }
+  for (const CheckpointSegment& s : ck.segments) {
+    auto f = std::lower_bound(
+        listing.segments.begin(), listing.segments.end(), s.segment_id,
+        [](const SegmentFile& a, uint64_t id) { return a.segment_id < id; });
+    if (f == listing.segments.end() || f->segment_id != s.segment_id || !f->bad.ok()) continue;
+    if (s.scan_from > f->segment_bytes || s.scan_from > f->file_bytes) {
+      return Status::Corruption("checkpoint: segment " + std::to_string(s.segment_id) +
+                                " scan_from " + std::to_string(s.scan_from) + " is past its " +
+                                std::to_string(f->file_bytes) + "-byte file");
+    }
+  }
+  return Status::Ok();
+}
+
 // Loads the checkpoint of dirs[0] if it is usable; returns each listed segment's scan_from.
-std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env,
-                                                      const std::vector<std::string>& dirs,
-                                                      uint64_t segment_bytes,
+std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env, const RecoverOptions& o,
                                                       const DirListing& listing, RecoveredState* st,
                                                       Logger* logger) {
   std::unordered_map<uint64_t, uint64_t> scan_from;
-  Result<Checkpoint> ck = ReadCheckpointFile(env, JoinPath(dirs[0], kCheckpointName));
-  if (!ck.ok()) {
-    if (!ck.status().IsNotFound()) {
+  const uint64_t max_bytes = o.capacity_bytes == 0
+                                 ? kSsdCheckpointBytesMax
+                                 : CheckpointBytesMax(o.capacity_bytes, o.segment_bytes,
+                                                      o.dirs.size());
+  Result<Checkpoint> ck = ReadCheckpointFile(env, JoinPath(o.dirs[0], kCheckpointName), max_bytes);
+  Status usable = ck.ok() ? CheckCheckpoint(*ck, o, listing) : ck.status();
+  if (!usable.ok()) {
+    if (!usable.IsNotFound()) {
       st->stats.checkpoint_rejected = true;
-      LogTo(logger, LogLevel::kWarn, "ssd: checkpoint ignored: " + ck.status().ToString());
+      LogTo(logger, LogLevel::kWarn,
+            "ssd: checkpoint ignored, scanning every segment: " + usable.ToString());
     }
-    return scan_from;
-  }
-  if (ck->dir_count != dirs.size() || ck->segment_bytes != segment_bytes) {
-    st->stats.checkpoint_rejected = true;
-    LogTo(logger, LogLevel::kWarn, "ssd: checkpoint ignored: directories or segment size changed");
     return scan_from;
   }
   for (const CheckpointSegment& s : ck->segments) {
@@ -150,7 +187,9 @@ class ScanWindow {
 };
 
 Status ScanWindow::Ensure(uint64_t offset, size_t n, bool* complete) {
-  KV_DCHECK(offset >= begin_ && IsAligned(offset, kDirectIoAlignment) && offset + n <= limit_);
+  KV_DCHECK(offset >= begin_);
+  KV_DCHECK(IsAligned(offset, kDirectIoAlignment));
+  KV_DCHECK(offset <= limit_ && n <= limit_ - offset);
   *complete = offset + n <= begin_ + size_;
   if (*complete || eof_) return Status::Ok();
   const size_t keep = offset < begin_ + size_ ? static_cast<size_t>(begin_ + size_ - offset) : 0;
@@ -195,7 +234,18 @@ Result<SegmentScan> ScanSegment(
   SegmentScan scan;
   uint64_t offset = std::max<uint64_t>(start_offset, kSegmentHeaderBytes);
   scan.end_offset = offset;
-  while (offset + kDirectIoAlignment <= segment_bytes) {
+  // Callers pass offsets from disk (a checkpoint's scan_from): one outside the segment or off
+  // the 4 KiB grid is an invalid start, not a read at a wrapped offset.
+  if (segment_bytes < kSegmentBytesMin || offset > segment_bytes ||
+      offset % kDirectIoAlignment != 0) {
+    scan.stop = ScanStop::kInvalid;
+    scan.reason = Status::Corruption("scan: start offset " + std::to_string(offset) +
+                                     " outside the " + std::to_string(segment_bytes) +
+                                     "-byte segment or not 4 KiB-aligned");
+    return scan;
+  }
+  // Written as a subtraction so that no offset near 2^64 can wrap past the check.
+  while (offset <= segment_bytes - kDirectIoAlignment) {
     bool complete = false;
     KV_RETURN_IF_ERROR(window.Ensure(offset, kDirectIoAlignment, &complete));
     if (!complete) return scan;  // End of file on a record boundary (or a torn last block).
@@ -233,7 +283,10 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
     for (const std::string& name : names) {
       SegmentFile seg;
       if (!ParseSegmentFileName(name, &seg.segment_id)) {
-        if (name != kCheckpointName) listing.other_files.push_back(JoinPath(dirs[d], name));
+        if (name != kCheckpointName && name != kManifestName && name != kManifestTempName &&
+            name != kLockFileName) {
+          listing.other_files.push_back(JoinPath(dirs[d], name));
+        }
         continue;
       }
       seg.dir_index = static_cast<uint32_t>(d);
@@ -247,36 +300,60 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
   return listing;
 }
 
-Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path) {
+Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path, uint64_t max_bytes) {
   if (!env->FileExists(path)) return Status::NotFound(path);
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(path, {.mode = OpenMode::kReadOnly}));
-  KV_ASSIGN_OR_RETURN(uint64_t size, f->Size());
-  if (size > kCheckpointBytesMax) return Status::Corruption("checkpoint: too large");
-  std::vector<std::byte> bytes(size);
-  size_t got = 0;
-  KV_RETURN_IF_ERROR(f->ReadAt(0, bytes, &got));
-  if (got != size) return Status::Corruption("checkpoint: short read");
-  return DecodeCheckpoint(bytes);
+  Result<std::unique_ptr<File>> opened =
+      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .kind = FileKind::kRegular});
+  if (!opened.ok() && opened.status().IsInvalidArgument()) {
+    return Status::Corruption(opened.status().message());  // A FIFO, directory, ...
+  }
+  if (!opened.ok()) return opened.status();
+  File& f = **opened;
+  KV_ASSIGN_OR_RETURN(const uint64_t size, f.Size());
+  if (size > max_bytes) {
+    return Status::Corruption(path + ": " + std::to_string(size) + " bytes, more than the " +
+                              std::to_string(max_bytes) + " a checkpoint of this cache can have");
+  }
+  if (size < kCheckpointHeaderBytes + kCheckpointTrailerBytes) {
+    return Status::Corruption(path + ": " + std::to_string(size) + " bytes, shorter than a header");
+  }
+  std::vector<std::byte> bytes(kCheckpointHeaderBytes);
+  bool complete = false;
+  KV_RETURN_IF_ERROR(ReadFull(f, 0, bytes, &complete));
+  if (!complete) return Status::Corruption(path + ": short read");
+  // The counts must match the size before the entries are read (or memory is taken for them).
+  Result<CheckpointHeader> header = DecodeCheckpointHeader(bytes, size);
+  if (!header.ok()) return header.status().WithContext(path);
+  bytes.resize(size);
+  const std::span<std::byte> rest = std::span(bytes).subspan(kCheckpointHeaderBytes);
+  KV_RETURN_IF_ERROR(ReadFull(f, kCheckpointHeaderBytes, rest, &complete));
+  if (!complete) return Status::Corruption(path + ": short read");
+  Result<Checkpoint> ck = DecodeCheckpoint(bytes);
+  if (!ck.ok()) return ck.status().WithContext(path);
+  return ck;
 }
 
-Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
-                               uint64_t segment_bytes, DirectIo direct, Logger* logger) {
-  KV_CHECK(!dirs.empty());
-  const std::string tmp = JoinPath(dirs[0], kCheckpointTempName);
-  if (env->FileExists(tmp)) KV_RETURN_IF_ERROR(env->RemoveFile(tmp));
-  KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, dirs, direct));
+Result<RecoveredState> Recover(Env* env, const RecoverOptions& o, Logger* logger) {
+  KV_CHECK(!o.dirs.empty());
+  const std::string tmp = JoinPath(o.dirs[0], kCheckpointTempName);
+  if (env->FileExists(tmp)) {
+    // Not fatal: a leftover that cannot be removed (a directory of that name) only means the
+    // next checkpoint fails to write.
+    Status removed = env->RemoveFile(tmp);
+    if (!removed.ok()) LogTo(logger, LogLevel::kWarn, "ssd: " + removed.ToString());
+  }
+  KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, o.dirs, o.direct));
   for (const std::string& other : listing.other_files) {
     LogTo(logger, LogLevel::kInfo, "ssd: ignoring foreign file " + other);
   }
   RecoveredState st;
-  std::unordered_map<uint64_t, uint64_t> scan_from =
-      LoadCheckpoint(env, dirs, segment_bytes, listing, &st, logger);
+  std::unordered_map<uint64_t, uint64_t> scan_from = LoadCheckpoint(env, o, listing, &st, logger);
   AlignedBuffer scratch;  // One scan window for every segment.
   for (SegmentFile& seg : listing.segments) {
     st.next_segment_id = std::max(st.next_segment_id, seg.segment_id + 1);
     if (!seg.bad.ok()) {
       ++st.stats.corrupt_segments;
-      LogTo(logger, LogLevel::kWarn, "ssd: bad segment: " + seg.bad.ToString());
+      LogTo(logger, LogLevel::kWarn, "ssd: bad segment, skipped: " + seg.bad.ToString());
       continue;
     }
     auto from = scan_from.find(seg.segment_id);
@@ -295,6 +372,15 @@ Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
     st.segments.push_back({.segment = std::move(seg), .end_offset = scan.end_offset});
   }
   return st;
+}
+
+Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
+                               uint64_t segment_bytes, DirectIo direct, Logger* logger) {
+  KV_CHECK(!dirs.empty());
+  RecoverOptions o{.dirs = dirs, .segment_bytes = segment_bytes, .direct = direct};
+  Result<Manifest> manifest = ReadManifest(env, dirs[0]);
+  if (manifest.ok()) o.cache_id = manifest->cache_id;
+  return Recover(env, o, logger);
 }
 
 }  // namespace kvtier::ssd

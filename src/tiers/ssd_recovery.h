@@ -9,6 +9,7 @@
 // borrowed for the call; RecoveredSegment owns its open File.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,13 +55,18 @@ struct SegmentFile {
   uint32_t dir_index = 0;
   std::string path;
   uint64_t segment_bytes = 0;  // From its header block; 0 for a bad segment.
-  Status bad;                  // Not OK for a bad segment (§2): why.
+  uint64_t file_bytes = 0;     // The file's size at open; 0 for a bad segment.
+  // Not OK for a bad segment (§2): why. Anything named like a segment that is not a regular file
+  // (a directory, FIFO, socket, device, or a symlink to one) is a bad segment too, opened
+  // without blocking and never read.
+  Status bad;
   std::unique_ptr<File> file;  // Open for reading; null for a bad segment.
 };
 
 struct DirListing {
-  std::vector<SegmentFile> segments;     // Sorted by segment id.
-  std::vector<std::string> other_files;  // Paths of files that are not segments.
+  std::vector<SegmentFile> segments;  // Sorted by segment id.
+  // Paths of files that are not segments and not the tier's own (checkpoint, MANIFEST, LOCK).
+  std::vector<std::string> other_files;
 };
 
 // Lists and opens every segment of `dirs` and checks its header block.
@@ -91,12 +97,32 @@ struct RecoveredState {
   RecoveryStats stats;
 };
 
-// Rebuilds the index from `dirs` (checkpoint in dirs[0], then scans), as §5 specifies. Removes a
-// leftover checkpoint temp file. Fails only on I/O errors listing or reading.
+struct RecoverOptions {
+  std::vector<std::string> dirs;  // In the cache's order; the checkpoint is in dirs[0].
+  uint64_t segment_bytes = 0;     // The configured size, as in the MANIFEST.
+  uint64_t capacity_bytes = 0;    // Bounds the checkpoint's size (CheckpointBytesMax).
+  DirectIo direct = DirectIo::kOff;
+  // The MANIFEST's cache id: a version 3 checkpoint naming another cache is rejected. All zero:
+  // not checked (a caller that has no MANIFEST to go by).
+  std::array<uint8_t, 16> cache_id{};
+};
+
+// Rebuilds the index from the directories (checkpoint in dirs[0], then scans), as §5 specifies.
+// Removes a leftover checkpoint temp file. Every checkpoint field is checked against the
+// configuration and the segments found before it is used; a checkpoint failing any check is
+// rejected (logged, stats.checkpoint_rejected) and every segment is scanned from its start.
+// Fails only on I/O errors listing or reading.
+Result<RecoveredState> Recover(Env* env, const RecoverOptions& options, Logger* logger);
+// The same for read-only callers (tools): the checkpoint is bounded by kSsdCheckpointBytesMax
+// and checked against the cache id of dirs[0]'s MANIFEST when it has one.
 Result<RecoveredState> Recover(Env* env, const std::vector<std::string>& dirs,
                                uint64_t segment_bytes, DirectIo direct, Logger* logger);
 
-// Reads and decodes `path` as a checkpoint. NotFound when it does not exist.
-Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path);
+// Reads and decodes `path` as a checkpoint of at most `max_bytes` bytes. NotFound when it does
+// not exist; Corruption when it is not a regular file, is larger than `max_bytes` (checked before
+// any of it is read), or its header's counts do not match its size (checked before the entries
+// are read), or it fails DecodeCheckpoint.
+Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path,
+                                      uint64_t max_bytes = kSsdCheckpointBytesMax);
 
 }  // namespace kvtier::ssd

@@ -3,11 +3,13 @@
 #include "tiers/ssd_tier.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "tiers/ssd_io_worker.h"
+#include "tiers/ssd_manifest.h"
 #include "tiers/ssd_policy.h"
 #include "tiers/ssd_recovery.h"
 
@@ -46,7 +48,18 @@ Status SsdTierOptions::Validate() const {
   if (sync == SsdSyncMode::kPeriodic && sync_interval_ms == 0) {
     return Status::InvalidArgument("ssd: sync_interval_ms must be positive in kPeriodic");
   }
+  if (file_mode != 0600 && file_mode != 0640 && file_mode != 0660) {
+    char mode[16];
+    std::snprintf(mode, sizeof(mode), "0%o", file_mode);
+    return Status::InvalidArgument(std::string("ssd: file_mode must be 0600, 0640 or 0660, not ") +
+                                   mode);
+  }
   return Status::Ok();
+}
+
+uint32_t SsdTierOptions::dir_mode() const {
+  // Search (x) goes with every read bit, so the group can list what it may read.
+  return file_mode | ((file_mode & 0440) >> 2) | 0100;
 }
 
 SsdTier::SsdTier(const SsdTierOptions& options, Env* env)
@@ -54,11 +67,30 @@ SsdTier::SsdTier(const SsdTierOptions& options, Env* env)
 
 Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, Env* env) {
   KV_RETURN_IF_ERROR(options.Validate());
-  for (const std::string& dir : options.dirs) KV_RETURN_IF_ERROR(env->CreateDirs(dir));
-  KV_ASSIGN_OR_RETURN(
-      ssd::RecoveredState recovered,
-      ssd::Recover(env, options.dirs, options.segment_bytes, options.direct_io, env->logger()));
+  for (const std::string& dir : options.dirs) {
+    KV_RETURN_IF_ERROR(env->CreateDirs(dir, options.dir_mode()));
+  }
+  // The locks come first: nothing in a directory is read, written or removed without them.
+  KV_ASSIGN_OR_RETURN(std::vector<ssd::DirLock> locks,
+                      ssd::AcquireAll(env, options.dirs, ssd::DirLockMode::kExclusive,
+                                      options.file_mode));
+  KV_ASSIGN_OR_RETURN(std::vector<ssd::Manifest> manifests,
+                      ssd::EnsureManifestSet(env, options.dirs, options.segment_bytes,
+                                             options.file_mode));
+  KV_ASSIGN_OR_RETURN(ssd::RecoveredState recovered,
+                      ssd::Recover(env,
+                                   {.dirs = options.dirs,
+                                    .segment_bytes = options.segment_bytes,
+                                    .capacity_bytes = options.capacity_bytes,
+                                    .direct = options.direct_io,
+                                    .cache_id = manifests[0].cache_id},
+                                   env->logger()));
   std::unique_ptr<SsdTier> tier(new SsdTier(options, env));
+  {
+    MutexLock lock(&tier->mu_);
+    tier->locks_ = std::move(locks);
+  }
+  tier->cache_id_ = manifests[0].cache_id;
   KV_RETURN_IF_ERROR(tier->Start(&recovered));
   return tier;
 }
@@ -132,7 +164,13 @@ Status SsdTier::Close() {
   workers_.clear();  // Joins the I/O threads; nothing is in flight any more.
   MutexLock lock(&mu_);
   closed_ = true;
+  locks_.clear();  // The directories are free for the next opener.
   return synced.ok() ? checkpointed : synced;
+}
+
+void SsdTier::ReleaseLocksForTesting() {
+  MutexLock lock(&mu_);
+  locks_.clear();
 }
 
 bool SsdTier::SegmentLimitReachedLocked(bool over_capacity) const {
@@ -144,7 +182,9 @@ Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, ui
   const std::string path = DirPath(dir) + "/" + ssd::SegmentFileName(segment_id);
   KV_ASSIGN_OR_RETURN(
       std::unique_ptr<File> file,
-      env_->OpenFile(path, {.mode = OpenMode::kCreateExclusive, .direct = options_.direct_io}));
+      env_->OpenFile(path, {.mode = OpenMode::kCreateExclusive,
+                            .direct = options_.direct_io,
+                            .create_mode = options_.file_mode}));
   KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(ssd::kSegmentHeaderBytes));
   ssd::EncodeSegmentHeader({.segment_id = segment_id,
                             .segment_bytes = options_.segment_bytes,
@@ -242,17 +282,20 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
   uint64_t not_admitted = 0, over_budget = 0;
   for (size_t i = 0; i < writes.size(); ++i) {
     SsdBlockWrite& w = writes[i];
+    w.skipped = false;
     if (w.payload.size() > ssd::PayloadBytesMax(options_.segment_bytes)) {
       w.status = Status::InvalidArgument("ssd: payload larger than a segment holds");
       continue;
     }
     if (!mode.bypass_policy && !admission_->RecordAndAdmit(w.key)) {
       w.status = Status::Aborted("ssd: not admitted yet");
+      w.skipped = true;
       ++not_admitted;
       continue;
     }
     if (!mode.bypass_policy && !budget_->TryTake(RecordBytesForPayload(w.payload.size()))) {
       w.status = Status::Busy("ssd: over the write budget");
+      w.skipped = true;
       ++over_budget;
       continue;
     }

@@ -28,6 +28,7 @@
 // spans of writes are copied before WriteBatch returns; read buffers are filled in place.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -45,6 +46,7 @@
 #include "core/mutex.h"
 #include "env/env.h"
 #include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd_dir_lock.h"
 #include "tiers/ssd_format.h"
 
 namespace kvtier {
@@ -96,9 +98,16 @@ struct SsdTierOptions {
   uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
   uint64_t write_budget_bytes_per_s = 0;  // 0 = unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
+  // Permission bits of the files the tier creates (segments, checkpoint, MANIFEST, LOCK):
+  // private to the owner by default; 0640 or 0660 share the cache with the file's group.
+  // Directories the tier creates get the matching 0700, 0750 or 0770 (before the umask;
+  // existing directories keep theirs). docs/ssd_format.md §1.
+  uint32_t file_mode = 0600;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
+  // The permission bits of directories the tier creates, derived from file_mode.
+  uint32_t dir_mode() const;
 };
 
 struct SsdBlockWrite {
@@ -156,7 +165,11 @@ class SsdTier {
  public:
   using Callback = std::function<void(Status)>;
 
-  // Creates missing directories, recovers the index, starts the I/O and maintenance threads.
+  // Creates missing directories (dir_mode()), takes each directory's LOCK (Busy "<dir> is in use
+  // by process <pid> (LOCK held)" while another tier, in this process or another, has it),
+  // checks or writes the MANIFESTs (InvalidArgument naming the mismatch for directories that
+  // are not one cache in this order, count and segment size), recovers the index, starts the
+  // I/O and maintenance threads. The locks are held until Close or destruction.
   static Result<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options, Env* env);
   // Close()s quietly if not closed.
   ~SsdTier();
@@ -186,8 +199,12 @@ class SsdTier {
   Status Checkpoint();
   // Reclaims the oldest segment now (normally the maintenance thread does it).
   Status ReclaimOldestSegment();
-  // Stops the threads after in-flight work, syncs, writes a checkpoint.
+  // Stops the threads after in-flight work, syncs, writes a checkpoint, releases the LOCKs.
   Status Close();
+  // Test-only: gives up the directories' LOCKs while the tier keeps running, as the death of its
+  // process would, so that a test can simulate a crash by opening a second instance over the
+  // same directories while this one stays idle. Nothing else changes.
+  void ReleaseLocksForTesting();
 
   // Blocks with a sequence at or below this are durable (kPerBatch: completed batches;
   // kPeriodic: the last periodic sync; kNone: the last checkpoint).
@@ -285,6 +302,9 @@ class SsdTier {
 
   const SsdTierOptions options_;
   Env* const env_;
+  // One exclusive LOCK per directory, taken before recovery; released at the end of Close.
+  std::vector<ssd::DirLock> locks_ KV_GUARDED_BY(mu_);
+  std::array<uint8_t, 16> cache_id_{};  // From the MANIFESTs; written into every checkpoint.
   Clock* const clock_;
   Logger* const logger_;
   uint64_t segments_max_ = 0;
