@@ -844,7 +844,8 @@ void Bind(py::module_& m) {
       .def_readonly("hits", &TierStats::hits)
       .def_readonly("evictions", &TierStats::evictions)
       .def_readonly("writebacks", &TierStats::writebacks)
-      .def_readonly("promotions", &TierStats::promotions);
+      .def_readonly("promotions", &TierStats::promotions)
+      .def_readonly("write_failures", &TierStats::write_failures);
 
   py::class_<EngineStats>(m, "EngineStats")
       .def_readonly("lookups", &EngineStats::lookups)

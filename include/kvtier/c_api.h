@@ -347,6 +347,10 @@ typedef struct kvtier_engine_stats_s {
   uint64_t prediction_dropped_blocks; /* Promotions given up (queue full, no clean slot). */
   uint64_t prediction_sessions;       /* Gauge: sessions remembered. */
   uint64_t prediction_tasks_pending;  /* Gauge: promotion tasks queued or running. */
+  /* Appended: per entry of tiers[], blocks that were to be written into that tier and are not
+   * there because of an error (SSD: I/O error, no space; remote: failed puts). Refusals by
+   * admission or a write budget are not counted. */
+  uint64_t tier_write_failures[KVTIER_STATS_TIERS_MAX];
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

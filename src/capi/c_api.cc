@@ -712,7 +712,10 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     out.corrupt_blocks = in.corrupt_blocks;
     const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
     out.tier_count = static_cast<uint32_t>(tiers);
-    for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
+    for (size_t i = 0; i < tiers; ++i) {
+      kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
+      out.tier_write_failures[i] = in.tiers[i].write_failures;
+    }
     kvtier::FillPredictionStats(in, &out);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller
     // header has no room for the fields appended since. Fields appended after the caller's header

@@ -348,8 +348,9 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry
   }
 }
 
-// Writes the dirty blocks among `keys` to the SSD.
-bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
+// Writes the dirty blocks among `keys` to the SSD; the first error of a block that did not get
+// there (WriteToSsd's).
+Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
   std::vector<SsdWriteItem> items;
   // Raw copies in the first half, encoded records in the second: one lease, never nested.
@@ -362,7 +363,7 @@ bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
     BlockEntry* e = index_.Find(todo[i].first);
     e->flushing = false;
     --e->pins;
-    if (io.ok() && items[i].status.ok()) {
+    if (items[i].status.ok()) {
       e->dirty = false;
       e->on_ssd = true;
       if (background) {
@@ -371,7 +372,7 @@ bool EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
       }
     }
   }
-  return io.ok();
+  return io;
 }
 
 Status EngineImpl::Flush() {
@@ -385,14 +386,18 @@ Status EngineImpl::Flush() {
     });
   }
   // Only the blocks dirty now: blocks the SSD refuses stay dirty without looping forever.
-  bool failed = false;
+  // The first error is returned after every batch was tried: one bad block does not keep the
+  // others in memory only.
+  Status first;
   const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
   for (size_t base = 0; base < dirty.size(); base += batch) {
     const size_t n = std::min(batch, dirty.size() - base);
-    if (!FlushBatch(std::span(dirty).subspan(base, n))) failed = true;
+    const Status s = FlushBatch(std::span(dirty).subspan(base, n));
+    if (!s.ok() && first.ok()) first = s;
   }
-  KV_RETURN_IF_ERROR(ssd_->Flush());
-  return failed ? Status::IoError("flush: some dirty blocks could not be written") : Status::Ok();
+  const Status synced = ssd_->Flush();
+  if (first.ok()) first = synced;
+  return first.ok() ? first : first.WithContext("flush: dirty blocks not written to the SSD");
 }
 
 void EngineImpl::KickCleaner() {
@@ -444,7 +449,9 @@ void EngineImpl::CleanerLoop() {
       fraction = high / 2;
       const uint64_t before = stats_.background_writebacks;
       mu_.Unlock();
-      FlushBatch(batch, /*background=*/true);
+      // A failure is counted in the SSD tier's write_failures and its blocks stay dirty: the
+      // next eviction or Flush retries them and reports the error to its caller.
+      FlushBatch(batch, /*background=*/true).IgnoreError();
       mu_.Lock();
       if (stats_.background_writebacks == before) break;
     }
@@ -483,8 +490,9 @@ EngineStats EngineImpl::Stats() {
                                     .capacity_bytes = options_.ssd->capacity_bytes,
                                     .used_bytes = s.live_bytes,
                                     .blocks = s.blocks,
-                                    .hits = counters_[kMemTiers].hits,
-                                    .evictions = s.dropped_blocks});
+                                    .hits = counters_[kSsdCounters].hits,
+                                    .evictions = s.dropped_blocks,
+                                    .write_failures = counters_[kSsdCounters].write_failures});
     }
     AppendRemoteStats(remote, &out);
   }

@@ -275,6 +275,10 @@ struct TierStats {
   uint64_t writebacks = 0;  // Dirty blocks written to the tier below before eviction (remote:
                             // blocks put into the remote tier, write-through included).
   uint64_t promotions = 0;  // Blocks copied up into this tier.
+  // Blocks that were to be written into this tier and are not there because of an error (SSD:
+  // I/O error, no space, a segment that could not be created, an encode failure; remote: failed
+  // puts, as remote_put_errors). Refusals by admission or a write budget are not failures.
+  uint64_t write_failures = 0;
 };
 
 struct EngineStats {

@@ -60,6 +60,7 @@ struct SsdWriteItem {
   std::span<const std::byte> raw;
   uint64_t expiry_wall_us = 0;
   Status status;  // Out: OK, Aborted (not admitted), Busy (budget), or the error.
+  bool skipped = false;  // Out: refused by admission or budget (not an error; stays dirty).
 };
 
 // One block to read from the SSD and decode into `dst` (host-addressable, BlockBytes()).
@@ -93,6 +94,7 @@ class StoreHandleImpl;
 
 struct TierCounters {
   uint64_t hits = 0, evictions = 0, writebacks = 0, promotions = 0;
+  uint64_t write_failures = 0;  // Blocks that should have reached this tier and did not.
 };
 // Indexes of counters_ after the memory tiers.
 inline constexpr size_t kSsdCounters = kMemTiers;
@@ -129,8 +131,9 @@ class EngineImpl final : public Engine {
   void CountLoadFailure() KV_EXCLUDES(mu_);
   // Reads and decodes blocks from the SSD (at most kLoadStagingBatchMax); blocks on I/O.
   void ReadFromSsd(std::span<SsdReadItem> items) KV_EXCLUDES(mu_);
-  // Encodes and writes blocks to the SSD in batches; blocks on I/O. Returns the first I/O error
-  // (admission and budget refusals are per item, not errors). `encode_buffers`, when given, holds
+  // Encodes and writes blocks to the SSD in batches; blocks on I/O. Returns the first error of
+  // any item that did not reach the SSD (I/O, NoSpace, encoding, a failed copy), counted in the
+  // SSD tier's write_failures; admission and budget refusals are per item (skipped), not errors. `encode_buffers`, when given, holds
   // at least items.size() staging buffers to encode into (callers that already hold staging
   // buffers pass them so that they never wait for more while holding some); else the helper
   // leases its own, kLoadStagingBatchMax at a time.
@@ -215,10 +218,10 @@ class EngineImpl final : public Engine {
                        std::vector<SsdWriteItem>* items) KV_EXCLUDES(mu_);
   // Looks up `key`: a readable memory copy (returns its tier) or nullopt. Expired = absent.
   std::optional<MemTier> ReadableTier(const BlockKey& key, uint64_t now_wall_us) KV_REQUIRES(mu_);
-  // False when an I/O error kept some block from the SSD. `background`: the cleaner's batch (its
-  // write-backs are counted in the tier's writebacks and background_writebacks); at most
-  // kLoadStagingBatchMax / 2 keys.
-  bool FlushBatch(std::span<const BlockKey> keys, bool background = false) KV_EXCLUDES(mu_);
+  // The first error that kept a block from the SSD (WriteToSsd's); such blocks stay dirty.
+  // `background`: the cleaner's batch (its write-backs are counted in the tier's writebacks and
+  // background_writebacks); at most kLoadStagingBatchMax / 2 keys.
+  Status FlushBatch(std::span<const BlockKey> keys, bool background = false) KV_EXCLUDES(mu_);
   // The cleaner (engine.cc): one thread, woken by write-back Stores, that writes dirty blocks down
   // with FlushBatch while a tier is over its dirty watermark. Never holds mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);

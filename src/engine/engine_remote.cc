@@ -309,7 +309,8 @@ void EngineImpl::AppendRemoteStats(const std::optional<RemoteStoreStats>& store,
   if (remote_ == nullptr) return;
   out->tiers.push_back(TierStats{.kind = TierKind::kRemote,
                                  .hits = counters_[kRemoteCounters].hits,
-                                 .writebacks = counters_[kRemoteCounters].writebacks});
+                                 .writebacks = counters_[kRemoteCounters].writebacks,
+                                 .write_failures = stats_.remote_put_errors});
   out->remote = store;
 }
 

@@ -281,7 +281,22 @@ Status EngineImpl::WriteToSsd(std::span<SsdWriteItem> items,
     }
     const Status s = writes.empty() ? Status::Ok() : ssd_->WriteBatchSync(writes);
     if (!s.ok() && first.ok()) first = s;
-    for (size_t w = 0; w < writes.size(); ++w) items[which[w]].status = writes[w].status;
+    for (size_t w = 0; w < writes.size(); ++w) {
+      items[which[w]].status = writes[w].status;
+      items[which[w]].skipped = writes[w].skipped;
+    }
+  }
+  // Every item that is not on the SSD and was not deliberately skipped is an error, whatever
+  // the batch said (an encode failure, a copy that produced no bytes).
+  uint64_t failed = 0;
+  for (const SsdWriteItem& item : items) {
+    if (item.status.ok() || item.skipped) continue;
+    ++failed;
+    if (first.ok()) first = item.status;
+  }
+  if (failed != 0) {
+    MutexLock lock(&mu_);
+    counters_[kSsdCounters].write_failures += failed;
   }
   return first;
 }

@@ -209,8 +209,8 @@ Status OffloadedSequence::WriteToSsd(std::span<const size_t> indexes) {
     stats_.bytes_ssd_written +=
         AlignUp(ssd::kRecordPayloadOffset + e.host_bytes, kDirectIoAlignment);
   }
-  if (!first.ok())
-    return Status::IoError("writing offloaded blocks to the SSD: " + first.message());
+  // The SSD's own code is kept (NoSpace stays NoSpace), with what was being done.
+  if (!first.ok()) return first.WithContext("writing offloaded blocks to the SSD");
   return Status::Ok();
 }
 

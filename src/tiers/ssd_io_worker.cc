@@ -113,6 +113,25 @@ void IoWorker::SubmitReady() {
   }
 }
 
+// A write that moved fewer bytes than asked (the usual sign of a filesystem filling up) is
+// finished here with plain writes of the rest, so that what fails is reported as the kernel says
+// it (NoSpace naming the file and offset for ENOSPC) rather than as a bare short transfer. Rare,
+// so blocking this thread for it is fine.
+Status IoWorker::FinishShortWrite(const IoRequest& r, uint64_t done_bytes) {
+  const std::string where = r.file->path() + " at offset " + std::to_string(r.offset);
+  const bool aligned = done_bytes % kDirectIoAlignment == 0;
+  if (done_bytes > r.length || !aligned) {
+    // O_DIRECT cannot continue from an unaligned point; say what happened.
+    return Status::IoError("short write to " + where + ": " + std::to_string(done_bytes) + " of " +
+                           std::to_string(r.length) + " bytes written (is the disk full?)");
+  }
+  const std::byte* src = r.buffer + done_bytes;
+  const Status rest = r.file->WriteAt(r.offset + done_bytes,
+                                      std::span<const std::byte>(src, r.length - done_bytes));
+  if (rest.ok()) return rest;
+  return rest.WithContext("completing a short write to " + where);
+}
+
 void IoWorker::Reap() {
   if (queue_->in_flight() == 0) return;
   std::array<IoCompletion, kReapBatch> out;
@@ -128,8 +147,7 @@ void IoWorker::Reap() {
     const size_t n_req = a.job->requests.size();
     if (c.status.ok() && index < n_req && a.job->requests[index].op == IoOp::kWrite &&
         c.bytes < a.job->requests[index].length) {
-      c.status = Status::IoError("short transfer on " + a.job->requests[index].file->path() +
-                                 " at offset " + std::to_string(a.job->requests[index].offset));
+      c.status = FinishShortWrite(a.job->requests[index], c.bytes);
     }
     if (!c.status.ok()) a.failed = true;
     a.completions[index] = std::move(c);

@@ -71,6 +71,7 @@ class IoWorker {
   bool TakeJobs() KV_EXCLUDES(mu_);
   void SubmitReady();
   void Reap();
+  static Status FinishShortWrite(const IoRequest& r, uint64_t done_bytes);
   void FinishIfDone(uint64_t serial);
 
   std::unique_ptr<IoQueue> queue_;  // Used only by the worker thread.

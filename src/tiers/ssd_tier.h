@@ -118,8 +118,13 @@ struct SsdBlockWrite {
   std::span<const std::byte> payload;  // Copied before WriteBatch returns.
   uint64_t ttl_us = 0;                 // 0 = no expiry.
   // Out: OK when stored; Aborted when skipped by the admission filter; Busy when over the write
-  // budget or stalled on reclaim; InvalidArgument for a too-large payload; else the I/O error.
+  // budget or stalled on reclaim; InvalidArgument for a too-large payload; NoSpace when the
+  // filesystem is full (naming the file); else the I/O error.
   Status status;
+  // Out: true when the entry was deliberately not written (the admission filter or the write
+  // budget said no): not an error, the caller may retry later. Every other non-OK status is an
+  // error, and the batch's callback reports the first of them.
+  bool skipped = false;
 };
 
 struct SsdBlockRead {
@@ -154,6 +159,9 @@ struct SsdTierStats {
   uint64_t not_admitted = 0, over_budget = 0, expired = 0;
   uint64_t corrupt_records = 0, corrupt_segments = 0, torn_or_corrupt_tails = 0;
   uint64_t io_errors = 0;
+  // Entries of callers' batches that were not written because of an error (I/O, no space, a
+  // stall on reclaim, closing), as opposed to skips by admission or budget.
+  uint64_t failed_writes = 0;
   uint64_t reclaimed_segments = 0, reappended_blocks = 0, dropped_blocks = 0;
   uint64_t checkpoints = 0, recovered_blocks = 0;
   uint64_t live_tombstones = 0;  // Erases whose tombstone record is kept (docs/ssd_format.md §7).
@@ -177,8 +185,10 @@ class SsdTier {
   SsdTier& operator=(const SsdTier&) = delete;
 
   // Stores a batch (at most kSsdBatchEntriesMax). Blocks only for back-pressure (full queues,
-  // reclaim). `done` receives the first I/O error of the batch (admission and budget skips are
-  // not errors); each entry's status says what happened to it.
+  // reclaim). `done` receives OK only when every entry was written or skipped by admission or
+  // budget (SsdBlockWrite::skipped); otherwise the first entry error (an I/O error, NoSpace, a
+  // segment that could not be created, Busy after stalling on reclaim, Aborted when closing).
+  // Each entry's status says what happened to it.
   void WriteBatch(std::span<SsdBlockWrite> writes, Callback done);
   // Reads a batch into the callers' buffers; `done` receives OK unless an I/O error happened
   // (misses are per-entry NotFound).

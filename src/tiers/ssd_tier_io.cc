@@ -235,6 +235,9 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
           Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_ms, &state->placements[i]);
       state->placements[i].expiry_wall_us = expiry;
       if (!s.ok()) writes[i].status = s;
+      // Aborted while not closing: a re-append superseded by a newer write or erase, which is
+      // not an error (the block's newer state is elsewhere).
+      if (s.IsAborted() && !stopping_) writes[i].skipped = true;
       if (s.IsBusy() || (s.IsAborted() && stopping_)) give_up = s;
     }
   }
@@ -291,8 +294,17 @@ void SsdTier::FinishWrites(WriteState& state) {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < state.writes.size(); ++i) {
       const Placement& p = state.placements[i];
-      if (p.segment_id == 0) continue;
       SsdBlockWrite& w = state.writes[i];
+      if (p.segment_id == 0) {
+        // Never placed: skipped by a policy, or failed before any I/O (no segment could be
+        // created, a stall on reclaim, closing). A failure is the batch's error too, so that no
+        // caller reads OK for a block that is not on the SSD.
+        if (!w.status.ok() && !w.skipped) {
+          ++stats_.failed_writes;
+          if (first_error.ok()) first_error = w.status;
+        }
+        continue;
+      }
       auto seg = segments_.find(p.segment_id);
       KV_CHECK(seg != segments_.end());  // A segment with writes in flight is never reclaimed.
       seg->second.in_flight.erase(seg->second.in_flight.find(p.offset));
@@ -301,6 +313,7 @@ void SsdTier::FinishWrites(WriteState& state) {
       if (!w.status.ok()) {
         // A hole: the scan would stop here, so seal the segment and checkpoint what follows.
         ++stats_.io_errors;
+        ++stats_.failed_writes;
         seg->second.sealed = true;
         if (open_segment_[p.dir] == p.segment_id) open_segment_[p.dir] = 0;
         checkpoint_wanted_ = true;

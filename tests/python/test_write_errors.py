@@ -1,0 +1,67 @@
+"""Write errors reach Python: once the SSD tier's filesystem is full, StoreHandle.wait() of a
+write-through store and Engine.flush() raise NoSpaceError naming the segment file, the SSD tier's
+write_failures counts the blocks, and every store that wait() acknowledged is found again after a
+reopen. Method: the SSD directory is a real 3 MiB tmpfs mounted for the test (root only; the test
+says why it skips elsewhere), filled by 1 MiB segments of 2 KiB blocks."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import kvtier
+
+from test_engine import blocks_for
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def ssd_tier(engine):
+    return next(t for t in engine.stats().tiers if t.kind == kvtier.Tier.SSD)
+
+
+def test_full_disk_fails_wait_and_flush(small_fs):
+    options = dict(layout="layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16",
+                   host_bytes=8 << 20, ssd_dirs=[str(small_fs / "ssd")], ssd_bytes=64 << 20,
+                   ssd_segment_bytes=1 << 20, write_policy="through")
+    (small_fs / "ssd").mkdir()
+    engine = kvtier.Engine(**options)
+    ns = engine.make_namespace("full")
+    acknowledged, failed = [], []
+    for chunk in range(400):  # 400 chunks x 3 layers x 8 KiB records: far more than 3 MiB.
+        tokens = np.arange(chunk * 16, chunk * 16 + 16, dtype=np.uint32)
+        src = blocks_for(engine, 1, seed=chunk)
+        try:
+            engine.store(ns, tokens, src).wait()
+            acknowledged.append((tokens, src))
+        except kvtier.NoSpaceError as error:
+            assert ".kvs" in str(error)
+            failed.append(chunk)
+    assert acknowledged and failed
+    # Every store after the first failure fails too: nothing is acknowledged that is not on disk.
+    assert failed == list(range(failed[0], 400))
+    assert ssd_tier(engine).write_failures >= 3 * len(failed)
+    with pytest.raises(kvtier.NoSpaceError):
+        engine.flush()
+    engine.close()
+
+    reopened = kvtier.Engine(**options)
+    ns = reopened.make_namespace("full")
+    for tokens, src in acknowledged:
+        dst = kvtier.empty_blocks(reopened, 1)
+        reopened.load(ns, tokens, dst).wait()
+        np.testing.assert_array_equal(dst, src)
+    reopened.close()
