@@ -118,7 +118,15 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
 
   if (options.store_new_chunks) {
     t0 = NowUs();
-    KV_ASSIGN_OR_RETURN(stats.stored_chunks, StoreKvChunks(engine, ns, prompt, kv, options.store));
+    // The prompt's KV and logits are right whatever the cache did with them: a store that failed
+    // (the SSD full or failing, every slot pinned) is the caller's to report (store_status), not
+    // a failed prefill.
+    Result<size_t> stored = StoreKvChunks(engine, ns, prompt, kv, options.store);
+    if (stored.ok()) {
+      stats.stored_chunks = *stored;
+    } else {
+      stats.store_status = stored.status();
+    }
     stats.store_us = NowUs() - t0;
   }
   return stats;

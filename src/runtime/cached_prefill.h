@@ -38,6 +38,9 @@ struct CachedPrefillStats {
   size_t cached_tokens = 0;           // Tokens whose KV came from the cache (whole chunks).
   size_t computed_tokens = 0;         // Tokens run through the model.
   size_t stored_chunks = 0;           // Chunks newly taken by the engine.
+  // Why the prompt's chunks were not (all) stored: the Store's or its Wait's error (NoSpace when
+  // the SSD is full, Busy when memory is all pinned); OK when they were or nothing was asked.
+  Status store_status;
   bool fell_back = false;             // A load failed and the prompt was recomputed.
   std::vector<TierKind> chunk_tiers;  // Where the cached chunks were found.
   uint64_t lookup_us = 0, compute_us = 0, store_us = 0;

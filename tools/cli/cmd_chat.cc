@@ -75,13 +75,18 @@ class ChatCommand final : public Command {
   int Run() override {
     const Status s = Chat();
     if (!s.ok()) return Fail(s);
-    return kExitOk;
+    // The replies were printed, but the cache did not keep what it was asked to: non-zero, so
+    // scripts notice (the line saying why was printed when it happened).
+    return cache_error_.ok() ? kExitOk : kExitFailure;
   }
 
  private:
   Status Chat();
   Status Turn(LlmSession& session, runtime::Sampler& sampler, const std::string& text);
+  // Prints one line for the first failure to store into the cache; later ones are quiet.
+  void CacheFailed(const Status& s);
 
+  Status cache_error_;
   LlmSessionOptions options_;
   uint32_t steps_ = 64;
   runtime::SamplerOptions sampler_;
@@ -107,6 +112,7 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   const uint64_t t0 = SteadyNowUs();
   KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session.Prefill(conversation_, &logits));
   const uint64_t prefill_us = SteadyNowUs() - t0;
+  if (!stats.store_status.ok()) CacheFailed(stats.store_status);
   const uint64_t t1 = SteadyNowUs();
   KV_ASSIGN_OR_RETURN(size_t generated, session.Decode(conversation_, logits, sampler,
                                                        {.max_new_tokens = steps_,
@@ -117,16 +123,24 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   std::fputc('\n', stdout);
   std::fflush(stdout);
   // Every reply token was run: its full chunks are stored so the next turn loads them.
-  KV_ASSIGN_OR_RETURN(size_t stored, session.StoreSequence(conversation_));
+  Result<size_t> stored = session.StoreSequence(conversation_);
+  if (!stored.ok()) CacheFailed(stored.status());
   std::fprintf(
       stderr,
       "[turn %zu] %zu cached / %zu computed tokens (cached chunks: %s), prefill %.2f ms%s; "
       "reply %zu tokens in %.1f ms; %zu new chunks stored; context %zu/%u\n",
       turns_, stats.cached_tokens, stats.computed_tokens, CachedTierList(stats.chunk_tiers).c_str(),
       MsFromUs(prefill_us), stats.fell_back ? " (a cached block failed: recomputed)" : "",
-      generated, MsFromUs(decode_us), stats.stored_chunks + stored, conversation_.size(),
-      session.context_tokens());
+      generated, MsFromUs(decode_us), stats.stored_chunks + (stored.ok() ? *stored : 0),
+      conversation_.size(), session.context_tokens());
   return Status::Ok();
+}
+
+void ChatCommand::CacheFailed(const Status& s) {
+  if (!cache_error_.ok()) return;
+  cache_error_ = s;
+  std::fprintf(stderr, "kvtier chat: error: the KV cache could not store this conversation: %s\n",
+               s.ToString().c_str());
 }
 
 Status ChatCommand::Chat() {

@@ -45,12 +45,17 @@ class RunCommand final : public Command {
   int Run() override {
     const Status s = Generate();
     if (!s.ok()) return Fail(s);
-    return kExitOk;
+    // The text was printed, but the cache did not keep what it was asked to: say so once (the
+    // line is printed where it happened) and exit non-zero, so scripts notice.
+    return cache_error_.ok() ? kExitOk : kExitFailure;
   }
 
  private:
   Status Generate();
+  // Prints one line for the first failure to store into the cache; later ones are quiet.
+  void CacheFailed(const Status& s);
 
+  Status cache_error_;
   LlmSessionOptions options_;
   std::string prompt_;
   uint32_t steps_ = 256;
@@ -71,6 +76,7 @@ Status RunCommand::Generate() {
   const uint64_t t0 = SteadyNowUs();
   KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session->Prefill(sequence, &logits));
   const uint64_t prefill_us = SteadyNowUs() - t0;
+  if (!stats.store_status.ok()) CacheFailed(stats.store_status);
   const std::string where =
       stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
   std::fprintf(
@@ -93,14 +99,22 @@ Status RunCommand::Generate() {
   // The decoded tokens' chunks too (all but the last token were run), so a later prompt that
   // extends this text starts from the cache.
   const size_t run_tokens = generated > 0 ? sequence.size() - 1 : prompt_tokens;
-  KV_ASSIGN_OR_RETURN(size_t stored, session->StoreSequence(std::span(sequence).first(run_tokens)));
+  Result<size_t> stored = session->StoreSequence(std::span(sequence).first(run_tokens));
+  if (!stored.ok()) CacheFailed(stored.status());
   std::fprintf(stderr,
                "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s); %zu chunks "
                "stored\n",
                generated, MsFromUs(decode_us),
                decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0,
-               stats.stored_chunks + stored);
+               stats.stored_chunks + (stored.ok() ? *stored : 0));
   return Status::Ok();
+}
+
+void RunCommand::CacheFailed(const Status& s) {
+  if (!cache_error_.ok()) return;
+  cache_error_ = s;
+  std::fprintf(stderr, "kvtier run: error: the KV cache could not store this run's chunks: %s\n",
+               s.ToString().c_str());
 }
 
 }  // namespace

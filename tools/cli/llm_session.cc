@@ -8,6 +8,7 @@
 #include "core/sha256.h"
 #include "runtime/model_loader.h"
 #include "runtime/runtime_limits.h"
+#include "cache_dir.h"
 
 namespace kvtier::cli {
 namespace {
@@ -54,6 +55,9 @@ EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout
 
 Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& options) {
   if (options.model_path.empty()) return Status::InvalidArgument("--model is required");
+  if (!options.cache_dir.empty()) {
+    KV_RETURN_IF_ERROR(CheckCacheDirUsable(options.cache_dir, 16 * kMiB));
+  }
   KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded,
                       runtime::LoadModel(options.model_path, options.tokenizer_path));
   if (!loaded.tokenizer.has_value()) {
