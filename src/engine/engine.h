@@ -210,8 +210,9 @@ struct LookupResult {
 };
 
 // Write-through: StoreHandle::Wait returns after the blocks are in memory (visible to Lookup as
-// soon as the memory copy completed) AND their SSD write finished; an SSD write error is reported
-// by Wait but the blocks stay cached in memory. Blocks the SSD refused (admission filter, write
+// soon as the memory copy completed) AND their SSD write finished; any SSD write error of one of
+// its blocks (NoSpace when the disk is full) is reported by Wait, and the blocks stay cached in
+// memory, dirty, for Flush to retry. Blocks the SSD refused (admission filter, write
 // budget) stay dirty and are retried on eviction and Flush. A remote tier with write-through is
 // written in the same task, before Wait returns, but its errors are never reported by Wait (only
 // by EngineStats and the log): the blocks are cached locally.
@@ -372,8 +373,11 @@ class Engine {
   // Pins the leading cached chunks of `tokens` in memory (promoting from SSD first if needed).
   virtual Result<PinHandle> Pin(const Namespace& ns, std::span<const uint32_t> tokens) = 0;
 
-  // Writes every dirty block down, syncs the SSD tier. Blocks until done. The destructor flushes
-  // too, so a clean shutdown keeps write-back blocks across restarts.
+  // Writes every dirty block down, syncs the SSD tier. Blocks until done. Every dirty block is
+  // tried; the result is the first error of a block that did not reach the SSD (NoSpace when the
+  // disk is full), OK only when all of them did (blocks refused by admission or a write budget
+  // excepted). The destructor flushes too (an error there is logged), so a clean shutdown keeps
+  // write-back blocks across restarts.
   virtual Status Flush() = 0;
   virtual EngineStats Stats() = 0;
   virtual const EngineOptions& options() const = 0;
