@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -662,6 +663,9 @@ struct EngineArgs {
   std::string remote_write_policy;
   std::string remote_user;
   std::string remote_password;
+  std::string remote_key_file;  // Deployment keys (remote_crypto.h): a file, or
+  std::string remote_key_env;   // the name of an environment variable holding them.
+  bool remote_insecure_plaintext = false;
   bool prediction = false;
   // 0: the PredictionOptions default.
   uint32_t prediction_window = 0;
@@ -691,6 +695,28 @@ Result<codecs::CodecParams> ParseCodec(const std::string& name, int level, uint3
   }
   KV_RETURN_IF_ERROR(params.Validate().WithContext("ssd_codec"));
   return params;
+}
+
+// The deployment keys from a file or an environment variable (a binding may read the
+// environment; the library never does), and the explicit plaintext choice.
+Status SetRemoteKeys(const EngineArgs& a, RedisStoreOptions* redis) {
+  if (!a.remote_key_file.empty() && !a.remote_key_env.empty()) {
+    return Status::InvalidArgument("remote_key_file and remote_key_env: give one of them");
+  }
+  if (!a.remote_key_file.empty()) {
+    KV_ASSIGN_OR_RETURN(redis->keyring, RemoteKeyring::LoadFile(a.remote_key_file));
+  } else if (!a.remote_key_env.empty()) {
+    const char* text = std::getenv(a.remote_key_env.c_str());
+    if (text == nullptr) {
+      return Status::InvalidArgument("remote_key_env: the environment variable " +
+                                     a.remote_key_env + " is not set");
+    }
+    Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
+    if (!ring.ok()) return ring.status().WithContext("$" + a.remote_key_env);
+    redis->keyring = std::move(ring).value();
+  }
+  redis->insecure_plaintext = a.remote_insecure_plaintext;
+  return Status::Ok();
 }
 
 Result<EngineOptions> ToOptions(const EngineArgs& a) {
@@ -744,6 +770,7 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
                                                                     : RedisMode::kStandalone,
                                                         .user = a.remote_user,
                                                         .password = a.remote_password}};
+    KV_RETURN_IF_ERROR(SetRemoteKeys(a, &*remote.redis));
     if (a.remote_write_policy == "back") {
       remote.write_policy = WritePolicy::kWriteBack;
     } else if (a.remote_write_policy != "through") {
@@ -797,6 +824,20 @@ void Bind(py::module_& m) {
   m.doc() = "kvtier: tiered KV-cache engine (low-level bindings; import kvtier instead)";
   m.attr("__version__") = kVersionString;
   RegisterErrors(m);
+  m.def(
+      "derive_tenant_salt",
+      [](const std::string& tenant_id, const py::bytes& secret) {
+        const std::string s = secret;
+        return ValueOrThrow(DeriveTenantSalt(tenant_id, std::as_bytes(std::span(s))));
+      },
+      py::arg("tenant_id"), py::arg("secret"),
+      "A tenant salt (64 hex digits) from a tenant id and a secret of at least 16 bytes: "
+      "HMAC-SHA256(secret, tenant id). It separates tenants only while the secret stays secret.");
+  m.def(
+      "generate_remote_key",
+      [](uint32_t key_id) { return ValueOrThrow(RemoteKeyring::GenerateText(key_id)); },
+      py::arg("key_id") = 1,
+      "A new random deployment key line '<id> <64 hex digits>' for a remote key file.");
 
   py::enum_<TierKind>(m, "Tier", "Where a chunk is cached, fastest first.")
       .value("NONE", TierKind::kNone)
@@ -1011,7 +1052,9 @@ void Bind(py::module_& m) {
                        bool promote_on_load, int32_t numa_node,
                        std::vector<std::string> remote_endpoints, bool remote_cluster,
                        std::string remote_write_policy, std::string remote_user,
-                       std::string remote_password, bool prediction, uint32_t prediction_window,
+                       std::string remote_password, std::string remote_key_file,
+                       std::string remote_key_env, bool remote_insecure_plaintext,
+                       bool prediction, uint32_t prediction_window,
                        uint32_t prediction_successors_max, uint32_t prediction_sessions_max,
                        uint32_t prediction_session_chunks_max, uint32_t prediction_predict_k,
                        uint32_t prediction_blocks_max) {
@@ -1038,6 +1081,9 @@ void Bind(py::module_& m) {
                                .remote_write_policy = std::move(remote_write_policy),
                                .remote_user = std::move(remote_user),
                                .remote_password = std::move(remote_password),
+                               .remote_key_file = std::move(remote_key_file),
+                               .remote_key_env = std::move(remote_key_env),
+                               .remote_insecure_plaintext = remote_insecure_plaintext,
                                .prediction = prediction,
                                .prediction_window = prediction_window,
                                .prediction_successors_max = prediction_successors_max,
@@ -1057,7 +1103,8 @@ void Bind(py::module_& m) {
            py::arg("remote_endpoints") = std::vector<std::string>(),
            py::arg("remote_cluster") = false, py::arg("remote_write_policy") = "through",
            py::arg("remote_user") = "", py::arg("remote_password") = "",
-           py::arg("prediction") = false, py::arg("prediction_window") = 0,
+           py::arg("remote_key_file") = "", py::arg("remote_key_env") = "",
+           py::arg("remote_insecure_plaintext") = false, py::arg("prediction") = false, py::arg("prediction_window") = 0,
            py::arg("prediction_successors_max") = 0, py::arg("prediction_sessions_max") = 0,
            py::arg("prediction_session_chunks_max") = 0, py::arg("prediction_predict_k") = 0,
            py::arg("prediction_blocks_max") = 0);

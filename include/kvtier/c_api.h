@@ -170,6 +170,14 @@ typedef struct kvtier_engine_options_s {
   uint32_t prediction_predict_k;          /* Sessions promoted per access; [1, 64], default 1. */
   /* Blocks promoted per access or hint; [1, 65536], default 256; at most half the host tier. */
   uint32_t prediction_blocks_max;
+  /* Appended: remote-tier security (docs/security.md). Remote values are sealed with AES-256-GCM
+   * and key names are keyed hashes under the deployment keys, read from remote_key_file (a
+   * regular file of mode 0600 or stricter) or from the environment variable named by
+   * remote_key_env (its value is the key file's text), never from an argument. Without either, a
+   * remote tier opens only when remote_insecure_plaintext is 1 (values in the clear). */
+  const char* remote_key_file;        /* NULL: none. Borrowed during open. */
+  const char* remote_key_env;         /* NULL: none. Borrowed during open. */
+  uint32_t remote_insecure_plaintext; /* Bool, default 0. */
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -197,6 +198,28 @@ Result<std::vector<std::string>> SplitEndpoints(std::string_view list) {
   }
 }
 
+// The deployment keys from a file or an environment variable (the C API is a binding: it may
+// read the environment, the library never does), and the explicit plaintext choice.
+Status ConvertRemoteKeys(const kvtier_engine_options_t& in, RedisStoreOptions* redis) {
+  if (in.remote_key_file != nullptr && in.remote_key_env != nullptr) {
+    return Status::InvalidArgument("remote_key_file and remote_key_env: give one of them");
+  }
+  if (in.remote_key_file != nullptr) {
+    KV_ASSIGN_OR_RETURN(redis->keyring, RemoteKeyring::LoadFile(in.remote_key_file));
+  } else if (in.remote_key_env != nullptr) {
+    const char* text = std::getenv(in.remote_key_env);
+    if (text == nullptr) {
+      return Status::InvalidArgument(std::string("remote_key_env: the environment variable ") +
+                                     in.remote_key_env + " is not set");
+    }
+    Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
+    if (!ring.ok()) return ring.status().WithContext(std::string("$") + in.remote_key_env);
+    redis->keyring = std::move(ring).value();
+  }
+  redis->insecure_plaintext = in.remote_insecure_plaintext != 0;
+  return Status::Ok();
+}
+
 Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engine_options_t& in) {
   if (in.remote_endpoints == nullptr) return std::optional<RemoteTierOptions>();
   RedisStoreOptions redis;
@@ -207,6 +230,7 @@ Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engin
   if (in.remote_key_prefix != nullptr) redis.key_prefix = in.remote_key_prefix;
   if (in.remote_connect_timeout_ms != 0) redis.connect_timeout_ms = in.remote_connect_timeout_ms;
   if (in.remote_command_timeout_ms != 0) redis.command_timeout_ms = in.remote_command_timeout_ms;
+  KV_RETURN_IF_ERROR(ConvertRemoteKeys(in, &redis));
   RemoteTierOptions remote{.redis = std::move(redis)};
   const int32_t policy = RawEnum(in.remote_write_policy);
   if (policy != KVTIER_WRITE_BACK && policy != KVTIER_WRITE_THROUGH) {

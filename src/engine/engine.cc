@@ -163,6 +163,14 @@ Result<Namespace> EngineImpl::MakeNamespace(std::string_view salt,
                                             std::span<const std::string> extra_keys) {
   KV_ASSIGN_OR_RETURN(Hash256 digest,
                       NamespaceDigest(options_.model, options_.layout, salt, extra_keys));
+  // The salt is what keeps tenants of a shared remote tier apart (docs/security.md): say once
+  // that the empty one shares everything with every other engine that also uses it.
+  if (remote_ != nullptr && salt.empty() && !empty_salt_warned_.exchange(true)) {
+    LogTo(logger_, LogLevel::kWarn,
+          "engine: a namespace with the empty salt on a shared remote tier: its blocks are "
+          "shared with every engine of the same model that also uses the empty salt; give each "
+          "tenant a secret, high-entropy salt (derive_tenant_salt)");
+  }
   return Namespace{.digest = digest};
 }
 

@@ -309,6 +309,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<ssd::AdmissionFilter> remote_admission_;  // Null: admit everything.
   std::unique_ptr<ssd::WriteBudget> remote_budget_;         // Null: unlimited.
   std::atomic<bool> remote_failing_{false};                 // For one log line per streak.
+  std::atomic<bool> empty_salt_warned_{false};              // One warning per engine.
   std::unique_ptr<codecs::Codec> codec_;
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<CodecContextPool> contexts_;

@@ -1,7 +1,7 @@
 // Goal: show that two engines ("nodes") sharing one Redis (or one Redis Cluster) share a prefix
 // cache through the remote tier: node A stores a prefix (write-through, or write-back on
 // eviction), node B, empty, finds it with Lookup and loads it byte-identical; tenants with other
-// salts never see it; a corrupt value planted in Redis fails its layer closed on B and is counted;
+// salts never see it; a value damaged in Redis fails authentication, its layer fails closed on B and it is counted;
 // a killed Redis costs nothing but misses (A keeps serving and storing locally, B's lookups of
 // remote-only chunks are misses within a bounded time, the breaker state shows in Stats) and a
 // restarted Redis is used again; multi-MiB blocks work; RemoteTierOptions are validated.
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/assert.h"
 #include "engine/engine.h"
 #include "testing/test_util.h"
 #include "tiers/redis_test_util.h"
@@ -36,6 +37,13 @@ KvLayout SmallLayout() {
           .head_dim = 16,
           .dtype = DType::kF16,
           .block_tokens = kBlockTokens};
+}
+
+// The deployment key every node of these tests shares: values are sealed, as in production.
+RemoteKeyring TestKeyring() {
+  Result<RemoteKeyring> ring = RemoteKeyring::Parse("1 " + std::string(64, '7'));
+  KV_CHECK_OK(ring.status());
+  return std::move(ring).value();
 }
 
 // Deterministic, finite FP16 bytes of block (chunk_hash, layer).
@@ -95,6 +103,7 @@ class EngineRemoteTest : public ::testing::Test {
                         .connect_timeout_ms = 200,
                         .command_timeout_ms = 500,
                         .breaker = {.failures_to_open = 3, .open_cooldown_us = 1'000'000},
+                        .keyring = TestKeyring(),
                         .clock = &breaker_clock_};
     o.remote = RemoteTierOptions{.redis = std::move(r)};
     o.logger = &logger_;
@@ -225,7 +234,8 @@ TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
   Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
   ASSERT_TRUE(hashes.ok());
   // Flip one payload byte of (chunk 1, layer 1) in Redis.
-  const std::string key = RemoteKeyName("kvt", BlockKey{.chunk_hash = (*hashes)[1], .layer = 1});
+  const std::string key =
+      SealedKeyName("kvt", TestKeyring(), BlockKey{.chunk_hash = (*hashes)[1], .layer = 1});
   ASSERT_TRUE(RedisRawCommand(server_->port(), {"SETRANGE", key, "300", "X"}).ok());
 
   EXPECT_EQ(Matched(*b, ns, tokens), 2u * kBlockTokens) << "Exists does not verify values";
@@ -237,7 +247,7 @@ TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
   EXPECT_EQ(stats.corrupt_blocks, 1u);
   EXPECT_EQ(stats.load_failures, 1u);
   ASSERT_TRUE(stats.remote.has_value());
-  EXPECT_EQ(stats.remote->corrupt, 1u);
+  EXPECT_EQ(stats.remote->auth_failures, 1u);  // Sealed: a flipped byte fails authentication.
 }
 
 TEST_F(EngineRemoteTest, RedisDownCostsOnlyMissesAndRestartRecovers) {
@@ -354,7 +364,7 @@ TEST_F(EngineRemoteTest, TwoNodesShareARedisCluster) {
 TEST(EngineRemoteOptionsTest, ExactlyOneStoreSourceAndKnownPolicies) {
   RemoteTierOptions o;
   EXPECT_TRUE(o.Validate().IsInvalidArgument()) << "neither redis nor store";
-  o.redis = RedisStoreOptions{.endpoints = {"127.0.0.1:1"}};
+  o.redis = RedisStoreOptions{.endpoints = {"127.0.0.1:1"}, .insecure_plaintext = true};
   EXPECT_TRUE(o.Validate().ok());
   o.write_policy = static_cast<WritePolicy>(9);
   EXPECT_TRUE(o.Validate().IsInvalidArgument());

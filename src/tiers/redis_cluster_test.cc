@@ -58,6 +58,7 @@ class RedisClusterTest : public ::testing::Test {
                           .connect_timeout_ms = 200,
                           .command_timeout_ms = 500,
                           .topology_refresh_interval_us = 0,
+                          .insecure_plaintext = true,
                           .logger = &logger_});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);

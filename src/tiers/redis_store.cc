@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,7 @@ struct RedisStoreCounters {
   std::atomic<uint64_t> misses{0};
   std::atomic<uint64_t> corrupt{0};
   std::atomic<uint64_t> mismatched{0};
+  std::atomic<uint64_t> auth_failures{0};
   std::atomic<uint64_t> puts{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> timeouts{0};
@@ -38,6 +40,7 @@ struct RedisStoreCounters {
   std::atomic<uint8_t> breaker_state{0};
   std::atomic<uint64_t> redirects_moved{0};
   std::atomic<uint64_t> redirects_ask{0};
+  std::atomic<uint64_t> redirects_refused{0};
   std::atomic<uint64_t> topology_refreshes{0};
 };
 
@@ -79,6 +82,18 @@ Status CheckOptions(const RedisStoreOptions& o) {
   }
   if (!o.user.empty() && o.password.empty()) {
     return Status::InvalidArgument("redis: an ACL user needs a password");
+  }
+  if (o.keyring.has_value() && o.insecure_plaintext) {
+    return Status::InvalidArgument("redis: both a remote key and insecure_plaintext were given");
+  }
+  if (!o.keyring.has_value() && !o.insecure_plaintext) {
+    return Status::InvalidArgument(
+        "redis: the remote tier needs a key (a key file or the key environment variable) so that "
+        "values are encrypted and authenticated; to store KV in the clear on a Redis nobody else "
+        "can reach, set insecure_plaintext explicitly (docs/security.md)");
+  }
+  if (o.keyring.has_value() && o.keyring->empty()) {
+    return Status::InvalidArgument("redis: the remote keyring is empty");
   }
   return Status::Ok();
 }
@@ -132,11 +147,44 @@ RedisStore::RedisStore(RedisStoreOptions options)
 
 RedisStore::~RedisStore() = default;
 
+std::string RedisStore::KeyName(const BlockKey& key) const {
+  if (options_.keyring.has_value()) return SealedKeyName(options_.key_prefix, *options_.keyring, key);
+  return RemoteKeyName(options_.key_prefix, key);
+}
+
+Status RedisStore::MakeValue(const RemotePut& e, const std::string& key_name, uint64_t wall_us,
+                             std::vector<std::byte>* value) const {
+  const uint64_t expiry_us = e.ttl_ms == 0 ? 0 : wall_us + e.ttl_ms * 1000;
+  std::vector<std::byte> plain;
+  EncodeRemoteValue({.key = e.key,
+                     .layout_digest = options_.layout_digest,
+                     .codec_id = e.codec_id,
+                     .raw_bytes = e.raw_bytes,
+                     .expiry_wall_us = expiry_us},
+                    e.payload, options_.keyring.has_value() ? &plain : value);
+  if (!options_.keyring.has_value()) return Status::Ok();
+  return SealRemoteValue(*options_.keyring, key_name, plain, value);
+}
+
+void RedisStore::LogAuthFailure(uint32_t key_id, const Status& why) {
+  constexpr size_t kLoggedKeyIdsMax = 64;
+  {
+    MutexLock lock(&log_mu_);
+    if (logged_key_ids_.size() >= kLoggedKeyIdsMax || !logged_key_ids_.insert(key_id).second) {
+      return;
+    }
+  }
+  LogTo(options_.logger, LogLevel::kWarn,
+        "redis: a remote value was refused and served as a miss (logged once per key id): " +
+            why.ToString());
+}
+
 Status RedisStore::Init() {
   MutexLock lock(&mu_);
   for (const std::string& text : options_.endpoints) {
     KV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisEndpoint(text));
     KV_RETURN_IF_ERROR(NodeFor(endpoint).status());
+    trusted_endpoints_.insert(endpoint.ToString());
   }
   for (std::unique_ptr<Node>& node : nodes_) {
     Status s = node->connection.EnsureConnected();
@@ -257,6 +305,15 @@ void RedisStore::TakeReply(RedisOp* op, RedisReplyPtr reply) {
     op->done = true;
     return;
   }
+  if (!TrustedRedirect(redirect.target)) {
+    counters_->redirects_refused.fetch_add(1, std::memory_order_relaxed);
+    op->status = Status::Unavailable("redis cluster: refused a redirect to " +
+                                     redirect.target.ToString() +
+                                     ", which is not in the cluster's slot map");
+    LogTo(options_.logger, LogLevel::kWarn, op->status.ToString());
+    op->done = true;
+    return;
+  }
   Result<uint16_t> target = NodeFor(redirect.target);
   if (!target.ok()) {
     op->status = target.status();
@@ -319,11 +376,24 @@ Status RedisStore::ApplyTopology(const redisReply* reply, const RedisEndpoint& f
   KV_ASSIGN_OR_RETURN(std::vector<RedisSlotRange> ranges, ParseClusterSlots(reply, from.host));
   if (ranges.empty()) return Status::Unavailable("redis cluster: no slot is assigned yet");
   slots_.Clear();
+  std::set<std::string> trusted;
+  for (const std::string& seed : options_.endpoints) {
+    if (Result<RedisEndpoint> e = ParseRedisEndpoint(seed); e.ok()) trusted.insert(e->ToString());
+  }
   for (const RedisSlotRange& range : ranges) {
     KV_ASSIGN_OR_RETURN(uint16_t node, NodeFor(range.master));
     slots_.Assign(range.first, range.last, node);
+    trusted.insert(range.master.ToString());
   }
+  trusted_endpoints_ = std::move(trusted);
   return Status::Ok();
+}
+
+bool RedisStore::TrustedRedirect(const RedisEndpoint& endpoint) {
+  if (trusted_endpoints_.count(endpoint.ToString()) != 0) return true;
+  // Perhaps a resharding this client has not seen yet: ask a known node once, then decide.
+  RefreshTopology().IgnoreError();
+  return trusted_endpoints_.count(endpoint.ToString()) != 0;
 }
 
 void RedisStore::PublishBreakers() {
@@ -376,13 +446,7 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
   for (size_t i = 0; i < n; ++i) {
     const RemotePut& e = entries[i];
     keys[i] = KeyName(e.key);
-    const uint64_t expiry_us = e.ttl_ms == 0 ? 0 : wall_us + e.ttl_ms * 1000;
-    EncodeRemoteValue({.key = e.key,
-                       .layout_digest = options_.layout_digest,
-                       .codec_id = e.codec_id,
-                       .raw_bytes = e.raw_bytes,
-                       .expiry_wall_us = expiry_us},
-                      e.payload, &values[i]);
+    KV_RETURN_IF_ERROR(MakeValue(e, keys[i], wall_us, &values[i]));
     const std::string_view value(reinterpret_cast<const char*>(values[i].data()), values[i].size());
     if (e.ttl_ms == 0) {
       SetArgs(&ops[i].command, {"SET", keys[i], value});
@@ -406,9 +470,28 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
 
 namespace {
 
-// Turns one GET reply into the entry's outcome, verifying the value before anything is copied.
-void FinishGet(const RedisOp& op, const Hash256& layout_digest, RemoteGet* e,
-               RedisStoreCounters* c) {
+// With a keyring: opens the sealed value into *plain and points *value at it. False (and the
+// entry's status set, the failure counted) when it is refused.
+bool Unseal(const RemoteKeyring& keyring, std::string_view key_name, RemoteGet* e,
+            RedisStoreCounters* c, std::vector<std::byte>* plain,
+            std::span<const std::byte>* value, uint32_t* refused_key_id) {
+  uint32_t key_id = 0;
+  const Status opened = OpenRemoteValue(keyring, key_name, *value, plain, &key_id);
+  if (opened.ok()) {
+    *value = *plain;
+    return true;
+  }
+  c->auth_failures.fetch_add(1, std::memory_order_relaxed);
+  *refused_key_id = key_id;
+  e->status = Status::Corruption("remote value refused: " + opened.message());
+  return false;
+}
+
+// Turns one GET reply into the entry's outcome, opening (with a keyring) and verifying the value
+// before anything is copied. *refused: the value failed authentication (for the log).
+void FinishGet(const RedisOp& op, const Hash256& layout_digest, const RemoteKeyring* keyring,
+               std::string_view key_name, RemoteGet* e, RedisStoreCounters* c,
+               std::optional<std::pair<uint32_t, Status>>* refused) {
   e->status = OpStatus(op);
   const redisReply* r = op.reply.get();
   if (e->status.ok() && r->type == REDIS_REPLY_NIL) e->status = Status::NotFound("remote miss");
@@ -416,8 +499,17 @@ void FinishGet(const RedisOp& op, const Hash256& layout_digest, RemoteGet* e,
     e->status = Status::Corruption("remote value: unexpected reply type");
     c->corrupt.fetch_add(1, std::memory_order_relaxed);
   }
+  std::span<const std::byte> value;
+  std::vector<std::byte> plain;
+  uint32_t refused_key_id = 0;
   if (e->status.ok()) {
-    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
+    value = std::span(reinterpret_cast<const std::byte*>(r->str), r->len);
+    if (keyring != nullptr &&
+        !Unseal(*keyring, key_name, e, c, &plain, &value, &refused_key_id)) {
+      *refused = std::pair(refused_key_id, e->status);
+    }
+  }
+  if (e->status.ok()) {
     ssd::RecordHeader header;
     std::span<const std::byte> payload;
     RemoteValueCheck check;
@@ -461,8 +553,12 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
     RunOps(ops);
   }
   counters_->gets.fetch_add(n, std::memory_order_relaxed);
+  const RemoteKeyring* keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr;
   for (size_t i = 0; i < n; ++i) {
-    FinishGet(ops[i], options_.layout_digest, &entries[i], counters_.get());
+    std::optional<std::pair<uint32_t, Status>> refused;
+    FinishGet(ops[i], options_.layout_digest, keyring, keys[i], &entries[i], counters_.get(),
+              &refused);
+    if (refused.has_value()) LogAuthFailure(refused->first, refused->second);
   }
   return Status::Ok();
 }
@@ -523,6 +619,7 @@ RemoteStoreStats RedisStore::Stats() const {
           .misses = load(c.misses),
           .corrupt = load(c.corrupt),
           .mismatched = load(c.mismatched),
+          .auth_failures = load(c.auth_failures),
           .puts = load(c.puts),
           .errors = load(c.errors),
           .timeouts = load(c.timeouts),
@@ -532,6 +629,7 @@ RemoteStoreStats RedisStore::Stats() const {
           .breaker_state = static_cast<BreakerState>(load(c.breaker_state)),
           .redirects_moved = load(c.redirects_moved),
           .redirects_ask = load(c.redirects_ask),
+          .redirects_refused = load(c.redirects_refused),
           .topology_refreshes = load(c.topology_refreshes)};
 }
 

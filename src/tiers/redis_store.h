@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "tiers/circuit_breaker.h"
 #include "tiers/redis_cluster.h"
 #include "tiers/redis_connection.h"
+#include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
 
 namespace kvtier {
@@ -52,6 +55,14 @@ struct RedisStoreOptions {
   uint32_t redirects_max = 5;         // MOVED/ASK hops per entry; at most kRedisRedirectsMax.
   uint64_t topology_refresh_interval_us = 100'000;  // Minimum time between CLUSTER SLOTS.
   std::string key_prefix = "kvt";
+  // Values are sealed with AES-256-GCM and key names are keyed hashes under these keys
+  // (remote_crypto.h, docs/security.md). Required unless insecure_plaintext is set.
+  std::optional<RemoteKeyring> keyring;
+  // The explicit opt-out: values in the clear and key names that carry the chunk hash. Anyone who
+  // can read the store then reads every tenant's KV and sees which prefixes they share, and
+  // anyone who can write it can plant KV that passes the CRC checks. Only for a store nobody
+  // else can reach. Open fails when neither a keyring nor this is given, or both are.
+  bool insecure_plaintext = false;
   Hash256 layout_digest{};  // Written into every value; values with another digest are misses.
   Clock* clock = nullptr;   // nullptr = SystemClock(). Drives the breakers and refresh limits.
   Logger* logger = nullptr;
@@ -71,8 +82,8 @@ class RedisStore final : public RemoteStore {
   Status Delete(std::span<RemoteDelete> entries) override KV_EXCLUDES(mu_);
   RemoteStoreStats Stats() const override;
 
-  // The key name an entry is stored under.
-  std::string KeyName(const BlockKey& key) const { return RemoteKeyName(options_.key_prefix, key); }
+  // The key name an entry is stored under: a keyed hash with a keyring, else the chunk hash.
+  std::string KeyName(const BlockKey& key) const;
 
   // Test hook: pretend that `endpoint` owns slots [first, last], as a stale map would after a
   // resharding, so tests can drive MOVED handling. Cluster mode only.
@@ -93,6 +104,12 @@ class RedisStore final : public RemoteStore {
   Status RefreshTopology() KV_REQUIRES(mu_);
   Status ApplyTopology(const redisReply* reply, const RedisEndpoint& from) KV_REQUIRES(mu_);
   void PublishBreakers() KV_REQUIRES(mu_);
+  // The value to SET for an entry: sealed with a keyring, else the plain remote value.
+  Status MakeValue(const RemotePut& e, const std::string& key_name, uint64_t wall_us,
+                   std::vector<std::byte>* value) const;
+  // Logs a refused sealed value once per key id (bounded: a store full of forgeries cannot make
+  // the log grow without limit).
+  void LogAuthFailure(uint32_t key_id, const Status& why) KV_EXCLUDES(log_mu_);
 
   const RedisStoreOptions options_;
   Clock* const clock_;
@@ -102,7 +119,14 @@ class RedisStore final : public RemoteStore {
   bool refresh_pending_ KV_GUARDED_BY(mu_) = false;
   uint64_t last_refresh_us_ KV_GUARDED_BY(mu_) = 0;
   bool refreshed_once_ KV_GUARDED_BY(mu_) = false;
+  // Where a MOVED/ASK may send a command (and the password): the seed endpoints and the masters
+  // of the last CLUSTER SLOTS answer. A redirect anywhere else is refused (docs/security.md).
+  std::set<std::string> trusted_endpoints_ KV_GUARDED_BY(mu_);
+  // Whether `endpoint` may receive commands; refreshes the map once from a known node first.
+  bool TrustedRedirect(const RedisEndpoint& endpoint) KV_REQUIRES(mu_);
   std::unique_ptr<RedisStoreCounters> counters_;  // Atomics; read by Stats().
+  Mutex log_mu_;
+  std::set<uint32_t> logged_key_ids_ KV_GUARDED_BY(log_mu_);
 };
 
 }  // namespace kvtier

@@ -65,6 +65,8 @@ class RedisStoreTest : public ::testing::Test {
             .connect_timeout_ms = 200,
             .command_timeout_ms = 300,
             .breaker = {.failures_to_open = 3, .open_cooldown_us = 1'000'000},
+            .insecure_plaintext = true,  // These tests look at plain values; sealed ones have
+                                         // their own (redis_sealed_test.cc).
             .layout_digest = Digest(7),
             .logger = &logger_};
   }

@@ -83,6 +83,9 @@ struct RemoteStoreStats {
   uint64_t misses = 0;
   uint64_t corrupt = 0;     // Values that failed their CRC, size or format checks.
   uint64_t mismatched = 0;  // Well-formed values for another key or another layout digest.
+  // Sealed values refused: failed authentication (forged, moved from another key, damaged) or
+  // named a key id the keyring does not hold. Also misses.
+  uint64_t auth_failures = 0;
   uint64_t puts = 0;
   uint64_t errors = 0;    // Entries that failed with Unavailable or another error.
   uint64_t timeouts = 0;  // Entries that failed with TimedOut.
@@ -92,6 +95,7 @@ struct RemoteStoreStats {
   BreakerState breaker_state = BreakerState::kClosed;  // The worst state over all nodes.
   uint64_t redirects_moved = 0;
   uint64_t redirects_ask = 0;
+  uint64_t redirects_refused = 0;  // MOVED/ASK to a host outside the cluster's slot map.
   uint64_t topology_refreshes = 0;
 };
 

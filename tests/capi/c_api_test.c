@@ -318,8 +318,9 @@ static void TestRoundTrip(void) {
   free(dst);
 }
 
-/* The remote tier's options: a malformed endpoint list is refused; an unreachable Redis (nothing
- * listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown prefixes are
+/* The remote tier's options: a malformed endpoint list is refused; so is a remote tier with no
+ * key and no explicit insecure_plaintext, and a key variable that is not set; an unreachable Redis
+ * (nothing listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown prefixes are
  * misses, and the stats list the remote tier last; a caller built before the remote fields
  * (struct_size ending before them) still opens, without a remote tier. */
 static void TestRemoteOptions(void) {
@@ -334,6 +335,16 @@ static void TestRemoteOptions(void) {
   o.remote_endpoints = "127.0.0.1:1";
   o.remote_connect_timeout_ms = 100;
   o.remote_command_timeout_ms = 100;
+  /* Neither a key nor the explicit plaintext choice: refused, naming the choice. */
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "insecure_plaintext") != NULL);
+  /* The key from an environment variable: refused while it is unset, used once it is set. */
+  o.remote_key_env = "KVTIER_C_API_TEST_REMOTE_KEY";
+  unsetenv(o.remote_key_env);
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "KVTIER_C_API_TEST_REMOTE_KEY") != NULL);
+  CHECK(setenv(o.remote_key_env,
+               "1 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1) == 0);
   CHECK_OK(kvtier_engine_open(&o, &engine, &err));
   const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
   kvtier_namespace_t ns;

@@ -1,6 +1,9 @@
 """Goal: the remote-tier keyword arguments reach kvtier::EngineOptions: two engines sharing one
 real redis-server share a prefix (node A stores, node B, without an SSD, finds it in the remote
-tier and loads identical bytes), and a bad remote_write_policy is refused by name.
+tier and loads identical bytes, both holding the deployment key, one from a 0600 key file and
+one from an environment variable); a remote tier without a key or the explicit
+remote_insecure_plaintext is refused, so is a key file others can read; a bad
+remote_write_policy is refused by name; tenant salts derive deterministically.
 Method: a redis-server on a free loopback port without persistence, started and killed by the
 test; skipped when redis-server is not installed."""
 
@@ -44,12 +47,25 @@ def redis_endpoint(tmp_path):
         proc.wait()
 
 
-def test_two_engines_share_a_prefix_through_redis(redis_endpoint, tmp_path):
+@pytest.fixture
+def key_file(tmp_path):
+    path = tmp_path / "remote.keys"
+    path.write_text(kvtier.generate_remote_key(1))
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_two_engines_share_a_prefix_through_redis(redis_endpoint, tmp_path, key_file,
+                                                  monkeypatch):
     (tmp_path / "ssd").mkdir()
     a = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, ssd_dirs=[str(tmp_path / "ssd")],
                       ssd_bytes=16 << 20, ssd_segment_bytes=1 << 20,
-                      remote_endpoints=[redis_endpoint])
-    b = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, remote_endpoints=[redis_endpoint])
+                      remote_endpoints=[redis_endpoint], remote_key_file=key_file)
+    # The same deployment key through an environment variable.
+    with open(key_file) as f:
+        monkeypatch.setenv("KVTIER_TEST_REMOTE_KEY", f.read())
+    b = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, remote_endpoints=[redis_endpoint],
+                      remote_key_env="KVTIER_TEST_REMOTE_KEY")
     with a, b:
         tokens = np.arange(500, 500 + 2 * 16, dtype=np.uint32)
         rng = np.random.default_rng(3)
@@ -74,4 +90,31 @@ def test_two_engines_share_a_prefix_through_redis(redis_endpoint, tmp_path):
 def test_bad_remote_write_policy_is_refused():
     with pytest.raises(kvtier.InvalidArgumentError, match="remote_write_policy"):
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, remote_endpoints=["127.0.0.1:1"],
-                      remote_write_policy="sideways")
+                      remote_write_policy="sideways", remote_insecure_plaintext=True)
+
+
+def test_remote_key_is_required_and_checked(tmp_path, key_file, monkeypatch):
+    remote = dict(layout=LAYOUT, host_bytes=1 << 20, remote_endpoints=["127.0.0.1:1"])
+    with pytest.raises(kvtier.InvalidArgumentError, match="insecure_plaintext"):
+        kvtier.Engine(**remote)
+    kvtier.Engine(**remote, remote_insecure_plaintext=True).close()  # The explicit choice.
+    kvtier.Engine(**remote, remote_key_file=key_file).close()
+    open_to_all = tmp_path / "open.keys"
+    open_to_all.write_text(kvtier.generate_remote_key(1))
+    open_to_all.chmod(0o644)
+    with pytest.raises(kvtier.InvalidArgumentError, match="0644"):
+        kvtier.Engine(**remote, remote_key_file=str(open_to_all))
+    monkeypatch.delenv("KVTIER_TEST_UNSET_KEY", raising=False)
+    with pytest.raises(kvtier.InvalidArgumentError, match="KVTIER_TEST_UNSET_KEY"):
+        kvtier.Engine(**remote, remote_key_env="KVTIER_TEST_UNSET_KEY")
+    with pytest.raises(kvtier.InvalidArgumentError, match="one of them"):
+        kvtier.Engine(**remote, remote_key_file=key_file, remote_key_env="X")
+
+
+def test_derive_tenant_salt():
+    secret = b"s" * 32
+    salt = kvtier.derive_tenant_salt("tenant-a", secret)
+    assert len(salt) == 64 and salt == kvtier.derive_tenant_salt("tenant-a", secret)
+    assert salt != kvtier.derive_tenant_salt("tenant-b", secret)
+    with pytest.raises(kvtier.InvalidArgumentError, match="16 bytes"):
+        kvtier.derive_tenant_salt("tenant-a", b"short")

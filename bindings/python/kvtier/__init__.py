@@ -39,6 +39,8 @@ from ._kvtier import (  # noqa: F401  (re-exported API)
     TierStats,
     TimedOutError,
     UnavailableError,
+    derive_tenant_salt,
+    generate_remote_key,
 )
 
 __version__ = _kvtier.__version__
@@ -47,7 +49,8 @@ __all__ = [
     "Engine", "Namespace", "LookupResult", "LoadHandle", "StoreHandle", "PinHandle", "Tier",
     "Priority", "EngineStats", "TierStats", "Error", "NotFoundError", "CorruptionError", "IoError",
     "InvalidArgumentError", "NotSupportedError", "NoSpaceError", "BusyError", "AbortedError",
-    "TimedOutError", "UnavailableError", "empty_blocks", "__version__",
+    "TimedOutError", "UnavailableError", "empty_blocks", "derive_tenant_salt",
+    "generate_remote_key", "__version__",
 ]
 
 
@@ -67,7 +70,12 @@ class Engine(_kvtier.Engine):
     default_ttl_ms, worker_threads, sink_chunks, promote_on_load, numa_node
     remote_endpoints  ["host:port", ...]: the remote tier on Redis (empty: none); with
                     remote_cluster=True the endpoints are Redis Cluster seeds;
-                    remote_write_policy "through" | "back"; remote_user, remote_password (AUTH)
+                    remote_write_policy "through" | "back"; remote_user, remote_password (AUTH);
+                    remote_key_file (mode 0600) or remote_key_env (a variable's name): the
+                    deployment keys that encrypt and authenticate remote values and hash their
+                    key names (docs/security.md); without one, remote_insecure_plaintext=True
+                    is required (values in the clear, readable and forgeable by anyone who can
+                    reach the Redis)
     prediction      True: access prediction (docs/engine.md, "Access prediction"): each
                     lookup(ns, tokens, session_id=...) is an access of its session, and the
                     predicted next sessions' blocks are promoted into host memory in the

@@ -1,0 +1,340 @@
+// Goal: show, against a real redis-server, what someone with plain access to the shared store
+// (no key, no kvtier code) can and cannot do once values are sealed: listing keys reveals no
+// chunk hash; no 64-byte run of a stored block appears in any value; a value forged with valid
+// CRCs, a value copied from another key (another tenant's chunk), and a value written under
+// another deployment's key are all misses, counted and logged once per key id; keys rotate
+// (values written under the old key stay readable, new ones use the new key); a store opens only
+// with a key or an explicit insecure_plaintext; and a cluster MOVED to a host outside the slot
+// map is refused without connecting to it.
+// Method: each test starts its own redis-server (redis_test_util.h) and inspects it with raw
+// commands; the redirect test runs a small fake cluster node on loopback that answers CLUSTER
+// SLOTS with itself and every GET with a MOVED to a second loopback listener, which counts the
+// connections it gets.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/sha256.h"
+#include "testing/test_util.h"
+#include "tiers/redis_store.h"
+#include "tiers/redis_test_util.h"
+
+namespace kvtier {
+namespace {
+
+const std::string kKey1 = "1 " + std::string(64, '1');
+const std::string kKey2 = "2 " + std::string(64, '2');
+
+RemoteKeyring Ring(const std::string& text) {
+  Result<RemoteKeyring> r = RemoteKeyring::Parse(text);
+  KV_CHECK_OK(r.status());
+  return std::move(r).value();
+}
+
+BlockKey MakeKey(uint32_t chunk, uint32_t layer) {
+  BlockKey key;
+  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
+    key.chunk_hash[i] = static_cast<uint8_t>(chunk * 37 + i);
+  }
+  key.layer = layer;
+  return key;
+}
+
+std::vector<std::byte> MakePayload(size_t n, uint32_t seed) {
+  std::vector<std::byte> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((i / 7 + seed) & 0xFF);
+  return p;
+}
+
+class RedisSealedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServerInstalled()) GTEST_SKIP() << "redis-server is not installed; skipping";
+    Result<std::unique_ptr<RedisServer>> server = RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  RedisStoreOptions Options(std::optional<RemoteKeyring> keyring) {
+    RedisStoreOptions o{.endpoints = {server_->endpoint()}, .logger = &logger_};
+    o.layout_digest.fill(9);
+    if (keyring.has_value()) {
+      o.keyring = std::move(keyring);
+    } else {
+      o.insecure_plaintext = true;
+    }
+    return o;
+  }
+
+  std::unique_ptr<RedisStore> Open(std::optional<RemoteKeyring> keyring) {
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::Open(Options(std::move(keyring)));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static Status PutOne(RedisStore& store, const BlockKey& key, std::span<const std::byte> p) {
+    RemotePut put{.key = key, .codec_id = 2, .raw_bytes = 77, .payload = p};
+    KV_RETURN_IF_ERROR(store.Put({&put, 1}));
+    return put.status;
+  }
+
+  // Reads `key`; OK only when the payload equals `want`.
+  static Status GetOne(RedisStore& store, const BlockKey& key, std::span<const std::byte> want) {
+    std::vector<std::byte> out(want.size() + 64);
+    RemoteGet get{.key = key, .dst = out};
+    KV_RETURN_IF_ERROR(store.Get({&get, 1}));
+    KV_RETURN_IF_ERROR(get.status);
+    if (get.payload_bytes != want.size() ||
+        !std::equal(want.begin(), want.end(), out.begin())) {
+      return Status::Corruption("payload differs");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::string> Raw(const std::vector<std::string>& args) {
+    return RedisRawCommand(server_->port(), args);
+  }
+
+  CapturingLogger logger_;
+  std::unique_ptr<RedisServer> server_;
+};
+
+TEST_F(RedisSealedTest, OpenNeedsAKeyOrAnExplicitInsecureChoice) {
+  RedisStoreOptions neither{.endpoints = {server_->endpoint()}};
+  Result<std::unique_ptr<RedisStore>> s = RedisStore::Open(neither);
+  EXPECT_TRUE(s.status().IsInvalidArgument());
+  EXPECT_NE(s.status().message().find("insecure_plaintext"), std::string::npos);
+  RedisStoreOptions both = Options(Ring(kKey1));
+  both.insecure_plaintext = true;
+  EXPECT_TRUE(RedisStore::Open(both).status().IsInvalidArgument());
+}
+
+TEST_F(RedisSealedTest, ListingAndReadingTheStoreRevealsNothing) {
+  std::unique_ptr<RedisStore> store = Open(Ring(kKey1));
+  ASSERT_NE(store, nullptr);
+  std::vector<std::vector<std::byte>> payloads;
+  for (uint32_t c = 0; c < 3; ++c) {
+    for (uint32_t l = 0; l < 2; ++l) {
+      payloads.push_back(MakePayload(8192, c * 2 + l));
+      ASSERT_TRUE(PutOne(*store, MakeKey(c, l), payloads.back()).ok());
+    }
+  }
+  Result<std::string> keys = Raw({"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  for (uint32_t c = 0; c < 3; ++c) {
+    const std::string hex = ToHex(MakeKey(c, 0).chunk_hash);
+    EXPECT_EQ(keys->find(hex.substr(0, 16)), std::string::npos) << *keys;
+  }
+  size_t values = 0;
+  for (uint32_t c = 0; c < 3; ++c) {
+    for (uint32_t l = 0; l < 2; ++l) {
+      Result<std::string> v = Raw({"GET", store->KeyName(MakeKey(c, l))});
+      ASSERT_TRUE(v.ok());
+      ++values;
+      for (const std::vector<std::byte>& p : payloads) {
+        const std::string run(reinterpret_cast<const char*>(p.data()) + 1000, 64);
+        EXPECT_EQ(v->find(run), std::string::npos) << "plaintext in the value of " << c << "/" << l;
+      }
+      EXPECT_TRUE(GetOne(*store, MakeKey(c, l), payloads[c * 2 + l]).ok());
+    }
+  }
+  EXPECT_EQ(values, 6u);
+}
+
+TEST_F(RedisSealedTest, ForgedCopiedAndForeignValuesAreCountedMisses) {
+  std::unique_ptr<RedisStore> store = Open(Ring(kKey1));
+  std::unique_ptr<RedisStore> plain = Open(std::nullopt);
+  std::unique_ptr<RedisStore> foreign = Open(Ring("1 " + std::string(64, 'e')));
+  ASSERT_TRUE(store != nullptr && plain != nullptr && foreign != nullptr);
+  const std::vector<std::byte> good = MakePayload(4096, 1);
+  const std::vector<std::byte> planted(4096, std::byte{0x3c});  // FP16 1.0s.
+  const BlockKey victim = MakeKey(10, 0), other = MakeKey(11, 0);
+  ASSERT_TRUE(PutOne(*store, victim, good).ok());
+  ASSERT_TRUE(PutOne(*store, other, MakePayload(4096, 2)).ok());
+  const std::string victim_name = store->KeyName(victim);
+
+  // 1. A forgery with valid CRCs: the plain value kvtier itself would write for that key.
+  ASSERT_TRUE(PutOne(*plain, victim, planted).ok());
+  Result<std::string> forged = Raw({"GET", plain->KeyName(victim)});
+  ASSERT_TRUE(forged.ok());
+  ASSERT_TRUE(Raw({"SET", victim_name, *forged}).ok());
+  EXPECT_TRUE(GetOne(*store, victim, planted).IsCorruption());
+  // 2. Another key's (another tenant's chunk's) sealed value copied under this key's name.
+  Result<std::string> copied = Raw({"GET", store->KeyName(other)});
+  ASSERT_TRUE(copied.ok());
+  ASSERT_TRUE(Raw({"SET", victim_name, *copied}).ok());
+  EXPECT_FALSE(GetOne(*store, victim, good).ok());
+  // 3. A value sealed by another deployment (its own key, claiming the same key id).
+  ASSERT_TRUE(PutOne(*foreign, victim, planted).ok());
+  Result<std::string> alien = Raw({"GET", foreign->KeyName(victim)});
+  ASSERT_TRUE(alien.ok());
+  ASSERT_TRUE(Raw({"SET", victim_name, *alien}).ok());
+  EXPECT_FALSE(GetOne(*store, victim, planted).ok());
+
+  const RemoteStoreStats stats = store->Stats();
+  EXPECT_EQ(stats.auth_failures, 3u);
+  EXPECT_EQ(stats.hits, 0u);
+  // Logged once per key id: the unsealed forgery (no key id, 0) and key id 1 (copied, foreign).
+  EXPECT_EQ(logger_.CountContaining("remote value was refused"), 2u);
+}
+
+TEST_F(RedisSealedTest, RotationReadsOldValuesAndWritesWithTheNewKey) {
+  std::unique_ptr<RedisStore> before = Open(Ring(kKey1));
+  ASSERT_NE(before, nullptr);
+  const std::vector<std::byte> old_value = MakePayload(2048, 3);
+  ASSERT_TRUE(PutOne(*before, MakeKey(20, 0), old_value).ok());
+  std::unique_ptr<RedisStore> after = Open(Ring(kKey1 + "\n" + kKey2));
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->KeyName(MakeKey(20, 0)), before->KeyName(MakeKey(20, 0)));
+  EXPECT_TRUE(GetOne(*after, MakeKey(20, 0), old_value).ok());
+  const std::vector<std::byte> new_value = MakePayload(2048, 4);
+  ASSERT_TRUE(PutOne(*after, MakeKey(21, 0), new_value).ok());
+  Result<std::string> raw = Raw({"GET", after->KeyName(MakeKey(21, 0))});
+  ASSERT_TRUE(raw.ok());
+  ASSERT_GE(raw->size(), kSealedHeaderBytes);
+  EXPECT_EQ(static_cast<uint8_t>((*raw)[8]), 2u) << "written with key id 2";
+  EXPECT_TRUE(GetOne(*after, MakeKey(21, 0), new_value).ok());
+  EXPECT_FALSE(GetOne(*before, MakeKey(21, 0), new_value).ok()) << "key 2 unknown before";
+}
+
+// A loopback listener that answers like a one-node cluster whose every GET is MOVED elsewhere.
+class FakeClusterNode {
+ public:
+  FakeClusterNode(const char* address, std::string moved_to) : moved_to_(std::move(moved_to)) {
+    fd_ = Listen(address, &port_);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeClusterNode() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  int accepted() const { return accepted_.load(); }
+
+  static int Listen(const char* address, uint16_t* port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    KV_CHECK(fd >= 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    KV_CHECK(::inet_pton(AF_INET, address, &sa.sin_addr) == 1);
+    KV_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    KV_CHECK(::listen(fd, 8) == 0);
+    socklen_t len = sizeof(sa);
+    KV_CHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+  }
+
+ private:
+  // Replies to each complete command in `in` (RESP arrays of bulk strings); consumes them.
+  std::string Answer(std::string* in) {
+    std::string out;
+    while (true) {
+      size_t pos = 0;
+      std::vector<std::string> args;
+      if (!ParseCommand(*in, &pos, &args)) break;
+      in->erase(0, pos);
+      const std::string cmd = args.empty() ? "" : args[0];
+      if (cmd == "CLUSTER") {
+        const std::string p = std::to_string(port_);
+        out += "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + p + "\r\n";
+      } else if (cmd == "GET" || cmd == "SET" || cmd == "EXISTS") {
+        out += "-MOVED 1234 " + moved_to_ + "\r\n";
+      } else {
+        out += "+OK\r\n";
+      }
+    }
+    return out;
+  }
+  static bool ParseCommand(const std::string& in, size_t* pos, std::vector<std::string>* args) {
+    const auto line = [&](std::string* text) {
+      const size_t end = in.find("\r\n", *pos);
+      if (end == std::string::npos) return false;
+      *text = in.substr(*pos, end - *pos);
+      *pos = end + 2;
+      return true;
+    };
+    std::string head;
+    if (!line(&head) || head.empty() || head[0] != '*') return false;
+    const int n = std::stoi(head.substr(1));
+    for (int i = 0; i < n; ++i) {
+      std::string len;
+      if (!line(&len) || len.empty() || len[0] != '$') return false;
+      const size_t bytes = std::stoul(len.substr(1));
+      if (in.size() < *pos + bytes + 2) return false;
+      args->push_back(in.substr(*pos, bytes));
+      *pos += bytes + 2;
+    }
+    return true;
+  }
+  void Serve() {
+    std::vector<std::pair<int, std::string>> clients;
+    while (!stop_) {
+      std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+      for (const auto& c : clients) fds.push_back({c.first, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if ((fds[0].revents & POLLIN) != 0) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c >= 0) {
+          ++accepted_;
+          clients.emplace_back(c, "");
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
+        char buf[4096];
+        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) continue;
+        std::string& in = clients[i - 1].second;
+        in.append(buf, static_cast<size_t>(n));
+        const std::string out = Answer(&in);
+        if (!out.empty()) (void)!::write(fds[i].fd, out.data(), out.size());
+      }
+    }
+    for (const auto& c : clients) ::close(c.first);
+  }
+
+  std::string moved_to_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+TEST(RedisRedirectTest, MovedOutsideTheSlotMapIsRefusedWithoutConnecting) {
+  // The host a hostile node would send us (and our password) to: another loopback address.
+  FakeClusterNode trap("127.0.0.2", "127.0.0.9:1");
+  FakeClusterNode node("127.0.0.1", "127.0.0.2:" + std::to_string(trap.port()));
+  CapturingLogger logger;
+  Result<std::unique_ptr<RedisStore>> store =
+      RedisStore::Open({.endpoints = {"127.0.0.1:" + std::to_string(node.port())},
+                        .mode = RedisMode::kCluster,
+                        .password = "secret",
+                        .topology_refresh_interval_us = 0,
+                        .keyring = Ring(kKey1),
+                        .logger = &logger});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<std::byte> out(64);
+  RemoteGet get{.key = MakeKey(1, 0), .dst = out};
+  ASSERT_TRUE((*store)->Get({&get, 1}).ok());
+  EXPECT_TRUE(get.status.IsUnavailable()) << get.status.ToString();
+  EXPECT_NE(get.status.message().find("not in the cluster's slot map"), std::string::npos);
+  EXPECT_EQ((*store)->Stats().redirects_refused, 1u);
+  EXPECT_EQ(trap.accepted(), 0) << "the client connected to a host outside the cluster";
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,314 @@
+// See remote_crypto.h. OpenSSL's EVP interface does the cryptography (AES-256-GCM, HMAC-SHA256,
+// the random nonces); nothing here is hand-written cryptography, only the framing around it.
+#include "tiers/remote_crypto.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "core/assert.h"
+#include "core/coding.h"
+#include "core/sha256.h"
+
+namespace kvtier {
+namespace {
+
+using Mac = std::array<uint8_t, 32>;
+
+Mac Hmac(std::span<const uint8_t> key, std::span<const std::span<const uint8_t>> parts) {
+  // One contiguous message: the parts are small (names, ids).
+  std::vector<uint8_t> msg;
+  for (const auto& p : parts) msg.insert(msg.end(), p.begin(), p.end());
+  Mac out{};
+  unsigned int len = 0;
+  KV_CHECK(HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), msg.data(), msg.size(),
+                out.data(), &len) != nullptr);
+  KV_CHECK(len == out.size());
+  return out;
+}
+
+std::span<const uint8_t> Bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+std::string Hex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+Status ParseLine(std::string_view line, size_t number, RemoteKey* key) {
+  const std::string where = "remote key line " + std::to_string(number);
+  const size_t space = line.find_first_of(" \t");
+  if (space == std::string_view::npos) {
+    return Status::InvalidArgument(where + ": expected '<id> <64 hex digits>'");
+  }
+  const std::string_view id_text = line.substr(0, space);
+  const std::string_view hex = Trim(line.substr(space + 1));
+  uint64_t id = 0;
+  if (id_text.empty() || id_text.size() > 10) {
+    return Status::InvalidArgument(where + ": the key id must be a decimal number");
+  }
+  for (const char c : id_text) {
+    if (c < '0' || c > '9') {
+      return Status::InvalidArgument(where + ": the key id must be a decimal number");
+    }
+    id = id * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (id == 0 || id > UINT32_MAX) {
+    return Status::InvalidArgument(where + ": the key id must be in [1, 4294967295]");
+  }
+  Hash256 bytes;
+  if (hex.size() != 2 * kRemoteKeyBytes || !FromHex(hex, &bytes)) {
+    return Status::InvalidArgument(where + ": the key must be 64 hex digits (256 bits)");
+  }
+  key->id = static_cast<uint32_t>(id);
+  std::copy(bytes.begin(), bytes.end(), key->bytes.begin());
+  return Status::Ok();
+}
+
+struct CipherCtxDeleter {
+  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+};
+using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxDeleter>;
+
+void EncodeSealedHeader(uint32_t key_id, std::span<const uint8_t, 12> nonce, std::byte* out) {
+  EncodeFixed32(out, kSealedMagic);
+  EncodeFixed16(out + 4, kSealedVersion);
+  out[6] = std::byte{kSealedAesGcm};
+  out[7] = std::byte{0};
+  EncodeFixed32(out + 8, key_id);
+  std::memcpy(out + 12, nonce.data(), nonce.size());
+}
+
+// Feeds the associated data: the sealed header and the key name.
+bool AddAad(EVP_CIPHER_CTX* ctx, const std::byte* header, std::string_view key_name) {
+  int len = 0;
+  if (EVP_CipherUpdate(ctx, nullptr, &len, reinterpret_cast<const uint8_t*>(header),
+                       static_cast<int>(kSealedHeaderBytes)) != 1) {
+    return false;
+  }
+  return EVP_CipherUpdate(ctx, nullptr, &len, reinterpret_cast<const uint8_t*>(key_name.data()),
+                          static_cast<int>(key_name.size())) == 1;
+}
+
+}  // namespace
+
+Result<RemoteKeyring> RemoteKeyring::Parse(std::string_view text) {
+  if (text.size() > kRemoteKeyFileBytesMax) {
+    return Status::InvalidArgument("remote keys: more than " +
+                                   std::to_string(kRemoteKeyFileBytesMax) + " bytes");
+  }
+  RemoteKeyring ring;
+  size_t number = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = Trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    ++number;
+    if (line.empty() || line.front() == '#') continue;
+    if (ring.keys_.size() == kRemoteKeysMax) {
+      return Status::InvalidArgument("remote keys: more than " + std::to_string(kRemoteKeysMax));
+    }
+    RemoteKey key;
+    KV_RETURN_IF_ERROR(ParseLine(line, number, &key));
+    if (ring.Find(key.id) != nullptr) {
+      return Status::InvalidArgument("remote key line " + std::to_string(number) + ": key id " +
+                                     std::to_string(key.id) + " is listed twice");
+    }
+    ring.keys_.push_back(key);
+    std::sort(ring.keys_.begin(), ring.keys_.end(),
+              [](const RemoteKey& a, const RemoteKey& b) { return a.id < b.id; });
+  }
+  if (ring.keys_.empty()) return Status::InvalidArgument("remote keys: no key given");
+  const std::span<const uint8_t> label = Bytes("kvtier remote key names v1");
+  ring.name_key_ = Hmac(ring.keys_.front().bytes, std::array{label});
+  return ring;
+}
+
+Result<RemoteKeyring> RemoteKeyring::LoadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return Status::FromErrno(errno, "remote key file " + path);
+  struct stat st {};
+  std::string text;
+  Status s;
+  if (::fstat(fd, &st) != 0) {
+    s = Status::FromErrno(errno, "remote key file " + path);
+  } else if (!S_ISREG(st.st_mode)) {
+    s = Status::InvalidArgument("remote key file " + path + " is not a regular file");
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    s = Status::InvalidArgument("remote key file " + path + " has mode " + mode +
+                                ": other users may read or change it; chmod 600 it");
+  } else if (static_cast<uint64_t>(st.st_size) > kRemoteKeyFileBytesMax) {
+    s = Status::InvalidArgument("remote key file " + path + " is larger than " +
+                                std::to_string(kRemoteKeyFileBytesMax) + " bytes");
+  } else {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    text.resize(done);
+  }
+  ::close(fd);
+  KV_RETURN_IF_ERROR(s);
+  Result<RemoteKeyring> ring = Parse(text);
+  if (!ring.ok()) return ring.status().WithContext("remote key file " + path);
+  return ring;
+}
+
+Result<std::string> RemoteKeyring::GenerateText(uint32_t id) {
+  if (id == 0) return Status::InvalidArgument("remote key id must be at least 1");
+  std::array<uint8_t, kRemoteKeyBytes> bytes{};
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    return Status::IoError("remote key: the random generator failed");
+  }
+  return std::to_string(id) + " " + Hex(bytes) + "\n";
+}
+
+const RemoteKey& RemoteKeyring::write_key() const {
+  KV_CHECK(!keys_.empty());
+  return keys_.back();
+}
+
+const RemoteKey* RemoteKeyring::Find(uint32_t id) const {
+  for (const RemoteKey& k : keys_) {
+    if (k.id == id) return &k;
+  }
+  return nullptr;
+}
+
+std::string SealedKeyName(std::string_view prefix, const RemoteKeyring& keyring,
+                          const BlockKey& key) {
+  std::array<uint8_t, 4> layer{};
+  EncodeFixed32(reinterpret_cast<std::byte*>(layer.data()), key.layer);
+  const std::span<const uint8_t> chunk(key.chunk_hash.data(), key.chunk_hash.size());
+  const Mac tag = Hmac(keyring.name_key(), std::array{Bytes("chunk"), chunk});
+  const Mac block =
+      Hmac(keyring.name_key(), std::array{Bytes("block"), chunk, std::span<const uint8_t>(layer)});
+  std::string name;
+  name.reserve(prefix.size() + 70);
+  name.append(prefix);
+  name.append(":{");
+  name.append(Hex(std::span(tag).first(16)));
+  name.append("}:");
+  name.append(Hex(std::span(block).first(16)));
+  return name;
+}
+
+Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
+                       std::span<const std::byte> plain, std::vector<std::byte>* out) {
+  KV_CHECK(!keyring.empty());
+  KV_CHECK(plain.size() <= INT32_MAX - kSealedOverheadBytes);
+  const RemoteKey& key = keyring.write_key();
+  std::array<uint8_t, 12> nonce{};
+  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
+    return Status::IoError("remote value: the random generator failed");
+  }
+  out->resize(kSealedOverheadBytes + plain.size());
+  EncodeSealedHeader(key.id, nonce, out->data());
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
+  int len = 0;
+  const bool ok =
+      ctx != nullptr &&
+      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), nonce.data()) ==
+          1 &&
+      AddAad(ctx.get(), out->data(), key_name) &&
+      EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(out->data() + kSealedHeaderBytes),
+                        &len, reinterpret_cast<const uint8_t*>(plain.data()),
+                        static_cast<int>(plain.size())) == 1 &&
+      static_cast<size_t>(len) == plain.size() &&
+      EVP_EncryptFinal_ex(ctx.get(), nullptr, &len) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealedTagBytes),
+                          out->data() + kSealedHeaderBytes + plain.size()) == 1;
+  if (!ok) return Status::IoError("remote value: encryption failed");
+  return Status::Ok();
+}
+
+Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
+                       std::span<const std::byte> sealed, std::vector<std::byte>* plain,
+                       uint32_t* key_id) {
+  *key_id = 0;
+  if (sealed.size() < kSealedOverheadBytes || sealed.size() > INT32_MAX) {
+    return Status::Corruption("sealed remote value: too short");
+  }
+  if (DecodeFixed32(sealed.data()) != kSealedMagic) {
+    return Status::Corruption("sealed remote value: bad magic (a plaintext value?)");
+  }
+  if (DecodeFixed16(sealed.data() + 4) != kSealedVersion ||
+      sealed[6] != std::byte{kSealedAesGcm} || sealed[7] != std::byte{0}) {
+    return Status::Corruption("sealed remote value: unknown version or algorithm");
+  }
+  *key_id = DecodeFixed32(sealed.data() + 8);
+  const RemoteKey* key = keyring.Find(*key_id);
+  if (key == nullptr) {
+    return Status::NotFound("sealed remote value: key id " + std::to_string(*key_id) +
+                            " is not in the keyring");
+  }
+  const size_t n = sealed.size() - kSealedOverheadBytes;
+  plain->resize(n);
+  const auto* nonce = reinterpret_cast<const uint8_t*>(sealed.data() + 12);
+  std::array<uint8_t, kSealedTagBytes> tag{};
+  std::memcpy(tag.data(), sealed.data() + kSealedHeaderBytes + n, tag.size());
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
+  int len = 0;
+  const bool ok =
+      ctx != nullptr &&
+      EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key->bytes.data(), nonce) == 1 &&
+      AddAad(ctx.get(), sealed.data(), key_name) &&
+      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(plain->data()), &len,
+                        reinterpret_cast<const uint8_t*>(sealed.data() + kSealedHeaderBytes),
+                        static_cast<int>(n)) == 1 &&
+      static_cast<size_t>(len) == n &&
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
+                          tag.data()) == 1 &&
+      EVP_DecryptFinal_ex(ctx.get(), nullptr, &len) == 1;
+  if (!ok) {
+    plain->clear();
+    return Status::Corruption("sealed remote value: authentication failed (key id " +
+                              std::to_string(*key_id) + ")");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> DeriveTenantSalt(std::string_view tenant_id,
+                                     std::span<const std::byte> secret) {
+  if (tenant_id.empty()) return Status::InvalidArgument("tenant salt: empty tenant id");
+  if (secret.size() < 16) {
+    return Status::InvalidArgument("tenant salt: the secret must be at least 16 bytes");
+  }
+  const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()),
+                                     secret.size());
+  const std::array<uint8_t, 1> zero{0};
+  const Mac mac =
+      Hmac(key, std::array{Bytes("kvtier tenant salt v1"), std::span<const uint8_t>(zero),
+                           Bytes(tenant_id)});
+  return Hex(mac);
+}
+
+}  // namespace kvtier
