@@ -8,12 +8,19 @@
 
 #include "core/aligned_buffer.h"
 #include "core/coding.h"
+#include "core/escape.h"
 #include "runtime/kernels.h"
 #include "runtime/mapped_file.h"
 #include "runtime/runtime_limits.h"
 
 namespace kvtier::runtime {
 namespace {
+
+// A name or string read from the file, as a message shows it: quoted and escaped, so hostile
+// bytes (terminal escapes, NULs, newlines, megabytes) cannot reach the user's terminal.
+std::string Quoted(std::string_view file_bytes) {
+  return "'" + EscapeForMessage(file_bytes) + "'";
+}
 
 Status Truncated(std::string_view what, const ByteReader& r) {
   return Status::Corruption("GGUF truncated while reading " + std::string(what) + " at byte " +
@@ -116,18 +123,18 @@ Status ReadArray(ByteReader& r, const std::string& key, GgufValue* value) {
   uint64_t count = 0;
   if (!r.GetFixed32(&raw_type) || !r.GetFixed64(&count)) return Truncated("an array header", r);
   if (!IsKnownType(raw_type)) {
-    return Status::Corruption("GGUF key " + key + ": unknown array element type " +
+    return Status::Corruption("GGUF key " + Quoted(key) + ": unknown array element type " +
                               std::to_string(raw_type));
   }
   const auto type = static_cast<GgufValueType>(raw_type);
   if (type == GgufValueType::kArray) {
-    return Status::NotSupported("GGUF key " + key + ": nested arrays are not supported");
+    return Status::NotSupported("GGUF key " + Quoted(key) + ": nested arrays are not supported");
   }
   // Each element takes at least one byte (strings at least their 8-byte length): compare with
   // the bytes left before reserving anything.
   const uint64_t min_elem_bytes = type == GgufValueType::kString ? 8 : ScalarBytes(type);
   if (count > kGgufArrayElemsMax || count > r.remaining() / min_elem_bytes) {
-    return Status::Corruption("GGUF key " + key + ": array of " + std::to_string(count) +
+    return Status::Corruption("GGUF key " + Quoted(key) + ": array of " + std::to_string(count) +
                               " elements exceeds the limit or the file");
   }
   value->array_type = type;
@@ -152,11 +159,13 @@ Status ReadMetadata(ByteReader& r, uint64_t count, GgufFile* file) {
   for (uint64_t i = 0; i < count; ++i) {
     std::string key;
     KV_RETURN_IF_ERROR(ReadString(r, kGgufStringBytesMax, "metadata key", &key));
-    if (!seen.insert(key).second) return Status::Corruption("GGUF duplicate metadata key " + key);
+    if (!seen.insert(key).second) {
+      return Status::Corruption("GGUF duplicate metadata key " + Quoted(key));
+    }
     uint32_t raw_type = 0;
     if (!r.GetFixed32(&raw_type)) return Truncated("a metadata type", r);
     if (!IsKnownType(raw_type)) {
-      return Status::Corruption("GGUF key " + key + ": unknown value type " +
+      return Status::Corruption("GGUF key " + Quoted(key) + ": unknown value type " +
                                 std::to_string(raw_type));
     }
     GgufValue value;
@@ -177,16 +186,19 @@ Status ReadTensorInfo(ByteReader& r, GgufTensorInfo* t, uint64_t* relative_offse
   KV_RETURN_IF_ERROR(ReadString(r, kGgufTensorNameBytesMax, "tensor name", &t->name));
   if (!r.GetFixed32(&t->n_dims)) return Truncated("tensor dims", r);
   if (t->n_dims == 0 || t->n_dims > kGgufTensorDimsMax) {
-    return Status::Corruption("GGUF tensor " + t->name + " has " + std::to_string(t->n_dims) +
-                              " dimensions, outside [1, " + std::to_string(kGgufTensorDimsMax) +
-                              "]");
+    return Status::Corruption("GGUF tensor " + Quoted(t->name) + " has " +
+                              std::to_string(t->n_dims) + " dimensions, outside [1, " +
+                              std::to_string(kGgufTensorDimsMax) + "]");
   }
   uint64_t elements = 1;
   for (uint32_t d = 0; d < t->n_dims; ++d) {
     if (!r.GetFixed64(&t->ne[d])) return Truncated("tensor dims", r);
-    if (t->ne[d] == 0) return Status::Corruption("GGUF tensor " + t->name + " has a zero dim");
+    if (t->ne[d] == 0) {
+      return Status::Corruption("GGUF tensor " + Quoted(t->name) + " has a zero dim");
+    }
     if (__builtin_mul_overflow(elements, t->ne[d], &elements)) {
-      return Status::Corruption("GGUF tensor " + t->name + ": dimension product overflows");
+      return Status::Corruption("GGUF tensor " + Quoted(t->name) +
+                                ": dimension product overflows");
     }
   }
   uint32_t raw_type = 0;
@@ -195,13 +207,13 @@ Status ReadTensorInfo(ByteReader& r, GgufTensorInfo* t, uint64_t* relative_offse
   }
   if (raw_type != static_cast<uint32_t>(GgmlType::kF32) &&
       raw_type != static_cast<uint32_t>(GgmlType::kF16)) {
-    return Status::NotSupported("GGUF tensor " + t->name + " has unsupported ggml type " +
+    return Status::NotSupported("GGUF tensor " + Quoted(t->name) + " has unsupported ggml type " +
                                 std::to_string(raw_type) + " (only F32 = 0 and F16 = 1)");
   }
   t->type = static_cast<GgmlType>(raw_type);
   const uint64_t elem_bytes = t->type == GgmlType::kF32 ? 4 : 2;
   if (__builtin_mul_overflow(elements, elem_bytes, &t->size_bytes)) {
-    return Status::Corruption("GGUF tensor " + t->name + ": byte size overflows");
+    return Status::Corruption("GGUF tensor " + Quoted(t->name) + ": byte size overflows");
   }
   return Status::Ok();
 }
@@ -222,13 +234,14 @@ Status PlaceTensors(std::span<const uint64_t> relative, uint64_t file_bytes, Ggu
   for (size_t i = 0; i < file->tensors.size(); ++i) {
     GgufTensorInfo& t = file->tensors[i];
     if (relative[i] % file->alignment != 0) {
-      return Status::Corruption("GGUF tensor " + t.name + " offset " + std::to_string(relative[i]) +
-                                " is not aligned to " + std::to_string(file->alignment));
+      return Status::Corruption("GGUF tensor " + Quoted(t.name) + " offset " +
+                                std::to_string(relative[i]) + " is not aligned to " +
+                                std::to_string(file->alignment));
     }
     uint64_t end = 0;
     if (__builtin_add_overflow(file->data_offset_bytes, relative[i], &t.file_offset_bytes) ||
         __builtin_add_overflow(t.file_offset_bytes, t.size_bytes, &end) || end > file_bytes) {
-      return Status::Corruption("GGUF tensor " + t.name + " (offset " +
+      return Status::Corruption("GGUF tensor " + Quoted(t.name) + " (offset " +
                                 std::to_string(relative[i]) + ", " + std::to_string(t.size_bytes) +
                                 " bytes) lies outside the file of " + std::to_string(file_bytes) +
                                 " bytes");
@@ -241,8 +254,8 @@ Status PlaceTensors(std::span<const uint64_t> relative, uint64_t file_bytes, Ggu
   });
   for (size_t i = 1; i < order.size(); ++i) {
     if (order[i - 1]->file_offset_bytes + order[i - 1]->size_bytes > order[i]->file_offset_bytes) {
-      return Status::Corruption("GGUF tensors " + order[i - 1]->name + " and " + order[i]->name +
-                                " overlap");
+      return Status::Corruption("GGUF tensors " + Quoted(order[i - 1]->name) + " and " +
+                                Quoted(order[i]->name) + " overlap");
     }
   }
   return Status::Ok();
@@ -299,7 +312,7 @@ Result<GgufFile> ParseGguf(std::span<const std::byte> bytes) {
   for (size_t i = 0; i < file.tensors.size(); ++i) {
     KV_RETURN_IF_ERROR(ReadTensorInfo(r, &file.tensors[i], &relative[i]));
     if (!names.insert(file.tensors[i].name).second) {
-      return Status::Corruption("GGUF duplicate tensor name " + file.tensors[i].name);
+      return Status::Corruption("GGUF duplicate tensor name " + Quoted(file.tensors[i].name));
     }
   }
   file.data_offset_bytes = AlignUp(r.position(), file.alignment);

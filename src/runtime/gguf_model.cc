@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/escape.h"
 #include "runtime/gguf.h"
 #include "runtime/kernels.h"
 #include "runtime/mapped_file.h"
@@ -50,7 +51,8 @@ Result<ModelConfig> ConfigFromGguf(const GgufFile& file) {
     return Status::Corruption("GGUF is missing general.architecture");
   }
   if (arch->text != "llama") {
-    return Status::NotSupported("GGUF architecture '" + arch->text + "' is not supported (llama)");
+    return Status::NotSupported("GGUF architecture '" + EscapeForMessage(arch->text) +
+                                "' is not supported (llama)");
   }
   ModelConfig c;
   KV_ASSIGN_OR_RETURN(c.dim, GetU32(file, "llama.embedding_length"));

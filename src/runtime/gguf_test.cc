@@ -3,7 +3,7 @@
 // malformed variant gives a Status naming the problem: bad magic, wrong version, truncation at
 // any byte, absurd counts and lengths, overflowing dimensions, unsupported tensor types,
 // tensors out of bounds / misaligned / overlapping, missing tensors, wrong shapes, bad
-// hyper-parameters.
+// hyper-parameters; names and strings of the file reach messages escaped (no control byte).
 // Method: a small GGUF writer below builds images from synthetic weights; hostile variants are
 // built with the writer or by patching bytes, and each is checked for its code and message.
 // Every prefix of a valid image must fail to parse without crashing.
@@ -317,6 +317,48 @@ TEST(GgufTest, RejectsBadModel) {
                    "blk.0.attn_k.weight has shape [16, 8], expected [16, 4]");
   ExpectModelError(Image(w, {.arch = "gpt2"}), StatusCode::kNotSupported, "architecture 'gpt2'");
 }
+
+// True when every byte of `s` is printable ASCII (no terminal escape, NUL or newline).
+bool AllPrintable(const std::string& s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+TEST(GgufTest, MessagesShowFileBytesEscaped) {
+  const ModelWeights w = Synthetic();
+  const std::string hostile("x\x1b[2J\0y", 8);  // Clear-screen escape and a NUL.
+  const std::string shown = "x\\x1b[2J\\x00y";
+  GgufWriter bad_type;
+  bad_type.Key(hostile, static_cast<GgufValueType>(99));
+  GgufWriter duplicate;
+  duplicate.U32(hostile, 1);
+  duplicate.U32(hostile, 2);
+  GgufWriter nested;
+  nested.ArrayHeader(hostile, GgufValueType::kArray, 1);
+  GgufWriter tensor;
+  tensor.Tensor(hostile, {32}, 2, std::string(18, '\0'));
+  GgufWriter long_key;
+  long_key.Key(std::string(100000, '\x1b'), static_cast<GgufValueType>(99));
+  const std::string images[] = {Image(w, {}, bad_type), Image(w, {}, duplicate),
+                                Image(w, {}, nested), Image(w, {}, tensor),
+                                Image(w, {.arch = hostile})};
+  for (const std::string& image : images) {
+    auto r = ParseGgufModel(Bytes(image));
+    ASSERT_FALSE(r.ok());
+    const std::string message = r.status().ToString();
+    EXPECT_TRUE(AllPrintable(message)) << message;
+    EXPECT_NE(message.find(shown), std::string::npos) << message;
+  }
+  auto r = ParseGgufModel(Bytes(Image(w, {}, long_key)));
+  ASSERT_FALSE(r.ok());
+  const std::string message = r.status().ToString();
+  EXPECT_TRUE(AllPrintable(message)) << message;
+  EXPECT_NE(message.find("... (100000 bytes)"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 200u) << message;
+}
+
 
 TEST(GgufTest, Stories260KEqualsLlama2cOriginal) {
   KV_SKIP_WITHOUT_MODEL("stories260K.gguf");

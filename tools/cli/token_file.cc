@@ -7,6 +7,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "core/escape.h"
+
 namespace kvtier::cli {
 namespace {
 
@@ -20,15 +22,6 @@ struct FileCloser {
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-// The token text as shown in a message: bytes outside printable ASCII become '?', so binary
-// input cannot garble the terminal or split the one-line message.
-std::string Printable(std::string text) {
-  for (char& c : text) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return text;
 }
 
 // Splits a byte stream into whitespace-separated tokens and converts each one.
@@ -55,7 +48,10 @@ class TokenParser {
   Status EndToken() {
     if (text_.empty()) return Status::Ok();
     const size_t number = tokens_.size() + 1;
-    const std::string shown = Printable(text_) + (truncated_ ? "..." : "");
+    // Escaped (core/escape.h) so binary input cannot garble the terminal or split the one-line
+    // message; the text is already cut at kTokenTextMax bytes, so all of it is shown.
+    const std::string shown =
+        EscapeForMessage(text_, 4 * kTokenTextMax) + (truncated_ ? "..." : "");
     uint32_t value = 0;
     const char* end = text_.data() + text_.size();
     auto [ptr, ec] = std::from_chars(text_.data(), end, value);

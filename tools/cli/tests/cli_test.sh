@@ -110,6 +110,11 @@ expect_fail directory "cannot read token file" hash --layout "$LAYOUT" --salt s 
 printf '1 2 three 4\n' >"$TMP/word.txt"
 expect_fail non_numeric "token 3: 'three' is not a decimal token id" \
   hash --layout "$LAYOUT" --salt s --tokens "$TMP/word.txt"
+# Bytes of the file are shown escaped: no terminal escape or NUL reaches stderr.
+printf '1 a\033[2J\000b\n' >"$TMP/escape.txt"
+expect_fail escaped_token "token 2: 'a\\x1b[2J\\x00b' is not a decimal token id" \
+  hash --layout "$LAYOUT" --salt s --tokens "$TMP/escape.txt"
+if LC_ALL=C grep -q '[^[:print:]]' "$TMP/err"; then fail "escaped_token: stderr holds a control byte"; fi
 printf '1\n-2\n' >"$TMP/negative.txt"
 expect_fail negative "token 2: '-2' is not a decimal token id" \
   hash --layout "$LAYOUT" --salt s --tokens "$TMP/negative.txt"
