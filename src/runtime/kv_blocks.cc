@@ -19,9 +19,7 @@ void KvBlockSource::ObserveAttention(uint32_t /*layer*/, std::span<const uint32_
                                      std::span<const float> /*mass*/) {}
 
 InMemoryKvBlocks::InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max)
-    : layout_(layout), chunks_max_(chunks_max) {
-  blocks_.resize(size_t{layout.layers} * chunks_max);
-}
+    : layout_(layout), chunks_max_(chunks_max) {}
 
 Result<std::unique_ptr<InMemoryKvBlocks>> InMemoryKvBlocks::Create(const KvLayout& layout,
                                                                    uint32_t capacity_tokens) {
@@ -50,18 +48,22 @@ Status InMemoryKvBlocks::CheckIndex(uint32_t layer, uint32_t chunk_index) const 
 
 Result<std::span<const uint16_t>> InMemoryKvBlocks::Block(uint32_t layer, uint32_t chunk_index) {
   KV_RETURN_IF_ERROR(CheckIndex(layer, chunk_index));
-  const AlignedBuffer& b = blocks_[size_t{layer} * chunks_max_ + chunk_index];
-  if (b.empty()) {
+  const size_t index = size_t{chunk_index} * layout_.layers + layer;
+  if (index >= blocks_.size() || blocks_[index].empty()) {
     return Status::NotFound("block (layer " + std::to_string(layer) + ", chunk " +
                             std::to_string(chunk_index) + ") was never written");
   }
+  const AlignedBuffer& b = blocks_[index];
   return std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(b.data()),
                                    b.size() / sizeof(uint16_t));
 }
 
 Result<std::span<uint16_t>> InMemoryKvBlocks::MutableBlock(uint32_t layer, uint32_t chunk_index) {
   KV_RETURN_IF_ERROR(CheckIndex(layer, chunk_index));
-  AlignedBuffer& b = blocks_[size_t{layer} * chunks_max_ + chunk_index];
+  const size_t index = size_t{chunk_index} * layout_.layers + layer;
+  // Moving the table's entries keeps every block where it is: spans handed out stay valid.
+  if (index >= blocks_.size()) blocks_.resize((size_t{chunk_index} + 1) * layout_.layers);
+  AlignedBuffer& b = blocks_[index];
   if (b.empty()) {
     KV_ASSIGN_OR_RETURN(b, AlignedBuffer::Allocate(static_cast<size_t>(layout_.BlockBytes()), 64));
   }
@@ -69,12 +71,13 @@ Result<std::span<uint16_t>> InMemoryKvBlocks::MutableBlock(uint32_t layer, uint3
 }
 
 void InMemoryKvBlocks::Clear() {
-  for (AlignedBuffer& b : blocks_) b = AlignedBuffer();
+  blocks_.clear();
+  blocks_.shrink_to_fit();
 }
 
 uint64_t InMemoryKvBlocks::AllocatedBytes() const {
-  uint64_t total = 0;
-  for (const AlignedBuffer& b : blocks_) total += b.size();
+  uint64_t total = uint64_t{blocks_.capacity()} * sizeof(AlignedBuffer);
+  for (const AlignedBuffer& b : blocks_) total += b.capacity();
   return total;
 }
 

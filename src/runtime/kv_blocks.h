@@ -88,7 +88,11 @@ class ForwardingKvBlocks : public KvBlockSource {
   KvBlockSource* inner_;
 };
 
-// Every block in host memory, allocated on first write. Capacity is fixed at Create.
+// Every block in host memory, allocated on first write. Capacity is fixed at Create, but memory
+// follows use: a source created for a model's whole declared context (up to 1M tokens) holds
+// nothing until positions are written, and then only the chunks up to the highest one written,
+// so a long declared context costs nothing until it is used. Each block is its own allocation,
+// never moved, so a span stays valid however far the table grows (until Clear()).
 class InMemoryKvBlocks final : public KvBlockSource {
  public:
   // `layout` must be valid with dtype kF16; capacity is rounded up to whole blocks.
@@ -102,7 +106,8 @@ class InMemoryKvBlocks final : public KvBlockSource {
 
   // Drops every block (a new sequence starts).
   void Clear();
-  // Bytes of blocks currently allocated.
+  // Bytes this source holds on the heap: its blocks' allocations plus its table of them. Zero
+  // right after Create, whatever the capacity.
   uint64_t AllocatedBytes() const;
 
  private:
@@ -111,7 +116,9 @@ class InMemoryKvBlocks final : public KvBlockSource {
 
   KvLayout layout_;
   uint32_t chunks_max_;
-  std::vector<AlignedBuffer> blocks_;  // [layer * chunks_max_ + chunk]; empty = not written.
+  // [chunk * layers + layer]; empty = not written. Grows a whole chunk (all layers) at a time up
+  // to the highest chunk written, never beyond chunks_max_.
+  std::vector<AlignedBuffer> blocks_;
 };
 
 }  // namespace kvtier::runtime
