@@ -31,7 +31,9 @@ Hash256 WeightsDigest(const runtime::ModelWeights& weights) {
 EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout& layout,
                                 uint32_t context_tokens, const Hash256& digest, Logger* logger) {
   // The host tier holds at least two full contexts, so one Store of a whole conversation
-  // (all or nothing) always finds slots.
+  // (all or nothing) always finds slots. It scales with the context, never with the model's
+  // declared maximum: the default context is capped (kDefaultContextTokensMax), and a longer one
+  // must be asked for with --context.
   const uint64_t chunks = (context_tokens + layout.block_tokens - 1) / layout.block_tokens;
   const uint64_t context_bytes = chunks * layout.layers * layout.BlockBytes();
   EngineOptions o;
@@ -70,11 +72,21 @@ Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& op
   const Hash256 digest = WeightsDigest(loaded.weights);
   KV_ASSIGN_OR_RETURN(s->model_, runtime::Model::Create(std::move(loaded.weights)));
   const runtime::ModelConfig& config = s->model_->config();
-  s->context_tokens_ = options.context_tokens != 0 ? options.context_tokens : config.seq_len;
+  // The default is capped (kDefaultContextTokensMax) because the host tier is sized from the
+  // context; the KV blocks themselves are allocated as the sequence grows.
+  s->context_tokens_ = options.context_tokens != 0
+                           ? options.context_tokens
+                           : std::min(config.seq_len, kDefaultContextTokensMax);
   if (s->context_tokens_ == 0 || s->context_tokens_ > runtime::kContextTokensMax) {
     return Status::InvalidArgument("context of " + std::to_string(s->context_tokens_) +
                                    " tokens: give --context between 1 and " +
                                    std::to_string(runtime::kContextTokensMax));
+  }
+  if (s->context_tokens_ > config.seq_len) {
+    s->logger_.Log(LogLevel::kWarn, "--context " + std::to_string(s->context_tokens_) +
+                                        " exceeds the model's trained context of " +
+                                        std::to_string(config.seq_len) +
+                                        " tokens; quality may degrade");
   }
   const KvLayout layout = config.KvLayoutFor(options.block_tokens);
   KV_RETURN_IF_ERROR(layout.Validate().WithContext("--block-tokens"));
@@ -84,6 +96,14 @@ Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& op
   KV_ASSIGN_OR_RETURN(s->kv_, runtime::InMemoryKvBlocks::Create(layout, s->context_tokens_));
   s->has_ssd_ = !options.cache_dir.empty();
   return s;
+}
+
+uint64_t LlmSession::KvMemoryBytes() const {
+  uint64_t bytes = kv_->AllocatedBytes();
+  for (const TierStats& tier : engine_->Stats().tiers) {
+    if (tier.kind == TierKind::kHost) bytes += tier.capacity_bytes;
+  }
+  return bytes;
 }
 
 std::string LlmSession::Description() const {

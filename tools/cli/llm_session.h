@@ -32,13 +32,21 @@
 
 namespace kvtier::cli {
 
+// The context a session gets when --context is not given: the model's trained context, but at
+// most this many tokens. The host tier is sized from the context (twice its KV bytes, reserved
+// at Open), so a model file declaring a 1M-token context would otherwise cost gigabytes before
+// generating anything; 4096 tokens cover every llama2.c model and common prompts, and a longer
+// context is one --context away.
+inline constexpr uint32_t kDefaultContextTokensMax = 4096;
+
 struct LlmSessionOptions {
   std::string model_path;       // llama2.c checkpoint or GGUF.
   std::string tokenizer_path;   // llama2.c tokenizer; empty for GGUF (its vocabulary is used).
   std::string cache_dir;        // SSD tier directory; empty: host tier only (nothing persists).
   std::string salt;             // Tenant salt: different salts never share cached KV.
   uint32_t block_tokens = 16;   // Tokens per cached chunk; only full chunks are cached.
-  uint32_t context_tokens = 0;  // Positions a sequence may use; 0: the model's seq_len.
+  uint32_t context_tokens = 0;  // Positions a sequence may use; 0: the model's seq_len, at
+                                // most kDefaultContextTokensMax.
   uint64_t ssd_capacity_bytes = uint64_t{1} << 30;
 };
 
@@ -52,6 +60,9 @@ class LlmSession {
   const runtime::ModelConfig& config() const { return model_->config(); }
   uint32_t context_tokens() const { return context_tokens_; }
   std::string Description() const;
+  // Bytes held for KV: the host tier's capacity (reserved at Open) plus the sequence's blocks
+  // (allocated as positions are written).
+  uint64_t KvMemoryBytes() const;
 
   // Starts a new sequence with `tokens` (non-empty, at most context_tokens()) at position 0:
   // its cached leading chunks are loaded, the rest computed and its full chunks stored.
