@@ -32,3 +32,16 @@ if(KVTIER_SANITIZE)
   target_compile_options(kvtier_flags INTERFACE "$<${kvtier_not_cuda}:${kvtier_sanitize_flags}>")
   target_link_options(kvtier_flags INTERFACE -fsanitize=address,undefined)
 endif()
+# ThreadSanitizer is a build of its own: it cannot be linked together with AddressSanitizer.
+# The tsan preset (CMakePresets.json) turns it on for the concurrency tests; tests/tsan.supp
+# lists the reports proven to be false positives, each with its reason.
+option(KVTIER_TSAN "Build with ThreadSanitizer (not together with KVTIER_SANITIZE)" OFF)
+if(KVTIER_TSAN)
+  if(KVTIER_SANITIZE)
+    message(FATAL_ERROR "KVTIER_TSAN and KVTIER_SANITIZE cannot be combined: ThreadSanitizer "
+                        "and AddressSanitizer are separate builds")
+  endif()
+  set(kvtier_tsan_flags -fsanitize=thread -fno-omit-frame-pointer)
+  target_compile_options(kvtier_flags INTERFACE "$<${kvtier_not_cuda}:${kvtier_tsan_flags}>")
+  target_link_options(kvtier_flags INTERFACE -fsanitize=thread)
+endif()
