@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 
 namespace kvtier {
@@ -98,7 +100,19 @@ std::string ReplyText(const redisReply* r) {
 
 }  // namespace
 
-bool RedisServerInstalled() { return std::system("command -v redis-server >/dev/null 2>&1") == 0; }
+bool RedisServerInstalled() {
+  const bool installed = std::system("command -v redis-server >/dev/null 2>&1") == 0;
+  const char* required = std::getenv("KVTIER_REQUIRE_RESOURCES");
+  if (!installed && required != nullptr && std::string_view(required) == "1") {
+    // A fatal failure (FAIL() needs a void function, hence the lambda): a fixture's SetUp that
+    // then skips does not run the test body, and the test stays failed.
+    [] {
+      FAIL() << "redis-server is not on PATH and KVTIER_REQUIRE_RESOURCES=1 makes a missing "
+                "resource fail";
+    }();
+  }
+  return installed;
+}
 
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(std::vector<std::string> extra_args,
                                                         uint16_t port) {

@@ -20,7 +20,9 @@
 
 namespace kvtier {
 
-// True when a redis-server binary is on PATH.
+// True when a redis-server binary is on PATH. When it is not and the environment says
+// KVTIER_REQUIRE_RESOURCES=1 (CI), also records a fatal test failure, so the caller's GTEST_SKIP
+// leaves the test failed (and its body unrun): a run without redis-server cannot pass by skipping.
 bool RedisServerInstalled();
 
 class RedisServer {

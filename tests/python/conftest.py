@@ -3,6 +3,8 @@
 CTest sets PYTHONPATH to <build>/python, where the kvtier package and its _kvtier extension are
 assembled. KVTIER_PYTEST_MIN_TESTS makes a run that collected fewer tests fail loudly instead of
 passing with a handful (pytest's own "no tests ran" already exits 5, which CTest counts as failure).
+KVTIER_REQUIRE_RESOURCES=1 (set by CI) turns every skip into a failure, except a skip whose reason
+names a GPU or CUDA: a run without redis-server cannot pass by skipping.
 """
 
 import os
@@ -12,6 +14,26 @@ import pytest
 import kvtier
 
 LAYOUT = "layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16"
+
+
+# Skip reasons that stay skips under KVTIER_REQUIRE_RESOURCES=1: CI machines have no GPU.
+GPU_WORDS = ("GPU", "CUDA")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("KVTIER_REQUIRE_RESOURCES") != "1":
+        return
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if any(word in reason for word in GPU_WORDS):
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped ({reason}), but KVTIER_REQUIRE_RESOURCES=1 makes a missing "
+                       "resource fail")
 
 
 def pytest_collection_finish(session):

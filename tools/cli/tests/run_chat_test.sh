@@ -9,7 +9,8 @@
 # Method: run the binary on the shared model files (../shared/models beside the repository) and
 # on damaged copies made here; compare stdout with the expected text and parse the stderr stats.
 # Usage: run_chat_test.sh <path to kvtier> <shared models directory>
-# Exit 77 (skipped) when the shared model files are absent.
+# Exit 77 (skipped) when the shared model files are absent; exit 1 instead when
+# KVTIER_REQUIRE_RESOURCES=1 (CI), so a run without the models cannot pass by skipping.
 set -u
 
 KVTIER="$1"
@@ -19,7 +20,12 @@ TOK="$MODELS/tok512.bin"
 GGUF="$MODELS/stories260K.gguf"
 for f in "$BIN" "$TOK" "$GGUF"; do
   if [[ ! -f "$f" ]]; then
-    echo "SKIP: shared model file $f is missing (expected ../shared/models beside the repository)"
+    msg="shared model file $f is missing (expected ../shared/models beside the repository)"
+    if [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
+      echo "FAIL: $msg; KVTIER_REQUIRE_RESOURCES=1 makes a missing resource fail" >&2
+      exit 1
+    fi
+    echo "SKIP: $msg"
     exit 77
   fi
 done
