@@ -16,9 +16,12 @@
 #include "core/assert.h"
 #include "core/crc32c.h"
 #include "core/mutex.h"
+#include "tiers/ssd_dir_lock.h"
+#include "tiers/ssd_manifest.h"
 #include "tiers/ssd_record.h"
 #include "tiers/ssd_recovery.h"
 #include "tiers/ssd_tier.h"
+#include "tiers/ssd_tools_scan.h"
 
 namespace kvtier::ssd {
 
@@ -30,25 +33,47 @@ Status CheckCacheDirs(Env* env, const std::vector<std::string>& dirs) {
       return Status::NotFound(dir + ": no such directory");
     }
     KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(dir));
-    uint64_t segment_id = 0;
-    const bool ours = std::any_of(names.begin(), names.end(), [&](const std::string& name) {
-      return name == kCheckpointName || ParseSegmentFileName(name, &segment_id);
+    const bool ours = std::any_of(names.begin(), names.end(), [](const std::string& name) {
+      return IsCacheFileName(name) || name == kManifestName;
     });
     if (!ours) {
       return Status::InvalidArgument(dir + ": not a kvtier cache directory (no " + kSegmentPrefix +
-                                     "*" + kSegmentSuffix + " segment or " + kCheckpointName + ")");
+                                     "*" + kSegmentSuffix + " segment, " + kCheckpointName +
+                                     " or " + kManifestName + ")");
     }
   }
   return Status::Ok();
 }
 
+namespace {
+
+// Whether dirs[0]'s checkpoint is there and usable; never opens anything but a regular file.
+void InspectCheckpoint(Env* env, const ToolListing& listing, size_t dir_count, InspectReport* r) {
+  r->checkpoint_present = listing.checkpoint_present;
+  if (!listing.checkpoint_present) return;
+  Status s = CheckRegularFile(env, listing.checkpoint_path);
+  if (s.ok()) {
+    Result<Checkpoint> ck = ReadCheckpointFile(env, listing.checkpoint_path);
+    s = ck.ok() && ck->dir_count != dir_count
+            ? Status::Corruption("written for " + std::to_string(ck->dir_count) + " directories")
+            : ck.status();
+  }
+  r->checkpoint_valid = s.ok();
+  if (!s.ok()) r->checkpoint_problem = s.message();
+}
+
+}  // namespace
+
 Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs) {
-  KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, dirs, DirectIo::kOff));
+  KV_RETURN_IF_ERROR(CheckDirList(dirs));
   InspectReport report;
+  // A shared lock when it can be had; a tier holding the directories leaves a snapshot to read.
+  Result<std::vector<DirLock>> locks = AcquireAll(env, dirs, DirLockMode::kShared);
+  if (!locks.ok() && !locks.status().IsBusy()) return locks.status();
+  if (!locks.ok()) report.in_use = locks.status().message();
+  KV_ASSIGN_OR_RETURN(ToolListing listing, ListCache(env, dirs));
   report.other_files = listing.other_files;
-  Result<Checkpoint> ck = ReadCheckpointFile(env, dirs.at(0) + "/" + kCheckpointName);
-  report.checkpoint_present = ck.ok() || !ck.status().IsNotFound();
-  report.checkpoint_valid = ck.ok();
+  InspectCheckpoint(env, listing, dirs.size(), &report);
   struct Newest {
     uint64_t sequence = 0;
     uint64_t record_bytes = 0;
@@ -57,8 +82,10 @@ Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs)
   std::unordered_map<BlockKey, Newest> newest;
   uint64_t total_bytes = 0;
   for (SegmentFile& seg : listing.segments) {
-    InspectSegment is{.path = seg.path, .segment_id = seg.segment_id, .bad = !seg.bad.ok()};
-    if (seg.file != nullptr) is.file_bytes = seg.file->Size().value_or(0);
+    InspectSegment is{.path = seg.path,
+                      .segment_id = seg.segment_id,
+                      .file_bytes = seg.file_bytes,
+                      .bad = !seg.bad.ok()};
     if (seg.bad.ok()) {
       KV_ASSIGN_OR_RETURN(SegmentScan scan,
                           ScanSegment(*seg.file, seg.segment_id, seg.segment_bytes,
@@ -87,24 +114,6 @@ Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs)
   }
   report.dead_bytes += total_bytes - report.live_bytes;
   return report;
-}
-
-Result<std::vector<CorruptRecord>> VerifyDir(Env* env, const std::vector<std::string>& dirs) {
-  KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, dirs, DirectIo::kOff));
-  std::vector<CorruptRecord> out;
-  for (SegmentFile& seg : listing.segments) {
-    if (!seg.bad.ok()) {
-      out.push_back({seg.path, seg.segment_id, 0, seg.bad.ToString()});
-      continue;
-    }
-    KV_ASSIGN_OR_RETURN(SegmentScan scan,
-                        ScanSegment(*seg.file, seg.segment_id, seg.segment_bytes,
-                                    kSegmentHeaderBytes, [](const RecordHeader&, uint64_t) {}));
-    if (scan.stop == ScanStop::kInvalid) {
-      out.push_back({seg.path, seg.segment_id, scan.end_offset, scan.reason.ToString()});
-    }
-  }
-  return out;
 }
 
 }  // namespace kvtier::ssd

@@ -1,12 +1,15 @@
-// Library side of `kvtier inspect DIR`, `kvtier verify DIR` and `kvtier bench ssd|ssd-reopen`
-// for the SSD tier. InspectDir and VerifyDir are read-only walks over a cache directory's segments
-// with the same scanner recovery uses. BenchSsd and BenchReopen drive a real SsdTier in a fresh
-// subdirectory of each given directory and remove it afterwards (unless asked to keep it). The CLI
-// formats the results.
+// Library side of `kvtier inspect`, `verify`, `repair`, `clear` and `bench ssd|ssd-reopen` for
+// the SSD tier. InspectDir and VerifyDir are read-only walks over the directories of one cache
+// with the scanner recovery uses (VerifyDir going on past damage); RepairDir and ClearDir change
+// it (docs/ssd_format.md §11). BenchSsd and BenchReopen drive a real SsdTier in a fresh
+// subdirectory of each given directory and remove it afterwards (unless asked to keep it). The
+// CLI formats the results.
 //
-// Thread safety: free functions; run InspectDir/VerifyDir on a directory no SsdTier has open for
-// writing, or accept a snapshot that may miss the newest records. The benchmarks use only the
-// directories they create. Ownership: the Env is borrowed.
+// Thread safety: free functions. The cache tools take the directories' LOCK (ssd_dir_lock.h):
+// VerifyDir shared, RepairDir and ClearDir exclusive, all refusing (Busy) a running tier;
+// InspectDir reads a running tier's directories as a snapshot that may miss the newest records
+// and says so (InspectReport::in_use). The benchmarks use only the directories they create.
+// Ownership: the Env is borrowed.
 #pragma once
 
 #include <cstdint>
@@ -42,27 +45,75 @@ struct InspectReport {
   std::map<std::string, uint64_t> records_per_layout;
   bool checkpoint_present = false;
   bool checkpoint_valid = false;
+  std::string checkpoint_problem;  // Why it is not valid, when present.
   std::vector<std::string> other_files;
+  // Set when a running tier holds the directories: the report is a snapshot that may miss the
+  // newest records or show a record still being written as damage.
+  std::string in_use;
 };
 
-// OK when every one of `dirs` is a directory holding at least one segment file or a checkpoint;
+// OK when every one of `dirs` is a directory holding a segment file, a checkpoint, a MANIFEST or
+// a file RepairDir moved aside;
 // NotFound (missing) or InvalidArgument (not a kvtier cache directory) naming the first that is
 // not. InspectDir and VerifyDir do not require it (an empty directory is a valid empty cache);
 // the CLI does, to catch a mistyped path.
 Status CheckCacheDirs(Env* env, const std::vector<std::string>& dirs);
 
+// InvalidArgument when `dirs` are not one cache (as VerifyDir); fails otherwise only on I/O errors.
 Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs);
 
-struct CorruptRecord {
-  std::string path;
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-  std::string reason;
+// One finding of VerifyDir: a bad segment, a damaged byte range of a segment, or a disagreement
+// between the checkpoint and the segments.
+struct VerifyProblem {
+  std::string path;           // The segment file, or the checkpoint for checkpoint findings.
+  uint64_t offset_begin = 0;  // The damaged byte range [begin, end) of a segment; 0, 0 if none.
+  uint64_t offset_end = 0;
+  std::string what;  // A sentence saying what is wrong.
 };
 
-// Every bad segment and every segment whose scan stopped at an invalid record (a torn tail
-// after a crash also shows here). An empty list means every record verified.
-Result<std::vector<CorruptRecord>> VerifyDir(Env* env, const std::vector<std::string>& dirs);
+struct VerifyReport {
+  uint64_t segments = 0;
+  uint64_t records_verified = 0;  // Valid records (CRCs, header fields, placement), all segments.
+  bool checkpoint_present = false;
+  bool checkpoint_valid = false;  // Present, decodes, and fits these directories.
+  uint64_t checkpoint_entries_verified = 0;  // Entries whose record is there and agrees.
+  std::vector<VerifyProblem> problems;       // Empty when everything verified.
+};
+
+// Checks every record of every segment, going on past damage (docs/ssd_format.md §11), and every
+// checkpoint entry against the record it points at. A damaged region, a bad segment, an invalid
+// checkpoint and each disagreement is one problem. InvalidArgument when `dirs` are not one cache
+// (CheckOneCache); Busy naming the holder's pid when a tier holds a directory (a live writer's
+// newest records would read as damage); fails otherwise only on I/O errors. A torn tail left by
+// a crash is a problem too (recovery drops it). Takes the directories' shared lock.
+Result<VerifyReport> VerifyDir(Env* env, const std::vector<std::string>& dirs);
+
+struct RepairReport {
+  std::vector<std::string> actions;  // One sentence per thing dropped, moved aside or rewritten.
+  VerifyReport before;
+  VerifyReport after;  // Verification after the repair: no problems unless the repair failed.
+  uint64_t blocks_indexed = 0;  // Entries of the new checkpoint.
+};
+
+// Makes the cache consistent (docs/ssd_format.md §11): a segment with damaged regions is rewritten
+// as a new segment holding its valid records (same sequences, new places), and the old file is
+// renamed to "<name>.bad"; a bad segment or a checkpoint that is not a regular file is renamed
+// the same way; the checkpoint is rebuilt from a full scan. Then verifies again. Nothing that
+// verified is lost. Same refusals as VerifyDir; takes the directories' exclusive lock, so it is
+// also refused while anything else (a tier, a verify) holds one.
+Result<RepairReport> RepairDir(Env* env, const std::vector<std::string>& dirs);
+
+struct ClearReport {
+  std::vector<std::string> removed;  // Paths removed.
+  std::vector<std::string> failed;   // Why each entry that could not be removed was not.
+};
+
+// Empties a cache: removes its segments, checkpoint, checkpoint temp file and the ".bad" files
+// RepairDir left, and nothing else (other files, the directories themselves stay). Takes the
+// exclusive lock, as RepairDir does. InvalidArgument when `dirs` are not one cache. An entry it
+// cannot remove (a directory named like a segment) is listed in `failed`, and the rest is still
+// removed.
+Result<ClearReport> ClearDir(Env* env, const std::vector<std::string>& dirs);
 
 inline constexpr uint64_t kBenchBlockBytesMax = 64 * kMiB;
 inline constexpr uint32_t kBenchQueueDepthMax = 256;

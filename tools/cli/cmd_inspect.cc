@@ -1,7 +1,8 @@
 // `kvtier inspect DIR...`: a read-only summary of an SSD tier cache directory (the directories of
 // one striped cache, in their configured order): its segments with their valid and dead bytes,
 // the live block count, records per layout digest and the checkpoint's state. Text, or one JSON
-// object with --json. Run it on a cache no process has open for writing.
+// object with --json. On a cache a running tier holds it reads a snapshot and says so (the newest
+// records may be missing or still being written).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@ nlohmann::ordered_json ToJson(const ssd::InspectReport& r) {
   j["dead_bytes"] = r.dead_bytes;
   j["checkpoint_present"] = r.checkpoint_present;
   j["checkpoint_valid"] = r.checkpoint_valid;
+  if (!r.checkpoint_problem.empty()) j["checkpoint_problem"] = r.checkpoint_problem;
+  if (!r.in_use.empty()) j["in_use"] = r.in_use;
   nlohmann::ordered_json segments = nlohmann::ordered_json::array();
   for (const ssd::InspectSegment& s : r.segments) {
     nlohmann::ordered_json e;
@@ -44,6 +47,9 @@ nlohmann::ordered_json ToJson(const ssd::InspectReport& r) {
 }
 
 void PrintText(const ssd::InspectReport& r) {
+  if (!r.in_use.empty()) {
+    std::printf("in use: %s; this is a snapshot of a running cache\n", r.in_use.c_str());
+  }
   std::printf("blocks %llu, live %llu bytes, dead %llu bytes, checkpoint %s\n",
               static_cast<unsigned long long>(r.blocks),
               static_cast<unsigned long long>(r.live_bytes),
@@ -63,6 +69,9 @@ void PrintText(const ssd::InspectReport& r) {
   for (const auto& [digest, records] : r.records_per_layout) {
     std::printf("layout %s: %llu records\n", digest.c_str(),
                 static_cast<unsigned long long>(records));
+  }
+  if (!r.checkpoint_problem.empty()) {
+    std::printf("checkpoint problem: %s\n", r.checkpoint_problem.c_str());
   }
   for (const std::string& f : r.other_files) std::printf("other file %s\n", f.c_str());
 }

@@ -1,9 +1,12 @@
-// `kvtier verify DIR...`: checks every record of an SSD tier cache directory (CRCs, headers,
-// segment headers) and names each damaged one by segment file and byte offset. Exit status 0
-// when every record verified, 1 otherwise; a torn tail left by a crash also counts as damage
-// (recovery would drop it). Run it on a cache no process has open for writing.
+// `kvtier verify DIR...`: checks every record of an SSD tier cache (the directories of one cache,
+// in their configured order), going on past damage, and every checkpoint entry against the record
+// it points at (docs/ssd_format.md §11). Prints each problem, then
+// "N records verified, M problems"; exit status 0 when there is none, 1 otherwise. A torn tail
+// left by a crash counts (recovery would drop it). Refuses a cache a running tier holds, whose
+// newest records would read as damage; `kvtier inspect` reads one as a snapshot.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,36 +17,71 @@
 namespace kvtier::cli {
 namespace {
 
+nlohmann::ordered_json ToJson(const ssd::VerifyReport& r) {
+  nlohmann::ordered_json j;
+  j["segments"] = r.segments;
+  j["records_verified"] = r.records_verified;
+  j["checkpoint_present"] = r.checkpoint_present;
+  j["checkpoint_valid"] = r.checkpoint_valid;
+  j["checkpoint_entries_verified"] = r.checkpoint_entries_verified;
+  nlohmann::ordered_json problems = nlohmann::ordered_json::array();
+  for (const ssd::VerifyProblem& p : r.problems) {
+    nlohmann::ordered_json e;
+    e["path"] = p.path;
+    e["offset_begin"] = p.offset_begin;
+    e["offset_end"] = p.offset_end;
+    e["what"] = p.what;
+    problems.push_back(std::move(e));
+  }
+  j["problems"] = std::move(problems);
+  return j;
+}
+
 class VerifyCommand final : public Command {
  public:
   explicit VerifyCommand(CLI::App* app)
       : Command(app->add_subcommand("verify",
-                                    "Check every record of an SSD tier cache "
-                                    "directory; non-zero exit if any is damaged")) {
+                                    "Check every record and checkpoint entry of an SSD tier "
+                                    "cache; non-zero exit on any problem")) {
     subcommand()->add_option("dir", dirs_, "Cache directories, in the tier's order")->required();
+    subcommand()->add_flag("--json", json_, "Print one JSON object");
   }
 
   int Run() override {
     std::unique_ptr<Env> env = NewPosixEnv();
     if (Status s = ssd::CheckCacheDirs(env.get(), dirs_); !s.ok()) return Fail(s);
-    Result<std::vector<ssd::CorruptRecord>> bad = ssd::VerifyDir(env.get(), dirs_);
-    if (!bad.ok()) return Fail(bad.status());
-    if (bad->empty()) {
-      std::printf("verify: every record verified\n");
-      return kExitOk;
+    Result<ssd::VerifyReport> r = ssd::VerifyDir(env.get(), dirs_);
+    if (!r.ok()) return Fail(r.status());
+    if (json_) {
+      std::printf("%s\n", ToJson(*r).dump(2).c_str());
+    } else {
+      PrintVerifyProblems(r->problems);
+      std::printf("verify: %llu records verified, %zu problems\n",
+                  static_cast<unsigned long long>(r->records_verified), r->problems.size());
     }
-    for (const ssd::CorruptRecord& c : *bad) {
-      std::fprintf(stderr, "kvtier verify: %s offset %llu: %s\n", c.path.c_str(),
-                   static_cast<unsigned long long>(c.offset), c.reason.c_str());
-    }
-    return kExitFailure;
+    if (r->problems.empty()) return kExitOk;
+    return Fail(Status::Corruption(std::to_string(r->problems.size()) + " problems (" +
+                                   (json_ ? "in the JSON" : "listed above") + ")"));
   }
 
  private:
   std::vector<std::string> dirs_;
+  bool json_ = false;
 };
 
 }  // namespace
+
+void PrintVerifyProblems(const std::vector<ssd::VerifyProblem>& problems) {
+  for (const ssd::VerifyProblem& p : problems) {
+    if (p.offset_end > p.offset_begin) {
+      std::printf("%s offset %llu..%llu: %s\n", p.path.c_str(),
+                  static_cast<unsigned long long>(p.offset_begin),
+                  static_cast<unsigned long long>(p.offset_end), p.what.c_str());
+    } else {
+      std::printf("%s: %s\n", p.path.c_str(), p.what.c_str());
+    }
+  }
+}
 
 std::unique_ptr<Command> MakeVerifyCommand(CLI::App* app) {
   return std::make_unique<VerifyCommand>(app);

@@ -14,8 +14,10 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "kvtier/status.h"
+#include "tiers/ssd_tools.h"
 
 namespace kvtier::cli {
 
@@ -59,11 +61,18 @@ std::unique_ptr<Command> MakeSelfcheckCommand(CLI::App* app);
 std::unique_ptr<Command> MakeBenchCommand(CLI::App* app);
 // cmd_inspect.cc: segments, live/dead bytes, blocks and layouts of an SSD cache directory.
 std::unique_ptr<Command> MakeInspectCommand(CLI::App* app);
-// cmd_verify.cc: checks every record of an SSD cache directory; non-zero exit on damage.
+// cmd_verify.cc: checks every record and checkpoint entry of an SSD cache; non-zero exit on damage.
 std::unique_ptr<Command> MakeVerifyCommand(CLI::App* app);
+// cmd_repair.cc: drops the damaged parts of an SSD cache and rebuilds its checkpoint.
+std::unique_ptr<Command> MakeRepairCommand(CLI::App* app);
+// cmd_clear.cc: removes the segments and checkpoint of an SSD cache.
+std::unique_ptr<Command> MakeClearCommand(CLI::App* app);
 // cmd_run.cc: generate text from a prompt with a real model, the prompt's KV through the cache.
 std::unique_ptr<Command> MakeRunCommand(CLI::App* app);
 // cmd_chat.cc: multi-turn conversation from stdin; earlier turns are loaded from the cache.
 std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
+
+// cmd_verify.cc: prints verify's problems on stdout, one a line (verify and repair share it).
+void PrintVerifyProblems(const std::vector<ssd::VerifyProblem>& problems);
 
 }  // namespace kvtier::cli

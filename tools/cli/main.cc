@@ -25,6 +25,7 @@ namespace {
 constexpr CommandFactory kCommandFactories[] = {
     MakeDemoCommand,      MakeRunCommand,   MakeChatCommand,    MakeHashCommand,
     MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
+    MakeRepairCommand,    MakeClearCommand,
 };
 
 std::string OneLineFailure(const CLI::App* /*app*/, const CLI::Error& e) {

@@ -139,7 +139,7 @@ if [[ -d "$CACHE" ]]; then
   expect_ok inspect_json "\"blocks\": 16" "\"live_bytes\": 1048576" "\"dead_bytes\": 0" \
     "\"checkpoint_valid\": true" -- inspect "$CACHE" --json
   expect_ok inspect_text "blocks 16" "layout b5b5" -- inspect "$CACHE"
-  expect_ok verify_clean "every record verified" -- verify "$CACHE"
+  expect_ok verify_clean "16 records verified, 0 problems" -- verify "$CACHE"
   SEG=$(ls "$CACHE"/seg-*.kvs | head -n 1)
   # Record 2 starts after the 4 KiB segment header and two 64 KiB records; flip a payload byte.
   python3 - "$SEG" $((4096 + 2 * 65536 + 1000)) <<'PY'
@@ -147,7 +147,9 @@ import sys
 with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0x5A]))
 PY
-  expect_fail verify_damaged "$(basename "$SEG") offset $((4096 + 2 * 65536))" verify "$CACHE"
+  expect_fail verify_damaged "2 problems (listed above)" verify "$CACHE"
+  grep -qF "$(basename "$SEG") offset $((4096 + 2 * 65536))..$((4096 + 3 * 65536))" "$TMP/out" ||
+    fail "verify_damaged: stdout does not name the record: $(cat "$TMP/out")"
 else
   fail "bench --keep did not report a kept directory"
 fi
