@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -155,15 +156,19 @@ std::string RedisStore::KeyName(const BlockKey& key) const {
 Status RedisStore::MakeValue(const RemotePut& e, const std::string& key_name, uint64_t wall_us,
                              std::vector<std::byte>* value) const {
   const uint64_t expiry_us = e.ttl_ms == 0 ? 0 : wall_us + e.ttl_ms * 1000;
-  std::vector<std::byte> plain;
-  EncodeRemoteValue({.key = e.key,
-                     .layout_digest = options_.layout_digest,
-                     .codec_id = e.codec_id,
-                     .raw_bytes = e.raw_bytes,
-                     .expiry_wall_us = expiry_us},
-                    e.payload, options_.keyring.has_value() ? &plain : value);
-  if (!options_.keyring.has_value()) return Status::Ok();
-  return SealRemoteValue(*options_.keyring, key_name, plain, value);
+  const RemoteValueInfo info{.key = e.key,
+                             .layout_digest = options_.layout_digest,
+                             .codec_id = e.codec_id,
+                             .raw_bytes = e.raw_bytes,
+                             .expiry_wall_us = expiry_us};
+  if (!options_.keyring.has_value()) {
+    EncodeRemoteValue(info, e.payload, value);
+    return Status::Ok();
+  }
+  // Sealed: the header is encoded apart and the payload encrypted from the caller's buffer.
+  std::array<std::byte, kRemoteValueHeaderBytes> head;
+  EncodeRemoteValueHeader(info, e.payload, head);
+  return SealRemoteValue(*options_.keyring, key_name, head, e.payload, value);
 }
 
 void RedisStore::LogAuthFailure(uint32_t key_id, const Status& why) {
@@ -470,21 +475,43 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
 
 namespace {
 
-// With a keyring: opens the sealed value into *plain and points *value at it. False (and the
-// entry's status set, the failure counted) when it is refused.
-bool Unseal(const RemoteKeyring& keyring, std::string_view key_name, RemoteGet* e,
-            RedisStoreCounters* c, std::vector<std::byte>* plain,
-            std::span<const std::byte>* value, uint32_t* refused_key_id) {
+// With a keyring: opens the sealed value straight into the caller's buffer (the header into a
+// local one), then checks the header as VerifyRemoteValue does. The payload CRC is not checked
+// again: the GCM tag has already authenticated every byte. Sets the entry's outcome and counts
+// it; *refused is set when authentication failed (for the log).
+void FinishSealedGet(const RemoteKeyring& keyring, std::string_view key_name,
+                     std::span<const std::byte> value, const Hash256& layout_digest, RemoteGet* e,
+                     RedisStoreCounters* c, std::optional<std::pair<uint32_t, Status>>* refused) {
+  std::array<std::byte, kRemoteValueHeaderBytes> head;
+  size_t body_bytes = 0;
   uint32_t key_id = 0;
-  const Status opened = OpenRemoteValue(keyring, key_name, *value, plain, &key_id);
-  if (opened.ok()) {
-    *value = *plain;
-    return true;
+  const Status opened =
+      OpenRemoteValueInto(keyring, key_name, value, head, e->dst, &body_bytes, &key_id);
+  if (opened.IsInvalidArgument()) {
+    e->status = Status::InvalidArgument("remote get: destination smaller than the value");
+    return;
   }
-  c->auth_failures.fetch_add(1, std::memory_order_relaxed);
-  *refused_key_id = key_id;
-  e->status = Status::Corruption("remote value refused: " + opened.message());
-  return false;
+  if (!opened.ok()) {
+    c->auth_failures.fetch_add(1, std::memory_order_relaxed);
+    e->status = Status::Corruption("remote value refused: " + opened.message());
+    *refused = std::pair(key_id, e->status);
+    return;
+  }
+  ssd::RecordHeader header;
+  RemoteValueCheck check;
+  e->status = VerifyRemoteHeader(head, kRemoteValueHeaderBytes + body_bytes, e->key,
+                                 layout_digest, &header, &check);
+  if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
+  if (check == RemoteValueCheck::kMismatched) {
+    c->mismatched.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!e->status.ok()) {
+    if (body_bytes != 0) std::memset(e->dst.data(), 0, body_bytes);  // Nothing refused stays.
+    return;
+  }
+  e->codec_id = header.codec_id;
+  e->raw_bytes = header.raw_bytes;
+  e->payload_bytes = header.payload_bytes;
 }
 
 // Turns one GET reply into the entry's outcome, opening (with a keyring) and verifying the value
@@ -499,17 +526,11 @@ void FinishGet(const RedisOp& op, const Hash256& layout_digest, const RemoteKeyr
     e->status = Status::Corruption("remote value: unexpected reply type");
     c->corrupt.fetch_add(1, std::memory_order_relaxed);
   }
-  std::span<const std::byte> value;
-  std::vector<std::byte> plain;
-  uint32_t refused_key_id = 0;
-  if (e->status.ok()) {
-    value = std::span(reinterpret_cast<const std::byte*>(r->str), r->len);
-    if (keyring != nullptr &&
-        !Unseal(*keyring, key_name, e, c, &plain, &value, &refused_key_id)) {
-      *refused = std::pair(refused_key_id, e->status);
-    }
-  }
-  if (e->status.ok()) {
+  if (e->status.ok() && keyring != nullptr) {
+    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
+    FinishSealedGet(*keyring, key_name, value, layout_digest, e, c, refused);
+  } else if (e->status.ok()) {
+    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
     ssd::RecordHeader header;
     std::span<const std::byte> payload;
     RemoteValueCheck check;

@@ -223,29 +223,44 @@ std::string SealedKeyName(std::string_view prefix, const RemoteKeyring& keyring,
 
 Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        std::span<const std::byte> plain, std::vector<std::byte>* out) {
+  return SealRemoteValue(keyring, key_name, plain, {}, out);
+}
+
+Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
+                       std::span<const std::byte> head, std::span<const std::byte> body,
+                       std::vector<std::byte>* out) {
   KV_CHECK(!keyring.empty());
-  KV_CHECK(plain.size() <= INT32_MAX - kSealedOverheadBytes);
+  const size_t plain_bytes = head.size() + body.size();
+  KV_CHECK(plain_bytes <= INT32_MAX - kSealedOverheadBytes);
   const RemoteKey& key = keyring.write_key();
   std::array<uint8_t, 12> nonce{};
   if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
     return Status::IoError("remote value: the random generator failed");
   }
-  out->resize(kSealedOverheadBytes + plain.size());
+  out->resize(kSealedOverheadBytes + plain_bytes);
   EncodeSealedHeader(key.id, nonce, out->data());
   CipherCtx ctx(EVP_CIPHER_CTX_new());
+  std::byte* dst = out->data() + kSealedHeaderBytes;
+  // GCM is a stream mode: the parts are encrypted one after the other into one ciphertext.
+  const auto update = [&](std::span<const std::byte> part) {
+    if (part.empty()) return true;
+    int len = 0;
+    const bool done = EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(dst), &len,
+                                        reinterpret_cast<const uint8_t*>(part.data()),
+                                        static_cast<int>(part.size())) == 1 &&
+                      static_cast<size_t>(len) == part.size();
+    dst += part.size();
+    return done;
+  };
   int len = 0;
   const bool ok =
       ctx != nullptr &&
       EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), nonce.data()) ==
           1 &&
-      AddAad(ctx.get(), out->data(), key_name) &&
-      EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(out->data() + kSealedHeaderBytes),
-                        &len, reinterpret_cast<const uint8_t*>(plain.data()),
-                        static_cast<int>(plain.size())) == 1 &&
-      static_cast<size_t>(len) == plain.size() &&
+      AddAad(ctx.get(), out->data(), key_name) && update(head) && update(body) &&
       EVP_EncryptFinal_ex(ctx.get(), nullptr, &len) == 1 &&
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealedTagBytes),
-                          out->data() + kSealedHeaderBytes + plain.size()) == 1;
+                          out->data() + kSealedHeaderBytes + plain_bytes) == 1;
   if (!ok) return Status::IoError("remote value: encryption failed");
   return Status::Ok();
 }
@@ -253,7 +268,19 @@ Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
 Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        std::span<const std::byte> sealed, std::vector<std::byte>* plain,
                        uint32_t* key_id) {
+  plain->resize(sealed.size() >= kSealedOverheadBytes ? sealed.size() - kSealedOverheadBytes : 0);
+  size_t body_bytes = 0;
+  const Status s =
+      OpenRemoteValueInto(keyring, key_name, sealed, {}, *plain, &body_bytes, key_id);
+  if (!s.ok()) plain->clear();
+  return s;
+}
+
+Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_name,
+                           std::span<const std::byte> sealed, std::span<std::byte> head,
+                           std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id) {
   *key_id = 0;
+  *body_bytes = 0;
   if (sealed.size() < kSealedOverheadBytes || sealed.size() > INT32_MAX) {
     return Status::Corruption("sealed remote value: too short");
   }
@@ -271,28 +298,42 @@ Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                             " is not in the keyring");
   }
   const size_t n = sealed.size() - kSealedOverheadBytes;
-  plain->resize(n);
+  if (n < head.size()) return Status::Corruption("sealed remote value: shorter than a header");
+  const size_t body_n = n - head.size();
+  if (body_n > body.size()) {
+    return Status::InvalidArgument("sealed remote value: destination smaller than the value");
+  }
   const auto* nonce = reinterpret_cast<const uint8_t*>(sealed.data() + 12);
   std::array<uint8_t, kSealedTagBytes> tag{};
   std::memcpy(tag.data(), sealed.data() + kSealedHeaderBytes + n, tag.size());
   CipherCtx ctx(EVP_CIPHER_CTX_new());
+  const std::byte* src = sealed.data() + kSealedHeaderBytes;
+  const auto update = [&](std::span<std::byte> part) {
+    if (part.empty()) return true;
+    int len = 0;
+    const bool done = EVP_DecryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(part.data()), &len,
+                                        reinterpret_cast<const uint8_t*>(src),
+                                        static_cast<int>(part.size())) == 1 &&
+                      static_cast<size_t>(len) == part.size();
+    src += part.size();
+    return done;
+  };
   int len = 0;
   const bool ok =
       ctx != nullptr &&
       EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key->bytes.data(), nonce) == 1 &&
-      AddAad(ctx.get(), sealed.data(), key_name) &&
-      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(plain->data()), &len,
-                        reinterpret_cast<const uint8_t*>(sealed.data() + kSealedHeaderBytes),
-                        static_cast<int>(n)) == 1 &&
-      static_cast<size_t>(len) == n &&
+      AddAad(ctx.get(), sealed.data(), key_name) && update(head) && update(body.first(body_n)) &&
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
                           tag.data()) == 1 &&
       EVP_DecryptFinal_ex(ctx.get(), nullptr, &len) == 1;
   if (!ok) {
-    plain->clear();
+    // Unauthenticated bytes never stay in the caller's buffers.
+    if (!head.empty()) std::memset(head.data(), 0, head.size());
+    if (body_n != 0) std::memset(body.data(), 0, body_n);
     return Status::Corruption("sealed remote value: authentication failed (key id " +
                               std::to_string(*key_id) + ")");
   }
+  *body_bytes = body_n;
   return Status::Ok();
 }
 

@@ -92,6 +92,11 @@ std::string SealedKeyName(std::string_view prefix, const RemoteKeyring& keyring,
 // Seals `plain` for `key_name` with the keyring's write key into *out (resized).
 Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        std::span<const std::byte> plain, std::vector<std::byte>* out);
+// The same for a plaintext given in two parts (a record header and its payload), so that the
+// payload is encrypted straight from the caller's buffer.
+Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
+                       std::span<const std::byte> head, std::span<const std::byte> body,
+                       std::vector<std::byte>* out);
 
 // Opens a sealed value read from `key_name`. Corruption when it is malformed or fails
 // authentication; NotFound (with *key_id set) when its key id is not in the keyring. *plain is
@@ -99,6 +104,14 @@ Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
 Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        std::span<const std::byte> sealed, std::vector<std::byte>* plain,
                        uint32_t* key_id);
+
+// Opens a sealed value whose plaintext is head.size() bytes of header and then a body, straight
+// into the caller's buffers (no copy of the body through a temporary): *body_bytes is the body's
+// length. InvalidArgument when the plaintext is shorter than `head` or its body longer than
+// `body`; otherwise as OpenRemoteValue. On any failure nothing decrypted is left in the buffers.
+Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_name,
+                           std::span<const std::byte> sealed, std::span<std::byte> head,
+                           std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id);
 
 // A tenant salt: 64 hex digits of HMAC-SHA256(secret, "kvtier tenant salt v1" + 0 + tenant_id).
 // The salt separates tenants only while the secret stays secret (docs/security.md).

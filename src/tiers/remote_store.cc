@@ -19,8 +19,9 @@ std::string RemoteKeyName(std::string_view prefix, const BlockKey& key) {
   return name;
 }
 
-void EncodeRemoteValue(const RemoteValueInfo& info, std::span<const std::byte> payload,
-                       std::vector<std::byte>* dst) {
+namespace {
+
+ssd::RecordHeader RemoteHeader(const RemoteValueInfo& info, std::span<const std::byte> payload) {
   KV_CHECK(payload.size() <= kRemoteValueBytesMax);
   ssd::RecordHeader h;
   h.codec_id = info.codec_id;
@@ -30,6 +31,20 @@ void EncodeRemoteValue(const RemoteValueInfo& info, std::span<const std::byte> p
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   h.expiry_wall_us = info.expiry_wall_us;
   h.payload_crc = ssd::PayloadCrc(payload);
+  return h;
+}
+
+}  // namespace
+
+void EncodeRemoteValueHeader(const RemoteValueInfo& info, std::span<const std::byte> payload,
+                             std::span<std::byte> dst) {
+  KV_CHECK(dst.size() == kRemoteValueHeaderBytes);
+  ssd::EncodeRecordHeader(RemoteHeader(info, payload), dst);
+}
+
+void EncodeRemoteValue(const RemoteValueInfo& info, std::span<const std::byte> payload,
+                       std::vector<std::byte>* dst) {
+  const ssd::RecordHeader h = RemoteHeader(info, payload);
   dst->resize(kRemoteValueHeaderBytes + payload.size());
   ssd::EncodeRecordHeader(h, *dst);
   if (!payload.empty()) {
@@ -46,20 +61,18 @@ void EncodeRemoteValue(const RemoteValueInfo& info, std::span<const std::byte> p
 #endif
 }
 
-Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
-                         const Hash256& layout_digest, ssd::RecordHeader* header,
-                         std::span<const std::byte>* payload, RemoteValueCheck* check) {
+Status VerifyRemoteHeader(std::span<const std::byte> header_bytes, uint64_t value_bytes,
+                          const BlockKey& key, const Hash256& layout_digest,
+                          ssd::RecordHeader* header, RemoteValueCheck* check) {
   *check = RemoteValueCheck::kCorrupt;
-  Result<ssd::RecordHeader> h = ssd::DecodeRecordHeader(value);
+  Result<ssd::RecordHeader> h = ssd::DecodeRecordHeader(header_bytes);
   if (!h.ok()) return h.status();
   if (h->segment_id != 0 || h->segment_offset != 0 || h->sequence != 0 || h->tombstone()) {
     return Status::Corruption("remote value: header fields not used remotely are set");
   }
-  if (value.size() != kRemoteValueHeaderBytes + uint64_t{h->payload_bytes}) {
+  if (value_bytes != kRemoteValueHeaderBytes + uint64_t{h->payload_bytes}) {
     return Status::Corruption("remote value: length does not match payload_bytes");
   }
-  std::span<const std::byte> p = value.subspan(kRemoteValueHeaderBytes);
-  KV_RETURN_IF_ERROR(ssd::CheckPayload(*h, p));
   if (h->key != key) {
     *check = RemoteValueCheck::kMismatched;
     return Status::Corruption("remote value: written for another key");
@@ -70,6 +83,27 @@ Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
   }
   *check = RemoteValueCheck::kOk;
   *header = *h;
+  return Status::Ok();
+}
+
+Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
+                         const Hash256& layout_digest, ssd::RecordHeader* header,
+                         std::span<const std::byte>* payload, RemoteValueCheck* check) {
+  *check = RemoteValueCheck::kCorrupt;
+  ssd::RecordHeader h;
+  RemoteValueCheck header_check = RemoteValueCheck::kCorrupt;
+  // The payload CRC is checked before the key and digest, so damage counts as corrupt even in
+  // a value that also names another key.
+  const Status head = VerifyRemoteHeader(value, value.size(), key, layout_digest, &h,
+                                         &header_check);
+  if (!head.ok() && header_check == RemoteValueCheck::kCorrupt) return head;
+  Result<ssd::RecordHeader> decoded = ssd::DecodeRecordHeader(value);
+  KV_CHECK(decoded.ok());  // VerifyRemoteHeader decoded it.
+  std::span<const std::byte> p = value.subspan(kRemoteValueHeaderBytes);
+  KV_RETURN_IF_ERROR(ssd::CheckPayload(*decoded, p));
+  *check = header_check;
+  if (!head.ok()) return head;
+  *header = h;
   *payload = p;
   return Status::Ok();
 }

@@ -128,6 +128,10 @@ inline constexpr size_t kRemoteValueHeaderBytes = ssd::kRecordHeaderBytes;
 // Encodes header + payload into *dst (resized to kRemoteValueHeaderBytes + payload.size()).
 void EncodeRemoteValue(const RemoteValueInfo& info, std::span<const std::byte> payload,
                        std::vector<std::byte>* dst);
+// Encodes only the header of that value (payload CRC included) into `dst`
+// (kRemoteValueHeaderBytes bytes), for callers that send the payload from where it is.
+void EncodeRemoteValueHeader(const RemoteValueInfo& info, std::span<const std::byte> payload,
+                             std::span<std::byte> dst);
 
 // Why a value was rejected, so the caller can count it.
 enum class RemoteValueCheck : uint8_t { kOk = 0, kCorrupt = 1, kMismatched = 2 };
@@ -139,5 +143,12 @@ enum class RemoteValueCheck : uint8_t { kOk = 0, kCorrupt = 1, kMismatched = 2 }
 Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
                          const Hash256& layout_digest, ssd::RecordHeader* header,
                          std::span<const std::byte>* payload, RemoteValueCheck* check);
+
+// The checks of VerifyRemoteValue that need only the header (its first kRemoteValueHeaderBytes
+// bytes) and the value's total length; the payload CRC is then ssd::CheckPayload's. For values
+// whose payload was decrypted straight into the caller's buffer.
+Status VerifyRemoteHeader(std::span<const std::byte> header_bytes, uint64_t value_bytes,
+                          const BlockKey& key, const Hash256& layout_digest,
+                          ssd::RecordHeader* header, RemoteValueCheck* check);
 
 }  // namespace kvtier

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_decode.h"
+#include "bench_remote.h"
 #include "byte_size.h"
 #include "command.h"
 #include "core/limits.h"
@@ -93,7 +94,8 @@ void PrintReopen(const ssd::BenchReopenReport& r, bool json) {
 class BenchCommand final : public Command {
  public:
   explicit BenchCommand(CLI::App* app)
-      : Command(app->add_subcommand("bench", "Measure the SSD tier and long-context decode")) {
+      : Command(app->add_subcommand(
+            "bench", "Measure the SSD tier, long-context decode and the remote tier")) {
     ssd_ = subcommand()->add_subcommand(
         "ssd", "Write then cold-read equal blocks with a fixed queue depth (like fio)");
     ssd_->add_option("--dir", dirs_, "Directory to test in; repeat to stripe (required)")
@@ -110,6 +112,7 @@ class BenchCommand final : public Command {
     reopen_->add_option("--payload-bytes", payload_text_, "Payload per block (default 4KiB)");
     reopen_->add_flag("--json", json_, "Print one JSON object");
     decode_ = std::make_unique<BenchDecode>(subcommand());
+    remote_ = std::make_unique<BenchRemote>(subcommand());
   }
 
   int Run() override;
@@ -121,6 +124,7 @@ class BenchCommand final : public Command {
   CLI::App* ssd_ = nullptr;
   CLI::App* reopen_ = nullptr;
   std::unique_ptr<BenchDecode> decode_;
+  std::unique_ptr<BenchRemote> remote_;
   std::vector<std::string> dirs_, reopen_dirs_;
   std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
   uint32_t queue_depth_ = 16;
@@ -137,7 +141,11 @@ int BenchCommand::Run() {
     const Status s = decode_->Run();
     return s.ok() ? kExitOk : Fail(s);
   }
-  return Fail(Status::InvalidArgument("name what to measure: ssd, ssd-reopen or decode"));
+  if (remote_->parsed()) {
+    const Status s = remote_->Run();
+    return s.ok() ? kExitOk : Fail(s);
+  }
+  return Fail(Status::InvalidArgument("name what to measure: ssd, ssd-reopen, decode or remote"));
 }
 
 int BenchCommand::RunSsd(Env* env) {

@@ -1,0 +1,54 @@
+// Library side of `kvtier bench remote`: put and get throughput of the remote tier on a real
+// Redis, with sealed values (the deployment keys, the default) and with insecure_plaintext, in
+// alternating rounds so that both see the same server and the same machine load; the CLI adds
+// redis-benchmark's figures for the same value size beside them.
+//
+// Thread safety: one call at a time per server (it writes and deletes its own keys, under a
+// prefix of its own). Ownership: borrows nothing past the call.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/result.h"
+#include "tiers/remote_crypto.h"
+
+namespace kvtier {
+
+inline constexpr uint64_t kRemoteBenchTotalBytesMax = uint64_t{16} << 30;
+inline constexpr uint32_t kRemoteBenchRoundsMax = 100;
+
+struct RemoteBenchOptions {
+  std::string endpoint;        // "host:port" (the first seed in cluster mode).
+  bool cluster = false;
+  std::string user, password;  // AUTH; empty password = none.
+  uint64_t block_bytes = 1 << 20;    // Payload per value, 1 B..kRemoteValueBytesMax.
+  uint64_t total_bytes = 256 << 20;  // Per round and mode; at least one block.
+  uint32_t batch = 8;                // Values per Put/Get call (one pipeline).
+  uint32_t rounds = 5;               // Rounds per mode, alternating.
+  // The keys for the sealed rounds; empty: a fresh random key for this run.
+  std::optional<RemoteKeyring> keyring;
+
+  Status Validate() const;
+};
+
+struct RemoteBenchMode {
+  std::vector<double> put_bytes_per_s, get_bytes_per_s;  // One per round.
+  double put_bytes_per_s_median = 0, get_bytes_per_s_median = 0;
+};
+
+struct RemoteBenchReport {
+  uint64_t block_bytes = 0, blocks = 0, batch = 0, rounds = 0;
+  RemoteBenchMode sealed, plaintext;
+  // 1 - sealed / plaintext of the medians: what encryption costs.
+  double sealed_put_cost = 0, sealed_get_cost = 0;
+};
+
+// Each round of a mode puts `blocks` values in batches, reads them all back (checking every
+// byte), then deletes them. Unavailable when the server does not answer; Corruption when a value
+// does not read back intact.
+Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& options);
+
+}  // namespace kvtier

@@ -1,0 +1,32 @@
+// `kvtier bench remote`: put and get bytes per second of the remote tier on the user's own Redis,
+// with sealed values (AES-256-GCM, the default) and with plaintext in alternating rounds, beside
+// redis-benchmark's SET and GET with the same value size on the same server (when redis-benchmark
+// is on PATH). Text, or one JSON object with --json.
+//
+// The deployment keys come from --remote-key-file or the KVTIER_REMOTE_KEY environment variable
+// (never from an argument); without either, a fresh random key is used for the run. A Redis
+// password comes from KVTIER_REDIS_PASSWORD. Thread safety: the CLI's main thread.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace kvtier::cli {
+
+class BenchRemote {
+ public:
+  explicit BenchRemote(CLI::App* bench);
+  bool parsed() const { return app_->parsed(); }
+  Status Run();
+
+ private:
+  CLI::App* app_;
+  std::string redis_, user_, key_file_;
+  std::string block_text_ = "1MiB", total_text_ = "256MiB";
+  uint32_t batch_ = 8, rounds_ = 5;
+  bool cluster_ = false, json_ = false, no_redis_benchmark_ = false;
+};
+
+}  // namespace kvtier::cli

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Goal: `kvtier bench remote` measures the remote tier on a real Redis: one JSON object with the
+# sealed and plaintext put/get rates, what encryption costs, and redis-benchmark's SET/GET for
+# the same value size; it leaves the server as it found it; a key file others can read, a bad
+# --redis and a zero --rounds are refused with one line and a non-zero exit.
+# Method: a redis-server on a free loopback port in a temporary directory, killed at the end;
+# the JSON is parsed with python3.
+# Usage: bench_remote_test.sh <path to kvtier>
+# Exit 77 (skipped) without redis-server; exit 1 instead when KVTIER_REQUIRE_RESOURCES=1 (CI).
+set -u
+KVTIER="$1"
+if ! command -v redis-server >/dev/null; then
+  if [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
+    echo "FAIL: redis-server is not installed; KVTIER_REQUIRE_RESOURCES=1 makes it fail" >&2
+    exit 1
+  fi
+  echo "SKIP: redis-server is not installed"
+  exit 77
+fi
+TMP="$(mktemp -d)"
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
+  >/dev/null 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 1 100); do
+  redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+rc=0
+"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 2MiB \
+  --rounds 2 --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench remote: exit $rc: $(cat "$TMP/err")"
+else
+  python3 - "$TMP/out" <<'PY' || fail "bench remote: JSON check failed: $(cat "$TMP/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k in ("put_bytes_per_s", "get_bytes_per_s", "plaintext_put_bytes_per_s",
+          "plaintext_get_bytes_per_s"):
+    assert j[k] > 0, k
+assert -1 < j["encryption_get_cost"] < 1 and -1 < j["encryption_put_cost"] < 1
+assert j["block_bytes"] == 65536 and j["blocks"] == 32 and j["rounds"] == 2
+assert len(j["get_bytes_per_s_all"]) == 2
+assert j["redis_benchmark_get_bytes_per_s"] > 0 or "redis_benchmark_note" in j
+PY
+fi
+[[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind"
+
+# expect_fail <name> <needle> <args...>
+expect_fail() {
+  local name="$1" needle="$2"; shift 2
+  local rc=0
+  "$KVTIER" bench remote "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -ne 0 && $rc -lt 128 ]] || { fail "$name: exit $rc"; return; }
+  grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
+}
+printf '1 %s\n' "$(printf 'ab%.0s' $(seq 1 32))" >"$TMP/keys"
+chmod 644 "$TMP/keys"
+expect_fail open_key_file "0644" --redis "127.0.0.1:$PORT" --remote-key-file "$TMP/keys"
+expect_fail bad_endpoint "port" --redis "127.0.0.1:notaport"
+expect_fail zero_rounds "--rounds" --redis "127.0.0.1:$PORT" --rounds 0
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "bench_remote_test: all checks passed"
