@@ -11,6 +11,10 @@
 #include "cache_dir.h"
 
 namespace kvtier::cli {
+
+// Segments of the --cache-dir SSD tier: small, since a CLI run stores little.
+inline constexpr uint64_t kCacheSegmentBytes = 16 * kMiB;
+
 namespace {
 
 // The model's identity in every cache key: SHA-256 over the config and every tensor, so the
@@ -43,7 +47,7 @@ EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout
   if (!options.cache_dir.empty()) {
     o.ssd = SsdTierOptions{.dirs = {options.cache_dir},
                            .capacity_bytes = options.ssd_capacity_bytes,
-                           .segment_bytes = 16 * kMiB,
+                           .segment_bytes = kCacheSegmentBytes,
                            .sync = SsdSyncMode::kPeriodic};
     // Every stored block also reaches the SSD at once, so the next process finds it even if
     // this one is killed before closing the engine.
@@ -57,8 +61,10 @@ EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout
 
 Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& options) {
   if (options.model_path.empty()) return Status::InvalidArgument("--model is required");
+  // Before the model is loaded: a cache directory that cannot hold one segment is an error now,
+  // not a run that reports chunks stored that never reach the disk.
   if (!options.cache_dir.empty()) {
-    KV_RETURN_IF_ERROR(CheckCacheDirUsable(options.cache_dir, 16 * kMiB));
+    KV_RETURN_IF_ERROR(CheckCacheDirUsable(options.cache_dir, kCacheSegmentBytes));
   }
   KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded,
                       runtime::LoadModel(options.model_path, options.tokenizer_path));
