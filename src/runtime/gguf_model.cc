@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/escape.h"
 #include "runtime/gguf.h"
@@ -127,8 +128,15 @@ std::string ShapeText(const GgufTensorInfo& t) {
   return s + "]";
 }
 
-Status CopyTensor(std::span<const std::byte> bytes, const GgufFile& file, WeightKind kind,
-                  uint32_t layer, const TensorShape& shape, std::span<float> dst) {
+// One weight tensor of the model, found in the file with the shape the config gives it.
+struct WeightTensor {
+  WeightKind kind = WeightKind::kTokenEmbedding;
+  uint32_t layer = 0;
+  const GgufTensorInfo* info = nullptr;  // Points into the GgufFile.
+};
+
+Result<WeightTensor> FindWeightTensor(const GgufFile& file, WeightKind kind, uint32_t layer,
+                                      const TensorShape& shape) {
   const std::string name = TensorName(kind, layer);
   const GgufTensorInfo* t = file.FindTensor(name);
   if (t == nullptr) return Status::Corruption("GGUF is missing tensor " + name);
@@ -137,10 +145,33 @@ Status CopyTensor(std::span<const std::byte> bytes, const GgufFile& file, Weight
                               ", expected [" + std::to_string(shape.cols) + ", " +
                               std::to_string(shape.rows) + "]");
   }
-  const std::byte* src = bytes.data() + t->file_offset_bytes;
-  if (t->type == GgmlType::kF32) {
+  return WeightTensor{.kind = kind, .layer = layer, .info = t};
+}
+
+// Every weight tensor the config needs, each present with its shape. ParseGguf has placed each
+// tensor inside the file, so together they bound the weights by the file's size.
+Result<std::vector<WeightTensor>> FindWeightTensors(const GgufFile& file,
+                                                    const ModelConfig& config) {
+  std::vector<WeightTensor> found;
+  for (size_t k = 0; k < kWeightKindCount; ++k) {
+    const auto kind = static_cast<WeightKind>(k);
+    if (kind == WeightKind::kClassifier && config.classifier == ClassifierMode::kShared) continue;
+    const uint32_t copies = IsPerLayer(kind) ? config.n_layers : 1;
+    for (uint32_t layer = 0; layer < copies; ++layer) {
+      KV_ASSIGN_OR_RETURN(WeightTensor t,
+                          FindWeightTensor(file, kind, layer, ShapeOf(config, kind)));
+      found.push_back(t);
+    }
+  }
+  return found;
+}
+
+// Copies (converting F16) a tensor FindWeightTensor checked into `dst`, its size in floats.
+void CopyTensor(std::span<const std::byte> bytes, const GgufTensorInfo& t, std::span<float> dst) {
+  const std::byte* src = bytes.data() + t.file_offset_bytes;
+  if (t.type == GgmlType::kF32) {
     std::memcpy(dst.data(), src, dst.size() * sizeof(float));
-    return Status::Ok();
+    return;
   }
   // F16: convert in pieces through an aligned staging row (the file offset may be odd-aligned
   // for uint16_t only if general.alignment is 1; memcpy keeps that well-defined).
@@ -152,7 +183,6 @@ Status CopyTensor(std::span<const std::byte> bytes, const GgufFile& file, Weight
     k.half_to_float(staging, n, dst.data() + done);
     done += n;
   }
-  return Status::Ok();
 }
 
 // SentencePiece writes a space as U+2581 ("\xe2\x96\x81"); pieces here hold plain spaces.
@@ -213,15 +243,12 @@ Result<std::optional<Tokenizer>> TokenizerFromGguf(const GgufFile& file, uint32_
 Result<GgufModel> ParseGgufModel(std::span<const std::byte> bytes) {
   KV_ASSIGN_OR_RETURN(const GgufFile file, ParseGguf(bytes));
   KV_ASSIGN_OR_RETURN(const ModelConfig config, ConfigFromGguf(file));
+  // Tensors first: hyper-parameters alone may claim a model of terabytes, which must fail on the
+  // missing tensors rather than be allocated.
+  KV_ASSIGN_OR_RETURN(const std::vector<WeightTensor> tensors, FindWeightTensors(file, config));
   KV_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::Allocate(config));
-  for (size_t k = 0; k < kWeightKindCount; ++k) {
-    const auto kind = static_cast<WeightKind>(k);
-    if (kind == WeightKind::kClassifier && config.classifier == ClassifierMode::kShared) continue;
-    const uint32_t copies = IsPerLayer(kind) ? config.n_layers : 1;
-    for (uint32_t layer = 0; layer < copies; ++layer) {
-      KV_RETURN_IF_ERROR(CopyTensor(bytes, file, kind, layer, ShapeOf(config, kind),
-                                    weights.Mutable(kind, layer)));
-    }
+  for (const WeightTensor& t : tensors) {
+    CopyTensor(bytes, *t.info, weights.Mutable(t.kind, t.layer));
   }
   KV_ASSIGN_OR_RETURN(std::optional<Tokenizer> tokenizer,
                       TokenizerFromGguf(file, config.vocab_size));

@@ -360,6 +360,20 @@ TEST(GgufTest, MessagesShowFileBytesEscaped) {
 }
 
 
+// Hyper-parameters alone can claim a model of hundreds of terabytes in a file of a few hundred
+// bytes (the GGUF fuzzer found one asking for 13 GB): the tensors the file lacks are reported
+// before any weight is allocated, so the claim fails as Corruption instead of allocating.
+TEST(GgufTest, HugeHyperParametersWithoutTheirTensorsFailBeforeAllocating) {
+  GgufWriter w;
+  w.String("general.architecture", "llama");
+  w.U32("llama.embedding_length", 65536);
+  w.U32("llama.block_count", 1024);
+  w.U32("llama.feed_forward_length", 1u << 18);
+  w.U32("llama.attention.head_count", 64);
+  w.Tensor("token_embd.weight", {8, 8}, 0, std::string(8 * 8 * 4, '\0'));
+  ExpectModelError(w.Finish(), StatusCode::kCorruption, "token_embd.weight has shape");
+}
+
 TEST(GgufTest, Stories260KEqualsLlama2cOriginal) {
   KV_SKIP_WITHOUT_MODEL("stories260K.gguf");
   KV_SKIP_WITHOUT_MODEL("stories260K.bin");
