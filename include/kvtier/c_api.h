@@ -183,6 +183,14 @@ typedef struct kvtier_engine_options_s {
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */
 KVTIER_API void kvtier_engine_options_init(kvtier_engine_options_t* options);
 
+/* A tenant salt: 64 lowercase hex digits and a NUL written to salt_out, HMAC-SHA256(secret,
+ * "kvtier tenant salt v1" 0 tenant_id). Salts separate tenants only while they are secret
+ * (docs/security.md); one deployment secret (at least 16 bytes) gives every tenant its own.
+ * INVALID_ARGUMENT for an empty tenant id, a shorter secret or NULL pointers. */
+KVTIER_API kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, const void* secret,
+                                                     size_t secret_bytes, char salt_out[65],
+                                                     kvtier_error_t* err);
+
 /* K and V of one chunk for one layer; INVALID_ARGUMENT (naming the field) for a bad layout. */
 KVTIER_API kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout,
                                                      uint64_t* block_bytes, kvtier_error_t* err);

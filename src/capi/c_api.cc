@@ -427,6 +427,21 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->prediction_blocks_max = prediction.blocks_max;
 }
 
+kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, const void* secret,
+                                          size_t secret_bytes, char salt_out[65],
+                                          kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (tenant_id == nullptr || secret == nullptr || salt_out == nullptr) {
+      return Status::InvalidArgument("tenant_id, secret and salt_out must not be NULL");
+    }
+    KV_ASSIGN_OR_RETURN(
+        const std::string salt,
+        kvtier::DeriveTenantSalt(tenant_id, {static_cast<const std::byte*>(secret), secret_bytes}));
+    std::memcpy(salt_out, salt.c_str(), salt.size() + 1);
+    return Status::Ok();
+  });
+}
+
 kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout, uint64_t* block_bytes,
                                           kvtier_error_t* err) {
   return Guard(err, [&]() -> Status {

@@ -318,11 +318,25 @@ static void TestRoundTrip(void) {
   free(dst);
 }
 
+/* Tenant salts: 64 hex digits, the same for the same tenant and secret, different otherwise; a
+ * short secret and an empty tenant id are refused. */
+static void TestTenantSalt(void) {
+  const char secret[] = "0123456789abcdef0123456789abcdef";
+  char a[65], b[65], c[65];
+  kvtier_error_t err;
+  CHECK_OK(kvtier_derive_tenant_salt("tenant-a", secret, 32, a, &err));
+  CHECK_OK(kvtier_derive_tenant_salt("tenant-a", secret, 32, b, &err));
+  CHECK_OK(kvtier_derive_tenant_salt("tenant-b", secret, 32, c, &err));
+  CHECK(strlen(a) == 64 && strcmp(a, b) == 0 && strcmp(a, c) != 0);
+  CHECK(kvtier_derive_tenant_salt("tenant-a", secret, 15, a, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_derive_tenant_salt("", secret, 32, a, &err) == KVTIER_INVALID_ARGUMENT);
+}
+
 /* The remote tier's options: a malformed endpoint list is refused; so is a remote tier with no
- * key and no explicit insecure_plaintext, and a key variable that is not set; an unreachable Redis
- * (nothing listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown prefixes are
- * misses, and the stats list the remote tier last; a caller built before the remote fields
- * (struct_size ending before them) still opens, without a remote tier. */
+ * key and no explicit insecure_plaintext, and a key variable that is not set; an unreachable
+ * Redis (nothing listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown
+ * prefixes are misses, and the stats list the remote tier last; a caller built before the remote
+ * fields (struct_size ending before them) still opens, without a remote tier. */
 static void TestRemoteOptions(void) {
   kvtier_engine_options_t o;
   InitOptions(&o, NULL);
@@ -487,6 +501,7 @@ int main(void) {
   TestBadLayout();
   TestRoundTrip();
   TestRemoteOptions();
+  TestTenantSalt();
   TestPrediction();
   RemoveTree(temp_dir);
   if (failures != 0) {
