@@ -287,6 +287,12 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
       w.status = Status::InvalidArgument("ssd: payload larger than a segment holds");
       continue;
     }
+    // The same bound a checkpoint entry is checked against when it is read back.
+    if (w.raw_bytes > kBlockBytesMax) {
+      w.status = Status::InvalidArgument("ssd: raw_bytes " + std::to_string(w.raw_bytes) +
+                                         " above kBlockBytesMax");
+      continue;
+    }
     if (!mode.bypass_policy && !admission_->RecordAndAdmit(w.key)) {
       w.status = Status::Aborted("ssd: not admitted yet");
       w.skipped = true;

@@ -156,6 +156,20 @@ TEST_F(SsdWriteErrorTest, ShortWriteThatCanFinishSucceeds) {
   EXPECT_TRUE(Get(**tier, 1, kBlock).ok());
 }
 
+TEST_F(SsdWriteErrorTest, RawBytesAboveTheBlockLimitIsRefusedBeforeWriting) {
+  Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(Options(), base_.get());
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  const std::vector<std::byte> payload = Payload(0, 4096);
+  SsdBlockWrite w;
+  w.key = Key(0);
+  w.layout_digest = Layout();
+  w.raw_bytes = static_cast<uint32_t>(kBlockBytesMax + 1);
+  w.payload = payload;
+  EXPECT_TRUE((*tier)->WriteBatchSync(std::span(&w, 1)).IsInvalidArgument());
+  EXPECT_TRUE(w.status.IsInvalidArgument()) << w.status.ToString();
+  EXPECT_FALSE((*tier)->Contains(Key(0)));
+}
+
 TEST_F(SsdWriteErrorTest, AdmissionRefusalIsASkipNotAnError) {
   SsdTierOptions o = Options();
   o.admission = SsdAdmission::kAfterRequests;
