@@ -9,7 +9,8 @@
 //
 // There is no chat template: turns are concatenated text, so a story model (stories260K) just
 // continues the story it is told. The conversation is bounded by the context (--context or the
-// model's seq_len); a turn that does not fit ends the chat with a message and a failing status.
+// model's seq_len, at most 4096); a turn that does not fit ends the chat with a message and a
+// failing status.
 #include <unistd.h>
 
 #include <cerrno>
@@ -66,7 +67,7 @@ class ChatCommand final : public Command {
                   "SSD tier directory: the conversation's KV persists across runs");
     c->add_option("--salt", options_.salt, "Tenant salt");
     c->add_option("--context", options_.context_tokens,
-                  "Tokens the whole conversation may hold (default: the model's seq_len)")
+                  "Tokens the conversation may hold (default: the model's seq_len, at most 4096)")
         ->check(CLI::Range(1u, 1u << 20));
     c->add_option("--block-tokens", options_.block_tokens, "Tokens per cached chunk")
         ->check(CLI::Range(1u, 65536u));

@@ -36,7 +36,7 @@ class RunCommand final : public Command {
                   "SSD tier directory: cached prompt prefixes persist across runs");
     c->add_option("--salt", options_.salt, "Tenant salt: runs with different salts share nothing");
     c->add_option("--context", options_.context_tokens,
-                  "Positions per sequence (default: the model's seq_len)")
+                  "Positions per sequence (default: the model's seq_len, at most 4096)")
         ->check(CLI::Range(1u, 1u << 20));
     c->add_option("--block-tokens", options_.block_tokens, "Tokens per cached chunk")
         ->check(CLI::Range(1u, 65536u));
