@@ -14,6 +14,10 @@
 namespace kvtier::ssd {
 namespace {
 
+// Bytes read at a time while looking for the next valid record header after damage.
+constexpr size_t kResyncReadBytes = 1 * kMiB;
+static_assert(kResyncReadBytes % kDirectIoAlignment == 0);
+
 std::string JoinPath(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
 // Reads the 4 KiB block at `offset` into `block`; *got is how much of it the file holds.
@@ -30,22 +34,28 @@ struct Resync {
   uint64_t nonzero_end = 0;  // End of the last non-zero block read before it (0 if none).
 };
 
-// Tries each 4 KiB boundary from `from` for a record header that decodes and is placed right.
-Result<Resync> FindNextRecord(SegmentFile& seg, uint64_t from, AlignedBuffer& block) {
+// Tries each 4 KiB boundary from `from` for a record header that decodes and is placed right,
+// reading kResyncReadBytes at a time (an unwritten tail is read to its end this way).
+Result<Resync> FindNextRecord(SegmentFile& seg, uint64_t from, AlignedBuffer& chunk) {
   Resync r;
   const uint64_t limit = std::min(seg.file_bytes, seg.segment_bytes);
-  for (uint64_t off = from; off < limit; off += kDirectIoAlignment) {
+  for (uint64_t base = from; base < limit; base += kResyncReadBytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kResyncReadBytes, limit - base));
     size_t got = 0;
-    KV_RETURN_IF_ERROR(ReadBlock(*seg.file, off, block, &got));
-    const std::span<const std::byte> bytes = block.span().first(got);
-    if (AllZero(bytes)) continue;
-    r.nonzero_end = off + got;
-    if (got < kRecordHeaderBytes) break;
-    Result<RecordHeader> h = DecodeRecordHeader(bytes);
-    if (h.ok() && CheckRecordPlacement(*h, seg.segment_id, off, seg.segment_bytes).ok()) {
-      r.next = off;
-      return r;
+    KV_RETURN_IF_ERROR(seg.file->ReadAt(base, chunk.span().first(want), &got));
+    for (size_t at = 0; at < got; at += kDirectIoAlignment) {
+      const std::span<const std::byte> bytes =
+          chunk.span().subspan(at, std::min<size_t>(kDirectIoAlignment, got - at));
+      if (AllZero(bytes)) continue;
+      r.nonzero_end = base + at + bytes.size();
+      if (bytes.size() < kRecordHeaderBytes) return r;
+      Result<RecordHeader> h = DecodeRecordHeader(bytes);
+      if (h.ok() && CheckRecordPlacement(*h, seg.segment_id, base + at, seg.segment_bytes).ok()) {
+        r.next = base + at;
+        return r;
+      }
     }
+    if (got < want) break;
   }
   return r;
 }
@@ -62,7 +72,7 @@ void AddRegion(SegmentCheck* check, uint64_t begin, uint64_t end, std::string re
 // Handles the invalid record at `offset` that stopped a scan; returns where to scan next
 // (0: nothing valid follows).
 Result<uint64_t> SkipInvalid(SegmentFile& seg, uint64_t offset, const Status& why,
-                             AlignedBuffer& block, SegmentCheck* check) {
+                             AlignedBuffer& block, AlignedBuffer& chunk, SegmentCheck* check) {
   size_t got = 0;
   KV_RETURN_IF_ERROR(ReadBlock(*seg.file, offset, block, &got));
   Result<RecordHeader> h = got == kDirectIoAlignment ? DecodeRecordHeader(block.span())
@@ -73,7 +83,7 @@ Result<uint64_t> SkipInvalid(SegmentFile& seg, uint64_t offset, const Status& wh
     AddRegion(check, offset, std::min(end, seg.file_bytes), why.message());
     return end;
   }
-  KV_ASSIGN_OR_RETURN(Resync r, FindNextRecord(seg, offset + kDirectIoAlignment, block));
+  KV_ASSIGN_OR_RETURN(Resync r, FindNextRecord(seg, offset + kDirectIoAlignment, chunk));
   const uint64_t end = r.next != 0 ? r.next
                                    : std::max(r.nonzero_end, std::min(offset + kDirectIoAlignment,
                                                                       seg.file_bytes));
@@ -83,9 +93,9 @@ Result<uint64_t> SkipInvalid(SegmentFile& seg, uint64_t offset, const Status& wh
 
 // The scan stopped at an all-zero header at `offset`: the unwritten tail, unless a valid record
 // (or other data) follows. Returns where to scan next (0: nothing valid follows).
-Result<uint64_t> SkipZeros(SegmentFile& seg, uint64_t offset, AlignedBuffer& block,
+Result<uint64_t> SkipZeros(SegmentFile& seg, uint64_t offset, AlignedBuffer& chunk,
                            SegmentCheck* check) {
-  KV_ASSIGN_OR_RETURN(Resync r, FindNextRecord(seg, offset + kDirectIoAlignment, block));
+  KV_ASSIGN_OR_RETURN(Resync r, FindNextRecord(seg, offset + kDirectIoAlignment, chunk));
   if (r.next != 0) {
     AddRegion(check, offset, r.next,
               "zero bytes before the valid record at offset " + std::to_string(r.next) +
@@ -186,6 +196,7 @@ Result<SegmentCheck> CheckSegment(SegmentFile& seg) {
   KV_CHECK(seg.file != nullptr);
   SegmentCheck check;
   KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(kDirectIoAlignment));
+  KV_ASSIGN_OR_RETURN(AlignedBuffer chunk, AlignedBuffer::Allocate(kResyncReadBytes));
   AlignedBuffer scratch;
   const uint64_t limit = std::min(seg.file_bytes, seg.segment_bytes);
   uint64_t offset = kSegmentHeaderBytes;
@@ -206,9 +217,9 @@ Result<SegmentCheck> CheckSegment(SegmentFile& seg) {
             &scratch));
     offset = scan.end_offset;
     if (scan.stop == ScanStop::kInvalid) {
-      KV_ASSIGN_OR_RETURN(offset, SkipInvalid(seg, offset, scan.reason, block, &check));
+      KV_ASSIGN_OR_RETURN(offset, SkipInvalid(seg, offset, scan.reason, block, chunk, &check));
     } else if (scan.stop == ScanStop::kZeroTail) {
-      KV_ASSIGN_OR_RETURN(offset, SkipZeros(seg, offset, block, &check));
+      KV_ASSIGN_OR_RETURN(offset, SkipZeros(seg, offset, chunk, &check));
     } else {
       // End of file on a block boundary, or a last block too short to hold a header.
       if (offset < limit) {

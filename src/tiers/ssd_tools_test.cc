@@ -181,6 +181,31 @@ TEST(SsdToolsTest, VerifyGoesOnPastEveryDamagedRecord) {
   EXPECT_EQ(v->checkpoint_entries_verified, 7u);
 }
 
+// Zeroed bytes longer than one resync read (1 MiB) before the next valid record: the search for
+// it goes on across reads, and the records after it are counted.
+TEST(SsdToolsTest, VerifyFindsRecordsAfterALongZeroedStretch) {
+  Result<ScopedTempDir> dir = ScopedTempDir::Create();
+  ASSERT_TRUE(dir.ok());
+  std::unique_ptr<Env> env = NewPosixEnv();
+  SsdTierOptions o = SmallTier({dir->Join("d0")});
+  o.segment_bytes = 4 * kMiB;
+  MakeCache(env.get(), o, 40);
+  const std::string seg = Segments(o.dirs[0]).at(0);
+  {
+    std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + kRecord);
+    const std::string zeros(size_t{24 * kRecord}, '\0');  // Records 1..24.
+    f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  }
+  Result<ssd::VerifyReport> v = ssd::VerifyDir(env.get(), o.dirs);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->records_verified, 16u) << Dump(*v);
+  ASSERT_FALSE(v->problems.empty());
+  EXPECT_EQ(v->problems[0].offset_begin, 4096 + kRecord);
+  EXPECT_EQ(v->problems[0].offset_end, 4096 + 25 * kRecord) << Dump(*v);
+  EXPECT_EQ(v->problems.size(), 25u);  // The region, and the 24 checkpoint entries in it.
+}
+
 // A segment cut mid-record (its last record header incomplete) and a garbage checkpoint used to
 // pass; now the cut record and each checkpoint entry past the end are problems, and so is the
 // garbage checkpoint.
