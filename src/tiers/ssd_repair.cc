@@ -172,6 +172,11 @@ Result<RepairReport> RepairDir(Env* env, const std::vector<std::string>& dirs) {
   KV_ASSIGN_OR_RETURN(CacheAnalysis a, AnalyzeCache(env, dirs));
   RepairReport rep;
   rep.before = a.report;
+  if (a.report.problems.empty()) {
+    rep.after = std::move(a.report);  // Nothing to drop; the checkpoint (and its bits) stays.
+    rep.blocks_indexed = a.checkpoint.has_value() ? a.checkpoint->entries.size() : 0;
+    return rep;
+  }
   const uint64_t segment_bytes =
       a.segment_bytes != 0 ? a.segment_bytes
       : a.checkpoint.has_value() ? a.checkpoint->segment_bytes

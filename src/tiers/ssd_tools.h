@@ -99,8 +99,9 @@ struct RepairReport {
 // as a new segment holding its valid records (same sequences, new places), and the old file is
 // renamed to "<name>.bad"; a bad segment or a checkpoint that is not a regular file is renamed
 // the same way; the checkpoint is rebuilt from a full scan. Then verifies again. Nothing that
-// verified is lost. Same refusals as VerifyDir; takes the directories' exclusive lock, so it is
-// also refused while anything else (a tier, a verify) holds one.
+// verified is lost. A cache that verifies is left as it is (no actions). Same refusals as
+// VerifyDir; takes the directories' exclusive lock, so it is also refused while anything else (a
+// tier, a verify) holds one.
 Result<RepairReport> RepairDir(Env* env, const std::vector<std::string>& dirs);
 
 struct ClearReport {

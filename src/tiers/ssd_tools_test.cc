@@ -385,6 +385,12 @@ TEST(SsdToolsTest, RepairKeepsEveryIntactBlock) {
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->problems.empty()) << Dump(*after);
   EXPECT_TRUE(after->checkpoint_valid);
+  const std::string checkpoint = o.dirs[0] + "/index.ckpt";
+  const auto checkpoint_time = std::filesystem::last_write_time(checkpoint);
+  rep = ssd::RepairDir(env.get(), o.dirs);  // Nothing left to repair: nothing is touched.
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_TRUE(rep->actions.empty());
+  EXPECT_EQ(std::filesystem::last_write_time(checkpoint), checkpoint_time);
 
   Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, env.get());
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();

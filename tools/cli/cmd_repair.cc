@@ -29,7 +29,8 @@ class RepairCommand final : public Command {
     if (Status s = ssd::CheckCacheDirs(env.get(), dirs_); !s.ok()) return Fail(s);
     Result<ssd::RepairReport> r = ssd::RepairDir(env.get(), dirs_);
     if (!r.ok()) return Fail(r.status());
-    std::printf("repair: found %zu problems\n", r->before.problems.size());
+    std::printf("repair: found %zu problems%s\n", r->before.problems.size(),
+                r->before.problems.empty() ? ", nothing to repair" : "");
     for (const std::string& action : r->actions) std::printf("repair: %s\n", action.c_str());
     PrintVerifyProblems(r->after.problems);
     std::printf("repair: now %llu records verified, %zu problems\n",
