@@ -4,7 +4,8 @@
 // the leading mode byte of the harnesses that take one (see each harness's comment).
 //
 // Usage: kvtier_fuzz_make_seeds <corpus dir>   (built by the fuzz preset; run after a format
-// change, then commit what changed). Output is deterministic.
+// change, then commit what changed). Output is deterministic, except sealed remote values (each
+// seal draws a fresh nonce).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -21,8 +22,10 @@
 #include "runtime/kernels.h"
 #include "runtime/model_config.h"
 #include "runtime/model_weights.h"
+#include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
 #include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd_manifest.h"
 #include "tiers/ssd_record.h"
 
 namespace kvtier::fuzz {
@@ -120,6 +123,22 @@ void CheckpointSeeds(const fs::path& dir) {
   Write(dir, "ssd_checkpoint_fuzzer", "version1", Mode(1, old));
 }
 
+void ManifestSeeds(const fs::path& dir) {
+  ssd::Manifest m{.format_version = ssd::kManifestVersion, .stripe_index = 1, .stripe_count = 3,
+                  .segment_bytes = ssd::kSegmentBytesDefault,
+                  .format_digest = ssd::ManifestFormatDigest()};
+  for (size_t i = 0; i < m.cache_id.size(); ++i) m.cache_id[i] = static_cast<uint8_t>(i * 17);
+  const std::string file = ssd::EncodeManifest(m);
+  Write(dir, "ssd_manifest_fuzzer", "valid", Mode(0, file));
+  std::string stripe = file;
+  stripe[24] = 3;  // stripe_index == stripe_count.
+  Write(dir, "ssd_manifest_fuzzer", "stripe_out_of_range", Mode(1, stripe));
+  std::string digest = file;
+  digest[40] ^= 1;
+  Write(dir, "ssd_manifest_fuzzer", "other_format", Mode(1, digest));
+  Write(dir, "ssd_manifest_fuzzer", "short", Mode(1, file.substr(0, 40)));
+}
+
 void RemoteSeeds(const fs::path& dir) {
   RemoteValueInfo info{.key = Key(0x5a, 3), .codec_id = 1, .raw_bytes = 32};
   info.layout_digest.fill(0x22);
@@ -130,6 +149,17 @@ void RemoteSeeds(const fs::path& dir) {
   Write(dir, "remote_value_fuzzer", "foreign_key", Mode(0, v));
   Write(dir, "remote_value_fuzzer", "long", Mode(3, v + "xx"));
   Write(dir, "remote_value_fuzzer", "header_only", Mode(3, v.substr(0, 128)));
+  Write(dir, "remote_value_fuzzer", "seal_and_open", Mode(6, v));
+  // Sealed with the harness's key (id 7), for the key name the harness opens it under.
+  Result<RemoteKeyring> keyring = RemoteKeyring::Parse(
+      "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
+  std::vector<std::byte> sealed;
+  if (keyring.ok() && SealRemoteValue(*keyring, "kvtier:{fuzz}:0", value, &sealed).ok()) {
+    Write(dir, "remote_value_fuzzer", "sealed", Mode(10, AsString(sealed)));
+    std::string other_key = AsString(sealed);
+    other_key[8] = 9;
+    Write(dir, "remote_value_fuzzer", "sealed_unknown_key_id", Mode(8, other_key));
+  }
 
   const std::string slots =
       "*2\r\n"
@@ -360,6 +390,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path dir(argv[1]);
   kvtier::fuzz::SsdSeeds(dir);
   kvtier::fuzz::CheckpointSeeds(dir);
+  kvtier::fuzz::ManifestSeeds(dir);
   kvtier::fuzz::RemoteSeeds(dir);
   kvtier::fuzz::RuntimeSeeds(dir);
   kvtier::fuzz::CodecSeeds(dir);

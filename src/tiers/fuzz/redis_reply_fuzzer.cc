@@ -36,7 +36,9 @@ struct ReaderDeleter {
 
 bool DeclaresHugeArray(std::string_view input) {
   for (size_t i = 0; i < input.size(); ++i) {
-    if (input[i] != '*' || (i > 0 && input[i - 1] != '\n')) continue;
+    // Any '*': hiredis does not check the two bytes that end a bulk string, so a type byte can
+    // follow any byte.
+    if (input[i] != '*') continue;
     uint64_t count = 0;
     for (size_t j = i + 1; j < input.size() && input[j] >= '0' && input[j] <= '9'; ++j) {
       count = count * 10 + static_cast<uint64_t>(input[j] - '0');
