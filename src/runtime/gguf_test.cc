@@ -359,7 +359,6 @@ TEST(GgufTest, MessagesShowFileBytesEscaped) {
   EXPECT_LT(message.size(), 200u) << message;
 }
 
-
 // Hyper-parameters alone can claim a model of hundreds of terabytes in a file of a few hundred
 // bytes (the GGUF fuzzer found one asking for 13 GB): the tensors the file lacks are reported
 // before any weight is allocated, so the claim fails as Corruption instead of allocating.
