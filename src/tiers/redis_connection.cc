@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -83,6 +85,68 @@ bool LooksLikeTimeout(const redisContext* c) {
          text.find("Timeout") != std::string_view::npos;
 }
 
+// Links a new reply object into its parent array, if it has one.
+void* Attach(const redisReadTask* task, redisReply* r) {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<redisReply*>(task->parent->obj);
+    KV_CHECK(parent->type == REDIS_REPLY_ARRAY);
+    KV_CHECK(task->idx >= 0 && static_cast<size_t>(task->idx) < parent->elements);
+    parent->element[task->idx] = r;
+  }
+  return r;
+}
+
+redisReply* NewReply(int type) {
+  auto* r = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
+  if (r != nullptr) r->type = type;
+  return r;
+}
+
+void* CreateString(const redisReadTask* task, char* str, size_t len) {
+  redisReply* r = NewReply(task->type);
+  if (r == nullptr) return nullptr;
+  r->str = static_cast<char*>(std::malloc(len + 1));
+  if (r->str == nullptr) {
+    std::free(r);
+    return nullptr;
+  }
+  if (len != 0) std::memcpy(r->str, str, len);
+  r->str[len] = '\0';
+  r->len = len;
+  return Attach(task, r);
+}
+
+void* CreateArray(const redisReadTask* task, int elements) {
+  if (elements < 0 || elements > kRedisReplyElementsMax) return nullptr;  // Refused: "OOM".
+  redisReply* r = NewReply(REDIS_REPLY_ARRAY);
+  if (r == nullptr) return nullptr;
+  if (elements > 0) {
+    r->element = static_cast<redisReply**>(
+        std::calloc(static_cast<size_t>(elements), sizeof(redisReply*)));
+    if (r->element == nullptr) {
+      std::free(r);
+      return nullptr;
+    }
+  }
+  r->elements = static_cast<size_t>(elements);
+  return Attach(task, r);
+}
+
+void* CreateInteger(const redisReadTask* task, long long value) {
+  redisReply* r = NewReply(REDIS_REPLY_INTEGER);
+  if (r == nullptr) return nullptr;
+  r->integer = value;
+  return Attach(task, r);
+}
+
+void* CreateNil(const redisReadTask* task) {
+  redisReply* r = NewReply(REDIS_REPLY_NIL);
+  return r == nullptr ? nullptr : Attach(task, r);
+}
+
+constinit const redisReplyObjectFunctions kBoundedReplyFunctions = {
+    CreateString, CreateArray, CreateInteger, CreateNil, freeReplyObject};
+
 uint64_t CommandBytes(const RedisCommand& command) {
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < command.argc; ++i) bytes += command.args[i].size();
@@ -90,6 +154,11 @@ uint64_t CommandBytes(const RedisCommand& command) {
 }
 
 }  // namespace
+
+// hiredis takes a non-const pointer but never writes through it.
+redisReplyObjectFunctions* RedisBoundedReplyFunctions() {
+  return const_cast<redisReplyObjectFunctions*>(&kBoundedReplyFunctions);
+}
 
 std::string RedisEndpoint::ToString() const { return host + ":" + std::to_string(port); }
 
@@ -141,6 +210,7 @@ Status RedisConnection::Connect() {
                                      ToTimeval(options_.connect_timeout_ms));
   if (context_ == nullptr) return Status::Unavailable("redis: cannot allocate a context");
   if (context_->err != 0) return ContextError("connect");
+  context_->reader->fn = RedisBoundedReplyFunctions();
   if (redisSetTimeout(context_, ToTimeval(options_.command_timeout_ms)) != REDIS_OK) {
     return ContextError("set timeout");
   }

@@ -27,6 +27,7 @@
 
 struct redisContext;  // hiredis; kept out of this header so only redis_*.cc see hiredis.
 struct redisReply;
+struct redisReplyObjectFunctions;
 
 namespace kvtier {
 
@@ -46,6 +47,17 @@ struct RedisConnectionOptions {
   std::string user;                   // Empty: AUTH with the password only (the default user).
   std::string password;               // Empty: no AUTH.
 };
+
+// Elements a reply array may declare. hiredis 0.14 allocates an array's element table as soon as
+// it reads "*<count>", so without a bound a hostile or broken server could make a 400-byte reply
+// cost gigabytes. kvtier's largest arrays are CLUSTER SLOTS answers (at most one entry per slot).
+inline constexpr int kRedisReplyElementsMax = 1 << 16;
+
+// Reply constructors for hiredis's reader that build the same redisReply objects as its defaults
+// (freeReplyObject frees them) but refuse an array of more than kRedisReplyElementsMax elements:
+// the reader then fails with an out-of-memory error and the call fails like any protocol error.
+// Every connection of the remote tier reads with them.
+redisReplyObjectFunctions* RedisBoundedReplyFunctions();
 
 struct RedisReplyDeleter {
   void operator()(redisReply* reply) const;

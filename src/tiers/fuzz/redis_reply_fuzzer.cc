@@ -2,8 +2,9 @@
 // replies (ParseClusterSlots), MOVED / ASK redirections (ParseRedisRedirect) and the
 // "host:port" endpoints inside them (ParseRedisEndpoint). The input is a RESP byte stream, as a
 // server (or anything posing as one) sends it; hiredis's own reader turns it into reply trees
-// exactly as a connection does, and every complete reply is handed to the parsers. Nothing may
-// crash or read out of bounds (run under ASan/UBSan), and what a parser accepts must be in range.
+// exactly as a connection does (with the same bounded reply constructors), and every complete
+// reply is handed to the parsers. Nothing may crash or read out of bounds (run under
+// ASan/UBSan), and what a parser accepts must be in range.
 // Built only with -DKVTIER_BUILD_FUZZERS=ON (tests/fuzz/CMakeLists.txt).
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
@@ -25,28 +26,9 @@ namespace {
 // Replies taken from one input; a few suffice to reach every parser path.
 constexpr int kRepliesMax = 16;
 
-// hiredis 0.14 allocates an array reply's element table as soon as it reads "*<count>", whatever
-// the count; that allocation is hiredis's own and outside the parsers fuzzed here, so inputs that
-// declare more elements than this are skipped instead of reported as out-of-memory.
-constexpr uint64_t kArrayElementsMax = 1 << 16;
-
 struct ReaderDeleter {
   void operator()(redisReader* r) const { redisReaderFree(r); }
 };
-
-bool DeclaresHugeArray(std::string_view input) {
-  for (size_t i = 0; i < input.size(); ++i) {
-    // Any '*': hiredis does not check the two bytes that end a bulk string, so a type byte can
-    // follow any byte.
-    if (input[i] != '*') continue;
-    uint64_t count = 0;
-    for (size_t j = i + 1; j < input.size() && input[j] >= '0' && input[j] <= '9'; ++j) {
-      count = count * 10 + static_cast<uint64_t>(input[j] - '0');
-      if (count > kArrayElementsMax) return true;
-    }
-  }
-  return false;
-}
 
 void ParseText(std::string_view text) {
   RedisRedirect redirect;
@@ -77,8 +59,11 @@ void ParseReply(const redisReply* reply) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  if (kvtier::DeclaresHugeArray(input)) return 0;
-  std::unique_ptr<redisReader, kvtier::ReaderDeleter> reader(redisReaderCreate());
+  // The reply constructors every connection of the remote tier uses: they refuse an array that
+  // declares more than kRedisReplyElementsMax elements (hiredis's own would allocate its table at
+  // once), so a hostile reply is an error here as there, never an out-of-memory.
+  std::unique_ptr<redisReader, kvtier::ReaderDeleter> reader(
+      redisReaderCreateWithFunctions(kvtier::RedisBoundedReplyFunctions()));
   if (reader == nullptr) return 0;
   if (redisReaderFeed(reader.get(), input.data(), input.size()) != REDIS_OK) {
     return 0;
