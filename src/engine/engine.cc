@@ -358,7 +358,8 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry
 
 // Writes the dirty blocks among `keys` to the SSD; the first error of a block that did not get
 // there (WriteToSsd's).
-Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
+Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
+                              std::vector<BlockKey>* claimed) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
   std::vector<SsdWriteItem> items;
   // Raw copies in the first half, encoded records in the second: one lease, never nested.
@@ -367,7 +368,9 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   ClaimAndCopyOut(keys, &BlockEntry::dirty, lease, &todo, &items);
   const Status io = WriteToSsd(items, lease.buffers().subspan(n, n));
   MutexLock lock(&mu_);
+  flushed_cv_.SignalAll();  // A Flush may be waiting for these blocks.
   for (size_t i = 0; i < todo.size(); ++i) {
+    if (claimed != nullptr) claimed->push_back(todo[i].first);
     BlockEntry* e = index_.Find(todo[i].first);
     e->flushing = false;
     --e->pins;
@@ -383,25 +386,87 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background) {
   return io;
 }
 
+// Sorts the blocks of `pending` that are still dirty: those no one is writing (`mine`, unless
+// this Flush already tried them: a failed write leaves them dirty and its error is reported
+// once) and those another thread is writing now (`theirs`: claimed by the cleaner or another
+// Flush, or being evicted with write-back). A block that left memory without reaching the SSD
+// (a failed write-back on eviction drops it) is an error, unless it had expired.
+Status EngineImpl::SortFlushPending(std::span<const BlockKey> pending,
+                                    const std::unordered_set<BlockKey>& tried,
+                                    const std::unordered_map<BlockKey, uint64_t>& expiry,
+                                    std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs) {
+  std::vector<BlockKey> gone;
+  {
+    MutexLock lock(&mu_);
+    for (const BlockKey& key : pending) {
+      const BlockEntry* e = index_.Find(key);
+      MemTier t;
+      if (e == nullptr) {
+        gone.push_back(key);
+      } else if (e->dirty && tried.count(key) == 0) {
+        (e->flushing || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
+      }
+    }
+  }
+  const uint64_t now = NowWallUs();
+  for (const BlockKey& key : gone) {
+    const auto it = expiry.find(key);
+    if (it != expiry.end() && it->second != 0 && it->second <= now) continue;
+    if (ssd_->Contains(key)) continue;
+    MutexLock lock(&mu_);
+    if (index_.Find(key) != nullptr) continue;  // Stored again meanwhile.
+    return Status::IoError("block " + key.ToString() +
+                           " left memory after a failed write-back and is not on the SSD");
+  }
+  return Status::Ok();
+}
+
 Status EngineImpl::Flush() {
   FlushRemote();
   if (ssd_ == nullptr) return Status::Ok();
-  std::vector<BlockKey> dirty;
+  std::vector<BlockKey> pending;
+  std::unordered_map<BlockKey, uint64_t> expiry;
   {
     MutexLock lock(&mu_);
     index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
-      if (e.dirty) dirty.push_back(key);
+      if (!e.dirty) return;
+      pending.push_back(key);
+      expiry.emplace(key, e.expiry_wall_us);
     });
   }
-  // Only the blocks dirty now: blocks the SSD refuses stay dirty without looping forever.
-  // The first error is returned after every batch was tried: one bad block does not keep the
-  // others in memory only.
+  // Only the blocks dirty now. Each is written once by this Flush (a block the SSD refuses stays
+  // dirty without looping forever); one another thread is writing is waited for, so that OK
+  // means every one of them is on the SSD. The first error is returned after every block was
+  // tried: one bad block does not keep the others in memory only.
+  constexpr int kWaitRoundsMax = 2000;  // 10 ms each: a writer stuck for 20 s is an error.
   Status first;
+  std::unordered_set<BlockKey> tried;
   const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
-  for (size_t base = 0; base < dirty.size(); base += batch) {
-    const size_t n = std::min(batch, dirty.size() - base);
-    const Status s = FlushBatch(std::span(dirty).subspan(base, n));
-    if (!s.ok() && first.ok()) first = s;
+  for (int round = 0; !pending.empty(); ++round) {
+    std::vector<BlockKey> mine, theirs;
+    const Status lost = SortFlushPending(pending, tried, expiry, &mine, &theirs);
+    if (!lost.ok() && first.ok()) first = lost;
+    for (size_t base = 0; base < mine.size(); base += batch) {
+      const size_t n = std::min(batch, mine.size() - base);
+      std::vector<BlockKey> claimed;
+      const Status s = FlushBatch(std::span(mine).subspan(base, n), false, &claimed);
+      if (!s.ok() && first.ok()) first = s;
+      tried.insert(claimed.begin(), claimed.end());
+      // Claimed meanwhile by another writer: waited for in the next round.
+      for (size_t i = base; i < base + n; ++i) {
+        if (tried.count(mine[i]) == 0) theirs.push_back(mine[i]);
+      }
+    }
+    if (theirs.empty()) break;
+    if (round == kWaitRoundsMax) {
+      if (first.ok()) first = Status::Busy("blocks still being written by another thread");
+      break;
+    }
+    {
+      MutexLock lock(&mu_);
+      flushed_cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
+    }
+    pending = std::move(theirs);
   }
   const Status synced = ssd_->Flush();
   if (first.ok()) first = synced;

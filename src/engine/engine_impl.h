@@ -26,6 +26,8 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -221,7 +223,15 @@ class EngineImpl final : public Engine {
   // The first error that kept a block from the SSD (WriteToSsd's); such blocks stay dirty.
   // `background`: the cleaner's batch (its write-backs are counted in the tier's writebacks and
   // background_writebacks); at most kLoadStagingBatchMax / 2 keys.
-  Status FlushBatch(std::span<const BlockKey> keys, bool background = false) KV_EXCLUDES(mu_);
+  // `claimed`, when given, receives the keys this call wrote or tried to write (the others were
+  // clean or claimed by another writer).
+  Status FlushBatch(std::span<const BlockKey> keys, bool background = false,
+                    std::vector<BlockKey>* claimed = nullptr) KV_EXCLUDES(mu_);
+  Status SortFlushPending(std::span<const BlockKey> pending,
+                          const std::unordered_set<BlockKey>& tried,
+                          const std::unordered_map<BlockKey, uint64_t>& expiry,
+                          std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs)
+      KV_EXCLUDES(mu_);
   // The cleaner (engine.cc): one thread, woken by write-back Stores, that writes dirty blocks down
   // with FlushBatch while a tier is over its dirty watermark. Never holds mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
@@ -326,6 +336,7 @@ class EngineImpl final : public Engine {
   std::array<TierCounters, kMemTiers + 2> counters_ KV_GUARDED_BY(mu_);
   EngineStats stats_ KV_GUARDED_BY(mu_);
   CondVar cleaner_cv_;  // Waited on with mu_.
+  CondVar flushed_cv_;  // Waited on with mu_; signalled when a FlushBatch completes.
   bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
   bool cleaner_stop_ KV_GUARDED_BY(mu_) = false;
 

@@ -3,17 +3,21 @@
 // the segment file once the disk is full, for the first failing store and every one after it);
 // with write-back, Flush fails the same way; the SSD tier's write_failures counts the blocks; the
 // blocks stay cached and dirty, so once space is back Flush writes them and a reopened engine
-// finds every block that was ever acknowledged, byte for byte.
+// finds every block that was ever acknowledged, byte for byte. And that Flush waits for a block
+// another thread is writing: it never returns OK while that write is still in flight.
 // Method: a tiny layout (3 layers, 2 KiB blocks) over a real directory behind FaultInjectionEnv,
 // which fails every write to segment files with ENOSPC from the moment it is armed (what a full
 // disk does: the open segment's next record and the header of every new segment fail).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <vector>
 
 #include "engine/engine.h"
 #include "testing/fault_injection_env.h"
+#include "testing/gate_env.h"
 #include "testing/test_util.h"
 
 namespace kvtier {
@@ -165,6 +169,37 @@ TEST_F(EngineWriteErrorTest, WriteBackFlushReportsNoSpace) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   const Namespace ns2 = *(*again)->MakeNamespace("t");
   for (uint32_t seed = 1; seed < 5; ++seed) EXPECT_TRUE(LoadChunk(**again, ns2, seed).ok()) << seed;
+}
+
+// Two Flushes of one dirty block: the first claims it and its write is held in fsync (a gate);
+// the second finds it claimed. It must wait for that write instead of returning OK while the
+// block is only in memory (a crash then would lose a block whose Flush said it was durable).
+TEST_F(EngineWriteErrorTest, FlushWaitsForABlockAnotherThreadIsWriting) {
+  GateEnv gated(env_.get());
+  EngineOptions o = Options(WritePolicy::kWriteBack, 64 * kLayers);
+  o.env = &gated;
+  o.writeback_dirty_fraction = 1;  // No cleaner: the two Flushes are the only writers.
+  o.ssd->sync = SsdSyncMode::kPerBatch;
+  o.ssd->io_backend = IoBackend::kThreadPool;  // Writes and syncs go through File.
+  Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const Namespace ns = *(*e)->MakeNamespace("t");
+  ASSERT_TRUE(StoreChunk(**e, ns, 1).ok());
+  gated.sync_gate.Arm(Status::Ok());
+  std::future<Status> first = std::async(std::launch::async, [&] { return (*e)->Flush(); });
+  ASSERT_TRUE(gated.sync_gate.WaitEntered());  // The first Flush is inside the block's fsync.
+  std::future<Status> second = std::async(std::launch::async, [&] { return (*e)->Flush(); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "the second Flush returned while the block was still being written";
+  gated.sync_gate.Release();
+  EXPECT_TRUE(first.get().ok());
+  EXPECT_TRUE(second.get().ok());
+  e->reset();
+  EngineOptions reopened = o;
+  reopened.env = env_.get();
+  Result<std::unique_ptr<Engine>> again = Engine::Open(reopened);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(LoadChunk(**again, *(*again)->MakeNamespace("t"), 1).ok());
 }
 
 }  // namespace

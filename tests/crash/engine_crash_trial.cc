@@ -146,10 +146,9 @@ uint64_t SegmentIdBound(const std::string& dir, bool largest, uint64_t none) {
 
 // ---- Child ------------------------------------------------------------------------------------
 
-// What a trial's child runs. Write-back trials run one thread with the cleaner off unless
-// --flush-race is given: Engine::Flush skips dirty blocks that another thread (the cleaner, an
-// eviction, another Flush) has claimed for writing and does not wait for them, so with two threads
-// and the cleaner a Flush can return OK before such a block is on the SSD (docs/reliability.md).
+// What a trial's child runs. Write-back trials run two threads and the cleaner, so a Flush often
+// finds blocks that another thread (the cleaner, an eviction, another Flush) is writing and must
+// wait for them (docs/reliability.md); --flush-race off runs them with one thread and no cleaner.
 struct ChildPlan {
   WritePolicy policy = WritePolicy::kWriteThrough;
   uint32_t threads = 2;
@@ -473,7 +472,7 @@ struct Args {
   uint32_t trials = 20;
   uint64_t seed = 0;
   bool seeded = false;
-  bool flush_race = false;
+  bool flush_race = true;
   std::string dir;
 };
 
