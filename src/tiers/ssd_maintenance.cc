@@ -173,6 +173,7 @@ Status SsdTier::ReclaimOldestSegment() {
     id = oldest->first;
     Segment& seg = oldest->second;
     if (!seg.in_flight.empty()) return Status::Busy("ssd: oldest segment has writes in flight");
+    reclaim_limit_ = segments_.size() + options_.dirs.size();
     seg.sealed = true;
     if (open_segment_[seg.dir] == id) open_segment_[seg.dir] = 0;
     file = seg.file;

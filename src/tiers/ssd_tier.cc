@@ -174,7 +174,13 @@ void SsdTier::ReleaseLocksForTesting() {
 }
 
 bool SsdTier::SegmentLimitReachedLocked(bool over_capacity) const {
-  const uint64_t limit = segments_max_ + (over_capacity ? options_.dirs.size() : 0);
+  // A reclaim may add one segment per directory beyond what existed when it began (and deletes
+  // the one it reclaims), also when a crash in an earlier reclaim left the cache over its limit:
+  // bounded by the segment limit alone, such a cache could never reclaim again, and so never
+  // take another write.
+  const uint64_t limit =
+      over_capacity ? std::max<uint64_t>(segments_max_ + options_.dirs.size(), reclaim_limit_)
+                    : segments_max_;
   return segments_.size() >= limit;
 }
 

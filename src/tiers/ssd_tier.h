@@ -254,7 +254,9 @@ class SsdTier {
   // How an internal write differs from a caller's.
   struct WriteMode {
     bool bypass_policy = false;  // Reclaim re-appends and tombstones skip admission and budget.
-    bool over_capacity = false;  // Reclaim may exceed the segment limit by one per directory.
+    // Reclaim may exceed the segment limit by one per directory, counted from the segments that
+    // existed when it began (reclaim_limit_).
+    bool over_capacity = false;
     bool tombstone = false;
     std::vector<uint64_t> expiry_wall_us;   // Absolute expiries (re-appends keep theirs).
     std::vector<uint64_t> expect_sequence;  // Install only if the entry still has this sequence.
@@ -337,6 +339,8 @@ class SsdTier {
   uint64_t next_sequence_ KV_GUARDED_BY(mu_) = 1;
   uint64_t next_segment_id_ KV_GUARDED_BY(mu_) = 1;
   uint64_t live_bytes_ KV_GUARDED_BY(mu_) = 0;
+  // Segments the running reclaim may grow the tier to: those at its start plus one per directory.
+  uint64_t reclaim_limit_ KV_GUARDED_BY(mu_) = 0;
   bool checkpoint_wanted_ KV_GUARDED_BY(mu_) = false;
   bool stopping_ KV_GUARDED_BY(mu_) = false;
   bool closed_ KV_GUARDED_BY(mu_) = false;

@@ -170,6 +170,37 @@ TEST_F(SsdWriteErrorTest, RawBytesAboveTheBlockLimitIsRefusedBeforeWriting) {
   EXPECT_FALSE((*tier)->Contains(Key(0)));
 }
 
+// A crash during a reclaim can leave one segment more than the limit (the one the reclaim copied
+// into); simulated here by reopening a full cache with a smaller capacity. A referenced block in
+// the oldest segment must then still be copied by reclaim, and writes must get space again,
+// instead of every write stalling on a reclaim that can never get a segment.
+TEST_F(SsdWriteErrorTest, CacheOverItsSegmentLimitAfterACrashStillTakesWrites) {
+  SsdTierOptions o = Options();
+  o.capacity_bytes = 6 * kMiB;
+  {
+    Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, base_.get());
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    for (uint64_t i = 0; i < 75; ++i) {  // 5 full segments, below the reclaim threshold.
+      Status entry;
+      ASSERT_TRUE(WriteOne(**tier, i, &entry).ok()) << entry.ToString();
+    }
+    ASSERT_EQ((*tier)->Stats().segments, 5u);
+    ASSERT_TRUE((*tier)->Close().ok());
+  }
+  o.capacity_bytes = 4 * kMiB;  // Now one segment over the limit, as after such a crash.
+  o.write_stall_ms_max = 3000;
+  Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, base_.get());
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  ASSERT_TRUE(Get(**tier, 0, kBlock).ok());  // Referenced: reclaim must copy it.
+  for (uint64_t i = 100; i < 130; ++i) {
+    Status entry;
+    const Status batch = WriteOne(**tier, i, &entry);
+    ASSERT_TRUE(batch.ok()) << i << ": " << batch.ToString();
+  }
+  EXPECT_TRUE(Get(**tier, 0, kBlock).ok());
+  EXPECT_LE((*tier)->Stats().segments, 5u);
+}
+
 TEST_F(SsdWriteErrorTest, AdmissionRefusalIsASkipNotAnError) {
   SsdTierOptions o = Options();
   o.admission = SsdAdmission::kAfterRequests;
