@@ -389,49 +389,29 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
 // Sorts the blocks of `pending` that are still dirty: those no one is writing (`mine`, unless
 // this Flush already tried them: a failed write leaves them dirty and its error is reported
 // once) and those another thread is writing now (`theirs`: claimed by the cleaner or another
-// Flush, or being evicted with write-back). A block that left memory without reaching the SSD
-// (a failed write-back on eviction drops it) is an error, unless it had expired.
-Status EngineImpl::SortFlushPending(std::span<const BlockKey> pending,
-                                    const std::unordered_set<BlockKey>& tried,
-                                    const std::unordered_map<BlockKey, uint64_t>& expiry,
-                                    std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs) {
-  std::vector<BlockKey> gone;
-  {
-    MutexLock lock(&mu_);
-    for (const BlockKey& key : pending) {
-      const BlockEntry* e = index_.Find(key);
-      MemTier t;
-      if (e == nullptr) {
-        gone.push_back(key);
-      } else if (e->dirty && tried.count(key) == 0) {
-        (e->flushing || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
-      }
-    }
+// Flush, or being evicted with write-back).
+void EngineImpl::SortFlushPending(std::span<const BlockKey> pending,
+                                  const std::unordered_set<BlockKey>& tried,
+                                  std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs) {
+  MutexLock lock(&mu_);
+  for (const BlockKey& key : pending) {
+    const BlockEntry* e = index_.Find(key);
+    MemTier t;
+    if (e == nullptr || !e->dirty || tried.count(key) != 0) continue;
+    (e->flushing || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
   }
-  const uint64_t now = NowWallUs();
-  for (const BlockKey& key : gone) {
-    const auto it = expiry.find(key);
-    if (it != expiry.end() && it->second != 0 && it->second <= now) continue;
-    if (ssd_->Contains(key)) continue;
-    MutexLock lock(&mu_);
-    if (index_.Find(key) != nullptr) continue;  // Stored again meanwhile.
-    return Status::IoError("block " + key.ToString() +
-                           " left memory after a failed write-back and is not on the SSD");
-  }
-  return Status::Ok();
 }
 
 Status EngineImpl::Flush() {
   FlushRemote();
   if (ssd_ == nullptr) return Status::Ok();
   std::vector<BlockKey> pending;
-  std::unordered_map<BlockKey, uint64_t> expiry;
+  uint64_t dropped_before = 0;
   {
     MutexLock lock(&mu_);
+    dropped_before = dirty_dropped_;
     index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
-      if (!e.dirty) return;
-      pending.push_back(key);
-      expiry.emplace(key, e.expiry_wall_us);
+      if (e.dirty) pending.push_back(key);
     });
   }
   // Only the blocks dirty now. Each is written once by this Flush (a block the SSD refuses stays
@@ -444,8 +424,7 @@ Status EngineImpl::Flush() {
   const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
   for (int round = 0; !pending.empty(); ++round) {
     std::vector<BlockKey> mine, theirs;
-    const Status lost = SortFlushPending(pending, tried, expiry, &mine, &theirs);
-    if (!lost.ok() && first.ok()) first = lost;
+    SortFlushPending(pending, tried, &mine, &theirs);
     for (size_t base = 0; base < mine.size(); base += batch) {
       const size_t n = std::min(batch, mine.size() - base);
       std::vector<BlockKey> claimed;
@@ -467,6 +446,14 @@ Status EngineImpl::Flush() {
       flushed_cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
     }
     pending = std::move(theirs);
+  }
+  {
+    // An eviction whose write-back failed dropped a dirty block (logged there): not durable.
+    MutexLock lock(&mu_);
+    if (first.ok() && dirty_dropped_ != dropped_before) {
+      first = Status::IoError(std::to_string(dirty_dropped_ - dropped_before) +
+                              " dirty block(s) were dropped from memory after a failed write-back");
+    }
   }
   const Status synced = ssd_->Flush();
   if (first.ok()) first = synced;

@@ -227,11 +227,9 @@ class EngineImpl final : public Engine {
   // clean or claimed by another writer).
   Status FlushBatch(std::span<const BlockKey> keys, bool background = false,
                     std::vector<BlockKey>* claimed = nullptr) KV_EXCLUDES(mu_);
-  Status SortFlushPending(std::span<const BlockKey> pending,
-                          const std::unordered_set<BlockKey>& tried,
-                          const std::unordered_map<BlockKey, uint64_t>& expiry,
-                          std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs)
-      KV_EXCLUDES(mu_);
+  void SortFlushPending(std::span<const BlockKey> pending,
+                        const std::unordered_set<BlockKey>& tried, std::vector<BlockKey>* mine,
+                        std::vector<BlockKey>* theirs) KV_EXCLUDES(mu_);
   // The cleaner (engine.cc): one thread, woken by write-back Stores, that writes dirty blocks down
   // with FlushBatch while a tier is over its dirty watermark. Never holds mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
@@ -337,6 +335,9 @@ class EngineImpl final : public Engine {
   EngineStats stats_ KV_GUARDED_BY(mu_);
   CondVar cleaner_cv_;  // Waited on with mu_.
   CondVar flushed_cv_;  // Waited on with mu_; signalled when a FlushBatch completes.
+  // Dirty blocks evictions dropped after a failed write-back (policy refusals not counted): a
+  // Flush that saw this grow cannot say every dirty block is on the SSD.
+  uint64_t dirty_dropped_ KV_GUARDED_BY(mu_) = 0;
   bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
   bool cleaner_stop_ KV_GUARDED_BY(mu_) = false;
 

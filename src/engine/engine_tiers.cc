@@ -126,6 +126,7 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter) {
           "engine: write-back of " + key.ToString() +
               " failed, dropping it from memory: " + s.ToString());
   }
+  if (!s.ok() && !s.IsAborted() && e->dirty) ++dirty_dropped_;
   DropCopy(key, e, t);
   return Status::Ok();
 }
