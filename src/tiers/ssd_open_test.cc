@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "core/crc32c.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "tiers/ssd_checkpoint.h"
@@ -94,6 +95,34 @@ class SsdOpenTest : public ::testing::Test {
     edit(*ck);
     WriteAll(path, ssd::EncodeCheckpoint(*ck));
   }
+  // Overwrites 8 little-endian bytes of the checkpoint file at `offset` with `value` and
+  // recomputes its trailer CRC: fields that the decoder itself refuses cannot be written through
+  // EncodeCheckpoint, whose debug self-check decodes what it wrote.
+  void PatchCheckpoint(const SsdTierOptions& o, size_t offset, uint64_t value, size_t bytes = 8) {
+    const std::string path = o.dirs[0] + "/" + ssd::kCheckpointName;
+    std::string file = ReadAll(path);
+    ASSERT_GE(file.size(), offset + bytes + 4);
+    for (size_t i = 0; i < bytes; ++i) file[offset + i] = static_cast<char>(value >> (8 * i));
+    const uint32_t crc =
+        crc32c::Mask(crc32c::Value(std::string_view(file).substr(0, file.size() - 4)));
+    for (size_t i = 0; i < 4; ++i) file[file.size() - 4 + i] = static_cast<char>(crc >> (8 * i));
+    WriteAll(path, file);
+  }
+  // Offsets in a version 3 checkpoint: the header, the cache id, then the segment entries
+  // (scan_from at +16) and the block entries (segment_offset at +56), docs/ssd_format.md §4.
+  static size_t SegmentEntryOffset(size_t i) {
+    return ssd::kCheckpointHeaderBytes + ssd::kCheckpointCacheIdBytes +
+           i * ssd::kCheckpointSegmentEntryBytes;
+  }
+  static size_t BlockEntryOffset(const ssd::Checkpoint& ck, size_t i) {
+    return SegmentEntryOffset(ck.segments.size()) + i * ssd::kCheckpointBlockEntryBytes;
+  }
+  ssd::Checkpoint ReadCheckpoint(const SsdTierOptions& o) {
+    Result<ssd::Checkpoint> ck =
+        ssd::DecodeCheckpoint(Bytes(ReadAll(o.dirs[0] + "/" + ssd::kCheckpointName)));
+    KV_CHECK_OK(ck.status());
+    return std::move(ck).value();
+  }
   // Reopens and checks that the checkpoint was rejected and blocks [0, n) were found by the scan.
   void ExpectRejectedAndScanned(const SsdTierOptions& o, uint64_t n) {
     auto tier = OpenOrDie(o);
@@ -116,10 +145,8 @@ class SsdOpenTest : public ::testing::Test {
 TEST_F(SsdOpenTest, CheckpointScanFromNearTwoToThe64IsRejected) {
   const SsdTierOptions o = Options();
   Fill(o, 20);
-  EditCheckpoint(o, [](ssd::Checkpoint& ck) {
-    ASSERT_FALSE(ck.segments.empty());
-    ck.segments[0].scan_from = UINT64_MAX - 4095;
-  });
+  ASSERT_FALSE(ReadCheckpoint(o).segments.empty());
+  PatchCheckpoint(o, SegmentEntryOffset(0) + 16, UINT64_MAX - 4095);
   ExpectRejectedAndScanned(o, 20);
 }
 
@@ -143,10 +170,9 @@ TEST_F(SsdOpenTest, ScanFromOutsideTheSegmentIsAnInvalidStart) {
 TEST_F(SsdOpenTest, CheckpointEntryOutsideItsSegmentIsRejected) {
   const SsdTierOptions o = Options();
   Fill(o, 5);
-  EditCheckpoint(o, [](ssd::Checkpoint& ck) {
-    ASSERT_FALSE(ck.entries.empty());
-    ck.entries[0].second.segment_offset = static_cast<uint32_t>(kMiB - 4096);  // 64 KiB record.
-  });
+  const ssd::Checkpoint ck = ReadCheckpoint(o);
+  ASSERT_FALSE(ck.entries.empty());
+  PatchCheckpoint(o, BlockEntryOffset(ck, 0) + 56, kMiB - 4096, 4);  // A 64 KiB record there.
   ExpectRejectedAndScanned(o, 5);
 }
 
