@@ -666,6 +666,8 @@ struct EngineArgs {
   std::string remote_key_file;  // Deployment keys (remote_crypto.h): a file, or
   std::string remote_key_env;   // the name of an environment variable holding them.
   bool remote_insecure_plaintext = false;
+  std::string ssd_key_file;  // Keys sealing SSD records at rest, the same two ways.
+  std::string ssd_key_env;
   bool prediction = false;
   // 0: the PredictionOptions default.
   uint32_t prediction_window = 0;
@@ -699,22 +701,29 @@ Result<codecs::CodecParams> ParseCodec(const std::string& name, int level, uint3
 
 // The deployment keys from a file or an environment variable (a binding may read the
 // environment; the library never does), and the explicit plaintext choice.
-Status SetRemoteKeys(const EngineArgs& a, RedisStoreOptions* redis) {
-  if (!a.remote_key_file.empty() && !a.remote_key_env.empty()) {
-    return Status::InvalidArgument("remote_key_file and remote_key_env: give one of them");
+// Keys from a file or an environment variable; `what` names the keyword pair in errors.
+Status LoadKeys(const std::string& file, const std::string& env, const std::string& what,
+                std::optional<RemoteKeyring>* out) {
+  if (!file.empty() && !env.empty()) {
+    return Status::InvalidArgument(what + "_key_file and " + what + "_key_env: give one of them");
   }
-  if (!a.remote_key_file.empty()) {
-    KV_ASSIGN_OR_RETURN(redis->keyring, RemoteKeyring::LoadFile(a.remote_key_file));
-  } else if (!a.remote_key_env.empty()) {
-    const char* text = std::getenv(a.remote_key_env.c_str());
+  if (!file.empty()) {
+    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file));
+  } else if (!env.empty()) {
+    const char* text = std::getenv(env.c_str());
     if (text == nullptr) {
-      return Status::InvalidArgument("remote_key_env: the environment variable " +
-                                     a.remote_key_env + " is not set");
+      return Status::InvalidArgument(what + "_key_env: the environment variable " + env +
+                                     " is not set");
     }
     Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
-    if (!ring.ok()) return ring.status().WithContext("$" + a.remote_key_env);
-    redis->keyring = std::move(ring).value();
+    if (!ring.ok()) return ring.status().WithContext("$" + env);
+    *out = std::move(ring).value();
   }
+  return Status::Ok();
+}
+
+Status SetRemoteKeys(const EngineArgs& a, RedisStoreOptions* redis) {
+  KV_RETURN_IF_ERROR(LoadKeys(a.remote_key_file, a.remote_key_env, "remote", &redis->keyring));
   redis->insecure_plaintext = a.remote_insecure_plaintext;
   return Status::Ok();
 }
@@ -748,6 +757,7 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
     } else {
       return InvalidChoice("ssd_sync", a.ssd_sync, "per_batch, none, periodic");
     }
+    KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &ssd.keyring));
     o.ssd = std::move(ssd);
   }
   if (a.write_policy == "back") {
@@ -1054,6 +1064,7 @@ void Bind(py::module_& m) {
                        std::string remote_write_policy, std::string remote_user,
                        std::string remote_password, std::string remote_key_file,
                        std::string remote_key_env, bool remote_insecure_plaintext,
+                       std::string ssd_key_file, std::string ssd_key_env,
                        bool prediction, uint32_t prediction_window,
                        uint32_t prediction_successors_max, uint32_t prediction_sessions_max,
                        uint32_t prediction_session_chunks_max, uint32_t prediction_predict_k,
@@ -1084,6 +1095,8 @@ void Bind(py::module_& m) {
                                .remote_key_file = std::move(remote_key_file),
                                .remote_key_env = std::move(remote_key_env),
                                .remote_insecure_plaintext = remote_insecure_plaintext,
+                               .ssd_key_file = std::move(ssd_key_file),
+                               .ssd_key_env = std::move(ssd_key_env),
                                .prediction = prediction,
                                .prediction_window = prediction_window,
                                .prediction_successors_max = prediction_successors_max,
@@ -1104,7 +1117,8 @@ void Bind(py::module_& m) {
            py::arg("remote_cluster") = false, py::arg("remote_write_policy") = "through",
            py::arg("remote_user") = "", py::arg("remote_password") = "",
            py::arg("remote_key_file") = "", py::arg("remote_key_env") = "",
-           py::arg("remote_insecure_plaintext") = false, py::arg("prediction") = false, py::arg("prediction_window") = 0,
+           py::arg("remote_insecure_plaintext") = false, py::arg("ssd_key_file") = "",
+           py::arg("ssd_key_env") = "", py::arg("prediction") = false, py::arg("prediction_window") = 0,
            py::arg("prediction_successors_max") = 0, py::arg("prediction_sessions_max") = 0,
            py::arg("prediction_session_chunks_max") = 0, py::arg("prediction_predict_k") = 0,
            py::arg("prediction_blocks_max") = 0);

@@ -178,6 +178,12 @@ typedef struct kvtier_engine_options_s {
   const char* remote_key_file;        /* NULL: none. Borrowed during open. */
   const char* remote_key_env;         /* NULL: none. Borrowed during open. */
   uint32_t remote_insecure_plaintext; /* Bool, default 0. */
+  /* Appended: SSD records sealed at rest (AES-256-GCM; docs/ssd_format.md, "Sealed records"),
+   * for NVMe shared by tenants of one host: the keys from ssd_key_file (mode 0600 or stricter)
+   * or from the environment variable named by ssd_key_env, in the remote key file's format.
+   * NULL (default): records are not sealed. */
+  const char* ssd_key_file; /* Borrowed during open. */
+  const char* ssd_key_env;  /* Borrowed during open. */
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

@@ -198,24 +198,31 @@ Result<std::vector<std::string>> SplitEndpoints(std::string_view list) {
   }
 }
 
-// The deployment keys from a file or an environment variable (the C API is a binding: it may
-// read the environment, the library never does), and the explicit plaintext choice.
-Status ConvertRemoteKeys(const kvtier_engine_options_t& in, RedisStoreOptions* redis) {
-  if (in.remote_key_file != nullptr && in.remote_key_env != nullptr) {
-    return Status::InvalidArgument("remote_key_file and remote_key_env: give one of them");
+// Keys from a file or an environment variable (the C API is a binding: it may read the
+// environment, the library never does); `what` names the option pair in errors.
+Status LoadKeys(const char* file, const char* env, const std::string& what,
+                std::optional<RemoteKeyring>* out) {
+  if (file != nullptr && env != nullptr) {
+    return Status::InvalidArgument(what + "_key_file and " + what + "_key_env: give one of them");
   }
-  if (in.remote_key_file != nullptr) {
-    KV_ASSIGN_OR_RETURN(redis->keyring, RemoteKeyring::LoadFile(in.remote_key_file));
-  } else if (in.remote_key_env != nullptr) {
-    const char* text = std::getenv(in.remote_key_env);
+  if (file != nullptr) {
+    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file));
+  } else if (env != nullptr) {
+    const char* text = std::getenv(env);
     if (text == nullptr) {
-      return Status::InvalidArgument(std::string("remote_key_env: the environment variable ") +
-                                     in.remote_key_env + " is not set");
+      return Status::InvalidArgument(what + "_key_env: the environment variable " + env +
+                                     " is not set");
     }
     Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
-    if (!ring.ok()) return ring.status().WithContext(std::string("$") + in.remote_key_env);
-    redis->keyring = std::move(ring).value();
+    if (!ring.ok()) return ring.status().WithContext(std::string("$") + env);
+    *out = std::move(ring).value();
   }
+  return Status::Ok();
+}
+
+// The deployment keys, and the explicit plaintext choice.
+Status ConvertRemoteKeys(const kvtier_engine_options_t& in, RedisStoreOptions* redis) {
+  KV_RETURN_IF_ERROR(LoadKeys(in.remote_key_file, in.remote_key_env, "remote", &redis->keyring));
   redis->insecure_plaintext = in.remote_insecure_plaintext != 0;
   return Status::Ok();
 }
@@ -289,6 +296,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
                                      " is not a kvtier_ssd_sync_t");
     }
     ssd.sync = static_cast<SsdSyncMode>(sync);
+    KV_RETURN_IF_ERROR(LoadKeys(in.ssd_key_file, in.ssd_key_env, "ssd", &ssd.keyring));
     out.ssd = std::move(ssd);
   }
   const int32_t write_policy = RawEnum(in.write_policy);

@@ -124,7 +124,10 @@ Status EngineImpl::OpenTiers() {
     // Keys do not include the codec: a block written by an engine opened with another codec
     // (identity, then int8) must still fit a read buffer, so size for the largest any codec makes.
     KV_ASSIGN_OR_RETURN(size_t encoded_max, codecs::MaxEncodedSizeAnyCodec(geometry_));
-    const size_t record = ssd::RecordBytesForPayload(encoded_max);
+    // A sealed SSD record carries 32 bytes more (docs/ssd_format.md §3, "Sealed records").
+    const bool sealed = options_.ssd.has_value() && options_.ssd->keyring.has_value();
+    const size_t record = ssd::RecordBytesForPayload(
+        encoded_max + (sealed ? ssd::kSealedRecordOverheadBytes : 0));
     KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers,
                                                       std::max<size_t>(record, block_bytes_)));
   }

@@ -16,6 +16,7 @@
 #include "core/assert.h"
 #include "core/coding.h"
 #include "core/sha256.h"
+#include "tiers/ssd_format.h"
 
 namespace kvtier {
 namespace {
@@ -334,6 +335,77 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
                               std::to_string(*key_id) + ")");
   }
   *body_bytes = body_n;
+  return Status::Ok();
+}
+
+Status SealRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte> aad,
+                         std::span<const std::byte> plain, std::span<std::byte> out) {
+  KV_CHECK(!keyring.empty());
+  KV_CHECK(out.size() == plain.size() + ssd::kSealedRecordOverheadBytes);
+  KV_CHECK(plain.size() <= INT32_MAX);
+  const RemoteKey& key = keyring.write_key();
+  std::byte* tag = out.data() + plain.size();
+  std::byte* trailer = tag + kSealedTagBytes;  // key id, then the nonce.
+  EncodeFixed32(trailer, key.id);
+  auto* nonce = reinterpret_cast<uint8_t*>(trailer + 4);
+  if (RAND_bytes(nonce, 12) != 1) return Status::IoError("ssd record: the random generator failed");
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
+  int len = 0;
+  const bool ok =
+      ctx != nullptr &&
+      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), nonce) == 1 &&
+      EVP_EncryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
+                        static_cast<int>(aad.size())) == 1 &&
+      (plain.empty() ||
+       (EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(out.data()), &len,
+                          reinterpret_cast<const uint8_t*>(plain.data()),
+                          static_cast<int>(plain.size())) == 1 &&
+        static_cast<size_t>(len) == plain.size())) &&
+      EVP_EncryptFinal_ex(ctx.get(), nullptr, &len) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealedTagBytes),
+                          tag) == 1;
+  if (!ok) return Status::IoError("ssd record: encryption failed");
+  return Status::Ok();
+}
+
+Status OpenRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte> aad,
+                         std::span<std::byte> region, size_t* plain_bytes, uint32_t* key_id) {
+  constexpr size_t kOverhead = ssd::kSealedRecordOverheadBytes;
+  static_assert(kOverhead == kSealedTagBytes + 4 + 12);  // Tag, key id, nonce.
+  *plain_bytes = 0;
+  *key_id = 0;
+  if (region.size() < kOverhead || region.size() > INT32_MAX) {
+    return Status::Corruption("sealed ssd record: shorter than its seal");
+  }
+  const size_t n = region.size() - kOverhead;
+  std::byte* tag = region.data() + n;
+  const std::byte* trailer = tag + kSealedTagBytes;
+  *key_id = DecodeFixed32(trailer);
+  const RemoteKey* key = keyring.Find(*key_id);
+  if (key == nullptr) {
+    return Status::NotFound("sealed ssd record: key id " + std::to_string(*key_id) +
+                            " is not in the keyring");
+  }
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
+  int len = 0;
+  auto* data = reinterpret_cast<uint8_t*>(region.data());
+  const bool ok =
+      ctx != nullptr &&
+      EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key->bytes.data(),
+                         reinterpret_cast<const uint8_t*>(trailer + 4)) == 1 &&
+      EVP_DecryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
+                        static_cast<int>(aad.size())) == 1 &&
+      (n == 0 || (EVP_DecryptUpdate(ctx.get(), data, &len, data, static_cast<int>(n)) == 1 &&
+                  static_cast<size_t>(len) == n)) &&
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(kSealedTagBytes),
+                          tag) == 1 &&
+      EVP_DecryptFinal_ex(ctx.get(), nullptr, &len) == 1;
+  if (!ok) {
+    std::memset(region.data(), 0, region.size());  // Nothing unauthenticated stays readable.
+    return Status::Corruption("sealed ssd record: authentication failed (key id " +
+                              std::to_string(*key_id) + ")");
+  }
+  *plain_bytes = n;
   return Status::Ok();
 }
 

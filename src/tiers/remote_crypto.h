@@ -113,6 +113,17 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
                            std::span<const std::byte> sealed, std::span<std::byte> head,
                            std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id);
 
+// SSD records at rest (docs/ssd_format.md §3, "Sealed records"): seals `plain` with the
+// keyring's write key into `out` (plain.size() + 32 bytes: ciphertext, 16-byte tag, key id u32,
+// 12-byte nonce), binding it to `aad`.
+Status SealRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte> aad,
+                         std::span<const std::byte> plain, std::span<std::byte> out);
+// Opens such a region in place: on success its first *plain_bytes bytes are the plaintext.
+// Corruption when authentication fails (the region is then wiped), NotFound (with *key_id set)
+// when its key id is not in the keyring.
+Status OpenRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte> aad,
+                         std::span<std::byte> region, size_t* plain_bytes, uint32_t* key_id);
+
 // A tenant salt: 64 hex digits of HMAC-SHA256(secret, "kvtier tenant salt v1" + 0 + tenant_id).
 // The salt separates tenants only while the secret stays secret (docs/security.md).
 // InvalidArgument when the secret is shorter than 16 bytes or the tenant id is empty.

@@ -28,7 +28,14 @@ inline constexpr size_t kRecordHeaderCrcOffset = 124;  // CRC covers [0, 124).
 // Where the payload starts in a record, and so in a caller's read buffer.
 inline constexpr size_t kRecordPayloadOffset = kRecordHeaderBytes;
 inline constexpr uint8_t kRecordFlagTombstone = 0x01;
-inline constexpr uint8_t kRecordFlagsKnown = kRecordFlagTombstone;
+// The payload is sealed (AES-256-GCM): ciphertext, then a 16-byte tag, the key id (u32) and the
+// 12-byte nonce; payload_bytes counts all of it (docs/ssd_format.md §3, "Sealed records").
+inline constexpr uint8_t kRecordFlagSealed = 0x02;
+inline constexpr uint8_t kRecordFlagsKnown = kRecordFlagTombstone | kRecordFlagSealed;
+inline constexpr size_t kSealedRecordOverheadBytes = 32;
+// Associated data of a sealed record: a label, the chunk hash, the layer, the layout digest, the
+// codec id and raw_bytes (the record's identity; not its place, so reclaim can move it as is).
+inline constexpr size_t kSealedRecordAadBytes = 16 + 32 + 4 + 32 + 1 + 4;
 
 // Checkpoint (docs/ssd_format.md §4).
 inline constexpr uint32_t kCheckpointMagic = 0x4B43564Bu;  // "KVCK".

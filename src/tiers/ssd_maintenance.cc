@@ -298,6 +298,7 @@ Status SsdTier::Reappend(const std::vector<std::pair<BlockKey, IndexEntry>>& ent
       w.payload = payload;
       writes.push_back(w);
       mode.expiry_wall_us.push_back(e.expiry_wall_us);
+      mode.record_flags.push_back(h->flags);  // A sealed payload moves as it is.
       mode.expect_sequence.push_back(e.sequence);
       buffers.push_back(std::move(buf));
     }

@@ -24,6 +24,21 @@ uint32_t MaskedCrc(const std::byte* data, size_t n) { return crc32c::Mask(crc32c
 
 }  // namespace
 
+std::array<std::byte, kSealedRecordAadBytes> SealedRecordAad(const BlockKey& key,
+                                                             const Hash256& layout_digest,
+                                                             uint8_t codec_id, uint32_t raw_bytes) {
+  std::array<std::byte, kSealedRecordAadBytes> aad{};
+  std::byte* p = aad.data();
+  static constexpr char kLabel[17] = "kvtier-ssd-rec-1";
+  std::memcpy(p, kLabel, 16);
+  std::memcpy(p + 16, key.chunk_hash.data(), 32);
+  EncodeFixed32(p + 48, key.layer);
+  std::memcpy(p + 52, layout_digest.data(), 32);
+  p[84] = std::byte{codec_id};
+  EncodeFixed32(p + 85, raw_bytes);
+  return aad;
+}
+
 uint32_t PayloadCrc(std::span<const std::byte> payload) { return crc32c::Value(payload); }
 
 void EncodeRecordHeader(const RecordHeader& h, std::span<std::byte> dst) {
@@ -76,6 +91,9 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> src) {
   h.segment_id = DecodeFixed64(p + 104);
   h.segment_offset = DecodeFixed32(p + 112);
   h.payload_crc = crc32c::Unmask(DecodeFixed32(p + 116));
+  if (h.sealed() && (h.tombstone() || h.payload_bytes < kSealedRecordOverheadBytes)) {
+    return Status::Corruption("record header: sealed record without room for its seal");
+  }
   if (h.tombstone() && h.payload_bytes != 0) {
     return Status::Corruption("record header: tombstone with payload");
   }

@@ -10,6 +10,7 @@
 // Thread safety: pure functions. Ownership: spans are borrowed for the duration of the call.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -38,6 +39,7 @@ struct RecordHeader {
   uint32_t payload_crc = 0;  // CRC32C of the payload, unmasked.
 
   bool tombstone() const { return (flags & kRecordFlagTombstone) != 0; }
+  bool sealed() const { return (flags & kRecordFlagSealed) != 0; }
   friend bool operator==(const RecordHeader&, const RecordHeader&) = default;
 };
 
@@ -54,6 +56,11 @@ constexpr uint64_t PayloadBytesMax(uint64_t segment_bytes) {
 }
 
 uint32_t PayloadCrc(std::span<const std::byte> payload);
+
+// The associated data that binds a sealed record's payload to the block it holds.
+std::array<std::byte, kSealedRecordAadBytes> SealedRecordAad(const BlockKey& key,
+                                                             const Hash256& layout_digest,
+                                                             uint8_t codec_id, uint32_t raw_bytes);
 
 // Writes the 128-byte header (computing the header CRC) into dst[0, 128). `header.payload_crc`
 // must already be set.

@@ -22,6 +22,9 @@ using ssd::RecordBytesForPayload;
 constexpr uint64_t kStagingBytesPerDirMax = 4 * kGiB;
 
 Status SsdTierOptions::Validate() const {
+  if (keyring.has_value() && keyring->empty()) {
+    return Status::InvalidArgument("ssd: the keyring for sealed records is empty");
+  }
   if (dirs.empty() || dirs.size() > kSsdDirsMax) {
     return Status::InvalidArgument("ssd: dirs must hold 1 to 64 directories");
   }
@@ -289,7 +292,10 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
   for (size_t i = 0; i < writes.size(); ++i) {
     SsdBlockWrite& w = writes[i];
     w.skipped = false;
-    if (w.payload.size() > ssd::PayloadBytesMax(options_.segment_bytes)) {
+    const bool will_seal = options_.keyring.has_value() && !mode.tombstone &&
+                           mode.record_flags.empty();  // Re-appends are sealed already.
+    const size_t seal_bytes = will_seal ? ssd::kSealedRecordOverheadBytes : 0;
+    if (w.payload.size() + seal_bytes > ssd::PayloadBytesMax(options_.segment_bytes)) {
       w.status = Status::InvalidArgument("ssd: payload larger than a segment holds");
       continue;
     }

@@ -45,6 +45,7 @@
 #include "core/block_key.h"
 #include "core/mutex.h"
 #include "env/env.h"
+#include "tiers/remote_crypto.h"
 #include "tiers/ssd_checkpoint.h"
 #include "tiers/ssd_dir_lock.h"
 #include "tiers/ssd_format.h"
@@ -98,6 +99,11 @@ struct SsdTierOptions {
   uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
   uint64_t write_budget_bytes_per_s = 0;  // 0 = unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
+  // Records sealed at rest with AES-256-GCM under these keys (tiers/remote_crypto.h;
+  // docs/ssd_format.md §3, "Sealed records"): for NVMe shared by tenants of one host. With keys,
+  // a record that is not sealed, or that fails authentication, is a miss; without them a sealed
+  // record is a miss. 32 bytes per record.
+  std::optional<RemoteKeyring> keyring;
   // Permission bits of the files the tier creates (segments, checkpoint, MANIFEST, LOCK):
   // private to the owner by default; 0640 or 0660 share the cache with the file's group.
   // Directories the tier creates get the matching 0700, 0750 or 0770 (before the umask;
@@ -263,6 +269,8 @@ class SsdTier {
     // Tombstone re-appends: the sequence to write, the tombstone's own, so that the copy can
     // never beat a write of its key made after the erase (docs/ssd_format.md §7).
     std::vector<uint64_t> keep_sequence;
+    // Re-appends: the original record's flags; its payload (sealed or not) is written as it is.
+    std::vector<uint8_t> record_flags;
   };
 
   SsdTier(const SsdTierOptions& options, Env* env);
@@ -280,8 +288,14 @@ class SsdTier {
   Result<std::shared_ptr<File>> CreateSegmentFile(uint64_t segment_id, uint32_t dir);
   void SubmitWrites(std::shared_ptr<WriteState> state);
   void FinishWrites(WriteState& state);
-  void InstallLocked(const SsdBlockWrite& w, const Placement& p, const WriteMode& mode, size_t i,
-                     Segment& seg) KV_REQUIRES(mu_);
+  void InstallLocked(const SsdBlockWrite& w, uint32_t payload_bytes, const Placement& p,
+                     const WriteMode& mode, size_t i, Segment& seg) KV_REQUIRES(mu_);
+  // With a keyring: seals the payloads of the admitted entries of a caller's batch into
+  // state->sealed and points state->payload at them (ssd_tier_io.cc).
+  void SealPayloads(WriteState& state, std::vector<bool>& admitted);
+  // Checks a verified record against the keyring and opens a sealed payload in place.
+  Status OpenPayload(const ssd::RecordHeader& h, std::span<std::byte> buffer,
+                     std::span<const std::byte>* payload, bool* mismatch) const;
   void SubmitReads(std::shared_ptr<ReadState> state);
   void FinishRead(SsdBlockRead& read, const ssd::IndexEntry& expect, const IoCompletion& io);
   void DropEntryLocked(const BlockKey& key, uint64_t sequence) KV_REQUIRES(mu_);

@@ -27,6 +27,11 @@ struct SsdTier::WriteState {
   Callback done;
   std::vector<Placement> placements;  // segment_id 0: not placed.
   std::vector<size_t> order;          // Placed entries by (directory, segment, offset).
+  // What each entry writes: the caller's payload, or its sealed copy in `sealed`; and the
+  // record's flags.
+  std::vector<std::span<const std::byte>> payload;
+  std::vector<uint8_t> flags;
+  std::vector<std::vector<std::byte>> sealed;
   // Jobs submitted and not completed, plus one held by the submitter until all are submitted.
   std::atomic<uint32_t> jobs_left{1};
 };
@@ -88,16 +93,17 @@ class SsdTier::WriteStager {
 void SsdTier::WriteStager::Add(size_t pos) {
   const size_t i = state_->order[pos];
   const SsdBlockWrite& w = state_->writes[i];
+  const std::span<const std::byte> payload = state_->payload[i];
   const Placement& p = state_->placements[i];
-  const size_t record_bytes = RecordBytesForPayload(w.payload.size());
+  const size_t record_bytes = RecordBytesForPayload(payload.size());
   const size_t buffer_bytes = pool_->buffer_bytes();
   ssd::RecordHeader h;
   h.codec_id = w.codec_id;
-  h.flags = state_->mode.tombstone ? ssd::kRecordFlagTombstone : 0;
+  h.flags = state_->flags[i];
   h.layout_digest = w.layout_digest;
   h.key = w.key;
   h.raw_bytes = w.raw_bytes;
-  h.payload_bytes = static_cast<uint32_t>(w.payload.size());
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
   h.sequence = p.sequence;
   h.expiry_wall_us = p.expiry_wall_us;
   h.segment_id = p.segment_id;
@@ -110,19 +116,19 @@ void SsdTier::WriteStager::Add(size_t pos) {
   }
   if (buffer_ == nullptr) OpenRequest(p.file.get(), p.offset, pos);
   if (filled_ + record_bytes <= buffer_bytes) {
-    ssd::EncodeRecord(h, w.payload, std::span(buffer_ + filled_, record_bytes));
+    ssd::EncodeRecord(h, payload, std::span(buffer_ + filled_, record_bytes));
     filled_ += record_bytes;
     last_pos_ = pos;
     if (filled_ == buffer_bytes) CloseRequest();
     return;
   }
   // Larger than a buffer: the same bytes EncodeRecord makes, streamed over several requests.
-  h.payload_crc = ssd::PayloadCrc(w.payload);
+  h.payload_crc = ssd::PayloadCrc(payload);
   std::array<std::byte, ssd::kRecordHeaderBytes> head;
   ssd::EncodeRecordHeader(h, head);
   Put(head.data(), head.size(), pos);
-  Put(w.payload.data(), w.payload.size(), pos);
-  Put(nullptr, record_bytes - ssd::kRecordPayloadOffset - w.payload.size(), pos);
+  Put(payload.data(), payload.size(), pos);
+  Put(nullptr, record_bytes - ssd::kRecordPayloadOffset - payload.size(), pos);
 }
 
 void SsdTier::WriteStager::Put(const std::byte* src, size_t n, size_t pos) {
@@ -209,8 +215,17 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
   state->writes = writes;
   state->done = std::move(done);
   state->placements.resize(writes.size());
-  const std::vector<bool> admitted = ApplyPolicies(writes, mode);
+  std::vector<bool> admitted = ApplyPolicies(writes, mode);
   state->mode = std::move(mode);
+  state->payload.resize(writes.size());
+  state->flags.resize(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    state->payload[i] = writes[i].payload;
+    state->flags[i] = state->mode.tombstone          ? ssd::kRecordFlagTombstone
+                      : state->mode.record_flags.empty() ? uint8_t{0}
+                                                       : state->mode.record_flags[i];
+  }
+  SealPayloads(*state, admitted);
   const uint64_t now_wall = clock_->WallMicros();
   {
     MutexLock lock(&mu_);
@@ -229,7 +244,7 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
                                             : writes[i].ttl_us != 0 ? now_wall + writes[i].ttl_us
                                                                     : 0;
       const auto record_bytes =
-          static_cast<uint32_t>(RecordBytesForPayload(writes[i].payload.size()));
+          static_cast<uint32_t>(RecordBytesForPayload(state->payload[i].size()));
       const uint64_t expiry = state->placements[i].expiry_wall_us;
       Status s =
           Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_ms, &state->placements[i]);
@@ -322,8 +337,9 @@ void SsdTier::FinishWrites(WriteState& state) {
       }
       if (options_.sync != SsdSyncMode::kPerBatch) seg->second.unsynced = true;
       ++stats_.writes;
-      stats_.write_bytes += RecordBytesForPayload(w.payload.size());
-      InstallLocked(w, p, state.mode, i, seg->second);
+      stats_.write_bytes += RecordBytesForPayload(state.payload[i].size());
+      InstallLocked(w, static_cast<uint32_t>(state.payload[i].size()), p, state.mode, i,
+                    seg->second);
     }
     if (options_.sync == SsdSyncMode::kPerBatch && first_error.ok()) {
       const uint64_t durable = DurableCandidateLocked();
@@ -335,8 +351,8 @@ void SsdTier::FinishWrites(WriteState& state) {
 }
 
 // Makes a completed record visible: a block in the index, a tombstone in tombstones_.
-void SsdTier::InstallLocked(const SsdBlockWrite& w, const Placement& p, const WriteMode& mode,
-                            size_t i, Segment& seg) {
+void SsdTier::InstallLocked(const SsdBlockWrite& w, uint32_t payload_bytes, const Placement& p,
+                            const WriteMode& mode, size_t i, Segment& seg) {
   if (mode.tombstone) {
     auto t = tombstones_.find(w.key);
     if (t != tombstones_.end() && t->second.sequence > p.sequence) return;  // A newer erase.
@@ -353,7 +369,7 @@ void SsdTier::InstallLocked(const SsdBlockWrite& w, const Placement& p, const Wr
   if (it != index_.end()) live_bytes_ -= it->second.record_bytes();
   IndexEntry e{.segment_id = p.segment_id,
                .segment_offset = static_cast<uint32_t>(p.offset),
-               .payload_bytes = static_cast<uint32_t>(w.payload.size()),
+               .payload_bytes = payload_bytes,
                .raw_bytes = w.raw_bytes,
                .codec_id = w.codec_id,
                .referenced = false,
@@ -457,6 +473,50 @@ void SsdTier::SubmitReads(std::shared_ptr<ReadState> state) {
   }
 }
 
+void SsdTier::SealPayloads(WriteState& state, std::vector<bool>& admitted) {
+  if (!options_.keyring.has_value() || state.mode.tombstone || !state.mode.record_flags.empty()) {
+    return;
+  }
+  state.sealed.resize(state.writes.size());
+  for (size_t i = 0; i < state.writes.size(); ++i) {
+    if (!admitted[i]) continue;
+    SsdBlockWrite& w = state.writes[i];
+    std::vector<std::byte>& out = state.sealed[i];
+    out.resize(w.payload.size() + ssd::kSealedRecordOverheadBytes);
+    const auto aad = ssd::SealedRecordAad(w.key, w.layout_digest, w.codec_id, w.raw_bytes);
+    const Status s = SealRecordPayload(*options_.keyring, aad, w.payload, out);
+    if (!s.ok()) {
+      w.status = s;
+      admitted[i] = false;
+      continue;
+    }
+    state.payload[i] = out;
+    state.flags[i] = ssd::kRecordFlagSealed;
+  }
+}
+
+// A record whose seal does not match the configuration (sealed without keys, plain with keys) is
+// a miss but not damage: *mismatch says so, and the entry is kept (the right keys read it).
+Status SsdTier::OpenPayload(const ssd::RecordHeader& h, std::span<std::byte> buffer,
+                            std::span<const std::byte>* payload, bool* mismatch) const {
+  *mismatch = false;
+  if (h.sealed() != options_.keyring.has_value()) {
+    *mismatch = true;
+    return Status::NotFound(h.sealed() ? "ssd: the record is sealed and no key is configured"
+                                       : "ssd: the record is not sealed but keys are configured");
+  }
+  if (!h.sealed()) return Status::Ok();
+  std::span<std::byte> region = buffer.subspan(ssd::kRecordPayloadOffset, h.payload_bytes);
+  const auto aad = ssd::SealedRecordAad(h.key, h.layout_digest, h.codec_id, h.raw_bytes);
+  size_t plain_bytes = 0;
+  uint32_t key_id = 0;
+  const Status s = OpenRecordPayload(*options_.keyring, aad, region, &plain_bytes, &key_id);
+  if (s.IsNotFound()) *mismatch = true;  // Another key: a miss, not damage.
+  if (!s.ok()) return s;
+  *payload = region.first(plain_bytes);
+  return Status::Ok();
+}
+
 void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoCompletion& io) {
   if (!io.status.ok()) {
     read.status = io.status;
@@ -474,7 +534,14 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
   } else if (h.ok() && h->layout_digest != read.layout_digest) {
     verdict = Status::Corruption("layout digest mismatch");
   }
+  bool mismatch = false;
+  if (verdict.ok()) verdict = OpenPayload(*h, read.buffer, &payload, &mismatch);
   MutexLock lock(&mu_);
+  if (mismatch) {
+    read.status = verdict;
+    ++stats_.read_misses;
+    return;
+  }
   if (!verdict.ok()) {
     read.status = Status::NotFound("ssd: record failed verification: " + verdict.message());
     read.failed_verification = true;

@@ -65,3 +65,36 @@ def test_full_disk_fails_wait_and_flush(small_fs):
         reopened.load(ns, tokens, dst).wait()
         np.testing.assert_array_equal(dst, src)
     reopened.close()
+
+
+def test_sealed_ssd_needs_its_key(tmp_path):
+    """SSD records sealed at rest: read back with the key, a miss without it, nothing of the
+    block in the segment files."""
+    keys = tmp_path / "ssd.keys"
+    keys.write_text(kvtier.generate_remote_key(1))
+    keys.chmod(0o600)
+    (tmp_path / "ssd").mkdir()
+    options = dict(layout="layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16",
+                   host_bytes=1 << 20, ssd_dirs=[str(tmp_path / "ssd")], ssd_bytes=16 << 20,
+                   ssd_segment_bytes=1 << 20, write_policy="through")
+    engine = kvtier.Engine(**options, ssd_key_file=str(keys))
+    ns = engine.make_namespace("sealed")
+    tokens = np.arange(32, dtype=np.uint32)
+    src = blocks_for(engine, 2, seed=5)
+    engine.store(ns, tokens, src).wait()
+    engine.close()
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "ssd").glob("seg-*.kvs"))
+    assert src.tobytes()[1000:1064] not in on_disk
+
+    reopened = kvtier.Engine(**options, ssd_key_file=str(keys))
+    ns = reopened.make_namespace("sealed")
+    dst = kvtier.empty_blocks(reopened, 2)
+    reopened.load(ns, tokens, dst).wait()
+    np.testing.assert_array_equal(dst, src)
+    reopened.close()
+
+    keyless = kvtier.Engine(**options)
+    ns = keyless.make_namespace("sealed")
+    with pytest.raises(kvtier.NotFoundError):
+        keyless.load(ns, tokens, kvtier.empty_blocks(keyless, 2)).wait()
+    keyless.close()

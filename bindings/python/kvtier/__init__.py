@@ -65,7 +65,8 @@ class Engine(_kvtier.Engine):
                     (0: 4 GiB); ssd_sync "per_batch" | "none" | "periodic"
     write_policy    "back" (SSD on eviction/flush) | "through" (SSD before store completes)
     ssd_codec       "identity" | "shuffle-zstd" | "int8" | "int4" (+ ssd_codec_level,
-                    ssd_codec_group_size)
+                    ssd_codec_group_size); ssd_key_file (mode 0600) or ssd_key_env (a
+                    variable's name): keys that seal SSD records at rest (AES-256-GCM)
     model_name, weights_digest (32 bytes)   enter every key
     default_ttl_ms, worker_threads, sink_chunks, promote_on_load, numa_node
     remote_endpoints  ["host:port", ...]: the remote tier on Redis (empty: none); with
