@@ -89,11 +89,15 @@ TEST(SsdRecordTest, RoundTripsRandomHeaders) {
     RecordHeader h;
     h.codec_id = static_cast<uint8_t>(rng());
     h.flags = static_cast<uint8_t>(rng() & kRecordFlagsKnown);
+    if (h.tombstone()) h.flags = kRecordFlagTombstone;  // A tombstone is never sealed.
     for (auto& b : h.layout_digest) b = static_cast<uint8_t>(rng());
     for (auto& b : h.key.chunk_hash) b = static_cast<uint8_t>(rng());
     h.key.layer = static_cast<uint32_t>(rng());
     h.raw_bytes = static_cast<uint32_t>(rng());
     h.payload_bytes = h.tombstone() ? 0 : static_cast<uint32_t>(rng());
+    if (h.sealed() && h.payload_bytes < kSealedRecordOverheadBytes) {
+      h.payload_bytes += kSealedRecordOverheadBytes;
+    }
     h.sequence = rng();
     h.expiry_wall_us = rng();
     h.segment_id = rng();
@@ -105,6 +109,26 @@ TEST(SsdRecordTest, RoundTripsRandomHeaders) {
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, h);
   }
+}
+
+// A sealed record is never a tombstone and always has room for its seal (32 bytes).
+TEST(SsdRecordTest, SealedFlagNeedsAPayloadWithItsSeal) {
+  for (const auto& [flags, payload_bytes] :
+       {std::pair<uint8_t, uint32_t>{kRecordFlagSealed | kRecordFlagTombstone, 0},
+        {kRecordFlagSealed, 31}}) {
+    RecordHeader h;
+    h.flags = flags;
+    h.payload_bytes = payload_bytes;
+    std::vector<std::byte> buf(kRecordHeaderBytes);
+    EncodeRecordHeader(h, buf);
+    EXPECT_TRUE(DecodeRecordHeader(buf).status().IsCorruption()) << int{flags};
+  }
+  RecordHeader ok;
+  ok.flags = kRecordFlagSealed;
+  ok.payload_bytes = 32;
+  std::vector<std::byte> buf(kRecordHeaderBytes);
+  EncodeRecordHeader(ok, buf);
+  EXPECT_TRUE(DecodeRecordHeader(buf).ok());
 }
 
 TEST(SsdRecordTest, EverySingleBitFlipInHeaderIsDetected) {
