@@ -102,15 +102,53 @@ void EncodeSealedHeader(uint32_t key_id, std::span<const uint8_t, 12> nonce, std
   std::memcpy(out + 12, nonce.data(), nonce.size());
 }
 
-// Feeds the associated data: the sealed header and the key name.
-bool AddAad(EVP_CIPHER_CTX* ctx, const std::byte* header, std::string_view key_name) {
+// One piece of a GCM pass: `n` bytes from `in` to `out` (the same buffer is allowed).
+struct GcmPart {
+  const std::byte* in;
+  std::byte* out;
+  size_t n;
+};
+
+// AES-256-GCM of `parts` (one stream, in order) under `key` and the 12-byte `nonce`, with the
+// concatenation of `aad` as associated data. Encrypting writes the 16-byte tag to `tag`;
+// decrypting checks it and fails on a mismatch. False on any failure: the caller must not use
+// what was written.
+bool Gcm(bool encrypt, const RemoteKey& key, const std::byte* nonce,
+         std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
+         std::byte* tag) {
+  CipherCtx ctx(EVP_CIPHER_CTX_new());
   int len = 0;
-  if (EVP_CipherUpdate(ctx, nullptr, &len, reinterpret_cast<const uint8_t*>(header),
-                       static_cast<int>(kSealedHeaderBytes)) != 1) {
+  if (ctx == nullptr ||
+      EVP_CipherInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(),
+                        reinterpret_cast<const uint8_t*>(nonce), encrypt ? 1 : 0) != 1) {
     return false;
   }
-  return EVP_CipherUpdate(ctx, nullptr, &len, reinterpret_cast<const uint8_t*>(key_name.data()),
-                          static_cast<int>(key_name.size())) == 1;
+  for (const std::span<const std::byte> a : aad) {
+    if (!a.empty() && EVP_CipherUpdate(ctx.get(), nullptr, &len,
+                                       reinterpret_cast<const uint8_t*>(a.data()),
+                                       static_cast<int>(a.size())) != 1) {
+      return false;
+    }
+  }
+  for (const GcmPart& p : parts) {
+    if (p.n == 0) continue;
+    if (EVP_CipherUpdate(ctx.get(), reinterpret_cast<uint8_t*>(p.out), &len,
+                         reinterpret_cast<const uint8_t*>(p.in), static_cast<int>(p.n)) != 1 ||
+        static_cast<size_t>(len) != p.n) {
+      return false;
+    }
+  }
+  if (!encrypt && EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG,
+                                      static_cast<int>(kSealedTagBytes), tag) != 1) {
+    return false;
+  }
+  if (EVP_CipherFinal_ex(ctx.get(), nullptr, &len) != 1) return false;
+  return !encrypt || EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG,
+                                         static_cast<int>(kSealedTagBytes), tag) == 1;
+}
+
+std::span<const std::byte> AsBytes(std::string_view s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
 }
 
 }  // namespace
@@ -239,29 +277,14 @@ Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
     return Status::IoError("remote value: the random generator failed");
   }
   out->resize(kSealedOverheadBytes + plain_bytes);
-  EncodeSealedHeader(key.id, nonce, out->data());
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  std::byte* dst = out->data() + kSealedHeaderBytes;
-  // GCM is a stream mode: the parts are encrypted one after the other into one ciphertext.
-  const auto update = [&](std::span<const std::byte> part) {
-    if (part.empty()) return true;
-    int len = 0;
-    const bool done = EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(dst), &len,
-                                        reinterpret_cast<const uint8_t*>(part.data()),
-                                        static_cast<int>(part.size())) == 1 &&
-                      static_cast<size_t>(len) == part.size();
-    dst += part.size();
-    return done;
-  };
-  int len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), nonce.data()) ==
-          1 &&
-      AddAad(ctx.get(), out->data(), key_name) && update(head) && update(body) &&
-      EVP_EncryptFinal_ex(ctx.get(), nullptr, &len) == 1 &&
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealedTagBytes),
-                          out->data() + kSealedHeaderBytes + plain_bytes) == 1;
+  std::byte* header = out->data();
+  EncodeSealedHeader(key.id, nonce, header);
+  std::byte* dst = header + kSealedHeaderBytes;
+  // GCM is a stream mode: header and body are encrypted one after the other into one ciphertext.
+  const GcmPart parts[] = {{head.data(), dst, head.size()},
+                           {body.data(), dst + head.size(), body.size()}};
+  const std::span<const std::byte> aad[] = {{header, kSealedHeaderBytes}, AsBytes(key_name)};
+  const bool ok = Gcm(true, key, header + 12, aad, parts, dst + plain_bytes);
   if (!ok) return Status::IoError("remote value: encryption failed");
   return Status::Ok();
 }
@@ -304,29 +327,13 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
   if (body_n > body.size()) {
     return Status::InvalidArgument("sealed remote value: destination smaller than the value");
   }
-  const auto* nonce = reinterpret_cast<const uint8_t*>(sealed.data() + 12);
-  std::array<uint8_t, kSealedTagBytes> tag{};
+  std::array<std::byte, kSealedTagBytes> tag{};
   std::memcpy(tag.data(), sealed.data() + kSealedHeaderBytes + n, tag.size());
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
   const std::byte* src = sealed.data() + kSealedHeaderBytes;
-  const auto update = [&](std::span<std::byte> part) {
-    if (part.empty()) return true;
-    int len = 0;
-    const bool done = EVP_DecryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(part.data()), &len,
-                                        reinterpret_cast<const uint8_t*>(src),
-                                        static_cast<int>(part.size())) == 1 &&
-                      static_cast<size_t>(len) == part.size();
-    src += part.size();
-    return done;
-  };
-  int len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key->bytes.data(), nonce) == 1 &&
-      AddAad(ctx.get(), sealed.data(), key_name) && update(head) && update(body.first(body_n)) &&
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
-                          tag.data()) == 1 &&
-      EVP_DecryptFinal_ex(ctx.get(), nullptr, &len) == 1;
+  const GcmPart parts[] = {{src, head.data(), head.size()},
+                           {src + head.size(), body.data(), body_n}};
+  const std::span<const std::byte> aad[] = {sealed.first(kSealedHeaderBytes), AsBytes(key_name)};
+  const bool ok = Gcm(false, *key, sealed.data() + 12, aad, parts, tag.data());
   if (!ok) {
     // Unauthenticated bytes never stay in the caller's buffers.
     if (!head.empty()) std::memset(head.data(), 0, head.size());
@@ -347,23 +354,13 @@ Status SealRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte
   std::byte* tag = out.data() + plain.size();
   std::byte* trailer = tag + kSealedTagBytes;  // key id, then the nonce.
   EncodeFixed32(trailer, key.id);
-  auto* nonce = reinterpret_cast<uint8_t*>(trailer + 4);
-  if (RAND_bytes(nonce, 12) != 1) return Status::IoError("ssd record: the random generator failed");
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  int len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), nonce) == 1 &&
-      EVP_EncryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
-                        static_cast<int>(aad.size())) == 1 &&
-      (plain.empty() ||
-       (EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(out.data()), &len,
-                          reinterpret_cast<const uint8_t*>(plain.data()),
-                          static_cast<int>(plain.size())) == 1 &&
-        static_cast<size_t>(len) == plain.size())) &&
-      EVP_EncryptFinal_ex(ctx.get(), nullptr, &len) == 1 &&
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kSealedTagBytes),
-                          tag) == 1;
+  std::byte* nonce = trailer + 4;
+  if (RAND_bytes(reinterpret_cast<uint8_t*>(nonce), 12) != 1) {
+    return Status::IoError("ssd record: the random generator failed");
+  }
+  const GcmPart parts[] = {{plain.data(), out.data(), plain.size()}};
+  const std::span<const std::byte> aads[] = {aad};
+  const bool ok = Gcm(true, key, nonce, aads, parts, tag);
   if (!ok) return Status::IoError("ssd record: encryption failed");
   return Status::Ok();
 }
@@ -386,20 +383,9 @@ Status OpenRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte
     return Status::NotFound("sealed ssd record: key id " + std::to_string(*key_id) +
                             " is not in the keyring");
   }
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  int len = 0;
-  auto* data = reinterpret_cast<uint8_t*>(region.data());
-  const bool ok =
-      ctx != nullptr &&
-      EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key->bytes.data(),
-                         reinterpret_cast<const uint8_t*>(trailer + 4)) == 1 &&
-      EVP_DecryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const uint8_t*>(aad.data()),
-                        static_cast<int>(aad.size())) == 1 &&
-      (n == 0 || (EVP_DecryptUpdate(ctx.get(), data, &len, data, static_cast<int>(n)) == 1 &&
-                  static_cast<size_t>(len) == n)) &&
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(kSealedTagBytes),
-                          tag) == 1 &&
-      EVP_DecryptFinal_ex(ctx.get(), nullptr, &len) == 1;
+  const GcmPart parts[] = {{region.data(), region.data(), n}};  // In place.
+  const std::span<const std::byte> aads[] = {aad};
+  const bool ok = Gcm(false, *key, trailer + 4, aads, parts, tag);
   if (!ok) {
     std::memset(region.data(), 0, region.size());  // Nothing unauthenticated stays readable.
     return Status::Corruption("sealed ssd record: authentication failed (key id " +
