@@ -26,7 +26,6 @@
 #include <memory>
 #include <optional>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
