@@ -3,6 +3,7 @@
 #include "tiers/remote_crypto.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "core/assert.h"
 #include "core/coding.h"
@@ -88,11 +90,6 @@ Status ParseLine(std::string_view line, size_t number, RemoteKey* key) {
   return Status::Ok();
 }
 
-struct CipherCtxDeleter {
-  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
-};
-using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxDeleter>;
-
 void EncodeSealedHeader(uint32_t key_id, std::span<const uint8_t, 12> nonce, std::byte* out) {
   EncodeFixed32(out, kSealedMagic);
   EncodeFixed16(out + 4, kSealedVersion);
@@ -109,42 +106,88 @@ struct GcmPart {
   size_t n;
 };
 
-// AES-256-GCM of `parts` (one stream, in order) under `key` and the 12-byte `nonce`, with the
-// concatenation of `aad` as associated data. Encrypting writes the 16-byte tag to `tag`;
-// decrypting checks it and fails on a mismatch. False on any failure: the caller must not use
-// what was written.
-bool Gcm(bool encrypt, const RemoteKey& key, const std::byte* nonce,
+}  // namespace
+
+RemoteCipher::~RemoteCipher() {
+  EVP_CIPHER_CTX_free(ctx_);  // Frees nullptr quietly; cleanses the key schedule.
+  OPENSSL_cleanse(key_.data(), key_.size());
+}
+
+struct RemoteCipherAccess {
+  // AES-256-GCM of `parts` (one stream, in order) under `key` and the 12-byte `nonce`, with the
+  // concatenation of `aad` as associated data. Encrypting writes the 16-byte tag to `tag`;
+  // decrypting checks it and fails on a mismatch. False on any failure: the caller must not use
+  // what was written. The key schedule is kept in `c` and reused while the key and direction stay
+  // the same; after a failure it is dropped, so a half-initialized context is never reused.
+  static bool Gcm(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce,
+                  std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
+                  std::byte* tag) {
+    if (c.ctx_ == nullptr) c.ctx_ = EVP_CIPHER_CTX_new();
+    if (c.ctx_ == nullptr) return false;
+    const bool ok = Run(c, encrypt, key, nonce, aad, parts, tag);
+    if (!ok) c.keyed_ = false;
+    return ok;
+  }
+
+ private:
+  static bool Key(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce) {
+    const auto* iv = reinterpret_cast<const uint8_t*>(nonce);
+    if (c.keyed_ && c.encrypt_ == encrypt &&
+        CRYPTO_memcmp(c.key_.data(), key.bytes.data(), key.bytes.size()) == 0) {
+      // Same key, same direction: only the nonce changes (OpenSSL keeps the key schedule).
+      return EVP_CipherInit_ex(c.ctx_, nullptr, nullptr, nullptr, iv, encrypt ? 1 : 0) == 1;
+    }
+    c.keyed_ = false;
+    if (EVP_CipherInit_ex(c.ctx_, EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv,
+                          encrypt ? 1 : 0) != 1) {
+      return false;
+    }
+    c.key_ = key.bytes;
+    c.encrypt_ = encrypt;
+    c.keyed_ = true;
+    return true;
+  }
+
+  static bool Run(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce,
+                  std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
+                  std::byte* tag) {
+    EVP_CIPHER_CTX* ctx = c.ctx_;
+    int len = 0;
+    if (!Key(c, encrypt, key, nonce)) return false;
+    for (const std::span<const std::byte> a : aad) {
+      if (!a.empty() && EVP_CipherUpdate(ctx, nullptr, &len,
+                                         reinterpret_cast<const uint8_t*>(a.data()),
+                                         static_cast<int>(a.size())) != 1) {
+        return false;
+      }
+    }
+    for (const GcmPart& p : parts) {
+      if (p.n == 0) continue;
+      if (EVP_CipherUpdate(ctx, reinterpret_cast<uint8_t*>(p.out), &len,
+                           reinterpret_cast<const uint8_t*>(p.in), static_cast<int>(p.n)) != 1 ||
+          static_cast<size_t>(len) != p.n) {
+        return false;
+      }
+    }
+    if (!encrypt && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG,
+                                        static_cast<int>(kSealedTagBytes), tag) != 1) {
+      return false;
+    }
+    if (EVP_CipherFinal_ex(ctx, nullptr, &len) != 1) return false;
+    return !encrypt || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG,
+                                           static_cast<int>(kSealedTagBytes), tag) == 1;
+  }
+};
+
+namespace {
+
+// GCM through `cipher`, or through a context made for this one call when there is none.
+bool Gcm(RemoteCipher* cipher, bool encrypt, const RemoteKey& key, const std::byte* nonce,
          std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
          std::byte* tag) {
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  int len = 0;
-  if (ctx == nullptr ||
-      EVP_CipherInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(),
-                        reinterpret_cast<const uint8_t*>(nonce), encrypt ? 1 : 0) != 1) {
-    return false;
-  }
-  for (const std::span<const std::byte> a : aad) {
-    if (!a.empty() && EVP_CipherUpdate(ctx.get(), nullptr, &len,
-                                       reinterpret_cast<const uint8_t*>(a.data()),
-                                       static_cast<int>(a.size())) != 1) {
-      return false;
-    }
-  }
-  for (const GcmPart& p : parts) {
-    if (p.n == 0) continue;
-    if (EVP_CipherUpdate(ctx.get(), reinterpret_cast<uint8_t*>(p.out), &len,
-                         reinterpret_cast<const uint8_t*>(p.in), static_cast<int>(p.n)) != 1 ||
-        static_cast<size_t>(len) != p.n) {
-      return false;
-    }
-  }
-  if (!encrypt && EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG,
-                                      static_cast<int>(kSealedTagBytes), tag) != 1) {
-    return false;
-  }
-  if (EVP_CipherFinal_ex(ctx.get(), nullptr, &len) != 1) return false;
-  return !encrypt || EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG,
-                                         static_cast<int>(kSealedTagBytes), tag) == 1;
+  std::optional<RemoteCipher> once;
+  if (cipher == nullptr) cipher = &once.emplace();
+  return RemoteCipherAccess::Gcm(*cipher, encrypt, key, nonce, aad, parts, tag);
 }
 
 std::span<const std::byte> AsBytes(std::string_view s) {
@@ -267,7 +310,7 @@ Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
 
 Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        std::span<const std::byte> head, std::span<const std::byte> body,
-                       std::vector<std::byte>* out) {
+                       std::vector<std::byte>* out, RemoteCipher* cipher) {
   KV_CHECK(!keyring.empty());
   const size_t plain_bytes = head.size() + body.size();
   KV_CHECK(plain_bytes <= INT32_MAX - kSealedOverheadBytes);
@@ -284,7 +327,7 @@ Status SealRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
   const GcmPart parts[] = {{head.data(), dst, head.size()},
                            {body.data(), dst + head.size(), body.size()}};
   const std::span<const std::byte> aad[] = {{header, kSealedHeaderBytes}, AsBytes(key_name)};
-  const bool ok = Gcm(true, key, header + 12, aad, parts, dst + plain_bytes);
+  const bool ok = Gcm(cipher, true, key, header + 12, aad, parts, dst + plain_bytes);
   if (!ok) return Status::IoError("remote value: encryption failed");
   return Status::Ok();
 }
@@ -302,7 +345,8 @@ Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
 
 Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_name,
                            std::span<const std::byte> sealed, std::span<std::byte> head,
-                           std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id) {
+                           std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id,
+                           RemoteCipher* cipher) {
   *key_id = 0;
   *body_bytes = 0;
   if (sealed.size() < kSealedOverheadBytes || sealed.size() > INT32_MAX) {
@@ -333,7 +377,7 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
   const GcmPart parts[] = {{src, head.data(), head.size()},
                            {src + head.size(), body.data(), body_n}};
   const std::span<const std::byte> aad[] = {sealed.first(kSealedHeaderBytes), AsBytes(key_name)};
-  const bool ok = Gcm(false, *key, sealed.data() + 12, aad, parts, tag.data());
+  const bool ok = Gcm(cipher, false, *key, sealed.data() + 12, aad, parts, tag.data());
   if (!ok) {
     // Unauthenticated bytes never stay in the caller's buffers.
     if (!head.empty()) std::memset(head.data(), 0, head.size());
@@ -360,7 +404,7 @@ Status SealRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte
   }
   const GcmPart parts[] = {{plain.data(), out.data(), plain.size()}};
   const std::span<const std::byte> aads[] = {aad};
-  const bool ok = Gcm(true, key, nonce, aads, parts, tag);
+  const bool ok = Gcm(nullptr, true, key, nonce, aads, parts, tag);
   if (!ok) return Status::IoError("ssd record: encryption failed");
   return Status::Ok();
 }
@@ -385,7 +429,7 @@ Status OpenRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte
   }
   const GcmPart parts[] = {{region.data(), region.data(), n}};  // In place.
   const std::span<const std::byte> aads[] = {aad};
-  const bool ok = Gcm(false, *key, trailer + 4, aads, parts, tag);
+  const bool ok = Gcm(nullptr, false, *key, trailer + 4, aads, parts, tag);
   if (!ok) {
     std::memset(region.data(), 0, region.size());  // Nothing unauthenticated stays readable.
     return Status::Corruption("sealed ssd record: authentication failed (key id " +

@@ -102,6 +102,49 @@ TEST(RemoteCryptoTest, CiphertextHasNoRunOfThePlaintextAndNoncesDiffer) {
   EXPECT_EQ(std::search(a.begin(), a.end(), run.begin(), run.end()), a.end());
 }
 
+// A RemoteCipher kept across values (as the remote store keeps one per call and per worker)
+// must behave exactly like a fresh context per value: its key changes with the keyring, it
+// switches between sealing and opening, a refused value leaves nothing behind and does not spoil
+// the next open, and every seal still draws a fresh nonce.
+TEST(RemoteCryptoTest, AReusedCipherActsLikeAFreshOneAcrossKeysDirectionsAndFailures) {
+  const RemoteKeyring rings[] = {Ring(kKey1), Ring(kKey2)};
+  RemoteCipher sealer, opener;
+  for (uint32_t i = 0; i < 12; ++i) {
+    const RemoteKeyring& ring = rings[i % 3 == 2 ? 1 : 0];
+    const std::string name = "kvt:{c}:" + std::to_string(i);
+    const std::vector<std::byte> plain = RandomBytes(1000 + 37 * i, i);
+    std::vector<std::byte> sealed, again;
+    ASSERT_TRUE(SealRemoteValue(ring, name, plain, {}, &sealed, &sealer).ok());
+    ASSERT_TRUE(SealRemoteValue(ring, name, plain, {}, &again, &sealer).ok());
+    EXPECT_NE(sealed, again) << "a fresh nonce per value, context reused or not";
+    std::vector<std::byte> fresh;
+    uint32_t key_id = 0;
+    ASSERT_TRUE(OpenRemoteValue(ring, name, sealed, &fresh, &key_id).ok()) << i;
+    EXPECT_EQ(fresh, plain);
+
+    std::vector<std::byte> forged = sealed;
+    forged[kSealedHeaderBytes + i] ^= std::byte{1};
+    std::vector<std::byte> out(plain.size(), std::byte{0x55});
+    size_t body_bytes = 0;
+    EXPECT_TRUE(OpenRemoteValueInto(ring, name, forged, {}, out, &body_bytes, &key_id, &opener)
+                    .IsCorruption());
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](std::byte b) { return b == std::byte{0}; }))
+        << "nothing unauthenticated is left in the buffer";
+    for (RemoteCipher* c : {&opener, &sealer}) {  // The sealer switches direction here.
+      std::fill(out.begin(), out.end(), std::byte{0});
+      ASSERT_TRUE(
+          OpenRemoteValueInto(ring, name, sealed, {}, out, &body_bytes, &key_id, c).ok())
+          << i;
+      EXPECT_EQ(body_bytes, plain.size());
+      EXPECT_EQ(out, plain);
+    }
+    EXPECT_FALSE(OpenRemoteValueInto(ring, name + "x", sealed, {}, out, &body_bytes, &key_id,
+                                     &opener)
+                     .ok())
+        << "the key name is still bound";
+  }
+}
+
 TEST(RemoteCryptoTest, RotationKeepsOldValuesReadableAndNamesStable) {
   const RemoteKeyring old_ring = Ring(kKey1);
   const RemoteKeyring rotated = Ring(kKey1 + kKey2);
