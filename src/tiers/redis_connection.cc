@@ -251,7 +251,7 @@ Status RedisConnection::Authenticate() {
 }
 
 Status RedisConnection::Execute(std::span<const RedisCommand> commands,
-                                std::span<RedisReplyPtr> replies) {
+                                std::span<RedisReplyPtr> replies, RedisReplyObserver* observer) {
   KV_CHECK(commands.size() == replies.size());
   KV_RETURN_IF_ERROR(EnsureConnected());
   ScopedSigpipeBlock no_sigpipe;
@@ -264,8 +264,8 @@ Status RedisConnection::Execute(std::span<const RedisCommand> commands,
       bytes += CommandBytes(commands[end]);
       ++end;
     }
-    Status s =
-        ExecuteWindow(commands.subspan(begin, end - begin), replies.subspan(begin, end - begin));
+    Status s = ExecuteWindow(commands.subspan(begin, end - begin),
+                             replies.subspan(begin, end - begin), begin, observer);
     if (!s.ok()) {
       Drop(s);
       return s;
@@ -276,7 +276,8 @@ Status RedisConnection::Execute(std::span<const RedisCommand> commands,
 }
 
 Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
-                                      std::span<RedisReplyPtr> replies) {
+                                      std::span<RedisReplyPtr> replies, size_t first_index,
+                                      RedisReplyObserver* observer) {
   for (const RedisCommand& command : commands) {
     KV_CHECK(command.argc >= 1 && command.argc <= RedisCommand::kArgsMax);
     if (command.asking && redisAppendCommand(context_, "ASKING") != REDIS_OK) {
@@ -301,6 +302,7 @@ Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
       }
       replies[i].reset(static_cast<redisReply*>(raw));  // The ASKING reply is replaced.
     }
+    if (observer != nullptr) observer->OnReply(first_index + i, *replies[i]);
   }
   return Status::Ok();
 }

@@ -73,6 +73,17 @@ struct RedisCommand {
   bool asking = false;
 };
 
+// Told of each reply of a pipeline as soon as it has been read, while the later replies may
+// still be arriving, so that the owner can start working on it (RedisStore opens sealed values on
+// a worker thread meanwhile). Called on the thread that runs Execute, in command order.
+class RedisReplyObserver {
+ public:
+  virtual ~RedisReplyObserver() = default;
+  // `reply` is the final reply of commands[index] (after any ASKING reply), already stored in
+  // replies[index]; it stays owned there. It may be an error reply.
+  virtual void OnReply(size_t index, const redisReply& reply) = 0;
+};
+
 class RedisConnection {
  public:
   RedisConnection(RedisEndpoint endpoint, RedisConnectionOptions options, Logger* logger);
@@ -86,8 +97,10 @@ class RedisConnection {
   // Runs `commands` pipelined, in windows bounded in count and bytes, and moves the reply of
   // commands[i] into replies[i] (replies.size() == commands.size()). Redis error replies are
   // replies, not failures. On a connection-level failure returns its Status; replies of commands
-  // that were answered before it are kept, the others stay null.
-  Status Execute(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies);
+  // that were answered before it are kept, the others stay null. `observer`, when given, is told
+  // of each reply as soon as it is read.
+  Status Execute(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies,
+                 RedisReplyObserver* observer = nullptr);
 
   const RedisEndpoint& endpoint() const { return endpoint_; }
   bool connected() const { return context_ != nullptr; }
@@ -98,7 +111,8 @@ class RedisConnection {
 
   Status Connect();
   Status Authenticate();
-  Status ExecuteWindow(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies);
+  Status ExecuteWindow(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies,
+                       size_t first_index, RedisReplyObserver* observer);
   Status ContextError(std::string_view what) const;
   void Drop(const Status& why);
   void MarkUp();

@@ -2,10 +2,12 @@
 // (no key, no kvtier code) can and cannot do once values are sealed: listing keys reveals no
 // chunk hash; no 64-byte run of a stored block appears in any value; a value forged with valid
 // CRCs, a value copied from another key (another tenant's chunk), and a value written under
-// another deployment's key are all misses, counted and logged once per key id; keys rotate
-// (values written under the old key stay readable, new ones use the new key); a store opens only
-// with a key or an explicit insecure_plaintext; and a cluster MOVED to a host outside the slot
-// map is refused without connecting to it.
+// another deployment's key are all misses, counted and logged once per key id, also among good
+// values of one pipeline whose values are opened while its later replies arrive; threads reading
+// through one store at once each get their own values; keys rotate (values written under the old
+// key stay readable, new ones use the new key); a store opens only with a key or an explicit
+// insecure_plaintext; and a cluster MOVED to a host outside the slot map is refused without
+// connecting to it.
 // Method: each test starts its own redis-server (redis_test_util.h) and inspects it with raw
 // commands; the redirect test runs a small fake cluster node on loopback that answers CLUSTER
 // SLOTS with itself and every GET with a MOVED to a second loopback listener, which counts the
@@ -206,6 +208,111 @@ TEST_F(RedisSealedTest, RotationReadsOldValuesAndWritesWithTheNewKey) {
   EXPECT_EQ(static_cast<uint8_t>((*raw)[8]), 2u) << "written with key id 2";
   EXPECT_TRUE(GetOne(*after, MakeKey(21, 0), new_value).ok());
   EXPECT_FALSE(GetOne(*before, MakeKey(21, 0), new_value).ok()) << "key 2 unknown before";
+}
+
+// One pipeline of large values (opened on the store's worker while later replies still arrive)
+// and small ones (opened after the reads), in which one large value was replaced by another
+// key's sealed value, one large and one small value had a byte flipped, one key was never
+// written and one destination is too small: every good value comes back intact, each bad one is
+// a miss of its own (refused ones counted and logged once per key id, nothing of them left in
+// the caller's buffer), with the overlap on and off alike.
+TEST_F(RedisSealedTest, APipelineMissesOnlyItsRefusedValuesWithTheOverlapOnAndOff) {
+  constexpr size_t kLarge = 4 * kRedisOverlapOpenBytesMin, kSmall = 4096, kValues = 12;
+  constexpr size_t kCopied = 4, kFlippedLarge = 8, kFlippedSmall = 3, kNever = 10, kTooSmall = 2;
+  int round = 0;
+  for (const SealedOpen mode : {SealedOpen::kOverlapped, SealedOpen::kAfterReads}) {
+    SCOPED_TRACE(mode == SealedOpen::kOverlapped ? "overlapped" : "after reads");
+    RedisStoreOptions o = Options(Ring(kKey1));
+    o.sealed_open = mode;
+    o.key_prefix = "p" + std::to_string(round++);
+    Result<std::unique_ptr<RedisStore>> opened = RedisStore::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    RedisStore& store = **opened;
+    std::vector<std::vector<std::byte>> payloads;
+    for (uint32_t i = 0; i < kValues; ++i) {
+      payloads.push_back(MakePayload(i % 2 == 0 ? kLarge : kSmall, i));
+      if (i == kNever) continue;
+      ASSERT_TRUE(PutOne(store, MakeKey(40 + i, 0), payloads[i]).ok());
+    }
+    const auto name = [&](size_t i) {
+      return store.KeyName(MakeKey(40 + static_cast<uint32_t>(i), 0));
+    };
+    Result<std::string> other = Raw({"GET", name(6)});
+    ASSERT_TRUE(other.ok());
+    ASSERT_TRUE(Raw({"SET", name(kCopied), *other}).ok());
+    for (const size_t i : {kFlippedLarge, kFlippedSmall}) {
+      Result<std::string> v = Raw({"GET", name(i)});
+      ASSERT_TRUE(v.ok());
+      (*v)[v->size() / 2] ^= 0x20;
+      ASSERT_TRUE(Raw({"SET", name(i), *v}).ok());
+    }
+    const size_t logged_before = logger_.CountContaining("remote value was refused");
+
+    std::vector<std::vector<std::byte>> outs(kValues);
+    std::vector<RemoteGet> gets(kValues);
+    for (size_t i = 0; i < kValues; ++i) {
+      outs[i].assign(i == kTooSmall ? kSmall : kLarge, std::byte{0});
+      gets[i] = {.key = MakeKey(40 + static_cast<uint32_t>(i), 0), .dst = outs[i]};
+    }
+    ASSERT_TRUE(store.Get(gets).ok());
+    for (size_t i = 0; i < kValues; ++i) {
+      const bool zeros = std::all_of(outs[i].begin(), outs[i].end(),
+                                     [](std::byte b) { return b == std::byte{0}; });
+      if (i == kCopied || i == kFlippedLarge || i == kFlippedSmall) {
+        EXPECT_TRUE(gets[i].status.IsCorruption()) << i << ": " << gets[i].status.ToString();
+        EXPECT_TRUE(zeros) << i << ": refused bytes left in the buffer";
+      } else if (i == kNever) {
+        EXPECT_TRUE(gets[i].status.IsNotFound()) << gets[i].status.ToString();
+      } else if (i == kTooSmall) {
+        EXPECT_TRUE(gets[i].status.IsInvalidArgument()) << gets[i].status.ToString();
+      } else {
+        ASSERT_TRUE(gets[i].status.ok()) << i << ": " << gets[i].status.ToString();
+        EXPECT_EQ(gets[i].payload_bytes, payloads[i].size());
+        EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin())) << i;
+      }
+    }
+    const RemoteStoreStats stats = store.Stats();
+    EXPECT_EQ(stats.auth_failures, 3u);
+    EXPECT_EQ(stats.hits, kValues - 5);
+    EXPECT_EQ(stats.misses, 5u);
+    EXPECT_EQ(logger_.CountContaining("remote value was refused") - logged_before, 1u)
+        << "one line for key id 1";
+  }
+}
+
+// Several threads reading large and small sealed values through one store at once share its
+// open worker: each gets its own values back (run under TSan, this also checks the hand-offs).
+TEST_F(RedisSealedTest, ConcurrentGetsShareTheOpenWorker) {
+  std::unique_ptr<RedisStore> store = Open(Ring(kKey1));
+  ASSERT_NE(store, nullptr);
+  constexpr uint32_t kThreads = 3, kValues = 10, kRounds = 8;
+  std::vector<std::vector<std::byte>> payloads;
+  for (uint32_t i = 0; i < kValues; ++i) {
+    payloads.push_back(MakePayload(i % 3 == 0 ? 4096 : 2 * kRedisOverlapOpenBytesMin, i));
+    ASSERT_TRUE(PutOne(*store, MakeKey(60 + i, 0), payloads[i]).ok());
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint32_t r = 0; r < kRounds; ++r) {
+        std::vector<std::vector<std::byte>> outs(kValues);
+        std::vector<RemoteGet> gets(kValues);
+        for (uint32_t k = 0; k < kValues; ++k) {
+          const uint32_t i = (k + t + r) % kValues;  // Each thread in its own order.
+          outs[k].resize(payloads[i].size());
+          gets[k] = {.key = MakeKey(60 + i, 0), .dst = outs[k]};
+        }
+        if (!store->Get(gets).ok()) ++wrong;
+        for (uint32_t k = 0; k < kValues; ++k) {
+          if (!gets[k].status.ok() || outs[k] != payloads[(k + t + r) % kValues]) ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(store->Stats().hits, uint64_t{kThreads} * kValues * kRounds);
 }
 
 // A loopback listener that answers like a one-node cluster whose every GET is MOVED elsewhere.

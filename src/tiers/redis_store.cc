@@ -1,6 +1,7 @@
 // See redis_store.h. Layout of this file: option checks and Open; the routing core (RunOps,
 // RouteOps, ExecuteOnNode, TakeReply, topology refresh); then the four calls, each of which
 // builds its commands, runs them and turns every reply into the entry's Status and counters.
+// Get's open worker (and the constructor, which starts it) sits just before Get.
 #include "tiers/redis_store.h"
 
 #include <hiredis/hiredis.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/assert.h"
@@ -141,20 +143,13 @@ Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisStoreOptions options) 
   return store;
 }
 
-RedisStore::RedisStore(RedisStoreOptions options)
-    : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : SystemClock()),
-      counters_(std::make_unique<RedisStoreCounters>()) {}
-
-RedisStore::~RedisStore() = default;
-
 std::string RedisStore::KeyName(const BlockKey& key) const {
   if (options_.keyring.has_value()) return SealedKeyName(options_.key_prefix, *options_.keyring, key);
   return RemoteKeyName(options_.key_prefix, key);
 }
 
 Status RedisStore::MakeValue(const RemotePut& e, const std::string& key_name, uint64_t wall_us,
-                             std::vector<std::byte>* value) const {
+                             std::vector<std::byte>* value, RemoteCipher* cipher) const {
   const uint64_t expiry_us = e.ttl_ms == 0 ? 0 : wall_us + e.ttl_ms * 1000;
   const RemoteValueInfo info{.key = e.key,
                              .layout_digest = options_.layout_digest,
@@ -168,7 +163,7 @@ Status RedisStore::MakeValue(const RemotePut& e, const std::string& key_name, ui
   // Sealed: the header is encoded apart and the payload encrypted from the caller's buffer.
   std::array<std::byte, kRemoteValueHeaderBytes> head;
   EncodeRemoteValueHeader(info, e.payload, head);
-  return SealRemoteValue(*options_.keyring, key_name, head, e.payload, value);
+  return SealRemoteValue(*options_.keyring, key_name, head, e.payload, value, cipher);
 }
 
 void RedisStore::LogAuthFailure(uint32_t key_id, const Status& why) {
@@ -223,7 +218,7 @@ Result<uint16_t> RedisStore::NodeFor(const RedisEndpoint& endpoint) {
   return static_cast<uint16_t>(nodes_.size() - 1);
 }
 
-void RedisStore::RunOps(std::span<RedisOp> ops) {
+void RedisStore::RunOps(std::span<RedisOp> ops, RedisReplyObserver* settled) {
   if (options_.mode == RedisMode::kCluster && (slots_.empty() || refresh_pending_)) {
     RefreshTopology().IgnoreError();  // On failure the stale map is used and refresh stays due.
   }
@@ -232,7 +227,8 @@ void RedisStore::RunOps(std::span<RedisOp> ops) {
   for (uint32_t round = 0; round <= options_.redirects_max; ++round) {
     if (!RouteOps(ops, &groups)) break;
     for (size_t node = 0; node < groups.size(); ++node) {
-      if (!groups[node].empty()) ExecuteOnNode(static_cast<uint16_t>(node), ops, groups[node]);
+      if (groups[node].empty()) continue;
+      ExecuteOnNode(static_cast<uint16_t>(node), ops, groups[node], settled);
     }
   }
   for (RedisOp& op : ops) {
@@ -267,8 +263,27 @@ bool RedisStore::RouteOps(std::span<RedisOp> ops, std::vector<std::vector<size_t
   return any;
 }
 
+namespace {
+
+// Passes on, by op index, the replies of one node's pipeline that settle their op: any but an
+// error reply, which may be a redirect that sends the op elsewhere.
+class SettledReplies final : public RedisReplyObserver {
+ public:
+  SettledReplies(std::span<const size_t> indices, RedisReplyObserver* next)
+      : indices_(indices), next_(next) {}
+  void OnReply(size_t index, const redisReply& reply) override {
+    if (RedisErrorText(&reply) == nullptr) next_->OnReply(indices_[index], reply);
+  }
+
+ private:
+  const std::span<const size_t> indices_;
+  RedisReplyObserver* const next_;
+};
+
+}  // namespace
+
 void RedisStore::ExecuteOnNode(uint16_t node_index, std::span<RedisOp> ops,
-                               std::span<const size_t> indices) {
+                               std::span<const size_t> indices, RedisReplyObserver* settled) {
   Node& node = *nodes_[node_index];
   if (!node.breaker.Allow()) {
     for (size_t i : indices) {
@@ -282,7 +297,9 @@ void RedisStore::ExecuteOnNode(uint16_t node_index, std::span<RedisOp> ops,
   commands.reserve(indices.size());
   for (size_t i : indices) commands.push_back(ops[i].command);
   std::vector<RedisReplyPtr> replies(indices.size());
-  const Status s = node.connection.Execute(commands, replies);
+  std::optional<SettledReplies> observer;
+  if (settled != nullptr) observer.emplace(indices, settled);
+  const Status s = node.connection.Execute(commands, replies, observer ? &*observer : nullptr);
   if (s.ok()) {
     node.breaker.RecordSuccess();
   } else {
@@ -448,10 +465,12 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
   std::vector<std::string> ttls(n);
   std::vector<RedisOp> ops(n);
   const uint64_t wall_us = clock_->WallMicros();
+  std::optional<RemoteCipher> cipher;  // One context and key schedule for the whole call.
+  if (options_.keyring.has_value()) cipher.emplace();
   for (size_t i = 0; i < n; ++i) {
     const RemotePut& e = entries[i];
     keys[i] = KeyName(e.key);
-    KV_RETURN_IF_ERROR(MakeValue(e, keys[i], wall_us, &values[i]));
+    KV_RETURN_IF_ERROR(MakeValue(e, keys[i], wall_us, &values[i], cipher ? &*cipher : nullptr));
     const std::string_view value(reinterpret_cast<const char*>(values[i].data()), values[i].size());
     if (e.ttl_ms == 0) {
       SetArgs(&ops[i].command, {"SET", keys[i], value});
@@ -475,18 +494,30 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
 
 namespace {
 
+// Why a sealed value was refused, for the log (written once per key id by the calling thread).
+using Refusal = std::optional<std::pair<uint32_t, Status>>;
+
+// What opening a GET answer needs besides the answer; shared by the calling thread and the open
+// worker, each of which writes only the entries it opens.
+struct GetContext {
+  const Hash256& layout_digest;
+  const RemoteKeyring* keyring;  // nullptr: plaintext values.
+  RedisStoreCounters* counters;
+};
+
 // With a keyring: opens the sealed value straight into the caller's buffer (the header into a
 // local one), then checks the header as VerifyRemoteValue does. The payload CRC is not checked
 // again: the GCM tag has already authenticated every byte. Sets the entry's outcome and counts
 // it; *refused is set when authentication failed (for the log).
-void FinishSealedGet(const RemoteKeyring& keyring, std::string_view key_name,
-                     std::span<const std::byte> value, const Hash256& layout_digest, RemoteGet* e,
-                     RedisStoreCounters* c, std::optional<std::pair<uint32_t, Status>>* refused) {
+void FinishSealedGet(const GetContext& g, std::string_view key_name,
+                     std::span<const std::byte> value, RemoteGet* e, RemoteCipher* cipher,
+                     Refusal* refused) {
+  RedisStoreCounters* c = g.counters;
   std::array<std::byte, kRemoteValueHeaderBytes> head;
   size_t body_bytes = 0;
   uint32_t key_id = 0;
-  const Status opened =
-      OpenRemoteValueInto(keyring, key_name, value, head, e->dst, &body_bytes, &key_id);
+  const Status opened = OpenRemoteValueInto(*g.keyring, key_name, value, head, e->dst,
+                                            &body_bytes, &key_id, cipher);
   if (opened.IsInvalidArgument()) {
     e->status = Status::InvalidArgument("remote get: destination smaller than the value");
     return;
@@ -500,7 +531,7 @@ void FinishSealedGet(const RemoteKeyring& keyring, std::string_view key_name,
   ssd::RecordHeader header;
   RemoteValueCheck check;
   e->status = VerifyRemoteHeader(head, kRemoteValueHeaderBytes + body_bytes, e->key,
-                                 layout_digest, &header, &check);
+                                 g.layout_digest, &header, &check);
   if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
   if (check == RemoteValueCheck::kMismatched) {
     c->mismatched.fetch_add(1, std::memory_order_relaxed);
@@ -514,48 +545,191 @@ void FinishSealedGet(const RemoteKeyring& keyring, std::string_view key_name,
   e->payload_bytes = header.payload_bytes;
 }
 
-// Turns one GET reply into the entry's outcome, opening (with a keyring) and verifying the value
-// before anything is copied. *refused: the value failed authentication (for the log).
-void FinishGet(const RedisOp& op, const Hash256& layout_digest, const RemoteKeyring* keyring,
-               std::string_view key_name, RemoteGet* e, RedisStoreCounters* c,
-               std::optional<std::pair<uint32_t, Status>>* refused) {
-  e->status = OpStatus(op);
-  const redisReply* r = op.reply.get();
-  if (e->status.ok() && r->type == REDIS_REPLY_NIL) e->status = Status::NotFound("remote miss");
-  if (e->status.ok() && r->type != REDIS_REPLY_STRING) {
-    e->status = Status::Corruption("remote value: unexpected reply type");
-    c->corrupt.fetch_add(1, std::memory_order_relaxed);
+// Without a keyring: verifies the value in hiredis's buffer, then copies its payload once.
+void FinishPlainGet(const GetContext& g, std::span<const std::byte> value, RemoteGet* e) {
+  RedisStoreCounters* c = g.counters;
+  ssd::RecordHeader header;
+  std::span<const std::byte> payload;
+  RemoteValueCheck check;
+  e->status = VerifyRemoteValue(value, e->key, g.layout_digest, &header, &payload, &check);
+  if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
+  if (check == RemoteValueCheck::kMismatched) {
+    c->mismatched.fetch_add(1, std::memory_order_relaxed);
   }
-  if (e->status.ok() && keyring != nullptr) {
-    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
-    FinishSealedGet(*keyring, key_name, value, layout_digest, e, c, refused);
-  } else if (e->status.ok()) {
-    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r->str), r->len);
-    ssd::RecordHeader header;
-    std::span<const std::byte> payload;
-    RemoteValueCheck check;
-    e->status = VerifyRemoteValue(value, e->key, layout_digest, &header, &payload, &check);
-    if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
-    if (check == RemoteValueCheck::kMismatched) {
-      c->mismatched.fetch_add(1, std::memory_order_relaxed);
-    }
-    if (e->status.ok() && payload.size() > e->dst.size()) {
-      e->status = Status::InvalidArgument("remote get: destination smaller than the value");
-    }
-    if (e->status.ok()) {
-      if (!payload.empty()) std::memcpy(e->dst.data(), payload.data(), payload.size());
-      e->codec_id = header.codec_id;
-      e->raw_bytes = header.raw_bytes;
-      e->payload_bytes = header.payload_bytes;
-    }
+  if (e->status.ok() && payload.size() > e->dst.size()) {
+    e->status = Status::InvalidArgument("remote get: destination smaller than the value");
   }
-  const bool hit = e->status.ok();
-  (hit ? c->hits : c->misses).fetch_add(1, std::memory_order_relaxed);
-  if (e->status.code() == StatusCode::kUnavailable || e->status.code() == StatusCode::kTimedOut ||
-      e->status.code() == StatusCode::kNoSpace) {
-    CountFailure(c, e->status);
+  if (e->status.ok()) {
+    if (!payload.empty()) std::memcpy(e->dst.data(), payload.data(), payload.size());
+    e->codec_id = header.codec_id;
+    e->raw_bytes = header.raw_bytes;
+    e->payload_bytes = header.payload_bytes;
   }
 }
+
+// Turns a GET answer that is not an error reply into the entry's outcome, opening (with a
+// keyring) and verifying the value before anything is copied, and counts it.
+void FinishAnswer(const GetContext& g, const redisReply& r, std::string_view key_name,
+                  RemoteGet* e, RemoteCipher* cipher, Refusal* refused) {
+  RedisStoreCounters* c = g.counters;
+  const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r.str), r.len);
+  if (r.type == REDIS_REPLY_NIL) {
+    e->status = Status::NotFound("remote miss");
+  } else if (r.type != REDIS_REPLY_STRING) {
+    e->status = Status::Corruption("remote value: unexpected reply type");
+    c->corrupt.fetch_add(1, std::memory_order_relaxed);
+  } else if (g.keyring != nullptr) {
+    FinishSealedGet(g, key_name, value, e, cipher, refused);
+  } else {
+    FinishPlainGet(g, value, e);
+  }
+  (e->status.ok() ? c->hits : c->misses).fetch_add(1, std::memory_order_relaxed);
+}
+
+// The same for any op: a failed op or an error reply is a miss, counted as a failure too.
+void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name, RemoteGet* e,
+               RemoteCipher* cipher, Refusal* refused) {
+  e->status = OpStatus(op);
+  if (e->status.ok()) {
+    FinishAnswer(g, *op.reply, key_name, e, cipher, refused);
+    return;
+  }
+  g.counters->misses.fetch_add(1, std::memory_order_relaxed);
+  if (e->status.code() == StatusCode::kUnavailable || e->status.code() == StatusCode::kTimedOut ||
+      e->status.code() == StatusCode::kNoSpace) {
+    CountFailure(g.counters, e->status);
+  }
+}
+
+}  // namespace
+
+// One sealed Get call as the open worker sees it: the entries, their key names, and for each
+// entry whether it was handed over (or opened during the reads) and why it was refused.
+// Thread safety: the calling thread writes `taken` and queues; the worker writes entries[i] and
+// refused[i] of the entries it was given, and `pending` under the worker's mutex. The caller
+// reads entries and refusals only after Wait.
+struct RedisOpenCall {
+  const GetContext& context;
+  std::span<RemoteGet> entries;
+  std::span<const std::string> keys;
+  std::vector<uint8_t> taken;      // 1: opened during the reads, not after them.
+  std::vector<Refusal> refused;
+  size_t pending = 0;              // Queued and not opened yet; guarded by RedisOpenWorker::mu_.
+  RemoteCipher cipher;             // The calling thread's, for values it opens itself.
+};
+
+// The thread that opens sealed values while the caller's thread reads the next replies. One per
+// store; jobs from concurrent calls share its bounded queue in arrival order.
+class RedisOpenWorker {
+ public:
+  RedisOpenWorker() : thread_([this] { Run(); }) {}
+  ~RedisOpenWorker() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    work_.SignalAll();
+    thread_.join();
+  }
+  RedisOpenWorker(const RedisOpenWorker&) = delete;
+  RedisOpenWorker& operator=(const RedisOpenWorker&) = delete;
+
+  // Queues entry `index` of `call` (its answer `reply` stays alive until Wait returns). False
+  // when the queue is full: the caller then opens the value itself.
+  bool Submit(RedisOpenCall* call, size_t index, const redisReply* reply) KV_EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (count_ == queue_.size()) return false;
+      queue_[(head_ + count_) % queue_.size()] = {call, index, reply};
+      ++count_;
+      ++call->pending;
+    }
+    work_.Signal();
+    return true;
+  }
+
+  // Returns once every value of `call` that was queued has been opened.
+  void Wait(RedisOpenCall* call) KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (call->pending != 0) done_.Wait(&mu_);
+  }
+
+ private:
+  struct Job {
+    RedisOpenCall* call = nullptr;
+    size_t index = 0;
+    const redisReply* reply = nullptr;
+  };
+
+  void Run() KV_EXCLUDES(mu_) {
+    for (;;) {
+      Job job;
+      {
+        MutexLock lock(&mu_);
+        while (count_ == 0 && !stop_) work_.Wait(&mu_);
+        if (count_ == 0) return;  // Stopping, and nothing is left.
+        job = queue_[head_];
+        head_ = (head_ + 1) % queue_.size();
+        --count_;
+      }
+      RedisOpenCall& call = *job.call;
+      FinishAnswer(call.context, *job.reply, call.keys[job.index], &call.entries[job.index],
+                   &cipher_, &call.refused[job.index]);
+      // The call may be freed as soon as its count reaches zero and the lock is released: touch
+      // nothing of it after this block.
+      MutexLock lock(&mu_);
+      if (--call.pending == 0) done_.SignalAll();
+    }
+  }
+
+  Mutex mu_;
+  CondVar work_;  // A job was queued, or stop_ was set.
+  CondVar done_;  // Some call's last job is done.
+  std::array<Job, kRedisOpenQueueMax> queue_ KV_GUARDED_BY(mu_);
+  size_t head_ KV_GUARDED_BY(mu_) = 0;
+  size_t count_ KV_GUARDED_BY(mu_) = 0;
+  bool stop_ KV_GUARDED_BY(mu_) = false;
+  RemoteCipher cipher_;  // The worker thread's only.
+  std::thread thread_;   // Last: started once everything above exists.
+};
+
+// Here, not beside Open: the open worker must be a complete type.
+RedisStore::RedisStore(RedisStoreOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : SystemClock()),
+      counters_(std::make_unique<RedisStoreCounters>()) {
+  if (options_.keyring.has_value() && options_.sealed_open == SealedOpen::kOverlapped) {
+    open_worker_ = std::make_unique<RedisOpenWorker>();
+  }
+}
+
+RedisStore::~RedisStore() = default;
+
+namespace {
+
+// Hands each large sealed answer to the open worker as soon as it is read (RunOps calls it on
+// the reading thread, by op index); the reading thread opens it itself when the queue is full.
+class OverlappedOpens final : public RedisReplyObserver {
+ public:
+  OverlappedOpens(RedisOpenWorker* worker, RedisOpenCall* call) : worker_(worker), call_(call) {}
+  // Whatever happens to the call, nothing the worker may still touch is freed before it is done.
+  ~OverlappedOpens() override { worker_->Wait(call_); }
+  OverlappedOpens(const OverlappedOpens&) = delete;
+  OverlappedOpens& operator=(const OverlappedOpens&) = delete;
+
+  void OnReply(size_t index, const redisReply& reply) override {
+    if (reply.type != REDIS_REPLY_STRING || reply.len < kRedisOverlapOpenBytesMin) return;
+    KV_DCHECK(call_->taken[index] == 0);
+    call_->taken[index] = 1;
+    if (worker_->Submit(call_, index, &reply)) return;
+    FinishAnswer(call_->context, reply, call_->keys[index], &call_->entries[index],
+                 &call_->cipher, &call_->refused[index]);
+  }
+
+ private:
+  RedisOpenWorker* const worker_;
+  RedisOpenCall* const call_;
+};
 
 }  // namespace
 
@@ -563,23 +737,33 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
   KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
   const size_t n = entries.size();
   std::vector<std::string> keys(n);
-  std::vector<RedisOp> ops(n);
+  std::vector<RedisOp> ops(n);  // Owns the answers: outlives `call` and `overlap`.
   for (size_t i = 0; i < n; ++i) {
     keys[i] = KeyName(entries[i].key);
     SetArgs(&ops[i].command, {"GET", keys[i]});
     ops[i].slot = RedisKeySlot(keys[i]);
   }
+  const GetContext context{
+      .layout_digest = options_.layout_digest,
+      .keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr,
+      .counters = counters_.get()};
+  RedisOpenCall call{.context = context,
+                     .entries = entries,
+                     .keys = keys,
+                     .taken = std::vector<uint8_t>(n, 0),
+                     .refused = std::vector<Refusal>(n)};
   {
+    std::optional<OverlappedOpens> overlap;  // Its destructor waits for the worker.
+    if (open_worker_ != nullptr) overlap.emplace(open_worker_.get(), &call);
     MutexLock lock(&mu_);
-    RunOps(ops);
+    RunOps(ops, overlap ? &*overlap : nullptr);
   }
   counters_->gets.fetch_add(n, std::memory_order_relaxed);
-  const RemoteKeyring* keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr;
   for (size_t i = 0; i < n; ++i) {
-    std::optional<std::pair<uint32_t, Status>> refused;
-    FinishGet(ops[i], options_.layout_digest, keyring, keys[i], &entries[i], counters_.get(),
-              &refused);
-    if (refused.has_value()) LogAuthFailure(refused->first, refused->second);
+    if (call.taken[i] == 0) {
+      FinishGet(context, ops[i], keys[i], &entries[i], &call.cipher, &call.refused[i]);
+    }
+    if (const Refusal& r = call.refused[i]; r.has_value()) LogAuthFailure(r->first, r->second);
   }
   return Status::Ok();
 }

@@ -8,11 +8,15 @@
 // a dead node turns only its own entries into fast Unavailable results while the others are
 // served. See docs/remote_tier.md.
 //
-// Thread safety: safe for concurrent calls; calls are serialized by one mutex (the engine drives
-// the remote tier from one worker, and a blocking hiredis context serves one request at a time).
-// Stats() reads atomics and never waits for a call in progress.
+// With a keyring, a Get opens (authenticates and decrypts) each large value on the store's open
+// worker thread as soon as its reply has been read, while the later replies of the pipeline are
+// still arriving, so the AES-GCM pass overlaps the socket reads instead of following them.
+//
+// Thread safety: safe for concurrent calls; the network part of calls is serialized by one mutex
+// (the engine drives the remote tier from one worker, and a blocking hiredis context serves one
+// request at a time). Stats() reads atomics and never waits for a call in progress.
 // Ownership: borrows the Clock and Logger from the options (both must outlive the store); owns
-// its connections.
+// its connections and its open worker thread (joined by the destructor).
 #pragma once
 
 #include <atomic>
@@ -37,11 +41,26 @@ namespace kvtier {
 
 struct RedisOp;             // One command in flight; defined in redis_store.cc.
 struct RedisStoreCounters;  // The stats counters; defined in redis_store.cc.
+class RedisOpenWorker;      // Opens sealed values off the reading thread; in redis_store.cc.
 
 enum class RedisMode : uint8_t { kStandalone = 0, kCluster = 1 };
 
+// When a Get with a keyring opens its values.
+enum class SealedOpen : uint8_t {
+  // A value of at least kRedisOverlapOpenBytesMin is handed to the open worker as soon as its
+  // reply has been read, while the later replies are still arriving; a smaller one (the hand-off
+  // would cost more than the decryption) is opened as with kAfterReads.
+  kOverlapped = 0,
+  // Every value after all replies of the call have been read, on the calling thread.
+  kAfterReads = 1,
+};
+
 inline constexpr size_t kRedisNodesMax = 1024;  // Nodes a cluster client ever learns about.
 inline constexpr uint32_t kRedisRedirectsMax = 16;
+// About 10 us of AES-GCM at 5-6 GB/s: more than waking the worker costs.
+inline constexpr size_t kRedisOverlapOpenBytesMin = 64 * 1024;
+// Values queued for the open worker; when it is full the reading thread opens the value itself.
+inline constexpr size_t kRedisOpenQueueMax = 256;
 
 struct RedisStoreOptions {
   // "host:port". Standalone: exactly one. Cluster: one or more seed nodes.
@@ -63,6 +82,7 @@ struct RedisStoreOptions {
   // anyone who can write it can plant KV that passes the CRC checks. Only for a store nobody
   // else can reach. Open fails when neither a keyring nor this is given, or both are.
   bool insecure_plaintext = false;
+  SealedOpen sealed_open = SealedOpen::kOverlapped;  // With a keyring only.
   Hash256 layout_digest{};  // Written into every value; values with another digest are misses.
   Clock* clock = nullptr;   // nullptr = SystemClock(). Drives the breakers and refresh limits.
   Logger* logger = nullptr;
@@ -95,10 +115,12 @@ class RedisStore final : public RemoteStore {
 
   explicit RedisStore(RedisStoreOptions options);
   Status Init() KV_EXCLUDES(mu_);
-  void RunOps(std::span<RedisOp> ops) KV_REQUIRES(mu_);
+  // Runs every op to its final reply or failure. `settled`, when given, is told of each op
+  // (by its index in `ops`) whose final reply is not an error reply, as soon as it is read.
+  void RunOps(std::span<RedisOp> ops, RedisReplyObserver* settled = nullptr) KV_REQUIRES(mu_);
   bool RouteOps(std::span<RedisOp> ops, std::vector<std::vector<size_t>>* groups) KV_REQUIRES(mu_);
-  void ExecuteOnNode(uint16_t node, std::span<RedisOp> ops, std::span<const size_t> indices)
-      KV_REQUIRES(mu_);
+  void ExecuteOnNode(uint16_t node, std::span<RedisOp> ops, std::span<const size_t> indices,
+                     RedisReplyObserver* settled) KV_REQUIRES(mu_);
   void TakeReply(RedisOp* op, RedisReplyPtr reply) KV_REQUIRES(mu_);
   Result<uint16_t> NodeFor(const RedisEndpoint& endpoint) KV_REQUIRES(mu_);
   Status RefreshTopology() KV_REQUIRES(mu_);
@@ -106,7 +128,7 @@ class RedisStore final : public RemoteStore {
   void PublishBreakers() KV_REQUIRES(mu_);
   // The value to SET for an entry: sealed with a keyring, else the plain remote value.
   Status MakeValue(const RemotePut& e, const std::string& key_name, uint64_t wall_us,
-                   std::vector<std::byte>* value) const;
+                   std::vector<std::byte>* value, RemoteCipher* cipher) const;
   // Logs a refused sealed value once per key id (bounded: a store full of forgeries cannot make
   // the log grow without limit).
   void LogAuthFailure(uint32_t key_id, const Status& why) KV_EXCLUDES(log_mu_);
@@ -127,6 +149,9 @@ class RedisStore final : public RemoteStore {
   std::unique_ptr<RedisStoreCounters> counters_;  // Atomics; read by Stats().
   Mutex log_mu_;
   std::set<uint32_t> logged_key_ids_ KV_GUARDED_BY(log_mu_);
+  // With a keyring and SealedOpen::kOverlapped; nullptr otherwise. Declared last: destroyed (and
+  // joined) first.
+  std::unique_ptr<RedisOpenWorker> open_worker_;
 };
 
 }  // namespace kvtier
