@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvtier/result.h"
+#include "tiers/redis_store.h"
 #include "tiers/remote_crypto.h"
 
 namespace kvtier {
@@ -30,6 +31,8 @@ struct RemoteBenchOptions {
   uint32_t rounds = 5;               // Rounds per mode, alternating.
   // The keys for the sealed rounds; empty: a fresh random key for this run.
   std::optional<RemoteKeyring> keyring;
+  // When the sealed rounds open their values (RedisStoreOptions::sealed_open).
+  SealedOpen sealed_open = SealedOpen::kOverlapped;
 
   Status Validate() const;
 };

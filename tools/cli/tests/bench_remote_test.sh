@@ -2,7 +2,8 @@
 # Goal: `kvtier bench remote` measures the remote tier on a real Redis: one JSON object with the
 # sealed and plaintext put/get rates, what encryption costs, and redis-benchmark's SET/GET for
 # the same value size; it leaves the server as it found it; a key file others can read, a bad
-# --redis and a zero --rounds are refused with one line and a non-zero exit.
+# --redis, a zero --rounds and an unknown --sealed-open are refused with one line and a non-zero
+# exit; --sealed-open after-reads (the get path before the overlap) still runs.
 # Method: a redis-server on a free loopback port in a temporary directory, killed at the end;
 # the JSON is parsed with python3.
 # Usage: bench_remote_test.sh <path to kvtier>
@@ -46,8 +47,15 @@ assert -1 < j["encryption_get_cost"] < 1 and -1 < j["encryption_put_cost"] < 1
 assert j["block_bytes"] == 65536 and j["blocks"] == 32 and j["rounds"] == 2
 assert len(j["get_bytes_per_s_all"]) == 2
 assert j["redis_benchmark_get_bytes_per_s"] > 0 or "redis_benchmark_note" in j
+assert j["sealed_open"] == "overlapped"
 PY
 fi
+# The pre-overlap get path stays selectable, for comparison.
+rc=0
+"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
+  --rounds 1 --sealed-open after-reads --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "bench remote --sealed-open after-reads: exit $rc: $(cat "$TMP/err")"
+grep -q '"sealed_open": "after-reads"' "$TMP/out" || fail "sealed_open not reported: $(cat "$TMP/out")"
 [[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind"
 
 # expect_fail <name> <needle> <args...>
@@ -63,6 +71,7 @@ chmod 644 "$TMP/keys"
 expect_fail open_key_file "0644" --redis "127.0.0.1:$PORT" --remote-key-file "$TMP/keys"
 expect_fail bad_endpoint "port" --redis "127.0.0.1:notaport"
 expect_fail zero_rounds "--rounds" --redis "127.0.0.1:$PORT" --rounds 0
+expect_fail bad_sealed_open "--sealed-open" --redis "127.0.0.1:$PORT" --sealed-open later
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2
