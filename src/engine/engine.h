@@ -239,6 +239,8 @@ class StoreHandle {
   virtual ~StoreHandle() = default;  // Waits.
   // OK once the source buffers are no longer needed and the blocks are visible to Lookup.
   virtual Status Wait() = 0;
+  // Whether Wait() would return at once.
+  virtual bool Done() = 0;
   virtual size_t chunks_stored() const = 0;  // Full chunks newly taken (existing ones skipped).
 };
 

@@ -33,6 +33,10 @@ class StoreHandleImpl final : public StoreHandle {
     while (!done_) cv_.Wait(&mu_);
     return status_;
   }
+  bool Done() override KV_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return done_;
+  }
   size_t chunks_stored() const override { return chunks_; }
 
   void Complete(const Status& s) KV_EXCLUDES(mu_) {

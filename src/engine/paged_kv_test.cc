@@ -1,0 +1,254 @@
+// Goal: the CPU gather/scatter (paged_kv.h) reads and writes every paged layout kvtier knows as
+// the engines define it, refuses layouts it does not know, and never touches memory outside the
+// pages it is given.
+// Method: each layer tensor is built by walking its physical order as the engine defines it (for
+// example vLLM's CPU backend [P][H][2][N][C]) and storing a code of (kv, page, slot, head, dim) in
+// each element; the tensor is then described the way the engine shows it (shape and strides, as
+// vLLM's register_kv_caches sees them) and gathered through a block table. Every canonical
+// element must hold the code of the token it maps to; a scatter into a zeroed tensor must rebuild
+// exactly the mapped pages and leave every other element zero.
+#include "engine/paged_kv.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kH = 3, kC = 8, kPages = 6;
+
+uint32_t Code(uint32_t kv, uint32_t page, uint32_t slot, uint32_t head, uint32_t dim) {
+  return 1u + ((kv << 30) | (page << 22) | (slot << 14) | (head << 8) | dim);
+}
+
+// Axis names of a physical order; kLayer is a second layer interleaved inside each page.
+enum Axis { kPage, kKv, kSlot, kHead, kDim, kLayer };
+
+struct Case {
+  std::string name;
+  std::string backend;
+  std::vector<Axis> physical;  // Outermost first.
+  PagedLayoutKind kind;
+  uint32_t page_tokens;
+};
+
+uint32_t Size(Axis a, uint32_t n) {
+  switch (a) {
+    case kPage: return kPages;
+    case kKv: return 2;
+    case kSlot: return n;
+    case kHead: return kH;
+    case kDim: return kC;
+    case kLayer: return 2;
+  }
+  return 0;
+}
+
+// Element strides of each axis in the physical order.
+std::array<uint64_t, 6> Strides(const Case& c) {
+  std::array<uint64_t, 6> st{};
+  uint64_t s = 1;
+  for (auto it = c.physical.rbegin(); it != c.physical.rend(); ++it) {
+    st[*it] = s;
+    s *= Size(*it, c.page_tokens);
+  }
+  return st;
+}
+
+// The tensor: every element of layer 0 holds its code (layer 1, when present, holds 0xdead).
+std::vector<uint32_t> Build(const Case& c) {
+  const std::array<uint64_t, 6> st = Strides(c);
+  uint64_t total = 1;
+  for (Axis a : c.physical) total *= Size(a, c.page_tokens);
+  std::vector<uint32_t> t(total, 0xdead);
+  for (uint32_t p = 0; p < kPages; ++p)
+    for (uint32_t kv = 0; kv < 2; ++kv)
+      for (uint32_t s = 0; s < c.page_tokens; ++s)
+        for (uint32_t h = 0; h < kH; ++h)
+          for (uint32_t d = 0; d < kC; ++d)
+            t[p * st[kPage] + kv * st[kKv] + s * st[kSlot] + h * st[kHead] + d * st[kDim]] =
+                Code(kv, p, s, h, d);
+  return t;
+}
+
+// The tensor as the engine shows it (shape and strides of layer 0).
+PagedTensor Shown(const Case& c, std::vector<uint32_t>& t) {
+  std::array<int64_t, 6> st{};
+  for (size_t i = 0; i < st.size(); ++i) st[i] = static_cast<int64_t>(Strides(c)[i]);
+  const int64_t N = c.page_tokens, H = kH, C = kC;
+  PagedTensor pt;
+  pt.data = reinterpret_cast<std::byte*>(t.data());
+  pt.bytes = t.size() * sizeof(uint32_t);
+  pt.elem_bytes = 4;
+  if (c.backend == "vllm_cpu" || c.backend == "vllm_packed") {
+    // [P, H, N, 2C]: the content axis spans K and V (cpu: N rows of K then of V per head).
+    pt.shape = {kPages, H, N, 2 * C};
+    const int64_t slot = c.backend == "vllm_cpu" ? 2 * C : st[kSlot];
+    pt.strides = {st[kPage], st[kHead], slot, 1};
+  } else if (c.backend == "flash") {
+    pt.shape = {2, kPages, N, H, C};
+    pt.strides = {st[kKv], st[kPage], st[kSlot], st[kHead], st[kDim]};
+  } else {
+    pt.shape = {kPages, 2, N, H, C};
+    pt.strides = {st[kPage], st[kKv], st[kSlot], st[kHead], st[kDim]};
+  }
+  return pt;
+}
+
+std::vector<Case> Cases() {
+  return {
+      {"vllm_cpu", "vllm_cpu", {kPage, kHead, kKv, kSlot, kDim}, PagedLayoutKind::kVllmCpu, 4},
+      {"vllm_cpu_layers", "vllm_cpu", {kPage, kLayer, kHead, kKv, kSlot, kDim},
+       PagedLayoutKind::kVllmCpu, 4},
+      {"packed_hnd", "vllm_packed", {kPage, kHead, kSlot, kKv, kDim}, PagedLayoutKind::kPackedHnd,
+       4},
+      {"packed_nhd", "vllm_packed", {kPage, kSlot, kHead, kKv, kDim}, PagedLayoutKind::kPackedNhd,
+       4},
+      {"packed_nhd_layers", "vllm_packed", {kPage, kLayer, kSlot, kHead, kKv, kDim},
+       PagedLayoutKind::kPackedNhd, 2},
+      {"flash", "flash", {kKv, kPage, kSlot, kHead, kDim}, PagedLayoutKind::kFlash, 4},
+      {"flash_hnd", "flash", {kKv, kPage, kHead, kSlot, kDim}, PagedLayoutKind::kFlashHnd, 4},
+      {"flash_kv_in_page", "flash", {kPage, kKv, kSlot, kHead, kDim}, PagedLayoutKind::kFlash, 4},
+      {"flashinfer_nhd", "flashinfer", {kPage, kKv, kSlot, kHead, kDim},
+       PagedLayoutKind::kFlashInferNhd, 4},
+      {"flashinfer_hnd", "flashinfer", {kPage, kKv, kHead, kSlot, kDim},
+       PagedLayoutKind::kFlashInferHnd, 4},
+  };
+}
+
+class PagedKvTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PagedKvTest, GatherMatchesTheEngineLayoutAndScatterRebuildsIt) {
+  const Case& c = GetParam();
+  std::vector<uint32_t> tensor = Build(c);
+  Result<PagedLayer> layer = DescribePagedLayer(c.backend, Shown(c, tensor), kH, kC);
+  ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+  EXPECT_EQ(layer->geometry.kind, c.kind);
+  EXPECT_EQ(layer->pages, kPages);
+
+  // Blocks of 2 pages and a partial one (block_tokens not a multiple of page_tokens), out of
+  // order, one entry "no page".
+  for (uint32_t block_tokens : {c.page_tokens, 2 * c.page_tokens, c.page_tokens + 1}) {
+    const uint32_t ppb = (block_tokens + c.page_tokens - 1) / c.page_tokens;
+    std::vector<int32_t> table(2 * ppb);
+    for (uint32_t i = 0; i < 2 * ppb; ++i) {
+      table[i] = i == 1 ? -1 : static_cast<int32_t>((5 + 3 * i) % 6);
+    }
+    const size_t block_elems = 2ull * block_tokens * kH * kC;
+    std::vector<uint32_t> flat(2 * block_elems, 0);
+    const std::span<uint32_t> blocks[2] = {std::span(flat).first(block_elems),
+                                           std::span(flat).subspan(block_elems)};
+    std::vector<std::span<std::byte>> spans;
+    for (auto& b : blocks) spans.push_back(std::as_writable_bytes(b));
+    ASSERT_TRUE(GatherPages(*layer, block_tokens, table, spans).ok());
+    for (uint32_t b = 0; b < 2; ++b)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        for (uint32_t t = 0; t < block_tokens; ++t)
+          for (uint32_t h = 0; h < kH; ++h)
+            for (uint32_t d = 0; d < kC; ++d) {
+              const int32_t page = table[b * ppb + t / c.page_tokens];
+              const uint32_t want =
+                  page < 0 ? 0
+                           : Code(kv, static_cast<uint32_t>(page), t % c.page_tokens, h, d);
+              ASSERT_EQ(blocks[b][((kv * block_tokens + t) * kH + h) * kC + d], want)
+                  << c.name << " block_tokens " << block_tokens << " b" << b << " kv" << kv
+                  << " t" << t << " h" << h << " d" << d;
+            }
+
+    // Scatter into a zeroed tensor: the mapped pages come back, nothing else is written.
+    std::vector<uint32_t> out(tensor.size(), 0);
+    PagedTensor shown = Shown(c, out);
+    Result<PagedLayer> out_layer = DescribePagedLayer(c.backend, shown, kH, kC);
+    ASSERT_TRUE(out_layer.ok());
+    std::vector<std::span<const std::byte>> cspans;
+    for (auto& b : blocks) cspans.push_back(std::as_bytes(b));
+    ASSERT_TRUE(ScatterPages(*out_layer, block_tokens, table, cspans).ok());
+    const std::array<uint64_t, 6> st = Strides(c);
+    std::vector<bool> mapped(out.size(), false);
+    for (uint32_t b = 0; b < 2; ++b)
+      for (uint32_t t = 0; t < block_tokens; ++t) {
+        const int32_t page = table[b * ppb + t / c.page_tokens];
+        if (page < 0) continue;
+        for (uint32_t kv = 0; kv < 2; ++kv)
+          for (uint32_t h = 0; h < kH; ++h)
+            for (uint32_t d = 0; d < kC; ++d)
+              mapped[static_cast<uint64_t>(page) * st[kPage] + kv * st[kKv] + (t % c.page_tokens) * st[kSlot] +
+                     h * st[kHead] + d * st[kDim]] = true;
+      }
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(out[i], mapped[i] ? tensor[i] : 0u) << c.name << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PagedKvTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
+
+Case CpuCase() { return Cases()[0]; }
+
+TEST(PagedKvDescribe, RefusesLayoutsItDoesNotKnow) {
+  std::vector<uint32_t> t = Build(CpuCase());
+  PagedTensor good = Shown(CpuCase(), t);
+  ASSERT_TRUE(DescribePagedLayer("vllm_cpu", good, kH, kC).ok());
+
+  PagedTensor wrong_heads = good;
+  Result<PagedLayer> r = DescribePagedLayer("vllm_cpu", wrong_heads, kH + 1, kC);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("expected"), std::string::npos) << r.status().ToString();
+
+  PagedTensor transposed = good;  // Tokens and heads swapped: not the CPU backend's order.
+  std::swap(transposed.strides[1], transposed.strides[2]);
+  EXPECT_FALSE(DescribePagedLayer("vllm_cpu", transposed, kH, kC).ok());
+
+  PagedTensor rank = good;
+  rank.shape.pop_back();
+  rank.strides.pop_back();
+  EXPECT_FALSE(DescribePagedLayer("vllm_cpu", rank, kH, kC).ok());
+
+  PagedTensor small = good;  // Storage shorter than the pages it claims.
+  small.bytes -= 4;
+  EXPECT_FALSE(DescribePagedLayer("vllm_cpu", small, kH, kC).ok());
+
+  PagedTensor half_bytes = good;
+  half_bytes.elem_bytes = 1;
+  EXPECT_FALSE(DescribePagedLayer("vllm_cpu", half_bytes, kH, kC).ok());
+
+  r = DescribePagedLayer("triton_mla", good, kH, kC);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("triton_mla"), std::string::npos);
+
+  // A CPU tensor read as a FlashAttention one has the wrong rank.
+  EXPECT_FALSE(DescribePagedLayer("flash", good, kH, kC).ok());
+}
+
+TEST(PagedKvTransfer, RefusesPagesOutOfRangeAndWrongSizesWithNothingCopied) {
+  std::vector<uint32_t> t = Build(CpuCase());
+  Result<PagedLayer> layer = DescribePagedLayer("vllm_cpu", Shown(CpuCase(), t), kH, kC);
+  ASSERT_TRUE(layer.ok());
+  const uint32_t block_tokens = 4;
+  std::vector<uint32_t> block(2 * block_tokens * kH * kC, 7);
+  std::vector<std::span<std::byte>> spans{std::as_writable_bytes(std::span(block))};
+
+  const std::vector<int32_t> out_of_range{static_cast<int32_t>(kPages)};
+  Status s = GatherPages(*layer, block_tokens, out_of_range, spans);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("out of range"), std::string::npos) << s.ToString();
+  EXPECT_EQ(block[0], 7u);
+
+  const std::vector<int32_t> two{0, 1};  // Two entries for one block of one page.
+  EXPECT_FALSE(GatherPages(*layer, block_tokens, two, spans).ok());
+
+  std::vector<std::span<std::byte>> short_span{spans[0].first(spans[0].size() - 4)};
+  EXPECT_FALSE(GatherPages(*layer, block_tokens, std::vector<int32_t>{0}, short_span).ok());
+  const std::vector<uint32_t> before = t;
+  std::vector<std::span<const std::byte>> cshort{std::as_bytes(std::span(block)).first(8)};
+  EXPECT_FALSE(ScatterPages(*layer, block_tokens, std::vector<int32_t>{0}, cshort).ok());
+  EXPECT_EQ(t, before);
+}
+
+}  // namespace
+}  // namespace kvtier
