@@ -23,6 +23,7 @@ packages=(
   python3
   # Python module (bindings/python) and its tests; Debian's /usr/bin/python3 owns these.
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest
+  python3-venv     # The virtual environment vLLM runs in (scripts/setup_vllm_venv.sh).
 )
 
 missing=()

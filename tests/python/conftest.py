@@ -8,6 +8,10 @@ names a GPU or CUDA: a run without redis-server cannot pass by skipping.
 """
 
 import os
+import shutil
+import socket
+import subprocess
+import time
 
 import pytest
 
@@ -65,3 +69,31 @@ def make_engine(tmp_path):
 @pytest.fixture
 def engine(make_engine):
     return make_engine()
+
+
+# A redis-server of the test's own on a free loopback port, no persistence; killed afterwards.
+@pytest.fixture
+def redis_endpoint(tmp_path):
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -5,12 +5,7 @@ one from an environment variable); a remote tier without a key or the explicit
 remote_insecure_plaintext is refused, so is a key file others can read; a bad
 remote_write_policy is refused by name; tenant salts derive deterministically.
 Method: a redis-server on a free loopback port without persistence, started and killed by the
-test; skipped when redis-server is not installed."""
-
-import shutil
-import socket
-import subprocess
-import time
+test (conftest.py's redis_endpoint); skipped when redis-server is not installed."""
 
 import numpy as np
 import pytest
@@ -18,33 +13,6 @@ import pytest
 import kvtier
 
 LAYOUT = "layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16"
-
-
-@pytest.fixture
-def redis_endpoint(tmp_path):
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture

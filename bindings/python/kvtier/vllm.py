@@ -1,0 +1,677 @@
+"""kvtier as a vLLM KV connector: KvtierConnector (vLLM's KVConnectorBase_V1, both roles).
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvtierConnector",
+        "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"host_bytes": 4294967296,
+                                      "ssd_dirs": ["/nvme/kvtier"], "ssd_bytes": 107374182400}}'
+
+What happens where:
+  scheduler process   get_num_new_matched_tokens asks the worker's kvtier engine (over a local
+                      socket, see below) how many leading prompt tokens are cached: whole kvtier
+                      chunks (one chunk = one vLLM page), never the last prompt token.
+                      update_state_after_alloc / build_connector_meta turn hits into loads and
+                      finished prefills into saves; request_finished frees nothing late: a save
+                      has copied its pages out during the step that computed them.
+  worker process      register_kv_caches describes each layer tensor (shape, strides, dtype) to
+                      kvtier, which refuses layouts it does not know. start_load_kv starts one
+                      kvtier load per request straight into vLLM's pages; wait_for_layer_load(l)
+                      waits for layer l only (layer 0 computes while later layers arrive);
+                      save_kv_layer copies layer l's pages out; wait_for_save hands the chunks
+                      to kvtier, which stores them asynchronously.
+No Python touches KV bytes: gathers, scatters, loads and stores run in C++ with the GIL released.
+
+kv_connector_extra_config (all optional):
+  host_bytes            host memory tier (default 2 GiB)
+  ssd_dirs, ssd_bytes   SSD tier directories (a list or one path) and capacity; with several
+                        tensor-parallel ranks each rank uses <dir>/tp<rank>
+  ssd_segment_bytes, write_policy ("back" | "through"), ssd_sync, worker_threads
+  codec                 "identity" | "shuffle-zstd" | "int8" | "int4" (SSD records), codec_level
+  ssd_key_file, ssd_key_env          keys sealing SSD records at rest
+  remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,
+                        remote_write_policy, remote_user, remote_password_env (a variable's
+                        name; passwords never go in the config), remote_key_file / remote_key_env
+                        (deployment keys, docs/security.md) or remote_insecure_plaintext
+  salt                  the deployment's base salt (a secret separates deployments)
+  tenant_secret_file, tenant_secret_env   a secret: each request's cache_salt then becomes the
+                        tenant salt derive_tenant_salt(secret, cache_salt), so tenants who know
+                        each other's cache_salt still cannot share KV without the secret
+  model_name            enters every key (default: vLLM's model and dtype)
+  stats_file            JSON counters written by the worker after each step that changed them
+  runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
+
+Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
+adapters) never share KV. docs/integration.md, "Use with vLLM".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Client, Listener
+from typing import Any
+
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.logger import init_logger
+
+import kvtier
+
+logger = init_logger(__name__)
+
+_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_LOOKUP_CONNECT_SECONDS = 60.0
+
+
+# ---------------------------------------------------------------------------------------------
+# What the scheduler tells the workers for one step (pickled across processes: plain data).
+
+@dataclasses.dataclass
+class LoadOp:
+    req_id: str
+    ns: tuple            # (salt, extra_keys) of the request's kvtier namespace
+    tokens: list         # The chunks' tokens: chunks * block_tokens of them
+    pages: list          # The request's pages of those chunks, chunk order
+    first_chunk: int     # Chunks below are vLLM's own (its prefix cache): not written
+    chunks: int
+
+
+@dataclasses.dataclass
+class SaveOp:
+    req_id: str
+    ns: tuple
+    tokens: list
+    pages: list
+    chunks: int
+
+
+@dataclasses.dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    loads: list = dataclasses.field(default_factory=list)
+    saves: list = dataclasses.field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stats through vLLM's connector stats (KVConnectorLogging aggregates them per interval).
+
+@dataclasses.dataclass
+class KvtierConnectorStats(KVConnectorStats):
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        for key, value in (other.data or {}).items():
+            if isinstance(value, (int, float)):
+                self.data[key] = self.data.get(key, 0) + value
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        return {k: v for k, v in sorted(self.data.items()) if isinstance(v, (int, float))}
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# The lookup channel: the scheduler asks the worker's engine. A Unix socket in a directory only
+# this user can enter, authenticated with a key from a file only this user can read; messages are
+# JSON (no pickle).
+
+def _runtime_dir(config: dict) -> str:
+    path = config.get("runtime_dir") or os.path.join(tempfile.gettempdir(),
+                                                     f"kvtier-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"kvtier: runtime directory {path} must be a directory owned by this "
+                           "user with mode 0700 (it holds the connector's lookup socket)")
+    return path
+
+
+def _socket_path(config: dict, engine_id: str, rank: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", engine_id)[:64]
+    return os.path.join(_runtime_dir(config), f"{safe}.tp{rank}.sock")
+
+
+class _LookupServer:
+    def __init__(self, path: str, handle):
+        self.path = path
+        self.handle = handle
+        if os.path.exists(path):
+            os.unlink(path)
+        self.key = os.urandom(32)
+        key_path = path + ".key"
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.key)
+        self.listener = Listener(path, family="AF_UNIX", authkey=self.key)
+        self.closed = False
+        self.thread = threading.Thread(target=self._serve, name="kvtier-lookup", daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.closed:
+            try:
+                conn = self.listener.accept()
+            except Exception:  # Closed, or a client that failed authentication.
+                continue
+            threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+
+    def _client(self, conn):
+        with conn:
+            while True:
+                try:
+                    request = json.loads(conn.recv_bytes(maxlength=64 << 20))
+                except (EOFError, OSError, ValueError):
+                    return
+                try:
+                    reply = {"matched": self.handle(request)}
+                except Exception as e:  # noqa: BLE001 - reported to the scheduler as a miss.
+                    reply = {"matched": 0, "error": str(e)}
+                conn.send_bytes(json.dumps(reply).encode())
+
+    def close(self):
+        self.closed = True
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+        for p in (self.path, self.path + ".key"):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+class _LookupClient:
+    def __init__(self, path: str):
+        self.path = path
+        self.conn = None
+        self.warned = False
+
+    def lookup(self, ns: tuple, tokens: list) -> int:
+        message = json.dumps({"salt": ns[0], "extra": ns[1], "tokens": tokens}).encode()
+        for attempt in range(2):
+            try:
+                if self.conn is None:
+                    self.conn = self._connect()
+                self.conn.send_bytes(message)
+                reply = json.loads(self.conn.recv_bytes())
+                if reply.get("error") and not self.warned:
+                    logger.warning("kvtier lookup failed (counted as a miss): %s", reply["error"])
+                    self.warned = True
+                return int(reply.get("matched", 0))
+            except (OSError, EOFError, ValueError) as e:
+                self.conn = None
+                if attempt == 1:
+                    if not self.warned:
+                        logger.warning("kvtier lookup channel %s unavailable (a miss): %s",
+                                       self.path, e)
+                        self.warned = True
+                    return 0
+        return 0
+
+    def _connect(self):
+        deadline = time.monotonic() + _LOOKUP_CONNECT_SECONDS
+        while True:
+            try:
+                with open(self.path + ".key", "rb") as f:
+                    key = f.read()
+                return Client(self.path, family="AF_UNIX", authkey=key)
+            except (OSError, EOFError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _extra(vllm_config) -> dict:
+    config = vllm_config.kv_transfer_config
+    return dict(getattr(config, "kv_connector_extra_config", None) or {})
+
+
+def _read_secret(config: dict, file_key: str, env_key: str) -> bytes | None:
+    if config.get(file_key):
+        path = config[file_key]
+        st = os.stat(path)
+        if st.st_mode & 0o077:
+            raise RuntimeError(f"kvtier: {file_key} {path} must not be readable by group or "
+                               f"others (mode {oct(st.st_mode & 0o777)}; chmod 600 it)")
+        with open(path, "rb") as f:
+            return f.read().strip()
+    if config.get(env_key):
+        value = os.environ.get(config[env_key])
+        if not value:
+            raise RuntimeError(f"kvtier: {env_key} names {config[env_key]}, which is not set")
+        return value.encode()
+    return None
+
+
+class KvtierConnector(KVConnectorBase_V1):
+    """vLLM KV connector on a kvtier engine (host memory, SSD, Redis tiers)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self._config = _extra(vllm_config)
+        self._block_size = vllm_config.cache_config.block_size
+        parallel = vllm_config.parallel_config
+        self._tp_size = parallel.tensor_parallel_size
+        if parallel.pipeline_parallel_size != 1:
+            raise RuntimeError("KvtierConnector: pipeline parallelism is not supported")
+        self._engine_id = str(vllm_config.kv_transfer_config.engine_id)
+        model = vllm_config.model_config
+        self._model_name = self._config.get(
+            "model_name", f"{model.model}|{getattr(model, 'revision', None) or ''}|{model.dtype}")
+        self._tenant_secret = _read_secret(self._config, "tenant_secret_file", "tenant_secret_env")
+        self._salt = str(self._config.get("salt", ""))
+        policy = getattr(vllm_config.kv_transfer_config, "kv_load_failure_policy", "recompute")
+        if role == KVConnectorRole.SCHEDULER and policy != "recompute":
+            logger.warning("kvtier: kv_load_failure_policy is %r: a block that fails kvtier's "
+                           "verification fails its request; set \"kv_load_failure_policy\": "
+                           "\"recompute\" in --kv-transfer-config to recompute it instead",
+                           policy)
+        if role == KVConnectorRole.SCHEDULER:
+            self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r))
+                             for r in range(self._tp_size)]
+            self._requests: dict[str, Any] = {}      # req_id -> Request
+            self._hits: dict[str, tuple] = {}        # req_id -> (local tokens, hit tokens)
+            self._loads: dict[str, LoadOp] = {}      # Decided, not yet sent.
+            self._blocks: dict[str, list] = {}       # req_id -> the request's pages
+            self._saved: set[str] = set()
+        else:
+            self._engine = None
+            self._cache = None
+            self._layer_index: dict[str, int] = {}
+            self._namespaces: dict[tuple, Any] = {}
+            self._active_loads: list = []            # (LoadOp, PagedLoad)
+            self._active_saves: list = []            # (SaveOp, PagedSave) gathering this step
+            self._pending_saves: list = []           # Committed, store in flight
+            self._failed_pages: set[int] = set()
+            self._stats_lock = threading.Lock()
+            self._counters = self._zero_counters()
+            self._interval = self._zero_counters()
+            self._server = None
+            self._stats_written = ()
+
+    # ------------------------------------------------------------------ namespaces
+
+    def _request_ns(self, request) -> tuple:
+        """(salt, extra_keys) of a request: the deployment salt, its tenant, its LoRA."""
+        cache_salt = getattr(request, "cache_salt", None) or ""
+        salt = self._salt
+        extra = []
+        if self._tenant_secret is not None:
+            salt = salt + "|" + kvtier.derive_tenant_salt(cache_salt, self._tenant_secret)
+        elif cache_salt:
+            extra.append("cache_salt:" + cache_salt)
+        lora = getattr(request, "lora_request", None)
+        if lora is not None:
+            extra.append(f"lora:{getattr(lora, 'lora_name', '')}:"
+                         f"{getattr(lora, 'lora_path', '') or getattr(lora, 'path', '')}")
+        return (salt, extra)
+
+    # ------------------------------------------------------------------ scheduler side
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        prompt = list(request.prompt_token_ids or [])
+        bs = self._block_size
+        limit = (len(prompt) - 1) // bs * bs   # Whole chunks, never the last prompt token.
+        if limit <= num_computed_tokens:
+            return 0, False
+        ns = self._request_ns(request)
+        hit = min(client.lookup(ns, prompt[:limit]) for client in self._clients)
+        hit = min(hit, limit) // bs * bs
+        self._requests[request.request_id] = request
+        if hit <= num_computed_tokens:
+            self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
+            return 0, False
+        self._hits[request.request_id] = (num_computed_tokens, hit)
+        return hit - num_computed_tokens, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        req_id = request.request_id
+        self._requests[req_id] = request
+        pages = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        if pages:
+            self._blocks[req_id] = pages
+        if num_external_tokens <= 0:
+            return
+        local, hit = self._hits.get(req_id, (0, 0))
+        bs = self._block_size
+        chunks = hit // bs
+        first = local // bs
+        if chunks <= first or len(pages) < chunks:
+            return
+        prompt = list(request.prompt_token_ids or [])
+        self._loads[req_id] = LoadOp(req_id=req_id, ns=self._request_ns(request),
+                                     tokens=prompt[:chunks * bs], pages=pages[:chunks],
+                                     first_chunk=first, chunks=chunks)
+
+    def build_connector_meta(self, scheduler_output):
+        meta = KvtierConnectorMetadata()
+        bs = self._block_size
+        progress = []  # (req_id, computed before this step)
+        for new in scheduler_output.scheduled_new_reqs:
+            self._blocks[new.req_id] = list(new.block_ids[0])
+            progress.append((new.req_id, new.num_computed_tokens))
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", set()) or set()
+        for i, req_id in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            if new_ids is not None:
+                if req_id in resumed:
+                    self._blocks[req_id] = list(new_ids[0])
+                else:
+                    self._blocks.setdefault(req_id, []).extend(new_ids[0])
+            progress.append((req_id, cached.num_computed_tokens[i]))
+
+        for req_id, computed in progress:
+            load = self._loads.pop(req_id, None)
+            if load is not None:
+                load.pages = self._blocks.get(req_id, load.pages)[:load.chunks]
+                meta.loads.append(load)
+            request = self._requests.get(req_id)
+            if request is None or req_id in self._saved:
+                continue
+            prompt = request.prompt_token_ids or []
+            scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
+            if computed + scheduled < len(prompt):
+                continue  # The prompt's KV is not complete after this step.
+            self._saved.add(req_id)
+            chunks = len(prompt) // bs
+            _, hit = self._hits.get(req_id, (0, 0))
+            pages = self._blocks.get(req_id, [])
+            if chunks == 0 or chunks * bs <= hit or len(pages) < chunks:
+                continue  # Nothing new to keep (or all of it came from kvtier).
+            meta.saves.append(SaveOp(req_id=req_id, ns=self._request_ns(request),
+                                     tokens=list(prompt[:chunks * bs]), pages=pages[:chunks],
+                                     chunks=chunks))
+        return meta
+
+    def request_finished(self, request, block_ids):
+        req_id = request.request_id
+        for table in (self._requests, self._hits, self._loads, self._blocks):
+            table.pop(req_id, None)
+        self._saved.discard(req_id)
+        # Saves copy their pages out during the step that computed them: nothing to hold.
+        return False, None
+
+    # ------------------------------------------------------------------ worker side
+
+    @staticmethod
+    def _zero_counters() -> dict:
+        return {"loads": 0, "load_failures": 0, "loaded_tokens": 0, "loaded_bytes": 0,
+                "load_stall_s": 0.0, "saves": 0, "save_failures": 0, "saved_chunks": 0,
+                "stored_chunks": 0, "stored_bytes": 0, "lookups": 0, "lookup_hit_tokens": 0}
+
+    def _count(self, **deltas):
+        with self._stats_lock:
+            for k, v in deltas.items():
+                self._counters[k] += v
+                self._interval[k] += v
+
+    def _namespace(self, ns: tuple):
+        key = (ns[0], tuple(ns[1]))
+        value = self._namespaces.get(key)
+        if value is None:
+            value = self._engine.make_namespace(salt=ns[0], extra_keys=list(ns[1]))
+            if len(self._namespaces) > 4096:
+                self._namespaces.clear()
+            self._namespaces[key] = value
+        return value
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        names = list(kv_caches)
+
+        def order(item):
+            m = _LAYER_INDEX.search(item[1])
+            return (int(m.group(1)) if m else item[0], item[0])
+
+        names = [n for _, n in sorted(enumerate(names), key=order)]
+        first = kv_caches[names[0]]
+        if first.device.type != "cpu":
+            raise RuntimeError(
+                "KvtierConnector: this connector moves KV between kvtier and host-memory pages; "
+                f"the KV cache is on {first.device} (GPU pages need kvtier's CUDA gather/scatter, "
+                "not wired into the connector yet)")
+        if first.dtype not in _DTYPES:
+            raise RuntimeError(f"KvtierConnector: KV cache dtype {first.dtype} is not supported "
+                               "(f16, bf16, f32)")
+        spec = self._kv_cache_config.kv_cache_groups[0].kv_cache_spec \
+            if self._kv_cache_config is not None else None
+        kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
+        head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
+        backend = "vllm_cpu"
+        layout = dict(layers=len(names), kv_heads=int(kv_heads), head_dim=int(head_dim),
+                      dtype=_DTYPES[first.dtype], block_tokens=self._block_size)
+        from vllm.distributed import get_tensor_model_parallel_rank
+        rank = get_tensor_model_parallel_rank() if self._tp_size > 1 else 0
+        self._engine = self._open_engine(layout, rank)
+        layers = []
+        for i, name in enumerate(names):
+            t = kv_caches[name]
+            storage = t.untyped_storage()
+            end = storage.data_ptr() + storage.nbytes()
+            layers.append((t, t.data_ptr(), end - t.data_ptr(), list(t.shape), list(t.stride()),
+                           t.element_size()))
+            self._layer_index[name] = i
+        self._cache = self._engine.paged_cache(backend, layers)
+        logger.info("kvtier: %d layers, %s layout, %d pages of %d tokens; %s", len(names),
+                    self._cache.layout, self._cache.pages, self._cache.page_tokens,
+                    self._engine.layout)
+        self._server = _LookupServer(_socket_path(self._config, self._engine_id, rank),
+                                     self._serve_lookup)
+
+    def _open_engine(self, layout: dict, rank: int):
+        c = self._config
+        dirs = c.get("ssd_dirs") or []
+        if isinstance(dirs, str):
+            dirs = [dirs]
+        if self._tp_size > 1:
+            dirs = [os.path.join(d, f"tp{rank}") for d in dirs]
+        kwargs = dict(layout=layout, host_bytes=int(c.get("host_bytes", 2 << 30)),
+                      ssd_dirs=dirs, ssd_bytes=int(c.get("ssd_bytes", 0)),
+                      ssd_segment_bytes=int(c.get("ssd_segment_bytes", 0)),
+                      write_policy=c.get("write_policy", "back"),
+                      ssd_codec=c.get("codec", "identity"),
+                      ssd_codec_level=int(c.get("codec_level", 0)),
+                      ssd_sync=c.get("ssd_sync", "per_batch"),
+                      worker_threads=int(c.get("worker_threads", 0)),
+                      model_name=f"{self._model_name}|tp{rank}/{self._tp_size}",
+                      ssd_key_file=c.get("ssd_key_file", ""), ssd_key_env=c.get("ssd_key_env", ""))
+        if c.get("remote_endpoints"):
+            password = ""
+            if c.get("remote_password_env"):
+                password = os.environ.get(c["remote_password_env"], "")
+            kwargs.update(remote_endpoints=list(c["remote_endpoints"]),
+                          remote_cluster=bool(c.get("remote_cluster", False)),
+                          remote_write_policy=c.get("remote_write_policy", "through"),
+                          remote_user=c.get("remote_user", ""), remote_password=password,
+                          remote_key_file=c.get("remote_key_file", ""),
+                          remote_key_env=c.get("remote_key_env", ""),
+                          remote_insecure_plaintext=bool(c.get("remote_insecure_plaintext",
+                                                               False)))
+        return kvtier.Engine(**kwargs)
+
+    def _serve_lookup(self, request: dict) -> int:
+        tokens = [int(t) for t in request["tokens"]]
+        ns = self._namespace((str(request["salt"]), [str(x) for x in request["extra"]]))
+        matched = self._engine.lookup(ns, tokens).matched_tokens
+        self._count(lookups=1, lookup_hit_tokens=matched)
+        return matched
+
+    def start_load_kv(self, forward_context, **kwargs):
+        self._finish_loads()
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        for op in meta.loads:
+            try:
+                load = self._engine.load_pages(self._namespace(op.ns), op.tokens, self._cache,
+                                               op.pages, op.first_chunk, op.chunks)
+            except kvtier.Error as e:
+                logger.warning("kvtier: load of request %s refused (recomputed): %s",
+                               op.req_id, e)
+                self._failed_pages.update(op.pages[op.first_chunk:])
+                self._count(load_failures=1)
+                continue
+            self._active_loads.append((op, load))
+            self._count(loads=1)
+
+    def wait_for_layer_load(self, layer_name):
+        if not self._active_loads:
+            return
+        layer = self._layer_index.get(layer_name)
+        if layer is None:
+            return
+        start = time.perf_counter()
+        for op, load in self._active_loads:
+            try:
+                load.wait_layer(layer)
+            except kvtier.Error as e:
+                if not set(op.pages[op.first_chunk:]) <= self._failed_pages:
+                    logger.warning("kvtier: layer %d of request %s failed to load "
+                                   "(recomputed): %s", layer, op.req_id, e)
+                    self._count(load_failures=1)
+                self._failed_pages.update(op.pages[op.first_chunk:])
+        self._count(load_stall_s=time.perf_counter() - start)
+
+    def _finish_loads(self):
+        for op, load in self._active_loads:
+            try:
+                load.wait()
+                self._count(loaded_tokens=(op.chunks - op.first_chunk) * self._block_size)
+            except kvtier.Error:
+                self._failed_pages.update(op.pages[op.first_chunk:])
+            self._count(loaded_bytes=load.bytes_scattered)
+            load.close()
+        self._active_loads = []
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        layer = self._layer_index.get(layer_name)
+        if layer is None:
+            return
+        if not self._active_saves:
+            for op in meta.saves:
+                try:
+                    self._active_saves.append((op, self._engine.save_pages(self._cache, op.pages,
+                                                                           op.chunks)))
+                except kvtier.Error as e:
+                    logger.warning("kvtier: save of request %s refused: %s", op.req_id, e)
+                    self._count(save_failures=1)
+        for _, save in self._active_saves:
+            save.gather_layer(layer)
+
+    def wait_for_save(self):
+        self._finish_loads()
+        for op, save in self._active_saves:
+            try:
+                save.commit(self._namespace(op.ns), op.tokens)
+                self._pending_saves.append((op, save))
+                self._count(saves=1, saved_chunks=op.chunks)
+            except kvtier.Error as e:  # Busy: memory tiers full of pinned blocks; a future miss.
+                logger.warning("kvtier: store of request %s skipped: %s", op.req_id, e)
+                self._count(save_failures=1)
+                save.close()
+        self._active_saves = []
+        self._reap_saves(block=False)
+        self._maybe_write_stats()
+
+    def _reap_saves(self, block: bool):
+        still = []
+        for op, save in self._pending_saves:
+            if not block and not save.done():
+                still.append((op, save))
+                continue
+            try:
+                save.wait()
+                self._count(stored_chunks=save.chunks_stored, stored_bytes=save.bytes_gathered)
+            except kvtier.Error as e:
+                logger.warning("kvtier: store of request %s failed: %s", op.req_id, e)
+                self._count(save_failures=1)
+            save.close()
+        self._pending_saves = still
+
+    def get_finished(self, finished_req_ids):
+        return None, None
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        failed, self._failed_pages = self._failed_pages, set()
+        return failed
+
+    def stats(self) -> dict:
+        """The worker's counters and the kvtier engine's per-tier statistics."""
+        with self._stats_lock:
+            out = dict(self._counters)
+        if self._engine is not None and not self._engine.closed:
+            es = self._engine.stats()
+            out["tiers"] = {str(t.kind).split(".")[-1].lower(): {
+                "hits": t.hits, "blocks": t.blocks, "used_bytes": t.used_bytes,
+                "write_failures": t.write_failures} for t in es.tiers}
+            out["engine"] = {"lookups": es.lookups, "lookup_hit_tokens": es.lookup_hit_tokens,
+                             "loads": es.loads, "load_blocks": es.load_blocks,
+                             "load_failures": es.load_failures, "stores": es.stores,
+                             "store_blocks": es.store_blocks, "corrupt_blocks": es.corrupt_blocks,
+                             "busy_rejections": es.busy_rejections}
+        return out
+
+    def _maybe_write_stats(self, force: bool = False):
+        """Writes stats_file when a counter changed since the last write (or when forced)."""
+        path = self._config.get("stats_file")
+        if not path:
+            return
+        with self._stats_lock:
+            snapshot = tuple(self._counters.values())
+        if not force and snapshot == self._stats_written:
+            return
+        self._stats_written = snapshot
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.stats(), f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+    def get_kv_connector_stats(self):
+        if self._role != KVConnectorRole.WORKER:
+            return None
+        with self._stats_lock:
+            data, self._interval = self._interval, self._zero_counters()
+        if not any(data.values()):
+            return None
+        return KvtierConnectorStats(data=data)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KvtierConnectorStats(data=dict(data or {}))
+
+    def shutdown(self):
+        if self._role != KVConnectorRole.WORKER or self._engine is None:
+            return
+        self._finish_loads()
+        self._reap_saves(block=True)
+        if self._server is not None:
+            self._server.close()
+        try:
+            self._engine.flush()
+        except kvtier.Error as e:
+            logger.warning("kvtier: flush at shutdown failed: %s", e)
+        self._maybe_write_stats(force=True)
+        self._engine.close()

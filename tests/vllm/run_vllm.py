@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Runs a real vLLM (offline LLM API) on prompts given as token ids, greedy, and writes the
+generated token ids as JSON: the building block of the end-to-end tests and the TTFT benchmark.
+
+  python tests/vllm/run_vllm.py --model DIR --prompts P.json --out OUT.json
+      [--connector CONFIG.json] [--max-tokens 16] [--block-size 32] [--repeat N]
+
+P.json: [{"tokens": [...], "cache_salt": "..." (optional)}, ...], run one after another (so a
+later prompt can hit what an earlier one stored). CONFIG.json: the --kv-transfer-config value.
+OUT.json: {"outputs": [[token ids], ...], "ttft_s": [...], "startup_s": s}; ttft_s is the time
+to the first generated token of each prompt (a generate() call with max_tokens=1, repeated
+--repeat times, then the full generation).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--connector")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="keep vLLM's own prefix cache on (off by default, so every hit "
+                             "comes from kvtier)")
+    parser.add_argument("--ttft", action="store_true",
+                        help="measure each prompt's time to first token before generating")
+    args = parser.parse_args()
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+
+    kv_transfer_config = None
+    if args.connector:
+        with open(args.connector) as f:
+            kv_transfer_config = json.load(f)
+    with open(args.prompts) as f:
+        prompts = json.load(f)
+
+    start = time.perf_counter()
+    llm = LLM(model=args.model, dtype="bfloat16", max_model_len=args.max_model_len,
+              block_size=args.block_size, enforce_eager=True, seed=0,
+              enable_prefix_caching=args.prefix_caching, kv_transfer_config=kv_transfer_config,
+              max_num_batched_tokens=args.max_model_len)
+    startup = time.perf_counter() - start
+
+    outputs, ttfts = [], []
+    for p in prompts:
+        prompt = {"prompt_token_ids": p["tokens"]}
+        if p.get("cache_salt"):
+            prompt["cache_salt"] = p["cache_salt"]
+        if args.ttft:
+            t0 = time.perf_counter()
+            llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+            ttfts.append(time.perf_counter() - t0)
+        result = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=args.max_tokens),
+                              use_tqdm=False)
+        outputs.append(list(result[0].outputs[0].token_ids))
+    with open(args.out, "w") as f:
+        json.dump({"outputs": outputs, "ttft_s": ttfts, "startup_s": startup}, f)
+    del llm
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
