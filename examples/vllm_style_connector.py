@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """A vLLM-style KV connector driving kvtier, end to end, without vLLM.
 
+The no-vLLM fallback: for vLLM itself use kvtier.vllm.KvtierConnector (docs/integration.md,
+"vLLM: KvtierConnector"); this example shows the same hooks for other paged-attention engines, and
+runs where vLLM is not installed.
+
 A paged-attention engine keeps, per layer, a pool of KV pages; a request owns a list of page ids.
 With page size == kvtier's block_tokens, one page of one layer is exactly one kvtier block in the
 canonical layout [k|v][token][kv_head][head_dim], so kvtier loads into and stores from the pages

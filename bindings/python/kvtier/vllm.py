@@ -330,12 +330,14 @@ class KvtierConnector(KVConnectorBase_V1):
         prompt = list(request.prompt_token_ids or [])
         bs = self._block_size
         limit = (len(prompt) - 1) // bs * bs   # Whole chunks, never the last prompt token.
+        self._requests[request.request_id] = request
         if limit <= num_computed_tokens:
+            # vLLM has every chunk kvtier could give; kvtier got them when they were computed.
+            self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
             return 0, False
         ns = self._request_ns(request)
         hit = min(client.lookup(ns, prompt[:limit]) for client in self._clients)
         hit = min(hit, limit) // bs * bs
-        self._requests[request.request_id] = request
         if hit <= num_computed_tokens:
             self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
             return 0, False
@@ -393,10 +395,10 @@ class KvtierConnector(KVConnectorBase_V1):
                 continue  # The prompt's KV is not complete after this step.
             self._saved.add(req_id)
             chunks = len(prompt) // bs
-            _, hit = self._hits.get(req_id, (0, 0))
+            local, hit = self._hits.get(req_id, (0, 0))
             pages = self._blocks.get(req_id, [])
-            if chunks == 0 or chunks * bs <= hit or len(pages) < chunks:
-                continue  # Nothing new to keep (or all of it came from kvtier).
+            if chunks == 0 or chunks * bs <= max(local, hit) or len(pages) < chunks:
+                continue  # Nothing new to keep: every full chunk came from kvtier or vLLM's cache.
             meta.saves.append(SaveOp(req_id=req_id, ns=self._request_ns(request),
                                      tokens=list(prompt[:chunks * bs]), pages=pages[:chunks],
                                      chunks=chunks))
