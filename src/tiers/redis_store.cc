@@ -1,7 +1,8 @@
 // See redis_store.h. Layout of this file: option checks and Open; the routing core (RunOps,
 // RouteOps, ExecuteOnNode, TakeReply, topology refresh); then the four calls, each of which
 // builds its commands, runs them and turns every reply into the entry's Status and counters.
-// Get's open worker (and the constructor, which starts it) sits just before Get.
+// Get's open call (and the constructor, which starts the open worker of redis_open_worker.h) sits
+// just before Get.
 #include "tiers/redis_store.h"
 
 #include <hiredis/hiredis.h>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "tiers/redis_open_worker.h"
 
 namespace kvtier {
 
@@ -606,91 +608,20 @@ void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name
 // One sealed Get call as the open worker sees it: the entries, their key names, and for each
 // entry whether it was handed over (or opened during the reads) and why it was refused.
 // Thread safety: the calling thread writes `taken` and queues; the worker writes entries[i] and
-// refused[i] of the entries it was given, and `pending` under the worker's mutex. The caller
-// reads entries and refusals only after Wait.
-struct RedisOpenCall {
+// refused[i] of the entries it was given. The caller reads entries and refusals only after Wait.
+struct SealedGetCall final : public RedisOpenCall {
+  SealedGetCall(const GetContext& c, std::span<RemoteGet> e, std::span<const std::string> k)
+      : context(c), entries(e), keys(k), taken(e.size(), 0), refused(e.size()) {}
+  void Open(size_t index, const redisReply& reply, RemoteCipher* with) override {
+    FinishAnswer(context, reply, keys[index], &entries[index], with, &refused[index]);
+  }
+
   const GetContext& context;
   std::span<RemoteGet> entries;
   std::span<const std::string> keys;
-  std::vector<uint8_t> taken;      // 1: opened during the reads, not after them.
+  std::vector<uint8_t> taken;  // 1: opened during the reads, not after them.
   std::vector<Refusal> refused;
-  size_t pending = 0;              // Queued and not opened yet; guarded by RedisOpenWorker::mu_.
-  RemoteCipher cipher;             // The calling thread's, for values it opens itself.
-};
-
-// The thread that opens sealed values while the caller's thread reads the next replies. One per
-// store; jobs from concurrent calls share its bounded queue in arrival order.
-class RedisOpenWorker {
- public:
-  RedisOpenWorker() : thread_([this] { Run(); }) {}
-  ~RedisOpenWorker() {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    work_.SignalAll();
-    thread_.join();
-  }
-  RedisOpenWorker(const RedisOpenWorker&) = delete;
-  RedisOpenWorker& operator=(const RedisOpenWorker&) = delete;
-
-  // Queues entry `index` of `call` (its answer `reply` stays alive until Wait returns). False
-  // when the queue is full: the caller then opens the value itself.
-  bool Submit(RedisOpenCall* call, size_t index, const redisReply* reply) KV_EXCLUDES(mu_) {
-    {
-      MutexLock lock(&mu_);
-      if (count_ == queue_.size()) return false;
-      queue_[(head_ + count_) % queue_.size()] = {call, index, reply};
-      ++count_;
-      ++call->pending;
-    }
-    work_.Signal();
-    return true;
-  }
-
-  // Returns once every value of `call` that was queued has been opened.
-  void Wait(RedisOpenCall* call) KV_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    while (call->pending != 0) done_.Wait(&mu_);
-  }
-
- private:
-  struct Job {
-    RedisOpenCall* call = nullptr;
-    size_t index = 0;
-    const redisReply* reply = nullptr;
-  };
-
-  void Run() KV_EXCLUDES(mu_) {
-    for (;;) {
-      Job job;
-      {
-        MutexLock lock(&mu_);
-        while (count_ == 0 && !stop_) work_.Wait(&mu_);
-        if (count_ == 0) return;  // Stopping, and nothing is left.
-        job = queue_[head_];
-        head_ = (head_ + 1) % queue_.size();
-        --count_;
-      }
-      RedisOpenCall& call = *job.call;
-      FinishAnswer(call.context, *job.reply, call.keys[job.index], &call.entries[job.index],
-                   &cipher_, &call.refused[job.index]);
-      // The call may be freed as soon as its count reaches zero and the lock is released: touch
-      // nothing of it after this block.
-      MutexLock lock(&mu_);
-      if (--call.pending == 0) done_.SignalAll();
-    }
-  }
-
-  Mutex mu_;
-  CondVar work_;  // A job was queued, or stop_ was set.
-  CondVar done_;  // Some call's last job is done.
-  std::array<Job, kRedisOpenQueueMax> queue_ KV_GUARDED_BY(mu_);
-  size_t head_ KV_GUARDED_BY(mu_) = 0;
-  size_t count_ KV_GUARDED_BY(mu_) = 0;
-  bool stop_ KV_GUARDED_BY(mu_) = false;
-  RemoteCipher cipher_;  // The worker thread's only.
-  std::thread thread_;   // Last: started once everything above exists.
+  RemoteCipher cipher;         // The calling thread's, for values it opens itself.
 };
 
 // Here, not beside Open: the open worker must be a complete type.
@@ -711,7 +642,7 @@ namespace {
 // the reading thread, by op index); the reading thread opens it itself when the queue is full.
 class OverlappedOpens final : public RedisReplyObserver {
  public:
-  OverlappedOpens(RedisOpenWorker* worker, RedisOpenCall* call) : worker_(worker), call_(call) {}
+  OverlappedOpens(RedisOpenWorker* worker, SealedGetCall* call) : worker_(worker), call_(call) {}
   // Whatever happens to the call, nothing the worker may still touch is freed before it is done.
   ~OverlappedOpens() override { worker_->Wait(call_); }
   OverlappedOpens(const OverlappedOpens&) = delete;
@@ -722,13 +653,12 @@ class OverlappedOpens final : public RedisReplyObserver {
     KV_DCHECK(call_->taken[index] == 0);
     call_->taken[index] = 1;
     if (worker_->Submit(call_, index, &reply)) return;
-    FinishAnswer(call_->context, reply, call_->keys[index], &call_->entries[index],
-                 &call_->cipher, &call_->refused[index]);
+    call_->Open(index, reply, &call_->cipher);
   }
 
  private:
   RedisOpenWorker* const worker_;
-  RedisOpenCall* const call_;
+  SealedGetCall* const call_;
 };
 
 }  // namespace
@@ -747,11 +677,7 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
       .layout_digest = options_.layout_digest,
       .keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr,
       .counters = counters_.get()};
-  RedisOpenCall call{.context = context,
-                     .entries = entries,
-                     .keys = keys,
-                     .taken = std::vector<uint8_t>(n, 0),
-                     .refused = std::vector<Refusal>(n)};
+  SealedGetCall call(context, entries, keys);
   {
     std::optional<OverlappedOpens> overlap;  // Its destructor waits for the worker.
     if (open_worker_ != nullptr) overlap.emplace(open_worker_.get(), &call);

@@ -41,7 +41,7 @@ namespace kvtier {
 
 struct RedisOp;             // One command in flight; defined in redis_store.cc.
 struct RedisStoreCounters;  // The stats counters; defined in redis_store.cc.
-class RedisOpenWorker;      // Opens sealed values off the reading thread; in redis_store.cc.
+class RedisOpenWorker;      // Opens sealed values off the reading thread (redis_open_worker.h).
 
 enum class RedisMode : uint8_t { kStandalone = 0, kCluster = 1 };
 
@@ -59,8 +59,6 @@ inline constexpr size_t kRedisNodesMax = 1024;  // Nodes a cluster client ever l
 inline constexpr uint32_t kRedisRedirectsMax = 16;
 // About 10 us of AES-GCM at 5-6 GB/s: more than waking the worker costs.
 inline constexpr size_t kRedisOverlapOpenBytesMin = 64 * 1024;
-// Values queued for the open worker; when it is full the reading thread opens the value itself.
-inline constexpr size_t kRedisOpenQueueMax = 256;
 
 struct RedisStoreOptions {
   // "host:port". Standalone: exactly one. Cluster: one or more seed nodes.
