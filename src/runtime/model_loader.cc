@@ -104,6 +104,11 @@ Result<ModelWeights> LoadLlama2cCheckpoint(const std::string& path) {
 Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
   KV_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(model_path));
   if (IsGguf(file.bytes())) {
+    if (!tokenizer_path.empty()) {
+      return Status::InvalidArgument(model_path + " is a GGUF file, which carries its own "
+                                     "tokenizer; the tokenizer " + tokenizer_path +
+                                     " is for llama2.c checkpoints");
+    }
     Result<GgufModel> model = ParseGgufModel(file.bytes());
     if (!model.ok()) return model.status().WithContext(model_path);
     return LoadedModel{std::move(model->weights), std::move(model->tokenizer)};

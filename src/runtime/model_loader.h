@@ -39,7 +39,8 @@ struct LoadedModel {
 };
 
 // Loads a GGUF file (tokenizer included) or a llama2.c checkpoint (tokenizer from
-// `tokenizer_path`, when not empty), chosen by the file's magic.
+// `tokenizer_path`, when not empty), chosen by the file's magic. A tokenizer path with a GGUF
+// file is InvalidArgument (it would be ignored).
 Result<LoadedModel> LoadModel(const std::string& model_path,
                               const std::string& tokenizer_path = "");
 

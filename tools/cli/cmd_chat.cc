@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flags.h"
 #include "llm_session.h"
 
 namespace kvtier::cli {
@@ -54,23 +55,8 @@ class ChatCommand final : public Command {
   explicit ChatCommand(CLI::App* app)
       : Command(app->add_subcommand(
             "chat", "Multi-turn conversation from stdin; earlier turns come from the KV cache")) {
-    CLI::App* c = subcommand();
-    c->add_option("--model", options_.model_path, "A llama2.c checkpoint or GGUF file")->required();
-    c->add_option("--tokenizer", options_.tokenizer_path,
-                  "The tokenizer of a llama2.c checkpoint (GGUF files carry theirs)");
-    c->add_option("--steps", steps_, "Tokens per reply at most")->check(CLI::Range(1u, 1u << 20));
-    c->add_option("--temperature", sampler_.temperature, "0: greedy")
-        ->check(CLI::Range(0.0, 100.0));
-    c->add_option("--top-p", sampler_.top_p, "Nucleus sampling threshold in (0, 1]");
-    c->add_option("--seed", sampler_.seed, "Sampling seed");
-    c->add_option("--cache-dir", options_.cache_dir,
-                  "SSD tier directory: the conversation's KV persists across runs");
-    c->add_option("--salt", options_.salt, "Tenant salt");
-    c->add_option("--context", options_.context_tokens,
-                  "Tokens the conversation may hold (default: the model's seq_len, at most 4096)")
-        ->check(CLI::Range(1u, 1u << 20));
-    c->add_option("--block-tokens", options_.block_tokens, "Tokens per cached chunk")
-        ->check(CLI::Range(1u, 65536u));
+    flags_.steps = 64;
+    AddModelFlags(subcommand(), &flags_, /*with_prompt=*/false, "Tokens per reply at most");
   }
 
   int Run() override {
@@ -88,9 +74,7 @@ class ChatCommand final : public Command {
   void CacheFailed(const Status& s);
 
   Status cache_error_;
-  LlmSessionOptions options_;
-  uint32_t steps_ = 64;
-  runtime::SamplerOptions sampler_;
+  ModelFlags flags_;
   std::vector<uint32_t> conversation_;
   size_t turns_ = 0;
 };
@@ -116,7 +100,7 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   if (!stats.store_status.ok()) CacheFailed(stats.store_status);
   const uint64_t t1 = SteadyNowUs();
   KV_ASSIGN_OR_RETURN(size_t generated, session.Decode(conversation_, logits, sampler,
-                                                       {.max_new_tokens = steps_,
+                                                       {.max_new_tokens = flags_.steps,
                                                         .run_last = LlmSession::RunLast::kYes,
                                                         .stop_at = LlmSession::StopAt::kEndOfLine},
                                                        stdout));
@@ -145,14 +129,15 @@ void ChatCommand::CacheFailed(const Status& s) {
 }
 
 Status ChatCommand::Chat() {
-  KV_RETURN_IF_ERROR(runtime::Sampler::Validate(sampler_));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(options_));
+  KV_RETURN_IF_ERROR(FinishModelFlags(&flags_));
+  KV_RETURN_IF_ERROR(runtime::Sampler::Validate(flags_.sampler));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(flags_.session));
   const bool interactive = ::isatty(STDIN_FILENO) == 1;
   if (interactive) {
     std::fprintf(stderr, "kvtier chat: %s\none turn per line; end with Ctrl-D\n",
                  session->Description().c_str());
   }
-  runtime::Sampler sampler(sampler_);
+  runtime::Sampler sampler(flags_.sampler);
   std::string line;
   while (true) {
     if (interactive) std::fputs("> ", stderr);

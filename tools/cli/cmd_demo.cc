@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flags.h"
 #include "engine/engine.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/kv_blocks.h"
@@ -201,7 +202,7 @@ class DemoCommand final : public Command {
                              "/var/tmp)");
     subcommand()
         ->add_option("--document-tokens", document_tokens_, "Length of the shared document")
-        ->check(CLI::Range(256, 65536));
+        ->check(WholeNumber(256, 65536));
   }
 
   int Run() override;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flags.h"
 #include "llm_session.h"
 
 namespace kvtier::cli {
@@ -22,24 +23,7 @@ class RunCommand final : public Command {
       : Command(app->add_subcommand(
             "run",
             "Generate text from a prompt with a llama2.c or GGUF model, KV through kvtier")) {
-    CLI::App* c = subcommand();
-    c->add_option("--model", options_.model_path, "A llama2.c checkpoint or GGUF file")->required();
-    c->add_option("--tokenizer", options_.tokenizer_path,
-                  "The tokenizer of a llama2.c checkpoint (GGUF files carry theirs)");
-    c->add_option("--prompt", prompt_, "Text to continue (default: empty, BOS only)");
-    c->add_option("--steps", steps_, "Tokens to generate at most")->check(CLI::Range(1u, 1u << 20));
-    c->add_option("--temperature", sampler_.temperature, "0: greedy")
-        ->check(CLI::Range(0.0, 100.0));
-    c->add_option("--top-p", sampler_.top_p, "Nucleus sampling threshold in (0, 1]");
-    c->add_option("--seed", sampler_.seed, "Sampling seed");
-    c->add_option("--cache-dir", options_.cache_dir,
-                  "SSD tier directory: cached prompt prefixes persist across runs");
-    c->add_option("--salt", options_.salt, "Tenant salt: runs with different salts share nothing");
-    c->add_option("--context", options_.context_tokens,
-                  "Positions per sequence (default: the model's seq_len, at most 4096)")
-        ->check(CLI::Range(1u, 1u << 20));
-    c->add_option("--block-tokens", options_.block_tokens, "Tokens per cached chunk")
-        ->check(CLI::Range(1u, 65536u));
+    AddModelFlags(subcommand(), &flags_, /*with_prompt=*/true, "Tokens to generate at most");
   }
 
   int Run() override {
@@ -56,16 +40,14 @@ class RunCommand final : public Command {
   void CacheFailed(const Status& s);
 
   Status cache_error_;
-  LlmSessionOptions options_;
-  std::string prompt_;
-  uint32_t steps_ = 256;
-  runtime::SamplerOptions sampler_;
+  ModelFlags flags_;
 };
 
 Status RunCommand::Generate() {
-  KV_RETURN_IF_ERROR(runtime::Sampler::Validate(sampler_));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(options_));
-  KV_ASSIGN_OR_RETURN(std::vector<uint32_t> sequence, session->tokenizer().Encode(prompt_));
+  KV_RETURN_IF_ERROR(FinishModelFlags(&flags_));
+  KV_RETURN_IF_ERROR(runtime::Sampler::Validate(flags_.sampler));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(flags_.session));
+  KV_ASSIGN_OR_RETURN(std::vector<uint32_t> sequence, session->tokenizer().Encode(flags_.prompt));
   if (sequence.size() >= session->context_tokens()) {
     return Status::NoSpace("the prompt has " + std::to_string(sequence.size()) +
                            " tokens; the context holds " +
@@ -88,11 +70,11 @@ Status RunCommand::Generate() {
 
   const std::string prompt_text = session->tokenizer().Decode(sequence);
   std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
-  runtime::Sampler sampler(sampler_);
+  runtime::Sampler sampler(flags_.sampler);
   const size_t prompt_tokens = sequence.size();
   const uint64_t t1 = SteadyNowUs();
   KV_ASSIGN_OR_RETURN(size_t generated, session->Decode(sequence, logits, sampler,
-                                                        {.max_new_tokens = steps_}, stdout));
+                                                        {.max_new_tokens = flags_.steps}, stdout));
   const uint64_t decode_us = SteadyNowUs() - t1;
   std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -23,6 +23,9 @@ namespace kvtier::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
+// A command line that cannot be parsed (unknown subcommand or flag, bad value): 2, as getopt-based
+// tools (and redis-cli, fio) exit, not CLI11's own 100+ codes.
+inline constexpr int kExitUsage = 2;
 
 class Command {
  public:

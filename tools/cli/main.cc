@@ -1,12 +1,15 @@
 // Entry point of the `kvtier` CLI: builds the root CLI11 app, lets every subcommand factory
 // declare itself, parses, and runs the chosen subcommand. CLI11 throws on parse errors; they are
-// caught here and printed as one line. Nothing else is expected to throw, but any exception
-// (std::bad_alloc included) is still turned into a message and a failing exit status.
+// caught here, printed as one line (naming the subcommands when none or an unknown one was given)
+// and exit with kExitUsage (2). `kvtier help [SUBCOMMAND]` prints the help, like --help. Nothing
+// else is expected to throw, but any exception (std::bad_alloc included) is still turned into a
+// message and a failing exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
@@ -28,12 +31,44 @@ constexpr CommandFactory kCommandFactories[] = {
     MakeRepairCommand,    MakeClearCommand,
 };
 
-std::string OneLineFailure(const CLI::App* /*app*/, const CLI::Error& e) {
+// "demo, run, chat, ...": the subcommands in --help's order.
+std::string SubcommandList(const CLI::App& app) {
+  std::string list;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    list += (list.empty() ? "" : ", ") + sub->get_name();
+  }
+  return list;
+}
+
+std::string OneLineFailure(const CLI::App* app, const CLI::Error& e) {
   std::string what = e.what();
   for (char& c : what) {
     if (c == '\n') c = ' ';
   }
+  // An unknown word where a subcommand belongs: say which ones exist.
+  const bool at_root = app != nullptr && app->get_parent() == nullptr;
+  if (at_root && dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    return "kvtier: " + what + "; subcommands: " + SubcommandList(*app) +
+           " (run with --help for usage)\n";
+  }
   return "kvtier: " + what + " (run with --help for usage)\n";
+}
+
+// `kvtier help [SUBCOMMAND]`: --help's text; an unknown SUBCOMMAND is a usage error.
+int PrintHelp(CLI::App& app, int argc, char** argv) {
+  if (argc < 3) {
+    std::fputs(app.help().c_str(), stdout);
+    return kExitOk;
+  }
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == argv[2]) {
+      std::fputs(sub->help().c_str(), stdout);
+      return kExitOk;
+    }
+  }
+  std::fprintf(stderr, "kvtier help: no subcommand '%s'; subcommands: %s\n", argv[2],
+               SubcommandList(app).c_str());
+  return kExitUsage;
 }
 
 int RunMain(int argc, char** argv) {
@@ -45,16 +80,19 @@ int RunMain(int argc, char** argv) {
   app.failure_message(OneLineFailure);
   std::vector<std::unique_ptr<Command>> commands;
   for (CommandFactory factory : kCommandFactories) commands.push_back(factory(&app));
+  if (argc >= 2 && std::string_view(argv[1]) == "help") return PrintHelp(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version arrive here too, with exit code 0.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   for (const std::unique_ptr<Command>& command : commands) {
     if (command->Parsed()) return command->Run();
   }
-  std::fprintf(stderr, "kvtier: a subcommand is required (run with --help for usage)\n");
-  return kExitFailure;
+  std::fprintf(stderr, "kvtier: a subcommand is required; subcommands: %s (run with --help for "
+               "usage)\n", SubcommandList(app).c_str());
+  return kExitUsage;
 }
 
 }  // namespace

@@ -54,6 +54,27 @@ expect_fail() {
 expect_ok version "kvtier 0.1.0" -- --version
 expect_ok help "hash" "--version" -- --help
 expect_ok hash_help "--layout" "--salt" "--tokens" "--extra-key" -- hash --help
+expect_ok help_word "Usage: kvtier" "bench" -- help
+expect_ok help_word_run "--max-tokens" "-p,--prompt" "=256" -- help run
+
+# Usage errors: exit 2 (not CLI11's 100+ codes), one line, naming the subcommands where useful.
+# expect_usage <name> <needle> <args>...
+expect_usage() {
+  local name="$1" needle="$2"; shift 2
+  local rc=0
+  "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
+  [[ $rc -eq 2 ]] || { fail "$name: exit $rc (want 2): $(cat "$TMP/err")"; return; }
+  grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
+  [[ $(wc -l <"$TMP/err") -eq 1 ]] || fail "$name: stderr is not one line: $(cat "$TMP/err")"
+}
+expect_usage no_subcommand "subcommands: demo, run, chat" 
+expect_usage unknown_subcommand "subcommands: demo, run" bogus
+expect_usage help_unknown "no subcommand 'bogus'" help bogus
+expect_usage unknown_flag "--bogus" demo --bogus
+expect_usage steps_not_a_number "'abc' is not a whole number" run -m x --steps abc
+expect_usage block_tokens_rule "multiple of 16 from 16 to 1024" run -m x --block-tokens 20
+expect_usage seed_below_minus_one "-1 (random)" run -m x --seed -2
+expect_usage top_p_not_a_number "'high' is not a number" chat -m x --top-p high
 
 # Vectors N1/C1 of docs/key_format.md.
 C1_NS=84c1edcdc4a8dab4f3b3d4a4b5af738b2655426d8bad726fc78973136c2a330c

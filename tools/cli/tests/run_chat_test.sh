@@ -157,6 +157,27 @@ head -c 3000 "$TOK" >"$TMP/tok-truncated.bin"
 expect_fail truncated_tokenizer "kvtier run:" run --model "$BIN" --tokenizer "$TMP/tok-truncated.bin"
 expect_fail chat_missing_model "no-such-model.bin" chat --model "$TMP/no-such-model.bin"
 expect_fail bad_top_p "top_p" run --model "$BIN" --tokenizer "$TOK" --temperature 1 --top-p 0
+expect_fail gguf_with_tokenizer "carries its own tokenizer" run -m "$GGUF" --tokenizer "$TOK"
+expect_fail prompt_and_file "not both" run -m "$GGUF" -p x -f "$TMP/random.bin"
+expect_fail missing_prompt_file "no-such-prompt" run -m "$GGUF" -f "$TMP/no-such-prompt"
+
+# llama.cpp's short flags and prompt sources: -p, -f FILE, -p - (stdin), -n/--max-tokens, -s -1.
+short=$("$KVTIER" run -m "$BIN" --tokenizer "$TOK" -p "Once upon a time" -n 20 2>/dev/null)
+[[ "$short" == "Once upon a time, there was a little girl named Lily"* ]] || fail "short flags: got '$short'"
+printf 'Once upon a time' >"$TMP/prompt.txt"
+from_file=$("$KVTIER" run -m "$BIN" --tokenizer "$TOK" -f "$TMP/prompt.txt" --max-tokens 20 \
+  2>/dev/null)
+[[ "$from_file" == "$short" ]] || fail "--prompt-file: got '$from_file', want '$short'"
+from_stdin=$(printf 'Once upon a time' | "$KVTIER" run -m "$BIN" --tokenizer "$TOK" -p - -n 20 \
+  2>/dev/null)
+[[ "$from_stdin" == "$short" ]] || fail "--prompt -: got '$from_stdin', want '$short'"
+seeded=0
+for _ in 1 2 3; do
+  a=$("$KVTIER" run -m "$BIN" --tokenizer "$TOK" -p "Once" -n 30 --temp 1 -s -1 2>/dev/null)
+  b=$("$KVTIER" run -m "$BIN" --tokenizer "$TOK" -p "Once" -n 30 --temp 1 -s -1 2>/dev/null)
+  [[ "$a" != "$b" ]] && seeded=1
+done
+[[ $seeded -eq 1 ]] || fail "--seed -1: three pairs of sampled runs were identical (not random)"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures run/chat check(s) failed" >&2

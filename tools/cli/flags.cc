@@ -1,0 +1,144 @@
+#include "flags.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+namespace kvtier::cli {
+namespace {
+
+std::string Trimmed(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t");
+  const size_t b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// Reads `in` to its end into *out.
+Status ReadAll(std::FILE* in, const std::string& what, std::string* out) {
+  out->clear();
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) out->append(buffer, n);
+  if (std::ferror(in)) return Status::FromErrno(errno, what);
+  return Status::Ok();
+}
+
+std::string Format(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+}  // namespace
+
+CLI::Validator WholeNumber(uint64_t lo, uint64_t hi) {
+  const std::string range = "from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const std::string t = Trimmed(text);
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+          return "'" + text + "' is not a whole number " + range;
+        }
+        if (v < lo || v > hi) return "'" + text + "' is not " + range;
+        return std::string();
+      },
+      "INT " + range);
+}
+
+CLI::Validator Number(double lo, double hi) {
+  const std::string r = "from " + Format(lo) + " to " + Format(hi);
+  return CLI::Validator(
+      [lo, hi, r](std::string& text) -> std::string {
+        const std::string t = Trimmed(text);
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(t.c_str(), &end);
+        if (t.empty() || errno != 0 || end != t.c_str() + t.size()) {
+          return "'" + text + "' is not a number " + r;
+        }
+        if (!(v >= lo && v <= hi)) return "'" + text + "' is not " + r;
+        return std::string();
+      },
+      "NUMBER " + r);
+}
+
+CLI::Validator BlockTokens() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::string t = Trimmed(text);
+        uint32_t v = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || ec != std::errc() || end != t.data() + t.size() || v < 16 || v > 1024 ||
+            v % 16 != 0) {
+          return "'" + text + "' is not a multiple of 16 from 16 to 1024";
+        }
+        return std::string();
+      },
+      "INT multiple of 16 in [16, 1024]");
+}
+
+void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* steps_help) {
+  c->option_defaults()->always_capture_default();
+  c->add_option("-m,--model", f->session.model_path, "A llama2.c checkpoint or GGUF file")
+      ->required();
+  c->add_option("--tokenizer", f->session.tokenizer_path,
+                "The tokenizer of a llama2.c checkpoint (GGUF files carry theirs; giving one "
+                "with a GGUF file is an error)");
+  if (with_prompt) {
+    c->add_option("-p,--prompt", f->prompt, "Text to continue; - reads it from stdin");
+    c->add_option("-f,--prompt-file", f->prompt_file, "Read the prompt from this file");
+  }
+  c->add_option("-n,--steps,--max-tokens", f->steps, steps_help)
+      ->check(WholeNumber(1, 1u << 20));
+  c->add_option("--temp,--temperature", f->sampler.temperature, "0: greedy")
+      ->check(Number(0.0, 100.0));
+  c->add_option("--top-p", f->sampler.top_p, "Nucleus sampling threshold")
+      ->check(Number(0.0, 1.0));
+  c->add_option("-s,--seed", f->seed, "Sampling seed; -1: a random one")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            long long v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < -1) {
+              return "'" + text + "' is not -1 (random) or a whole number from 0";
+            }
+            return std::string();
+          },
+          "INT (-1: random)"));
+  c->add_option("--cache-dir", f->session.cache_dir,
+                "SSD tier directory: cached prompt prefixes persist across runs");
+  c->add_option("--salt", f->session.salt,
+                "Tenant salt: runs with different salts share nothing");
+  c->add_option("-c,--context", f->session.context_tokens,
+                "Positions per sequence (0: the model's seq_len, at most 4096)")
+      ->check(WholeNumber(0, 1u << 20));
+  c->add_option("--block-tokens", f->session.block_tokens, "Tokens per cached chunk")
+      ->check(BlockTokens());
+}
+
+Status FinishModelFlags(ModelFlags* f) {
+  if (f->seed == -1) {
+    std::random_device rd;
+    f->sampler.seed = (uint64_t{rd()} << 32) | rd();
+  } else {
+    f->sampler.seed = static_cast<uint64_t>(f->seed);
+  }
+  if (!f->prompt_file.empty()) {
+    if (!f->prompt.empty()) {
+      return Status::InvalidArgument("give --prompt or --prompt-file, not both");
+    }
+    std::FILE* in = std::fopen(f->prompt_file.c_str(), "rb");
+    if (in == nullptr) return Status::FromErrno(errno, "--prompt-file " + f->prompt_file);
+    const Status s = ReadAll(in, "--prompt-file " + f->prompt_file, &f->prompt);
+    std::fclose(in);
+    return s;
+  }
+  if (f->prompt == "-") return ReadAll(stdin, "reading the prompt from stdin", &f->prompt);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::cli
