@@ -420,6 +420,15 @@ Status BenchSsdOptions::Validate() const {
   if (dirs.empty() || dirs.size() > kSsdDirsMax) {
     return Status::InvalidArgument("bench: give 1 to 64 directories");
   }
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      std::error_code ec;
+      if (dirs[i] == dirs[j] || std::filesystem::equivalent(dirs[i], dirs[j], ec)) {
+        return Status::InvalidArgument("bench: directory " + dirs[i] +
+                                       " is given twice (each --dir is one device)");
+      }
+    }
+  }
   if (block_bytes == 0 || block_bytes % kDirectIoAlignment != 0 ||
       block_bytes > kBenchBlockBytesMax) {
     return Status::InvalidArgument(

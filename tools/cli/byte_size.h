@@ -1,4 +1,5 @@
-// Byte sizes on the command line: "1GiB", "64KiB", "4096", "4096B".
+// Byte sizes on the command line: "4096", "4096B", "64KiB", "64k", "64KB", "1m", "1MiB", "4g",
+// "1T": K, M, G, T in either case, alone or with B or iB, are all binary (as fio reads them).
 //
 // Thread safety: pure function.
 #pragma once
@@ -11,7 +12,7 @@
 
 namespace kvtier::cli {
 
-// Suffixes B, KiB, MiB, GiB (binary, case-sensitive). InvalidArgument naming `flag` otherwise.
+// InvalidArgument naming `flag` for anything else, or a value beyond 2^64 - 1.
 Result<uint64_t> ParseBytes(std::string_view flag, const std::string& text);
 
 }  // namespace kvtier::cli

@@ -133,7 +133,7 @@ class BenchCommand final : public Command {
 };
 
 int BenchCommand::Run() {
-  StderrLogger logger(LogLevel::kWarn);
+  StderrLogger logger(CliLogLevel());
   std::unique_ptr<Env> env = NewPosixEnv({.logger = &logger});
   if (ssd_->parsed()) return RunSsd(env.get());
   if (reopen_->parsed()) return RunReopen(env.get());

@@ -308,7 +308,7 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
   layout_ = config.KvLayoutFor(kBlockTokens);
   std::printf("model: %s\nKV layout: %s, %.0f KiB per block\n", model_.description.c_str(),
               layout_.ToString().c_str(), double(layout_.BlockBytes()) / 1024.0);
-  StderrLogger logger(LogLevel::kWarn);
+  StderrLogger logger(CliLogLevel());
   KV_ASSIGN_OR_RETURN(const Conversation conversation, MakeConversation(model_, document_tokens_));
   const std::vector<uint32_t>& turn1 = conversation.turn1;
   const std::vector<uint32_t>& turn2 = conversation.turn2;

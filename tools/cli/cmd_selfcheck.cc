@@ -172,7 +172,7 @@ Status SelfcheckCommand::RunChecks() {
 }
 
 Status SelfcheckCommand::Phases(const std::string& root, const Fixture& f) {
-  StderrLogger logger(LogLevel::kWarn);
+  StderrLogger logger(CliLogLevel());
   std::unique_ptr<Env> env = NewPosixEnv({.logger = &logger});
   const double mib = static_cast<double>(f.keys.size() * f.payloads[0].size()) / double(kMiB);
   {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/logger.h"
 #include "kvtier/status.h"
 #include "tiers/ssd_tools.h"
 
@@ -26,6 +27,10 @@ inline constexpr int kExitFailure = 1;
 // A command line that cannot be parsed (unknown subcommand or flag, bad value): 2, as getopt-based
 // tools (and redis-cli, fio) exit, not CLI11's own 100+ codes.
 inline constexpr int kExitUsage = 2;
+
+// The level below which log lines are dropped, from the root flags --log-level and -q/--quiet
+// (default: warnings and errors). Set by main() before any Run().
+LogLevel CliLogLevel();
 
 class Command {
  public:

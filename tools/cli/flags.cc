@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <random>
 
+#include "command.h"
+
 namespace kvtier::cli {
 namespace {
 
@@ -121,6 +123,7 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
 }
 
 Status FinishModelFlags(ModelFlags* f) {
+  f->session.log_level = CliLogLevel();
   if (f->seed == -1) {
     std::random_device rd;
     f->sampler.seed = (uint64_t{rd()} << 32) | rd();

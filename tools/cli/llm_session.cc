@@ -72,7 +72,7 @@ Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& op
     return Status::InvalidArgument(options.model_path +
                                    ": a llama2.c checkpoint needs --tokenizer FILE");
   }
-  std::unique_ptr<LlmSession> s(new LlmSession());
+  std::unique_ptr<LlmSession> s(new LlmSession(options.log_level));
   s->model_path_ = options.model_path;
   s->tokenizer_ = std::move(*loaded.tokenizer);
   const Hash256 digest = WeightsDigest(loaded.weights);

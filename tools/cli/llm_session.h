@@ -48,6 +48,7 @@ struct LlmSessionOptions {
   uint32_t context_tokens = 0;  // Positions a sequence may use; 0: the model's seq_len, at
                                 // most kDefaultContextTokensMax.
   uint64_t ssd_capacity_bytes = uint64_t{1} << 30;
+  LogLevel log_level = LogLevel::kWarn;  // Engine log lines below it are dropped.
 };
 
 class LlmSession {
@@ -92,9 +93,9 @@ class LlmSession {
                         runtime::Sampler& sampler, const DecodeOptions& options, std::FILE* out);
 
  private:
-  LlmSession() = default;
+  explicit LlmSession(LogLevel log_level) : logger_(log_level) {}
 
-  StderrLogger logger_{LogLevel::kWarn};  // Borrowed by engine_: declared before it.
+  StderrLogger logger_;  // Borrowed by engine_: declared before it.
   std::string model_path_;
   std::optional<runtime::Tokenizer> tokenizer_;  // Set by Open().
   std::unique_ptr<runtime::Model> model_;

@@ -17,8 +17,19 @@
 
 namespace kvtier::cli {
 
+namespace {
+LogLevel g_log_level = LogLevel::kWarn;
+}  // namespace
+
+LogLevel CliLogLevel() { return g_log_level; }
+
 int Command::Fail(const Status& status) const {
-  std::fprintf(stderr, "kvtier %s: %s\n", std::string(name()).c_str(), status.message().c_str());
+  // "kvtier bench: bench: ..." would repeat the prefix the message already has.
+  std::string_view message = status.message();
+  const std::string prefix = std::string(name()) + ": ";
+  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+  std::fprintf(stderr, "kvtier %s: %.*s\n", std::string(name()).c_str(),
+               static_cast<int>(message.size()), message.data());
   return kExitFailure;
 }
 
@@ -78,6 +89,14 @@ int RunMain(int argc, char** argv) {
   // Not require_subcommand(1): CLI11 checks that before unknown arguments, so a mistyped
   // subcommand would be reported as a missing one. The check is done after parsing instead.
   app.failure_message(OneLineFailure);
+  // Root flags, accepted after the subcommand too (fallthrough).
+  std::string log_level = "warn";
+  bool quiet = false;
+  app.add_option("--log-level", log_level, "Log lines kept: debug, info, warn or error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "Errors only (the same as --log-level error)");
+  app.fallthrough();
   std::vector<std::unique_ptr<Command>> commands;
   for (CommandFactory factory : kCommandFactories) commands.push_back(factory(&app));
   if (argc >= 2 && std::string_view(argv[1]) == "help") return PrintHelp(app, argc, argv);
@@ -87,6 +106,11 @@ int RunMain(int argc, char** argv) {
     // --help and --version arrive here too, with exit code 0.
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
+  g_log_level = quiet                  ? LogLevel::kError
+                : log_level == "debug" ? LogLevel::kDebug
+                : log_level == "info"  ? LogLevel::kInfo
+                : log_level == "error" ? LogLevel::kError
+                                       : LogLevel::kWarn;
   for (const std::unique_ptr<Command>& command : commands) {
     if (command->Parsed()) return command->Run();
   }

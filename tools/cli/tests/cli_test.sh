@@ -75,6 +75,9 @@ expect_usage steps_not_a_number "'abc' is not a whole number" run -m x --steps a
 expect_usage block_tokens_rule "multiple of 16 from 16 to 1024" run -m x --block-tokens 20
 expect_usage seed_below_minus_one "-1 (random)" run -m x --seed -2
 expect_usage top_p_not_a_number "'high' is not a number" chat -m x --top-p high
+expect_usage log_level "not in {debug,info,warn,error}" selfcheck --log-level loud
+expect_ok quiet_root "namespace_digest" -- -q hash --layout "$LAYOUT" --salt t --tokens "$TOKENS"
+expect_ok quiet_after "namespace_digest" -- hash --layout "$LAYOUT" --salt t --tokens "$TOKENS" --quiet
 
 # Vectors N1/C1 of docs/key_format.md.
 C1_NS=84c1edcdc4a8dab4f3b3d4a4b5af738b2655426d8bad726fc78973136c2a330c
@@ -186,8 +189,14 @@ expect_fail verify_no_dir "dir is required" verify
 expect_fail bench_nothing "name what to measure" bench
 expect_fail bench_no_dir "--dir is required" bench ssd
 expect_fail bench_missing_dir "is not a directory" bench ssd --dir "$TMP/nope" --total-bytes 1MiB
+grep -q "bench: bench:" "$TMP/err" && fail "bench_missing_dir: repeated prefix: $(cat "$TMP/err")"
+expect_fail bench_same_dir_twice "given twice" bench ssd --dir "$TMP" --dir "$TMP/" --total-bytes 1m
 expect_fail bench_bad_size "'1.5MiB' is not a size" bench ssd --dir "$TMP" --block-bytes 1.5MiB
-expect_fail bench_bad_unit "'4kb' is not a size" bench ssd --dir "$TMP" --total-bytes 4kb
+expect_fail bench_bad_unit "'4kx' is not a size" bench ssd --dir "$TMP" --total-bytes 4kx
+expect_fail bench_bad_unit2 "'4 MiB' is not a size" bench ssd --dir "$TMP" --total-bytes "4 MiB"
+# fio's spellings: 64k, 1m, 1MB are binary sizes too.
+expect_ok bench_fio_sizes "write" -- bench ssd --dir "$TMP" --block-bytes 64k --total-bytes 1m \
+  --queue-depth 2
 expect_fail bench_unaligned "multiple of 4 KiB" bench ssd --dir "$TMP" --block-bytes 1000
 expect_fail bench_too_big "at most 64 MiB" bench ssd --dir "$TMP" --block-bytes 128MiB
 expect_fail bench_qd0 "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 0
@@ -215,7 +224,7 @@ expect_fail decode_budget "device budget" bench decode --model synthetic:tinylla
 expect_fail decode_dram "DRAM budget" bench decode --model synthetic:tinyllama-1.1b \
   --layers 2 --dim 64 --context 1024 --block-tokens 16 --tokens 1 --configs offload \
   --dram-budget 1MiB --no-probe --dir "$TMP/decode"
-expect_fail decode_size "is not a size" bench decode --dram-budget 2GB --dir "$TMP/decode"
+expect_fail decode_size "is not a size" bench decode --dram-budget 2GX --dir "$TMP/decode"
 expect_fail decode_codec_threads "codec_threads must be in [1, 16]" bench decode \
   --codec-threads 0 --dir "$TMP/decode"
 
