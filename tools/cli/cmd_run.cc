@@ -4,7 +4,11 @@
 // --cache-dir across processes) are loaded instead of computed; then the continuation is decoded
 // token by token and printed as it comes. stdout carries the text only; the cache report (cached
 // and computed prompt tokens, prefill time) and the decode speed go to stderr.
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +28,9 @@ class RunCommand final : public Command {
             "run",
             "Generate text from a prompt with a llama2.c or GGUF model, KV through kvtier")) {
     AddModelFlags(subcommand(), &flags_, /*with_prompt=*/true, "Tokens to generate at most");
+    subcommand()->add_flag("--json", json_,
+                           "Print one JSON object on stdout (the text and the statistics) "
+                           "instead of streaming the text");
   }
 
   int Run() override {
@@ -41,6 +48,7 @@ class RunCommand final : public Command {
 
   Status cache_error_;
   ModelFlags flags_;
+  bool json_ = false;
 };
 
 Status RunCommand::Generate() {
@@ -59,36 +67,82 @@ Status RunCommand::Generate() {
   KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session->Prefill(sequence, &logits));
   const uint64_t prefill_us = SteadyNowUs() - t0;
   if (!stats.store_status.ok()) CacheFailed(stats.store_status);
-  const std::string where =
-      stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
-  std::fprintf(
-      stderr,
-      "kvtier run: prompt %zu tokens: %zu from the cache%s, %zu computed%s; prefill %.2f ms\n",
-      stats.prompt_tokens, stats.cached_tokens, where.c_str(), stats.computed_tokens,
-      stats.fell_back ? " (a cached block failed verification: recomputed)" : "",
-      MsFromUs(prefill_us));
+  const bool persistent = !flags_.session.cache_dir.empty();
+  if (!json_) {
+    const std::string where =
+        stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
+    std::fprintf(stderr,
+                 "kvtier run: prompt of %zu tokens: %zu loaded from the cache%s and %zu "
+                 "computed%s; time to first token %.2f ms (lookup %.2f, compute %.2f)\n",
+                 stats.prompt_tokens, stats.cached_tokens, where.c_str(), stats.computed_tokens,
+                 stats.fell_back ? " (a cached block failed verification: recomputed)" : "",
+                 MsFromUs(prefill_us), MsFromUs(stats.lookup_us), MsFromUs(stats.compute_us));
+  }
 
+  // With --json the text is collected (the decoder writes it to a memory stream).
+  char* text_buffer = nullptr;
+  size_t text_bytes = 0;
+  std::FILE* text_out = json_ ? open_memstream(&text_buffer, &text_bytes) : stdout;
+  if (text_out == nullptr) return Status::FromErrno(errno, "open_memstream");
   const std::string prompt_text = session->tokenizer().Decode(sequence);
-  std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
+  std::fwrite(prompt_text.data(), 1, prompt_text.size(), text_out);
   runtime::Sampler sampler(flags_.sampler);
   const size_t prompt_tokens = sequence.size();
   const uint64_t t1 = SteadyNowUs();
-  KV_ASSIGN_OR_RETURN(size_t generated, session->Decode(sequence, logits, sampler,
-                                                        {.max_new_tokens = flags_.steps}, stdout));
+  Result<size_t> decoded =
+      session->Decode(sequence, logits, sampler, {.max_new_tokens = flags_.steps}, text_out);
   const uint64_t decode_us = SteadyNowUs() - t1;
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  std::string text;
+  if (json_) {
+    std::fclose(text_out);
+    text.assign(text_buffer, text_bytes);
+    std::free(text_buffer);  // NOLINT(cppcoreguidelines-no-malloc): open_memstream's buffer.
+  } else {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  if (!decoded.ok()) return decoded.status();
+  const size_t generated = *decoded;
+  const bool at_context = sequence.size() >= session->context_tokens() && generated < flags_.steps;
   // The decoded tokens' chunks too (all but the last token were run), so a later prompt that
   // extends this text starts from the cache.
   const size_t run_tokens = generated > 0 ? sequence.size() - 1 : prompt_tokens;
   Result<size_t> stored = session->StoreSequence(std::span(sequence).first(run_tokens));
   if (!stored.ok()) CacheFailed(stored.status());
-  std::fprintf(stderr,
-               "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s); %zu chunks "
-               "stored\n",
-               generated, MsFromUs(decode_us),
-               decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0,
-               stats.stored_chunks + (stored.ok() ? *stored : 0));
+  const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
+  const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
+  if (json_) {
+    nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
+    for (TierKind t : stats.chunk_tiers) {
+      const std::string name(TierKindName(t));
+      tiers[name] = tiers.value(name, 0) + 1;
+    }
+    const nlohmann::ordered_json j = {
+        {"text", text},
+        {"prompt_tokens", stats.prompt_tokens},
+        {"cached_tokens", stats.cached_tokens},
+        {"computed_tokens", stats.computed_tokens},
+        {"cached_chunks_per_tier", tiers},
+        {"fell_back", stats.fell_back},
+        {"ttft_ms", MsFromUs(prefill_us)},
+        {"lookup_ms", MsFromUs(stats.lookup_us)},
+        {"compute_ms", MsFromUs(stats.compute_us)},
+        {"generated_tokens", generated},
+        {"decode_ms", MsFromUs(decode_us)},
+        {"tokens_per_s", tokens_per_s},
+        {"stop", at_context ? "context" : generated == flags_.steps ? "max_tokens" : "end_of_text"},
+        {"stored_chunks", stored_chunks},
+        {"persistent", persistent},
+        {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}};
+    std::printf("%s\n", j.dump(1).c_str());
+    return Status::Ok();
+  }
+  std::fprintf(stderr, "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s)%s; %zu chunks "
+               "stored%s\n",
+               generated, MsFromUs(decode_us), tokens_per_s,
+               at_context ? ", stopped at the context limit (raise --context)" : "",
+               stored_chunks,
+               persistent ? "" : " in memory only (gone at exit; --cache-dir keeps them)");
   return Status::Ok();
 }
 

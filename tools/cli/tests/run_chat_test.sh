@@ -62,8 +62,8 @@ expect_fail() {
   [[ $lines -eq 1 ]] || fail "$name: stderr has $lines lines: $(cat "$TMP/err")"
 }
 
-# The number N in "<prompt> tokens: N from the cache" of run's stderr.
-cached_tokens() { sed -n 's/.*tokens: \([0-9]*\) from the cache.*/\1/p' "$TMP/err" | head -n 1; }
+# The number N in "prompt of <P> tokens: N loaded from the cache" of run's stderr.
+cached_tokens() { sed -n 's/.*tokens: \([0-9]*\) loaded from the cache.*/\1/p' "$TMP/err" | head -n 1; }
 
 # Greedy decoding from BOS, llama2.c checkpoint and GGUF.
 if run_ok greedy_bin run --model "$BIN" --tokenizer "$TOK" --temperature 0 --steps 200; then
@@ -160,6 +160,27 @@ expect_fail bad_top_p "top_p" run --model "$BIN" --tokenizer "$TOK" --temperatur
 expect_fail gguf_with_tokenizer "carries its own tokenizer" run -m "$GGUF" --tokenizer "$TOK"
 expect_fail prompt_and_file "not both" run -m "$GGUF" -p x -f "$TMP/random.bin"
 expect_fail missing_prompt_file "no-such-prompt" run -m "$GGUF" -f "$TMP/no-such-prompt"
+
+# --json: one object on stdout with the text and the statistics; a second run with the same
+# prompt under --cache-dir reports its chunks loaded from the SSD tier.
+rm -rf "$TMP/json-cache"
+"$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 8 --cache-dir "$TMP/json-cache" >/dev/null 2>&1
+"$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 8 --cache-dir "$TMP/json-cache" --json \
+  >"$TMP/run.json" 2>"$TMP/err" || fail "run --json: exit $?: $(cat "$TMP/err")"
+python3 - "$TMP/run.json" "$EXPECTED" <<'PY' || fail "run --json: $(cat "$TMP/run.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for key in ("text", "prompt_tokens", "cached_tokens", "computed_tokens", "cached_chunks_per_tier",
+            "ttft_ms", "generated_tokens", "tokens_per_s", "stop", "stored_chunks", "persistent"):
+    assert key in j, key
+assert j["text"].startswith(sys.argv[2]), j["text"]
+assert j["cached_tokens"] > 0 and j["cached_chunks_per_tier"].get("ssd", 0) > 0, j
+assert j["persistent"] is True and j["stop"] in ("max_tokens", "end_of_text"), j
+PY
+# The context limit is said, not silent; without --cache-dir the stored chunks are said to vanish.
+"$KVTIER" run -m "$BIN" --tokenizer "$TOK" -n 500 -c 64 >/dev/null 2>"$TMP/err" || true
+grep -q "stopped at the context limit" "$TMP/err" || fail "context limit not said: $(cat "$TMP/err")"
+grep -q "in memory only" "$TMP/err" || fail "memory-only chunks not said: $(cat "$TMP/err")"
 
 # llama.cpp's short flags and prompt sources: -p, -f FILE, -p - (stdin), -n/--max-tokens, -s -1.
 short=$("$KVTIER" run -m "$BIN" --tokenizer "$TOK" -p "Once upon a time" -n 20 2>/dev/null)
