@@ -1,10 +1,13 @@
-// The parts of env.h that every Env shares: the system clock, request validation and
-// RunToCompletion.
+// The parts of env.h that every Env shares: the system clock, request validation,
+// RunToCompletion, and the path and range helpers.
 #include "env/env.h"
+
+#include <sys/types.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -99,6 +102,48 @@ Status ValidateIoRequest(const IoRequest& r) {
     }
   }
   return Status::Ok();
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string DescribeFileRange(std::string_view what, const std::string& path, uint64_t offset,
+                              size_t len) {
+  return std::string(what) + " " + path + " at offset " + std::to_string(offset) + " (" +
+         std::to_string(len) + " bytes)";
+}
+
+Status CheckFileRange(std::string_view what, const std::string& path, bool direct, uint64_t offset,
+                      const void* buffer, size_t len) {
+  constexpr auto kOffMax = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
+  if (offset > kOffMax || len > kOffMax - offset) {
+    return Status::InvalidArgument(DescribeFileRange(what, path, offset, len) +
+                                   ": beyond the largest offset");
+  }
+  if (direct && (!IsAligned(offset, kDirectIoAlignment) || !IsAligned(len, kDirectIoAlignment) ||
+                 !IsAligned(reinterpret_cast<uintptr_t>(buffer), kDirectIoAlignment))) {
+    return Status::InvalidArgument(DescribeFileRange(what, path, offset, len) +
+                                   ": O_DIRECT needs buffer, offset and length aligned to " +
+                                   std::to_string(kDirectIoAlignment) + " bytes");
+  }
+  return Status::Ok();
+}
+
+Status CreateDirsWith(const std::string& path,
+                      const std::function<Status(const std::string&)>& make_dir) {
+  if (path.empty()) return Status::InvalidArgument("CreateDirs: empty path");
+  // Each prefix that ends before a '/' is a parent; the loop visits each '/' once.
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    if (path[slash - 1] == '/') continue;  // "a//b"
+    KV_RETURN_IF_ERROR(make_dir(path.substr(0, slash)));
+  }
+  if (path.back() == '/') return Status::Ok();
+  return make_dir(path);
 }
 
 namespace {

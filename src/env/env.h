@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -191,6 +192,28 @@ Status RunToCompletion(IoQueue& queue, std::span<const IoRequest> requests,
                        std::vector<IoCompletion>* completions = nullptr);
 
 // ---------------------------------------------------------------------------------------------
+// Helpers every Env shares
+
+// The directory part of `path`: "." for a bare name, "/" for an entry of the root.
+std::string DirName(const std::string& path);
+
+// "<what> <path> at offset <offset> (<len> bytes)", for error messages.
+std::string DescribeFileRange(std::string_view what, const std::string& path, uint64_t offset,
+                              size_t len);
+
+// Checks a positional transfer as File::ReadAt and WriteAt do before any I/O: the range must end
+// within the largest off_t, and for a `direct` file the buffer, offset and length must be
+// multiples of kDirectIoAlignment. InvalidArgument naming `what`, the path and the offset.
+Status CheckFileRange(std::string_view what, const std::string& path, bool direct, uint64_t offset,
+                      const void* buffer, size_t len);
+
+// The walk of Env::CreateDirs: runs `make_dir` on each parent of `path`, shortest first (empty
+// components as in "a//b" skipped), then on `path` itself, and stops at the first error.
+// `make_dir` creates one directory whose parent exists, and is OK when it already exists.
+Status CreateDirsWith(const std::string& path,
+                      const std::function<Status(const std::string&)>& make_dir);
+
+// ---------------------------------------------------------------------------------------------
 // Env
 
 class Env {
@@ -228,5 +251,7 @@ struct PosixEnvOptions {
 
 // The Linux Env: O_DIRECT with fallback, io_uring queues with the pread/pwrite fallback.
 std::unique_ptr<Env> NewPosixEnv(const PosixEnvOptions& options = {});
+
+// The in-memory Env for fast unit tests is in env/mem_env.h; decorators build on env/env_wrapper.h.
 
 }  // namespace kvtier

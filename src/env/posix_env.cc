@@ -27,18 +27,6 @@ namespace {
 // than grow without bound. Real deployments use a handful of cache directories.
 constexpr size_t kDirectFallbackDirsMax = 1024;
 
-std::string DirName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string Where(std::string_view what, const std::string& path, uint64_t offset, size_t len) {
-  return std::string(what) + " " + path + " at offset " + std::to_string(offset) + " (" +
-         std::to_string(len) + " bytes)";
-}
-
 class PosixFile final : public File {
  public:
   PosixFile(std::string path, UniqueFd fd, bool direct)
@@ -67,17 +55,7 @@ class PosixFile final : public File {
 
 Status PosixFile::CheckRange(std::string_view what, uint64_t offset, const void* buffer,
                              size_t len) const {
-  constexpr auto kOffMax = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
-  if (offset > kOffMax || len > kOffMax - offset) {
-    return Status::InvalidArgument(Where(what, path_, offset, len) + ": beyond the largest offset");
-  }
-  if (direct_ && (!IsAligned(offset, kDirectIoAlignment) || !IsAligned(len, kDirectIoAlignment) ||
-                  !IsAligned(reinterpret_cast<uintptr_t>(buffer), kDirectIoAlignment))) {
-    return Status::InvalidArgument(Where(what, path_, offset, len) +
-                                   ": O_DIRECT needs buffer, offset and length aligned to " +
-                                   std::to_string(kDirectIoAlignment) + " bytes");
-  }
-  return Status::Ok();
+  return CheckFileRange(what, path_, direct_, offset, buffer, len);
 }
 
 Status PosixFile::ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read_bytes) {
@@ -90,7 +68,8 @@ Status PosixFile::ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read
         ::pread(fd_.get(), dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::FromErrno(errno, Where("pread", path_, offset + done, dst.size() - done));
+      return Status::FromErrno(
+          errno, DescribeFileRange("pread", path_, offset + done, dst.size() - done));
     }
     if (n == 0) break;  // End of file.
     done += static_cast<size_t>(n);
@@ -110,10 +89,11 @@ Status PosixFile::WriteAt(uint64_t offset, std::span<const std::byte> src) {
                                static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::FromErrno(errno, Where("pwrite", path_, offset + done, src.size() - done));
+      return Status::FromErrno(
+          errno, DescribeFileRange("pwrite", path_, offset + done, src.size() - done));
     }
     if (n == 0) {
-      return Status::IoError(Where("pwrite", path_, offset + done, src.size() - done) +
+      return Status::IoError(DescribeFileRange("pwrite", path_, offset + done, src.size() - done) +
                              ": wrote nothing");
     }
     done += static_cast<size_t>(n);
@@ -143,14 +123,10 @@ Status PosixFile::Truncate(uint64_t size_bytes) {
 }
 
 Status PosixFile::Allocate(uint64_t offset, uint64_t len) {
-  constexpr auto kOffMax = static_cast<uint64_t>(std::numeric_limits<off_t>::max());
-  if (offset > kOffMax || len > kOffMax - offset) {
-    return Status::InvalidArgument(Where("fallocate", path_, offset, len) +
-                                   ": beyond the largest offset");
-  }
+  KV_RETURN_IF_ERROR(CheckFileRange("fallocate", path_, /*direct=*/false, offset, nullptr, len));
   while (::fallocate(fd_.get(), 0, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0) {
     if (errno == EINTR) continue;
-    const std::string where = Where("fallocate", path_, offset, len);
+    const std::string where = DescribeFileRange("fallocate", path_, offset, len);
     if (errno == EOPNOTSUPP) {
       return Status::NotSupported(where + ": the filesystem does not support fallocate");
     }
@@ -336,15 +312,7 @@ Status PosixEnv::MakeDir(const std::string& path, uint32_t mode) {
 }
 
 Status PosixEnv::CreateDirs(const std::string& path, uint32_t mode) {
-  if (path.empty()) return Status::InvalidArgument("CreateDirs: empty path");
-  // Each prefix that ends before a '/' is a parent; the loop visits each '/' once.
-  for (size_t slash = path.find('/', 1); slash != std::string::npos;
-       slash = path.find('/', slash + 1)) {
-    if (path[slash - 1] == '/') continue;  // "a//b"
-    KV_RETURN_IF_ERROR(MakeDir(path.substr(0, slash), mode));
-  }
-  if (path.back() == '/') return Status::Ok();
-  return MakeDir(path, mode);
+  return CreateDirsWith(path, [this, mode](const std::string& dir) { return MakeDir(dir, mode); });
 }
 
 Result<std::vector<std::string>> PosixEnv::ListDir(const std::string& path) {

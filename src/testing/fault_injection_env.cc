@@ -16,7 +16,6 @@
 namespace kvtier {
 namespace {
 
-constexpr size_t kArmedFaultsMax = 64;
 // Old contents saved for power-loss simulation, at most. A test that overwrites more synced data
 // than this without a Sync gets NoSpace from the write instead of an unbounded log.
 constexpr uint64_t kUndoBytesMax = 256 * kMiB;
@@ -26,13 +25,6 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 std::string WithoutTrailingSlashes(std::string dir) {
@@ -123,12 +115,6 @@ class FaultInjectionState {
   Status DropUnsyncedData() KV_EXCLUDES(mu_);
 
  private:
-  struct ArmedFault {
-    FaultId id = 0;
-    FaultSpec spec;
-    uint64_t matched = 0;  // Matching operations since arming.
-    uint64_t fired = 0;
-  };
   struct UndoRecord {
     uint64_t offset = 0;
     std::vector<std::byte> bytes;  // The synced contents before an unsynced change.
@@ -144,13 +130,12 @@ class FaultInjectionState {
       KV_REQUIRES(mu_);
   void ClearUndoLocked(FileState& state) KV_REQUIRES(mu_);
   Status RevertLocked(const std::string& path, FileState& state) KV_REQUIRES(mu_);
-  void ApplyLocked(ArmedFault& fault, size_t length, bool direct, FaultAction* action)
-      KV_REQUIRES(mu_);
+  static void Apply(const FaultSpec& spec, uint64_t fired, size_t length, bool direct,
+                    FaultAction* action);
 
   Env* const base_;
   mutable Mutex mu_;
-  std::vector<ArmedFault> faults_ KV_GUARDED_BY(mu_);
-  FaultId next_id_ KV_GUARDED_BY(mu_) = 1;
+  ArmedFaults<FaultSpec> faults_ KV_GUARDED_BY(mu_);
   FaultOpCounts counts_ KV_GUARDED_BY(mu_);
   std::map<std::string, FileState> files_ KV_GUARDED_BY(mu_);
   std::set<std::string> unsynced_creations_ KV_GUARDED_BY(mu_);
@@ -161,7 +146,6 @@ class FaultInjectionState {
 // Faults and counters
 
 Result<FaultId> FaultInjectionState::Arm(const FaultSpec& spec) {
-  if (spec.nth == 0) return Status::InvalidArgument("fault nth counts from 1");
   if (spec.op != FaultOp::kAny && !KindApplies(spec.kind, spec.op)) {
     return Status::InvalidArgument("fault kind does not apply to the chosen operation");
   }
@@ -170,30 +154,22 @@ Result<FaultId> FaultInjectionState::Arm(const FaultSpec& spec) {
     return Status::InvalidArgument("fault kind applies to no operation");
   }
   MutexLock lock(&mu_);
-  if (faults_.size() >= kArmedFaultsMax) {
-    return Status::InvalidArgument("at most " + std::to_string(kArmedFaultsMax) +
-                                   " faults may be armed at once");
-  }
-  faults_.push_back({.id = next_id_++, .spec = spec});
-  return faults_.back().id;
+  return faults_.Arm(spec);
 }
 
 void FaultInjectionState::Disarm(FaultId id) {
   MutexLock lock(&mu_);
-  std::erase_if(faults_, [id](const ArmedFault& f) { return f.id == id; });
+  faults_.Disarm(id);
 }
 
 void FaultInjectionState::DisarmAll() {
   MutexLock lock(&mu_);
-  faults_.clear();
+  faults_.DisarmAll();
 }
 
 uint64_t FaultInjectionState::Fired(FaultId id) const {
   MutexLock lock(&mu_);
-  for (const ArmedFault& f : faults_) {
-    if (f.id == id) return f.fired;
-  }
-  return 0;
+  return faults_.Fired(id);
 }
 
 FaultOpCounts FaultInjectionState::Counts() const {
@@ -206,10 +182,8 @@ void FaultInjectionState::ResetCounts() {
   counts_ = {};
 }
 
-void FaultInjectionState::ApplyLocked(ArmedFault& fault, size_t length, bool direct,
-                                      FaultAction* action) {
-  ++fault.fired;
-  const FaultSpec& spec = fault.spec;
+void FaultInjectionState::Apply(const FaultSpec& spec, uint64_t fired, size_t length, bool direct,
+                                FaultAction* action) {
   switch (spec.kind) {
     case FaultKind::kError:
       if (action->error_number == 0) action->error_number = ErrnoOf(spec.error);
@@ -225,7 +199,7 @@ void FaultInjectionState::ApplyLocked(ArmedFault& fault, size_t length, bool dir
     }
     case FaultKind::kBitFlip:
       action->flip_bit =
-          spec.bit_index.has_value() ? *spec.bit_index : SplitMix64(spec.seed + fault.fired);
+          spec.bit_index.has_value() ? *spec.bit_index : SplitMix64(spec.seed + fired);
       break;
   }
 }
@@ -250,14 +224,10 @@ FaultAction FaultInjectionState::Decide(FaultOp op, const std::string& path, siz
     case FaultOp::kAny:
       break;
   }
-  for (ArmedFault& fault : faults_) {
-    if (!Matches(fault.spec, op, path)) continue;
-    ++fault.matched;
-    const bool fire =
-        fault.matched == fault.spec.nth ||
-        (fault.spec.repeat == FaultRepeat::kEveryAfter && fault.matched > fault.spec.nth);
-    if (fire) ApplyLocked(fault, length, direct, &action);
-  }
+  faults_.Count([&](const FaultSpec& spec) { return Matches(spec, op, path); },
+                [&](const FaultSpec& spec, uint64_t fired) {
+                  Apply(spec, fired, length, direct, &action);
+                });
   return action;
 }
 
@@ -372,7 +342,7 @@ void FaultInjectionState::AfterSyncDir(const std::string& dir) {
   const std::string normalized = WithoutTrailingSlashes(dir);
   MutexLock lock(&mu_);
   std::erase_if(unsynced_creations_,
-                [&normalized](const std::string& path) { return DirOf(path) == normalized; });
+                [&normalized](const std::string& path) { return DirName(path) == normalized; });
 }
 
 Status FaultInjectionState::RevertLocked(const std::string& path, FileState& state) {
@@ -417,27 +387,18 @@ Status FaultInjectionState::DropUnsyncedData() {
 
 namespace {
 
-class FaultFile final : public File {
+class FaultFile final : public FileWrapper {
  public:
   FaultFile(FaultInjectionState* state, std::unique_ptr<File> base)
-      : state_(state), base_(std::move(base)) {}
-
-  File* base() const { return base_.get(); }
-
-  const std::string& path() const override { return base_->path(); }
-  bool direct() const override { return base_->direct(); }
-  int fd() const override { return base_->fd(); }
+      : FileWrapper(std::move(base)), state_(state) {}
 
   Status ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read_bytes) override;
   Status WriteAt(uint64_t offset, std::span<const std::byte> src) override;
   Status Sync() override;
   Status Truncate(uint64_t size_bytes) override {
     KV_RETURN_IF_ERROR(state_->BeforeTruncate(path(), size_bytes));
-    return base_->Truncate(size_bytes);
+    return FileWrapper::Truncate(size_bytes);
   }
-  Status Allocate(uint64_t offset, uint64_t len) override { return base_->Allocate(offset, len); }
-  Result<uint64_t> Size() override { return base_->Size(); }
-  Status Close() override { return base_->Close(); }
 
  private:
   std::string Where(std::string_view what, uint64_t offset, size_t length) const {
@@ -446,7 +407,6 @@ class FaultFile final : public File {
   }
 
   FaultInjectionState* const state_;
-  const std::unique_ptr<File> base_;
 };
 
 Status FaultFile::ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read_bytes) {
@@ -455,7 +415,7 @@ Status FaultFile::ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read
   if (action.error_number != 0)
     return Injected(action.error_number, Where("read", offset, dst.size()));
   const std::span<std::byte> target = dst.first(action.keep_bytes.value_or(dst.size()));
-  KV_RETURN_IF_ERROR(base_->ReadAt(offset, target, read_bytes));
+  KV_RETURN_IF_ERROR(FileWrapper::ReadAt(offset, target, read_bytes));
   if (action.flip_bit.has_value()) FlipBit(dst.first(*read_bytes), *action.flip_bit);
   return Status::Ok();
 }
@@ -467,7 +427,7 @@ Status FaultFile::WriteAt(uint64_t offset, std::span<const std::byte> src) {
   }
   const std::span<const std::byte> prefix = src.first(action.keep_bytes.value_or(src.size()));
   KV_RETURN_IF_ERROR(state_->BeforeWrite(path(), offset, prefix.size()));
-  KV_RETURN_IF_ERROR(base_->WriteAt(offset, prefix));
+  KV_RETURN_IF_ERROR(FileWrapper::WriteAt(offset, prefix));
   if (prefix.size() < src.size()) {
     // WriteAt writes everything or fails: a torn write is a prefix on disk and an error here.
     return Injected(action.short_error_number, "short " + Where("write", offset, src.size()) +
@@ -479,8 +439,8 @@ Status FaultFile::WriteAt(uint64_t offset, std::span<const std::byte> src) {
 Status FaultFile::Sync() {
   const FaultAction action = state_->Decide(FaultOp::kSync, path(), 0, direct());
   if (action.error_number != 0) return Injected(action.error_number, "sync of " + path());
-  KV_RETURN_IF_ERROR(base_->Sync());
-  state_->AfterSync(path(), *base_);
+  KV_RETURN_IF_ERROR(FileWrapper::Sync());
+  state_->AfterSync(path(), *target());
   return Status::Ok();
 }
 
@@ -530,7 +490,7 @@ void FaultIoQueue::Stage(const IoRequest& request, size_t* staged) {
   const FaultAction action =
       state_->Decide(FaultOpOf(request.op), file->path(), request.length, file->direct());
   IoRequest base_request = request;
-  base_request.file = file->base();
+  base_request.file = file->target();
   if (request.op != IoOp::kSync) {
     base_request.length = action.keep_bytes.value_or(request.length);
   }
@@ -582,7 +542,7 @@ void FaultIoQueue::Finish(IoCompletion& c) {
   }
   if (c.status.ok() && s.request.op == IoOp::kSync) {
     auto* file = static_cast<FaultFile*>(s.request.file);
-    state_->AfterSync(file->path(), *file->base());
+    state_->AfterSync(file->path(), *file->target());
   }
   free_slots_.push_back(slot);
 }
@@ -612,9 +572,7 @@ Result<size_t> FaultIoQueue::Poll(std::span<IoCompletion> out, size_t min_comple
 // Env
 
 FaultInjectionEnv::FaultInjectionEnv(Env* base)
-    : base_(base), state_(std::make_unique<FaultInjectionState>(base)) {
-  KV_CHECK(base != nullptr);
-}
+    : EnvWrapper(base), state_(std::make_unique<FaultInjectionState>(base)) {}
 
 FaultInjectionEnv::~FaultInjectionEnv() = default;
 
@@ -631,49 +589,32 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
   const FaultAction action = state_->Decide(FaultOp::kOpen, path, 0, false);
   if (action.error_number != 0) return Injected(action.error_number, "open " + path);
   KV_ASSIGN_OR_RETURN(const bool existed, state_->BeforeOpen(path, options.mode));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> file, base_->OpenFile(path, options));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> file, target()->OpenFile(path, options));
   state_->AfterOpen(path, options.mode, existed);
   return std::unique_ptr<File>(std::make_unique<FaultFile>(state_.get(), std::move(file)));
 }
 
 Result<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(const IoQueueOptions& options) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, base_->NewIoQueue(options));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue, target()->NewIoQueue(options));
   return std::unique_ptr<IoQueue>(std::make_unique<FaultIoQueue>(state_.get(), std::move(queue)));
 }
 
-Status FaultInjectionEnv::CreateDirs(const std::string& path, uint32_t mode) {
-  return base_->CreateDirs(path, mode);
-}
-
-Result<std::vector<std::string>> FaultInjectionEnv::ListDir(const std::string& path) {
-  return base_->ListDir(path);
-}
-
 Status FaultInjectionEnv::RemoveFile(const std::string& path) {
-  KV_RETURN_IF_ERROR(base_->RemoveFile(path));
+  KV_RETURN_IF_ERROR(target()->RemoveFile(path));
   state_->AfterRemove(path);
   return Status::Ok();
 }
 
 Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {
-  KV_RETURN_IF_ERROR(base_->RenameFile(from, to));
+  KV_RETURN_IF_ERROR(target()->RenameFile(from, to));
   state_->AfterRename(from, to);
   return Status::Ok();
 }
 
 Status FaultInjectionEnv::SyncDir(const std::string& path) {
-  KV_RETURN_IF_ERROR(base_->SyncDir(path));
+  KV_RETURN_IF_ERROR(target()->SyncDir(path));
   state_->AfterSyncDir(path);
   return Status::Ok();
 }
-
-bool FaultInjectionEnv::FileExists(const std::string& path) { return base_->FileExists(path); }
-
-Result<uint64_t> FaultInjectionEnv::FreeSpaceBytes(const std::string& path) {
-  return base_->FreeSpaceBytes(path);
-}
-
-Clock* FaultInjectionEnv::clock() { return base_->clock(); }
-Logger* FaultInjectionEnv::logger() { return base_->logger(); }
 
 }  // namespace kvtier

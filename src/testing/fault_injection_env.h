@@ -34,6 +34,8 @@
 #include <vector>
 
 #include "env/env.h"
+#include "env/env_wrapper.h"
+#include "testing/armed_faults.h"
 
 namespace kvtier {
 
@@ -43,11 +45,6 @@ enum class FaultKind : uint8_t {
   kError = 0,          // The operation fails without doing anything.
   kShortTransfer = 1,  // Reads and writes move only a prefix.
   kBitFlip = 2,        // Reads return one bit flipped.
-};
-
-enum class FaultRepeat : uint8_t {
-  kOnce = 0,        // Only the Nth matching operation.
-  kEveryAfter = 1,  // The Nth and every matching operation after it.
 };
 
 enum class InjectedError : uint8_t { kIo = 0, kNoSpace = 1 };  // EIO, ENOSPC.
@@ -72,8 +69,6 @@ struct FaultSpec {
   uint64_t seed = 0;
 };
 
-using FaultId = uint64_t;
-
 // Operations seen since construction or ResetOpCounts, whether or not a fault fired. IoQueue
 // requests count like the File methods they mirror.
 struct FaultOpCounts {
@@ -85,7 +80,7 @@ struct FaultOpCounts {
 
 class FaultInjectionState;  // The shared state behind the env, its files and queues.
 
-class FaultInjectionEnv final : public Env {
+class FaultInjectionEnv final : public EnvWrapper {
  public:
   explicit FaultInjectionEnv(Env* base);
   ~FaultInjectionEnv() override;
@@ -109,23 +104,16 @@ class FaultInjectionEnv final : public Env {
   // creation was not made durable by SyncDir. Open Files stay usable afterwards.
   Status DropUnsyncedData();
 
-  // Env.
+  // Env: the calls that can fail by fault or change what survives a power loss. The rest
+  // (CreateDirs, ListDir, FileExists, FreeSpaceBytes, clock, logger) go to the base unchanged.
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override;
   Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override;
-  using Env::CreateDirs;
-  Status CreateDirs(const std::string& path, uint32_t mode) override;
-  Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Status RemoveFile(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& path) override;
-  bool FileExists(const std::string& path) override;
-  Result<uint64_t> FreeSpaceBytes(const std::string& path) override;
-  Clock* clock() override;
-  Logger* logger() override;
 
  private:
-  Env* const base_;
   std::unique_ptr<FaultInjectionState> state_;
 };
 

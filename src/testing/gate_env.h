@@ -3,7 +3,8 @@
 // of a tier's threads happens on every run instead of by luck.
 //
 // Thread safety: gates may be armed, passed and released from any thread. Ownership: the base
-// Env is borrowed and must outlive this env and its files.
+// Env is borrowed and must outlive this env and its files. Everything but the segment files'
+// Sync and ReadAt is forwarded unchanged (EnvWrapper, FileWrapper).
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "core/mutex.h"
 #include "env/env.h"
+#include "env/env_wrapper.h"
 
 namespace kvtier {
 
@@ -60,71 +62,38 @@ class Gate {
   Status result_ KV_GUARDED_BY(mu_);
 };
 
-// Decorator over the posix Env: segment files (".kvs") pass their Sync and ReadAt through gates.
-class GateEnv final : public Env {
+// Decorator over any Env: segment files (".kvs") pass their Sync and ReadAt through gates.
+class GateEnv final : public EnvWrapper {
  public:
-  explicit GateEnv(Env* base) : base_(base) {}
+  explicit GateEnv(Env* base) : EnvWrapper(base) {}
   Gate sync_gate;
   Gate read_gate;
 
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override {
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, base_->OpenFile(path, options));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, target()->OpenFile(path, options));
     if (path.find(".kvs") == std::string::npos) return f;
     return std::unique_ptr<File>(std::make_unique<GatedFile>(this, std::move(f)));
   }
-  Result<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& o) override {
-    return base_->NewIoQueue(o);
-  }
-  Status CreateDirs(const std::string& p, uint32_t mode) override {
-    return base_->CreateDirs(p, mode);
-  }
-  Result<std::vector<std::string>> ListDir(const std::string& p) override {
-    return base_->ListDir(p);
-  }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RenameFile(const std::string& a, const std::string& b) override {
-    return base_->RenameFile(a, b);
-  }
-  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  bool FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<uint64_t> FreeSpaceBytes(const std::string& p) override {
-    return base_->FreeSpaceBytes(p);
-  }
-  Clock* clock() override { return base_->clock(); }
-  Logger* logger() override { return base_->logger(); }
 
  private:
-  class GatedFile final : public File {
+  class GatedFile final : public FileWrapper {
    public:
-    GatedFile(GateEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
-    const std::string& path() const override { return f_->path(); }
-    bool direct() const override { return f_->direct(); }
-    int fd() const override { return f_->fd(); }
+    GatedFile(GateEnv* env, std::unique_ptr<File> f) : FileWrapper(std::move(f)), env_(env) {}
     Status ReadAt(uint64_t offset, std::span<std::byte> dst, size_t* read_bytes) override {
       std::optional<Status> gated = env_->read_gate.Pass();
       if (gated.has_value() && !gated->ok()) return *gated;
-      return f_->ReadAt(offset, dst, read_bytes);
-    }
-    Status WriteAt(uint64_t offset, std::span<const std::byte> src) override {
-      return f_->WriteAt(offset, src);
+      return FileWrapper::ReadAt(offset, dst, read_bytes);
     }
     Status Sync() override {
       std::optional<Status> gated = env_->sync_gate.Pass();
       if (gated.has_value() && !gated->ok()) return *gated;
-      return f_->Sync();
+      return FileWrapper::Sync();
     }
-    Status Truncate(uint64_t size_bytes) override { return f_->Truncate(size_bytes); }
-    Status Allocate(uint64_t offset, uint64_t len) override { return f_->Allocate(offset, len); }
-    Result<uint64_t> Size() override { return f_->Size(); }
-    Status Close() override { return f_->Close(); }
 
    private:
     GateEnv* const env_;
-    const std::unique_ptr<File> f_;
   };
-
-  Env* const base_;
 };
 
 }  // namespace kvtier
