@@ -19,25 +19,22 @@
 
 #include "core/assert.h"
 #include "engine/engine.h"
+#include "engine/engine_remote_test_util.h"
 #include "testing/test_util.h"
 #include "tiers/redis_test_util.h"
 
 namespace kvtier {
 namespace {
 
+using remote_test::kBlockTokens;
+using remote_test::kLayers;
+using remote_test::LoadAndCheck;
+using remote_test::Matched;
+using remote_test::Ns;
+using remote_test::SmallLayout;
+using remote_test::StoreChunks;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-
-constexpr uint32_t kLayers = 3;
-constexpr uint32_t kBlockTokens = 16;
-
-KvLayout SmallLayout() {
-  return {.layers = kLayers,
-          .kv_heads = 2,
-          .head_dim = 16,
-          .dtype = DType::kF16,
-          .block_tokens = kBlockTokens};
-}
 
 // The deployment key every node of these tests shares: values are sealed, as in production.
 RemoteKeyring TestKeyring() {
@@ -46,22 +43,10 @@ RemoteKeyring TestKeyring() {
   return std::move(ring).value();
 }
 
-// Deterministic, finite FP16 bytes of block (chunk_hash, layer).
-std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer, uint64_t bytes) {
-  return TestBlockPayload(chunk, layer, bytes);
-}
-
 std::vector<uint32_t> Tokens(uint32_t seed, size_t n) { return TestTokens(seed, n); }
 
 int64_t MillisSince(steady_clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count();
-}
-
-const TierStats* FindTier(const EngineStats& s, TierKind kind) {
-  for (const TierStats& t : s.tiers) {
-    if (t.kind == kind) return &t;
-  }
-  return nullptr;
 }
 
 class EngineRemoteTest : public ::testing::Test {
@@ -83,22 +68,8 @@ class EngineRemoteTest : public ::testing::Test {
   // remote tier on `endpoints`.
   EngineOptions NodeOptions(std::vector<std::string> endpoints, uint32_t host_blocks,
                             const std::string& ssd_name, KvLayout layout = SmallLayout()) {
-    EngineOptions o;
-    o.layout = layout;
-    o.model.name = "remote-test-model";
-    o.host.capacity_bytes = host_blocks * layout.BlockBytes();
-    o.host.huge_pages = HugePages::kOff;
-    o.host.lock = MemoryLock::kOff;
-    o.host.prefault = false;
-    if (!ssd_name.empty()) {
-      SsdTierOptions s;
-      s.dirs = {dir_->Join(ssd_name)};
-      s.segment_bytes = 1 * kMiB;
-      s.capacity_bytes = 16 * kMiB;
-      o.ssd = s;
-    }
-    o.write_policy = WritePolicy::kWriteThrough;
-    o.staging_buffers = 8;
+    EngineOptions o = remote_test::LocalNodeOptions(
+        host_blocks, ssd_name.empty() ? "" : dir_->Join(ssd_name), layout);
     RedisStoreOptions r{.endpoints = std::move(endpoints),
                         .connect_timeout_ms = 200,
                         .command_timeout_ms = 500,
@@ -110,64 +81,7 @@ class EngineRemoteTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<Engine> Open(const EngineOptions& o) {
-    Result<std::unique_ptr<Engine>> e = Engine::Open(o);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return e.ok() ? std::move(e).value() : nullptr;
-  }
-
-  static Namespace Ns(Engine& e, std::string_view salt) {
-    Result<Namespace> ns = e.MakeNamespace(salt);
-    EXPECT_TRUE(ns.ok());
-    return ns.ok() ? *ns : Namespace{};
-  }
-
-  // Stores the first `chunks` chunks of `tokens` and waits; the status of Store or Wait.
-  static Status StoreChunks(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
-                            size_t chunks) {
-    const KvLayout& layout = e.options().layout;
-    KV_ASSIGN_OR_RETURN(std::vector<Hash256> hashes,
-                        ChunkHashes(ns.digest, tokens, layout.block_tokens));
-    std::vector<std::vector<std::byte>> bufs;
-    for (size_t c = 0; c < chunks; ++c) {
-      for (uint32_t l = 0; l < layout.layers; ++l) {
-        bufs.push_back(Payload(hashes[c], l, layout.BlockBytes()));
-      }
-    }
-    std::vector<std::span<const std::byte>> src(bufs.begin(), bufs.end());
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src));
-    return h->Wait();
-  }
-
-  // Loads `chunks` chunks; per layer its status, with every byte of an OK layer checked.
-  static std::vector<Status> LoadAndCheck(Engine& e, const Namespace& ns,
-                                          std::span<const uint32_t> tokens, size_t chunks) {
-    const KvLayout& layout = e.options().layout;
-    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, layout.block_tokens);
-    EXPECT_TRUE(hashes.ok());
-    std::vector<std::vector<std::byte>> bufs(chunks * layout.layers,
-                                             std::vector<std::byte>(layout.BlockBytes()));
-    std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
-    Result<std::unique_ptr<LoadHandle>> h = e.Load(ns, tokens, dst);
-    EXPECT_TRUE(h.ok()) << h.status().ToString();
-    std::vector<Status> out(layout.layers, Status::Aborted("load not issued"));
-    if (!h.ok()) return out;
-    for (uint32_t l = 0; l < layout.layers; ++l) {
-      out[l] = (*h)->WaitLayer(l);
-      if (!out[l].ok()) continue;
-      for (size_t c = 0; c < chunks; ++c) {
-        EXPECT_TRUE(bufs[c * layout.layers + l] == Payload((*hashes)[c], l, layout.BlockBytes()))
-            << "chunk " << c << " layer " << l << " differs";
-      }
-    }
-    return out;
-  }
-
-  static size_t Matched(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens) {
-    Result<LookupResult> r = e.Lookup(ns, tokens);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->matched_tokens : 0;
-  }
+  static std::unique_ptr<Engine> Open(const EngineOptions& o) { return remote_test::OpenEngine(o); }
 
   ManualClock breaker_clock_;
   CapturingLogger logger_;
@@ -181,30 +95,7 @@ TEST_F(EngineRemoteTest, NodeBFindsAndLoadsWhatNodeAStored) {
   std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  const std::vector<uint32_t> tokens = Tokens(1, 4 * kBlockTokens + 5);
-  ASSERT_TRUE(StoreChunks(*a, Ns(*a, "tenant"), tokens, 4).ok());
-  EXPECT_EQ(FindTier(a->Stats(), TierKind::kRemote)->writebacks, 4u * kLayers);
-
-  const Namespace ns_b = Ns(*b, "tenant");
-  Result<LookupResult> r = b->Lookup(ns_b, tokens);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->matched_tokens, 4u * kBlockTokens);
-  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kRemote);
-  for (const Status& s : LoadAndCheck(*b, ns_b, tokens, 4)) EXPECT_TRUE(s.ok()) << s.ToString();
-
-  const EngineStats stats = b->Stats();
-  EXPECT_EQ(FindTier(stats, TierKind::kRemote)->hits, 4u * kLayers);
-  EXPECT_EQ(FindTier(stats, TierKind::kHost)->promotions, 4u * kLayers);
-  ASSERT_TRUE(stats.remote.has_value());
-  EXPECT_EQ(stats.remote->hits, 4u * kLayers);
-  EXPECT_EQ(stats.remote->breaker_state, BreakerState::kClosed);
-  // Promoted: the next lookup is served from B's own host memory.
-  r = b->Lookup(ns_b, tokens);
-  ASSERT_TRUE(r.ok());
-  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kHost);
-  // A partial remote prefix: a chunk only partly in Redis ends the match.
-  const std::vector<uint32_t> longer = Tokens(1, 6 * kBlockTokens);
-  EXPECT_EQ(Matched(*b, ns_b, longer), 4u * kBlockTokens);
+  remote_test::ExpectNodeBFindsWhatNodeAStored(*a, *b, 1);
 }
 
 TEST_F(EngineRemoteTest, TenantSaltsStayIsolatedAcrossNodes) {
@@ -238,14 +129,8 @@ TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
       SealedKeyName("kvt", TestKeyring(), BlockKey{.chunk_hash = (*hashes)[1], .layer = 1});
   ASSERT_TRUE(RedisRawCommand(server_->port(), {"SETRANGE", key, "300", "X"}).ok());
 
-  EXPECT_EQ(Matched(*b, ns, tokens), 2u * kBlockTokens) << "Exists does not verify values";
-  const std::vector<Status> layers = LoadAndCheck(*b, ns, tokens, 2);
-  EXPECT_TRUE(layers[0].ok()) << layers[0].ToString();
-  EXPECT_TRUE(layers[1].IsNotFound()) << layers[1].ToString();
-  EXPECT_TRUE(layers[2].ok()) << layers[2].ToString();
+  remote_test::ExpectOnlyTheDamagedLayerFailsClosed(*b, ns, tokens);
   const EngineStats stats = b->Stats();
-  EXPECT_EQ(stats.corrupt_blocks, 1u);
-  EXPECT_EQ(stats.load_failures, 1u);
   ASSERT_TRUE(stats.remote.has_value());
   EXPECT_EQ(stats.remote->auth_failures, 1u);  // Sealed: a flipped byte fails authentication.
 }
@@ -302,18 +187,7 @@ TEST_F(EngineRemoteTest, WriteBackPutsBlocksWhenEvictedAndOnFlush) {
   std::unique_ptr<Engine> b = Open(NodeOptions({server_->endpoint()}, 64, ""));
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  const Namespace ns = Ns(*a, "t");
-  const std::vector<uint32_t> first = Tokens(7, kBlockTokens);
-  const std::vector<uint32_t> second = Tokens(8, kBlockTokens);
-  ASSERT_TRUE(StoreChunks(*a, ns, first, 1).ok());
-  EXPECT_EQ(Matched(*b, ns, first), 0u) << "write-back: not remote before eviction";
-  ASSERT_TRUE(StoreChunks(*a, ns, second, 1).ok());  // Evicts `first` from A's only tier.
-  EXPECT_EQ(Matched(*b, ns, first), kBlockTokens);
-  for (const Status& s : LoadAndCheck(*b, ns, first, 1)) EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(Matched(*b, ns, second), 0u);
-  ASSERT_TRUE(a->Flush().ok());
-  EXPECT_EQ(Matched(*b, ns, second), kBlockTokens);
-  EXPECT_EQ(FindTier(a->Stats(), TierKind::kRemote)->writebacks, 2u * kLayers);
+  remote_test::ExpectWriteBackOnEvictionAndFlush(*a, *b, 7);
 }
 
 TEST_F(EngineRemoteTest, MultiMiBBlocksRoundTrip) {
