@@ -88,7 +88,16 @@ class Engine(_kvtier.Engine):
     """
 
     def __init__(self, **kwargs):
+        _check_engine_kwargs(kwargs)
         super().__init__(_kvtier._EngineArgs(**kwargs))
+
+    def store(self, ns, tokens, src, *args, **kwargs):
+        _check_block_dtype(self, src, "src")
+        return super().store(ns, tokens, src, *args, **kwargs)
+
+    def load(self, ns, tokens, dst):
+        _check_block_dtype(self, dst, "dst")
+        return super().load(ns, tokens, dst)
 
     def __enter__(self):
         return self
@@ -99,6 +108,75 @@ class Engine(_kvtier.Engine):
     def __repr__(self):
         state = "closed" if self.closed else "open"
         return f"<kvtier.Engine {self.layout} ({state})>"
+
+
+def _engine_arg_names():
+    """The keyword arguments of Engine, from the extension's own signature (one source)."""
+    import re
+
+    doc = _kvtier._EngineArgs.__init__.__doc__ or ""
+    signature = doc.split("\n", 1)[0]
+    return re.findall(r"[(,] \*?,? ?(\w+):", signature)
+
+
+_REQUIRED_ARGS = ("layout", "host_bytes")
+
+
+def _check_engine_kwargs(kwargs):
+    """Short, named errors instead of pybind11's whole signature: an unknown keyword (with the
+    closest known one), a missing required one, a negative size or count."""
+    import difflib
+
+    names = _engine_arg_names()
+    for key in kwargs:
+        if names and key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"Engine() got an unexpected keyword argument {key!r}{hint}")
+    for key in _REQUIRED_ARGS:
+        if key not in kwargs:
+            raise TypeError(f"Engine() missing required keyword argument {key!r}")
+    for key, value in kwargs.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0 and \
+                key != "numa_node":
+            raise ValueError(f"Engine(): {key} must be >= 0, got {value}")
+
+
+_NUMPY_DTYPES = {"f16": ("float16", "uint16", "int16"), "bf16": ("uint16", "int16", "bfloat16"),
+                 "f32": ("float32",)}
+
+
+def _check_block_dtype(engine, blocks, what):
+    """A numpy block buffer whose element type is not the layout's: say so by name."""
+    import re
+
+    arrays = blocks if isinstance(blocks, (list, tuple)) else [blocks]
+    match = re.search(r"dtype=(\w+)", engine.layout)
+    layout_dtype = match.group(1) if match else ""
+    for a in arrays:
+        dtype = getattr(a, "dtype", None)
+        if dtype is None or not hasattr(a, "__array_interface__"):
+            continue
+        allowed = _NUMPY_DTYPES.get(layout_dtype, ())
+        if str(dtype) not in allowed and str(dtype) != "uint8":
+            raise InvalidArgumentError(
+                f"{what}: a {dtype} array but the layout's dtype is {layout_dtype} (use "
+                f"{allowed[0] if allowed else 'the layout dtype'}, or kvtier.empty_blocks)")
+
+
+def _stats_repr(obj):
+    fields = [n for n in dir(obj) if not n.startswith("_") and not callable(getattr(obj, n))]
+    parts = []
+    for n in fields:
+        v = getattr(obj, n)
+        if isinstance(v, list):
+            continue
+        parts.append(f"{n}={v!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+for _cls in (_kvtier.EngineStats, _kvtier.TierStats, _kvtier.LookupResult):
+    _cls.__repr__ = _stats_repr
 
 
 def empty_blocks(engine, chunks):

@@ -1,0 +1,51 @@
+"""Goal: careless use of the Python module gets short errors that name the problem: a misspelled
+keyword (with the closest known one), a missing required one, a negative size (ValueError, not
+pybind11's whole signature as a TypeError), a block array of the wrong element type (named,
+rather than reported as a chunk-count problem); stats objects print their fields.
+Method: call kvtier.Engine and store with each mistake and check the exception type and message."""
+
+import numpy as np
+import pytest
+
+import kvtier
+
+LAYOUT = "layers=2,kv_heads=1,head_dim=16,dtype=f16,block_tokens=16"
+
+
+def test_misspelled_keyword_names_the_closest_one():
+    with pytest.raises(TypeError) as e:
+        kvtier.Engine(layout=LAYOUT, hots_bytes=1 << 20)
+    assert "'hots_bytes'" in str(e.value) and "'host_bytes'" in str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_missing_required_keyword():
+    with pytest.raises(TypeError, match="missing required keyword argument 'host_bytes'"):
+        kvtier.Engine(layout=LAYOUT)
+
+
+def test_negative_size_is_a_value_error():
+    with pytest.raises(ValueError, match="ssd_bytes must be >= 0, got -5"):
+        kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, ssd_bytes=-5)
+
+
+def test_wrong_element_type_is_named():
+    engine = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20)
+    ns = engine.make_namespace(salt="t")
+    with pytest.raises(kvtier.InvalidArgumentError, match="float32 array but the layout's dtype "
+                       "is f16"):
+        engine.store(ns, list(range(16)), np.zeros((1, 2, 2, 16, 1, 16), np.float32))
+    with pytest.raises(kvtier.InvalidArgumentError, match="float64 array"):
+        engine.load(ns, list(range(16)), np.zeros((1, 2, 2, 16, 1, 16), np.float64))
+    engine.close()
+
+
+def test_stats_print_their_fields():
+    engine = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20)
+    ns = engine.make_namespace(salt="t")
+    engine.store(ns, list(range(16)), kvtier.empty_blocks(engine, 1)).wait()
+    stats = engine.stats()
+    assert "store_blocks=2" in repr(stats)
+    assert repr(stats.tiers[0]).startswith("TierStats(") and "blocks=2" in repr(stats.tiers[0])
+    assert repr(engine.lookup(ns, list(range(16)))) == "LookupResult(matched_tokens=16)"
+    engine.close()
