@@ -116,7 +116,8 @@ class HostTier {
 struct NumaNodeInfo {
   int32_t node = 0;
   bool has_cpus = false;
-  uint64_t memory_bytes = 0;
+  uint64_t memory_bytes = 0;       // MemTotal.
+  uint64_t memory_free_bytes = 0;  // MemFree, when the node reports it.
 };
 Result<std::vector<NumaNodeInfo>> ListNumaNodes(const std::string& sysfs_root = "/sys");
 

@@ -49,15 +49,18 @@ int32_t ParseNodeName(std::string_view name) {
   return node;
 }
 
-// Finds "MemTotal:" in a node's meminfo ("Node 0 MemTotal:  24610028 kB") and returns bytes.
-Result<uint64_t> ParseMemTotal(const std::string& meminfo, const std::string& path) {
-  constexpr std::string_view kField = "MemTotal:";
-  const size_t at = meminfo.find(kField);
-  if (at == std::string::npos) return Status::Corruption(path + ": no MemTotal line");
-  const char* p = meminfo.c_str() + at + kField.size();
+// Finds `field` ("MemTotal:", "MemFree:") in a node's meminfo ("Node 0 MemTotal:  24610028 kB")
+// and returns bytes.
+Result<uint64_t> ParseMemField(const std::string& meminfo, std::string_view field,
+                               const std::string& path) {
+  const size_t at = meminfo.find(field);
+  if (at == std::string::npos) {
+    return Status::Corruption(path + ": no " + std::string(field) + " line");
+  }
+  const char* p = meminfo.c_str() + at + field.size();
   char* end = nullptr;
   const unsigned long long kib = std::strtoull(p, &end, 10);
-  if (end == p) return Status::Corruption(path + ": MemTotal has no number");
+  if (end == p) return Status::Corruption(path + ": " + std::string(field) + " has no number");
   return static_cast<uint64_t>(kib) * 1024;
 }
 
@@ -73,7 +76,9 @@ Result<NumaNodeInfo> ReadNode(const std::string& dir, int32_t node) {
   info.has_cpus = HasNonSpace(cpulist);
   const std::string meminfo_path = dir + "/meminfo";
   KV_ASSIGN_OR_RETURN(const std::string meminfo, ReadSmallFile(meminfo_path));
-  KV_ASSIGN_OR_RETURN(info.memory_bytes, ParseMemTotal(meminfo, meminfo_path));
+  KV_ASSIGN_OR_RETURN(info.memory_bytes, ParseMemField(meminfo, "MemTotal:", meminfo_path));
+  Result<uint64_t> free_bytes = ParseMemField(meminfo, "MemFree:", meminfo_path);
+  if (free_bytes.ok()) info.memory_free_bytes = *free_bytes;
   return info;
 }
 

@@ -80,6 +80,9 @@ std::unique_ptr<Command> MakeRunCommand(CLI::App* app);
 // cmd_chat.cc: multi-turn conversation from stdin; earlier turns are loaded from the cache.
 std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
 
+// cmd_numa.cc: NUMA nodes, CPU-less ones marked as CXL candidates, with free memory.
+std::unique_ptr<Command> MakeNumaCommand(CLI::App* app);
+
 // cmd_verify.cc: prints verify's problems on stdout, one a line (verify and repair share it).
 void PrintVerifyProblems(const std::vector<ssd::VerifyProblem>& problems);
 

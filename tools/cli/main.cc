@@ -39,7 +39,7 @@ namespace {
 constexpr CommandFactory kCommandFactories[] = {
     MakeDemoCommand,      MakeRunCommand,   MakeChatCommand,    MakeHashCommand,
     MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
-    MakeRepairCommand,    MakeClearCommand,
+    MakeRepairCommand,    MakeClearCommand,   MakeNumaCommand,
 };
 
 // "demo, run, chat, ...": the subcommands in --help's order.

@@ -181,6 +181,19 @@ expect_ok bench_reopen "\"recovered_checkpoint\": 300" "\"recovered_scan\": 300"
   "\"checkpoint_used\": true" -- bench ssd-reopen --dir "$TMP/bench" --blocks 300 --json
 [[ $(ls "$TMP/bench" | wc -l) -eq 1 ]] || fail "bench left directories behind: $(ls "$TMP/bench")"
 
+# numa: a fake sysfs tree with a CPU node and a CPU-less one (how a CXL expander shows up).
+mkdir -p "$TMP/sys/devices/system/node/node0" "$TMP/sys/devices/system/node/node1"
+echo "0-1" >"$TMP/sys/devices/system/node/node0/cpulist"
+printf 'Node 0 MemTotal: 8388608 kB\nNode 0 MemFree: 4194304 kB\n' \
+  >"$TMP/sys/devices/system/node/node0/meminfo"
+echo "" >"$TMP/sys/devices/system/node/node1/cpulist"
+printf 'Node 1 MemTotal: 16777216 kB\nNode 1 MemFree: 16000000 kB\n' \
+  >"$TMP/sys/devices/system/node/node1/meminfo"
+expect_ok numa "CXL candidate" "8.0 GiB" "4.0 GiB" -- numa --sysfs "$TMP/sys"
+expect_ok numa_json '"cxl_candidate": true' '"memory_free_bytes": 4294967296' -- \
+  numa --sysfs "$TMP/sys" --json
+expect_fail numa_no_sysfs "no NUMA information" numa --sysfs "$TMP/nope"
+
 # Bad SSD tool input.
 expect_fail inspect_missing "no such directory" inspect "$TMP/nope"
 expect_fail inspect_foreign "not a kvtier cache directory" inspect "$FIXTURES"
