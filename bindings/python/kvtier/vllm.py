@@ -299,6 +299,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._namespaces: dict[tuple, Any] = {}
             self._active_loads: list = []            # (LoadOp, PagedLoad)
             self._active_saves: list = []            # (SaveOp, PagedSave) gathering this step
+            self._saves_meta = None                  # The metadata _active_saves were made for
             self._pending_saves: list = []           # Committed, store in flight
             self._failed_pages: set[int] = set()
             self._stats_lock = threading.Lock()
@@ -572,7 +573,8 @@ class KvtierConnector(KVConnectorBase_V1):
         layer = self._layer_index.get(layer_name)
         if layer is None:
             return
-        if not self._active_saves:
+        if self._saves_meta is not meta:  # The step's first layer: make its saves once.
+            self._saves_meta = meta
             for op in meta.saves:
                 try:
                     self._active_saves.append((op, self._engine.save_pages(self._cache, op.pages,
@@ -595,6 +597,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._count(save_failures=1)
                 save.close()
         self._active_saves = []
+        self._saves_meta = None
         self._reap_saves(block=False)
         self._maybe_write_stats()
 
