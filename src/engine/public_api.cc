@@ -1,0 +1,462 @@
+// The public C++ API (include/kvtier/engine.h) over the internal Engine (engine/engine.h): options
+// converted once at Open, every call forwarded, results converted back. Behaviour is the internal
+// engine's; this file adds no logic beyond the conversions and the shared ownership below.
+#include "engine/public_api.h"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "codecs/codec_params.h"
+#include "core/block_key.h"
+#include "tiers/remote_crypto.h"
+
+namespace kvtier {
+namespace {
+
+// The public enums mirror the internal ones value for value, so conversions are casts.
+static_assert(static_cast<int>(api::DType::kF16) == static_cast<int>(DType::kF16));
+static_assert(static_cast<int>(api::DType::kBF16) == static_cast<int>(DType::kBF16));
+static_assert(static_cast<int>(api::DType::kF32) == static_cast<int>(DType::kF32));
+static_assert(static_cast<int>(api::WritePolicy::kWriteBack) ==
+              static_cast<int>(WritePolicy::kWriteBack));
+static_assert(static_cast<int>(api::WritePolicy::kWriteThrough) ==
+              static_cast<int>(WritePolicy::kWriteThrough));
+static_assert(static_cast<int>(api::DeviceBackend::kCuda) ==
+              static_cast<int>(DeviceBackend::kCuda));
+static_assert(static_cast<int>(api::DeviceBackend::kCpu) == static_cast<int>(DeviceBackend::kCpu));
+static_assert(static_cast<int>(api::SsdSync::kPeriodic) ==
+              static_cast<int>(SsdSyncMode::kPeriodic));
+static_assert(static_cast<int>(api::SsdSync::kPerBatch) ==
+              static_cast<int>(SsdSyncMode::kPerBatch));
+static_assert(static_cast<int>(api::Admission::kAfterRequests) ==
+              static_cast<int>(SsdAdmission::kAfterRequests));
+static_assert(static_cast<int>(api::Codec::kInt4) == static_cast<int>(codecs::CodecId::kInt4));
+static_assert(static_cast<int>(api::Codec::kShuffleZstd) ==
+              static_cast<int>(codecs::CodecId::kShuffleZstd));
+static_assert(static_cast<int>(api::HugePages::kIfAvailable) ==
+              static_cast<int>(HugePages::kIfAvailable));
+static_assert(static_cast<int>(api::MemoryLock::kRequired) ==
+              static_cast<int>(MemoryLock::kRequired));
+static_assert(static_cast<int>(api::IoBackend::kThreadPool) ==
+              static_cast<int>(IoBackend::kThreadPool));
+static_assert(static_cast<int>(api::DirectIo::kRequired) == static_cast<int>(DirectIo::kRequired));
+static_assert(static_cast<int>(api::RemoteMode::kCluster) == static_cast<int>(RedisMode::kCluster));
+static_assert(static_cast<int>(api::LogLevel::kError) == static_cast<int>(LogLevel::kError));
+static_assert(static_cast<int>(api::TierKind::kRemote) == static_cast<int>(TierKind::kRemote));
+static_assert(static_cast<int>(api::BreakerState::kHalfOpen) ==
+              static_cast<int>(BreakerState::kHalfOpen));
+static_assert(static_cast<int>(api::BlockPriority::kPinnedPrompt) ==
+              static_cast<int>(BlockPriority::kPinnedPrompt));
+
+// `value` cast to the internal enum `To`, or InvalidArgument naming `field` when it lies outside
+// [min, max] (a caller may cast any integer to a public enum).
+template <typename To, typename From>
+Status CastEnum(From value, From min, From max, std::string_view field, To* out) {
+  if (value < min || value > max) {
+    return Status::InvalidArgument(std::string(field) + " " +
+                                   std::to_string(static_cast<int>(value)) + " is out of range");
+  }
+  *out = static_cast<To>(value);
+  return Status::Ok();
+}
+
+Status ConvertKeys(const api::Keyring& in, const std::string& field,
+                   std::optional<RemoteKeyring>* out) {
+  if (!in.file.empty() && !in.text.empty()) {
+    return Status::InvalidArgument(field + ": set file or text, not both");
+  }
+  Result<RemoteKeyring> ring = Status::NotFound("no keys");
+  if (!in.file.empty()) {
+    ring = RemoteKeyring::LoadFile(in.file);
+  } else if (!in.text.empty()) {
+    ring = RemoteKeyring::Parse(in.text);
+  } else {
+    out->reset();
+    return Status::Ok();
+  }
+  if (!ring.ok()) return ring.status().WithContext(field);
+  *out = std::move(ring).value();
+  return Status::Ok();
+}
+
+Result<HostTierOptions> ConvertHost(const api::HostTierOptions& in, const std::string& field) {
+  HostTierOptions out;
+  out.name = field;
+  out.capacity_bytes = in.capacity_bytes;
+  out.numa_node = in.numa_node;
+  KV_RETURN_IF_ERROR(CastEnum(in.huge_pages, api::HugePages::kOff, api::HugePages::kIfAvailable,
+                              field + ".huge_pages", &out.huge_pages));
+  KV_RETURN_IF_ERROR(CastEnum(in.lock, api::MemoryLock::kOff, api::MemoryLock::kRequired,
+                              field + ".lock", &out.lock));
+  out.prefault = in.prefault;
+  return out;
+}
+
+Status ConvertSsdAdmission(const api::SsdTierOptions& in, SsdTierOptions* out) {
+  KV_RETURN_IF_ERROR(CastEnum(in.admission, api::Admission::kAlways,
+                              api::Admission::kAfterRequests, "ssd.admission", &out->admission));
+  out->admission_requests = in.admission_requests;
+  out->admission_slots = in.admission_slots;
+  out->write_budget_bytes_per_s = in.write_budget_bytes_per_s;
+  out->write_budget_burst_bytes = in.write_budget_burst_bytes;
+  return Status::Ok();
+}
+
+Result<SsdTierOptions> ConvertSsd(const api::SsdTierOptions& in) {
+  SsdTierOptions out;
+  out.dirs = in.dirs;
+  out.capacity_bytes = in.capacity_bytes;
+  out.segment_bytes = in.segment_bytes;
+  KV_RETURN_IF_ERROR(
+      CastEnum(in.sync, api::SsdSync::kNone, api::SsdSync::kPeriodic, "ssd.sync", &out.sync));
+  out.sync_interval_ms = in.sync_interval_ms;
+  out.checkpoint_interval_ms = in.checkpoint_interval_ms;
+  out.io_depth = in.io_depth;
+  KV_RETURN_IF_ERROR(CastEnum(in.io_backend, api::IoBackend::kAuto, api::IoBackend::kThreadPool,
+                              "ssd.io_backend", &out.io_backend));
+  KV_RETURN_IF_ERROR(CastEnum(in.direct_io, api::DirectIo::kOff, api::DirectIo::kRequired,
+                              "ssd.direct_io", &out.direct_io));
+  out.queue_jobs_max = in.queue_jobs_max;
+  out.staging_buffer_bytes = in.staging_buffer_bytes;
+  out.staging_buffers = in.staging_buffers;
+  out.write_stall_ms_max = in.write_stall_ms_max;
+  KV_RETURN_IF_ERROR(ConvertSsdAdmission(in, &out));
+  KV_RETURN_IF_ERROR(ConvertKeys(in.keys, "ssd.keys", &out.keyring));
+  out.file_mode = in.file_mode;
+  return out;
+}
+
+Result<RedisStoreOptions> ConvertRedis(const api::RemoteTierOptions& in) {
+  RedisStoreOptions out;
+  out.endpoints = in.endpoints;
+  KV_RETURN_IF_ERROR(CastEnum(in.mode, api::RemoteMode::kStandalone, api::RemoteMode::kCluster,
+                              "remote.mode", &out.mode));
+  out.user = in.user;
+  out.password = in.password;
+  out.connect_timeout_ms = in.connect_timeout_ms;
+  out.command_timeout_ms = in.command_timeout_ms;
+  out.breaker.failures_to_open = in.breaker_failures_to_open;
+  out.breaker.open_cooldown_us = in.breaker_open_cooldown_us;
+  out.redirects_max = in.redirects_max;
+  out.topology_refresh_interval_us = in.topology_refresh_interval_us;
+  out.key_prefix = in.key_prefix;
+  KV_RETURN_IF_ERROR(ConvertKeys(in.keys, "remote.keys", &out.keyring));
+  out.insecure_plaintext = in.insecure_plaintext;
+  return out;
+}
+
+Result<RemoteTierOptions> ConvertRemote(const api::RemoteTierOptions& in) {
+  RemoteTierOptions out;
+  KV_ASSIGN_OR_RETURN(out.redis, ConvertRedis(in));
+  KV_RETURN_IF_ERROR(CastEnum(in.write_policy, api::WritePolicy::kWriteThrough,
+                              api::WritePolicy::kWriteBack, "remote.write_policy",
+                              &out.write_policy));
+  KV_RETURN_IF_ERROR(CastEnum(in.admission, api::Admission::kAlways,
+                              api::Admission::kAfterRequests, "remote.admission", &out.admission));
+  out.admission_requests = in.admission_requests;
+  out.admission_slots = in.admission_slots;
+  out.write_budget_bytes_per_s = in.write_budget_bytes_per_s;
+  out.write_budget_burst_bytes = in.write_budget_burst_bytes;
+  out.promote_on_load = in.promote_on_load;
+  return out;
+}
+
+PredictionOptions ConvertPrediction(const api::PredictionOptions& in) {
+  return PredictionOptions{.enabled = in.enabled,
+                           .window = in.window,
+                           .successors_max = in.successors_max,
+                           .sessions_max = in.sessions_max,
+                           .session_chunks_max = in.session_chunks_max,
+                           .predict_k = in.predict_k,
+                           .blocks_max = in.blocks_max};
+}
+
+// The tiers: device, host, CXL, SSD, remote.
+Status ConvertTiers(const api::EngineOptions& in, EngineOptions* out) {
+  out->device.capacity_bytes = in.device.capacity_bytes;
+  out->device.copy_threads = in.device.copy_threads;
+  out->device.copy_queue_max = in.device.copy_queue_max;
+  KV_ASSIGN_OR_RETURN(out->host, ConvertHost(in.host, "host"));
+  KV_RETURN_IF_ERROR(CastEnum(in.device_backend, api::DeviceBackend::kAuto,
+                              api::DeviceBackend::kCuda, "device_backend", &out->device_backend));
+  out->cuda_device = in.cuda_device;
+  if (in.cxl.has_value()) {
+    KV_ASSIGN_OR_RETURN(out->cxl, ConvertHost(*in.cxl, "cxl"));
+  }
+  if (in.ssd.has_value()) {
+    KV_ASSIGN_OR_RETURN(out->ssd, ConvertSsd(*in.ssd));
+  }
+  if (in.remote.has_value()) {
+    KV_ASSIGN_OR_RETURN(out->remote, ConvertRemote(*in.remote));
+  }
+  return Status::Ok();
+}
+
+api::RemoteStats FromRemoteStats(const RemoteStoreStats& in) {
+  return api::RemoteStats{.gets = in.gets,
+                          .hits = in.hits,
+                          .misses = in.misses,
+                          .corrupt = in.corrupt,
+                          .mismatched = in.mismatched,
+                          .auth_failures = in.auth_failures,
+                          .puts = in.puts,
+                          .errors = in.errors,
+                          .timeouts = in.timeouts,
+                          .reconnects = in.reconnects,
+                          .breaker_trips = in.breaker_trips,
+                          .breakers_open = in.breakers_open,
+                          .breaker_state = static_cast<api::BreakerState>(in.breaker_state),
+                          .redirects_moved = in.redirects_moved,
+                          .redirects_ask = in.redirects_ask,
+                          .redirects_refused = in.redirects_refused,
+                          .topology_refreshes = in.topology_refreshes};
+}
+
+void FromPredictionStats(const EngineStats& in, api::EngineStats* out) {
+  out->prediction_accesses = in.prediction_accesses;
+  out->prediction_scored = in.prediction_scored;
+  out->prediction_hits = in.prediction_hits;
+  out->prediction_accuracy = in.prediction_accuracy;
+  out->prediction_promoted_blocks = in.prediction_promoted_blocks;
+  out->prediction_useful_blocks = in.prediction_useful_blocks;
+  out->hints = in.hints;
+  out->hint_promoted_blocks = in.hint_promoted_blocks;
+  out->hint_useful_blocks = in.hint_useful_blocks;
+  out->prediction_dropped_blocks = in.prediction_dropped_blocks;
+  out->prediction_sessions = in.prediction_sessions;
+  out->prediction_tasks_pending = in.prediction_tasks_pending;
+}
+
+}  // namespace
+
+namespace public_api {
+
+void FunctionLogger::Log(LogLevel level, std::string_view message) {
+  log_(static_cast<api::LogLevel>(level), message);
+}
+
+KvLayout ToKvLayout(const api::Layout& layout) {
+  return KvLayout{.layers = layout.layers,
+                  .kv_heads = layout.kv_heads,
+                  .head_dim = layout.head_dim,
+                  .dtype = static_cast<DType>(layout.dtype),
+                  .block_tokens = layout.block_tokens};
+}
+
+api::Layout FromKvLayout(const KvLayout& layout) {
+  return api::Layout{.layers = layout.layers,
+                     .kv_heads = layout.kv_heads,
+                     .head_dim = layout.head_dim,
+                     .dtype = static_cast<api::DType>(layout.dtype),
+                     .block_tokens = layout.block_tokens};
+}
+
+Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logger) {
+  EngineOptions out;
+  DType dtype;  // Checked here; ToKvLayout casts.
+  KV_RETURN_IF_ERROR(
+      CastEnum(in.layout.dtype, api::DType::kF16, api::DType::kF32, "layout.dtype", &dtype));
+  out.layout = ToKvLayout(in.layout);
+  out.model.name = in.model_name;
+  std::memcpy(out.model.weights_digest.data(), in.weights_digest.data(),
+              out.model.weights_digest.size());
+  static_assert(sizeof(in.weights_digest) == sizeof(out.model.weights_digest));
+  KV_RETURN_IF_ERROR(ConvertTiers(in, &out));
+  KV_RETURN_IF_ERROR(CastEnum(in.write_policy, api::WritePolicy::kWriteThrough,
+                              api::WritePolicy::kWriteBack, "write_policy", &out.write_policy));
+  out.writeback_dirty_fraction = in.writeback_dirty_fraction;
+  KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, api::Codec::kIdentity, api::Codec::kInt4,
+                              "ssd_codec.codec", &out.ssd_codec.codec));
+  out.ssd_codec.zstd_level = in.ssd_codec.zstd_level;
+  out.ssd_codec.group_size = in.ssd_codec.group_size;
+  out.default_ttl_ms = in.default_ttl_ms;
+  out.worker_threads = in.worker_threads;
+  out.sink_chunks = in.sink_chunks;
+  out.promote_on_load = in.promote_on_load;
+  out.prediction = ConvertPrediction(in.prediction);
+  out.staging_buffers = in.staging_buffers;
+  out.logger = logger;
+  return out;
+}
+
+api::EngineStats FromEngineStats(const EngineStats& in) {
+  api::EngineStats out;
+  out.lookups = in.lookups;
+  out.lookup_hit_tokens = in.lookup_hit_tokens;
+  out.lookup_tokens = in.lookup_tokens;
+  out.loads = in.loads;
+  out.load_blocks = in.load_blocks;
+  out.load_failures = in.load_failures;
+  out.stores = in.stores;
+  out.store_blocks = in.store_blocks;
+  out.busy_rejections = in.busy_rejections;
+  out.prefetches = in.prefetches;
+  out.prefetch_blocks = in.prefetch_blocks;
+  out.corrupt_blocks = in.corrupt_blocks;
+  for (const TierStats& t : in.tiers) {
+    out.tiers.push_back({.kind = static_cast<api::TierKind>(t.kind),
+                         .capacity_bytes = t.capacity_bytes,
+                         .used_bytes = t.used_bytes,
+                         .blocks = t.blocks,
+                         .hits = t.hits,
+                         .evictions = t.evictions,
+                         .writebacks = t.writebacks,
+                         .promotions = t.promotions,
+                         .write_failures = t.write_failures});
+  }
+  out.remote_put_errors = in.remote_put_errors;
+  out.remote_not_admitted = in.remote_not_admitted;
+  out.remote_over_budget = in.remote_over_budget;
+  out.remote_lookup_errors = in.remote_lookup_errors;
+  if (in.remote.has_value()) out.remote = FromRemoteStats(*in.remote);
+  out.background_writebacks = in.background_writebacks;
+  out.ratio_samples = in.ratio_samples;
+  out.ratio_cv_events = in.ratio_cv_events;
+  FromPredictionStats(in, &out);
+  return out;
+}
+
+}  // namespace public_api
+}  // namespace kvtier
+
+namespace kvtier::api {
+namespace {
+
+// The internal engine and what it borrows, shared by the Engine and its handles. Why shared: the
+// internal engine requires its Load and Store handles to be destroyed first, and the public API
+// lets an Engine go before its handles; the last owner destroys the engine, then the logger.
+struct EngineCore {
+  std::unique_ptr<public_api::FunctionLogger> logger;  // Borrowed by `engine`; declared first.
+  std::unique_ptr<kvtier::Engine> engine;
+  Layout layout;
+};
+
+kvtier::Namespace ToNamespace(const Namespace& ns) {
+  return kvtier::Namespace{.digest = ns.digest};
+}
+
+}  // namespace
+
+std::string_view TierKindName(TierKind kind) {
+  return kvtier::TierKindName(static_cast<kvtier::TierKind>(kind));
+}
+
+struct Engine::Impl {
+  std::shared_ptr<EngineCore> core;
+};
+struct LoadHandle::Impl {
+  std::shared_ptr<EngineCore> core;  // Declared first: outlives `handle`.
+  std::unique_ptr<kvtier::LoadHandle> handle;
+};
+struct StoreHandle::Impl {
+  std::shared_ptr<EngineCore> core;  // Declared first: outlives `handle`.
+  std::unique_ptr<kvtier::StoreHandle> handle;
+};
+struct PinHandle::Impl {
+  kvtier::PinHandle pin;  // May outlive the engine by itself.
+};
+
+LoadHandle::LoadHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LoadHandle::LoadHandle(LoadHandle&&) noexcept = default;
+LoadHandle& LoadHandle::operator=(LoadHandle&&) noexcept = default;
+LoadHandle::~LoadHandle() = default;
+Status LoadHandle::WaitLayer(uint32_t layer) { return impl_->handle->WaitLayer(layer); }
+bool LoadHandle::LayerReady(uint32_t layer) { return impl_->handle->LayerReady(layer); }
+Status LoadHandle::Wait() { return impl_->handle->Wait(); }
+size_t LoadHandle::chunks() const { return impl_->handle->chunks(); }
+
+StoreHandle::StoreHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreHandle::StoreHandle(StoreHandle&&) noexcept = default;
+StoreHandle& StoreHandle::operator=(StoreHandle&&) noexcept = default;
+StoreHandle::~StoreHandle() = default;
+Status StoreHandle::Wait() { return impl_->handle->Wait(); }
+bool StoreHandle::Done() { return impl_->handle->Done(); }
+size_t StoreHandle::chunks_stored() const { return impl_->handle->chunks_stored(); }
+
+PinHandle::PinHandle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PinHandle::PinHandle(PinHandle&&) noexcept = default;
+PinHandle& PinHandle::operator=(PinHandle&&) noexcept = default;
+PinHandle::~PinHandle() = default;
+size_t PinHandle::chunks() const { return impl_->pin.chunks(); }
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  auto core = std::make_shared<EngineCore>();
+  if (options.log) core->logger = std::make_unique<public_api::FunctionLogger>(options.log);
+  KV_ASSIGN_OR_RETURN(kvtier::EngineOptions internal,
+                      public_api::ToEngineOptions(options, core->logger.get()));
+  KV_ASSIGN_OR_RETURN(core->engine, kvtier::Engine::Open(internal));
+  core->layout = options.layout;
+  return std::make_unique<Engine>(std::make_unique<Impl>(Impl{.core = std::move(core)}));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+const Layout& Engine::layout() const { return impl_->core->layout; }
+uint64_t Engine::block_bytes() const { return impl_->core->layout.BlockBytes(); }
+DeviceBackend Engine::device_backend() const {
+  return static_cast<DeviceBackend>(impl_->core->engine->device_backend());
+}
+
+Result<Namespace> Engine::MakeNamespace(std::string_view salt,
+                                        std::span<const std::string> extra_keys) {
+  KV_ASSIGN_OR_RETURN(kvtier::Namespace ns, impl_->core->engine->MakeNamespace(salt, extra_keys));
+  return Namespace{.digest = ns.digest};
+}
+
+Result<LookupResult> Engine::Lookup(const Namespace& ns, std::span<const uint32_t> tokens,
+                                    const LookupOptions& options) {
+  KV_ASSIGN_OR_RETURN(
+      kvtier::LookupResult r,
+      impl_->core->engine->Lookup(ToNamespace(ns), tokens, {.session_id = options.session_id}));
+  LookupResult out{.matched_tokens = r.matched_tokens};
+  out.chunk_tiers.reserve(r.chunk_tiers.size());
+  for (kvtier::TierKind kind : r.chunk_tiers) {
+    out.chunk_tiers.push_back(static_cast<TierKind>(kind));
+  }
+  return out;
+}
+
+Result<LoadHandle> Engine::Load(const Namespace& ns, std::span<const uint32_t> tokens,
+                                std::span<const std::span<std::byte>> dst) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::LoadHandle> handle,
+                      impl_->core->engine->Load(ToNamespace(ns), tokens, dst));
+  return LoadHandle(std::make_unique<LoadHandle::Impl>(
+      LoadHandle::Impl{.core = impl_->core, .handle = std::move(handle)}));
+}
+
+Result<StoreHandle> Engine::Store(const Namespace& ns, std::span<const uint32_t> tokens,
+                                  std::span<const std::span<const std::byte>> src,
+                                  const StoreOptions& options) {
+  if (options.priority > BlockPriority::kPinnedPrompt) {
+    return Status::InvalidArgument("StoreOptions.priority is out of range");
+  }
+  const kvtier::StoreOptions internal{
+      .priority = static_cast<kvtier::BlockPriority>(options.priority), .ttl_ms = options.ttl_ms};
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::StoreHandle> handle,
+                      impl_->core->engine->Store(ToNamespace(ns), tokens, src, internal));
+  return StoreHandle(std::make_unique<StoreHandle::Impl>(
+      StoreHandle::Impl{.core = impl_->core, .handle = std::move(handle)}));
+}
+
+Status Engine::Prefetch(const Namespace& ns, std::span<const uint32_t> tokens) {
+  return impl_->core->engine->Prefetch(ToNamespace(ns), tokens);
+}
+
+Status Engine::Hint(const Namespace& ns, std::span<const uint32_t> tokens, uint64_t session_id) {
+  return impl_->core->engine->Hint(ToNamespace(ns), tokens, session_id);
+}
+
+Result<PinHandle> Engine::Pin(const Namespace& ns, std::span<const uint32_t> tokens) {
+  KV_ASSIGN_OR_RETURN(kvtier::PinHandle pin, impl_->core->engine->Pin(ToNamespace(ns), tokens));
+  return PinHandle(std::make_unique<PinHandle::Impl>(PinHandle::Impl{.pin = std::move(pin)}));
+}
+
+Status Engine::Flush() { return impl_->core->engine->Flush(); }
+
+EngineStats Engine::Stats() { return public_api::FromEngineStats(impl_->core->engine->Stats()); }
+
+}  // namespace kvtier::api
