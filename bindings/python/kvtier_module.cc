@@ -1250,6 +1250,9 @@ void Bind(py::module_& m) {
           "flush", [](PyEngine& self) { ThrowIfError(self.Get()->Flush()); }, NoGil())
       .def(
           "stats", [](PyEngine& self) { return self.Get()->Stats(); }, NoGil())
+      .def(
+          "metrics_text", [](PyEngine& self) { return self.Get()->MetricsText(); }, NoGil(),
+          "The engine's counters in the Prometheus text exposition format.")
       .def("close", &PyEngine::Close, NoGil());
 
   py::class_<EngineArgs>(m, "_EngineArgs")

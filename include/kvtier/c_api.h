@@ -380,6 +380,15 @@ KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);
 KVTIER_API kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine,
                                                kvtier_engine_stats_t* stats, kvtier_error_t* err);
 
+/* The engine's counters in the Prometheus text exposition format (per-tier hits, blocks, bytes,
+ * evictions, write-backs, failed writes; lookups, loads, stores, corrupt blocks; the remote
+ * tier's errors). Writes the text and a NUL into buf when `capacity` bytes hold them; *needed
+ * (when not NULL) gets the text's length plus one either way. A buffer too small is
+ * KVTIER_NO_SPACE with buf untouched: call again with *needed bytes. */
+KVTIER_API kvtier_status_t kvtier_metrics_text(kvtier_engine_t* engine, char* buf,
+                                               size_t capacity, size_t* needed,
+                                               kvtier_error_t* err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

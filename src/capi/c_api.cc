@@ -735,6 +735,21 @@ void kvtier_stats_init(kvtier_engine_stats_t* stats) {
   stats->struct_size = sizeof(*stats);
 }
 
+kvtier_status_t kvtier_metrics_text(kvtier_engine_t* engine, char* buf, size_t capacity,
+                                    size_t* needed, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    KV_RETURN_IF_ERROR(kvtier::CheckEngine(engine));
+    const std::string text = engine->engine->MetricsText();
+    if (needed != nullptr) *needed = text.size() + 1;
+    if (buf == nullptr || capacity < text.size() + 1) {
+      return Status::NoSpace("metrics text needs " + std::to_string(text.size() + 1) +
+                             " bytes; the buffer has " + std::to_string(buf ? capacity : 0));
+    }
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return Status::Ok();
+  });
+}
+
 kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats_t* stats,
                                     kvtier_error_t* err) {
   return Guard(err, [&]() -> Status {

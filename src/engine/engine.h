@@ -382,6 +382,8 @@ class Engine {
   // write-back blocks across restarts.
   virtual Status Flush() = 0;
   virtual EngineStats Stats() = 0;
+  // Stats() in the Prometheus text exposition format (engine_metrics.h).
+  std::string MetricsText();
   virtual const EngineOptions& options() const = 0;
   // The backend in use: kCpu or kCuda (what kAuto resolved to), never kAuto.
   virtual DeviceBackend device_backend() const = 0;

@@ -266,6 +266,19 @@ static void TestRoundTrip(void) {
   CHECK(stats.store_blocks == kChunks * kLayers);
   CHECK(stats.load_blocks >= (kChunks + 2) * kLayers);
   CHECK(stats.tier_count >= 2); /* host and SSD */
+  {
+    size_t needed = 0;
+    char small[8] = "keep";
+    CHECK(kvtier_metrics_text(engine, small, sizeof(small), &needed, &err) == KVTIER_NO_SPACE);
+    CHECK(strcmp(small, "keep") == 0 && needed > 100);
+    char* text = (char*)malloc(needed);
+    CHECK(text != NULL);
+    CHECK_OK(kvtier_metrics_text(engine, text, needed, &needed, &err));
+    CHECK(strlen(text) + 1 == needed);
+    CHECK(strstr(text, "# TYPE kvtier_tier_hits_total counter") != NULL);
+    CHECK(strstr(text, "kvtier_tier_blocks{tier=\"ssd\"}") != NULL);
+    free(text);
+  }
   stats.struct_size = 4;
   CHECK(kvtier_engine_stats(engine, &stats, &err) == KVTIER_INVALID_ARGUMENT);
   stats.struct_size = (size_t)1 << 40;

@@ -1,7 +1,8 @@
 """Goal: careless use of the Python module gets short errors that name the problem: a misspelled
 keyword (with the closest known one), a missing required one, a negative size (ValueError, not
 pybind11's whole signature as a TypeError), a block array of the wrong element type (named,
-rather than reported as a chunk-count problem); stats objects print their fields.
+rather than reported as a chunk-count problem); stats objects print their fields, and the
+Prometheus text carries them.
 Method: call kvtier.Engine and store with each mistake and check the exception type and message."""
 
 import numpy as np
@@ -48,4 +49,7 @@ def test_stats_print_their_fields():
     assert "store_blocks=2" in repr(stats)
     assert repr(stats.tiers[0]).startswith("TierStats(") and "blocks=2" in repr(stats.tiers[0])
     assert repr(engine.lookup(ns, list(range(16)))) == "LookupResult(matched_tokens=16)"
+    text = engine.metrics_text()
+    assert "# TYPE kvtier_tier_blocks gauge" in text
+    assert 'kvtier_tier_blocks{tier="host"} 2' in text
     engine.close()

@@ -146,7 +146,7 @@ Status ChatCommand::Chat() {
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // Blank line.
     KV_RETURN_IF_ERROR(Turn(*session, sampler, line));
   }
-  return Status::Ok();
+  return WriteMetricsFile(flags_, session->MetricsText());
 }
 
 }  // namespace

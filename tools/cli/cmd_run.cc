@@ -110,6 +110,7 @@ Status RunCommand::Generate() {
   Result<size_t> stored = session->StoreSequence(std::span(sequence).first(run_tokens));
   if (!stored.ok()) CacheFailed(stored.status());
   const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
+  KV_RETURN_IF_ERROR(WriteMetricsFile(flags_, session->MetricsText()));
   const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
   if (json_) {
     nlohmann::ordered_json tiers = nlohmann::ordered_json::object();

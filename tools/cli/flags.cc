@@ -120,6 +120,22 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
       ->check(WholeNumber(0, 1u << 20));
   c->add_option("--block-tokens", f->session.block_tokens, "Tokens per cached chunk")
       ->check(BlockTokens());
+  c->add_option("--metrics-file", f->metrics_file,
+                "Write the cache's counters here at exit (Prometheus text format)");
+}
+
+Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
+  if (f.metrics_file.empty()) return Status::Ok();
+  const std::string tmp = f.metrics_file + ".tmp";
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (out == nullptr) return Status::FromErrno(errno, "--metrics-file " + tmp);
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  const bool closed = std::fclose(out) == 0;
+  if (!wrote || !closed) return Status::FromErrno(errno, "--metrics-file " + tmp);
+  if (std::rename(tmp.c_str(), f.metrics_file.c_str()) != 0) {
+    return Status::FromErrno(errno, "--metrics-file " + f.metrics_file);
+  }
+  return Status::Ok();
 }
 
 Status FinishModelFlags(ModelFlags* f) {

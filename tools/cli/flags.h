@@ -31,6 +31,7 @@ struct ModelFlags {
   int64_t seed = 0;         // -1: a random seed, as in llama.cpp.
   std::string prompt;       // "-": read from stdin.
   std::string prompt_file;  // Read instead of --prompt.
+  std::string metrics_file;  // Where the engine's counters go at exit (Prometheus text).
 };
 
 // Declares the flags on `c` (run: with_prompt; chat reads its turns from stdin). Every flag's
@@ -40,5 +41,9 @@ void AddModelFlags(CLI::App* c, ModelFlags* flags, bool with_prompt, const char*
 // After parsing: resolves --seed -1, --prompt - and --prompt-file. InvalidArgument for a negative
 // seed other than -1, both --prompt and --prompt-file, or an unreadable prompt file.
 Status FinishModelFlags(ModelFlags* flags);
+
+// Writes `text` to flags.metrics_file (when set) through a temporary file and a rename, so a
+// collector never reads half a file.
+Status WriteMetricsFile(const ModelFlags& flags, const std::string& text);
 
 }  // namespace kvtier::cli

@@ -58,6 +58,8 @@ class LlmSession {
   static Result<std::unique_ptr<LlmSession>> Open(const LlmSessionOptions& options);
 
   const runtime::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The engine's counters in the Prometheus text format (engine/engine_metrics.h).
+  std::string MetricsText() { return engine_->MetricsText(); }
   const runtime::ModelConfig& config() const { return model_->config(); }
   uint32_t context_tokens() const { return context_tokens_; }
   std::string Description() const;

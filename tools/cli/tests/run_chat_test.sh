@@ -177,6 +177,16 @@ assert j["text"].startswith(sys.argv[2]), j["text"]
 assert j["cached_tokens"] > 0 and j["cached_chunks_per_tier"].get("ssd", 0) > 0, j
 assert j["persistent"] is True and j["stop"] in ("max_tokens", "end_of_text"), j
 PY
+# --metrics-file: the cache's counters in the Prometheus text format, written at exit.
+"$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --metrics-file "$TMP/metrics.prom" >/dev/null 2>&1 ||
+  fail "run --metrics-file: exit $?"
+grep -q '^# TYPE kvtier_tier_hits_total counter$' "$TMP/metrics.prom" &&
+  grep -q '^kvtier_tier_blocks{tier="host"} [1-9]' "$TMP/metrics.prom" ||
+  fail "run --metrics-file: $(head -c 400 "$TMP/metrics.prom" 2>&1)"
+echo "A dog." | "$KVTIER" chat -m "$GGUF" -n 4 --metrics-file "$TMP/chat.prom" >/dev/null 2>&1 ||
+  fail "chat --metrics-file: exit $?"
+grep -q '^kvtier_lookups_total [1-9]' "$TMP/chat.prom" || fail "chat --metrics-file: no lookups"
+
 # The context limit is said, not silent; without --cache-dir the stored chunks are said to vanish.
 "$KVTIER" run -m "$BIN" --tokenizer "$TOK" -n 500 -c 64 >/dev/null 2>"$TMP/err" || true
 grep -q "stopped at the context limit" "$TMP/err" || fail "context limit not said: $(cat "$TMP/err")"
