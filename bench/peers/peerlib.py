@@ -1,0 +1,432 @@
+"""Shared pieces of the peer benchmarks in bench/peers/: the project virtual environment, loopback
+services with a bounded life, statistics, the machine's own limits, and a plain SVG bar chart.
+
+Every peer script calls ensure_venv() first: it creates .venv-peers at the repository root with
+the system Python when absent, installs the peer from PyPI by name when it cannot be imported,
+and re-runs the script under that environment with kvtier's Python module on PYTHONPATH. Services
+(a Redis, a Mooncake master, ...) are started through Service: bound to 127.0.0.1 where the program
+allows it, wrapped in coreutils `timeout` so that none outlives --deadline-s even if this script
+dies, and stopped by process id when the script ends.
+
+Thread safety: single-threaded scripts; nothing here is shared across threads.
+"""
+
+import atexit
+import ctypes
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+VENV = REPO / ".venv-peers"
+VENV_PYTHON = VENV / "bin" / "python"
+SYSTEM_PYTHON = "/usr/bin/python3"
+KVTIER_PYTHON_DEFAULT = REPO / "build" / "python"
+KVTIER_CLI_DEFAULT = REPO / "build" / "tools" / "cli" / "kvtier"
+MODELS_DIR = REPO.parent / "shared" / "models"  # ../shared/models, relative to the repository root
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def log(msg: str) -> None:
+    """Progress goes to stderr so that --json keeps stdout to one JSON object."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_bytes(text: str) -> int:
+    """'256KiB' -> 262144; accepts KiB/MiB/GiB (and K/M/G as the same binary units) or a number."""
+    t = text.strip()
+    for suffix, mult in (("KiB", KIB), ("MiB", MIB), ("GiB", 1024 * MIB),
+                         ("K", KIB), ("M", MIB), ("G", 1024 * MIB)):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(t)
+
+
+def size_name(n: int) -> str:
+    if n % MIB == 0:
+        return f"{n // MIB}MiB"
+    if n % KIB == 0:
+        return f"{n // KIB}KiB"
+    return f"{n}B"
+
+
+# ---------------------------------------------------------------------------------------------
+# The virtual environment.
+
+def _venv_has(module: str) -> bool:
+    r = subprocess.run([str(VENV_PYTHON), "-c", f"import {module}"], capture_output=True)
+    return r.returncode == 0
+
+
+def ensure_venv(requirements: list[tuple[str, str]], kvtier_python: Path,
+                pip_env: dict[str, str] | None = None, note: str = "") -> None:
+    """Makes sure .venv-peers exists and imports every (module, pip spec) of `requirements`
+    (installing the missing ones by name from PyPI), then re-executes this script inside it with
+    `kvtier_python` first on PYTHONPATH. Returns only when already running inside the venv."""
+    kvtier_python = kvtier_python.resolve()
+    inside = Path(sys.prefix).resolve() == VENV.resolve()
+    if not inside:
+        if not VENV_PYTHON.exists():
+            log(f"peers: creating {VENV.relative_to(REPO)} with {SYSTEM_PYTHON} -m venv")
+            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(VENV)], check=True)
+        for module, spec in requirements:
+            if _venv_has(module):
+                continue
+            log(f"peers: installing {spec} into {VENV.relative_to(REPO)} (pip install {spec})"
+                + (f"; {note}" if note else ""))
+            env = dict(os.environ, **(pip_env or {}))
+            r = subprocess.run([str(VENV_PYTHON), "-m", "pip", "install", spec], env=env)
+            if r.returncode != 0 or not _venv_has(module):
+                sys.exit(f"peers: could not install {spec} (pip exit {r.returncode}); "
+                         f"see pip's output above")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(kvtier_python)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        os.execve(str(VENV_PYTHON), [str(VENV_PYTHON), *sys.argv], env)
+    if str(kvtier_python) not in sys.path:
+        sys.path.insert(0, str(kvtier_python))
+
+
+def package_version(dist: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loopback services with a bounded life.
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class Service:
+    """One child process (its own session), alive at most `deadline_s` seconds, stopped by pid."""
+
+    _live: list["Service"] = []
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, deadline_s: int,
+                 env: dict[str, str] | None = None, cwd: Path | None = None):
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        # `timeout` bounds the process even if this script is killed before stopping it.
+        full = ["timeout", "--kill-after=5", str(deadline_s), *argv]
+        self.proc = subprocess.Popen(full, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                     start_new_session=True)
+        Service._live.append(self)
+
+    def wait_ready(self, port: int, timeout_s: float = 20.0) -> None:
+        if not wait_port(port, timeout_s, self.proc):
+            tail = self.log_tail()
+            self.stop()
+            raise RuntimeError(f"{self.name} did not listen on 127.0.0.1:{port}:\n{tail}")
+
+    def program_pid(self) -> int | None:
+        """The wrapped program's pid (the child of `timeout`)."""
+        try:
+            kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            return int(kids[0]) if kids else None
+        except OSError:
+            return None
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the wrapped program has used so far (all its threads)."""
+        pid = self.program_pid()
+        return proc_cpu_s(pid) if pid else float("nan")
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # `timeout` forwards SIGTERM to its child
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+        if self in Service._live:
+            Service._live.remove(self)
+
+
+def proc_cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_s() -> float:
+    """CPU seconds of this process, every thread included."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+@atexit.register
+def _stop_all() -> None:
+    for s in list(Service._live):
+        s.stop()
+
+
+def redis_command(port: int, *args: str) -> bytes:
+    """One RESP command on a fresh loopback connection; returns the raw reply (first read)."""
+    parts = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"".join(parts))
+        return s.recv(65536)
+
+
+def start_redis(run_dir: Path, deadline_s: int) -> tuple[Service, int]:
+    port = free_port()
+    svc = Service("redis-server",
+                  ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--protected-mode", "yes",
+                   "--dir", str(run_dir)],
+                  run_dir / "redis.log", deadline_s)
+    svc.wait_ready(port)
+    return svc, port
+
+
+def redis_version() -> str:
+    r = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics.
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def percentile(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100): with n samples p99 is the largest when n < 100."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100.0 * len(s)) - 1))
+    return s[k]
+
+
+def ratio(a: float, b: float) -> float | None:
+    if not b or math.isnan(a) or math.isnan(b):
+        return None
+    return round(a / b, 3)
+
+
+def rounded(x, digits: int = 3):
+    if isinstance(x, float):
+        return None if math.isnan(x) else round(x, digits)
+    if isinstance(x, dict):
+        return {k: rounded(v, digits) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v, digits) for v in x]
+    return x
+
+
+def dump_json(obj) -> str:
+    return json.dumps(rounded(obj), indent=1, sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine's own limits, measured in the same run since the machine may be shared.
+
+def memcpy_gbps(size_bytes: int, seconds: float = 0.3) -> float:
+    """Single-thread memmove of `size_bytes` between two warm buffers, median of 5 bursts."""
+    src = bytearray(os.urandom(size_bytes))
+    dst = bytearray(size_bytes)
+    ps = ctypes.addressof((ctypes.c_char * size_bytes).from_buffer(src))
+    pd = ctypes.addressof((ctypes.c_char * size_bytes).from_buffer(dst))
+    ctypes.memmove(pd, ps, size_bytes)
+    rates = []
+    for _ in range(5):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            ctypes.memmove(pd, ps, size_bytes)
+            n += 1
+            dt = time.perf_counter() - t0
+            if dt >= seconds / 5:
+                break
+        rates.append(n * size_bytes / dt / 1e9)
+    return median(rates)
+
+
+def direct_read_ms(path: Path, block_bytes: int) -> float:
+    """Reads the whole file once with O_DIRECT (no page cache), `block_bytes` per read, one read
+    in flight: what the device itself takes to hand over these bytes. NaN where O_DIRECT is
+    refused (tmpfs, for one)."""
+    import mmap
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return float("nan")
+    try:
+        buf = mmap.mmap(-1, block_bytes)  # page-aligned, as O_DIRECT needs
+        t0 = time.perf_counter()
+        offset = 0
+        while True:
+            n = os.preadv(fd, [buf], offset)
+            offset += n
+            if n < block_bytes:
+                break
+        return (time.perf_counter() - t0) * 1e3
+    except OSError:
+        return float("nan")
+    finally:
+        os.close(fd)
+
+
+def _tcp_sink(port_queue, total_bytes: int) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port_queue.put(srv.getsockname()[1])
+    conn, _ = srv.accept()
+    buf = bytearray(4 * MIB)
+    view = memoryview(buf)
+    got = 0
+    while got < total_bytes:
+        n = conn.recv_into(view)
+        if n == 0:
+            break
+        got += n
+    conn.sendall(b"k")
+    conn.close()
+    srv.close()
+
+
+def loopback_tcp_gbps(total_bytes: int = 256 * MIB, chunk_bytes: int = MIB) -> float:
+    """One TCP stream on 127.0.0.1 between two processes: the ceiling of any loopback store that
+    moves each value once through the kernel."""
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_tcp_sink, args=(q, total_bytes), daemon=True)
+    p.start()
+    port = q.get(timeout=30)
+    data = bytes(chunk_bytes)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < total_bytes:
+            s.sendall(data)
+            sent += chunk_bytes
+        s.recv(1)
+        dt = time.perf_counter() - t0
+    p.join(timeout=10)
+    return sent / dt / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# A plain SVG grouped bar chart (no plotting library needed).
+
+def svg_bars(title: str, groups: list[str], series: dict[str, list[float | None]], unit: str,
+             note: str = "", log_scale: bool = False, width: int = 900) -> str:
+    """groups along x, one bar per series in each group; values may be None (not measured)."""
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    height, left, right, top, bottom = 440, 70, 20, 50, 110
+    plot_w, plot_h = width - left - right, height - top - bottom
+    vals = [v for vs in series.values() for v in vs if v]
+    vmax = max(vals) if vals else 1.0
+    vmin = min(vals) if vals else 1.0
+
+    def y_of(v: float) -> float:
+        if log_scale:
+            lo, hi = math.log10(vmin) - 0.2, math.log10(vmax) + 0.1
+            return top + plot_h * (1 - (math.log10(v) - lo) / (hi - lo))
+        return top + plot_h * (1 - v / (vmax * 1.1))
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{title}</text>',
+           f'<line x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}" '
+           f'stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>',
+           f'<text x="16" y="{top + plot_h / 2}" transform="rotate(-90 16 {top + plot_h / 2})" '
+           f'text-anchor="middle">{unit}{" (log scale)" if log_scale else ""}</text>']
+    ticks = []
+    if log_scale:
+        e = math.floor(math.log10(vmin) - 0.2)
+        while 10 ** e <= vmax * 1.3:
+            ticks += [m * 10.0 ** e for m in (1, 2, 5)]
+            e += 1
+    else:
+        step = 10 ** math.floor(math.log10(vmax * 1.1 / 4)) if vmax > 0 else 1
+        while vmax * 1.1 / step > 8:
+            step *= 2
+        ticks = [i * step for i in range(0, int(vmax * 1.1 / step) + 1)]
+    for t in ticks:
+        y = y_of(t) if (t > 0 or not log_scale) else None
+        if y is None or y < top - 1 or y > top + plot_h + 1:
+            continue
+        out.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{t:g}</text>')
+    n_series = len(series)
+    group_w = plot_w / max(1, len(groups))
+    bar_w = group_w * 0.8 / max(1, n_series)
+    for gi, g in enumerate(groups):
+        gx = left + gi * group_w
+        out.append(f'<text x="{gx + group_w / 2:.1f}" y="{top + plot_h + 16}" '
+                   f'text-anchor="middle">{g}</text>')
+        for si, (name, vs) in enumerate(series.items()):
+            v = vs[gi]
+            if not v:
+                continue
+            x = gx + group_w * 0.1 + si * bar_w
+            y = y_of(v)
+            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" '
+                       f'height="{top + plot_h - y:.1f}" fill="{colors[si % len(colors)]}"/>')
+            label = f"{v:.3g}"
+            out.append(f'<text x="{x + bar_w / 2 - 1:.1f}" y="{y - 3:.1f}" text-anchor="middle" '
+                       f'font-size="9">{label}</text>')
+    lx, ly = left, height - 68
+    for si, name in enumerate(series):
+        item_w = 16 + 7 * len(name) + 20
+        if lx + item_w > width - right and lx > left:  # wrap the legend
+            lx, ly = left, ly + 18
+        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" '
+                   f'fill="{colors[si % len(colors)]}"/>')
+        out.append(f'<text x="{lx + 16}" y="{ly + 10}">{name}</text>')
+        lx += item_w
+    if note:
+        out.append(f'<text x="{left}" y="{height - 15}" font-size="10">{note}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
