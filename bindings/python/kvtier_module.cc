@@ -793,19 +793,8 @@ Status InvalidChoice(const char* what, const std::string& value, const char* cho
 }
 
 Result<codecs::CodecParams> ParseCodec(const std::string& name, int level, uint32_t group) {
-  codecs::CodecParams params;
-  if (name == "identity") {
-    params = codecs::CodecParams::Identity();
-  } else if (name == "shuffle-zstd") {
-    params = codecs::CodecParams::ShuffleZstd(level == 0 ? 1 : level);
-  } else if (name == "int8") {
-    params = codecs::CodecParams::Int8(group == 0 ? 32 : group, level);
-  } else if (name == "int4") {
-    params = codecs::CodecParams::Int4(group == 0 ? 32 : group, level);
-  } else {
-    return InvalidChoice("ssd_codec", name, "identity, shuffle-zstd, int8, int4");
-  }
-  KV_RETURN_IF_ERROR(params.Validate().WithContext("ssd_codec"));
+  Result<codecs::CodecParams> params = codecs::ParseCodecParams(name, level, group);
+  if (!params.ok()) return params.status().WithContext("ssd_codec");
   return params;
 }
 

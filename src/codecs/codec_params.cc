@@ -70,4 +70,22 @@ std::string CodecParams::ToString() const {
          ", group_size=" + std::to_string(group_size) + "}";
 }
 
+Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_t group) {
+  CodecParams params;
+  if (name == "identity") {
+    params = CodecParams::Identity();
+  } else if (name == "shuffle-zstd") {
+    params = CodecParams::ShuffleZstd(level == 0 ? 1 : level);
+  } else if (name == "int8") {
+    params = CodecParams::Int8(group == 0 ? 32 : group, level);
+  } else if (name == "int4") {
+    params = CodecParams::Int4(group == 0 ? 32 : group, level);
+  } else {
+    return Status::InvalidArgument("codec '" + name +
+                                   "' is not one of identity, shuffle-zstd, int8, int4");
+  }
+  KV_RETURN_IF_ERROR(params.Validate());
+  return params;
+}
+
 }  // namespace kvtier::codecs

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvtier/result.h"
 #include "kvtier/status.h"
 
 namespace kvtier::codecs {
@@ -63,5 +64,11 @@ struct CodecParams {
 
   friend bool operator==(const CodecParams&, const CodecParams&) = default;
 };
+
+// A codec by name as the APIs spell it ("identity", "shuffle-zstd", "int8", "int4"), with its zstd
+// level (0: the codec's default: 1 for shuffle-zstd, none after quantization) and quantization
+// group (0: 32). InvalidArgument naming the choices, or the bad field.
+Result<CodecParams> ParseCodecParams(const std::string& name, int zstd_level = 0,
+                                     uint32_t group_size = 0);
 
 }  // namespace kvtier::codecs

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "byte_size.h"
 #include "command.h"
 
 namespace kvtier::cli {
@@ -112,9 +113,28 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
           },
           "INT (-1: random)"));
   c->add_option("--cache-dir", f->session.cache_dir,
-                "SSD tier directory: cached prompt prefixes persist across runs");
+                "SSD tier directory: cached prompt prefixes persist across runs")
+      ->envname("KVTIER_CACHE_DIR");
   c->add_option("--salt", f->session.salt,
-                "Tenant salt: runs with different salts share nothing");
+                "Tenant salt: runs with different salts share nothing")
+      ->envname("KVTIER_SALT");
+  c->add_option("--host-bytes", f->host_bytes_text,
+                "Host memory tier (0: twice the context's KV, at least 16 MiB)")
+      ->envname("KVTIER_HOST_BYTES");
+  c->add_option("--ssd-bytes", f->ssd_bytes_text, "SSD tier capacity under --cache-dir")
+      ->envname("KVTIER_SSD_BYTES");
+  c->add_option("--codec", f->session.codec, "How blocks are encoded on the SSD and in Redis")
+      ->check(CLI::IsMember({"identity", "shuffle-zstd", "int8", "int4"}))
+      ->envname("KVTIER_CODEC");
+  c->add_option("--redis", f->session.redis,
+                "The shared Redis tier: HOST:PORT[,HOST:PORT...] (with --remote-key-file)")
+      ->envname("KVTIER_REDIS");
+  c->add_option("--remote-key-file", f->session.remote_key_file,
+                "Deployment keys (mode 0600) that seal values in Redis (docs/security.md)")
+      ->envname("KVTIER_REMOTE_KEY_FILE");
+  c->add_flag("--remote-insecure-plaintext", f->session.remote_insecure_plaintext,
+              "Keep values in Redis unencrypted and unauthenticated (anyone who reaches the "
+              "Redis can read and forge them)");
   c->add_option("-c,--context", f->session.context_tokens,
                 "Positions per sequence (0: the model's seq_len, at most 4096)")
       ->check(WholeNumber(0, 1u << 20));
@@ -140,6 +160,13 @@ Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
 
 Status FinishModelFlags(ModelFlags* f) {
   f->session.log_level = CliLogLevel();
+  if (!f->host_bytes_text.empty()) {
+    KV_ASSIGN_OR_RETURN(f->session.host_bytes, ParseBytes("--host-bytes", f->host_bytes_text));
+  }
+  if (!f->ssd_bytes_text.empty()) {
+    KV_ASSIGN_OR_RETURN(f->session.ssd_capacity_bytes,
+                        ParseBytes("--ssd-bytes", f->ssd_bytes_text));
+  }
   if (f->seed == -1) {
     std::random_device rd;
     f->sampler.seed = (uint64_t{rd()} << 32) | rd();

@@ -4,8 +4,10 @@
 //                         says "not in range" even for "abc")
 //   Number(lo, hi)        the same for real numbers
 //   BlockTokens()         a multiple of 16 from 16 to 1024 (core/limits.h's rule for a chunk)
-//   ModelFlags            the flags of `run` and `chat` (model, prompt, sampling, cache), with the
-//                         short forms llama.cpp users type: -m -p -f -n -c -s --temp
+//   ModelFlags            the flags of `run` and `chat` (model, prompt, sampling, cache tiers:
+//                         host memory, SSD, codec, Redis), with the short forms llama.cpp users
+//                         type (-m -p -f -n -c -s --temp) and KVTIER_* environment variables for
+//                         the cache settings (a flag wins over its variable)
 //
 // Thread safety: single-threaded (the CLI's main thread). The validators are values.
 #pragma once
@@ -32,6 +34,8 @@ struct ModelFlags {
   std::string prompt;       // "-": read from stdin.
   std::string prompt_file;  // Read instead of --prompt.
   std::string metrics_file;  // Where the engine's counters go at exit (Prometheus text).
+  std::string host_bytes_text;  // --host-bytes, parsed by FinishModelFlags.
+  std::string ssd_bytes_text;   // --ssd-bytes.
 };
 
 // Declares the flags on `c` (run: with_prompt; chat reads its turns from stdin). Every flag's

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "codecs/codec_params.h"
 #include "core/sha256.h"
 #include "runtime/model_loader.h"
 #include "runtime/runtime_limits.h"
@@ -32,8 +33,9 @@ Hash256 WeightsDigest(const runtime::ModelWeights& weights) {
   return h.Finish();
 }
 
-EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout& layout,
-                                uint32_t context_tokens, const Hash256& digest, Logger* logger) {
+Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const KvLayout& layout,
+                                        uint32_t context_tokens, const Hash256& digest,
+                                        Logger* logger) {
   // The host tier holds at least two full contexts, so one Store of a whole conversation
   // (all or nothing) always finds slots. It scales with the context, never with the model's
   // declared maximum: the default context is capped (kDefaultContextTokensMax), and a longer one
@@ -44,6 +46,16 @@ EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout
   o.layout = layout;
   o.model = {.name = "kvtier-cli", .weights_digest = digest};
   o.host.capacity_bytes = std::max<uint64_t>(16 * kMiB, 2 * context_bytes);
+  if (options.host_bytes != 0) {
+    if (options.host_bytes < 2 * context_bytes) {
+      return Status::InvalidArgument(
+          "--host-bytes " + std::to_string(options.host_bytes) + " is less than twice the KV of "
+          "the context (" + std::to_string(2 * context_bytes) + " bytes for " +
+          std::to_string(context_tokens) + " tokens): lower --context or raise --host-bytes");
+    }
+    o.host.capacity_bytes = options.host_bytes;
+  }
+  KV_ASSIGN_OR_RETURN(o.ssd_codec, codecs::ParseCodecParams(options.codec));
   if (!options.cache_dir.empty()) {
     o.ssd = SsdTierOptions{.dirs = {options.cache_dir},
                            .capacity_bytes = options.ssd_capacity_bytes,
@@ -52,6 +64,25 @@ EngineOptions MakeEngineOptions(const LlmSessionOptions& options, const KvLayout
     // Every stored block also reaches the SSD at once, so the next process finds it even if
     // this one is killed before closing the engine.
     o.write_policy = WritePolicy::kWriteThrough;
+  }
+  if (!options.redis.empty()) {
+    if (options.remote_key_file.empty() && !options.remote_insecure_plaintext) {
+      return Status::InvalidArgument(
+          "--redis needs --remote-key-file (deployment keys that encrypt and authenticate the "
+          "values; docs/security.md), or --remote-insecure-plaintext for a Redis nobody else "
+          "can reach");
+    }
+    RedisStoreOptions redis;
+    for (size_t at = 0; at <= options.redis.size();) {
+      const size_t comma = std::min(options.redis.find(',', at), options.redis.size());
+      if (comma > at) redis.endpoints.push_back(options.redis.substr(at, comma - at));
+      at = comma + 1;
+    }
+    if (!options.remote_key_file.empty()) {
+      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(options.remote_key_file));
+    }
+    redis.insecure_plaintext = options.remote_insecure_plaintext;
+    o.remote = RemoteTierOptions{.redis = std::move(redis)};
   }
   o.logger = logger;
   return o;
@@ -96,8 +127,9 @@ Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& op
   }
   const KvLayout layout = config.KvLayoutFor(options.block_tokens);
   KV_RETURN_IF_ERROR(layout.Validate().WithContext("--block-tokens"));
-  KV_ASSIGN_OR_RETURN(s->engine_, Engine::Open(MakeEngineOptions(
-                                      options, layout, s->context_tokens_, digest, &s->logger_)));
+  KV_ASSIGN_OR_RETURN(EngineOptions engine_options,
+                      MakeEngineOptions(options, layout, s->context_tokens_, digest, &s->logger_));
+  KV_ASSIGN_OR_RETURN(s->engine_, Engine::Open(engine_options));
   KV_ASSIGN_OR_RETURN(s->ns_, s->engine_->MakeNamespace(options.salt));
   KV_ASSIGN_OR_RETURN(s->kv_, runtime::InMemoryKvBlocks::Create(layout, s->context_tokens_));
   s->has_ssd_ = !options.cache_dir.empty();

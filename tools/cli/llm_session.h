@@ -48,6 +48,12 @@ struct LlmSessionOptions {
   uint32_t context_tokens = 0;  // Positions a sequence may use; 0: the model's seq_len, at
                                 // most kDefaultContextTokensMax.
   uint64_t ssd_capacity_bytes = uint64_t{1} << 30;
+  uint64_t host_bytes = 0;      // Host tier; 0: twice the context's KV, at least 16 MiB.
+  std::string codec = "identity";  // How blocks are encoded on the SSD and in Redis.
+  // The shared Redis tier: "host:port[,host:port...]" (empty: none), and its deployment keys.
+  std::string redis;
+  std::string remote_key_file;
+  bool remote_insecure_plaintext = false;
   LogLevel log_level = LogLevel::kWarn;  // Engine log lines below it are dropped.
 };
 

@@ -187,6 +187,35 @@ echo "A dog." | "$KVTIER" chat -m "$GGUF" -n 4 --metrics-file "$TMP/chat.prom" >
   fail "chat --metrics-file: exit $?"
 grep -q '^kvtier_lookups_total [1-9]' "$TMP/chat.prom" || fail "chat --metrics-file: no lookups"
 
+# Cache settings as flags and KVTIER_* variables: codec, sizes; --redis shares the prompt's chunks
+# with a process that has no SSD tier.
+rm -rf "$TMP/codec-cache"
+KVTIER_CODEC=shuffle-zstd "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --cache-dir "$TMP/codec-cache" \
+  --ssd-bytes 64m --host-bytes 32MiB >/dev/null 2>&1 || fail "run --codec/--ssd-bytes: exit $?"
+KVTIER_CACHE_DIR="$TMP/codec-cache" "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --json \
+  >"$TMP/codec.json" 2>"$TMP/err" || fail "run KVTIER_CACHE_DIR: exit $?: $(cat "$TMP/err")"
+grep -q '"ssd": [1-9]' "$TMP/codec.json" || fail "KVTIER_CACHE_DIR: no SSD chunks: $(cat "$TMP/codec.json")"
+expect_fail host_bytes_small "less than twice the KV" run -m "$GGUF" -p x --host-bytes 1k
+expect_fail redis_without_key "--remote-key-file" run -m "$GGUF" -p x --redis 127.0.0.1:1
+if command -v redis-server >/dev/null; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
+    >/dev/null 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  python3 -c 'import secrets; print("1 " + secrets.token_hex(32))' >"$TMP/remote.keys"
+  chmod 600 "$TMP/remote.keys"
+  "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --redis "127.0.0.1:$port" \
+    --remote-key-file "$TMP/remote.keys" >/dev/null 2>&1 || fail "run --redis (store): exit $?"
+  "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --redis "127.0.0.1:$port" \
+    --remote-key-file "$TMP/remote.keys" --json >"$TMP/redis.json" 2>"$TMP/err" ||
+    fail "run --redis (load): exit $?: $(cat "$TMP/err")"
+  grep -q '"remote": [1-9]' "$TMP/redis.json" || fail "run --redis: no remote chunks: $(cat "$TMP/redis.json")"
+  kill "$redis_pid"; wait "$redis_pid" 2>/dev/null
+elif [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
+  fail "redis-server is missing; KVTIER_REQUIRE_RESOURCES=1 makes a missing resource fail"
+fi
+
 # The context limit is said, not silent; without --cache-dir the stored chunks are said to vanish.
 "$KVTIER" run -m "$BIN" --tokenizer "$TOK" -n 500 -c 64 >/dev/null 2>"$TMP/err" || true
 grep -q "stopped at the context limit" "$TMP/err" || fail "context limit not said: $(cat "$TMP/err")"
