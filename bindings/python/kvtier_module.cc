@@ -1204,17 +1204,19 @@ void Bind(py::module_& m) {
           py::arg("first_chunk"), py::arg("chunks"))
       .def(
           "save_pages",
-          [](PyEngine& self, const PyPagedCache& cache, std::vector<int32_t> pages, size_t chunks) {
+          [](PyEngine& self, const PyPagedCache& cache, std::vector<int32_t> pages, size_t chunks,
+             size_t first_chunk) {
             std::shared_ptr<Engine> engine = self.Get();
             std::unique_ptr<PagedSave> save;
             {
               py::gil_scoped_release release;
-              save = ValueOrThrow(PagedSave::Create(cache.cache(), std::move(pages), chunks));
+              save = ValueOrThrow(
+                  PagedSave::Create(cache.cache(), std::move(pages), chunks, first_chunk));
             }
             return std::make_unique<PyPagedSave>(std::move(engine), std::move(save),
                                                  cache.owners());
           },
-          py::arg("cache"), py::arg("pages"), py::arg("chunks"))
+          py::arg("cache"), py::arg("pages"), py::arg("chunks"), py::arg("first_chunk") = 0)
       .def(
           "prefetch",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {

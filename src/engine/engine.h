@@ -219,6 +219,11 @@ struct LookupResult {
 struct StoreOptions {
   BlockPriority priority = BlockPriority::kNormal;
   uint64_t ttl_ms = 0;  // 0: the engine's default_ttl_ms. Measured on env->clock()'s wall time.
+  // The chunk src starts at: src holds chunks [first_chunk, first_chunk + src.size() / layers) of
+  // `tokens` (their keys still chain over every token before them). For a caller that knows the
+  // leading chunks are cached (it just loaded them) and need not copy them again. A chunk stored
+  // without its predecessors is only found once they are cached too: Lookup matches prefixes.
+  size_t first_chunk = 0;
 };
 
 // Completion of a Load: per-layer readiness.
@@ -353,8 +358,9 @@ class Engine {
   virtual Result<std::unique_ptr<LoadHandle>> Load(const Namespace& ns,
                                                    std::span<const uint32_t> tokens,
                                                    std::span<const std::span<std::byte>> dst) = 0;
-  // Stores the first src.size() / layers full chunks of `tokens`. Blocks already cached (in any
-  // tier, the SSD included) or being stored by another call are skipped. All or nothing: Busy,
+  // Stores the first src.size() / layers full chunks of `tokens` (from options.first_chunk on).
+  // Blocks already cached (in any tier, the SSD included) or being stored by another call are
+  // skipped. All or nothing: Busy,
   // with nothing stored, when memory slots cannot be had (every slot pinned or in flight); so
   // one call takes at most as many new blocks as the memory tiers have slots together.
   // Write-back: new blocks are dirty and reach the SSD when evicted, on Flush, or when the

@@ -157,12 +157,18 @@ Result<std::unique_ptr<StoreHandle>> EngineImpl::Store(
   const uint32_t layers = options_.layout.layers;
   KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
-  KV_RETURN_IF_ERROR(ValidateStoreArgs(options_.layout, chunks.size(), src));
+  if (options.first_chunk > chunks.size()) {
+    return Status::InvalidArgument("first_chunk " + std::to_string(options.first_chunk) +
+                                   " is beyond the " + std::to_string(chunks.size()) +
+                                   " full chunks of tokens");
+  }
+  KV_RETURN_IF_ERROR(ValidateStoreArgs(options_.layout, chunks.size() - options.first_chunk, src));
   if (options.ttl_ms > kTtlMsMax) {
     return Status::InvalidArgument("ttl_ms=" + std::to_string(options.ttl_ms) + ": at most " +
                                    std::to_string(kTtlMsMax) + " ms");
   }
-  const std::vector<BlockKey> keys = KeysOf(chunks, src.size() / layers);
+  const std::vector<BlockKey> keys =
+      KeysOf(std::span<const Hash256>(chunks).subspan(options.first_chunk), src.size() / layers);
   std::vector<StoreItem> items;
   {
     MutexLock lock(&mu_);

@@ -444,6 +444,34 @@ TEST_F(EngineTest, PinsPreventEvictionAndAllPinnedStoreIsBusy) {
   EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
 }
 
+// StoreOptions::first_chunk: a suffix is stored under the keys of its position (chained over every
+// token before it); it is found once its predecessors are cached, and a load returns its bytes.
+TEST_F(EngineTest, StoreFromAChunkStoresTheSuffixUnderItsOwnKeys) {
+  std::unique_ptr<Engine> e = OpenOrDie(Options(0, 16, false));
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = *e->MakeNamespace("t", {});
+  const std::vector<uint32_t> tokens = Tokens(31, 3 * kBlockTokens);
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+  ASSERT_TRUE(hashes.ok());
+  std::vector<std::vector<std::byte>> suffix;
+  for (size_t c = 1; c < 3; ++c) {
+    for (uint32_t l = 0; l < kLayers; ++l) suffix.push_back(Payload((*hashes)[c], l));
+  }
+  std::vector<std::span<const std::byte>> src(suffix.begin(), suffix.end());
+  Result<std::unique_ptr<StoreHandle>> h = e->Store(ns, tokens, src, {.first_chunk = 1});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ((*h)->chunks_stored(), 2u);
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, 0u);  // Chunk 0 is missing: no prefix.
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens, 1).ok());
+  EXPECT_EQ(e->Lookup(ns, tokens)->matched_tokens, 3 * kBlockTokens);
+  for (const Status& s : LoadAndCheck(*e, ns, tokens, 3)) EXPECT_TRUE(s.ok()) << s.ToString();
+
+  // A first chunk past the tokens, or spans past their full chunks, are refused by name.
+  EXPECT_FALSE(e->Store(ns, tokens, src, {.first_chunk = 4}).ok());
+  EXPECT_FALSE(e->Store(ns, tokens, src, {.first_chunk = 2}).ok());
+}
+
 TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
   auto e = OpenOrDie(Options(2, 2 * kLayers, true));
   ASSERT_NE(e, nullptr);

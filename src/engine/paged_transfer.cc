@@ -6,19 +6,19 @@
 namespace kvtier {
 namespace {
 
-// Staging for `chunks` chunks of every layer, as spans indexed [chunk * layers + layer].
-Status AllocateBlocks(const KvLayout& layout, size_t chunks, AlignedBuffer* staging,
+// Staging for `chunks` chunks of every layer (from the cache's pool), as spans indexed
+// [chunk * layers + layer].
+Status AllocateBlocks(const PagedKvCache& cache, size_t chunks, AlignedBuffer* staging,
                       std::vector<std::span<std::byte>>* blocks) {
+  const KvLayout& layout = cache.layout();
   const uint64_t block_bytes = layout.BlockBytes();
   const size_t count = chunks * layout.layers;
   if (count == 0) return Status::InvalidArgument("no chunks to move");
-  Result<AlignedBuffer> buffer = AlignedBuffer::Allocate(count * block_bytes);
-  if (!buffer.ok()) return buffer.status();
-  *staging = std::move(*buffer);
+  KV_ASSIGN_OR_RETURN(*staging, cache.AcquireStaging(count * block_bytes));
   blocks->clear();
   blocks->reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    blocks->push_back(staging->span().subspan(i * block_bytes, block_bytes));
+    blocks->push_back(staging->capacity_span().subspan(i * block_bytes, block_bytes));
   }
   return Status::Ok();
 }
@@ -54,6 +54,36 @@ Result<std::shared_ptr<const PagedKvCache>> PagedKvCache::Create(std::vector<Pag
   return std::shared_ptr<const PagedKvCache>(new PagedKvCache(std::move(layers), layout));
 }
 
+Result<AlignedBuffer> PagedKvCache::AcquireStaging(size_t bytes) const {
+  {
+    MutexLock lock(&staging_mu_);
+    // The smallest kept buffer that is large enough.
+    size_t best = staging_.size();
+    for (size_t i = 0; i < staging_.size(); ++i) {
+      if (staging_[i].capacity() >= bytes &&
+          (best == staging_.size() || staging_[i].capacity() < staging_[best].capacity())) {
+        best = i;
+      }
+    }
+    if (best != staging_.size()) {
+      AlignedBuffer b = std::move(staging_[best]);
+      staging_.erase(staging_.begin() + static_cast<std::ptrdiff_t>(best));
+      return b;
+    }
+  }
+  return AlignedBuffer::Allocate(bytes);
+}
+
+void PagedKvCache::ReleaseStaging(AlignedBuffer buffer) const {
+  if (buffer.capacity() == 0) return;
+  MutexLock lock(&staging_mu_);
+  size_t kept = buffer.capacity();
+  for (const AlignedBuffer& b : staging_) kept += b.capacity();
+  if (staging_.size() < kStagingKept && kept <= kStagingKeptBytes) {
+    staging_.push_back(std::move(buffer));
+  }  // Otherwise freed here.
+}
+
 Status PagedKvCache::CheckPages(std::span<const int32_t> pages, size_t chunks) const {
   if (pages.size() < chunks * pages_per_chunk()) {
     return Status::InvalidArgument(std::to_string(chunks) + " chunks need " +
@@ -84,7 +114,7 @@ Result<std::unique_ptr<PagedLoad>> PagedLoad::Start(Engine& engine,
   std::unique_ptr<PagedLoad> load(new PagedLoad());
   load->first_chunk_ = first_chunk;
   load->chunks_ = chunks;
-  KV_RETURN_IF_ERROR(AllocateBlocks(cache->layout(), chunks, &load->staging_, &load->blocks_));
+  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks, &load->staging_, &load->blocks_));
   Result<std::unique_ptr<LoadHandle>> handle = engine.Load(ns, tokens, load->blocks_);
   if (!handle.ok()) return handle.status();
   load->handle_ = std::move(*handle);
@@ -95,7 +125,10 @@ Result<std::unique_ptr<PagedLoad>> PagedLoad::Start(Engine& engine,
   return load;
 }
 
-PagedLoad::~PagedLoad() { handle_.reset(); }
+PagedLoad::~PagedLoad() {
+  handle_.reset();  // Waits for the engine's copies into the staging.
+  if (cache_) cache_->ReleaseStaging(std::move(staging_));
+}
 
 Status PagedLoad::WaitLayer(uint32_t layer) {
   if (layer >= done_.size()) {
@@ -130,18 +163,27 @@ Status PagedLoad::Wait() {
 }
 
 Result<std::unique_ptr<PagedSave>> PagedSave::Create(std::shared_ptr<const PagedKvCache> cache,
-                                                     std::vector<int32_t> pages, size_t chunks) {
+                                                     std::vector<int32_t> pages, size_t chunks,
+                                                     size_t first_chunk) {
+  if (first_chunk >= chunks) {
+    return Status::InvalidArgument("nothing to save: first chunk " + std::to_string(first_chunk) +
+                                   " of " + std::to_string(chunks));
+  }
   KV_RETURN_IF_ERROR(cache->CheckPages(pages, chunks));
   std::unique_ptr<PagedSave> save(new PagedSave());
   save->chunks_ = chunks;
-  KV_RETURN_IF_ERROR(AllocateBlocks(cache->layout(), chunks, &save->staging_, &save->blocks_));
+  save->first_chunk_ = first_chunk;
+  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks - first_chunk, &save->staging_, &save->blocks_));
   save->gathered_.assign(cache->layout().layers, 0);
   save->cache_ = std::move(cache);
   save->pages_ = std::move(pages);
   return save;
 }
 
-PagedSave::~PagedSave() { handle_.reset(); }
+PagedSave::~PagedSave() {
+  handle_.reset();  // Waits for the store, which reads the staging.
+  if (cache_) cache_->ReleaseStaging(std::move(staging_));
+}
 
 Status PagedSave::GatherLayer(uint32_t layer) {
   if (layer >= gathered_.size()) {
@@ -151,14 +193,16 @@ Status PagedSave::GatherLayer(uint32_t layer) {
   if (handle_) return Status::Aborted("the save was committed");
   if (gathered_[layer] != 0) return Status::Ok();
   const uint32_t layers = cache_->layout().layers;
+  const size_t n = chunks_ - first_chunk_;
   std::vector<std::span<std::byte>> dst;
-  dst.reserve(chunks_);
-  for (size_t c = 0; c < chunks_; ++c) dst.push_back(blocks_[c * layers + layer]);
+  dst.reserve(n);
+  for (size_t c = 0; c < n; ++c) dst.push_back(blocks_[c * layers + layer]);
+  const uint32_t ppb = cache_->pages_per_chunk();
   const std::span<const int32_t> table =
-      std::span<const int32_t>(pages_).first(chunks_ * cache_->pages_per_chunk());
+      std::span<const int32_t>(pages_).subspan(first_chunk_ * ppb, n * ppb);
   KV_RETURN_IF_ERROR(GatherPages(cache_->layer(layer), cache_->layout().block_tokens, table, dst));
   gathered_[layer] = 1;
-  bytes_gathered_ += chunks_ * cache_->layout().BlockBytes();
+  bytes_gathered_ += n * cache_->layout().BlockBytes();
   return Status::Ok();
 }
 
@@ -167,7 +211,9 @@ Status PagedSave::Commit(Engine& engine, const Namespace& ns, std::span<const ui
   if (handle_) return Status::Aborted("the save was committed");
   for (uint32_t l = 0; l < gathered_.size(); ++l) KV_RETURN_IF_ERROR(GatherLayer(l));
   std::vector<std::span<const std::byte>> src(blocks_.begin(), blocks_.end());
-  Result<std::unique_ptr<StoreHandle>> handle = engine.Store(ns, tokens, src, options);
+  StoreOptions from = options;
+  from.first_chunk = first_chunk_;
+  Result<std::unique_ptr<StoreHandle>> handle = engine.Store(ns, tokens, src, from);
   if (!handle.ok()) return handle.status();
   handle_ = std::move(*handle);
   return Status::Ok();

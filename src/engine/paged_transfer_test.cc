@@ -139,6 +139,44 @@ TEST_F(PagedTransferTest, SavedPagesComeBackBitForBitAfterARestart) {
   }
 }
 
+// A save from a chunk on (the request loaded the chunks before it) copies and stores only the
+// new chunks; the whole prefix is then found and loads back bit for bit.
+TEST_F(PagedTransferTest, ASaveFromAChunkCopiesOnlyTheNewChunks) {
+  std::unique_ptr<Engine> engine = Open(/*ssd=*/false);
+  ASSERT_NE(engine, nullptr);
+  const Namespace ns = *engine->MakeNamespace("tenant", {});
+  const std::vector<uint32_t> tokens = TestTokens(9, 4 * kPageTokens);
+  CpuCache src(0);
+  src.Randomize(3);
+  const std::vector<int32_t> pages{4, 7, 1, 10};
+  std::shared_ptr<const PagedKvCache> cache = src.Describe();
+  Result<std::unique_ptr<PagedSave>> first = PagedSave::Create(cache, pages, 2);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->Commit(*engine, ns, tokens).ok());
+  ASSERT_TRUE((*first)->Wait().ok());
+  Result<std::unique_ptr<PagedSave>> rest = PagedSave::Create(cache, pages, 4, /*first_chunk=*/2);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  ASSERT_TRUE((*rest)->Commit(*engine, ns, tokens).ok());
+  ASSERT_TRUE((*rest)->Wait().ok());
+  EXPECT_EQ((*rest)->bytes_gathered(), 2ull * kLayers * Layout().BlockBytes());
+  EXPECT_EQ((*rest)->chunks_stored(), 2u);
+  ASSERT_EQ(engine->Lookup(ns, tokens)->matched_tokens, 4u * kPageTokens);
+
+  CpuCache dst(0);
+  const std::vector<int32_t> dst_pages{0, 1, 2, 3};
+  Result<std::unique_ptr<PagedLoad>> load =
+      PagedLoad::Start(*engine, dst.Describe(), ns, tokens, dst_pages, 0, 4);
+  ASSERT_TRUE(load.ok());
+  ASSERT_TRUE((*load)->Wait().ok());
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (size_t c = 0; c < 4; ++c) {
+      EXPECT_EQ(dst.Page(l, static_cast<uint32_t>(c)), src.Page(l, static_cast<uint32_t>(pages[c])))
+          << "layer " << l << " chunk " << c;
+    }
+  }
+  EXPECT_FALSE(PagedSave::Create(cache, pages, 4, 4).ok());  // Nothing new.
+}
+
 TEST_F(PagedTransferTest, ALoadOfUncachedChunksIsRefusedAndWritesNothing) {
   std::unique_ptr<Engine> engine = Open(/*ssd=*/false);
   ASSERT_NE(engine, nullptr);
@@ -153,6 +191,26 @@ TEST_F(PagedTransferTest, ALoadOfUncachedChunksIsRefusedAndWritesNothing) {
   }
   for (uint32_t l = 0; l < kLayers; ++l)
     for (uint16_t x : dst.layers[l]) ASSERT_EQ(x, 1);
+}
+
+// Staging buffers come back for the next load or save (no fresh page faults), the smallest that
+// fits first.
+TEST_F(PagedTransferTest, StagingBuffersAreReused) {
+  CpuCache cpu(0);
+  std::shared_ptr<const PagedKvCache> cache = cpu.Describe();
+  Result<AlignedBuffer> big = cache->AcquireStaging(1 << 20);
+  Result<AlignedBuffer> small = cache->AcquireStaging(64 << 10);
+  ASSERT_TRUE(big.ok() && small.ok());
+  const std::byte* big_data = big->data();
+  const std::byte* small_data = small->data();
+  cache->ReleaseStaging(std::move(*big));
+  cache->ReleaseStaging(std::move(*small));
+  Result<AlignedBuffer> again = cache->AcquireStaging(32 << 10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), small_data);  // The smallest that fits.
+  Result<AlignedBuffer> again_big = cache->AcquireStaging(512 << 10);
+  ASSERT_TRUE(again_big.ok());
+  EXPECT_EQ(again_big->data(), big_data);
 }
 
 TEST_F(PagedTransferTest, MismatchedCachesAndPagesAreRefused) {

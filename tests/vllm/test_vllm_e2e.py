@@ -129,6 +129,9 @@ def test_2_store(work):
     # The first prompt stores its chunks; the others share the first 5 and store the rest.
     assert st["saves"] == 3, st
     assert st["stored_chunks"] >= 7, st
+    # Only the chunks kvtier did not have are copied out: 7, then 8 - 5 and 9 - 5 (the 5 shared
+    # chunks were a kvtier hit).
+    assert st["saved_chunks"] == 7 + 3 + 4, st
     assert st["loads"] == 0 or st["loaded_tokens"] > 0, st
 
 
@@ -140,7 +143,8 @@ def test_3_restart_loads_from_ssd_and_matches(work):
     assert out[:3] == work["baseline"], "tokens after a kvtier load differ from the baseline"
     assert out[3] == work["baseline"][0]
     st = stats(s)
-    assert st["loads"] == 3, st          # The salted prompt loaded nothing.
+    assert st["loads"] == 3, st          # The salted prompt loaded nothing...
+    assert st["saved_chunks"] == 7, st   # ...and was stored in its own namespace; nothing else.
     assert st["load_failures"] == 0, st
     # Every prompt's full chunks but the one holding its last token came from kvtier.
     expected = sum((len(p["tokens"]) - 1) // BLOCK * BLOCK for p in work["prompts"])

@@ -96,6 +96,7 @@ class SaveOp:
     tokens: list
     pages: list
     chunks: int
+    first_chunk: int = 0  # Chunks below are cached already (loaded, or vLLM's own): not copied
 
 
 @dataclasses.dataclass
@@ -398,11 +399,14 @@ class KvtierConnector(KVConnectorBase_V1):
             chunks = len(prompt) // bs
             local, hit = self._hits.get(req_id, (0, 0))
             pages = self._blocks.get(req_id, [])
-            if chunks == 0 or chunks * bs <= max(local, hit) or len(pages) < chunks:
-                continue  # Nothing new to keep: every full chunk came from kvtier or vLLM's cache.
+            # Chunks kvtier gave, or vLLM had (kvtier stored them when they were computed), are
+            # not copied again: only the chunks after them are gathered and stored.
+            first = max(local, hit) // bs
+            if chunks <= first or len(pages) < chunks:
+                continue  # Nothing new to keep.
             meta.saves.append(SaveOp(req_id=req_id, ns=self._request_ns(request),
                                      tokens=list(prompt[:chunks * bs]), pages=pages[:chunks],
-                                     chunks=chunks))
+                                     chunks=chunks, first_chunk=first))
         return meta
 
     def request_finished(self, request, block_ids):
@@ -419,7 +423,8 @@ class KvtierConnector(KVConnectorBase_V1):
     def _zero_counters() -> dict:
         return {"loads": 0, "load_failures": 0, "loaded_tokens": 0, "loaded_bytes": 0,
                 "load_stall_s": 0.0, "saves": 0, "save_failures": 0, "saved_chunks": 0,
-                "stored_chunks": 0, "stored_bytes": 0, "lookups": 0, "lookup_hit_tokens": 0}
+                "gathered_bytes": 0, "stored_chunks": 0, "stored_bytes": 0, "lookups": 0,
+                "lookup_hit_tokens": 0}
 
     def _count(self, **deltas):
         with self._stats_lock:
@@ -577,8 +582,8 @@ class KvtierConnector(KVConnectorBase_V1):
             self._saves_meta = meta
             for op in meta.saves:
                 try:
-                    self._active_saves.append((op, self._engine.save_pages(self._cache, op.pages,
-                                                                           op.chunks)))
+                    self._active_saves.append((op, self._engine.save_pages(
+                        self._cache, op.pages, op.chunks, op.first_chunk)))
                 except kvtier.Error as e:
                     logger.warning("kvtier: save of request %s refused: %s", op.req_id, e)
                     self._count(save_failures=1)
@@ -591,7 +596,8 @@ class KvtierConnector(KVConnectorBase_V1):
             try:
                 save.commit(self._namespace(op.ns), op.tokens)
                 self._pending_saves.append((op, save))
-                self._count(saves=1, saved_chunks=op.chunks)
+                self._count(saves=1, saved_chunks=op.chunks - op.first_chunk,
+                            gathered_bytes=save.bytes_gathered)
             except kvtier.Error as e:  # Busy: memory tiers full of pinned blocks; a future miss.
                 logger.warning("kvtier: store of request %s skipped: %s", op.req_id, e)
                 self._count(save_failures=1)
@@ -609,7 +615,9 @@ class KvtierConnector(KVConnectorBase_V1):
                 continue
             try:
                 save.wait()
-                self._count(stored_chunks=save.chunks_stored, stored_bytes=save.bytes_gathered)
+                self._count(stored_chunks=save.chunks_stored,
+                            stored_bytes=save.chunks_stored * self._engine.layers *
+                            self._engine.block_bytes)
             except kvtier.Error as e:
                 logger.warning("kvtier: store of request %s failed: %s", op.req_id, e)
                 self._count(save_failures=1)
