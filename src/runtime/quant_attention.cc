@@ -1,0 +1,203 @@
+#include "runtime/quant_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "codecs/block_format.h"
+#include "codecs/kernels.h"
+#include "core/coding.h"
+#include "runtime/kernels.h"
+#include "runtime/quant_attention_view.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace kvtier::runtime {
+
+namespace qattn {
+
+QuantBlockView ViewOf(const QuantKvRun& run, size_t channels, uint32_t bits, uint32_t group_size) {
+  // Only the counts matter to the layout: C channels as one KV head of C elements.
+  const codecs::BlockGeometry geometry = {.tokens = run.block_tokens,
+                                          .kv_heads = 1,
+                                          .head_dim = static_cast<uint32_t>(channels),
+                                          .dtype = DType::kF16};
+  const codecs::QuantLayout l = codecs::ComputeQuantLayout(geometry, bits, group_size);
+  const std::byte* p = run.payload;
+  return {.k_scale = p + l.k_scale_offset,
+          .k_zero = p + l.k_zero_offset,
+          .v_scale = p + l.v_scale_offset,
+          .v_zero = p + l.v_zero_offset,
+          .k_codes = reinterpret_cast<const uint8_t*>(p + l.k_codes_offset),
+          .v_codes = reinterpret_cast<const uint8_t*>(p + l.v_codes_offset)};
+}
+
+}  // namespace qattn
+
+size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
+  // The SIMD layout (quant_attention_simd.h): running max, sum, run sum and key bias per head,
+  // one step's scores per head, the query scaled by the current key group's scales, the value
+  // scales and zero points of one row group (at most 8 rows), the per-run log-sum-exps, and the
+  // value group of each vector of a row (at least 8 lanes).
+  const size_t n_heads = a.n_heads;
+  const size_t channels = size_t{a.n_kv_heads} * a.head_dim;
+  const size_t value_groups = qattn::ValueGroups(channels, a.group_size);
+  return n_heads * (4 + kQuantAttendStepRows + a.head_dim + a.n_runs) + 2 * 8 * value_groups +
+         channels / 8;
+}
+
+Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
+                                            uint32_t n_kv_heads, uint32_t head_dim, uint32_t bits,
+                                            uint32_t group_size, uint32_t rows) {
+  KV_ASSIGN_OR_RETURN(const codecs::BlockHeader h, codecs::DecodeBlockHeader(encoded));
+  if (h.params.bits() != bits || h.params.uses_zstd() || h.params.group_size != group_size) {
+    return Status::InvalidArgument("quantized attention: block is " + h.params.ToString() +
+                                   ", not int" + std::to_string(bits) + " group " +
+                                   std::to_string(group_size) + " without zstd");
+  }
+  if (h.geometry.kv_heads != n_kv_heads || h.geometry.head_dim != head_dim || rows == 0 ||
+      rows > h.geometry.tokens) {
+    return Status::InvalidArgument("quantized attention: block geometry " +
+                                   h.geometry.ToString() + " does not fit " +
+                                   std::to_string(rows) + " rows of the attention's heads");
+  }
+  if (encoded.size() < h.encoded_bytes()) {
+    return Status::Corruption("quantized attention: encoded block is truncated");
+  }
+  return QuantKvRun{.payload = encoded.data() + codecs::kBlockHeaderBytes,
+                    .block_tokens = h.geometry.tokens,
+                    .rows = rows};
+}
+
+namespace ref {
+namespace {
+
+float F16At(const std::byte* base, size_t index) {
+  return codecs::F16ToF32(DecodeFixed16(base + 2 * index));
+}
+
+uint32_t CodeAt(const uint8_t* codes, size_t element, uint32_t bits) {
+  if (bits == 8) return codes[element];
+  return (codes[element / 2] >> (4 * (element & 1))) & 0xfu;
+}
+
+// One block's dequantization, element by element, as the codecs specify it (a multiply, then an
+// add; no FMA).
+struct Dequantizer {
+  qattn::QuantBlockView view;
+  size_t channels;
+  uint32_t bits;
+  uint32_t group_size;
+
+  float Key(size_t token, size_t channel) const {
+    const size_t param = token / group_size * channels + channel;
+    const float x = static_cast<float>(CodeAt(view.k_codes, token * channels + channel, bits)) *
+                    F16At(view.k_scale, param);
+    return x + F16At(view.k_zero, param);
+  }
+  float Value(size_t token, size_t channel) const {
+    const size_t param = token * qattn::ValueGroups(channels, group_size) + channel / group_size;
+    const float x = static_cast<float>(CodeAt(view.v_codes, token * channels + channel, bits)) *
+                    F16At(view.v_scale, param);
+    return x + F16At(view.v_zero, param);
+  }
+};
+
+}  // namespace
+
+void AttendQuant(const QuantAttendArgs& a) {
+  const size_t head_dim = a.head_dim;
+  const size_t channels = size_t{a.n_kv_heads} * head_dim;
+  const uint32_t group = a.n_heads / a.n_kv_heads;
+  if (a.run_mass != nullptr) std::fill_n(a.run_mass, a.n_runs, 0.0f);
+  for (uint32_t h = 0; h < a.n_heads; ++h) {
+    const float* q = a.q + h * head_dim;
+    const size_t c0 = size_t{h / group} * head_dim;
+    auto blocks = [&](size_t run) {
+      return Dequantizer{.view = qattn::ViewOf(a.runs[run], channels, a.bits, a.group_size),
+                         .channels = channels,
+                         .bits = a.bits,
+                         .group_size = a.group_size};
+    };
+    auto score = [&](const Dequantizer& b, size_t row) {
+      float sum = 0.0f;
+      for (size_t d = 0; d < head_dim; ++d) sum += q[d] * b.Key(row, c0 + d);
+      return sum;
+    };
+    float max_score = -INFINITY;
+    float sum = 0.0f;
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      const Dequantizer b = blocks(i);
+      for (size_t j = 0; j < a.runs[i].rows; ++j) max_score = std::max(max_score, score(b, j));
+    }
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      const Dequantizer b = blocks(i);
+      for (size_t j = 0; j < a.runs[i].rows; ++j) sum += std::exp(score(b, j) - max_score);
+    }
+    if (a.head_lse != nullptr) a.head_lse[h] = max_score + std::log(sum);
+    float* out = a.out + h * head_dim;
+    std::fill_n(out, head_dim, 0.0f);
+    for (size_t i = 0; i < a.n_runs; ++i) {
+      const Dequantizer b = blocks(i);
+      float run_sum = 0.0f;
+      for (size_t j = 0; j < a.runs[i].rows; ++j) {
+        const float e = std::exp(score(b, j) - max_score);
+        for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * b.Value(j, c0 + d);
+        run_sum += e;
+      }
+      if (a.run_mass != nullptr) a.run_mass[i] += run_sum / sum / static_cast<float>(a.n_heads);
+      if (a.run_lse != nullptr) a.run_lse[i * a.n_heads + h] = max_score + std::log(run_sum);
+    }
+  }
+}
+
+}  // namespace ref
+
+namespace {
+
+constexpr QuantAttentionKernels kScalarQuantKernels = {.isa = QuantKernelIsa::kScalar,
+                                                       .attend_quant = ref::AttendQuant};
+#if defined(__x86_64__)
+constexpr QuantAttentionKernels kAvx2QuantKernels = {.isa = QuantKernelIsa::kAvx2,
+                                                     .attend_quant = avx2::AttendQuant};
+constexpr QuantAttentionKernels kAvx512QuantKernels = {.isa = QuantKernelIsa::kAvx512,
+                                                       .attend_quant = avx512::AttendQuant};
+#endif
+
+bool DetectAvx512F() {
+#if defined(__x86_64__)
+  if (!CpuHasAvx2F16c()) return false;  // Also checked OSXSAVE and the YMM state.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((ebx & bit_AVX512F) == 0) return false;
+  // The OS must save the opmask and ZMM registers too (XCR0 bits 5, 6 and 7).
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  return (xcr0_lo & 0xe6u) == 0xe6u;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool CpuHasAvx512F() {
+  static const bool has = DetectAvx512F();
+  return has;
+}
+
+const QuantAttentionKernels& GetQuantAttentionKernels(QuantKernelIsa isa) {
+#if defined(__x86_64__)
+  if ((isa == QuantKernelIsa::kAuto || isa == QuantKernelIsa::kAvx512) && CpuHasAvx512F()) {
+    return kAvx512QuantKernels;
+  }
+  if (isa != QuantKernelIsa::kScalar && CpuHasAvx2F16c()) return kAvx2QuantKernels;
+#else
+  (void)isa;
+#endif
+  return kScalarQuantKernels;
+}
+
+}  // namespace kvtier::runtime
