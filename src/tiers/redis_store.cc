@@ -463,7 +463,7 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
   }
   const size_t n = entries.size();
   std::vector<std::string> keys(n);
-  std::vector<std::vector<std::byte>> values(n);
+  std::vector<std::vector<std::byte>> values = TakeValueBuffers(n);
   std::vector<std::string> ttls(n);
   std::vector<RedisOp> ops(n);
   const uint64_t wall_us = clock_->WallMicros();
@@ -491,7 +491,29 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
     entries[i].status = OpStatus(ops[i]);
     CountFailure(counters_.get(), entries[i].status);
   }
+  ReturnValueBuffers(std::move(values));
   return Status::Ok();
+}
+
+std::vector<std::vector<std::byte>> RedisStore::TakeValueBuffers(size_t n) {
+  std::vector<std::vector<std::byte>> out(n);
+  MutexLock lock(&pool_mu_);
+  for (size_t i = 0; i < n && !value_pool_.empty(); ++i) {
+    out[i] = std::move(value_pool_.back());
+    value_pool_.pop_back();
+  }
+  return out;
+}
+
+void RedisStore::ReturnValueBuffers(std::vector<std::vector<std::byte>> buffers) {
+  MutexLock lock(&pool_mu_);
+  size_t kept = 0;
+  for (const std::vector<std::byte>& b : value_pool_) kept += b.capacity();
+  for (std::vector<std::byte>& b : buffers) {
+    if (kept + b.capacity() > kRedisValuePoolBytesMax) break;  // The rest is freed.
+    kept += b.capacity();
+    value_pool_.push_back(std::move(b));
+  }
 }
 
 namespace {

@@ -59,6 +59,8 @@ inline constexpr size_t kRedisNodesMax = 1024;  // Nodes a cluster client ever l
 inline constexpr uint32_t kRedisRedirectsMax = 16;
 // About 10 us of AES-GCM at 5-6 GB/s: more than waking the worker costs.
 inline constexpr size_t kRedisOverlapOpenBytesMin = 64 * 1024;
+// Capacity of Put's value buffers kept between calls, at most.
+inline constexpr size_t kRedisValuePoolBytesMax = size_t{64} << 20;
 
 struct RedisStoreOptions {
   // "host:port". Standalone: exactly one. Cluster: one or more seed nodes.
@@ -147,6 +149,13 @@ class RedisStore final : public RemoteStore {
   std::unique_ptr<RedisStoreCounters> counters_;  // Atomics; read by Stats().
   Mutex log_mu_;
   std::set<uint32_t> logged_key_ids_ KV_GUARDED_BY(log_mu_);
+  // Put's value buffers, kept between calls: a value of a MiB or more is an mmap'd allocation
+  // whose pages fault in on every call otherwise (more time than sealing it). At most
+  // kRedisValuePoolBytesMax of capacity waits here.
+  std::vector<std::vector<std::byte>> TakeValueBuffers(size_t n) KV_EXCLUDES(pool_mu_);
+  void ReturnValueBuffers(std::vector<std::vector<std::byte>> buffers) KV_EXCLUDES(pool_mu_);
+  Mutex pool_mu_;
+  std::vector<std::vector<std::byte>> value_pool_ KV_GUARDED_BY(pool_mu_);
   // With a keyring and SealedOpen::kOverlapped; nullptr otherwise. Declared last: destroyed (and
   // joined) first.
   std::unique_ptr<RedisOpenWorker> open_worker_;
