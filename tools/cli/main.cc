@@ -6,6 +6,7 @@
 // message and a failing exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
@@ -96,6 +97,16 @@ int RunMain(int argc, char** argv) {
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
       ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "Errors only (the same as --log-level error)");
+  // A TOML file of the same options: top-level keys for the root flags, a [run], [chat], ...
+  // table per subcommand, keys named as the long flags (cache-dir = "/var/cache/kvtier").
+  // Command-line flags and KVTIER_* variables win over the file.
+  // KVTIER_CONFIG names the default file (CLI11 reads config files before variables, so it is
+  // passed here); given, it must exist.
+  const char* env_config = std::getenv("KVTIER_CONFIG");
+  app.set_config("--config", env_config != nullptr ? env_config : "",
+                 "Read options from a TOML file ([run], [chat], ... tables; default: "
+                 "$KVTIER_CONFIG)",
+                 env_config != nullptr);
   app.fallthrough();
   std::vector<std::unique_ptr<Command>> commands;
   for (CommandFactory factory : kCommandFactories) commands.push_back(factory(&app));

@@ -43,7 +43,11 @@ j = json.load(open(sys.argv[1]))
 for k in ("put_bytes_per_s", "get_bytes_per_s", "plaintext_put_bytes_per_s",
           "plaintext_get_bytes_per_s"):
     assert j[k] > 0, k
-assert -1 < j["encryption_get_cost"] < 1 and -1 < j["encryption_put_cost"] < 1
+# 1 - sealed / plaintext: below 1 when both ran; on 2 MiB and a busy machine either may be far
+# faster than the other, so only that and finiteness are checked (a lower bound made it flaky).
+import math
+for k in ("encryption_get_cost", "encryption_put_cost"):
+    assert math.isfinite(j[k]) and j[k] < 1, (k, j[k])
 assert j["block_bytes"] == 65536 and j["blocks"] == 32 and j["rounds"] == 2
 assert len(j["get_bytes_per_s_all"]) == 2
 assert j["redis_benchmark_get_bytes_per_s"] > 0 or "redis_benchmark_note" in j

@@ -195,6 +195,14 @@ KVTIER_CODEC=shuffle-zstd "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --cache-d
 KVTIER_CACHE_DIR="$TMP/codec-cache" "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --json \
   >"$TMP/codec.json" 2>"$TMP/err" || fail "run KVTIER_CACHE_DIR: exit $?: $(cat "$TMP/err")"
 grep -q '"ssd": [1-9]' "$TMP/codec.json" || fail "KVTIER_CACHE_DIR: no SSD chunks: $(cat "$TMP/codec.json")"
+# A TOML config file ([run] table, keys named as the long flags), also through KVTIER_CONFIG.
+printf '[run]\ncache-dir = "%s"\nmax-tokens = 3\n' "$TMP/toml-cache" >"$TMP/kvtier.toml"
+"$KVTIER" --config "$TMP/kvtier.toml" run -m "$GGUF" -p "$EXPECTED" >/dev/null 2>&1 ||
+  fail "--config: exit $?"
+KVTIER_CONFIG="$TMP/kvtier.toml" "$KVTIER" run -m "$GGUF" -p "$EXPECTED" --json >"$TMP/toml.json" \
+  2>"$TMP/err" || fail "KVTIER_CONFIG: exit $?: $(cat "$TMP/err")"
+grep -q '"generated_tokens": 3' "$TMP/toml.json" && grep -q '"ssd": [1-9]' "$TMP/toml.json" ||
+  fail "config file not applied: $(cat "$TMP/toml.json")"
 expect_fail host_bytes_small "less than twice the KV" run -m "$GGUF" -p x --host-bytes 1k
 expect_fail redis_without_key "--remote-key-file" run -m "$GGUF" -p x --redis 127.0.0.1:1
 if command -v redis-server >/dev/null; then
