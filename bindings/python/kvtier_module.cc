@@ -33,6 +33,7 @@
 
 #include "codecs/codec_params.h"
 #include "core/kv_layout.h"
+#include "core/logger.h"
 #include "core/mutex.h"
 #include "engine/engine.h"
 #include "engine/paged_kv.h"
@@ -489,9 +490,28 @@ void DestroyWithoutGil(Fn&& fn) {
   }
 }
 
+// Forwards the engine's log lines to Python's logging module (the logger named "kvtier"), taking
+// the GIL: a dead Redis, a direct-I/O fallback or an mlock refusal reaches the application's
+// logging configuration. Lines logged while the interpreter is finalizing are dropped.
+class PythonLogger final : public Logger {
+ public:
+  void Log(LogLevel level, std::string_view message) override {
+    if (Py_IsInitialized() == 0 || _Py_IsFinalizing() != 0) return;
+    py::gil_scoped_acquire gil;
+    try {
+      constexpr int kPythonLevels[] = {10, 20, 30, 40};  // DEBUG, INFO, WARNING, ERROR.
+      py::module_::import("logging")
+          .attr("getLogger")("kvtier")
+          .attr("log")(kPythonLevels[static_cast<int>(level)], std::string(message));
+    } catch (const py::error_already_set&) {  // A broken handler must not break the engine.
+      PyErr_Clear();
+    }
+  }
+};
+
 class PyEngine {
  public:
-  explicit PyEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  explicit PyEngine(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {
     const EngineOptions& options = engine_->options();
     layout_ = options.layout;
   }
@@ -1093,7 +1113,12 @@ void Bind(py::module_& m) {
   py::class_<PyEngine>(m, "Engine")
       .def(py::init([](const EngineArgs& args) {
              EngineOptions options = ValueOrThrow(ToOptions(args));
-             return std::make_unique<PyEngine>(ValueOrThrow(Engine::Open(options)));
+             // The logger outlives the engine: the engine's deleter owns it.
+             auto logger = std::make_shared<PythonLogger>();
+             options.logger = logger.get();
+             std::unique_ptr<Engine> engine = ValueOrThrow(Engine::Open(options));
+             std::shared_ptr<Engine> shared(engine.release(), [logger](Engine* e) { delete e; });
+             return std::make_unique<PyEngine>(std::move(shared));
            }),
            py::arg("args"), NoGil())
       .def_property_readonly("layout", [](const PyEngine& e) { return e.layout().ToString(); })
