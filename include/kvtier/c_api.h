@@ -127,6 +127,16 @@ typedef struct kvtier_layout_s {
   uint32_t block_tokens; /* A multiple of 16 in [16, 1024]. */
 } kvtier_layout_t;
 
+typedef enum kvtier_log_level {
+  KVTIER_LOG_DEBUG = 0,
+  KVTIER_LOG_INFO = 1,
+  KVTIER_LOG_WARN = 2,
+  KVTIER_LOG_ERROR = 3
+} kvtier_log_level_t;
+
+/* A log line: its level and a NUL-terminated message, valid only during the call. */
+typedef void (*kvtier_log_fn)(void* context, kvtier_log_level_t level, const char* message);
+
 typedef struct kvtier_engine_options_s {
   size_t struct_size; /* sizeof(kvtier_engine_options_t); set by kvtier_engine_options_init. */
   kvtier_layout_t layout;
@@ -184,6 +194,13 @@ typedef struct kvtier_engine_options_s {
    * NULL (default): records are not sealed. */
   const char* ssd_key_file; /* Borrowed during open. */
   const char* ssd_key_env;  /* Borrowed during open. */
+  /* Appended: the engine's log lines (state changes: a tier opened, a fallback taken, a remote
+   * node's breaker tripped; never one per block). NULL (default): silent. Called from the
+   * engine's threads, possibly concurrently, until kvtier_engine_close returns; it must not call
+   * kvtier. Lines below log_min_level are not passed. */
+  kvtier_log_fn log_fn;
+  void* log_context;               /* Passed to log_fn. */
+  kvtier_log_level_t log_min_level; /* Default KVTIER_LOG_INFO. */
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

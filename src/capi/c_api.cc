@@ -29,7 +29,28 @@
 #include "kvtier/status.h"
 #include "kvtier/version.h"
 
+namespace {
+// Forwards log lines to the caller's kvtier_log_fn.
+class CallbackLogger final : public kvtier::Logger {
+ public:
+  CallbackLogger(kvtier_log_fn fn, void* context, kvtier_log_level_t min_level)
+      : fn_(fn), context_(context), min_level_(min_level) {}
+  void Log(kvtier::LogLevel level, std::string_view message) override {
+    const auto c_level = static_cast<kvtier_log_level_t>(level);
+    if (c_level < min_level_) return;
+    const std::string line(message);  // NUL-terminated for C.
+    fn_(context_, c_level, line.c_str());
+  }
+
+ private:
+  const kvtier_log_fn fn_;
+  void* const context_;
+  const kvtier_log_level_t min_level_;
+};
+}  // namespace
+
 struct kvtier_engine_s {
+  std::unique_ptr<CallbackLogger> logger;  // Declared first: destroyed after the engine.
   std::shared_ptr<kvtier::Engine> engine;
   kvtier::KvLayout layout;
   uint64_t block_bytes = 0;
@@ -433,6 +454,7 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->prediction_session_chunks_max = prediction.session_chunks_max;
   options->prediction_predict_k = prediction.predict_k;
   options->prediction_blocks_max = prediction.blocks_max;
+  options->log_min_level = KVTIER_LOG_INFO;
 }
 
 kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, const void* secret,
@@ -473,9 +495,18 @@ kvtier_status_t kvtier_engine_open(const kvtier_engine_options_t* options, kvtie
     kvtier_engine_options_init(&in);
     KV_RETURN_IF_ERROR(
         kvtier::ReadVersioned(options, kvtier::kEngineOptionsV1Bytes, &in, "engine options"));
-    KV_ASSIGN_OR_RETURN(const kvtier::EngineOptions converted, kvtier::ConvertOptions(in));
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::Engine> opened, kvtier::Engine::Open(converted));
+    KV_ASSIGN_OR_RETURN(kvtier::EngineOptions converted, kvtier::ConvertOptions(in));
+    const int32_t min_level = kvtier::RawEnum(in.log_min_level);
+    if (min_level < KVTIER_LOG_DEBUG || min_level > KVTIER_LOG_ERROR) {
+      return Status::InvalidArgument("log_min_level " + std::to_string(min_level) +
+                                     " is not a kvtier_log_level_t");
+    }
     auto handle = std::make_unique<kvtier_engine_s>();
+    if (in.log_fn != nullptr) {
+      handle->logger = std::make_unique<CallbackLogger>(in.log_fn, in.log_context, in.log_min_level);
+      converted.logger = handle->logger.get();
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::Engine> opened, kvtier::Engine::Open(converted));
     handle->layout = converted.layout;
     handle->block_bytes = converted.layout.BlockBytes();
     handle->engine = std::move(opened);

@@ -350,6 +350,45 @@ static void TestTenantSalt(void) {
  * Redis (nothing listens on 127.0.0.1:1) still opens, stores succeed locally, lookups of unknown
  * prefixes are misses, and the stats list the remote tier last; a caller built before the remote
  * fields (struct_size ending before them) still opens, without a remote tier. */
+/* The log callback: the host tier's open line arrives at INFO; with log_min_level WARN it does
+ * not; a level out of range is refused. */
+struct LogSink {
+  int info_lines;
+  int host_tier_lines;
+};
+
+static void CountLine(void* context, kvtier_log_level_t level, const char* message) {
+  struct LogSink* sink = (struct LogSink*)context;
+  if (level == KVTIER_LOG_INFO) sink->info_lines++;
+  if (strstr(message, "host tier") != NULL) sink->host_tier_lines++;
+}
+
+static void TestLogCallback(void) {
+  kvtier_error_t err;
+  kvtier_engine_options_t o;
+  InitOptions(&o, NULL);
+  o.ssd_dir_count = 0;
+  CHECK(o.log_min_level == KVTIER_LOG_INFO);
+  struct LogSink sink = {0, 0};
+  o.log_fn = CountLine;
+  o.log_context = &sink;
+  kvtier_engine_t* engine = NULL;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  kvtier_engine_close(engine);
+  CHECK(sink.info_lines > 0 && sink.host_tier_lines > 0);
+
+  struct LogSink quiet = {0, 0};
+  o.log_context = &quiet;
+  o.log_min_level = KVTIER_LOG_WARN;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  kvtier_engine_close(engine);
+  CHECK(quiet.info_lines == 0 && quiet.host_tier_lines == 0);
+
+  o.log_min_level = (kvtier_log_level_t)7;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "log_min_level") != NULL);
+}
+
 static void TestRemoteOptions(void) {
   kvtier_engine_options_t o;
   InitOptions(&o, NULL);
@@ -515,6 +554,7 @@ int main(void) {
   TestRoundTrip();
   TestRemoteOptions();
   TestTenantSalt();
+  TestLogCallback();
   TestPrediction();
   RemoveTree(temp_dir);
   if (failures != 0) {
