@@ -1082,7 +1082,14 @@ void Bind(py::module_& m) {
                            "(Engine.paged_cache).")
       .def_property_readonly("layout", &PyPagedCache::layout_name)
       .def_property_readonly("page_tokens", &PyPagedCache::page_tokens)
-      .def_property_readonly("pages", &PyPagedCache::pages);
+      .def_property_readonly("pages", &PyPagedCache::pages)
+      .def(
+          "warm_staging",
+          [](const PyPagedCache& self, size_t bytes) {
+            ThrowIfError(self.cache()->WarmStaging(bytes));
+          },
+          py::arg("bytes"), NoGil(),
+          "Allocates and touches a staging buffer now, so the first load does not fault it in.");
 
   py::class_<PyPagedLoad>(m, "PagedLoad",
                           "A load into pages in flight; wait_layer(i) returns once layer i is in "

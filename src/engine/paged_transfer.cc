@@ -1,5 +1,6 @@
 #include "engine/paged_transfer.h"
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -82,6 +83,19 @@ void PagedKvCache::ReleaseStaging(AlignedBuffer buffer) const {
   if (staging_.size() < kStagingKept && kept <= kStagingKeptBytes) {
     staging_.push_back(std::move(buffer));
   }  // Otherwise freed here.
+}
+
+Status PagedKvCache::WarmStaging(size_t bytes) const {
+  if (bytes == 0) return Status::Ok();
+  if (bytes > kStagingKeptBytes) {
+    return Status::InvalidArgument("warm staging of " + std::to_string(bytes) +
+                                   " bytes is above the pool's " +
+                                   std::to_string(kStagingKeptBytes));
+  }
+  KV_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(bytes));
+  std::memset(buffer.data(), 0, buffer.capacity());  // Fault every page in now.
+  ReleaseStaging(std::move(buffer));
+  return Status::Ok();
 }
 
 Status PagedKvCache::CheckPages(std::span<const int32_t> pages, size_t chunks) const {

@@ -211,6 +211,13 @@ TEST_F(PagedTransferTest, StagingBuffersAreReused) {
   Result<AlignedBuffer> again_big = cache->AcquireStaging(512 << 10);
   ASSERT_TRUE(again_big.ok());
   EXPECT_EQ(again_big->data(), big_data);
+
+  // A warmed buffer waits in the pool: the next acquire of a smaller size gets it.
+  ASSERT_TRUE(cache->WarmStaging(2 << 20).ok());
+  Result<AlignedBuffer> warmed = cache->AcquireStaging(1 << 20);
+  ASSERT_TRUE(warmed.ok());
+  EXPECT_GE(warmed->capacity(), size_t{2} << 20);
+  EXPECT_FALSE(cache->WarmStaging(PagedKvCache::kStagingKeptBytes + 1).ok());
 }
 
 TEST_F(PagedTransferTest, MismatchedCachesAndPagesAreRefused) {

@@ -38,6 +38,7 @@ kv_connector_extra_config (all optional):
                         each other's cache_salt still cannot share KV without the secret
   model_name            enters every key (default: vLLM's model and dtype)
   stats_file            JSON counters written by the worker after each step that changed them
+  warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
 
 Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
@@ -478,6 +479,14 @@ class KvtierConnector(KVConnectorBase_V1):
                            t.element_size()))
             self._layer_index[name] = i
         self._cache = self._engine.paged_cache(backend, layers)
+        # A staging buffer for a whole context's load, faulted in now: the first hit after a
+        # start would otherwise spend tens of milliseconds on page faults before its first layer.
+        max_chunks = self._vllm_config.model_config.max_model_len // self._block_size
+        warm = min(int(self._config.get("warm_staging_bytes",
+                                        max_chunks * len(names) * self._engine.block_bytes)),
+                   1 << 30)
+        if warm > 0:
+            self._cache.warm_staging(warm)
         logger.info("kvtier: %d layers, %s layout, %d pages of %d tokens; %s", len(names),
                     self._cache.layout, self._cache.pages, self._cache.page_tokens,
                     self._engine.layout)
