@@ -466,10 +466,18 @@ TEST(SsdToolsTest, BenchSsdReadsEveryBlockBackAndCleansUp) {
   Result<ScopedTempDir> dir = ScopedTempDir::Create();
   ASSERT_TRUE(dir.ok());
   std::unique_ptr<Env> env = NewPosixEnv();
-  ssd::BenchSsdOptions o{.dirs = {dir->path(), dir->path()},
+  ASSERT_TRUE(env->CreateDirs(dir->Join("a")).ok());
+  ASSERT_TRUE(env->CreateDirs(dir->Join("b")).ok());
+  // Two directories striped like two devices (one directory given twice is refused below).
+  ssd::BenchSsdOptions o{.dirs = {dir->Join("a"), dir->Join("b")},
                          .block_bytes = 64 * kKiB,
                          .queue_depth = 3,
                          .total_bytes = 2 * kMiB + 100};
+  ssd::BenchSsdOptions twice = o;
+  twice.dirs = {dir->path(), dir->path()};
+  Result<ssd::BenchSsdReport> refused = ssd::BenchSsd(env.get(), twice);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("given twice"), std::string::npos);
   Result<ssd::BenchSsdReport> r = ssd::BenchSsd(env.get(), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->blocks, 32u);
@@ -481,7 +489,8 @@ TEST(SsdToolsTest, BenchSsdReadsEveryBlockBackAndCleansUp) {
   EXPECT_EQ(r->sync_mode, "periodic");
   EXPECT_FALSE(r->io_backend.empty());
   EXPECT_TRUE(r->kept_dirs.empty());
-  EXPECT_TRUE(std::filesystem::is_empty(dir->path()));
+  EXPECT_TRUE(std::filesystem::is_empty(dir->Join("a")));
+  EXPECT_TRUE(std::filesystem::is_empty(dir->Join("b")));
 }
 
 TEST(SsdToolsTest, BenchReopenRecoversEveryBlockBothWays) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -74,22 +75,30 @@ Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t
   RedisBenchmarkFigures f;
   std::istringstream lines(csv);
   std::string line;
+  bool too_fast = false;
   while (std::getline(lines, line)) {
     const auto rps = [&](const char* test) -> double {
       const std::string head = std::string("\"") + test + "\",\"";
       if (line.rfind(head, 0) != 0) return 0;
-      return std::strtod(line.c_str() + head.size(), nullptr);
+      const double v = std::strtod(line.c_str() + head.size(), nullptr);
+      // A run shorter than redis-benchmark's clock tick prints "inf" requests per second.
+      if (!std::isfinite(v)) too_fast = true;
+      return std::isfinite(v) ? v : 0;
     };
     if (const double r = rps("SET"); r > 0) f.set_bytes_per_s = r * double(value_bytes);
     if (const double r = rps("GET"); r > 0) f.get_bytes_per_s = r * double(value_bytes);
-  }
-  if (f.set_bytes_per_s == 0 || f.get_bytes_per_s == 0) {
-    return Status::IoError("redis-benchmark printed no SET/GET figures");
   }
   // redis-benchmark writes one key of its own; leave the user's Redis as it was.
   Capture({"redis-cli", "-h", e.host, "-p", std::to_string(e.port), "DEL", "key:__rand_int__"})
       .status()
       .IgnoreError();  // Best effort: a leftover key of redis-benchmark's own.
+  if (too_fast) {
+    return Status::IoError("redis-benchmark's run of " + std::to_string(requests) +
+                           " requests was too short to time (raise --total-bytes)");
+  }
+  if (f.set_bytes_per_s == 0 || f.get_bytes_per_s == 0) {
+    return Status::IoError("redis-benchmark printed no SET/GET figures");
+  }
   return f;
 }
 
