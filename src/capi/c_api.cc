@@ -26,8 +26,10 @@
 #include "core/block_key.h"
 #include "core/kv_layout.h"
 #include "engine/engine.h"
+#include "engine/stats_fields.h"
 #include "kvtier/status.h"
 #include "kvtier/version.h"
+#include "tiers/redis_connection.h"
 
 namespace {
 // Forwards log lines to the caller's kvtier_log_fn.
@@ -206,19 +208,6 @@ Result<KvLayout> ConvertLayout(const kvtier_layout_t& in) {
   return layout;
 }
 
-// "a:1,b:2" -> {"a:1", "b:2"}; empty items are refused.
-Result<std::vector<std::string>> SplitEndpoints(std::string_view list) {
-  std::vector<std::string> out;
-  while (true) {
-    const size_t comma = list.find(',');
-    const std::string_view item = list.substr(0, comma);
-    if (item.empty()) return Status::InvalidArgument("remote_endpoints: empty item");
-    out.emplace_back(item);
-    if (comma == std::string_view::npos) return out;
-    list.remove_prefix(comma + 1);
-  }
-}
-
 // Keys from a file or an environment variable (the C API is a binding: it may read the
 // environment, the library never does); `what` names the option pair in errors.
 Status LoadKeys(const char* file, const char* env, const std::string& what,
@@ -251,7 +240,9 @@ Status ConvertRemoteKeys(const kvtier_engine_options_t& in, RedisStoreOptions* r
 Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engine_options_t& in) {
   if (in.remote_endpoints == nullptr) return std::optional<RemoteTierOptions>();
   RedisStoreOptions redis;
-  KV_ASSIGN_OR_RETURN(redis.endpoints, SplitEndpoints(in.remote_endpoints));
+  Result<std::vector<std::string>> endpoints = SplitRedisEndpoints(in.remote_endpoints);
+  if (!endpoints.ok()) return endpoints.status().WithContext("remote_endpoints");
+  redis.endpoints = std::move(*endpoints);
   redis.mode = in.remote_cluster != 0 ? RedisMode::kCluster : RedisMode::kStandalone;
   if (in.remote_user != nullptr) redis.user = in.remote_user;
   if (in.remote_password != nullptr) redis.password = in.remote_password;
@@ -394,21 +385,6 @@ void FillTierStats(const TierStats& in, kvtier_tier_stats_t* out) {
   out->evictions = in.evictions;
   out->writebacks = in.writebacks;
   out->promotions = in.promotions;
-}
-
-void FillPredictionStats(const EngineStats& in, kvtier_engine_stats_t* out) {
-  out->prediction_accesses = in.prediction_accesses;
-  out->prediction_scored = in.prediction_scored;
-  out->prediction_hits = in.prediction_hits;
-  out->prediction_accuracy = in.prediction_accuracy;
-  out->prediction_promoted_blocks = in.prediction_promoted_blocks;
-  out->prediction_useful_blocks = in.prediction_useful_blocks;
-  out->hints = in.hints;
-  out->hint_promoted_blocks = in.hint_promoted_blocks;
-  out->hint_useful_blocks = in.hint_useful_blocks;
-  out->prediction_dropped_blocks = in.prediction_dropped_blocks;
-  out->prediction_sessions = in.prediction_sessions;
-  out->prediction_tasks_pending = in.prediction_tasks_pending;
 }
 
 }  // namespace
@@ -809,7 +785,7 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
       kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
       out.tier_write_failures[i] = in.tiers[i].write_failures;
     }
-    kvtier::FillPredictionStats(in, &out);
+    kvtier::CopyPredictionStats(in, &out);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller
     // header has no room for the fields appended since. Fields appended after the caller's header
     // keep whatever the caller had (nothing is known about them); struct_size keeps its value.

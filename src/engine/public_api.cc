@@ -11,6 +11,7 @@
 
 #include "codecs/codec_params.h"
 #include "core/block_key.h"
+#include "engine/stats_fields.h"
 #include "tiers/remote_crypto.h"
 
 namespace kvtier {
@@ -215,21 +216,6 @@ api::RemoteStats FromRemoteStats(const RemoteStoreStats& in) {
                           .topology_refreshes = in.topology_refreshes};
 }
 
-void FromPredictionStats(const EngineStats& in, api::EngineStats* out) {
-  out->prediction_accesses = in.prediction_accesses;
-  out->prediction_scored = in.prediction_scored;
-  out->prediction_hits = in.prediction_hits;
-  out->prediction_accuracy = in.prediction_accuracy;
-  out->prediction_promoted_blocks = in.prediction_promoted_blocks;
-  out->prediction_useful_blocks = in.prediction_useful_blocks;
-  out->hints = in.hints;
-  out->hint_promoted_blocks = in.hint_promoted_blocks;
-  out->hint_useful_blocks = in.hint_useful_blocks;
-  out->prediction_dropped_blocks = in.prediction_dropped_blocks;
-  out->prediction_sessions = in.prediction_sessions;
-  out->prediction_tasks_pending = in.prediction_tasks_pending;
-}
-
 }  // namespace
 
 namespace public_api {
@@ -315,7 +301,7 @@ api::EngineStats FromEngineStats(const EngineStats& in) {
   out.background_writebacks = in.background_writebacks;
   out.ratio_samples = in.ratio_samples;
   out.ratio_cv_events = in.ratio_cv_events;
-  FromPredictionStats(in, &out);
+  CopyPredictionStats(in, &out);
   return out;
 }
 

@@ -162,6 +162,21 @@ redisReplyObjectFunctions* RedisBoundedReplyFunctions() {
 
 std::string RedisEndpoint::ToString() const { return host + ":" + std::to_string(port); }
 
+Result<std::vector<std::string>> SplitRedisEndpoints(std::string_view list) {
+  std::vector<std::string> out;
+  const std::string whole(list);
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    if (item.empty()) {
+      return Status::InvalidArgument("empty item in the endpoint list '" + whole + "'");
+    }
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
 Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text) {
   const size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/logger.h"
 #include "kvtier/result.h"
@@ -40,6 +41,10 @@ struct RedisEndpoint {
 
 // Parses "host:port" (port in 1..65535); InvalidArgument otherwise.
 Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text);
+
+// "a:1,b:2" -> {"a:1", "b:2"}: the endpoint lists of the C API and the CLI. An empty item
+// ("a:1,,b:2", a trailing comma) is InvalidArgument.
+Result<std::vector<std::string>> SplitRedisEndpoints(std::string_view list);
 
 struct RedisConnectionOptions {
   uint32_t connect_timeout_ms = 200;

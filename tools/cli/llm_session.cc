@@ -4,11 +4,12 @@
 #include <chrono>
 #include <utility>
 
-#include "core/assert.h"
 #include "codecs/codec_params.h"
+#include "core/assert.h"
 #include "core/sha256.h"
 #include "runtime/model_loader.h"
 #include "runtime/runtime_limits.h"
+#include "tiers/redis_connection.h"
 #include "cache_dir.h"
 
 namespace kvtier::cli {
@@ -73,11 +74,9 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
           "can reach");
     }
     RedisStoreOptions redis;
-    for (size_t at = 0; at <= options.redis.size();) {
-      const size_t comma = std::min(options.redis.find(',', at), options.redis.size());
-      if (comma > at) redis.endpoints.push_back(options.redis.substr(at, comma - at));
-      at = comma + 1;
-    }
+    Result<std::vector<std::string>> endpoints = SplitRedisEndpoints(options.redis);
+    if (!endpoints.ok()) return endpoints.status().WithContext("--redis");
+    redis.endpoints = std::move(*endpoints);
     if (!options.remote_key_file.empty()) {
       KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(options.remote_key_file));
     }

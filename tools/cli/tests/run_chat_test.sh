@@ -205,6 +205,8 @@ grep -q '"generated_tokens": 3' "$TMP/toml.json" && grep -q '"ssd": [1-9]' "$TMP
   fail "config file not applied: $(cat "$TMP/toml.json")"
 expect_fail host_bytes_small "less than twice the KV" run -m "$GGUF" -p x --host-bytes 1k
 expect_fail redis_without_key "--remote-key-file" run -m "$GGUF" -p x --redis 127.0.0.1:1
+expect_fail redis_empty_item "empty item in the endpoint list" run -m "$GGUF" -p x \
+  --redis "127.0.0.1:1,,127.0.0.1:2" --remote-insecure-plaintext
 if command -v redis-server >/dev/null; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
