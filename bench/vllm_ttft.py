@@ -72,6 +72,10 @@ RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restar
 def worker(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(plan["kv_space_gib"])
+    # vLLM's CPU worker reserves cores for its scheduler (one more with a KV connector); on a
+    # small machine that leaves the modes without a connector fewer cores to compute on than
+    # those with one. 0 gives every mode every core, unless the caller chose otherwise.
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     from vllm import LLM, SamplingParams
 
     start = time.perf_counter()
