@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/logger.h"
+#include "log_level.h"
 #include "kvtier/status.h"
 #include "tiers/ssd_tools.h"
 
@@ -28,9 +29,6 @@ inline constexpr int kExitFailure = 1;
 // tools (and redis-cli, fio) exit, not CLI11's own 100+ codes.
 inline constexpr int kExitUsage = 2;
 
-// The level below which log lines are dropped, from the root flags --log-level and -q/--quiet
-// (default: warnings and errors). Set by main() before any Run().
-LogLevel CliLogLevel();
 
 class Command {
  public:

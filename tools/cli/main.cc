@@ -18,12 +18,6 @@
 
 namespace kvtier::cli {
 
-namespace {
-LogLevel g_log_level = LogLevel::kWarn;
-}  // namespace
-
-LogLevel CliLogLevel() { return g_log_level; }
-
 int Command::Fail(const Status& status) const {
   // "kvtier bench: bench: ..." would repeat the prefix the message already has.
   std::string_view message = status.message();
@@ -117,11 +111,11 @@ int RunMain(int argc, char** argv) {
     // --help and --version arrive here too, with exit code 0.
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  g_log_level = quiet                  ? LogLevel::kError
-                : log_level == "debug" ? LogLevel::kDebug
-                : log_level == "info"  ? LogLevel::kInfo
-                : log_level == "error" ? LogLevel::kError
-                                       : LogLevel::kWarn;
+  SetCliLogLevel(quiet                  ? LogLevel::kError
+                 : log_level == "debug" ? LogLevel::kDebug
+                 : log_level == "info"  ? LogLevel::kInfo
+                 : log_level == "error" ? LogLevel::kError
+                                        : LogLevel::kWarn);
   for (const std::unique_ptr<Command>& command : commands) {
     if (command->Parsed()) return command->Run();
   }

@@ -1,0 +1,56 @@
+// Ctrl-C handling for the CLI: see interrupt.h.
+#include "interrupt.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+namespace kvtier::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void OnInterrupt(int signo) {
+  if (g_interrupted.exchange(true)) {
+    // The second signal: give the user their prompt back now.
+    ::signal(signo, SIG_DFL);
+    ::raise(signo);
+  }
+}
+
+}  // namespace
+
+void InstallInterruptHandler() {
+  static const bool installed = [] {
+    struct sigaction sa = {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // No SA_RESTART: a blocked read returns EINTR and the loop sees the flag.
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    return true;
+  }();
+  (void)installed;
+}
+
+bool Interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+
+void PrintInterrupted(const char* command, const std::string& what) {
+  std::fprintf(stderr, "\nkvtier %s: interrupted; %s\n", command, what.c_str());
+}
+
+ScopedRemoval::~ScopedRemoval() {
+  for (const std::string& path : paths_) {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec) std::fprintf(stderr, "kvtier: cannot remove %s: %s\n", path.c_str(),
+                         ec.message().c_str());
+  }
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,42 @@
+// Ctrl-C for long CLI commands. InstallInterruptHandler() makes the first SIGINT or SIGTERM set a
+// flag that the command's loops poll (Interrupted()), so the command stops at the next item,
+// removes what it created (ScopedRemoval), and exits with kExitInterrupted (130, as shells report
+// a SIGINT death). A second signal restores the default action and re-raises it: a user who
+// presses Ctrl-C twice always gets their prompt back.
+//
+// Thread safety: Interrupted() may be read from any thread; the handler only stores to a
+// lock-free atomic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvtier::cli {
+
+inline constexpr int kExitInterrupted = 130;
+
+// Idempotent; the handlers stay for the life of the process.
+void InstallInterruptHandler();
+// True once SIGINT or SIGTERM arrived after InstallInterruptHandler().
+bool Interrupted();
+// The message a command prints when it stops early: "interrupted; <what>".
+void PrintInterrupted(const char* command, const std::string& what);
+
+// Removes the listed paths (files or whole directory trees) when destroyed, unless Keep() was
+// called: benchmark scratch data must not outlive an interrupted or failed run.
+class ScopedRemoval {
+ public:
+  ScopedRemoval() = default;
+  explicit ScopedRemoval(std::string path) { Add(std::move(path)); }
+  ~ScopedRemoval();
+  ScopedRemoval(const ScopedRemoval&) = delete;
+  ScopedRemoval& operator=(const ScopedRemoval&) = delete;
+
+  void Add(std::string path) { paths_.push_back(std::move(path)); }
+  void Keep() { paths_.clear(); }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
+}  // namespace kvtier::cli
