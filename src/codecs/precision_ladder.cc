@@ -105,7 +105,9 @@ double RelativeRmse(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(err / ref);
 }
 
-double Cosine(std::span<const float> a, std::span<const float> b) {
+}  // namespace
+
+double CosineSimilarity(std::span<const float> a, std::span<const float> b) {
   double dot = 0;
   double na = 0;
   double nb = 0;
@@ -118,8 +120,6 @@ double Cosine(std::span<const float> a, std::span<const float> b) {
   if (na == 0 || nb == 0) return 0;
   return dot / std::sqrt(na * nb);
 }
-
-}  // namespace
 
 Result<QualityReport> MeasureQuality(const CodecParams& params, const BlockGeometry& g,
                                      std::span<const std::byte> block, std::span<const float> query,
@@ -154,7 +154,7 @@ Result<QualityReport> MeasureQuality(const CodecParams& params, const BlockGeome
   std::vector<float> out_recon(g.channels());
   AttentionOutputF32(g, query, ok, ov, out_orig);
   AttentionOutputF32(g, query, rk, rv, out_recon);
-  report.attention_cosine = Cosine(out_orig, out_recon);
+  report.attention_cosine = CosineSimilarity(out_orig, out_recon);
   return report;
 }
 

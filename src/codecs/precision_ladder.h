@@ -102,6 +102,9 @@ struct QualityGateOptions {
 void AttentionOutputF32(const BlockGeometry& geometry, std::span<const float> q,
                         std::span<const float> k, std::span<const float> v, std::span<float> out);
 
+// cos(a, b) over equal-length vectors, in double: 1 when both are zero, 0 when only one is.
+double CosineSimilarity(std::span<const float> a, std::span<const float> b);
+
 // Encodes and decodes `block` with `params` and reports the error. `query` holds one query per
 // KV head ([kv_heads][head_dim]). Fails like EncodeBlock (e.g. InvalidArgument for int8 on
 // non-finite values) or with InvalidArgument for a query of the wrong size.

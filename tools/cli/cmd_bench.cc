@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_codec.h"
 #include "bench_decode.h"
 #include "bench_remote.h"
 #include "byte_size.h"
@@ -20,6 +21,7 @@
 #include "core/limits.h"
 #include "core/logger.h"
 #include "env/env.h"
+#include "interrupt.h"
 #include "tiers/ssd_tools.h"
 
 namespace kvtier::cli {
@@ -95,7 +97,7 @@ class BenchCommand final : public Command {
  public:
   explicit BenchCommand(CLI::App* app)
       : Command(app->add_subcommand(
-            "bench", "Measure the SSD tier, long-context decode and the remote tier")) {
+            "bench", "Measure the SSD tier, long-context decode, the remote tier and the codecs")) {
     ssd_ = subcommand()->add_subcommand(
         "ssd", "Write then cold-read equal blocks with a fixed queue depth (like fio)");
     ssd_->add_option("--dir", dirs_, "Directory to test in; repeat to stripe (required)")
@@ -113,6 +115,7 @@ class BenchCommand final : public Command {
     reopen_->add_flag("--json", json_, "Print one JSON object");
     decode_ = std::make_unique<BenchDecode>(subcommand());
     remote_ = std::make_unique<BenchRemote>(subcommand());
+    codec_ = std::make_unique<BenchCodec>(subcommand());
   }
 
   int Run() override;
@@ -120,11 +123,14 @@ class BenchCommand final : public Command {
  private:
   int RunSsd(Env* env);
   int RunReopen(Env* env);
+  // The exit status of a benchmark that returned `s`: 130 after Ctrl-C.
+  int Finish(const Status& s);
 
   CLI::App* ssd_ = nullptr;
   CLI::App* reopen_ = nullptr;
   std::unique_ptr<BenchDecode> decode_;
   std::unique_ptr<BenchRemote> remote_;
+  std::unique_ptr<BenchCodec> codec_;
   std::vector<std::string> dirs_, reopen_dirs_;
   std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
   uint32_t queue_depth_ = 16;
@@ -145,7 +151,18 @@ int BenchCommand::Run() {
     const Status s = remote_->Run();
     return s.ok() ? kExitOk : Fail(s);
   }
-  return Fail(Status::InvalidArgument("name what to measure: ssd, ssd-reopen, decode or remote"));
+  if (codec_->parsed()) return Finish(codec_->Run());
+  return Fail(Status::InvalidArgument(
+      "name what to measure: ssd, ssd-reopen, decode, remote or codec"));
+}
+
+int BenchCommand::Finish(const Status& s) {
+  if (s.ok()) return kExitOk;
+  if (Interrupted()) {
+    PrintInterrupted("bench", "scratch data removed");
+    return kExitInterrupted;
+  }
+  return Fail(s);
 }
 
 int BenchCommand::RunSsd(Env* env) {

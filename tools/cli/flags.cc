@@ -84,6 +84,34 @@ CLI::Validator BlockTokens() {
       "INT multiple of 16 in [16, 1024]");
 }
 
+namespace {
+
+// "64 MiB", "1 GiB", "4096 B": the largest binary unit that divides `bytes`.
+std::string SizeText(uint64_t bytes) {
+  const struct {
+    uint64_t unit;
+    const char* name;
+  } units[] = {{uint64_t{1} << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}};
+  for (const auto& u : units) {
+    if (bytes != 0 && bytes % u.unit == 0) return std::to_string(bytes / u.unit) + " " + u.name;
+  }
+  return std::to_string(bytes) + " B";
+}
+
+}  // namespace
+
+CLI::Validator ByteSize(uint64_t lo, uint64_t hi) {
+  const std::string range = "from " + SizeText(lo) + " to " + SizeText(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const Result<uint64_t> v = ParseBytes("size", Trimmed(text));
+        if (!v.ok()) return "'" + text + "' is not a size (4096, 64KiB, 1g) " + range;
+        if (*v < lo || *v > hi) return "'" + text + "' is not " + range;
+        return std::string();
+      },
+      "SIZE " + range);
+}
+
 void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* steps_help) {
   c->option_defaults()->always_capture_default();
   c->add_option("-m,--model", f->session.model_path, "A llama2.c checkpoint or GGUF file")

@@ -4,6 +4,7 @@
 //                         says "not in range" even for "abc")
 //   Number(lo, hi)        the same for real numbers
 //   BlockTokens()         a multiple of 16 from 16 to 1024 (core/limits.h's rule for a chunk)
+//   ByteSize(lo, hi)      a size as byte_size.h reads it ("64KiB", "1g"), from lo to hi bytes
 //   ModelFlags            the flags of `run` and `chat` (model, prompt, sampling, cache tiers:
 //                         host memory, SSD, codec, Redis), with the short forms llama.cpp users
 //                         type (-m -p -f -n -c -s --temp) and KVTIER_* environment variables for
@@ -25,6 +26,7 @@ namespace kvtier::cli {
 CLI::Validator WholeNumber(uint64_t lo, uint64_t hi);
 CLI::Validator Number(double lo, double hi);
 CLI::Validator BlockTokens();
+CLI::Validator ByteSize(uint64_t lo, uint64_t hi);
 
 struct ModelFlags {
   LlmSessionOptions session;

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Goal: `kvtier bench codec` prints one row per codec and data set with exactly the keys codec,
+# data, ratio, encode_bytes_per_s, decode_bytes_per_s, rel_rmse, attn_cosine, values in range
+# (lossless: rel_rmse 0, cosine 1, shuffle-zstd and zstd-cli ratio >= 1; lossy: rel_rmse in
+# (0, 1), int4 worse than int8, cosine in (0, 1]; throughputs > 0), for every codec, for the
+# synthetic data sets and the real model's KV, with a zstd-cli row per data set and a ladder row
+# (lossy beyond the recent window, so compressing more than shuffle-zstd);
+# without a model the real-model rows are left out with a line on stderr, and without the zstd
+# program its rows are; text output is a table; bad flags exit 2.
+# Method: small sizes (1 MiB data sets, a 4096-token ladder: lossless, then int8; 2 repetitions); the JSON is parsed
+# with python3. The model-less run uses a copy of the binary in a temporary directory, away from
+# any shared/models; the zstd-less one runs with an empty PATH.
+# Usage: bench_codec_test.sh <path to kvtier> <shared models directory>
+# The real-model check is skipped (with a line) when the shared model is absent, unless
+# KVTIER_REQUIRE_RESOURCES=1 (CI), which makes that a failure.
+set -u
+KVTIER="$1"
+MODELS="$2"
+GGUF="$MODELS/stories260K.gguf"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+SMALL=(--bytes 1MiB --ladder-tokens 4096 --repeat 2)
+
+# check_json <file> <expect model rows: 0|1> <expect zstd rows: 0|1>
+check_json() {
+  python3 - "$@" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+want_model, want_zstd = sys.argv[2] == "1", sys.argv[3] == "1"
+keys = ["codec", "data", "ratio", "encode_bytes_per_s", "decode_bytes_per_s", "rel_rmse",
+        "attn_cosine"]
+codecs = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd"]
+lossless = {"identity", "shuffle-zstd", "zstd-cli"}
+errors = []
+assert isinstance(rows, list) and rows, "not a non-empty array"
+for r in rows:
+    if list(r.keys()) != keys:
+        errors.append(f"keys {list(r.keys())}")
+        continue
+    name = f"{r['codec']}/{r['data']}"
+    if not (r["encode_bytes_per_s"] > 0 and r["decode_bytes_per_s"] > 0):
+        errors.append(f"{name}: throughput not > 0")
+    if not (0 < r["attn_cosine"] <= 1):
+        errors.append(f"{name}: attn_cosine {r['attn_cosine']} not in (0, 1]")
+    if r["codec"] in lossless:
+        if r["rel_rmse"] != 0 or r["attn_cosine"] != 1:
+            errors.append(f"{name}: lossless but rel_rmse {r['rel_rmse']}, cos {r['attn_cosine']}")
+        low = 0.99 if r["codec"] == "identity" else 1.0  # identity: the header's bytes
+        if not (low <= r["ratio"] <= (1.0 if r["codec"] == "identity" else 100)):
+            errors.append(f"{name}: ratio {r['ratio']}")
+    else:
+        if not (0 < r["rel_rmse"] < 1):
+            errors.append(f"{name}: rel_rmse {r['rel_rmse']} not in (0, 1)")
+        if not r["ratio"] > 1:
+            errors.append(f"{name}: lossy ratio {r['ratio']} not > 1")
+def by_set_ratio(data, codec):
+    return [r["ratio"] for r in rows if r["data"] == data and r["codec"] == codec][0]
+sets = sorted({r["data"] for r in rows if r["codec"] != "ladder"})
+expect_sets = ["gaussian", "synthetic-outliers"] + (["stories260K"] if want_model else [])
+if sets != sorted(expect_sets):
+    errors.append(f"data sets {sets}, expected {sorted(expect_sets)}")
+for d in expect_sets:
+    got = [r["codec"] for r in rows if r["data"] == d]
+    want = codecs + (["zstd-cli"] if want_zstd else [])
+    if got != want:
+        errors.append(f"{d}: codecs {got}, expected {want}")
+    by = {r["codec"]: r for r in rows if r["data"] == d}
+    if "int4" in by and "int8" in by and not by["int4"]["rel_rmse"] > by["int8"]["rel_rmse"]:
+        errors.append(f"{d}: int4 not worse than int8")
+ladder = [r for r in rows if r["codec"] == "ladder"]
+if len(ladder) != 1 or ladder[0]["data"] != "synthetic-outliers-4096-tokens":
+    errors.append(f"ladder rows {ladder}")
+elif not ladder[0]["ratio"] > by_set_ratio("synthetic-outliers", "shuffle-zstd"):
+    errors.append(f"ladder ratio {ladder[0]['ratio']} not above shuffle-zstd's")
+if errors:
+    print("\n".join(errors))
+    sys.exit(1)
+PY
+}
+
+have_zstd=0
+command -v zstd >/dev/null && have_zstd=1
+
+# 1. With the real model (when present).
+if [[ -f "$GGUF" ]]; then
+  rc=0
+  "$KVTIER" bench codec "${SMALL[@]}" --model "$GGUF" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    fail "bench codec --model: exit $rc: $(cat "$TMP/err")"
+  else
+    check_json "$TMP/out" 1 "$have_zstd" || fail "bench codec --model: $(check_json "$TMP/out" 1 "$have_zstd")"
+  fi
+elif [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
+  fail "shared model $GGUF is missing; KVTIER_REQUIRE_RESOURCES=1 makes that a failure"
+else
+  echo "SKIP (real-model rows): $GGUF is missing (expected ../shared/models beside the repository)"
+fi
+
+# 2. No model anywhere near the binary or the working directory: rows left out, a line on stderr.
+mkdir -p "$TMP/alone"
+cp "$KVTIER" "$TMP/alone/kvtier"
+near_model=0
+dir="$TMP"
+while [[ "$dir" != / && -n "$dir" ]]; do
+  [[ -f "$dir/shared/models/stories260K.gguf" ]] && near_model=1
+  dir="$(dirname "$dir")"
+done
+rc=0
+(cd "$TMP/alone" && ./kvtier bench codec "${SMALL[@]}" --json) >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $near_model -eq 1 ]]; then
+  echo "SKIP (model-less run): a shared model lies above $TMP"
+elif [[ $rc -ne 0 ]]; then
+  fail "bench codec without a model: exit $rc: $(cat "$TMP/err")"
+else
+  grep -q "real-model rows left out" "$TMP/err" || fail "no note about the missing model: $(cat "$TMP/err")"
+  check_json "$TMP/out" 0 "$have_zstd" || fail "bench codec without a model: $(check_json "$TMP/out" 0 "$have_zstd")"
+fi
+
+# 3. Without the zstd program: its rows are left out, with a line on stderr.
+rc=0
+(cd "$TMP/alone" && PATH="$TMP/alone/empty" ./kvtier bench codec "${SMALL[@]}" --json) \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench codec without zstd: exit $rc: $(cat "$TMP/err")"
+else
+  grep -q "zstd not found" "$TMP/err" || fail "no note about the missing zstd: $(cat "$TMP/err")"
+  check_json "$TMP/out" "$near_model" 0 ||
+    fail "bench codec without zstd: $(check_json "$TMP/out" "$near_model" 0)"
+fi
+
+# 4. Text output: a table with a header line and a row per codec.
+rc=0
+(cd "$TMP/alone" && ./kvtier bench codec "${SMALL[@]}" --no-zstd-cli) >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "bench codec (text): exit $rc: $(cat "$TMP/err")"
+head -1 "$TMP/out" | grep -q "^codec .*ratio.*attn_cosine" || fail "no table header: $(cat "$TMP/out")"
+[[ "$(grep -c '^int4 ' "$TMP/out")" == $((2 + near_model)) ]] || fail "text table lacks the int4 rows: $(cat "$TMP/out")"
+grep -q '^ladder ' "$TMP/out" || fail "text table lacks the ladder row: $(cat "$TMP/out")"
+
+# 5. Bad flags: one line on stderr, exit 2.
+source "$(dirname "$0")/expect_usage.sh"
+expect_usage zero_repeat "--repeat" "$KVTIER" bench codec --repeat 0
+expect_usage word_repeat "--repeat" "$KVTIER" bench codec --repeat many
+expect_usage short_ladder "--ladder-tokens" "$KVTIER" bench codec --ladder-tokens 10
+expect_usage small_bytes "--bytes" "$KVTIER" bench codec --bytes 4KiB
+expect_usage bad_bytes "--bytes" "$KVTIER" bench codec --bytes lots
+expect_usage unknown_flag "--frobnicate" "$KVTIER" bench codec --frobnicate
+
+# 6. A model file that is not one: one line, exit 1.
+printf 'not a model' >"$TMP/bad.gguf"
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --model "$TMP/bad.gguf" >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "bad model: exit $rc: $(cat "$TMP/err")"
+grep -q "^kvtier bench: .*bad.gguf" "$TMP/err" || fail "bad model: $(cat "$TMP/err")"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "bench_codec_test: all checks passed"
