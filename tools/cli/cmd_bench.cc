@@ -3,7 +3,8 @@
 // same shape as an fio sequential job, so bench/ssd_vs_fio.sh can quote the tier against the
 // disk's own limit. `bench ssd-reopen` times recovery of a filled tier with and without its
 // checkpoint. Both work in fresh subdirectories that they remove (`bench ssd --keep` keeps them,
-// for the CLI test). Figures are printed as text, or as one JSON object with --json.
+// for the CLI test). Figures are printed as text, or as one JSON object with --json. `bench
+// decode`, `remote`, `codec` and `engine` live in bench_<name>.cc; this file only dispatches.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "bench_codec.h"
 #include "bench_decode.h"
+#include "bench_engine.h"
 #include "bench_remote.h"
 #include "byte_size.h"
 #include "command.h"
@@ -97,7 +99,8 @@ class BenchCommand final : public Command {
  public:
   explicit BenchCommand(CLI::App* app)
       : Command(app->add_subcommand(
-            "bench", "Measure the SSD tier, long-context decode, the remote tier and the codecs")) {
+            "bench", "Measure the SSD tier, long-context decode, the remote tier, the codecs and "
+                     "the engine")) {
     ssd_ = subcommand()->add_subcommand(
         "ssd", "Write then cold-read equal blocks with a fixed queue depth (like fio)");
     ssd_->add_option("--dir", dirs_, "Directory to test in; repeat to stripe (required)")
@@ -116,6 +119,7 @@ class BenchCommand final : public Command {
     decode_ = std::make_unique<BenchDecode>(subcommand());
     remote_ = std::make_unique<BenchRemote>(subcommand());
     codec_ = std::make_unique<BenchCodec>(subcommand());
+    engine_ = std::make_unique<BenchEngine>(subcommand());
   }
 
   int Run() override;
@@ -131,6 +135,7 @@ class BenchCommand final : public Command {
   std::unique_ptr<BenchDecode> decode_;
   std::unique_ptr<BenchRemote> remote_;
   std::unique_ptr<BenchCodec> codec_;
+  std::unique_ptr<BenchEngine> engine_;
   std::vector<std::string> dirs_, reopen_dirs_;
   std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
   uint32_t queue_depth_ = 16;
@@ -152,8 +157,9 @@ int BenchCommand::Run() {
     return s.ok() ? kExitOk : Fail(s);
   }
   if (codec_->parsed()) return Finish(codec_->Run());
+  if (engine_->parsed()) return Finish(engine_->Run());
   return Fail(Status::InvalidArgument(
-      "name what to measure: ssd, ssd-reopen, decode, remote or codec"));
+      "name what to measure: ssd, ssd-reopen, decode, remote, codec or engine"));
 }
 
 int BenchCommand::Finish(const Status& s) {

@@ -63,7 +63,8 @@ std::unique_ptr<Command> MakeDemoCommand(CLI::App* app);
 std::unique_ptr<Command> MakeHashCommand(CLI::App* app);
 // cmd_selfcheck.cc: write, recover, read back and corrupt a few blocks on the SSD path.
 std::unique_ptr<Command> MakeSelfcheckCommand(CLI::App* app);
-// cmd_bench.cc: `bench ssd` (write/cold-read bandwidth, read latency) and `bench ssd-reopen`.
+// cmd_bench.cc: `bench ssd` (write/cold-read bandwidth, read latency), `bench ssd-reopen`,
+// `bench decode`, `bench remote`, `bench codec` and `bench engine`.
 std::unique_ptr<Command> MakeBenchCommand(CLI::App* app);
 // cmd_inspect.cc: segments, live/dead bytes, blocks and layouts of an SSD cache directory.
 std::unique_ptr<Command> MakeInspectCommand(CLI::App* app);

@@ -1,0 +1,447 @@
+// See bench_engine.h.
+#include "bench_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "byte_size.h"
+#include "core/aligned_buffer.h"
+#include "core/limits.h"
+#include "core/logger.h"
+#include "engine/engine.h"
+#include "flags.h"
+#include "interrupt.h"
+#include "log_level.h"
+#include "progress.h"
+#include "tiers/redis_connection.h"
+#include "tiers/remote_crypto.h"
+
+namespace kvtier::cli {
+
+struct BenchEngineReport {
+  KvLayout layout;
+  // Part 1: host tier put/get beside memcpy.
+  uint64_t put_get_bytes = 0;
+  uint32_t repeat = 0;
+  double put_bytes_per_s = 0, get_bytes_per_s = 0, memcpy_bytes_per_s = 0;
+  // Part 2: the trace.
+  uint32_t sessions = 0, turns = 0, requests = 0;
+  uint64_t trace_host_bytes = 0, ssd_bytes = 0, blocks_requested = 0;
+  uint64_t host_hits = 0, ssd_hits = 0, remote_hits = 0;
+  uint64_t host_evictions = 0, ssd_evictions = 0, host_writebacks = 0, remote_puts = 0;
+  uint64_t store_blocks = 0;
+  double load_ms_median = 0, store_ms_median = 0, request_ms_median = 0;
+  bool remote = false;
+};
+
+namespace {
+
+// Fills `out` with bytes from `rng` (incompressible, like a codec-less block).
+void FillRandom(std::mt19937_64& rng, std::span<std::byte> out) {
+  size_t i = 0;
+  for (; i + 8 <= out.size(); i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(out.data() + i, &x, 8);
+  }
+  for (; i < out.size(); ++i) out[i] = static_cast<std::byte>(rng());
+}
+
+std::vector<uint32_t> RandomTokens(std::mt19937_64& rng, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (uint32_t& x : t) x = static_cast<uint32_t>(rng() % 32000);
+  return t;
+}
+
+// `count` buffers of `bytes` each, touched so that no page fault lands in a measurement.
+Result<std::vector<AlignedBuffer>> Buffers(size_t count, uint64_t bytes) {
+  std::vector<AlignedBuffer> out;
+  out.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    KV_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(bytes));
+    std::memset(b.data(), 0, b.size());
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<std::span<T>> Spans(std::vector<AlignedBuffer>& buffers, size_t first, size_t n,
+                                uint64_t bytes) {
+  std::vector<std::span<T>> out;
+  for (size_t i = first; i < first + n; ++i) {
+    out.emplace_back(reinterpret_cast<T*>(buffers[i].data()), bytes);
+  }
+  return out;
+}
+
+const TierStats* FindTier(const EngineStats& s, TierKind kind) {
+  for (const TierStats& t : s.tiers) {
+    if (t.kind == kind) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t Delta(const EngineStats& before, const EngineStats& after, TierKind kind,
+               uint64_t TierStats::*field) {
+  const TierStats* a = FindTier(after, kind);
+  const TierStats* b = FindTier(before, kind);
+  if (a == nullptr) return 0;
+  return a->*field - (b == nullptr ? 0 : b->*field);
+}
+
+double Ratio(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+void Print(const BenchEngineReport& r, bool json) {
+  const double block = static_cast<double>(r.layout.BlockBytes());
+  const double hit_host = Ratio(r.host_hits, r.blocks_requested);
+  const double hit_ssd = Ratio(r.ssd_hits, r.blocks_requested);
+  const double hit_remote = Ratio(r.remote_hits, r.blocks_requested);
+  if (!json) {
+    std::printf("engine host tier, %s, %s per round, %u rounds (medians)\n",
+                r.layout.ToString().c_str(),
+                Progress::FormatBytes(static_cast<double>(r.put_get_bytes)).c_str(), r.repeat);
+    std::printf("put (Store)        %8.0f MB/s  %.2fx memcpy\n", r.put_bytes_per_s / 1e6,
+                r.put_bytes_per_s / r.memcpy_bytes_per_s);
+    std::printf("get (Lookup+Load)  %8.0f MB/s  %.2fx memcpy\n", r.get_bytes_per_s / 1e6,
+                r.get_bytes_per_s / r.memcpy_bytes_per_s);
+    std::printf("memcpy             %8.0f MB/s\n", r.memcpy_bytes_per_s / 1e6);
+    std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions,
+                r.turns, Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
+                Progress::FormatBytes(static_cast<double>(r.ssd_bytes)).c_str(),
+                r.remote ? ", Redis tier" : "");
+    std::printf("hit ratio  host %.3f  ssd %.3f", hit_host, hit_ssd);
+    if (r.remote) std::printf("  remote %.3f", hit_remote);
+    std::printf("  (of %llu blocks asked)\n", static_cast<unsigned long long>(r.blocks_requested));
+    std::printf("bytes      host<-ssd %s  ssd<-host %s",
+                Progress::FormatBytes(block * static_cast<double>(r.ssd_hits)).c_str(),
+                Progress::FormatBytes(block * static_cast<double>(r.host_writebacks)).c_str());
+    if (r.remote) {
+      std::printf("  host<-remote %s  remote<-engine %s",
+                  Progress::FormatBytes(block * static_cast<double>(r.remote_hits)).c_str(),
+                  Progress::FormatBytes(block * static_cast<double>(r.remote_puts)).c_str());
+    }
+    std::printf("\nevictions  host %llu  ssd %llu\n",
+                static_cast<unsigned long long>(r.host_evictions),
+                static_cast<unsigned long long>(r.ssd_evictions));
+    std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
+                r.load_ms_median, r.store_ms_median, r.request_ms_median);
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["layout"] = r.layout.ToString();
+  j["block_bytes"] = r.layout.BlockBytes();
+  nlohmann::ordered_json h;
+  h["bytes"] = r.put_get_bytes;
+  h["repeat"] = r.repeat;
+  h["put_bytes_per_s"] = r.put_bytes_per_s;
+  h["get_bytes_per_s"] = r.get_bytes_per_s;
+  h["memcpy_bytes_per_s"] = r.memcpy_bytes_per_s;
+  h["put_over_memcpy"] = r.put_bytes_per_s / r.memcpy_bytes_per_s;
+  h["get_over_memcpy"] = r.get_bytes_per_s / r.memcpy_bytes_per_s;
+  j["host"] = h;
+  nlohmann::ordered_json t;
+  t["sessions"] = r.sessions;
+  t["turns"] = r.turns;
+  t["requests"] = r.requests;
+  t["host_bytes"] = r.trace_host_bytes;
+  t["ssd_bytes"] = r.ssd_bytes;
+  t["blocks_requested"] = r.blocks_requested;
+  t["blocks_stored"] = r.store_blocks;
+  nlohmann::ordered_json hit;
+  hit["host"] = hit_host;
+  hit["ssd"] = hit_ssd;
+  if (r.remote) hit["remote"] = hit_remote;
+  hit["miss"] = 1.0 - hit_host - hit_ssd - hit_remote;
+  t["hit_ratio"] = hit;
+  nlohmann::ordered_json bytes;
+  bytes["host_from_ssd"] = r.ssd_hits * r.layout.BlockBytes();
+  bytes["ssd_from_host"] = r.host_writebacks * r.layout.BlockBytes();
+  if (r.remote) {
+    bytes["host_from_remote"] = r.remote_hits * r.layout.BlockBytes();
+    bytes["remote_from_engine"] = r.remote_puts * r.layout.BlockBytes();
+  }
+  t["bytes"] = bytes;
+  nlohmann::ordered_json ev;
+  ev["host"] = r.host_evictions;
+  ev["ssd"] = r.ssd_evictions;
+  t["evictions"] = ev;
+  t["load_ms_median"] = r.load_ms_median;
+  t["store_ms_median"] = r.store_ms_median;
+  t["request_ms_median"] = r.request_ms_median;
+  j["trace"] = t;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+}  // namespace
+
+BenchEngine::BenchEngine(CLI::App* bench)
+    : app_(bench->add_subcommand(
+          "engine", "Host tier put/get beside memcpy, and a multi-turn chat trace replayed "
+                    "through host + SSD (+ Redis) tiers")) {
+  app_->add_option("--layers", layers_, "Layers of the KV layout (default 4)")
+      ->check(WholeNumber(1, kLayersMax));
+  app_->add_option("--kv-heads", kv_heads_, "KV heads (default 8)")->check(WholeNumber(1, kKvHeadsMax));
+  app_->add_option("--head-dim", head_dim_, "Elements per head (default 128)")
+      ->check(WholeNumber(1, kHeadDimMax));
+  app_->add_option("--block-tokens", block_tokens_,
+                   "Tokens per block, a multiple of 16 in 16..1024 (default 256)")
+      ->check(BlockTokens());
+  app_->add_option("--put-bytes", put_text_,
+                   "Bytes stored and loaded per round of the host tier test (default 256MiB)")
+      ->check(ByteSize(1, 64 * kGiB));
+  app_->add_option("--repeat", repeat_, "Rounds of the host tier test (default 5)")
+      ->check(WholeNumber(1, 1000));
+  app_->add_option("--sessions", sessions_, "Conversations in the trace (default 4)")
+      ->check(WholeNumber(1, 4096));
+  app_->add_option("--turns", turns_, "Turns per conversation (default 4)")
+      ->check(WholeNumber(1, 4096));
+  app_->add_option("--first-tokens", first_tokens_, "Tokens of a first turn (default 2048)")
+      ->check(WholeNumber(1, 1u << 24));
+  app_->add_option("--turn-tokens", turn_tokens_, "Tokens each later turn adds (default 1024)")
+      ->check(WholeNumber(1, 1u << 24));
+  app_->add_option("--trace-host-bytes", trace_host_text_,
+                   "Host tier of the trace (default: a quarter of the trace's KV, at least "
+                   "twice the largest turn)")
+      ->check(ByteSize(1, 1ull << 40));
+  app_->add_option("--ssd-bytes", ssd_text_, "SSD tier capacity of the trace (default 4GiB)")
+      ->check(ByteSize(64 * kMiB, 1ull << 40));
+  app_->add_option("--dir", dir_,
+                   "Where the SSD tier's scratch directory is made (default $TMPDIR or /tmp); "
+                   "removed at the end");
+  app_->add_option("--redis", redis_, "host:port[,host:port...] of a Redis tier for the trace");
+  app_->add_option("--remote-key-file", key_file_,
+                   "Deployment keys for --redis (mode 0600); else $KVTIER_REMOTE_KEY; else a "
+                   "fresh key");
+  app_->add_option("--seed", seed_, "Seed of the tokens and block bytes (default 1)");
+  app_->add_flag("--json", json_, "Print one JSON object");
+}
+
+Status BenchEngine::RunPutGet(BenchEngineReport* report) {
+  const KvLayout& layout = report->layout;
+  const uint64_t block = layout.BlockBytes();
+  KV_ASSIGN_OR_RETURN(const uint64_t put_bytes, ParseBytes("--put-bytes", put_text_));
+  const uint64_t chunk_bytes = block * layout.layers;
+  const size_t chunks = std::max<uint64_t>(1, put_bytes / chunk_bytes);
+  const size_t blocks = chunks * layout.layers;
+  report->put_get_bytes = blocks * block;
+  report->repeat = repeat_;
+  std::mt19937_64 rng(seed_);
+  KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> src, Buffers(blocks, block));
+  KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> dst, Buffers(blocks, block));
+  for (AlignedBuffer& b : src) FillRandom(rng, {b.data(), b.size()});
+  const std::vector<std::span<const std::byte>> src_spans =
+      Spans<const std::byte>(src, 0, blocks, block);
+  const std::vector<std::span<std::byte>> dst_spans = Spans<std::byte>(dst, 0, blocks, block);
+  StderrLogger logger(CliLogLevel());
+  std::vector<double> put_s, get_s, copy_s;
+  Progress progress("bench engine: host put/get", repeat_, ProgressUnit::kCount, "rounds");
+  for (uint32_t r = 0; r < repeat_; ++r) {
+    if (Interrupted()) return Status::Aborted("interrupted");
+    EngineOptions o;
+    o.layout = layout;
+    o.model = {.name = "kvtier-bench-engine"};
+    o.host.capacity_bytes = (blocks + 2) * block;
+    o.device_backend = DeviceBackend::kCpu;
+    o.logger = &logger;
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(o));
+    KV_ASSIGN_OR_RETURN(const Namespace ns, engine->MakeNamespace("bench"));
+    const std::vector<uint32_t> tokens = RandomTokens(rng, chunks * layout.block_tokens);
+    {
+      const Stopwatch w;
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, engine->Store(ns, tokens, src_spans));
+      KV_RETURN_IF_ERROR(h->Wait());
+      put_s.push_back(w.Seconds());
+      if (h->chunks_stored() != chunks) {
+        return Status::Aborted("the engine stored " + std::to_string(h->chunks_stored()) +
+                               " of " + std::to_string(chunks) + " chunks");
+      }
+    }
+    {
+      const Stopwatch w;
+      KV_ASSIGN_OR_RETURN(const LookupResult hit, engine->Lookup(ns, tokens));
+      if (hit.matched_tokens != tokens.size()) {
+        return Status::Aborted("Lookup found " + std::to_string(hit.matched_tokens) + " of " +
+                               std::to_string(tokens.size()) + " tokens just stored");
+      }
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> h, engine->Load(ns, tokens, dst_spans));
+      KV_RETURN_IF_ERROR(h->Wait());
+      get_s.push_back(w.Seconds());
+    }
+    if (std::memcmp(dst.back().data(), src.back().data(), block) != 0) {
+      return Status::Corruption("a loaded block differs from the stored one");
+    }
+    {
+      const Stopwatch w;
+      for (size_t b = 0; b < blocks; ++b) std::memcpy(dst[b].data(), src[b].data(), block);
+      copy_s.push_back(w.Seconds());
+    }
+    progress.Add(1);
+  }
+  progress.Finish();
+  const double bytes = static_cast<double>(report->put_get_bytes);
+  report->put_bytes_per_s = bytes / std::max(Median(put_s), 1e-9);
+  report->get_bytes_per_s = bytes / std::max(Median(get_s), 1e-9);
+  report->memcpy_bytes_per_s = bytes / std::max(Median(copy_s), 1e-9);
+  return Status::Ok();
+}
+
+// The trace's host tier: --trace-host-bytes, or a quarter of the trace's KV but at least twice
+// the largest Store. InvalidArgument when it cannot take one turn's blocks (a Store is all or
+// nothing).
+Result<uint64_t> BenchEngine::TraceHostBytes(const KvLayout& layout) const {
+  const uint64_t chunk_bytes = layout.BlockBytes() * layout.layers;
+  const uint64_t final_tokens = first_tokens_ + uint64_t{turns_ - 1} * turn_tokens_;
+  const uint64_t trace_bytes =
+      uint64_t{sessions_} * (final_tokens / layout.block_tokens) * chunk_bytes;
+  // The largest Store takes a first turn's chunks (or a later turn's, plus the partial chunk the
+  // turn before left).
+  const uint64_t largest_store =
+      ((std::max(first_tokens_, turn_tokens_) + layout.block_tokens - 1) / layout.block_tokens +
+       1) * chunk_bytes;
+  if (trace_host_text_.empty()) return std::max(trace_bytes / 4, 2 * largest_store);
+  KV_ASSIGN_OR_RETURN(const uint64_t host_bytes,
+                      ParseBytes("--trace-host-bytes", trace_host_text_));
+  if (host_bytes < largest_store) {
+    return Status::InvalidArgument(
+        "--trace-host-bytes: " + std::to_string(host_bytes) + " is less than the largest turn's "
+        "KV (" + std::to_string(largest_store) + " bytes); raise it or lower --first-tokens / "
+        "--turn-tokens");
+  }
+  return host_bytes;
+}
+
+Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* report) {
+  const KvLayout& layout = report->layout;
+  const uint64_t block = layout.BlockBytes();
+  const uint64_t final_tokens = first_tokens_ + uint64_t{turns_ - 1} * turn_tokens_;
+  const uint64_t host_bytes = report->trace_host_bytes;
+  KV_ASSIGN_OR_RETURN(const uint64_t ssd_bytes, ParseBytes("--ssd-bytes", ssd_text_));
+  report->sessions = sessions_;
+  report->turns = turns_;
+  report->ssd_bytes = ssd_bytes;
+  StderrLogger logger(CliLogLevel());
+  EngineOptions o;
+  o.layout = layout;
+  o.model = {.name = "kvtier-bench-engine"};
+  o.host.capacity_bytes = host_bytes;
+  o.device_backend = DeviceBackend::kCpu;
+  o.ssd = SsdTierOptions{
+      .dirs = {scratch + "/ssd"}, .capacity_bytes = ssd_bytes, .segment_bytes = 16 * kMiB};
+  o.write_policy = WritePolicy::kWriteBack;
+  o.logger = &logger;
+  if (!redis_.empty()) {
+    RedisStoreOptions redis;
+    Result<std::vector<std::string>> endpoints = SplitRedisEndpoints(redis_);
+    if (!endpoints.ok()) return endpoints.status().WithContext("--redis");
+    redis.endpoints = std::move(*endpoints);
+    if (!key_file_.empty()) {
+      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(key_file_));
+    } else if (const char* text = std::getenv("KVTIER_REMOTE_KEY"); text != nullptr) {
+      Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
+      if (!ring.ok()) return ring.status().WithContext("$KVTIER_REMOTE_KEY");
+      redis.keyring = std::move(ring).value();
+    } else {
+      KV_ASSIGN_OR_RETURN(const std::string fresh, RemoteKeyring::GenerateText(1));
+      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::Parse(fresh));
+    }
+    if (const char* pw = std::getenv("KVTIER_REDIS_PASSWORD"); pw != nullptr) redis.password = pw;
+    o.remote = RemoteTierOptions{.redis = std::move(redis)};
+    report->remote = true;
+  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(o));
+  // Every run gets its own salt, so a shared Redis never serves a previous run's blocks.
+  std::mt19937_64 rng(seed_ + 7);
+  KV_ASSIGN_OR_RETURN(const Namespace ns,
+                      engine->MakeNamespace("bench-" + std::to_string(std::random_device{}())));
+  const size_t max_blocks = (final_tokens / layout.block_tokens) * layout.layers;
+  KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> buffers, Buffers(max_blocks, block));
+  std::vector<std::vector<uint32_t>> prompts(sessions_);
+  std::vector<double> load_ms, store_ms, request_ms;
+  const EngineStats before = engine->Stats();
+  Progress progress("bench engine: trace", uint64_t{sessions_} * turns_, ProgressUnit::kCount,
+                    "requests");
+  for (uint32_t turn = 0; turn < turns_; ++turn) {
+    for (uint32_t s = 0; s < sessions_; ++s) {
+      if (Interrupted()) return Status::Aborted("interrupted");
+      std::vector<uint32_t>& prompt = prompts[s];
+      const std::vector<uint32_t> added = RandomTokens(rng, turn == 0 ? first_tokens_ : turn_tokens_);
+      prompt.insert(prompt.end(), added.begin(), added.end());
+      const size_t full = prompt.size() / layout.block_tokens;
+      report->blocks_requested += full * layout.layers;
+      const Stopwatch request;
+      KV_ASSIGN_OR_RETURN(const LookupResult hit,
+                          engine->Lookup(ns, prompt, LookupOptions{.session_id = s + 1}));
+      const size_t cached = hit.matched_tokens / layout.block_tokens;
+      if (cached > 0) {
+        KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> h,
+                            engine->Load(ns, prompt,
+                                         Spans<std::byte>(buffers, 0, cached * layout.layers, block)));
+        KV_RETURN_IF_ERROR(h->Wait());
+      }
+      load_ms.push_back(request.Seconds() * 1e3);
+      if (full > cached) {
+        // The new chunks' KV, as a prefill would compute it (not timed).
+        for (size_t b = cached * layout.layers; b < full * layout.layers; ++b) {
+          FillRandom(rng, {buffers[b].data(), buffers[b].size()});
+        }
+        const double before_store = request.Seconds();
+        KV_ASSIGN_OR_RETURN(
+            std::unique_ptr<StoreHandle> h,
+            engine->Store(ns, prompt,
+                          Spans<const std::byte>(buffers, cached * layout.layers,
+                                                 (full - cached) * layout.layers, block),
+                          StoreOptions{.first_chunk = cached}));
+        KV_RETURN_IF_ERROR(h->Wait());
+        store_ms.push_back((request.Seconds() - before_store) * 1e3);
+        request_ms.push_back(load_ms.back() + store_ms.back());
+      } else {
+        request_ms.push_back(load_ms.back());
+      }
+      ++report->requests;
+      progress.Add(1);
+    }
+  }
+  progress.Finish();
+  const EngineStats after = engine->Stats();
+  report->host_hits = Delta(before, after, TierKind::kHost, &TierStats::hits);
+  report->ssd_hits = Delta(before, after, TierKind::kSsd, &TierStats::hits);
+  report->remote_hits = Delta(before, after, TierKind::kRemote, &TierStats::hits);
+  report->host_evictions = Delta(before, after, TierKind::kHost, &TierStats::evictions);
+  report->ssd_evictions = Delta(before, after, TierKind::kSsd, &TierStats::evictions);
+  report->host_writebacks = Delta(before, after, TierKind::kHost, &TierStats::writebacks);
+  report->remote_puts = Delta(before, after, TierKind::kRemote, &TierStats::writebacks);
+  report->store_blocks = after.store_blocks - before.store_blocks;
+  report->load_ms_median = Median(load_ms);
+  report->store_ms_median = Median(store_ms);
+  report->request_ms_median = Median(request_ms);
+  return Status::Ok();
+}
+
+Status BenchEngine::Run() {
+  InstallInterruptHandler();
+  BenchEngineReport report;
+  report.layout = KvLayout{.layers = layers_, .kv_heads = kv_heads_, .head_dim = head_dim_,
+                           .dtype = DType::kF16, .block_tokens = block_tokens_};
+  KV_RETURN_IF_ERROR(report.layout.Validate());
+  KV_ASSIGN_OR_RETURN(report.trace_host_bytes, TraceHostBytes(report.layout));
+  KV_ASSIGN_OR_RETURN(const std::string scratch, MakeScratchDir(dir_, "kvtier-bench-engine"));
+  const ScopedRemoval removal(scratch);
+  KV_RETURN_IF_ERROR(RunPutGet(&report));
+  KV_RETURN_IF_ERROR(RunTrace(scratch, &report));
+  Print(report, json_);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::cli

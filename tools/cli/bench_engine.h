@@ -1,0 +1,52 @@
+// `kvtier bench engine`: the engine's own data path, in two parts.
+//
+// 1. Host tier throughput: Store and then Lookup + Load of --put-bytes of KV blocks through an
+//    engine with a host tier only, beside memcpy of the same bytes between the same buffers in the
+//    same run (the machine's limit for moving them once); medians over --repeat rounds, each with
+//    a fresh engine, and the ratios engine / memcpy.
+// 2. A multi-turn chat trace: --sessions conversations of --turns turns, each turn's prompt the
+//    previous one plus --turn-tokens new tokens (--first-tokens for the first), replayed round
+//    robin through an engine with a small host tier (--trace-host-bytes, so blocks spill) over an
+//    SSD tier in a scratch directory (and a Redis tier with --redis). Per request: Lookup, Load of
+//    the cached prefix, Store of the new chunks. Reported: hit ratio per tier (blocks served by
+//    the tier / blocks of the requests' full chunks), bytes per link (block bytes, decoded),
+//    evictions, and medians of the per-request Load and Store times.
+//
+// Scratch data (the SSD tier) goes in a fresh subdirectory of --dir ($TMPDIR by default), removed
+// at the end and on Ctrl-C. Progress on stderr; the report on stdout (text or --json).
+//
+// Thread safety: the CLI's main thread only. Ownership: flags are bound to this object's members.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/kv_layout.h"
+#include "kvtier/result.h"
+
+namespace kvtier::cli {
+
+struct BenchEngineReport;  // bench_engine.cc
+
+class BenchEngine {
+ public:
+  explicit BenchEngine(CLI::App* bench);
+  bool parsed() const { return app_->parsed(); }
+  // Aborted after Ctrl-C (the caller exits with kExitInterrupted).
+  Status Run();
+
+ private:
+  Status RunPutGet(BenchEngineReport* report);
+  Result<uint64_t> TraceHostBytes(const KvLayout& layout) const;
+  Status RunTrace(const std::string& scratch, BenchEngineReport* report);
+
+  CLI::App* app_;
+  uint32_t layers_ = 4, kv_heads_ = 8, head_dim_ = 128, block_tokens_ = 256;
+  std::string put_text_ = "256MiB", trace_host_text_, ssd_text_ = "4GiB", dir_;
+  uint32_t repeat_ = 5, sessions_ = 4, turns_ = 4, first_tokens_ = 2048, turn_tokens_ = 1024;
+  std::string redis_, key_file_;
+  uint64_t seed_ = 1;
+  bool json_ = false;
+};
+
+}  // namespace kvtier::cli
