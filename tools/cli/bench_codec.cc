@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "kv_quality.h"
 #include "byte_size.h"
 #include "codecs/codec.h"
 #include "codecs/precision_ladder.h"
@@ -208,62 +209,6 @@ std::vector<float> ToF32(std::span<const std::byte> block) {
   codecs::GetKernels().f16_to_f32(reinterpret_cast<const uint16_t*>(block.data()), n, out.data());
   return out;
 }
-
-// Sums of squared errors and of squared originals, for a relative RMSE over many blocks.
-struct ErrorSums {
-  double err2 = 0, ref2 = 0;
-  void Add(std::span<const float> ref, std::span<const float> got) {
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double e = double{ref[i]} - got[i];
-      err2 += e * e;
-      ref2 += double{ref[i]} * ref[i];
-    }
-  }
-  double RelRmse() const { return ref2 == 0 ? 0 : std::sqrt(err2 / ref2); }
-};
-
-// Attention of one query per KV head over a whole sequence given block by block, merged with the
-// log-sum-exp rule, so a 32k-token sequence never has to be held in F32 at once.
-class SequenceAttention {
- public:
-  SequenceAttention(const BlockGeometry& g, std::span<const float> query)
-      : g_(g), q_(query.begin(), query.end()), max_(g.kv_heads, -INFINITY), sum_(g.kv_heads, 0),
-        acc_(g.channels(), 0) {}
-  void Add(std::span<const float> block) {  // One block's K then V, in F32.
-    const size_t dim = g_.head_dim, channels = g_.channels();
-    const float* k = block.data();
-    const float* v = k + g_.half_elements();
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-    for (size_t h = 0; h < g_.kv_heads; ++h) {
-      for (size_t t = 0; t < g_.tokens; ++t) {
-        double s = 0;
-        for (size_t d = 0; d < dim; ++d) s += double{q_[h * dim + d]} * k[t * channels + h * dim + d];
-        s *= scale;
-        if (s > max_[h]) {
-          const double shrink = std::exp(max_[h] - s);
-          sum_[h] *= shrink;
-          for (size_t d = 0; d < dim; ++d) acc_[h * dim + d] *= shrink;
-          max_[h] = s;
-        }
-        const double w = std::exp(s - max_[h]);
-        sum_[h] += w;
-        for (size_t d = 0; d < dim; ++d) acc_[h * dim + d] += w * v[t * channels + h * dim + d];
-      }
-    }
-  }
-  std::vector<float> Output() const {
-    std::vector<float> out(acc_.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      out[i] = static_cast<float>(acc_[i] / sum_[i / g_.head_dim]);
-    }
-    return out;
-  }
-
- private:
-  BlockGeometry g_;
-  std::vector<float> q_;
-  std::vector<double> max_, sum_, acc_;
-};
 
 struct NamedCodec {
   const char* name;

@@ -1,0 +1,47 @@
+// What lossy KV coding does to a whole sequence, accumulated block by block, for `kvtier bench
+// codec`: the relative RMSE over many blocks, and the attention output of one query per KV head
+// over every block of a sequence, so that a 32k-token sequence is never held in F32 at once.
+//
+// Why not codecs::MeasureQuality: it takes one block; a sequence's attention mixes all blocks
+// through one softmax, which the running maximum and sum here merge exactly (log-sum-exp).
+//
+// Thread safety: plain values, one thread each. Ownership: spans are read during the call only.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "codecs/block_geometry.h"
+
+namespace kvtier::cli {
+
+// Sums of squared errors and of squared originals over everything added.
+class ErrorSums {
+ public:
+  void Add(std::span<const float> ref, std::span<const float> got);
+  // sqrt(sum (ref - got)^2 / sum ref^2); 0 when nothing nonzero was added.
+  double RelRmse() const;
+
+ private:
+  double err2_ = 0, ref2_ = 0;
+};
+
+// out[h] = sum over every token t added: softmax_t(q[h] . k[t][h] / sqrt(head_dim)) v[t][h], the
+// softmax taken over all of them: codecs::AttentionOutputF32 over the concatenated blocks.
+class SequenceAttention {
+ public:
+  // `g` is the shape of each block added (tokens per block, heads, head_dim); `query` holds
+  // g.channels() floats ([kv_heads][head_dim]).
+  SequenceAttention(const codecs::BlockGeometry& g, std::span<const float> query);
+  // One block in F32: its K half ([tokens][kv_heads][head_dim]) then its V half.
+  void Add(std::span<const float> block);
+  // [kv_heads][head_dim]; zeros before any block.
+  std::vector<float> Output() const;
+
+ private:
+  codecs::BlockGeometry g_;
+  std::vector<float> q_;
+  std::vector<double> max_, sum_, acc_;
+};
+
+}  // namespace kvtier::cli
