@@ -6,7 +6,8 @@
 # synthetic data sets and the real model's KV, with a zstd-cli row per data set and a ladder row
 # (lossy beyond the recent window, so compressing more than shuffle-zstd);
 # without a model the real-model rows are left out with a line on stderr, and without the zstd
-# program its rows are; text output is a table; bad flags exit 2.
+# program its rows are; text output is a table; Ctrl-C exits 130 and leaves no scratch files;
+# bad flags exit 2.
 # Method: small sizes (1 MiB data sets, a 4096-token ladder: lossless, then int8; 2 repetitions); the JSON is parsed
 # with python3. The model-less run uses a copy of the binary in a temporary directory, away from
 # any shared/models; the zstd-less one runs with an empty PATH.
@@ -138,7 +139,26 @@ head -1 "$TMP/out" | grep -q "^codec .*ratio.*attn_cosine" || fail "no table hea
 [[ "$(grep -c '^int4 ' "$TMP/out")" == $((2 + near_model)) ]] || fail "text table lacks the int4 rows: $(cat "$TMP/out")"
 grep -q '^ladder ' "$TMP/out" || fail "text table lacks the ladder row: $(cat "$TMP/out")"
 
-# 5. Bad flags: one line on stderr, exit 2.
+# 5. Ctrl-C while measuring: exit 130, the zstd scratch files removed.
+if [[ $have_zstd -eq 1 ]]; then
+  mkdir -p "$TMP/ctmp"
+  TMPDIR="$TMP/ctmp" "$KVTIER" bench codec --bytes 32MiB --repeat 1000 \
+    >"$TMP/out" 2>"$TMP/err" &
+  pid=$!
+  for _ in $(seq 1 200); do
+    [[ -n "$(ls -A "$TMP/ctmp")" ]] && break
+    sleep 0.1
+  done
+  sleep 0.5
+  kill -INT "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  [[ $rc -eq 130 ]] || fail "Ctrl-C: exit $rc, expected 130: $(cat "$TMP/err")"
+  grep -q "interrupted" "$TMP/err" || fail "Ctrl-C: no message: $(cat "$TMP/err")"
+  [[ -z "$(ls -A "$TMP/ctmp")" ]] || fail "scratch data left after Ctrl-C: $(ls -A "$TMP/ctmp")"
+fi
+
+# 6. Bad flags: one line on stderr, exit 2.
 source "$(dirname "$0")/expect_usage.sh"
 expect_usage zero_repeat "--repeat" "$KVTIER" bench codec --repeat 0
 expect_usage word_repeat "--repeat" "$KVTIER" bench codec --repeat many
@@ -147,7 +167,7 @@ expect_usage small_bytes "--bytes" "$KVTIER" bench codec --bytes 4KiB
 expect_usage bad_bytes "--bytes" "$KVTIER" bench codec --bytes lots
 expect_usage unknown_flag "--frobnicate" "$KVTIER" bench codec --frobnicate
 
-# 6. A model file that is not one: one line, exit 1.
+# 7. A model file that is not one: one line, exit 1.
 printf 'not a model' >"$TMP/bad.gguf"
 rc=0
 "$KVTIER" bench codec "${SMALL[@]}" --model "$TMP/bad.gguf" >"$TMP/out" 2>"$TMP/err" || rc=$?
