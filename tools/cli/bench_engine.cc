@@ -42,6 +42,8 @@ struct BenchEngineReport {
   uint64_t store_blocks = 0;
   double load_ms_median = 0, store_ms_median = 0, request_ms_median = 0;
   bool remote = false;
+  uint64_t remote_put_errors = 0;
+  std::optional<RemoteTierOptions> remote_tier;  // From --redis, checked before anything runs.
 };
 
 namespace {
@@ -103,13 +105,41 @@ double Ratio(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
 }
 
+// The Redis tier of --redis: endpoints checked, keys from --remote-key-file, $KVTIER_REMOTE_KEY or
+// a fresh key for the run; password from $KVTIER_REDIS_PASSWORD. Nothing without --redis.
+Result<std::optional<RemoteTierOptions>> RedisTier(const std::string& list,
+                                                   const std::string& key_file) {
+  if (list.empty()) return std::optional<RemoteTierOptions>();
+  RedisStoreOptions redis;
+  Result<std::vector<std::string>> endpoints = SplitRedisEndpoints(list);
+  if (!endpoints.ok()) return endpoints.status().WithContext("--redis");
+  for (const std::string& e : *endpoints) {
+    if (Result<RedisEndpoint> parsed = ParseRedisEndpoint(e); !parsed.ok()) {
+      return parsed.status().WithContext("--redis");
+    }
+  }
+  redis.endpoints = std::move(*endpoints);
+  if (!key_file.empty()) {
+    KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(key_file));
+  } else if (const char* text = std::getenv("KVTIER_REMOTE_KEY"); text != nullptr) {
+    Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
+    if (!ring.ok()) return ring.status().WithContext("$KVTIER_REMOTE_KEY");
+    redis.keyring = std::move(ring).value();
+  } else {
+    KV_ASSIGN_OR_RETURN(const std::string fresh, RemoteKeyring::GenerateText(1));
+    KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::Parse(fresh));
+  }
+  if (const char* pw = std::getenv("KVTIER_REDIS_PASSWORD"); pw != nullptr) redis.password = pw;
+  return std::optional<RemoteTierOptions>(RemoteTierOptions{.redis = std::move(redis)});
+}
+
 void Print(const BenchEngineReport& r, bool json) {
   const double block = static_cast<double>(r.layout.BlockBytes());
   const double hit_host = Ratio(r.host_hits, r.blocks_requested);
   const double hit_ssd = Ratio(r.ssd_hits, r.blocks_requested);
   const double hit_remote = Ratio(r.remote_hits, r.blocks_requested);
   if (!json) {
-    std::printf("engine host tier, %s, %s per round, %u rounds (medians)\n",
+    std::printf("engine host tier, %s, %s per round, medians of %u\n",
                 r.layout.ToString().c_str(),
                 Progress::FormatBytes(static_cast<double>(r.put_get_bytes)).c_str(), r.repeat);
     std::printf("put (Store)        %8.0f MB/s  %.2fx memcpy\n", r.put_bytes_per_s / 1e6,
@@ -131,6 +161,9 @@ void Print(const BenchEngineReport& r, bool json) {
       std::printf("  host<-remote %s  remote<-engine %s",
                   Progress::FormatBytes(block * static_cast<double>(r.remote_hits)).c_str(),
                   Progress::FormatBytes(block * static_cast<double>(r.remote_puts)).c_str());
+    }
+    if (r.remote) {
+      std::printf("  (%llu failed puts)", static_cast<unsigned long long>(r.remote_put_errors));
     }
     std::printf("\nevictions  host %llu  ssd %llu\n",
                 static_cast<unsigned long long>(r.host_evictions),
@@ -177,6 +210,7 @@ void Print(const BenchEngineReport& r, bool json) {
   ev["host"] = r.host_evictions;
   ev["ssd"] = r.ssd_evictions;
   t["evictions"] = ev;
+  if (r.remote) t["remote_put_errors"] = r.remote_put_errors;
   t["load_ms_median"] = r.load_ms_median;
   t["store_ms_median"] = r.store_ms_median;
   t["request_ms_median"] = r.request_ms_median;
@@ -341,25 +375,7 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
       .dirs = {scratch + "/ssd"}, .capacity_bytes = ssd_bytes, .segment_bytes = 16 * kMiB};
   o.write_policy = WritePolicy::kWriteBack;
   o.logger = &logger;
-  if (!redis_.empty()) {
-    RedisStoreOptions redis;
-    Result<std::vector<std::string>> endpoints = SplitRedisEndpoints(redis_);
-    if (!endpoints.ok()) return endpoints.status().WithContext("--redis");
-    redis.endpoints = std::move(*endpoints);
-    if (!key_file_.empty()) {
-      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(key_file_));
-    } else if (const char* text = std::getenv("KVTIER_REMOTE_KEY"); text != nullptr) {
-      Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
-      if (!ring.ok()) return ring.status().WithContext("$KVTIER_REMOTE_KEY");
-      redis.keyring = std::move(ring).value();
-    } else {
-      KV_ASSIGN_OR_RETURN(const std::string fresh, RemoteKeyring::GenerateText(1));
-      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::Parse(fresh));
-    }
-    if (const char* pw = std::getenv("KVTIER_REDIS_PASSWORD"); pw != nullptr) redis.password = pw;
-    o.remote = RemoteTierOptions{.redis = std::move(redis)};
-    report->remote = true;
-  }
+  o.remote = report->remote_tier;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(o));
   // Every run gets its own salt, so a shared Redis never serves a previous run's blocks.
   std::mt19937_64 rng(seed_ + 7);
@@ -422,6 +438,7 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
   report->ssd_evictions = Delta(before, after, TierKind::kSsd, &TierStats::evictions);
   report->host_writebacks = Delta(before, after, TierKind::kHost, &TierStats::writebacks);
   report->remote_puts = Delta(before, after, TierKind::kRemote, &TierStats::writebacks);
+  report->remote_put_errors = after.remote_put_errors - before.remote_put_errors;
   report->store_blocks = after.store_blocks - before.store_blocks;
   report->load_ms_median = Median(load_ms);
   report->store_ms_median = Median(store_ms);
@@ -436,6 +453,8 @@ Status BenchEngine::Run() {
                            .dtype = DType::kF16, .block_tokens = block_tokens_};
   KV_RETURN_IF_ERROR(report.layout.Validate());
   KV_ASSIGN_OR_RETURN(report.trace_host_bytes, TraceHostBytes(report.layout));
+  KV_ASSIGN_OR_RETURN(report.remote_tier, RedisTier(redis_, key_file_));
+  report.remote = report.remote_tier.has_value();
   KV_ASSIGN_OR_RETURN(const std::string scratch, MakeScratchDir(dir_, "kvtier-bench-engine"));
   const ScopedRemoval removal(scratch);
   KV_RETURN_IF_ERROR(RunPutGet(&report));

@@ -3,7 +3,7 @@
 # beside memcpy (all > 0, with their ratios) and a multi-turn trace replayed through host + SSD
 # tiers whose small host tier makes blocks spill: hit ratios per tier in [0, 1] with both tiers
 # serving hits, bytes per link > 0, evictions, medians; with --redis, the remote tier's hit ratio
-# and bytes too (blocks put into it > 0); the SSD scratch directory is gone afterwards (and after Ctrl-C, exit 130); text
+# and bytes too (blocks put into it > 0, no failed puts); the SSD scratch directory is gone afterwards (and after Ctrl-C, exit 130); text
 # output names each part; bad flags exit 2 with one line.
 # Method: small layouts and traces (a few MiB); the JSON is parsed with python3; --dir points
 # into a temporary directory that must be empty afterwards. The Redis run starts a redis-server
@@ -58,6 +58,10 @@ if sorted(b) != sorted(links):
 for k in links:
     if not (b.get(k, 0) >= 0 if k == "host_from_remote" else b.get(k, 0) > 0):
         errors.append(f"bytes.{k} = {b.get(k)}")
+if remote and t.get("remote_put_errors") != 0:
+    errors.append(f"remote_put_errors {t.get('remote_put_errors')}")
+if not remote and "remote_put_errors" in t:
+    errors.append("remote_put_errors without --redis")
 if not t["evictions"]["host"] > 0:
     errors.append(f"no host evictions: {t['evictions']}")
 if t["requests"] != 9 or t["sessions"] != 3 or t["turns"] != 3:
@@ -138,7 +142,14 @@ expect_usage bad_put_bytes "--put-bytes" "$KVTIER" bench engine --put-bytes lots
 expect_usage small_ssd "--ssd-bytes" "$KVTIER" bench engine --ssd-bytes 1MiB
 expect_usage unknown_flag "--frobnicate" "$KVTIER" bench engine --frobnicate
 
-# 6. A host tier too small for one turn: one line, exit 1.
+# 6. A bad --redis is refused before anything runs: one line, exit 1, nothing measured.
+rc=0
+"$KVTIER" bench engine --redis 127.0.0.1:notaport >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "bad --redis: exit $rc: $(cat "$TMP/err")"
+grep -q "^kvtier bench: --redis: .*port" "$TMP/err" || fail "bad --redis: $(cat "$TMP/err")"
+[[ ! -s "$TMP/out" ]] || fail "bad --redis: something was measured: $(cat "$TMP/out")"
+
+# 7. A host tier too small for one turn: one line, exit 1.
 rc=0
 "$KVTIER" bench engine "${SMALL[@]}" --trace-host-bytes 4KiB >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -eq 1 ]] || fail "tiny host tier: exit $rc: $(cat "$TMP/err")"
