@@ -350,8 +350,9 @@ Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
       const CodecParams params = ladder.Choose(
           codecs::Tier::kSsd, age, c == 0 ? codecs::ChunkKind::kSink : codecs::ChunkKind::kRegular);
       const Stopwatch enc;
-      KV_ASSIGN_OR_RETURN(const size_t n, codecs::EncodeBlock(params, g, std::as_bytes(std::span(block)),
-                                                              encoded, ctx));
+      KV_ASSIGN_OR_RETURN(
+          const size_t n,
+          codecs::EncodeBlock(params, g, std::as_bytes(std::span(block)), encoded, ctx));
       enc_s += enc.Seconds();
       const Stopwatch dec;
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(std::span<const std::byte>(encoded).first(n), g,

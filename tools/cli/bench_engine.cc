@@ -226,7 +226,8 @@ BenchEngine::BenchEngine(CLI::App* bench)
                     "through host + SSD (+ Redis) tiers")) {
   app_->add_option("--layers", layers_, "Layers of the KV layout (default 4)")
       ->check(WholeNumber(1, kLayersMax));
-  app_->add_option("--kv-heads", kv_heads_, "KV heads (default 8)")->check(WholeNumber(1, kKvHeadsMax));
+  app_->add_option("--kv-heads", kv_heads_, "KV heads (default 8)")
+      ->check(WholeNumber(1, kKvHeadsMax));
   app_->add_option("--head-dim", head_dim_, "Elements per head (default 128)")
       ->check(WholeNumber(1, kHeadDimMax));
   app_->add_option("--block-tokens", block_tokens_,
@@ -392,7 +393,8 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
     for (uint32_t s = 0; s < sessions_; ++s) {
       if (Interrupted()) return Status::Aborted("interrupted");
       std::vector<uint32_t>& prompt = prompts[s];
-      const std::vector<uint32_t> added = RandomTokens(rng, turn == 0 ? first_tokens_ : turn_tokens_);
+      const std::vector<uint32_t> added =
+          RandomTokens(rng, turn == 0 ? first_tokens_ : turn_tokens_);
       prompt.insert(prompt.end(), added.begin(), added.end());
       const size_t full = prompt.size() / layout.block_tokens;
       report->blocks_requested += full * layout.layers;
@@ -401,9 +403,9 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
                           engine->Lookup(ns, prompt, LookupOptions{.session_id = s + 1}));
       const size_t cached = hit.matched_tokens / layout.block_tokens;
       if (cached > 0) {
-        KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> h,
-                            engine->Load(ns, prompt,
-                                         Spans<std::byte>(buffers, 0, cached * layout.layers, block)));
+        KV_ASSIGN_OR_RETURN(
+            std::unique_ptr<LoadHandle> h,
+            engine->Load(ns, prompt, Spans<std::byte>(buffers, 0, cached * layout.layers, block)));
         KV_RETURN_IF_ERROR(h->Wait());
       }
       load_ms.push_back(request.Seconds() * 1e3);

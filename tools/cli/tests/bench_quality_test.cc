@@ -31,7 +31,8 @@ TEST(SequenceAttentionTest, BlockByBlockEqualsWholeSequence) {
     for (float& x : b) x = dist(rng);
   }
   // Keys of head 0 aligned with its query: a large score in block 1, a larger one in block 4.
-  for (const auto& [b, t, scale] : {std::tuple{size_t{1}, size_t{3}, 4.0f}, std::tuple{size_t{4}, size_t{9}, 12.0f}}) {
+  for (const auto& [b, t, scale] :
+       {std::tuple{size_t{1}, size_t{3}, 4.0f}, std::tuple{size_t{4}, size_t{9}, 12.0f}}) {
     for (size_t d = 0; d < block.head_dim; ++d) {
       blocks[b][t * block.channels() + d] = scale * query[d];
     }
