@@ -137,6 +137,41 @@ typedef enum kvtier_log_level {
 /* A log line: its level and a NUL-terminated message, valid only during the call. */
 typedef void (*kvtier_log_fn)(void* context, kvtier_log_level_t level, const char* message);
 
+/* Appended enums of the options appended below; their values never change. */
+typedef enum kvtier_device_backend {
+  KVTIER_DEVICE_BACKEND_AUTO = 0, /* CUDA when built with it and a GPU is usable, else CPU. */
+  KVTIER_DEVICE_BACKEND_CPU = 1,
+  KVTIER_DEVICE_BACKEND_CUDA = 2
+} kvtier_device_backend_t;
+
+typedef enum kvtier_huge_pages {
+  KVTIER_HUGE_PAGES_OFF = 0,
+  KVTIER_HUGE_PAGES_IF_AVAILABLE = 1
+} kvtier_huge_pages_t;
+
+typedef enum kvtier_memory_lock {
+  KVTIER_MEMORY_LOCK_OFF = 0,
+  KVTIER_MEMORY_LOCK_IF_PERMITTED = 1,
+  KVTIER_MEMORY_LOCK_REQUIRED = 2
+} kvtier_memory_lock_t;
+
+typedef enum kvtier_io_backend {
+  KVTIER_IO_BACKEND_AUTO = 0,
+  KVTIER_IO_BACKEND_IO_URING = 1,
+  KVTIER_IO_BACKEND_THREAD_POOL = 2
+} kvtier_io_backend_t;
+
+typedef enum kvtier_direct_io {
+  KVTIER_DIRECT_IO_OFF = 0,
+  KVTIER_DIRECT_IO_PREFERRED = 1,
+  KVTIER_DIRECT_IO_REQUIRED = 2
+} kvtier_direct_io_t;
+
+typedef enum kvtier_admission {
+  KVTIER_ADMISSION_ALWAYS = 0,
+  KVTIER_ADMISSION_AFTER_REQUESTS = 1
+} kvtier_admission_t;
+
 typedef struct kvtier_engine_options_s {
   size_t struct_size; /* sizeof(kvtier_engine_options_t); set by kvtier_engine_options_init. */
   kvtier_layout_t layout;
@@ -201,6 +236,48 @@ typedef struct kvtier_engine_options_s {
   kvtier_log_fn log_fn;
   void* log_context;               /* Passed to log_fn. */
   kvtier_log_level_t log_min_level; /* Default KVTIER_LOG_INFO. */
+  /* Appended: every other option of the engine (docs/options.md lists each with its range and
+   * default; kvtier_engine_options_init sets the defaults). ssd_* fields apply only with
+   * ssd_dirs, remote_* only with remote_endpoints, cxl_* only with cxl_bytes > 0. */
+  uint32_t device_copy_threads;        /* CPU backend: copy threads per copy kind; default 1. */
+  uint32_t device_copy_queue_max;      /* Copy regions queued per kind; default 1024. */
+  kvtier_device_backend_t device_backend; /* Default KVTIER_DEVICE_BACKEND_AUTO. */
+  int32_t cuda_device;                 /* CUDA device ordinal; default 0. */
+  kvtier_huge_pages_t host_huge_pages; /* Default KVTIER_HUGE_PAGES_IF_AVAILABLE. */
+  kvtier_memory_lock_t host_lock;      /* Default KVTIER_MEMORY_LOCK_IF_PERMITTED. */
+  uint32_t host_prefault;              /* Bool, default 1: touch every page at open. */
+  uint64_t cxl_bytes;                  /* The CXL tier (a second host tier); 0 (default): none. */
+  int32_t cxl_numa_node;               /* Its CPU-less NUMA node; -1 (default): no binding. */
+  kvtier_huge_pages_t cxl_huge_pages;
+  kvtier_memory_lock_t cxl_lock;
+  uint32_t cxl_prefault;                 /* Bool, default 1. */
+  uint32_t ssd_sync_interval_ms;         /* KVTIER_SSD_SYNC_PERIODIC: default 100. */
+  uint32_t ssd_checkpoint_interval_ms;   /* 0 (default): checkpoints on close and after errors. */
+  uint32_t ssd_io_depth;                 /* In-flight I/Os per directory; default 32. */
+  kvtier_io_backend_t ssd_io_backend;    /* Default KVTIER_IO_BACKEND_AUTO. */
+  kvtier_direct_io_t ssd_direct_io;      /* Default KVTIER_DIRECT_IO_PREFERRED. */
+  uint32_t ssd_queue_jobs_max;           /* Queued jobs per directory; default 64. */
+  uint64_t ssd_staging_buffer_bytes;     /* Per write request; default 1 MiB. */
+  uint32_t ssd_staging_buffers;          /* Per directory; 0 (default): min(io_depth, 64). */
+  uint32_t ssd_write_stall_ms_max;       /* A writer waiting for space gives up; default 10000. */
+  kvtier_admission_t ssd_admission;      /* Default KVTIER_ADMISSION_ALWAYS. */
+  uint32_t ssd_admission_requests;       /* Default 2. */
+  uint32_t ssd_admission_slots;          /* Default 65536. */
+  uint64_t ssd_write_budget_bytes_per_s; /* 0 (default): unlimited. */
+  uint64_t ssd_write_budget_burst_bytes; /* 0 (default): one second of budget. */
+  uint32_t ssd_file_mode;                /* 0600 (default), 0640 or 0660. */
+  double writeback_dirty_fraction;       /* In (0, 1], default 0.5; 1: no cleaner. */
+  uint32_t staging_buffers;              /* Read and encode buffers; [8, 4096], default 32. */
+  uint32_t remote_breaker_failures_to_open;     /* Default 3. */
+  uint64_t remote_breaker_open_cooldown_us;     /* Default 1000000. */
+  uint32_t remote_redirects_max;                /* MOVED/ASK hops; default 5. */
+  uint64_t remote_topology_refresh_interval_us; /* Default 100000. */
+  kvtier_admission_t remote_admission;          /* Default KVTIER_ADMISSION_ALWAYS. */
+  uint32_t remote_admission_requests;           /* Default 2. */
+  uint32_t remote_admission_slots;              /* Default 65536. */
+  uint64_t remote_write_budget_bytes_per_s;     /* 0 (default): unlimited. */
+  uint64_t remote_write_budget_burst_bytes;     /* 0 (default): one second of budget. */
+  uint32_t remote_promote_on_load; /* Bool, default 1: remote hits are cached in host memory. */
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

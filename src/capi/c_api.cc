@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "codecs/codec_params.h"
+#include "core/assert.h"
 #include "core/block_key.h"
 #include "core/kv_layout.h"
 #include "engine/engine.h"
+#include "engine/options_table.h"
 #include "engine/stats_fields.h"
 #include "kvtier/status.h"
 #include "kvtier/version.h"
@@ -103,6 +105,12 @@ static_assert(KVTIER_CODEC_SHUFFLE_ZSTD == static_cast<int>(codecs::CodecId::kSh
 static_assert(KVTIER_CODEC_INT8 == static_cast<int>(codecs::CodecId::kInt8));
 static_assert(KVTIER_CODEC_INT4 == static_cast<int>(codecs::CodecId::kInt4));
 static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::kPinnedPrompt));
+static_assert(KVTIER_DEVICE_BACKEND_CUDA == static_cast<int>(DeviceBackend::kCuda));
+static_assert(KVTIER_HUGE_PAGES_IF_AVAILABLE == static_cast<int>(HugePages::kIfAvailable));
+static_assert(KVTIER_MEMORY_LOCK_REQUIRED == static_cast<int>(MemoryLock::kRequired));
+static_assert(KVTIER_IO_BACKEND_THREAD_POOL == static_cast<int>(IoBackend::kThreadPool));
+static_assert(KVTIER_DIRECT_IO_REQUIRED == static_cast<int>(DirectIo::kRequired));
+static_assert(KVTIER_ADMISSION_AFTER_REQUESTS == static_cast<int>(SsdAdmission::kAfterRequests));
 
 // The struct sizes of ABI version 1. Callers built against a later header pass larger structs;
 // the fields appended since then must be zero for this library to accept them.
@@ -277,6 +285,112 @@ PredictionOptions ConvertPredictionOptions(const kvtier_engine_options_t& in) {
   return p;
 }
 
+// The fields appended for the options table's rows (docs/options.md): each is read by its C type
+// and set through SetEngineOption, which checks the row's range. options_table_test checks that
+// the struct holds exactly the table's C rows; this list names where each appended one lives.
+enum class CField : uint8_t { kU32, kU64, kI32, kBool, kDouble, kEnum };
+struct AppendedOption {
+  std::string_view name;
+  size_t offset;
+  CField type;
+};
+#define KVTIER_C_FIELD(name, type) \
+  AppendedOption { #name, offsetof(kvtier_engine_options_t, name), CField::type }
+constexpr AppendedOption kAppendedOptions[] = {
+    KVTIER_C_FIELD(device_copy_threads, kU32),
+    KVTIER_C_FIELD(device_copy_queue_max, kU32),
+    KVTIER_C_FIELD(device_backend, kEnum),
+    KVTIER_C_FIELD(cuda_device, kI32),
+    KVTIER_C_FIELD(host_huge_pages, kEnum),
+    KVTIER_C_FIELD(host_lock, kEnum),
+    KVTIER_C_FIELD(host_prefault, kBool),
+    KVTIER_C_FIELD(cxl_bytes, kU64),
+    KVTIER_C_FIELD(cxl_numa_node, kI32),
+    KVTIER_C_FIELD(cxl_huge_pages, kEnum),
+    KVTIER_C_FIELD(cxl_lock, kEnum),
+    KVTIER_C_FIELD(cxl_prefault, kBool),
+    KVTIER_C_FIELD(ssd_sync_interval_ms, kU32),
+    KVTIER_C_FIELD(ssd_checkpoint_interval_ms, kU32),
+    KVTIER_C_FIELD(ssd_io_depth, kU32),
+    KVTIER_C_FIELD(ssd_io_backend, kEnum),
+    KVTIER_C_FIELD(ssd_direct_io, kEnum),
+    KVTIER_C_FIELD(ssd_queue_jobs_max, kU32),
+    KVTIER_C_FIELD(ssd_staging_buffer_bytes, kU64),
+    KVTIER_C_FIELD(ssd_staging_buffers, kU32),
+    KVTIER_C_FIELD(ssd_write_stall_ms_max, kU32),
+    KVTIER_C_FIELD(ssd_admission, kEnum),
+    KVTIER_C_FIELD(ssd_admission_requests, kU32),
+    KVTIER_C_FIELD(ssd_admission_slots, kU32),
+    KVTIER_C_FIELD(ssd_write_budget_bytes_per_s, kU64),
+    KVTIER_C_FIELD(ssd_write_budget_burst_bytes, kU64),
+    KVTIER_C_FIELD(ssd_file_mode, kU32),
+    KVTIER_C_FIELD(writeback_dirty_fraction, kDouble),
+    KVTIER_C_FIELD(staging_buffers, kU32),
+    KVTIER_C_FIELD(remote_breaker_failures_to_open, kU32),
+    KVTIER_C_FIELD(remote_breaker_open_cooldown_us, kU64),
+    KVTIER_C_FIELD(remote_redirects_max, kU32),
+    KVTIER_C_FIELD(remote_topology_refresh_interval_us, kU64),
+    KVTIER_C_FIELD(remote_admission, kEnum),
+    KVTIER_C_FIELD(remote_admission_requests, kU32),
+    KVTIER_C_FIELD(remote_admission_slots, kU32),
+    KVTIER_C_FIELD(remote_write_budget_bytes_per_s, kU64),
+    KVTIER_C_FIELD(remote_write_budget_burst_bytes, kU64),
+    KVTIER_C_FIELD(remote_promote_on_load, kBool),
+};
+#undef KVTIER_C_FIELD
+
+template <typename T>
+T FieldAt(const kvtier_engine_options_t& in, size_t offset) {
+  T value;
+  std::memcpy(&value, reinterpret_cast<const unsigned char*>(&in) + offset, sizeof(value));
+  return value;
+}
+
+// The `index`th of "a|b|c", or empty when there is none.
+std::string ChoiceAt(std::string_view choices, int32_t index) {
+  const std::vector<std::string_view> items = OptionList(choices);
+  if (index < 0 || static_cast<size_t>(index) >= items.size()) return std::string();
+  return std::string(items[static_cast<size_t>(index)]);
+}
+
+Status ConvertAppendedOptions(const kvtier_engine_options_t& in, EngineOptions* out) {
+  for (const AppendedOption& field : kAppendedOptions) {
+    const OptionSpec* spec = FindEngineOption(field.name);
+    KV_CHECK(spec != nullptr);
+    OptionValue value;
+    switch (field.type) {
+      case CField::kU32:
+        value = uint64_t{FieldAt<uint32_t>(in, field.offset)};
+        break;
+      case CField::kU64:
+        value = FieldAt<uint64_t>(in, field.offset);
+        break;
+      case CField::kI32:
+        value = int64_t{FieldAt<int32_t>(in, field.offset)};
+        break;
+      case CField::kBool:
+        value = FieldAt<uint32_t>(in, field.offset) != 0;
+        break;
+      case CField::kDouble:
+        value = FieldAt<double>(in, field.offset);
+        break;
+      case CField::kEnum: {
+        const int32_t raw = FieldAt<int32_t>(in, field.offset);
+        std::string choice = ChoiceAt(spec->choices, raw);
+        if (choice.empty()) {
+          return Status::InvalidArgument(std::string(field.name) + " " + std::to_string(raw) +
+                                         " is out of range");
+        }
+        value = std::move(choice);
+        break;
+      }
+    }
+    if (IsUnsetValue(*spec, value)) continue;  // 0 where 0 is not valid: the default.
+    KV_RETURN_IF_ERROR(SetEngineOption(out, *spec, value));
+  }
+  return Status::Ok();
+}
+
 Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   EngineOptions out;
   KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout));
@@ -338,6 +452,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   out.promote_on_load = in.promote_on_load != 0;
   KV_ASSIGN_OR_RETURN(out.remote, ConvertRemoteOptions(in));
   out.prediction = ConvertPredictionOptions(in);
+  KV_RETURN_IF_ERROR(ConvertAppendedOptions(in, &out));
   return out;
 }
 
@@ -431,6 +546,48 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->prediction_predict_k = prediction.predict_k;
   options->prediction_blocks_max = prediction.blocks_max;
   options->log_min_level = KVTIER_LOG_INFO;
+  // The appended options' defaults: the engine's own.
+  options->device_copy_threads = defaults.device.copy_threads;
+  options->device_copy_queue_max = defaults.device.copy_queue_max;
+  options->device_backend = static_cast<kvtier_device_backend_t>(defaults.device_backend);
+  options->cuda_device = defaults.cuda_device;
+  options->host_huge_pages = static_cast<kvtier_huge_pages_t>(defaults.host.huge_pages);
+  options->host_lock = static_cast<kvtier_memory_lock_t>(defaults.host.lock);
+  options->host_prefault = defaults.host.prefault ? 1 : 0;
+  options->cxl_numa_node = defaults.host.numa_node;
+  options->cxl_huge_pages = options->host_huge_pages;
+  options->cxl_lock = options->host_lock;
+  options->cxl_prefault = options->host_prefault;
+  const kvtier::SsdTierOptions ssd;
+  options->ssd_sync_interval_ms = ssd.sync_interval_ms;
+  options->ssd_checkpoint_interval_ms = ssd.checkpoint_interval_ms;
+  options->ssd_io_depth = ssd.io_depth;
+  options->ssd_io_backend = static_cast<kvtier_io_backend_t>(ssd.io_backend);
+  options->ssd_direct_io = static_cast<kvtier_direct_io_t>(ssd.direct_io);
+  options->ssd_queue_jobs_max = ssd.queue_jobs_max;
+  options->ssd_staging_buffer_bytes = ssd.staging_buffer_bytes;
+  options->ssd_staging_buffers = ssd.staging_buffers;
+  options->ssd_write_stall_ms_max = ssd.write_stall_ms_max;
+  options->ssd_admission = static_cast<kvtier_admission_t>(ssd.admission);
+  options->ssd_admission_requests = ssd.admission_requests;
+  options->ssd_admission_slots = ssd.admission_slots;
+  options->ssd_write_budget_bytes_per_s = ssd.write_budget_bytes_per_s;
+  options->ssd_write_budget_burst_bytes = ssd.write_budget_burst_bytes;
+  options->ssd_file_mode = ssd.file_mode;
+  options->writeback_dirty_fraction = defaults.writeback_dirty_fraction;
+  options->staging_buffers = defaults.staging_buffers;
+  const kvtier::RedisStoreOptions redis;
+  options->remote_breaker_failures_to_open = redis.breaker.failures_to_open;
+  options->remote_breaker_open_cooldown_us = redis.breaker.open_cooldown_us;
+  options->remote_redirects_max = redis.redirects_max;
+  options->remote_topology_refresh_interval_us = redis.topology_refresh_interval_us;
+  const kvtier::RemoteTierOptions remote;
+  options->remote_admission = static_cast<kvtier_admission_t>(remote.admission);
+  options->remote_admission_requests = remote.admission_requests;
+  options->remote_admission_slots = remote.admission_slots;
+  options->remote_write_budget_bytes_per_s = remote.write_budget_bytes_per_s;
+  options->remote_write_budget_burst_bytes = remote.write_budget_burst_bytes;
+  options->remote_promote_on_load = remote.promote_on_load ? 1 : 0;
 }
 
 kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, const void* secret,

@@ -1,8 +1,10 @@
 /* The C API from C (compiled as C11): open an engine with an SSD directory in a temporary
  * directory, store a prefix, look it up, load it back layer by layer, compare the bytes, pin,
  * prefetch, flush, read statistics, hint a session and look it up with a session id (access
- * prediction), and check the error paths (bad layout, bad block arrays, versioned structs, bad
- * prediction options). Exits 0 on success, 1 with a message on the first failed check. */
+ * prediction), set the options appended for the options table (docs/options.md: CXL tier,
+ * device backend, SSD I/O, staging buffers, file mode) and check that they reach the engine, and
+ * check the error paths (bad layout, bad block arrays, versioned structs, bad prediction options,
+ * appended options out of their table range). Exits 0 on success, 1 with a message on the first failed check. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvtier/c_api.h"
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -541,6 +544,56 @@ static void RemoveTree(const char* path) {
   if (system(command) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
 }
 
+/* The fields appended for the options table: each reaches the engine, and a value outside the
+ * table's range is refused naming the option and its range. */
+static void TestAppendedOptions(void) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/appended", temp_dir);
+  CHECK(mkdir(dir, 0700) == 0);
+  const char* dirs[1] = {dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  CHECK(o.staging_buffers == 32 && o.ssd_io_depth == 32 && o.host_prefault == 1);
+  CHECK(o.writeback_dirty_fraction == 0.5 && o.ssd_file_mode == 0600 && o.cxl_numa_node == -1);
+  o.cxl_bytes = 1u << 20;
+  o.device_backend = KVTIER_DEVICE_BACKEND_CPU;
+  o.staging_buffers = 16;
+  o.ssd_io_depth = 4;
+  o.ssd_io_backend = KVTIER_IO_BACKEND_THREAD_POOL;
+  o.ssd_file_mode = 0640;
+  o.writeback_dirty_fraction = 0.75;
+  o.remote_redirects_max = 0; /* Ignored: no remote tier. */
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  kvtier_engine_stats_t stats;
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  int has_cxl = 0;
+  for (uint32_t i = 0; i < stats.tier_count; ++i) has_cxl |= stats.tiers[i].kind == KVTIER_TIER_CXL;
+  CHECK(has_cxl);
+  kvtier_engine_close(engine);
+  char manifest[320];
+  snprintf(manifest, sizeof(manifest), "%s/MANIFEST", dir);
+  struct stat st;
+  CHECK(stat(manifest, &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+
+  o.ssd_io_depth = 999;
+  engine = NULL;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(engine == NULL);
+  CHECK(strcmp(err.message, "ssd_io_depth=999: must be from 1 to 256") == 0);
+  o.ssd_io_depth = 0; /* 0 where 0 is not valid: the default. */
+  o.device_backend = (kvtier_device_backend_t)9;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strcmp(err.message, "device_backend 9 is out of range") == 0);
+  o.device_backend = KVTIER_DEVICE_BACKEND_AUTO;
+  o.writeback_dirty_fraction = 2.0;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "writeback_dirty_fraction=2") != NULL);
+}
+
 int main(void) {
   const char* tmp = getenv("TMPDIR");
   snprintf(temp_dir, sizeof(temp_dir), "%s/kvtier_c_api_XXXXXX",
@@ -556,6 +609,7 @@ int main(void) {
   TestTenantSalt();
   TestLogCallback();
   TestPrediction();
+  TestAppendedOptions();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
