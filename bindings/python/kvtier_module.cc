@@ -36,6 +36,7 @@
 #include "core/logger.h"
 #include "core/mutex.h"
 #include "engine/engine.h"
+#include "engine/options_table.h"
 #include "engine/paged_kv.h"
 #include "engine/paged_transfer.h"
 #include "kvtier/status.h"
@@ -769,58 +770,85 @@ class PyPin {
   const size_t chunks_;
 };
 
+// Engine's keyword arguments: the layout, the digest and the key material (each converted here),
+// and every other option of the table (engine/options_table.h), converted by SetEngineOption.
 struct EngineArgs {
   LayoutArg layout;
-  uint64_t host_bytes = 0;
-  uint64_t device_bytes = 0;
-  std::vector<std::string> ssd_dirs;
-  uint64_t ssd_bytes = 0;
-  uint64_t ssd_segment_bytes = 0;
-  std::string write_policy;
-  std::string ssd_codec;
-  int ssd_codec_level = 0;
-  uint32_t ssd_codec_group_size = 0;
-  std::string model_name;
   std::string weights_digest;
-  std::string ssd_sync;
-  uint64_t default_ttl_ms = 0;
-  uint32_t worker_threads = 0;
-  uint32_t sink_chunks = 0;
-  bool promote_on_load = true;
-  int32_t numa_node = -1;
-  std::vector<std::string> remote_endpoints;  // Empty: no remote tier.
-  bool remote_cluster = false;
-  std::string remote_write_policy;
-  std::string remote_user;
-  std::string remote_password;
-  std::string remote_key_file;  // Deployment keys (remote_crypto.h): a file, or
-  std::string remote_key_env;   // the name of an environment variable holding them.
-  bool remote_insecure_plaintext = false;
-  std::string ssd_key_file;  // Keys sealing SSD records at rest, the same two ways.
-  std::string ssd_key_env;
-  bool prediction = false;
-  // 0: the PredictionOptions default.
-  uint32_t prediction_window = 0;
-  uint32_t prediction_successors_max = 0;
-  uint32_t prediction_sessions_max = 0;
-  uint32_t prediction_session_chunks_max = 0;
-  uint32_t prediction_predict_k = 0;
-  uint32_t prediction_blocks_max = 0;
+  std::string ssd_key_file, ssd_key_env;  // Keys sealing SSD records: a file or a variable.
+  std::string remote_key_file, remote_key_env;  // Deployment keys of the remote tier.
+  std::vector<std::pair<const OptionSpec*, OptionValue>> settings;  // In the table's order.
 };
 
-Status InvalidChoice(const char* what, const std::string& value, const char* choices) {
-  return Status::InvalidArgument(std::string(what) + " '" + value + "' is not one of " + choices);
+// A keyword's value as its row's type; TypeError naming the keyword for another type.
+OptionValue ToOptionValue(const OptionSpec& spec, const py::handle& value) {
+  try {
+    switch (spec.type) {
+      case OptionType::kBool:
+        if (!py::isinstance<py::bool_>(value)) break;
+        return value.cast<bool>();
+      case OptionType::kUint:
+      case OptionType::kBytes:
+        if (py::isinstance<py::bool_>(value)) break;
+        return value.cast<uint64_t>();
+      case OptionType::kInt:
+        if (py::isinstance<py::bool_>(value)) break;
+        return value.cast<int64_t>();
+      case OptionType::kDouble:
+        return value.cast<double>();
+      case OptionType::kStrings:
+        if (py::isinstance<py::str>(value)) break;
+        return value.cast<std::vector<std::string>>();
+      default:
+        return value.cast<std::string>();
+    }
+  } catch (const py::cast_error&) {
+  }
+  throw py::type_error("Engine(): " + std::string(spec.name) + " must be " +
+                       (spec.type == OptionType::kStrings ? std::string("a list of strings")
+                                                          : "a " + std::string(OptionTypeName(
+                                                                       spec.type))) +
+                       ", got " + std::string(py::str(py::type::of(value).attr("__name__"))));
 }
 
-Result<codecs::CodecParams> ParseCodec(const std::string& name, int level, uint32_t group) {
-  Result<codecs::CodecParams> params = codecs::ParseCodecParams(name, level, group);
-  if (!params.ok()) return params.status().WithContext("ssd_codec");
-  return params;
+EngineArgs ToEngineArgs(const py::kwargs& kwargs) {
+  EngineArgs a;
+  for (const OptionSpec& spec : EngineOptionTable()) {
+    if ((spec.surfaces & kSurfacePython) == 0) continue;
+    py::object value;
+    std::string given;
+    auto take = [&](std::string_view key) {
+      const py::str k{std::string(key)};
+      if (!kwargs.contains(k)) return;
+      if (!given.empty()) {
+        throw py::type_error("Engine(): give " + given + " or " + std::string(key) + ", not both");
+      }
+      given = key;
+      value = kwargs[k];
+    };
+    take(spec.name);
+    for (std::string_view alias : OptionList(spec.aliases)) take(alias);
+    if (!value) continue;
+    if (spec.name == "layout") {
+      a.layout = value.cast<LayoutArg>();
+    } else if (spec.name == "weights_digest") {
+      a.weights_digest = value.cast<py::bytes>();
+    } else if (spec.set == nullptr) {  // Key material.
+      const std::string text = value.cast<std::string>();
+      if (spec.name == "ssd_key_file") a.ssd_key_file = text;
+      if (spec.name == "ssd_key_env") a.ssd_key_env = text;
+      if (spec.name == "remote_key_file") a.remote_key_file = text;
+      if (spec.name == "remote_key_env") a.remote_key_env = text;
+    } else {
+      OptionValue v = ToOptionValue(spec, value);
+      if (!IsUnsetValue(spec, v)) a.settings.emplace_back(&spec, std::move(v));  // 0, "": default.
+    }
+  }
+  return a;
 }
 
-// The deployment keys from a file or an environment variable (a binding may read the
-// environment; the library never does), and the explicit plaintext choice.
-// Keys from a file or an environment variable; `what` names the keyword pair in errors.
+// Keys from a file or an environment variable (a binding may read the environment; the library
+// never does); `what` names the keyword pair in errors.
 Status LoadKeys(const std::string& file, const std::string& env, const std::string& what,
                 std::optional<RemoteKeyring>* out) {
   if (!file.empty() && !env.empty()) {
@@ -841,16 +869,9 @@ Status LoadKeys(const std::string& file, const std::string& env, const std::stri
   return Status::Ok();
 }
 
-Status SetRemoteKeys(const EngineArgs& a, RedisStoreOptions* redis) {
-  KV_RETURN_IF_ERROR(LoadKeys(a.remote_key_file, a.remote_key_env, "remote", &redis->keyring));
-  redis->insecure_plaintext = a.remote_insecure_plaintext;
-  return Status::Ok();
-}
-
 Result<EngineOptions> ToOptions(const EngineArgs& a) {
   EngineOptions o;
   KV_ASSIGN_OR_RETURN(o.layout, ParseLayout(a.layout.text));
-  o.model.name = a.model_name;
   if (!a.weights_digest.empty()) {
     if (a.weights_digest.size() != o.model.weights_digest.size()) {
       return Status::InvalidArgument("weights_digest must be 32 bytes, got " +
@@ -859,64 +880,16 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
     std::memcpy(o.model.weights_digest.data(), a.weights_digest.data(),
                 o.model.weights_digest.size());
   }
-  o.host.capacity_bytes = a.host_bytes;
-  o.host.numa_node = a.numa_node;
-  o.device.capacity_bytes = a.device_bytes;
-  if (!a.ssd_dirs.empty()) {
-    SsdTierOptions ssd;
-    ssd.dirs = a.ssd_dirs;
-    if (a.ssd_bytes != 0) ssd.capacity_bytes = a.ssd_bytes;
-    if (a.ssd_segment_bytes != 0) ssd.segment_bytes = a.ssd_segment_bytes;
-    if (a.ssd_sync == "per_batch") {
-      ssd.sync = SsdSyncMode::kPerBatch;
-    } else if (a.ssd_sync == "none") {
-      ssd.sync = SsdSyncMode::kNone;
-    } else if (a.ssd_sync == "periodic") {
-      ssd.sync = SsdSyncMode::kPeriodic;
-    } else {
-      return InvalidChoice("ssd_sync", a.ssd_sync, "per_batch, none, periodic");
-    }
-    KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &ssd.keyring));
-    o.ssd = std::move(ssd);
+  for (const auto& [spec, value] : a.settings) {
+    KV_RETURN_IF_ERROR(SetEngineOption(&o, *spec, value));
   }
-  if (a.write_policy == "back") {
-    o.write_policy = WritePolicy::kWriteBack;
-  } else if (a.write_policy == "through") {
-    o.write_policy = WritePolicy::kWriteThrough;
-  } else {
-    return InvalidChoice("write_policy", a.write_policy, "back, through");
+  if (o.ssd.has_value()) {
+    KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &o.ssd->keyring));
   }
-  KV_ASSIGN_OR_RETURN(o.ssd_codec,
-                      ParseCodec(a.ssd_codec, a.ssd_codec_level, a.ssd_codec_group_size));
-  o.default_ttl_ms = a.default_ttl_ms;
-  if (a.worker_threads != 0) o.worker_threads = a.worker_threads;
-  if (a.sink_chunks != 0) o.sink_chunks = a.sink_chunks;
-  o.promote_on_load = a.promote_on_load;
-  if (!a.remote_endpoints.empty()) {
-    RemoteTierOptions remote{.redis = RedisStoreOptions{.endpoints = a.remote_endpoints,
-                                                        .mode = a.remote_cluster
-                                                                    ? RedisMode::kCluster
-                                                                    : RedisMode::kStandalone,
-                                                        .user = a.remote_user,
-                                                        .password = a.remote_password}};
-    KV_RETURN_IF_ERROR(SetRemoteKeys(a, &*remote.redis));
-    if (a.remote_write_policy == "back") {
-      remote.write_policy = WritePolicy::kWriteBack;
-    } else if (a.remote_write_policy != "through") {
-      return InvalidChoice("remote_write_policy", a.remote_write_policy, "back, through");
-    }
-    o.remote = std::move(remote);
+  if (o.remote.has_value()) {
+    KV_RETURN_IF_ERROR(
+        LoadKeys(a.remote_key_file, a.remote_key_env, "remote", &o.remote->redis->keyring));
   }
-  o.prediction.enabled = a.prediction;
-  auto set = [](uint32_t value, uint32_t* field) {
-    if (value != 0) *field = value;
-  };
-  set(a.prediction_window, &o.prediction.window);
-  set(a.prediction_successors_max, &o.prediction.successors_max);
-  set(a.prediction_sessions_max, &o.prediction.sessions_max);
-  set(a.prediction_session_chunks_max, &o.prediction.session_chunks_max);
-  set(a.prediction_predict_k, &o.prediction.predict_k);
-  set(a.prediction_blocks_max, &o.prediction.blocks_max);
   return o;
 }
 
@@ -1279,75 +1252,28 @@ void Bind(py::module_& m) {
       .def("close", &PyEngine::Close, NoGil());
 
   py::class_<EngineArgs>(m, "_EngineArgs")
-      .def(py::init([](const LayoutArg& layout, uint64_t host_bytes, uint64_t device_bytes,
-                       std::vector<std::string> ssd_dirs, uint64_t ssd_bytes,
-                       uint64_t ssd_segment_bytes, std::string write_policy, std::string ssd_codec,
-                       int ssd_codec_level, uint32_t ssd_codec_group_size, std::string model_name,
-                       const py::bytes& weights_digest, std::string ssd_sync,
-                       uint64_t default_ttl_ms, uint32_t worker_threads, uint32_t sink_chunks,
-                       bool promote_on_load, int32_t numa_node,
-                       std::vector<std::string> remote_endpoints, bool remote_cluster,
-                       std::string remote_write_policy, std::string remote_user,
-                       std::string remote_password, std::string remote_key_file,
-                       std::string remote_key_env, bool remote_insecure_plaintext,
-                       std::string ssd_key_file, std::string ssd_key_env,
-                       bool prediction, uint32_t prediction_window,
-                       uint32_t prediction_successors_max, uint32_t prediction_sessions_max,
-                       uint32_t prediction_session_chunks_max, uint32_t prediction_predict_k,
-                       uint32_t prediction_blocks_max) {
-             return EngineArgs{.layout = layout,
-                               .host_bytes = host_bytes,
-                               .device_bytes = device_bytes,
-                               .ssd_dirs = std::move(ssd_dirs),
-                               .ssd_bytes = ssd_bytes,
-                               .ssd_segment_bytes = ssd_segment_bytes,
-                               .write_policy = std::move(write_policy),
-                               .ssd_codec = std::move(ssd_codec),
-                               .ssd_codec_level = ssd_codec_level,
-                               .ssd_codec_group_size = ssd_codec_group_size,
-                               .model_name = std::move(model_name),
-                               .weights_digest = weights_digest,
-                               .ssd_sync = std::move(ssd_sync),
-                               .default_ttl_ms = default_ttl_ms,
-                               .worker_threads = worker_threads,
-                               .sink_chunks = sink_chunks,
-                               .promote_on_load = promote_on_load,
-                               .numa_node = numa_node,
-                               .remote_endpoints = std::move(remote_endpoints),
-                               .remote_cluster = remote_cluster,
-                               .remote_write_policy = std::move(remote_write_policy),
-                               .remote_user = std::move(remote_user),
-                               .remote_password = std::move(remote_password),
-                               .remote_key_file = std::move(remote_key_file),
-                               .remote_key_env = std::move(remote_key_env),
-                               .remote_insecure_plaintext = remote_insecure_plaintext,
-                               .ssd_key_file = std::move(ssd_key_file),
-                               .ssd_key_env = std::move(ssd_key_env),
-                               .prediction = prediction,
-                               .prediction_window = prediction_window,
-                               .prediction_successors_max = prediction_successors_max,
-                               .prediction_sessions_max = prediction_sessions_max,
-                               .prediction_session_chunks_max = prediction_session_chunks_max,
-                               .prediction_predict_k = prediction_predict_k,
-                               .prediction_blocks_max = prediction_blocks_max};
-           }),
-           py::kw_only(), py::arg("layout"), py::arg("host_bytes"), py::arg("device_bytes") = 0,
-           py::arg("ssd_dirs") = std::vector<std::string>(), py::arg("ssd_bytes") = 0,
-           py::arg("ssd_segment_bytes") = 0, py::arg("write_policy") = "back",
-           py::arg("ssd_codec") = "identity", py::arg("ssd_codec_level") = 0,
-           py::arg("ssd_codec_group_size") = 0, py::arg("model_name") = "",
-           py::arg("weights_digest") = py::bytes(), py::arg("ssd_sync") = "per_batch",
-           py::arg("default_ttl_ms") = 0, py::arg("worker_threads") = 0, py::arg("sink_chunks") = 0,
-           py::arg("promote_on_load") = true, py::arg("numa_node") = -1,
-           py::arg("remote_endpoints") = std::vector<std::string>(),
-           py::arg("remote_cluster") = false, py::arg("remote_write_policy") = "through",
-           py::arg("remote_user") = "", py::arg("remote_password") = "",
-           py::arg("remote_key_file") = "", py::arg("remote_key_env") = "",
-           py::arg("remote_insecure_plaintext") = false, py::arg("ssd_key_file") = "",
-           py::arg("ssd_key_env") = "", py::arg("prediction") = false, py::arg("prediction_window") = 0,
-           py::arg("prediction_successors_max") = 0, py::arg("prediction_sessions_max") = 0,
-           py::arg("prediction_session_chunks_max") = 0, py::arg("prediction_predict_k") = 0,
-           py::arg("prediction_blocks_max") = 0);
+      .def(py::init([](const py::kwargs& kwargs) { return ToEngineArgs(kwargs); }));
+
+  // The options table's Python rows, for the keyword checks and the docstring in kvtier/__init__.
+  m.def("_engine_options", [] {
+    py::list rows;
+    for (const OptionSpec& spec : EngineOptionTable()) {
+      if ((spec.surfaces & kSurfacePython) == 0) continue;
+      py::dict row;
+      row["name"] = std::string(spec.name);
+      row["type"] = std::string(OptionTypeName(spec.type));
+      row["default"] = std::string(spec.default_text);
+      row["valid"] = OptionRangeText(spec);
+      row["unit"] = std::string(spec.unit);
+      row["doc"] = std::string(spec.doc);
+      row["note"] = std::string(spec.note);
+      py::list aliases;
+      for (std::string_view alias : OptionList(spec.aliases)) aliases.append(std::string(alias));
+      row["aliases"] = aliases;
+      rows.append(row);
+    }
+    return rows;
+  });
 }
 
 }  // namespace kvtier::python

@@ -99,6 +99,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
       options.writeback_dirty_fraction < 1) {
     e->cleaner_ = std::thread([raw = e.get()] { raw->CleanerLoop(); });
   }
+  e->opened_ = true;
   return e;
 }
 
@@ -147,7 +148,9 @@ EngineImpl::~EngineImpl() {
     cleaner_.join();
   }
   if (pool_ != nullptr) pool_->WaitIdle();
-  if (ssd_ != nullptr || remote_ != nullptr) {
+  // An engine whose Open failed half-way (a tier refused its options) holds no blocks, and may
+  // lack what Flush uses (the staging pool, the thread pool).
+  if (opened_ && (ssd_ != nullptr || remote_ != nullptr)) {
     // A clean shutdown keeps write-back blocks: they reach the SSD (and the remote tier) first.
     const Status s = Flush();
     if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: flush at close: " + s.ToString());

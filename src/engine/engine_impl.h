@@ -324,6 +324,7 @@ class EngineImpl final : public Engine {
   std::shared_ptr<PinHandle::Unpinner> unpinner_;
   std::unique_ptr<codecs::RatioMonitor> ratio_;  // Fed by WriteToSsd; thread-safe on its own.
   std::thread cleaner_;                          // Joinable only when the cleaner runs.
+  bool opened_ = false;  // Create completed: the destructor flushes only then.
   std::atomic<int64_t> live_handles_{0};
 
   Mutex mu_;

@@ -55,36 +55,10 @@ __all__ = [
 
 
 class Engine(_kvtier.Engine):
-    """The cache engine. Keyword arguments map onto kvtier::EngineOptions:
+    """The cache engine. Its keyword arguments are the engine's options (docs/options.md), listed
+    below from the options table the library is built with; `layout` and `host_bytes` are
+    required, 0 or an empty string in a numeric or text option means its default.
 
-    layout          "layers=..,kv_heads=..,head_dim=..,dtype=f16|bf16|f32,block_tokens=.." or a
-                    dict with those keys (required)
-    host_bytes      host memory tier capacity (required, > 0)
-    device_bytes    device tier capacity (0: none)
-    ssd_dirs        SSD tier directories (empty: no SSD tier); ssd_bytes their capacity
-                    (0: 4 GiB); ssd_sync "per_batch" | "none" | "periodic"
-    write_policy    "back" (SSD on eviction/flush) | "through" (SSD before store completes)
-    ssd_codec       "identity" | "shuffle-zstd" | "int8" | "int4" (+ ssd_codec_level,
-                    ssd_codec_group_size); ssd_key_file (mode 0600) or ssd_key_env (a
-                    variable's name): keys that seal SSD records at rest (AES-256-GCM)
-    model_name, weights_digest (32 bytes)   enter every key
-    default_ttl_ms, worker_threads, sink_chunks, promote_on_load, numa_node
-    remote_endpoints  ["host:port", ...]: the remote tier on Redis (empty: none); with
-                    remote_cluster=True the endpoints are Redis Cluster seeds;
-                    remote_write_policy "through" | "back"; remote_user, remote_password (AUTH);
-                    remote_key_file (mode 0600) or remote_key_env (a variable's name): the
-                    deployment keys that encrypt and authenticate remote values and hash their
-                    key names (docs/security.md); without one, remote_insecure_plaintext=True
-                    is required (values in the clear, readable and forgeable by anyone who can
-                    reach the Redis)
-    prediction      True: access prediction (docs/engine.md, "Access prediction"): each
-                    lookup(ns, tokens, session_id=...) is an access of its session, and the
-                    predicted next sessions' blocks are promoted into host memory in the
-                    background; hint(ns, tokens, session_id) names the caller's next requests.
-                    prediction_window, prediction_successors_max, prediction_sessions_max,
-                    prediction_session_chunks_max, prediction_predict_k, prediction_blocks_max:
-                    its bounds (0: the default); stats() reports prediction_accuracy,
-                    prediction_promoted_blocks, prediction_useful_blocks, ...
     """
 
     def __init__(self, **kwargs):
@@ -110,14 +84,39 @@ class Engine(_kvtier.Engine):
         return f"<kvtier.Engine {self.layout} ({state})>"
 
 
+def _engine_options():
+    """The options table's rows that Python exposes (name, type, default, valid, unit, doc, note,
+    aliases), from the extension: one source for the keywords, their checks and the docstring."""
+    return _kvtier._engine_options()
+
+
 def _engine_arg_names():
-    """The keyword arguments of Engine, from the extension's own signature (one source)."""
-    import re
+    """The keyword arguments of Engine: every row's name and its older spellings."""
+    names = []
+    for row in _engine_options():
+        names.append(row["name"])
+        names.extend(row["aliases"])
+    return names
 
-    doc = _kvtier._EngineArgs.__init__.__doc__ or ""
-    signature = doc.split("\n", 1)[0]
-    return re.findall(r"[(,] \*?,? ?(\w+):", signature)
 
+def _engine_doc():
+    """Engine's docstring: its summary, then one entry per option of the table."""
+    lines = [Engine.__doc__.rstrip(), ""]
+    for row in _engine_options():
+        facts = [row["type"], "default " + row["default"]]
+        if row["valid"]:
+            facts.append(row["valid"])
+        if row["unit"]:
+            facts.append(row["unit"])
+        lines.append(f"    {row['name']} ({'; '.join(facts)})")
+        text = row["doc"] + (". " + row["note"] if row["note"] else "")
+        if row["aliases"]:
+            text += ". Also accepted: " + ", ".join(row["aliases"])
+        lines.append("        " + text)
+    return "\n".join(lines) + "\n"
+
+
+Engine.__doc__ = _engine_doc()
 
 _REQUIRED_ARGS = ("layout", "host_bytes")
 
@@ -136,9 +135,13 @@ def _check_engine_kwargs(kwargs):
     for key in _REQUIRED_ARGS:
         if key not in kwargs:
             raise TypeError(f"Engine() missing required keyword argument {key!r}")
+    unsigned = set()
+    for row in _engine_options():
+        if row["type"] in ("uint", "bytes"):
+            unsigned.update([row["name"]] + row["aliases"])
     for key, value in kwargs.items():
         if isinstance(value, int) and not isinstance(value, bool) and value < 0 and \
-                key != "numa_node":
+                key in unsigned:
             raise ValueError(f"Engine(): {key} must be >= 0, got {value}")
 
 
