@@ -1,10 +1,14 @@
 #include "flags.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "byte_size.h"
 #include "command.h"
@@ -32,6 +36,120 @@ std::string Format(double v) {
   char text[32];
   std::snprintf(text, sizeof(text), "%g", v);
   return text;
+}
+
+std::string Dashed(std::string_view name) {
+  std::string out(name);
+  for (char& ch : out) {
+    if (ch == '_') ch = '-';
+  }
+  return out;
+}
+
+std::string EnvName(std::string_view name) {
+  std::string out = "KVTIER_";
+  for (char ch : name) out += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+// Options that hold every tier, so that a value's range can be checked by the table's setter.
+EngineOptions EveryTier() {
+  EngineOptions o;
+  o.ssd = SsdTierOptions{.dirs = {"."}};
+  o.cxl = HostTierOptions{.name = "cxl", .capacity_bytes = 1};
+  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{.endpoints = {"localhost:6379"}}};
+  return o;
+}
+
+// --help's type column: "UINT from 1 to 16", "one of back, through".
+std::string TypeName(const OptionSpec& spec) {
+  std::string type(OptionTypeName(spec.type));
+  for (char& ch : type) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (spec.type == OptionType::kChoice) return OptionRangeText(spec);
+  if (spec.type == OptionType::kStrings) return "LIST (comma-separated)";
+  const std::string range = OptionRangeText(spec);
+  return range.empty() || spec.type == OptionType::kBool ? type : type + " " + range;
+}
+
+// One flag per CLI row of the options table: --name (and its aliases), KVTIER_<NAME> (or a
+// variable of an alias when only that one is set), the config key; the value is checked when
+// parsed, through the table's setter, so a bad one is a usage error naming the range.
+void AddEngineOptionFlags(CLI::App* c, ModelFlags* f) {
+  for (const OptionSpec& spec : EngineOptionTable()) {
+    if ((spec.surfaces & kSurfaceCli) == 0) continue;
+    std::string names = "--" + Dashed(spec.name);
+    std::string env = EnvName(spec.name);
+    for (std::string_view alias : OptionList(spec.aliases)) {
+      names += ",--" + Dashed(alias);
+      if (std::getenv(env.c_str()) == nullptr && std::getenv(EnvName(alias).c_str()) != nullptr) {
+        env = EnvName(alias);  // An older variable, still honoured.
+      }
+    }
+    std::string help(spec.doc);
+    if (!spec.unit.empty()) help += " (" + std::string(spec.unit) + ")";
+    // The CLI's own default where it differs ("CLI default: 1 GiB" in the row's note).
+    std::string default_text(spec.default_text);
+    const size_t cli_default = spec.note.find("CLI default");
+    if (spec.note.substr(cli_default == std::string_view::npos ? 0 : cli_default)
+            .starts_with("CLI default: ")) {
+      default_text = spec.note.substr(cli_default + 13);
+    } else if (cli_default != std::string_view::npos) {
+      help += "; " + std::string(spec.note.substr(cli_default));
+    }
+    std::string& text = f->engine_text[std::string(spec.name)];
+    const OptionSpec* row = &spec;
+    const std::string flag = "--" + Dashed(spec.name);
+    CLI::Validator check(
+        [row, flag](std::string& value) -> std::string {
+          Result<OptionValue> parsed = ParseOptionText(*row, flag, value);
+          if (!parsed.ok()) return std::string(parsed.status().message());
+          if (row->set == nullptr) return std::string();  // A file name, read later.
+          EngineOptions scratch = EveryTier();
+          const Status s = SetEngineOption(&scratch, *row, *parsed);
+          return s.ok() ? std::string() : std::string(s.message());
+        },
+        "");
+    CLI::Option* option = spec.type == OptionType::kBool
+                              ? c->add_flag(names, text, help)
+                              : c->add_option(names, text, help);
+    option->check(check)
+        ->envname(env)
+        ->type_name(TypeName(spec))
+        ->default_str(default_text)
+        ->group("Cache engine options (docs/options.md)");
+    f->engine_flags.emplace_back(&spec, option);
+  }
+}
+
+// The engine flags given (on the command line, in a variable or in the config file), parsed.
+// The options LlmSession has its own fields for (with their own checks and messages) go there;
+// the others into session.engine_settings, in the table's order.
+Status FinishEngineOptionFlags(ModelFlags* f) {
+  for (const auto& [spec, option] : f->engine_flags) {
+    if (option->count() == 0) continue;
+    const std::string name(spec->name);
+    KV_ASSIGN_OR_RETURN(OptionValue value,
+                        ParseOptionText(*spec, "--" + Dashed(name), f->engine_text[name]));
+    LlmSessionOptions& s = f->session;
+    if (name == "host_bytes") {
+      s.host_bytes = std::get<uint64_t>(value);
+    } else if (name == "ssd_bytes") {
+      s.ssd_capacity_bytes = std::get<uint64_t>(value);
+    } else if (name == "ssd_codec") {
+      s.codec = std::get<std::string>(value);
+    } else if (name == "remote_endpoints") {
+      s.redis = f->engine_text[name];  // SplitRedisEndpoints names an empty item.
+    } else if (name == "ssd_key_file") {
+      s.ssd_key_file = std::get<std::string>(value);
+    } else if (name == "remote_key_file") {
+      s.remote_key_file = std::get<std::string>(value);
+    } else if (name == "remote_insecure_plaintext") {
+      s.remote_insecure_plaintext = std::get<bool>(value);
+    } else {
+      s.engine_settings.emplace_back(spec, std::move(value));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -146,23 +264,6 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
   c->add_option("--salt", f->session.salt,
                 "Tenant salt: runs with different salts share nothing")
       ->envname("KVTIER_SALT");
-  c->add_option("--host-bytes", f->host_bytes_text,
-                "Host memory tier (0: twice the context's KV, at least 16 MiB)")
-      ->envname("KVTIER_HOST_BYTES");
-  c->add_option("--ssd-bytes", f->ssd_bytes_text, "SSD tier capacity under --cache-dir")
-      ->envname("KVTIER_SSD_BYTES");
-  c->add_option("--codec", f->session.codec, "How blocks are encoded on the SSD and in Redis")
-      ->check(CLI::IsMember({"identity", "shuffle-zstd", "int8", "int4"}))
-      ->envname("KVTIER_CODEC");
-  c->add_option("--redis", f->session.redis,
-                "The shared Redis tier: HOST:PORT[,HOST:PORT...] (with --remote-key-file)")
-      ->envname("KVTIER_REDIS");
-  c->add_option("--remote-key-file", f->session.remote_key_file,
-                "Deployment keys (mode 0600) that seal values in Redis (docs/security.md)")
-      ->envname("KVTIER_REMOTE_KEY_FILE");
-  c->add_flag("--remote-insecure-plaintext", f->session.remote_insecure_plaintext,
-              "Keep values in Redis unencrypted and unauthenticated (anyone who reaches the "
-              "Redis can read and forge them)");
   c->add_option("-c,--context", f->session.context_tokens,
                 "Positions per sequence (0: the model's seq_len, at most 4096)")
       ->check(WholeNumber(0, 1u << 20));
@@ -170,7 +271,86 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
       ->check(BlockTokens());
   c->add_option("--metrics-file", f->metrics_file,
                 "Write the cache's counters here at exit (Prometheus text format)");
+  AddEngineOptionFlags(c, f);
 }
+
+Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view flag,
+                                    const std::string& text) {
+  const std::string t = Trimmed(text);
+  const std::string what(flag);
+  switch (spec.type) {
+    case OptionType::kBool:
+      if (t.empty() || t == "true" || t == "1" || t == "yes" || t == "on") return OptionValue(true);
+      if (t == "false" || t == "0" || t == "no" || t == "off" || t == "-1") {
+        return OptionValue(false);
+      }
+      return Status::InvalidArgument(what + " '" + text + "' is not true or false");
+    case OptionType::kBytes: {
+      KV_ASSIGN_OR_RETURN(const uint64_t bytes, ParseBytes(flag, t));
+      return OptionValue(bytes);
+    }
+    case OptionType::kUint: {
+      const int base = spec.default_text.size() > 1 && spec.default_text[0] == '0' ? 8 : 10;
+      uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v, base);
+      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+        return Status::InvalidArgument(what + " '" + text + "' is not a whole number " +
+                                       OptionRangeText(spec));
+      }
+      return OptionValue(v);
+    }
+    case OptionType::kInt: {
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+        return Status::InvalidArgument(what + " '" + text + "' is not a whole number " +
+                                       OptionRangeText(spec));
+      }
+      return OptionValue(v);
+    }
+    case OptionType::kDouble: {
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(t.c_str(), &end);
+      if (t.empty() || errno != 0 || end != t.c_str() + t.size()) {
+        return Status::InvalidArgument(what + " '" + text + "' is not a number " +
+                                       OptionRangeText(spec));
+      }
+      return OptionValue(v);
+    }
+    case OptionType::kStrings: {
+      std::vector<std::string> items;
+      size_t start = 0;
+      while (start <= t.size()) {
+        const size_t comma = std::min(t.find(',', start), t.size());
+        const std::string item = Trimmed(t.substr(start, comma - start));
+        if (!item.empty()) items.push_back(item);
+        start = comma + 1;
+      }
+      return OptionValue(std::move(items));
+    }
+    default:
+      return OptionValue(t);
+  }
+}
+
+namespace {
+// CLI11's TOML reader, with the table's snake_case keys read as the flags' dashed names.
+class SnakeCaseToml : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> read = CLI::ConfigTOML::from_config(input);
+    for (CLI::ConfigItem& item : read) {
+      for (char& ch : item.name) {
+        if (ch == '_') ch = '-';
+      }
+    }
+    return read;
+  }
+};
+}  // namespace
+
+std::shared_ptr<CLI::Config> SnakeCaseConfig() { return std::make_shared<SnakeCaseToml>(); }
 
 Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
   if (f.metrics_file.empty()) return Status::Ok();
@@ -188,13 +368,7 @@ Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
 
 Status FinishModelFlags(ModelFlags* f) {
   f->session.log_level = CliLogLevel();
-  if (!f->host_bytes_text.empty()) {
-    KV_ASSIGN_OR_RETURN(f->session.host_bytes, ParseBytes("--host-bytes", f->host_bytes_text));
-  }
-  if (!f->ssd_bytes_text.empty()) {
-    KV_ASSIGN_OR_RETURN(f->session.ssd_capacity_bytes,
-                        ParseBytes("--ssd-bytes", f->ssd_bytes_text));
-  }
+  KV_RETURN_IF_ERROR(FinishEngineOptionFlags(f));
   if (f->seed == -1) {
     std::random_device rd;
     f->sampler.seed = (uint64_t{rd()} << 32) | rd();

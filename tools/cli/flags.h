@@ -5,18 +5,26 @@
 //   Number(lo, hi)        the same for real numbers
 //   BlockTokens()         a multiple of 16 from 16 to 1024 (core/limits.h's rule for a chunk)
 //   ByteSize(lo, hi)      a size as byte_size.h reads it ("64KiB", "1g"), from lo to hi bytes
-//   ModelFlags            the flags of `run` and `chat` (model, prompt, sampling, cache tiers:
-//                         host memory, SSD, codec, Redis), with the short forms llama.cpp users
-//                         type (-m -p -f -n -c -s --temp) and KVTIER_* environment variables for
-//                         the cache settings (a flag wins over its variable)
+//   ModelFlags            the flags of `run` and `chat` (model, prompt, sampling, cache directory),
+//                         with the short forms llama.cpp users type (-m -p -f -n -c -s --temp),
+//                         and one flag per CLI row of the engine's options table
+//                         (engine/options_table.h), registered in a loop: --name-with-dashes,
+//                         KVTIER_<NAME> (a flag wins over its variable), the config key
+//   SnakeCaseConfig()     the TOML reader of --config, taking keys with underscores too
+//                         (ssd_io_depth = 64 as ssd-io-depth = 64): the table's names
 //
 // Thread safety: single-threaded (the CLI's main thread). The validators are values.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "engine/options_table.h"
 #include "kvtier/status.h"
 #include "llm_session.h"
 #include "runtime/sampler.h"
@@ -36,9 +44,20 @@ struct ModelFlags {
   std::string prompt;       // "-": read from stdin.
   std::string prompt_file;  // Read instead of --prompt.
   std::string metrics_file;  // Where the engine's counters go at exit (Prometheus text).
-  std::string host_bytes_text;  // --host-bytes, parsed by FinishModelFlags.
-  std::string ssd_bytes_text;   // --ssd-bytes.
+  // The engine options' flags, one per CLI row of the table: the text given (flag, variable or
+  // config key), parsed by FinishModelFlags into session.engine_settings.
+  std::map<std::string, std::string> engine_text;
+  std::vector<std::pair<const OptionSpec*, CLI::Option*>> engine_flags;
 };
+
+// The --config reader: CLI11's TOML reader, with '_' in keys read as '-'.
+std::shared_ptr<CLI::Config> SnakeCaseConfig();
+
+// A CLI value of an engine option: bytes with ParseBytes' spellings, lists comma-separated,
+// booleans as true/false/1/0/yes/no/on/off, octal when the default is written in octal (0600).
+// InvalidArgument naming `flag`.
+Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view flag,
+                                    const std::string& text);
 
 // Declares the flags on `c` (run: with_prompt; chat reads its turns from stdin). Every flag's
 // --help line states its default.

@@ -34,6 +34,28 @@ Hash256 WeightsDigest(const runtime::ModelWeights& weights) {
   return h.Finish();
 }
 
+// The further options (--ssd-io-depth, --device-backend, ...) over the session's own choices. A
+// setting of a tier the session does not have would be ignored by the table's setter: here it
+// is an error that names what is missing.
+Status ApplyEngineSettings(const LlmSessionOptions& options, EngineOptions* o) {
+  for (const auto& [spec, value] : options.engine_settings) {
+    KV_RETURN_IF_ERROR(SetEngineOption(o, *spec, value));
+    const bool cxl_switch = spec->name == "cxl_bytes";
+    std::string needs;
+    if (spec->name.starts_with("ssd_") && !o->ssd.has_value()) needs = "--cache-dir";
+    if (spec->name.starts_with("remote_") && !o->remote.has_value()) needs = "--redis";
+    if (spec->name.starts_with("cxl_") && !cxl_switch && !o->cxl.has_value()) {
+      needs = "--cxl-bytes";
+    }
+    if (!needs.empty()) {
+      std::string dashed(spec->name);
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      return Status::InvalidArgument("--" + dashed + " needs " + needs);
+    }
+  }
+  return Status::Ok();
+}
+
 Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const KvLayout& layout,
                                         uint32_t context_tokens, const Hash256& digest,
                                         Logger* logger) {
@@ -65,6 +87,11 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
     // Every stored block also reaches the SSD at once, so the next process finds it even if
     // this one is killed before closing the engine.
     o.write_policy = WritePolicy::kWriteThrough;
+    if (!options.ssd_key_file.empty()) {
+      KV_ASSIGN_OR_RETURN(o.ssd->keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
+    }
+  } else if (!options.ssd_key_file.empty()) {
+    return Status::InvalidArgument("--ssd-key-file needs --cache-dir");
   }
   if (!options.redis.empty()) {
     if (options.remote_key_file.empty() && !options.remote_insecure_plaintext) {
@@ -83,6 +110,7 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
     redis.insecure_plaintext = options.remote_insecure_plaintext;
     o.remote = RemoteTierOptions{.redis = std::move(redis)};
   }
+  KV_RETURN_IF_ERROR(ApplyEngineSettings(options, &o));
   o.logger = logger;
   return o;
 }

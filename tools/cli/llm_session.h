@@ -19,10 +19,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/logger.h"
 #include "engine/engine.h"
+#include "engine/options_table.h"
 #include "kvtier/result.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/kv_blocks.h"
@@ -54,7 +56,12 @@ struct LlmSessionOptions {
   std::string redis;
   std::string remote_key_file;
   bool remote_insecure_plaintext = false;
+  std::string ssd_key_file;  // Keys that seal the --cache-dir records at rest.
   LogLevel log_level = LogLevel::kWarn;  // Engine log lines below it are dropped.
+  // Further engine options (engine/options_table.h), applied in this order after the above.
+  // InvalidArgument for a setting of a tier the session does not have (an ssd_* option without
+  // cache_dir, a remote_* one without redis, a cxl_* one without cxl_bytes).
+  std::vector<std::pair<const OptionSpec*, OptionValue>> engine_settings;
 };
 
 class LlmSession {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.h"
+#include "flags.h"
 #include "kvtier/version.h"
 
 namespace kvtier::cli {
@@ -97,6 +98,7 @@ int RunMain(int argc, char** argv) {
   // KVTIER_CONFIG names the default file (CLI11 reads config files before variables, so it is
   // passed here); given, it must exist.
   const char* env_config = std::getenv("KVTIER_CONFIG");
+  app.config_formatter(SnakeCaseConfig());  // Keys as the options table names them, too.
   app.set_config("--config", env_config != nullptr ? env_config : "",
                  "Read options from a TOML file ([run], [chat], ... tables; default: "
                  "$KVTIER_CONFIG)",
