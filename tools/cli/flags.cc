@@ -102,7 +102,11 @@ void AddEngineOptionFlags(CLI::App* c, ModelFlags* f) {
     CLI::Validator check(
         [row, flag](std::string& value) -> std::string {
           Result<OptionValue> parsed = ParseOptionText(*row, flag, value);
-          if (!parsed.ok()) return std::string(parsed.status().message());
+          if (!parsed.ok()) {  // CLI11 names the flag already.
+            std::string_view message = parsed.status().message();
+            if (message.starts_with(flag + " ")) message.remove_prefix(flag.size() + 1);
+            return std::string(message);
+          }
           if (row->set == nullptr) return std::string();  // A file name, read later.
           EngineOptions scratch = EveryTier();
           const Status s = SetEngineOption(&scratch, *row, *parsed);

@@ -67,6 +67,12 @@ out="$(KVTIER_PREDICTION_WINDOW=17 "$KVTIER" run --model none 2>&1)"
 out="$("$KVTIER" run --model none --device-backend gpu 2>&1)"
 [[ $? -eq 2 && "$out" == *"one of auto, cpu, cuda"* ]] || fail "--device-backend gpu: $out"
 [[ $(echo "$out" | wc -l) -eq 1 ]] || fail "a bad value takes more than one line: $out"
+out="$("$KVTIER" run --model none --ssd-io-depth abc 2>&1)"
+[[ $? -eq 2 && "$out" == "kvtier: --ssd-io-depth: 'abc' is not a whole number from 1 to 256"* ]] ||
+  fail "--ssd-io-depth abc: $out"
+# The variables of older spellings still work (KVTIER_CODEC for --ssd-codec).
+out="$(KVTIER_CODEC=gzip "$KVTIER" run --model none 2>&1)"
+[[ $? -eq 2 && "$out" == *"'gzip' is not one of identity"* ]] || fail "KVTIER_CODEC=gzip: $out"
 
 BIN="$MODELS/stories260K.bin"
 TOK="$MODELS/tok512.bin"
