@@ -804,11 +804,27 @@ OptionValue ToOptionValue(const OptionSpec& spec, const py::handle& value) {
     }
   } catch (const py::cast_error&) {
   }
-  throw py::type_error("Engine(): " + std::string(spec.name) + " must be " +
-                       (spec.type == OptionType::kStrings ? std::string("a list of strings")
-                                                          : "a " + std::string(OptionTypeName(
-                                                                       spec.type))) +
-                       ", got " + std::string(py::str(py::type::of(value).attr("__name__"))));
+  const char* expected = "a str";
+  switch (spec.type) {
+    case OptionType::kBool:
+      expected = "a bool";
+      break;
+    case OptionType::kUint:
+    case OptionType::kBytes:
+    case OptionType::kInt:
+      expected = "an int";
+      break;
+    case OptionType::kDouble:
+      expected = "a float";
+      break;
+    case OptionType::kStrings:
+      expected = "a list of str";
+      break;
+    default:
+      break;
+  }
+  throw py::type_error("Engine(): " + std::string(spec.name) + " must be " + expected + ", got " +
+                       std::string(py::str(py::type::of(value).attr("__name__"))));
 }
 
 EngineArgs ToEngineArgs(const py::kwargs& kwargs) {

@@ -97,10 +97,12 @@ def test_values_are_checked_against_the_table():
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, device_backend="gpu")
     with pytest.raises(kvtier.InvalidArgumentError, match="writeback_dirty_fraction=2"):
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, writeback_dirty_fraction=2.0)
-    with pytest.raises(TypeError, match="staging_buffers must be a uint, got str"):
+    with pytest.raises(TypeError, match="staging_buffers must be an int, got str"):
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, staging_buffers="16")
-    with pytest.raises(TypeError, match="prediction_enabled must be a bool"):
+    with pytest.raises(TypeError, match="prediction_enabled must be a bool, got int"):
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, prediction_enabled=1)
+    with pytest.raises(TypeError, match="remote_endpoints must be a list of str, got str"):
+        kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, remote_endpoints="h:1")
 
 
 def test_a_tier_refusing_its_options_fails_open_cleanly(tmp_path):

@@ -109,7 +109,8 @@ def _engine_doc():
         if row["unit"]:
             facts.append(row["unit"])
         lines.append(f"    {row['name']} ({'; '.join(facts)})")
-        text = row["doc"] + (". " + row["note"] if row["note"] else "")
+        # Notes about other surfaces (why the CLI lacks an option) are left to docs/options.md.
+        text = row["doc"] + (". " + row["note"] if "Python" in row["note"] else "")
         if row["aliases"]:
             text += ". Also accepted: " + ", ".join(row["aliases"])
         lines.append("        " + text)
