@@ -11,6 +11,10 @@
 //
 // Enum values are only ever appended; they equal the C API's values where the C API has the enum.
 //
+// Every field is a row of the engine's options table (docs/options.md gives each one's range and
+// its names in C, Python and the CLI); options_table_test fails when a field and the table
+// disagree.
+//
 // Thread safety: value types. Ownership: options are copied by Engine::Open; nothing is borrowed.
 #pragma once
 

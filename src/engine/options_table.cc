@@ -745,6 +745,13 @@ std::string OptionRangeText(const OptionSpec& spec) {
     case OptionType::kBytes:
       return "from " + BytesText(spec.min) + " to " + BytesText(spec.max);
     case OptionType::kUint:
+      if (spec.default_text.size() > 1 && spec.default_text[0] == '0') {  // A mode, in octal.
+        char text[48];
+        std::snprintf(text, sizeof(text), "from 0%o to 0%o", static_cast<unsigned>(spec.min),
+                      static_cast<unsigned>(spec.max));
+        return text;
+      }
+      return "from " + Num(spec.min) + " to " + Num(spec.max);
     case OptionType::kInt:
     case OptionType::kDouble:
       return "from " + Num(spec.min) + " to " + Num(spec.max);
@@ -808,9 +815,9 @@ std::string OptionsMarkdown() {
       "   into `kvtier::EngineOptions`.\n"
       "2. The CLI flags, environment variables, config keys, Python keywords and this file follow\n"
       "   from the row (regenerate this file as its header says).\n"
-      "3. Add the field to `kvtier::api::EngineOptions` (and public_api.cc's conversion) and, when\n"
-      "   the row names C, append it to `kvtier_engine_options_t` (with its line in c_api.cc's\n"
-      "   `kAppendedOptions` and a default in `kvtier_engine_options_init`).\n"
+      "3. Add the field to `kvtier::api::EngineOptions` (and public_api.cc's conversion)\n"
+      "   and, when the row names C, append it to `kvtier_engine_options_t` (with its line in\n"
+      "   c_api.cc's `kAppendedOptions` and a default in `kvtier_engine_options_init`).\n"
       "   options_table_test fails until the C struct, the C++ options and this file match.\n\n"
       "## The table\n\n"
       "| name | type | default | valid | unit | surfaces | C++ field | description |\n"

@@ -4,7 +4,8 @@
  * prediction), set the options appended for the options table (docs/options.md: CXL tier,
  * device backend, SSD I/O, staging buffers, file mode) and check that they reach the engine, and
  * check the error paths (bad layout, bad block arrays, versioned structs, bad prediction options,
- * appended options out of their table range). Exits 0 on success, 1 with a message on the first failed check. */
+ * appended options out of their table range). Exits 0 on success, 1 with a message on the first
+ * failed check. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvtier/c_api.h"

@@ -24,7 +24,8 @@ fail() {
 }
 
 # Rows of the table: "name type surfaces".
-rows="$(awk -F'|' '/^\| `/ { gsub(/[ `]/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $7); print $2, $3, $7 }' "$DOC")"
+rows="$(awk -F'|' '/^\| `/ { gsub(/[ `]/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $7)
+                             print $2, $3, $7 }' "$DOC")"
 [[ -n "$rows" ]] || fail "no rows read from $DOC"
 cli_names="$(echo "$rows" | awk '$3 ~ /CLI/ { print $1 }')"
 [[ $(echo "$cli_names" | wc -l) -ge 40 ]] || fail "fewer than 40 CLI rows in $DOC"
@@ -55,7 +56,7 @@ for row in $(echo "$rows" | awk '$3 ~ /CLI/ && $2 !~ /string/ { print $1 ":" $2 
   out="$("$KVTIER" --config "$TMP/bad.toml" run --model none 2>&1)"
   status=$?
   [[ $status -eq 2 ]] || fail "config key $name: exit $status, expected 2 ($out)"
-  grep -q "bogus-value" <<<"$out" || fail "config key $name: the error does not name the value: $out"
+  grep -q "bogus-value" <<<"$out" || fail "config key $name: the error does not name it: $out"
 done
 # Dashed keys too, variables, and ranges in the message.
 printf '[run]\nssd-io-depth = 999\n' >"$TMP/dashed.toml"
