@@ -37,7 +37,9 @@ bytes loaded and stored and the per-tier hits of each request. The first generat
 every mode is compared with (a)'s.
 
   .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
-      [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR] [--svg PLOT.svg]
+      [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
+
+The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py ttft.
 
 Not a test and not run in CI: one run with the defaults took 9 minutes on two cores
 (docs/benchmarks.md).
@@ -59,10 +61,6 @@ REPO = Path(__file__).resolve().parent.parent
 BLOCK_TOKENS = 32
 SHARED_TOKENS = 256
 MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart")
-MODE_TITLES = {"no_cache": "(a) no cache (recompute)",
-               "vllm_prefix": "(b) vLLM prefix cache",
-               "kvtier_host": "(c) kvtier host hit",
-               "kvtier_ssd_restart": "(d) kvtier SSD hit after restart"}
 RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restart": 10.0}
 
 
@@ -376,69 +374,6 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------
-# The plot: TTFT against document length, log scale, one line per mode (plain SVG, no
-# plotting library).
-
-def render_svg(report: dict) -> str:
-    import math
-
-    width, height, left, right, top, bottom = 720, 440, 80, 250, 45, 60
-    lengths = [int(n) for n in report["table"]]
-    values = [row[m]["ttft_s_median"] for row in report["table"].values() for m in MODES]
-    y_lo = 10 ** math.floor(math.log10(min(values)))
-    y_hi = 10 ** math.ceil(math.log10(max(values)))
-    x_lo, x_hi = math.log2(min(lengths)) - 0.25, math.log2(max(lengths)) + 0.25
-
-    def x(n):
-        return left + (math.log2(n) - x_lo) / (x_hi - x_lo) * (width - left - right)
-
-    def y(v):
-        return top + (math.log10(y_hi) - math.log10(v)) / (
-            math.log10(y_hi) - math.log10(y_lo)) * (height - top - bottom)
-
-    colors = {"no_cache": "#d62728", "vllm_prefix": "#1f77b4", "kvtier_host": "#2ca02c",
-              "kvtier_ssd_restart": "#ff7f0e"}
-    s = report["setup"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18" font-size="14">vLLM time to first token (medians), CPU</text>',
-           f'<text x="{left}" y="33" font-size="11">random-weight TinyLlama-1.1B shape, '
-           f'{s["layers"]} layers, bf16; documents sharing their first {SHARED_TOKENS} '
-           'tokens</text>']
-    decade = y_lo
-    while decade <= y_hi * 1.001:
-        yy = y(decade)
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}" '
-                   f'stroke="#ddd"/>')
-        out.append(f'<text x="{left - 8}" y="{yy + 4:.1f}" text-anchor="end">{decade:g}</text>')
-        decade *= 10
-    for n in lengths:
-        out.append(f'<text x="{x(n):.1f}" y="{height - bottom + 18}" text-anchor="middle">'
-                   f'{n}</text>')
-    out.append(f'<text x="{(left + width - right) / 2}" y="{height - 18}" text-anchor="middle">'
-               'document length, tokens (log scale)</text>')
-    out.append(f'<text x="18" y="{(top + height - bottom) / 2}" text-anchor="middle" '
-               f'transform="rotate(-90 18 {(top + height - bottom) / 2})">TTFT, seconds '
-               '(log scale)</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" '
-               f'height="{height - top - bottom}" fill="none" stroke="#888"/>')
-    for i, mode in enumerate(MODES):
-        points = [(x(n), y(report["table"][str(n)][mode]["ttft_s_median"])) for n in lengths]
-        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{colors[mode]}" '
-                   'stroke-width="2"/>')
-        out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{colors[mode]}"/>'
-                for px, py in points]
-        ly = top + 20 + 22 * i
-        out.append(f'<line x1="{width - right + 15}" x2="{width - right + 40}" y1="{ly}" '
-                   f'y2="{ly}" stroke="{colors[mode]}" stroke-width="2"/>')
-        out.append(f'<text x="{width - right + 46}" y="{ly + 4}">{MODE_TITLES[mode]}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -455,7 +390,6 @@ def main() -> int:
     parser.add_argument("--model-dir", type=Path,
                         help="an existing model from tests/vllm/make_model.py (else one is made)")
     parser.add_argument("--work-dir", type=Path, help="keep logs and the cache here")
-    parser.add_argument("--svg", type=Path, help="also write the TTFT plot here")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--from-raw", type=Path,
                         help="report on the measurements of an earlier run (WORK_DIR/raw.json) "
@@ -515,8 +449,6 @@ def main() -> int:
                                                for r in p["requests"]]}
                            for name, p in processes.items()}
     report["wall_s"] = time.perf_counter() - started
-    if args.svg:
-        args.svg.write_text(render_svg(report))
     print(json.dumps(report, indent=1) if args.json else render_text(report))
     if args.work_dir is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -24,6 +24,7 @@ packages=(
   # Python module (bindings/python) and its tests; Debian's /usr/bin/python3 owns these.
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest
   python3-venv     # The virtual environment vLLM runs in (scripts/setup_vllm_venv.sh).
+  python3-matplotlib  # bench/plot.py: the PNG plots in docs/benchmarks.md, and its test.
 )
 
 missing=()

@@ -26,8 +26,10 @@ checked against the cold run of the same runtime. Bytes per token: llama.cpp's s
 (llama_state_size, and the whole pickled LlamaState with its logits) and its disk cache
 directory; kvtier's cache directory (segments and index); each divided by its cached tokens.
 
-  python3 bench/peers/llama_prompt_cache.py [--json] [--rounds 5] [--svg docs/peers_llama.svg]
-      [--prompt-tokens 449] [--model PATH] [--kvtier-cli PATH]
+  python3 bench/peers/llama_prompt_cache.py [--json] [--rounds 5] [--prompt-tokens 449]
+      [--model PATH] [--kvtier-cli PATH]
+
+The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py llama.
 
 llama.cpp runs with one thread (--llama-threads 1) because its default here, n_threads_batch = 2 on
 2 shared cores, spin-waits at every graph barrier while other processes hold a core: measured on
@@ -75,9 +77,6 @@ def parse_args() -> argparse.Namespace:
                         "16 + 1: kvtier then computes one token on a hit, as llama.cpp does)")
     p.add_argument("--kvtier-cli", default=str(peerlib.KVTIER_CLI_DEFAULT))
     p.add_argument("--kvtier-python", default=str(peerlib.KVTIER_PYTHON_DEFAULT))
-    p.add_argument("--svg", default="", help="write a bar chart of the median TTFTs here")
-    p.add_argument("--svg-from", default="",
-                   help="only redraw --svg from an earlier --json report in this file")
     p.add_argument("--llama-threads", type=int, default=1,
                    help="llama.cpp n_threads and n_threads_batch (see the module comment)")
     p.add_argument("--timeout-s", type=int, default=300, help="bound on every child process")
@@ -328,28 +327,8 @@ def summarize(rounds: list[dict]) -> dict:
             "llama_n_threads": l0["n_threads"], "llama_type_k": l0["type_k"]}
 
 
-def write_svg(path: str, s: dict) -> None:
-    t = s["ttft_ms_median"]
-    groups = ["cold (computed)", "hit in process (RAM)", "hit in process (disk)",
-              "hit after restart (disk/SSD)"]
-    series = {"llama.cpp prompt cache": [t["llama_cold_ms"], t["llama_ram_hit_ms"],
-                                         t["llama_disk_hit_ms"], t["llama_disk_restart_hit_ms"]],
-              "kvtier run": [t["kvtier_cold_ms"], None, None, t["kvtier_ssd_restart_hit_ms"]]}
-    svg = peerlib.svg_bars(
-        f"TTFT of a repeated {s['prompt_tokens']['kvtier']}-token prompt: median ms "
-        "(lower is better)",
-        groups, series, "ms",
-        note="stories260K.gguf; kvtier's CLI has no in-process hit; "
-             "bench/peers/llama_prompt_cache.py",
-        log_scale=True)
-    Path(path).write_text(svg)
-
-
 def main() -> None:
     args = parse_args()
-    if args.svg_from:
-        write_svg(args.svg, json.loads(Path(args.svg_from).read_text())["summary"])
-        return
     if args.worker:
         out = worker_inproc(args) if args.worker == "inproc" else worker_restart(args)
         print(json.dumps(out))
@@ -403,8 +382,6 @@ def main() -> None:
                           "kvtier_restart": {k: v for k, v in r["kvtier_restart"].items()
                                              if k != "text"}} for r in rounds],
               "elapsed_s": time.monotonic() - t0}
-    if args.svg:
-        write_svg(args.svg, s)
     if args.json:
         print(peerlib.dump_json(report))
     else:

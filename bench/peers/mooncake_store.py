@@ -31,7 +31,9 @@ Medians over rounds, and ratios kvtier / Mooncake. The machine's memcpy and one 
 stream are measured in the same run as ceilings.
 
   python3 bench/peers/mooncake_store.py [--json] [--rounds 5] [--sizes 256KiB,1MiB,4MiB]
-      [--clients 1,4] [--bytes-per-client 32MiB] [--svg docs/peers_mooncake.svg]
+      [--clients 1,4] [--bytes-per-client 32MiB]
+
+The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py mooncake.
 
 Installs mooncake-transfer-engine-non-cuda into .venv-peers when missing. Needs redis-server on
 PATH and kvtier's Python module (--kvtier-python, default build/python). A benchmark, not a test.
@@ -52,10 +54,6 @@ import peerlib  # noqa: E402
 from peerlib import MIB, log  # noqa: E402
 
 SYSTEMS = ("mooncake", "kvtier_redis_sealed", "kvtier_redis_plain", "kvtier_host")
-TITLES = {"mooncake": "Mooncake Store (TCP)",
-          "kvtier_redis_sealed": "kvtier remote (Redis, sealed)",
-          "kvtier_redis_plain": "kvtier remote (Redis, plaintext)",
-          "kvtier_host": "kvtier host tier"}
 MOONCAKE_SEGMENT = "1GB"
 SETUP_TIMEOUT_S = 60
 
@@ -69,9 +67,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bytes-per-client", default="32MiB",
                    help="bytes each client puts per cell (at least 8 values)")
     p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--svg", default="", help="write a bar chart of the medians here")
-    p.add_argument("--svg-from", default="",
-                   help="only redraw --svg from an earlier --json report in this file")
     p.add_argument("--kvtier-python", default=str(peerlib.KVTIER_PYTHON_DEFAULT))
     p.add_argument("--kvtier-cli", default=str(peerlib.KVTIER_CLI_DEFAULT),
                    help="for `kvtier bench remote` (pipelined, beside redis-benchmark); '' skips")
@@ -328,26 +323,8 @@ def summarize(per_round: dict, systems: list[str]) -> dict:
     return cells
 
 
-def write_svg(path: str, cells: dict, systems: list[str]) -> None:
-    groups, series = [], {TITLES[s]: [] for s in systems}
-    for key, cell in cells.items():
-        for op in ("put", "get"):
-            groups.append(f"{op} {key}")
-            for s in systems:
-                series[TITLES[s]].append(cell[s][f"{op}_GBps_median"])
-    svg = peerlib.svg_bars("Mooncake Store vs kvtier on TCP loopback: median GB/s "
-                           "(higher is better)", groups, series, "GB/s",
-                           note="size x clients; 2 shared vCPUs; bench/peers/mooncake_store.py",
-                           log_scale=True, width=1500)
-    Path(path).write_text(svg)
-
-
 def main() -> None:
     args = parse_args()
-    if args.svg_from:
-        report = json.loads(Path(args.svg_from).read_text())
-        write_svg(args.svg, report["cells"], report["config"]["systems"])
-        return
     peerlib.ensure_venv([("mooncake.store", "mooncake-transfer-engine-non-cuda")],
                         Path(args.kvtier_python))
     import kvtier
@@ -436,8 +413,6 @@ def main() -> None:
         "retried_cells": retries,
         "elapsed_s": time.monotonic() - t_start,
     }
-    if args.svg:
-        write_svg(args.svg, cells, systems)
     if args.json:
         print(peerlib.dump_json(report))
     else:

@@ -1,5 +1,6 @@
 """Shared pieces of the peer benchmarks in bench/peers/: the project virtual environment, loopback
-services with a bounded life, statistics, the machine's own limits, and a plain SVG bar chart.
+services with a bounded life, statistics and the machine's own limits
+(bench/plot.py draws the plots from the scripts' --json reports).
 
 Every peer script calls ensure_venv() first: it creates .venv-peers at the repository root with
 the system Python when absent, installs the peer from PyPI by name when it cannot be imported,
@@ -351,82 +352,3 @@ def loopback_tcp_gbps(total_bytes: int = 256 * MIB, chunk_bytes: int = MIB) -> f
         dt = time.perf_counter() - t0
     p.join(timeout=10)
     return sent / dt / 1e9
-
-
-# ---------------------------------------------------------------------------------------------
-# A plain SVG grouped bar chart (no plotting library needed).
-
-def svg_bars(title: str, groups: list[str], series: dict[str, list[float | None]], unit: str,
-             note: str = "", log_scale: bool = False, width: int = 900) -> str:
-    """groups along x, one bar per series in each group; values may be None (not measured)."""
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    height, left, right, top, bottom = 440, 70, 20, 50, 110
-    plot_w, plot_h = width - left - right, height - top - bottom
-    vals = [v for vs in series.values() for v in vs if v]
-    vmax = max(vals) if vals else 1.0
-    vmin = min(vals) if vals else 1.0
-
-    def y_of(v: float) -> float:
-        if log_scale:
-            lo, hi = math.log10(vmin) - 0.2, math.log10(vmax) + 0.1
-            return top + plot_h * (1 - (math.log10(v) - lo) / (hi - lo))
-        return top + plot_h * (1 - v / (vmax * 1.1))
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{title}</text>',
-           f'<line x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}" '
-           f'stroke="black"/>',
-           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>',
-           f'<text x="16" y="{top + plot_h / 2}" transform="rotate(-90 16 {top + plot_h / 2})" '
-           f'text-anchor="middle">{unit}{" (log scale)" if log_scale else ""}</text>']
-    ticks = []
-    if log_scale:
-        e = math.floor(math.log10(vmin) - 0.2)
-        while 10 ** e <= vmax * 1.3:
-            ticks += [m * 10.0 ** e for m in (1, 2, 5)]
-            e += 1
-    else:
-        step = 10 ** math.floor(math.log10(vmax * 1.1 / 4)) if vmax > 0 else 1
-        while vmax * 1.1 / step > 8:
-            step *= 2
-        ticks = [i * step for i in range(0, int(vmax * 1.1 / step) + 1)]
-    for t in ticks:
-        y = y_of(t) if (t > 0 or not log_scale) else None
-        if y is None or y < top - 1 or y > top + plot_h + 1:
-            continue
-        out.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
-                   f'stroke="#ddd"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{t:g}</text>')
-    n_series = len(series)
-    group_w = plot_w / max(1, len(groups))
-    bar_w = group_w * 0.8 / max(1, n_series)
-    for gi, g in enumerate(groups):
-        gx = left + gi * group_w
-        out.append(f'<text x="{gx + group_w / 2:.1f}" y="{top + plot_h + 16}" '
-                   f'text-anchor="middle">{g}</text>')
-        for si, (name, vs) in enumerate(series.items()):
-            v = vs[gi]
-            if not v:
-                continue
-            x = gx + group_w * 0.1 + si * bar_w
-            y = y_of(v)
-            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" '
-                       f'height="{top + plot_h - y:.1f}" fill="{colors[si % len(colors)]}"/>')
-            label = f"{v:.3g}"
-            out.append(f'<text x="{x + bar_w / 2 - 1:.1f}" y="{y - 3:.1f}" text-anchor="middle" '
-                       f'font-size="9">{label}</text>')
-    lx, ly = left, height - 68
-    for si, name in enumerate(series):
-        item_w = 16 + 7 * len(name) + 20
-        if lx + item_w > width - right and lx > left:  # wrap the legend
-            lx, ly = left, ly + 18
-        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" '
-                   f'fill="{colors[si % len(colors)]}"/>')
-        out.append(f'<text x="{lx + 16}" y="{ly + 10}">{name}</text>')
-        lx += item_w
-    if note:
-        out.append(f'<text x="{left}" y="{height - 15}" font-size="10">{note}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
