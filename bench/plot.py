@@ -45,8 +45,7 @@ def import_pyplot():
     try:
         import matplotlib
     except ImportError:
-        if os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) and \
-                os.access(SYSTEM_PYTHON, os.X_OK) and not os.environ.get("KVTIER_PLOT_REEXEC"):
+        if os.access(SYSTEM_PYTHON, os.X_OK) and not os.environ.get("KVTIER_PLOT_REEXEC"):
             os.environ["KVTIER_PLOT_REEXEC"] = "1"
             os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
         raise PlotError("matplotlib is missing: run scripts/install_deps.sh "
@@ -201,8 +200,14 @@ def plot_decode(plt, report):
             first = False
     ax.set_xticks(xs)
     ax.set_xticklabels(names)
-    ax.set_yscale("log")
-    ax.set_ylabel("ms per decode token (log scale)")
+    # Log scale only when the configurations differ by more than 20x (resident top-k against
+    # offload at 32k tokens); plain numbers on the axis either way.
+    log_scale = max(m + h for m, h in zip(med, hi)) > 20 * min(m - lo_ for m, lo_ in zip(med, lo))
+    if log_scale:
+        ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel("ms per decode token" + (" (log scale)" if log_scale else ""))
     ax.grid(axis="y", color="#dddddd")
     ax.set_axisbelow(True)
     kv = report.get("kv_bytes")
@@ -224,17 +229,13 @@ def plot_decode(plt, report):
 
 
 # ---------------------------------------------------------------------------------------------
-# codec: kvtier bench codec --json (rows keyed codec, data, ratio, encode_bytes_per_s,
+# codec: kvtier bench codec --json (an array of rows keyed codec, data, ratio, encode_bytes_per_s,
 # decode_bytes_per_s, rel_rmse, attn_cosine).
 
 def codec_rows(report) -> list:
+    """The rows: kvtier bench codec --json prints a JSON array of them ({"rows": [...]} too)."""
     what = "a kvtier bench codec --json report"
-    rows = report
-    if isinstance(report, dict):
-        lists = [v for v in report.values()
-                 if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)
-                 and all("codec" in r for r in v)]
-        rows = report.get("rows", lists[0] if lists else None)
+    rows = report.get("rows") if isinstance(report, dict) else report
     if not isinstance(rows, list) or not rows:
         raise PlotError(f"not {what}: no rows with a 'codec'")
     return rows
@@ -422,8 +423,8 @@ def main() -> int:
     if out.suffix.lower() not in (".png", ".svg"):
         parser.error(f"{args.output}: the output must end in .png or .svg")
     try:
+        plt = import_pyplot()  # First: it may run the script again under /usr/bin/python3.
         report = load_report(args.report)
-        plt = import_pyplot()
         fig = KINDS[args.kind][0](plt, report)
         try:
             # No timestamp or software version in the file: the same report gives the same bytes.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Goal: bench/plot.py draws every kind of plot docs/benchmarks.md shows (ssd, decode, codec, ttft,
 # mooncake, llama) from its benchmark's JSON report, as PNG or SVG, with the same bytes for the
-# same report; a report it cannot plot, a missing file or a bad output name gets one line on
-# stderr, a non-zero exit and no image; and bench/ssd_vs_fio.sh --json gives a report that plot.py
-# draws. matplotlib missing is a failure, not a skip (scripts/install_deps.sh installs it).
+# same report, also when started by a Python without matplotlib (it runs itself again with
+# /usr/bin/python3); a report it cannot plot, a missing file or a bad output name gets one line
+# on stderr, a non-zero exit and no image; and bench/ssd_vs_fio.sh --json gives a report that
+# plot.py draws. matplotlib missing is a failure, not a skip (scripts/install_deps.sh installs it).
 # Method: run plot.py on the fixture reports in tests/fixtures and check each output's PNG or SVG
-# signature; feed it wrong reports and arguments and check the exit status and the message; run
-# ssd_vs_fio.sh for two short rounds (16 MiB, fio and `kvtier bench ssd`) and plot its report.
+# signature; run it again under python3 -S (no site-packages) with the report on stdin; feed it
+# wrong reports and arguments and check the exit status and the message; run ssd_vs_fio.sh for
+# two short rounds (16 MiB, fio and `kvtier bench ssd`) and plot its report.
 # Usage: plot_test.sh <python3 with matplotlib> <bench directory> <path to kvtier>
 set -u
 PYTHON="$1"
@@ -52,6 +54,15 @@ if ! plot ttft - -o "$TMP/ttft.svg" <"$FIXTURES/ttft.json" 2>"$TMP/err"; then
   fail "ttft to SVG from stdin: $(cat "$TMP/err")"
 elif ! grep -q '<svg' "$TMP/ttft.svg"; then
   fail "ttft.svg is not an SVG"
+fi
+
+# Started by a Python that cannot import matplotlib (here: without site-packages, -S), plot.py
+# runs itself again with /usr/bin/python3, and the report still arrives from stdin.
+if ! "$PYTHON" -S "$BENCH/plot.py" llama - -o "$TMP/llama2.png" <"$FIXTURES/llama.json" \
+    2>"$TMP/err"; then
+  fail "plot.py under python3 -S: $(cat "$TMP/err")"
+elif ! cmp -s "$TMP/llama.png" "$TMP/llama2.png"; then
+  fail "plot.py under python3 -S drew another image"
 fi
 
 # expect_error <status> <needle> <args...>: that exit status, one line on stderr containing the
