@@ -105,6 +105,9 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
     } else {
       computed = load.status();
     }
+    // A cancelled forward pass (ForwardOptions::cancelled) ends the prefill; it is no cache
+    // problem to recompute around.
+    if (computed.IsAborted()) return computed;
     stats.fell_back = !computed.ok();
   }
   if (!computed.ok()) {

@@ -145,12 +145,14 @@ class Context {
   }
   // A real model's own KV: greedy generation from BOS over `tokens` positions.
   static Result<std::unique_ptr<Context>> Generated(Model& model, const KvLayout& layout,
-                                                    uint32_t tokens) {
+                                                    uint32_t tokens,
+                                                    const std::function<bool()>& cancelled) {
     auto ctx = std::unique_ptr<Context>(new Context());
     KV_ASSIGN_OR_RETURN(ctx->master_, InMemoryKvBlocks::Create(layout, tokens));
     std::vector<float> logits;
     uint32_t input = 1;
     for (uint32_t pos = 0; pos < tokens; ++pos) {
+      if (cancelled && cancelled()) return Status::Aborted("decode bench: cancelled");
       KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), pos, *ctx->master_, {}, &logits));
       input = Argmax(logits);
     }
@@ -180,6 +182,42 @@ class Context {
   std::unique_ptr<InMemoryKvBlocks> master_;
   uint32_t chunks_ = 0;
   uint32_t first_input_ = 1;
+};
+
+// The run's progress in KV blocks (DecodeBenchOptions::progress_blocks) and its cancellation.
+class Work {
+ public:
+  explicit Work(const DecodeBenchOptions& o) : o_(o) {}
+  void SetTotal(uint64_t total) { total_ = total; }
+  void Advance(uint64_t blocks, std::string_view phase) {
+    done_ += blocks;
+    if (o_.progress_blocks) o_.progress_blocks(done_, total_, phase);
+  }
+  Status CheckCancelled() const {
+    if (o_.cancelled && o_.cancelled()) return Status::Aborted("decode bench: cancelled");
+    return Status::Ok();
+  }
+
+ private:
+  const DecodeBenchOptions& o_;
+  uint64_t done_ = 0, total_ = 0;
+};
+
+// Forwards to `inner` while a context is filled, counting each block written as work done and
+// refusing the next one (Aborted) once the run is cancelled.
+class FillMeter final : public ForwardingKvBlocks {
+ public:
+  FillMeter(KvBlockSource* inner, Work* work, std::string phase)
+      : ForwardingKvBlocks(inner), work_(work), phase_(std::move(phase)) {}
+  Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) override {
+    KV_RETURN_IF_ERROR(work_->CheckCancelled());
+    work_->Advance(1, phase_);
+    return ForwardingKvBlocks::MutableBlock(layer, chunk_index);
+  }
+
+ private:
+  Work* work_;
+  std::string phase_;
 };
 
 Result<std::unique_ptr<Model>> BuildModel(const DecodeBenchOptions& o, bool* synthetic) {
@@ -299,6 +337,35 @@ Result<Budget> ComputeBudget(const DecodeBenchOptions& o, DecodeConfig config,
   return b;
 }
 
+std::string GiBText(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / double(kGiB));
+  return buf;
+}
+
+// NoSpace when the filesystem of `dir` (or of its nearest existing parent) cannot hold the SSD
+// tier of an offloaded configuration: the whole run's KV at FP16 (the ladder's is smaller; the
+// configurations run one at a time, each removing its files) and 256 MiB of segment slack.
+Status CheckFreeSpace(const DecodeBenchOptions& o, const KvLayout& layout) {
+  if (std::none_of(o.configs.begin(), o.configs.end(), IsOffloaded)) return Status::Ok();
+  const uint64_t kv = uint64_t{layout.layers} * FinalChunks(o, layout) * layout.BlockBytes();
+  const uint64_t need = kv + 256 * kMiB;
+  std::filesystem::path existing(o.dir);
+  std::error_code ec;
+  while (!existing.empty() && !std::filesystem::exists(existing, ec)) {
+    existing = existing.parent_path();
+  }
+  if (existing.empty()) existing = ".";
+  KV_ASSIGN_OR_RETURN(const uint64_t free_bytes, NewPosixEnv()->FreeSpaceBytes(existing.string()));
+  if (free_bytes < need) {
+    return Status::NoSpace(o.dir + " has " + GiBText(free_bytes) + " free; the offloaded " +
+                           "configurations need about " + GiBText(need) + " there (" +
+                           GiBText(kv) + " of FP16 KV for " + std::to_string(o.context_tokens) +
+                           " context tokens)");
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeConfig config,
                                             const KvLayout& layout, const Budget& budget) {
   auto rig = std::make_unique<OffloadRig>();
@@ -359,6 +426,8 @@ struct Runner {
   Model& model;
   const Context& context;
   const KvLayout& layout;
+  Work& work;
+  uint64_t context_blocks = 0;  // Work units of one decoded token.
   Reference reference;
   bool have_reference = false;
   double resident_ms = 0;
@@ -366,6 +435,11 @@ struct Runner {
 
   void Progress(const std::string& line) const {
     if (o.progress) o.progress(line);
+  }
+  // Fills `kv` with the context through a FillMeter.
+  Status Fill(DecodeConfig config, KvBlockSource& kv) {
+    FillMeter meter(&kv, &work, std::string(DecodeConfigName(config)) + ": filling");
+    return context.Fill(meter);
   }
 
   Status Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence* seq,
@@ -394,7 +468,9 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
   uint32_t agree = 0;
   double cos_sum = 0;
   const bool probe = IsOffloaded(config) && static_cast<bool>(o.ssd_probe);
+  const std::string phase = std::string(DecodeConfigName(config)) + ": decoding";
   for (uint32_t t = 0; t < total; ++t) {
+    KV_RETURN_IF_ERROR(work.CheckCancelled());
     const bool measured = t >= o.warmup_tokens;
     if (have_reference) input = reference.inputs[t];
     if (measured && probe) {
@@ -408,6 +484,7 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
                                      {.probe = &recorder, .attention_threads = o.attention_threads},
                                      &logits));
     const double ms = NowMs() - start;
+    work.Advance(context_blocks, phase);
     if (measured) Record(ms, before, seq != nullptr ? seq->Stats() : OffloadStats{}, &samples, r);
     if (!have_reference) {
       reference.inputs.push_back(input);
@@ -507,7 +584,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
       KV_ASSIGN_OR_RETURN(selecting, SelectingKvBlocks::Create(kv.get(), Quest(o)));
       source = selecting.get();
     }
-    KV_RETURN_IF_ERROR(context.Fill(*source));
+    KV_RETURN_IF_ERROR(Fill(config, *source));
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
     MassTap tap(source, context.synthetic());
     KV_RETURN_IF_ERROR(Decode(config, tap, nullptr, "", &r));
@@ -528,7 +605,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     r.device_budget_bytes = uint64_t{budget.device_blocks} * layout.BlockBytes();
     r.host_budget_bytes = uint64_t{budget.host_slots} * HostSlot(o, config, layout);
     KV_ASSIGN_OR_RETURN(std::unique_ptr<OffloadRig> rig, MakeRig(o, config, layout, budget));
-    KV_RETURN_IF_ERROR(context.Fill(*rig->kv));
+    KV_RETURN_IF_ERROR(Fill(config, *rig->kv));
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
     KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), rig->dir, &r));
     if (IsTopk(config)) r.chunks_attended = Attended(rig->kv->quest_stats());
@@ -607,6 +684,7 @@ Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, BuildModel(options, &synthetic));
   const KvLayout layout = model->config().KvLayoutFor(options.block_tokens);
   KV_RETURN_IF_ERROR(layout.Validate());
+  KV_RETURN_IF_ERROR(CheckFreeSpace(options, layout));
   std::unique_ptr<Context> context;
   if (synthetic) {
     SyntheticKvOptions so = options.context;
@@ -614,7 +692,8 @@ Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
     KV_ASSIGN_OR_RETURN(context, Context::Synthetic(layout, so));
   } else {
     if (options.progress) options.progress("generating the context with the model");
-    KV_ASSIGN_OR_RETURN(context, Context::Generated(*model, layout, options.context_tokens));
+    KV_ASSIGN_OR_RETURN(context, Context::Generated(*model, layout, options.context_tokens,
+                                                    options.cancelled));
   }
   DecodeBenchReport report;
   report.model = options.model;
@@ -650,7 +729,20 @@ Result<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options) {
                              std::to_string(layout.BlockBytes()) + " bytes one layer reads");
     }
   }
-  Runner runner{.o = options, .model = *model, .context = *context, .layout = layout};
+  Work work(options);
+  const uint64_t context_blocks = uint64_t{layout.layers} * ((options.context_tokens + bt - 1) / bt);
+  uint64_t total_work = 0;
+  for (const DecodeConfig c : order) {
+    if (c != DecodeConfig::kReference) total_work += context_blocks;  // The fill.
+    total_work += uint64_t{options.warmup_tokens + options.tokens} * context_blocks;
+  }
+  work.SetTotal(total_work);
+  Runner runner{.o = options,
+                .model = *model,
+                .context = *context,
+                .layout = layout,
+                .work = work,
+                .context_blocks = context_blocks};
   for (const DecodeConfig c : order) {
     KV_ASSIGN_OR_RETURN(DecodeConfigReport r, runner.Run(c));
     report.configs.push_back(std::move(r));

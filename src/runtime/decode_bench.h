@@ -22,6 +22,9 @@
 // max(resident ms per token, SSD bytes read per token / SSD read bandwidth), with the bandwidth
 // measured by `ssd_probe` between tokens of the same run (the disk is noisy; medians).
 //
+// Before anything is filled, the free space of `dir` is checked against the KV the offloaded
+// configurations write there (NoSpace naming both).
+//
 // Thread safety: RunDecodeBench is a blocking call on the caller's thread (tiers run their own
 // threads). Ownership: the bench owns everything it creates and removes its SSD files.
 #pragma once
@@ -97,6 +100,14 @@ struct DecodeBenchOptions {
   // offloaded yet: no I/O bound); unset: no roofline.
   std::function<Result<double>(const std::string& tier_dir, uint64_t request_bytes)> ssd_probe;
   std::function<void(std::string_view)> progress;  // One line per step; unset: silent.
+  // The run's work done so far and in all, in KV blocks: filling a configuration's context
+  // counts its blocks, and so does each decoded token (one pass over the context); `phase` names
+  // the step ("offload: decoding"). On the calling thread. Unset: none.
+  std::function<void(uint64_t done_blocks, uint64_t total_blocks, std::string_view phase)>
+      progress_blocks;
+  // Polled between blocks of a fill and between decoded tokens; once it returns true (and it
+  // must stay true) the run stops with Aborted, and the SSD files are still removed.
+  std::function<bool()> cancelled;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;

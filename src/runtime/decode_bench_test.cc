@@ -3,13 +3,19 @@
 // resident run is asked for), the ladder and top-k runs stay close to full attention, top-k
 // selection keeps >= 99 % of greedy tokens on the real stories260K model, the report's accounting
 // is consistent (budgets, roofline from the probe, stall within the token time), and a device
-// budget below one layer's working set is a clear NoSpace error, not a hang.
+// budget below one layer's working set is a clear NoSpace error, not a hang; so is a context
+// whose KV the SSD directory's filesystem cannot hold, before anything is written. The progress
+// hook counts the run's blocks up to its announced total; a cancelled run stops with Aborted and
+// leaves no SSD files.
 // Method: RunDecodeBench on small synthetic models (blocks of 16 tokens, 1-2k tokens of context,
 // SSD tier in a temporary directory, a fixed-bandwidth probe) and on the shared stories260K model
 // (skipped with a message when absent), teacher-forced against the reference configuration.
 #include "runtime/decode_bench.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
 
 #include "runtime/test_util.h"
 
@@ -99,6 +105,53 @@ TEST(DecodeBenchTest, DeviceBudgetBelowOneLayerIsAClearError) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNoSpace) << r.status().ToString();
   EXPECT_NE(r.status().message().find("device budget"), std::string::npos) << r.status().ToString();
+}
+
+TEST(DecodeBenchTest, ProgressCountsTheRunAndCancellationStopsIt) {
+  testing::TempDir dir;
+  DecodeBenchOptions o = Small(dir);
+  o.configs = {DecodeConfig::kResident, DecodeConfig::kOffload};
+  o.tokens = 2;
+  uint64_t last = 0, total = 0;
+  bool monotone = true;
+  std::string phase;
+  o.progress_blocks = [&](uint64_t done, uint64_t all, std::string_view p) {
+    monotone = monotone && done >= last && (total == 0 || all == total);
+    last = done;
+    total = all;
+    phase = p;
+  };
+  ASSERT_TRUE(RunDecodeBench(o).ok());
+  EXPECT_TRUE(monotone);
+  // 3 layers x 63 chunks, filled twice and passed over by 3 tokens in each configuration.
+  EXPECT_EQ(total, 2u * (1 + 3) * 3 * 63);
+  EXPECT_EQ(last, total);
+  EXPECT_EQ(phase, "offload: decoding");
+
+  // Cancelled during the offloaded configuration's fill: Aborted, and its SSD files are gone.
+  last = 0;
+  o.cancelled = [&] { return last > 4 * 3 * 63 + 10; };
+  Result<DecodeBenchReport> r = RunDecodeBench(o);
+  EXPECT_TRUE(r.status().IsAborted()) << r.status().ToString();
+  EXPECT_LT(last, total);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(o.dir, ec)) {
+    EXPECT_FALSE(entry.is_regular_file()) << entry.path();
+  }
+}
+
+TEST(DecodeBenchTest, ContextLargerThanTheDiskIsRefusedBeforeWriting) {
+  testing::TempDir dir;
+  DecodeBenchOptions o = Small(dir);
+  o.configs = {DecodeConfig::kResident, DecodeConfig::kOffload};
+  o.context_tokens = 4'000'000'000u;  // About 11 TiB of KV.
+  Result<DecodeBenchReport> r = RunDecodeBench(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNoSpace) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(" free; the offloaded configurations need about "),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(o.dir));
 }
 
 TEST(DecodeBenchTest, TopKKeepsGreedyTokensOnTheRealModel) {

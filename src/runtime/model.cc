@@ -106,6 +106,7 @@ Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBl
                       const ForwardOptions& options, std::vector<float>* logits) {
   KV_RETURN_IF_ERROR(CheckForward(tokens, start_pos, kv, options));
   probe_ = options.probe;
+  cancelled_ = options.cancelled ? &options.cancelled : nullptr;
   attention_threads_ = options.attention_threads;
   if (attention_threads_ > 1 && helper_ == nullptr) {
     KV_ASSIGN_OR_RETURN(helper_, ThreadPool::Create({.threads = 1, .name = "kvtier-attend"}));
@@ -128,6 +129,7 @@ Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBl
   }
   for (uint32_t done = 0; done < n_total;) {
     const uint32_t n = std::min(chunk_max, n_total - done);
+    if (Cancelled()) return Status::Aborted("forward pass cancelled");
     KV_RETURN_IF_ERROR(ForwardChunk(tokens.subspan(done, n), start_pos + done, kv, kernels));
     if (options.logits == LogitsMode::kAll) {
       Logits(x_.data(), n, logits->data() + size_t{done} * c.vocab_size);
@@ -135,6 +137,7 @@ Status Model::Forward(std::span<const uint32_t> tokens, uint32_t start_pos, KvBl
       Logits(x_.data() + size_t{n - 1} * c.dim, 1, logits->data());
     }
     done += n;
+    if (options.progress) options.progress(done, n_total);
   }
   return Status::Ok();
 }
@@ -176,6 +179,8 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
   KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
   Attend(n_tokens, start_pos, kernels);
+  // A cancelled prefill leaves the attention output half computed: nothing may use it.
+  if (Cancelled()) return Status::Aborted("forward pass cancelled");
   if (n_tokens == 1) kv.ObserveAttention(layer, selected_, chunk_mass_);
   if (probe_ != nullptr) {
     for (uint32_t t = 0; t < n_tokens; ++t) {
@@ -268,7 +273,7 @@ void Model::Attend(uint32_t n_tokens, uint32_t start_pos, const AttentionKernels
     helper_job_ = {.n_tokens = n_tokens, .start_pos = start_pos, .kernels = &kernels};
     KV_CHECK_OK(helper_->Submit([this] { RunHelperJob(); }));
   }
-  for (uint32_t t = 0; t < n_tokens; t += step) {
+  for (uint32_t t = 0; t < n_tokens && !Cancelled(); t += step) {
     PrepareToken(t, start_pos + t, &shares_[0].runs);
     AttendRuns(t, shares_[0].runs, shares_[0], att_.data() + size_t{t} * c.q_dim(), nullptr,
                nullptr, nullptr, kernels);
@@ -346,7 +351,7 @@ void Model::RunHelperJob() {
                run_lse_.data() + job.split * c.n_heads, *job.kernels);
     return;
   }
-  for (uint32_t t = 1; t < job.n_tokens; t += 2) {
+  for (uint32_t t = 1; t < job.n_tokens && !Cancelled(); t += 2) {
     PrepareToken(t, job.start_pos + t, &share.runs);
     AttendRuns(t, share.runs, share, att_.data() + size_t{t} * c.q_dim(), nullptr, nullptr, nullptr,
                *job.kernels);

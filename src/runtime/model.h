@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -63,6 +64,15 @@ struct ForwardOptions {
   // with a helper thread. 1 by default: in offloaded mode the other core copies blocks. Logits
   // are the same bit for bit in prefill; at decode they differ by float rounding (the merge).
   uint32_t attention_threads = 1;
+  // Polled before each chunk, after each layer's attention and between the query tokens of a
+  // prefill's attention (also on the helper thread); once it returns true (and it must stay
+  // true), Forward returns Aborted and the KV of the positions it was computing is incomplete.
+  // Long prefills (a 64k-token prompt) stop within a fraction of a second. Unset: runs to the
+  // end.
+  std::function<bool()> cancelled;
+  // Called on the calling thread after each chunk with the tokens of this call done so far and
+  // the call's tokens in all.
+  std::function<void(uint32_t tokens_done, uint32_t tokens_total)> progress;
 };
 
 class Model {
@@ -136,6 +146,8 @@ class Model {
   uint32_t block_tokens_ = 0;                      // Of the source behind blocks_.
   std::vector<float> chunk_mass_;                  // [selected] attention mass (decode).
   AttentionProbe* probe_ = nullptr;                // Of the current Forward() call.
+  const std::function<bool()>* cancelled_ = nullptr;  // Of the current Forward() call.
+  bool Cancelled() const { return cancelled_ != nullptr && (*cancelled_)(); }
   uint32_t attention_threads_ = 1;                 // Of the current Forward() call.
   std::unique_ptr<ThreadPool> helper_;             // One thread; started on first need.
   HelperJob helper_job_;                           // Set before each hand-off.

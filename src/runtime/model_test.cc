@@ -15,12 +15,15 @@
 // given to ObserveAttention within 1e-5 (they sum to 1 within 1e-5) and the outputs the probe
 // receives within 1e-4 of the largest. With two attention threads, prefill logits must equal
 // those of one thread bit for bit, and decode logits (the halves merged) stay within 1e-5 and
-// the masses within 1e-6.
+// the masses within 1e-6. The progress hook sees every chunk's end; a cancellation hook stops
+// a prefill with Aborted at the first poll that says so (before a chunk, or inside a layer's
+// attention, with one or two attention threads), counted by its calls.
 #include "runtime/model.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <string>
@@ -203,6 +206,38 @@ TEST(ModelTest, ChunkedPrefillMatchesTokenByToken) {
   for (uint32_t chunk : {3u, 16u, 17u, 64u, 2048u}) {
     EXPECT_LT(RelativeMaxError(RuntimeLogits(*model, tokens, chunk), one_by_one), 1e-4)
         << "chunk " << chunk;
+  }
+}
+
+TEST(ModelTest, ProgressAndCancellationHooks) {
+  auto model = SyntheticModel(SmallConfig());
+  const std::vector<uint32_t> tokens = SomeTokens(100, 50);
+  auto kv = InMemoryKvBlocks::Create(model->config().KvLayoutFor(16), 256);
+  ASSERT_TRUE(kv.ok());
+  std::vector<float> logits;
+  std::vector<uint32_t> seen;
+  ForwardOptions o{.chunk_tokens = 32};
+  o.progress = [&](uint32_t done, uint32_t total) {
+    EXPECT_EQ(total, 100u);
+    seen.push_back(done);
+  };
+  ASSERT_TRUE(model->Forward(tokens, 0, **kv, o, &logits).ok());
+  EXPECT_EQ(seen, (std::vector<uint32_t>{32, 64, 96, 100}));
+  for (uint32_t threads : {1u, 2u}) {
+    for (int stop_at : {1, 2, 40}) {
+      (*kv)->Clear();
+      std::atomic<int> polls{0};
+      seen.clear();
+      o.attention_threads = threads;
+      o.cancelled = [&] { return polls.fetch_add(1) + 1 >= stop_at; };
+      const Status s = model->Forward(tokens, 0, **kv, o, &logits);
+      EXPECT_TRUE(s.IsAborted()) << threads << " " << stop_at << ": " << s.ToString();
+      // Polls go on past the first true only on the helper thread's last token.
+      EXPECT_LE(polls.load(), stop_at + 2);
+      if (stop_at == 1) {
+        EXPECT_TRUE(seen.empty());
+      }
+    }
   }
 }
 

@@ -190,13 +190,15 @@ Result<bool> ProbeDirectIo(Env* env, const std::string& dir) {
 // Runs `count` operations with at most `depth` in flight on the calling thread's behalf.
 // submit(slot, index, done) starts operation `index` using per-slot state `slot`; `done` may run
 // on any thread. finish(slot, index, status, latency_us) runs on the calling thread once the
-// operation completed. Submission stops at the first error; in-flight operations are awaited.
+// operation completed. Submission stops at the first error, or once `cancelled` (when set)
+// returns true (Aborted); in-flight operations are awaited.
 class Pipeline {
  public:
   using SubmitFn = std::function<void(uint32_t slot, uint64_t index, SsdTier::Callback done)>;
   using FinishFn = std::function<Status(uint32_t slot, uint64_t index, Status s, uint64_t us)>;
 
-  explicit Pipeline(Clock* clock) : clock_(clock) {}
+  Pipeline(Clock* clock, const std::function<bool()>& cancelled)
+      : clock_(clock), cancelled_(cancelled) {}
   Status Run(uint64_t count, uint32_t depth, const SubmitFn& submit, const FinishFn& finish);
 
  private:
@@ -218,6 +220,7 @@ class Pipeline {
   }
 
   Clock* const clock_;
+  const std::function<bool()>& cancelled_;
   Mutex mu_;
   CondVar cv_{&mu_};
   std::vector<Completion> done_ KV_GUARDED_BY(mu_);
@@ -232,6 +235,10 @@ Status Pipeline::Run(uint64_t count, uint32_t depth, const SubmitFn& submit,
   uint64_t next = 0, finished = 0;
   Status first = Status::Ok();
   while (finished < next || (first.ok() && next < count)) {
+    if (first.ok() && next < count && cancelled_ && cancelled_()) {
+      first = Status::Aborted("bench: cancelled");
+      continue;
+    }
     while (first.ok() && next < count && !free_slots.empty()) {
       const uint32_t slot = free_slots.back();
       free_slots.pop_back();
@@ -314,7 +321,8 @@ SsdTierOptions BenchTierOptions(const std::vector<std::string>& dirs, uint64_t r
 Status WritePhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_t blocks,
                   PayloadPool& pool, BenchSsdReport* r) {
   std::vector<SsdBlockWrite> writes(o.queue_depth);
-  Pipeline pipeline(clock);
+  Pipeline pipeline(clock, o.cancelled);
+  uint64_t written = 0;
   const uint64_t begin_us = clock->NowMicros();
   KV_RETURN_IF_ERROR(pipeline.Run(
       blocks, o.queue_depth,
@@ -327,6 +335,7 @@ Status WritePhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_
         tier.WriteBatch(std::span(&writes[slot], 1), std::move(done));
       },
       [&](uint32_t slot, uint64_t, Status s, uint64_t) {
+        if (o.progress) o.progress(++written * o.block_bytes, 2 * blocks * o.block_bytes);
         return s.ok() ? writes[slot].status : s;
       }));
   KV_RETURN_IF_ERROR(tier.Flush());
@@ -345,7 +354,7 @@ Status ReadPhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_t
   std::vector<SsdBlockRead> reads(o.queue_depth);
   std::vector<uint64_t> latencies_us;
   latencies_us.reserve(blocks);
-  Pipeline pipeline(clock);
+  Pipeline pipeline(clock, o.cancelled);
   const uint64_t begin_us = clock->NowMicros();
   const Status run = pipeline.Run(
       blocks, o.queue_depth,
@@ -356,6 +365,9 @@ Status ReadPhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_t
       },
       [&](uint32_t slot, uint64_t index, Status s, uint64_t us) {
         latencies_us.push_back(us);
+        if (o.progress) {
+          o.progress((blocks + latencies_us.size()) * o.block_bytes, 2 * blocks * o.block_bytes);
+        }
         KV_RETURN_IF_ERROR(s);
         KV_RETURN_IF_ERROR(reads[slot].status);
         return pool.Check(index, reads[slot].payload);
@@ -478,6 +490,8 @@ Status FillForReopen(SsdTier& tier, const BenchReopenOptions& o) {
   PayloadPool pool = PayloadPool::Make(o.payload_bytes, 1);
   std::vector<SsdBlockWrite> writes(kSsdBatchEntriesMax);
   for (uint64_t first = 0; first < o.blocks; first += kSsdBatchEntriesMax) {
+    if (o.cancelled && o.cancelled()) return Status::Aborted("bench: cancelled");
+    if (o.progress) o.progress(first, o.blocks);
     const uint64_t n = std::min<uint64_t>(kSsdBatchEntriesMax, o.blocks - first);
     for (uint64_t i = 0; i < n; ++i) {
       writes[i] = {.key = BenchKey(first + i),
@@ -489,6 +503,7 @@ Status FillForReopen(SsdTier& tier, const BenchReopenOptions& o) {
     KV_RETURN_IF_ERROR(tier.WriteBatchSync(batch));
     for (const SsdBlockWrite& w : batch) KV_RETURN_IF_ERROR(w.status);
   }
+  if (o.progress) o.progress(o.blocks, o.blocks);
   return tier.Close();
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -128,6 +129,13 @@ struct BenchSsdOptions {
   uint32_t queue_depth = 16;        // Blocks in flight, 1..kBenchQueueDepthMax.
   uint64_t total_bytes = 1 * kGiB;  // Rounded down to whole blocks; at least one block.
   bool keep_dirs = false;           // Keep the subdirectories (tests inspect them).
+  // Polled on the calling thread before each block is submitted; once it returns true no block
+  // is started, those in flight are awaited, and the run ends with Aborted (the subdirectories
+  // are removed as on any other failure). Unset: runs to the end.
+  std::function<bool()> cancelled;
+  // Called on the calling thread as blocks complete: bytes written plus bytes read back so far,
+  // out of 2 x the total (the write phase, then the read phase). Unset: none.
+  std::function<void(uint64_t done_bytes, uint64_t total_bytes)> progress;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -158,6 +166,10 @@ struct BenchReopenOptions {
   uint64_t blocks = 100'000;
   uint32_t payload_bytes = 4096;
   bool keep_dirs = false;
+  // As in BenchSsdOptions, polled between write batches of the fill (the two reopens are not
+  // interrupted); progress counts the blocks filled, out of `blocks`.
+  std::function<bool()> cancelled;
+  std::function<void(uint64_t done_blocks, uint64_t total_blocks)> progress;
 
   Status Validate() const;
 };

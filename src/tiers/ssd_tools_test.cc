@@ -5,8 +5,9 @@
 // tier holds; that RepairDir leaves a cache that verifies and from which a reopened tier reads
 // every undamaged block byte for byte; that ClearDir removes only kvtier's files; that
 // CheckCacheDirs tells cache directories from others; that BenchSsd and BenchReopen measure a
-// real tier, read every block back intact, and clean up after themselves; that their options are
-// validated. Method: write through SsdTier, close, damage the files on disk (flipped bytes,
+// real tier, read every block back intact, and clean up after themselves; that they report
+// progress up to the whole run and stop with Aborted, cleaned up, once cancelled; that their
+// options are validated. Method: write through SsdTier, close, damage the files on disk (flipped bytes,
 // truncation, zeroed blocks, garbage checkpoint, special files), run the tools, reopen the tier;
 // run tiny benchmarks in a temp directory.
 #include "tiers/ssd_tools.h"
@@ -504,6 +505,43 @@ TEST(SsdToolsTest, BenchReopenRecoversEveryBlockBothWays) {
   EXPECT_EQ(r->recovered_scan, 2000u);
   EXPECT_TRUE(r->checkpoint_used);
   EXPECT_GT(r->reopen_scan_ms, 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir->path()));
+}
+
+TEST(SsdToolsTest, BenchesReportProgressAndStopWhenCancelled) {
+  Result<ScopedTempDir> dir = ScopedTempDir::Create();
+  ASSERT_TRUE(dir.ok());
+  std::unique_ptr<Env> env = NewPosixEnv();
+  ssd::BenchSsdOptions o{
+      .dirs = {dir->path()}, .block_bytes = 64 * kKiB, .queue_depth = 2, .total_bytes = kMiB};
+  uint64_t last = 0, total = 0;
+  bool monotone = true;
+  o.progress = [&](uint64_t done, uint64_t all) {
+    monotone = monotone && done >= last;
+    last = done;
+    total = all;
+  };
+  ASSERT_TRUE(ssd::BenchSsd(env.get(), o).ok());
+  EXPECT_TRUE(monotone);
+  EXPECT_EQ(total, 2 * kMiB);  // Written, then read back.
+  EXPECT_EQ(last, 2 * kMiB);
+
+  // Cancelled after a few blocks: no more are started, and the scratch directory is gone.
+  int polls = 0;
+  o.cancelled = [&] { return ++polls > 3; };
+  Result<ssd::BenchSsdReport> cancelled = ssd::BenchSsd(env.get(), o);
+  EXPECT_TRUE(cancelled.status().IsAborted()) << cancelled.status().ToString();
+  EXPECT_LT(last, kMiB);
+  EXPECT_TRUE(std::filesystem::is_empty(dir->path()));
+
+  ssd::BenchReopenOptions r{.dirs = {dir->path()}, .blocks = 3000};
+  uint64_t filled = 0;
+  r.progress = [&](uint64_t done, uint64_t) { filled = done; };
+  polls = 0;
+  r.cancelled = [&] { return ++polls > 2; };
+  EXPECT_TRUE(ssd::BenchReopen(env.get(), r).status().IsAborted());
+  EXPECT_GT(filled, 0u);
+  EXPECT_LT(filled, 3000u);
   EXPECT_TRUE(std::filesystem::is_empty(dir->path()));
 }
 
