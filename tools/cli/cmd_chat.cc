@@ -10,18 +10,24 @@
 // There is no chat template: turns are concatenated text, so a story model (stories260K) just
 // continues the story it is told. The conversation is bounded by the context (--context or the
 // model's seq_len, at most 4096); a turn that does not fit ends the chat with a message and a
-// failing status.
+// failing status. A reply of no tokens is printed as "(no tokens: <why>)", never as an empty
+// line. With --json nothing is printed per turn: stdout gets one JSON object at the end, with
+// every turn's text, reply and statistics (and "error" when the chat ended on one).
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
 #include "flags.h"
 #include "llm_session.h"
+#include "report_json.h"
 
 namespace kvtier::cli {
 namespace {
@@ -57,10 +63,14 @@ class ChatCommand final : public Command {
             "chat", "Multi-turn conversation from stdin; earlier turns come from the KV cache")) {
     flags_.steps = 64;
     AddModelFlags(subcommand(), &flags_, /*with_prompt=*/false, "Tokens per reply at most");
+    subcommand()->add_flag("--json", json_,
+                           "Print one JSON object on stdout at the end (every turn's reply and "
+                           "statistics) instead of a line per reply");
   }
 
   int Run() override {
     const Status s = Chat();
+    if (json_) PrintJson(s);
     if (!s.ok()) return Fail(s);
     // The replies were printed, but the cache did not keep what it was asked to: non-zero, so
     // scripts notice (the line saying why was printed when it happened).
@@ -72,12 +82,32 @@ class ChatCommand final : public Command {
   Status Turn(LlmSession& session, runtime::Sampler& sampler, const std::string& text);
   // Prints one line for the first failure to store into the cache; later ones are quiet.
   void CacheFailed(const Status& s);
+  // --json: the turns so far, the context, and the error that ended the chat if any.
+  void PrintJson(const Status& chat) const;
 
   Status cache_error_;
   ModelFlags flags_;
+  bool json_ = false;
   std::vector<uint32_t> conversation_;
   size_t turns_ = 0;
+  uint32_t context_tokens_ = 0;
+  nlohmann::ordered_json turn_reports_ = nlohmann::ordered_json::array();
 };
+
+// The reply line for a reply of no tokens: why there is none.
+std::string NoReplyText(LlmSession::Stop stop) {
+  switch (stop) {
+    case LlmSession::Stop::kEndOfText:
+      return "(no tokens: the model ended the text at once)";
+    case LlmSession::Stop::kEndOfLine:
+      return "(no tokens: the model's first token was a line break, which ends a reply)";
+    case LlmSession::Stop::kContext:
+      return "(no tokens: the context is full; start a new chat or raise --context)";
+    case LlmSession::Stop::kMaxTokens:
+      break;
+  }
+  return "(no tokens: --steps allows none)";
+}
 
 Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const std::string& text) {
   const bool first = conversation_.empty();
@@ -98,27 +128,69 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session.Prefill(conversation_, &logits));
   const uint64_t prefill_us = SteadyNowUs() - t0;
   if (!stats.store_status.ok()) CacheFailed(stats.store_status);
+  // The reply is streamed to stdout, or with --json collected in memory.
+  char* reply_buffer = nullptr;
+  size_t reply_bytes = 0;
+  std::FILE* reply_out = json_ ? open_memstream(&reply_buffer, &reply_bytes) : stdout;
+  if (reply_out == nullptr) return Status::FromErrno(errno, "open_memstream");
   const uint64_t t1 = SteadyNowUs();
-  KV_ASSIGN_OR_RETURN(size_t generated, session.Decode(conversation_, logits, sampler,
-                                                       {.max_new_tokens = flags_.steps,
-                                                        .run_last = LlmSession::RunLast::kYes,
-                                                        .stop_at = LlmSession::StopAt::kEndOfLine},
-                                                       stdout));
+  Result<LlmSession::Decoded> decoded =
+      session.Decode(conversation_, logits, sampler,
+                     {.max_new_tokens = flags_.steps,
+                      .run_last = LlmSession::RunLast::kYes,
+                      .stop_at = LlmSession::StopAt::kEndOfLine},
+                     reply_out);
   const uint64_t decode_us = SteadyNowUs() - t1;
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  std::string reply;
+  if (json_) {
+    std::fclose(reply_out);
+    reply.assign(reply_buffer, reply_bytes);
+    std::free(reply_buffer);  // NOLINT(cppcoreguidelines-no-malloc): open_memstream's buffer.
+  }
+  KV_RETURN_IF_ERROR(decoded.status());
+  if (!json_) {
+    // One line per turn: an empty reply says why rather than printing an empty line.
+    if (decoded->tokens == 0) std::fputs(NoReplyText(decoded->stop).c_str(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
   // Every reply token was run: its full chunks are stored so the next turn loads them.
   Result<size_t> stored = session.StoreSequence(conversation_);
   if (!stored.ok()) CacheFailed(stored.status());
+  const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
+  if (json_) {
+    nlohmann::ordered_json turn = {{"turn", turns_},
+                                   {"user", text},
+                                   {"reply", reply},
+                                   {"reply_tokens", decoded->tokens},
+                                   {"stop", LlmSession::StopName(decoded->stop)}};
+    turn.update(PrefillJson(stats));
+    turn.update(nlohmann::ordered_json{{"prefill_ms", MsFromUs(prefill_us)},
+                                       {"decode_ms", MsFromUs(decode_us)},
+                                       {"stored_chunks", stored_chunks},
+                                       {"context_used_tokens", conversation_.size()}});
+    turn_reports_.push_back(std::move(turn));
+    return Status::Ok();
+  }
   std::fprintf(
       stderr,
       "[turn %zu] %zu cached / %zu computed tokens (cached chunks: %s), prefill %.2f ms%s; "
       "reply %zu tokens in %.1f ms; %zu new chunks stored; context %zu/%u\n",
       turns_, stats.cached_tokens, stats.computed_tokens, CachedTierList(stats.chunk_tiers).c_str(),
       MsFromUs(prefill_us), stats.fell_back ? " (a cached block failed: recomputed)" : "",
-      generated, MsFromUs(decode_us), stats.stored_chunks + (stored.ok() ? *stored : 0),
-      conversation_.size(), session.context_tokens());
+      decoded->tokens, MsFromUs(decode_us), stored_chunks, conversation_.size(),
+      session.context_tokens());
   return Status::Ok();
+}
+
+void ChatCommand::PrintJson(const Status& chat) const {
+  const nlohmann::ordered_json j = {
+      {"turns", turn_reports_},
+      {"context_tokens", context_tokens_},
+      {"persistent", !flags_.session.cache_dir.empty()},
+      {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()},
+      {"error", chat.ok() ? "" : chat.ToString()}};
+  std::printf("%s\n", j.dump(1).c_str());
 }
 
 void ChatCommand::CacheFailed(const Status& s) {
@@ -132,6 +204,7 @@ Status ChatCommand::Chat() {
   KV_RETURN_IF_ERROR(FinishModelFlags(&flags_));
   KV_RETURN_IF_ERROR(runtime::Sampler::Validate(flags_.sampler));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LlmSession> session, LlmSession::Open(flags_.session));
+  context_tokens_ = session->context_tokens();
   const bool interactive = ::isatty(STDIN_FILENO) == 1;
   if (interactive) {
     std::fprintf(stderr, "kvtier chat: %s\none turn per line; end with Ctrl-D\n",

@@ -17,6 +17,7 @@
 #include "command.h"
 #include "flags.h"
 #include "llm_session.h"
+#include "report_json.h"
 
 namespace kvtier::cli {
 namespace {
@@ -89,7 +90,7 @@ Status RunCommand::Generate() {
   runtime::Sampler sampler(flags_.sampler);
   const size_t prompt_tokens = sequence.size();
   const uint64_t t1 = SteadyNowUs();
-  Result<size_t> decoded =
+  Result<LlmSession::Decoded> decoded =
       session->Decode(sequence, logits, sampler, {.max_new_tokens = flags_.steps}, text_out);
   const uint64_t decode_us = SteadyNowUs() - t1;
   std::string text;
@@ -102,8 +103,8 @@ Status RunCommand::Generate() {
     std::fflush(stdout);
   }
   if (!decoded.ok()) return decoded.status();
-  const size_t generated = *decoded;
-  const bool at_context = sequence.size() >= session->context_tokens() && generated < flags_.steps;
+  const size_t generated = decoded->tokens;
+  const bool at_context = decoded->stop == LlmSession::Stop::kContext;
   // The decoded tokens' chunks too (all but the last token were run), so a later prompt that
   // extends this text starts from the cache.
   const size_t run_tokens = generated > 0 ? sequence.size() - 1 : prompt_tokens;
@@ -113,28 +114,19 @@ Status RunCommand::Generate() {
   KV_RETURN_IF_ERROR(WriteMetricsFile(flags_, session->MetricsText()));
   const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
   if (json_) {
-    nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
-    for (TierKind t : stats.chunk_tiers) {
-      const std::string name(TierKindName(t));
-      tiers[name] = tiers.value(name, 0) + 1;
-    }
-    const nlohmann::ordered_json j = {
-        {"text", text},
-        {"prompt_tokens", stats.prompt_tokens},
-        {"cached_tokens", stats.cached_tokens},
-        {"computed_tokens", stats.computed_tokens},
-        {"cached_chunks_per_tier", tiers},
-        {"fell_back", stats.fell_back},
+    nlohmann::ordered_json j = {{"text", text}};
+    j.update(PrefillJson(stats));
+    j.update(nlohmann::ordered_json{
         {"ttft_ms", MsFromUs(prefill_us)},
         {"lookup_ms", MsFromUs(stats.lookup_us)},
         {"compute_ms", MsFromUs(stats.compute_us)},
         {"generated_tokens", generated},
         {"decode_ms", MsFromUs(decode_us)},
         {"tokens_per_s", tokens_per_s},
-        {"stop", at_context ? "context" : generated == flags_.steps ? "max_tokens" : "end_of_text"},
+        {"stop", LlmSession::StopName(decoded->stop)},
         {"stored_chunks", stored_chunks},
         {"persistent", persistent},
-        {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}};
+        {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
     std::printf("%s\n", j.dump(1).c_str());
     return Status::Ok();
   }

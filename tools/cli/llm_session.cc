@@ -199,25 +199,57 @@ Result<size_t> LlmSession::StoreSequence(std::span<const uint32_t> tokens) {
   return runtime::StoreKvChunks(*engine_, ns_, tokens, *kv_, {});
 }
 
-Result<size_t> LlmSession::Decode(std::vector<uint32_t>& sequence, std::vector<float>& logits,
-                                  runtime::Sampler& sampler, const DecodeOptions& options,
-                                  std::FILE* out) {
+const char* LlmSession::StopName(Stop stop) {
+  switch (stop) {
+    case Stop::kMaxTokens:
+      return "max_tokens";
+    case Stop::kEndOfText:
+      return "end_of_text";
+    case Stop::kEndOfLine:
+      return "end_of_line";
+    case Stop::kContext:
+      return "context";
+  }
+  return "unknown";
+}
+
+Result<LlmSession::Decoded> LlmSession::Decode(std::vector<uint32_t>& sequence,
+                                               std::vector<float>& logits,
+                                               runtime::Sampler& sampler,
+                                               const DecodeOptions& options, std::FILE* out) {
   KV_CHECK(!sequence.empty());
-  size_t generated = 0;
-  while (generated < options.max_new_tokens && sequence.size() < context_tokens_) {
+  Decoded d;
+  while (true) {
+    if (d.tokens >= options.max_new_tokens) {
+      d.stop = Stop::kMaxTokens;
+      break;
+    }
+    if (sequence.size() >= context_tokens_) {
+      d.stop = Stop::kContext;
+      break;
+    }
     const uint32_t token = sampler.Sample(logits);
-    if (token == tokenizer_->bos_id() || token == tokenizer_->eos_id()) break;
+    if (token == tokenizer_->bos_id() || token == tokenizer_->eos_id()) {
+      d.stop = Stop::kEndOfText;
+      break;
+    }
     const std::string piece = tokenizer_->DecodeToken(sequence.back(), token);
-    if (options.stop_at == StopAt::kEndOfLine && piece.find('\n') != std::string::npos) break;
+    if (options.stop_at == StopAt::kEndOfLine && piece.find('\n') != std::string::npos) {
+      d.stop = Stop::kEndOfLine;
+      break;
+    }
     std::fwrite(piece.data(), 1, piece.size(), out);
     std::fflush(out);
     sequence.push_back(token);
-    ++generated;
-    const bool last = generated == options.max_new_tokens || sequence.size() == context_tokens_;
-    if (last && options.run_last == RunLast::kNo) break;
+    ++d.tokens;
+    const bool last = d.tokens == options.max_new_tokens || sequence.size() == context_tokens_;
+    if (last && options.run_last == RunLast::kNo) {
+      d.stop = d.tokens == options.max_new_tokens ? Stop::kMaxTokens : Stop::kContext;
+      break;
+    }
     KV_RETURN_IF_ERROR(Step(token, static_cast<uint32_t>(sequence.size() - 1), &logits));
   }
-  return generated;
+  return d;
 }
 
 std::string CachedTierList(const std::vector<TierKind>& tiers) {

@@ -96,7 +96,8 @@ class LlmSession {
   // at a token whose text holds a newline, prints each token's text to `out`
   // as soon as it is known, and appends it to `sequence`. Every appended token is run through
   // the model (so the KV covers the whole sequence), except the last one when `run_last` is
-  // kNo. Stops early, without error, when the context is full.
+  // kNo. Stops early, without error, when the context is full. Returns the tokens generated
+  // and why it stopped.
   enum class RunLast : uint8_t { kNo = 0, kYes = 1 };
   enum class StopAt : uint8_t { kEndOfText = 0, kEndOfLine = 1 };
   struct DecodeOptions {
@@ -104,8 +105,15 @@ class LlmSession {
     RunLast run_last = RunLast::kNo;
     StopAt stop_at = StopAt::kEndOfText;
   };
-  Result<size_t> Decode(std::vector<uint32_t>& sequence, std::vector<float>& logits,
-                        runtime::Sampler& sampler, const DecodeOptions& options, std::FILE* out);
+  enum class Stop : uint8_t { kMaxTokens = 0, kEndOfText = 1, kEndOfLine = 2, kContext = 3 };
+  // "max_tokens", "end_of_text", "end_of_line", "context" (the JSON reports' "stop").
+  static const char* StopName(Stop stop);
+  struct Decoded {
+    size_t tokens = 0;
+    Stop stop = Stop::kMaxTokens;
+  };
+  Result<Decoded> Decode(std::vector<uint32_t>& sequence, std::vector<float>& logits,
+                         runtime::Sampler& sampler, const DecodeOptions& options, std::FILE* out);
 
  private:
   explicit LlmSession(LogLevel log_level) : logger_(log_level) {}

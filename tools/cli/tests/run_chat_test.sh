@@ -3,9 +3,10 @@
 # greedy decoding prints the text the models README documents (llama2.c checkpoint and GGUF);
 # a second run with the same prompt in a new process finds the prompt's chunks on the SSD under
 # --cache-dir and prints the same text; chat loads earlier turns from the cache and stops with a
-# clear message when the context is full; `demo` with the real model decodes the same greedy
-# continuation with and without the cache; missing or hostile model files give one line on
-# stderr and a non-zero exit status, never a crash.
+# clear message when the context is full, says why a reply has no tokens, and with --json
+# prints every turn as one JSON document (also when the chat ends on an error); `demo` with the
+# real model decodes the same greedy continuation with and without the cache; missing or hostile
+# model files give one line on stderr and a non-zero exit status, never a crash.
 # Method: run the binary on the shared model files (../shared/models beside the repository) and
 # on damaged copies made here; compare stdout with the expected text and parse the stderr stats.
 # Usage: run_chat_test.sh <path to kvtier> <shared models directory>
@@ -127,6 +128,56 @@ else
 fi
 expect_fail run_prompt_too_long "the context holds" run --model "$BIN" --tokenizer "$TOK" \
   --context 8 --prompt "$PROMPT"
+
+# A reply of no tokens (greedy, the model's first token after turn 4 is a line break) says why
+# on its line instead of printing an empty one.
+printf 'Once upon a time, there was a little dog.\nThe end.\n.\nLily said, "Bye!"\n' \
+  >"$TMP/empty_reply.txt"
+rc=0
+"$KVTIER" chat --model "$BIN" --tokenizer "$TOK" --temp 0 -n 8 <"$TMP/empty_reply.txt" \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "chat_empty_reply: exit $rc, stderr: $(cat "$TMP/err")"
+else
+  [[ $(wc -l <"$TMP/out") -eq 4 ]] || fail "chat_empty_reply: expected 4 lines: $(cat "$TMP/out")"
+  grep -q '^$' "$TMP/out" && fail "chat_empty_reply: an empty reply line: $(cat "$TMP/out")"
+  sed -n 4p "$TMP/out" | grep -qF "(no tokens: the model's first token was a line break" ||
+    fail "chat_empty_reply: line 4 does not say why: $(cat "$TMP/out")"
+fi
+
+# chat --json: one JSON document on stdout with every turn (the empty reply and its reason), no
+# per-turn lines; a chat that ends on an error still prints it, with "error" set, and exits 1.
+# check_chat_json <file> <turns> <error needle or "">
+check_chat_json() {
+  python3 - "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+turns, needle = int(sys.argv[2]), sys.argv[3]
+for k in ("turns", "context_tokens", "persistent", "cache_error", "error"):
+    assert k in d, k
+assert len(d["turns"]) == turns, d["turns"]
+for t in d["turns"]:
+    for k in ("turn", "user", "reply", "reply_tokens", "stop", "prompt_tokens", "cached_tokens",
+              "computed_tokens", "cached_chunks_per_tier", "fell_back", "prefill_ms",
+              "decode_ms", "stored_chunks", "context_used_tokens"):
+        assert k in t, k
+assert (needle in d["error"]) if needle else d["error"] == "", d["error"]
+PY
+}
+rc=0
+"$KVTIER" chat --model "$BIN" --tokenizer "$TOK" --temp 0 -n 8 --json <"$TMP/empty_reply.txt" \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "chat_json: exit $rc, stderr: $(cat "$TMP/err")"
+check_chat_json "$TMP/out" 4 "" || fail "chat_json: $(cat "$TMP/out")"
+python3 -c 'import json,sys; t=json.load(sys.stdin)["turns"]
+assert t[3]["reply_tokens"] == 0 and t[3]["stop"] == "end_of_line", t[3]
+assert t[1]["cached_tokens"] > 0, t[1]' <"$TMP/out" || fail "chat_json: turns: $(cat "$TMP/out")"
+grep -q '^\[turn ' "$TMP/err" && fail "chat_json: per-turn lines on stderr: $(cat "$TMP/err")"
+rc=0
+"$KVTIER" chat --model "$BIN" --tokenizer "$TOK" --steps 30 --context 48 --json \
+  <"$TMP/turns.txt" >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "chat_json_context: exit $rc (want 1)"
+check_chat_json "$TMP/out" 1 "does not fit" || fail "chat_json_context: $(cat "$TMP/out")"
 
 # The demo with the real model: the greedy continuation of turn 2 is the same with and without
 # the cache.

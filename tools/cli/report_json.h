@@ -1,0 +1,35 @@
+// JSON pieces that more than one reporting command prints (run, chat and demo with --json), so
+// their keys stay the same everywhere (README.md documents them).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "runtime/cached_prefill.h"
+
+namespace kvtier::cli {
+
+// {"host": 3, "ssd": 2}: how many cached chunks came from each tier, in the order tiers first
+// appear; {} when none.
+inline nlohmann::ordered_json TierCountsJson(const std::vector<TierKind>& tiers) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const TierKind t : tiers) {
+    const std::string name(TierKindName(t));
+    j[name] = j.value(name, 0) + 1;
+  }
+  return j;
+}
+
+// What a prefill through the cache did: prompt_tokens, cached_tokens, computed_tokens,
+// cached_chunks_per_tier, fell_back.
+inline nlohmann::ordered_json PrefillJson(const runtime::CachedPrefillStats& s) {
+  return {{"prompt_tokens", s.prompt_tokens},
+          {"cached_tokens", s.cached_tokens},
+          {"computed_tokens", s.computed_tokens},
+          {"cached_chunks_per_tier", TierCountsJson(s.chunk_tiers)},
+          {"fell_back", s.fell_back}};
+}
+
+}  // namespace kvtier::cli
