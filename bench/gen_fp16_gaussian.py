@@ -3,12 +3,14 @@
 
 Two files: <out>.raw (plain little-endian FP16) and <out>.shuf (each 1 MiB block byte-shuffled
 as the shuffle-zstd codec does: all low bytes, then all high bytes; docs/codecs.md). Only the
-standard library (random, struct), so it runs where numpy is absent. Not a test: it only feeds
-the benchmark in docs/benchmarks.md.
+standard library (random, struct), so it runs where numpy is absent. The directory of
+OUT_PREFIX is created when it does not exist. Not a test: it only feeds the benchmark in
+docs/benchmarks.md.
 
 usage: bench/gen_fp16_gaussian.py OUT_PREFIX [--mib 4] [--seed 42]
 """
 import argparse
+import os
 import random
 import struct
 import sys
@@ -32,6 +34,9 @@ def main():
     for start in range(0, len(raw), BLOCK_BYTES):
         block = raw[start:start + BLOCK_BYTES]
         shuffled += block[0::2] + block[1::2]
+    out_dir = os.path.dirname(args.out_prefix)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
     with open(args.out_prefix + ".raw", "wb") as f:
         f.write(raw)
     with open(args.out_prefix + ".shuf", "wb") as f:

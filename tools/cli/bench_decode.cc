@@ -10,6 +10,9 @@
 #include "byte_size.h"
 #include "core/limits.h"
 #include "engine/offload_sequence.h"
+#include "interrupt.h"
+#include "log_level.h"
+#include "progress.h"
 #include "runtime/decode_bench.h"
 
 namespace kvtier::cli {
@@ -252,9 +255,10 @@ Status BenchDecode::Run() {
       o.configs.push_back(c);
     }
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return Status::IoError("cannot create " + dir_ + ": " + ec.message());
+  // A --dir this run creates is removed with the rest of its scratch data; one that existed
+  // stays, emptied of what the run wrote.
+  ScopedRemoval removal;
+  KV_RETURN_IF_ERROR(CreateScratchDir(dir_, &removal));
   if (!no_probe_ && HaveFio()) {
     o.ssd_probe = [](const std::string& tier_dir, uint64_t request_bytes) {
       return FioRead(tier_dir, request_bytes);
@@ -262,11 +266,22 @@ Status BenchDecode::Run() {
   } else if (!no_probe_) {
     std::fprintf(stderr, "kvtier bench decode: fio not found; no roofline (install fio)\n");
   }
-  if (!json_)
+  // One progress line for the whole run, named after its step; the steps as lines of their own
+  // with --log-level info.
+  Progress progress("bench decode", 0, ProgressUnit::kCount, "blocks");
+  o.progress_blocks = [&progress](uint64_t done, uint64_t total, std::string_view phase) {
+    progress.SetTotal(total);
+    progress.SetLabel("bench decode " + std::string(phase));
+    progress.Update(done);
+  };
+  if (CliLogLevel() <= LogLevel::kInfo) {
     o.progress = [](std::string_view line) {
       std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
     };
+  }
+  o.cancelled = Interrupted;
   Result<runtime::DecodeBenchReport> report = runtime::RunDecodeBench(o);
+  progress.Finish();
   KV_RETURN_IF_ERROR(report.status());
   if (json_) {
     PrintJson(*report);

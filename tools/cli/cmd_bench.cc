@@ -3,8 +3,11 @@
 // same shape as an fio sequential job, so bench/ssd_vs_fio.sh can quote the tier against the
 // disk's own limit. `bench ssd-reopen` times recovery of a filled tier with and without its
 // checkpoint. Both work in fresh subdirectories that they remove (`bench ssd --keep` keeps them,
-// for the CLI test). Figures are printed as text, or as one JSON object with --json. `bench
-// decode`, `remote`, `codec` and `engine` live in bench_<name>.cc; this file only dispatches.
+// for the CLI test); a --dir that does not exist is created, and removed again. Figures are
+// printed as text, or as one JSON object with --json. `bench ssd`, `ssd-reopen` and `decode`
+// show a progress line on stderr, and Ctrl-C stops them: their scratch data is removed and the
+// exit status is 130. `bench decode`, `remote`, `codec` and `engine` live in bench_<name>.cc;
+// this file only dispatches.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include "core/logger.h"
 #include "env/env.h"
 #include "interrupt.h"
+#include "progress.h"
 #include "tiers/ssd_tools.h"
 
 namespace kvtier::cli {
@@ -146,11 +150,27 @@ class BenchCommand final : public Command {
 int BenchCommand::Run() {
   StderrLogger logger(CliLogLevel());
   std::unique_ptr<Env> env = NewPosixEnv({.logger = &logger});
-  if (ssd_->parsed()) return RunSsd(env.get());
-  if (reopen_->parsed()) return RunReopen(env.get());
-  if (decode_->parsed()) {
-    const Status s = decode_->Run();
-    return s.ok() ? kExitOk : Fail(s);
+  // The long benchmarks stop at Ctrl-C (bench remote keeps the default: it has nothing to
+  // remove). Their scratch data is gone by the time Run*() returns.
+  const char* long_bench = ssd_->parsed()      ? "bench ssd"
+                           : reopen_->parsed() ? "bench ssd-reopen"
+                           : decode_->parsed() ? "bench decode"
+                                               : nullptr;
+  if (long_bench != nullptr) {
+    InstallInterruptHandler();
+    int rc = kExitOk;
+    if (ssd_->parsed()) {
+      rc = RunSsd(env.get());
+    } else if (reopen_->parsed()) {
+      rc = RunReopen(env.get());
+    } else if (const Status s = decode_->Run(); !s.ok()) {
+      rc = Interrupted() ? kExitInterrupted : Fail(s);
+    }
+    if (rc == kExitInterrupted) {
+      PrintInterrupted(long_bench, "its scratch files were removed");
+      return kExitInterrupted;
+    }
+    return rc;
   }
   if (remote_->parsed()) {
     const Status s = remote_->Run();
@@ -179,8 +199,22 @@ int BenchCommand::RunSsd(Env* env) {
   if (!total.ok()) return Fail(total.status());
   o.block_bytes = *block;
   o.total_bytes = *total;
+  ScopedRemoval removal;
+  for (const std::string& dir : dirs_) {
+    if (Status s = CreateScratchDir(dir, &removal); !s.ok()) return Fail(s);
+  }
+  // Written then read back: one line, its label naming the phase.
+  Progress progress("bench ssd write", 2 * (o.total_bytes / o.block_bytes) * o.block_bytes,
+                    ProgressUnit::kBytes);
+  o.progress = [&progress](uint64_t done, uint64_t all) {
+    if (done > all / 2) progress.SetLabel("bench ssd read");
+    progress.Update(done);
+  };
+  o.cancelled = Interrupted;
   Result<ssd::BenchSsdReport> r = ssd::BenchSsd(env, o);
-  if (!r.ok()) return Fail(r.status());
+  progress.Finish();
+  if (!r.ok()) return Interrupted() ? kExitInterrupted : Fail(r.status());
+  if (keep_) removal.Keep();
   PrintSsd(*r, json_);
   return kExitOk;
 }
@@ -193,8 +227,16 @@ int BenchCommand::RunReopen(Env* env) {
   }
   ssd::BenchReopenOptions o{
       .dirs = reopen_dirs_, .blocks = blocks_, .payload_bytes = static_cast<uint32_t>(*payload)};
+  ScopedRemoval removal;
+  for (const std::string& dir : reopen_dirs_) {
+    if (Status s = CreateScratchDir(dir, &removal); !s.ok()) return Fail(s);
+  }
+  Progress progress("bench ssd-reopen fill", blocks_, ProgressUnit::kCount, "blocks");
+  o.progress = [&progress](uint64_t done, uint64_t) { progress.Update(done); };
+  o.cancelled = Interrupted;
   Result<ssd::BenchReopenReport> r = ssd::BenchReopen(env, o);
-  if (!r.ok()) return Fail(r.status());
+  progress.Finish();
+  if (!r.ok()) return Interrupted() ? kExitInterrupted : Fail(r.status());
   PrintReopen(*r, json_);
   return kExitOk;
 }

@@ -12,23 +12,31 @@
 // to the document length and cut to the model's seq_len), and turn 2 also decodes a greedy
 // continuation twice, from the cached prefill and from the full recomputation; both texts are
 // printed and must be identical.
-// Exit status 0 means every check held.
+// Exit status 0 means every check held. Each long prefill shows a progress line on stderr; with
+// --json stdout gets one JSON object at the end instead of the step-by-step text. Ctrl-C stops
+// the demo within a moment, removes its temporary SSD directory, and exits with 130.
 #include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
-#include "flags.h"
 #include "engine/engine.h"
+#include "flags.h"
+#include "interrupt.h"
+#include "progress.h"
+#include "report_json.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/kv_blocks.h"
 #include "runtime/model.h"
@@ -157,7 +165,8 @@ Result<std::vector<uint32_t>> Continue(Model& model, runtime::KvBlockSource& kv,
     out.push_back(token);
     if (i + 1 == n) break;
     KV_RETURN_IF_ERROR(model.Forward(std::span<const uint32_t>(&token, 1),
-                                     static_cast<uint32_t>(pos + i), kv, {}, &logits));
+                                     static_cast<uint32_t>(pos + i), kv,
+                                     {.cancelled = Interrupted}, &logits));
   }
   return out;
 }
@@ -168,6 +177,18 @@ uint64_t NowUs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
+}
+
+// The forward options of a prefill: stops at Ctrl-C, and counts its tokens on `progress`
+// (which it sizes to the call).
+runtime::ForwardOptions Tracked(Progress* progress) {
+  runtime::ForwardOptions o;
+  o.cancelled = Interrupted;
+  o.progress = [progress](uint32_t done, uint32_t total) {
+    progress->SetTotal(total);
+    progress->Update(done);
+  };
+  return o;
 }
 
 std::string TierList(const std::vector<TierKind>& tiers) {
@@ -203,11 +224,17 @@ class DemoCommand final : public Command {
     subcommand()
         ->add_option("--document-tokens", document_tokens_, "Length of the shared document")
         ->check(WholeNumber(256, 65536));
+    subcommand()->add_flag("--json", json_,
+                           "Print one JSON object at the end (model, every turn's statistics and "
+                           "checks, passed) instead of the step-by-step text");
   }
 
   int Run() override;
 
  private:
+  // printf to stdout, unless --json.
+  void Say(const char* format, ...) const __attribute__((format(printf, 2, 3)));
+
   Status RunDemo(const std::string& ssd_dir);
   // A full prefill of the prompt without any cache (and, with a tokenizer, kContinuationTokens
   // greedy tokens after it): the reference for the checks.
@@ -221,7 +248,8 @@ class DemoCommand final : public Command {
   // Turn 4 checks the same prompt as turn 2, so the last run is kept and reused (the demo's
   // time goes to real work, not to recomputing the same reference).
   Result<const ReferenceRun*> Reference(std::span<const uint32_t> prompt);
-  Status Turn(const char* title, Engine& engine, const Namespace& ns,
+  // One turn of `tenant` (its namespace `ns`): printed, and added to turns_.
+  Status Turn(const char* title, Engine& engine, const char* tenant, const Namespace& ns,
               std::span<const uint32_t> prompt, bool check, CachedPrefillStats* stats);
   // With a tokenizer: greedy continuations with and without the cache must be identical.
   Status CheckContinuation(std::span<const uint32_t> prompt, runtime::KvBlockSource& kv,
@@ -229,10 +257,21 @@ class DemoCommand final : public Command {
 
   std::string model_path_, tokenizer_path_, base_dir_;
   size_t document_tokens_ = 1536;
+  bool json_ = false;
+  nlohmann::ordered_json report_ = nlohmann::ordered_json::object();
+  nlohmann::ordered_json turns_ = nlohmann::ordered_json::array();
   DemoModel model_;
   KvLayout layout_;
   std::optional<ReferenceRun> reference_;
 };
+
+void DemoCommand::Say(const char* format, ...) const {
+  if (json_) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
 
 Result<const DemoCommand::ReferenceRun*> DemoCommand::Reference(std::span<const uint32_t> prompt) {
   if (reference_.has_value() && std::equal(prompt.begin(), prompt.end(), reference_->prompt.begin(),
@@ -246,7 +285,10 @@ Result<const DemoCommand::ReferenceRun*> DemoCommand::Reference(std::span<const 
   KV_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryKvBlocks> kv,
                       InMemoryKvBlocks::Create(
                           layout_, static_cast<uint32_t>(prompt.size() + kContinuationTokens)));
-  KV_RETURN_IF_ERROR(model_.model->Forward(prompt, 0, *kv, {}, &run.logits));
+  {
+    Progress progress("demo reference (no cache)", prompt.size(), ProgressUnit::kCount, "tokens");
+    KV_RETURN_IF_ERROR(model_.model->Forward(prompt, 0, *kv, Tracked(&progress), &run.logits));
+  }
   if (model_.tokenizer.has_value()) {
     KV_ASSIGN_OR_RETURN(run.continuation, Continue(*model_.model, *kv, prompt.size(), run.logits,
                                                    kContinuationTokens));
@@ -263,38 +305,56 @@ Status DemoCommand::CheckContinuation(std::span<const uint32_t> prompt, runtime:
                       Continue(*model_.model, kv, prompt.size(), logits, kContinuationTokens));
   KV_ASSIGN_OR_RETURN(const ReferenceRun* reference, Reference(prompt));
   const std::vector<uint32_t>& uncached = reference->continuation;
-  std::printf(
-      "  continuation with the cache:    \"%s\"\n"
+  Say("  continuation with the cache:    \"%s\"\n"
       "  continuation without the cache: \"%s\"\n",
       tok.Decode(cached).c_str(), tok.Decode(uncached).c_str());
+  turns_.back()["continuation_cached"] = tok.Decode(cached);
+  turns_.back()["continuation_uncached"] = tok.Decode(uncached);
+  turns_.back()["continuation_identical"] = cached == uncached;
   if (cached != uncached) {
     return Status::Corruption("the greedy continuation differs with and without the cache");
   }
-  std::printf("  check: the %u greedy tokens are identical\n", kContinuationTokens);
+  Say("  check: the %u greedy tokens are identical\n", kContinuationTokens);
   return Status::Ok();
 }
 
-Status DemoCommand::Turn(const char* title, Engine& engine, const Namespace& ns,
-                         std::span<const uint32_t> prompt, bool check, CachedPrefillStats* out) {
+Status DemoCommand::Turn(const char* title, Engine& engine, const char* tenant,
+                         const Namespace& ns, std::span<const uint32_t> prompt, bool check,
+                         CachedPrefillStats* out) {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryKvBlocks> kv,
                       InMemoryKvBlocks::Create(
                           layout_, static_cast<uint32_t>(prompt.size() + kContinuationTokens)));
   std::vector<float> logits;
-  KV_ASSIGN_OR_RETURN(CachedPrefillStats s,
-                      runtime::CachedPrefill(*model_.model, engine, ns, prompt, *kv, {}, &logits));
-  std::printf(
-      "%s\n  prompt %zu tokens: %zu from the cache (chunks in %s), %zu computed in "
+  runtime::CachedPrefillOptions options;
+  Progress progress("demo turn " + std::to_string(turns_.size() + 1), prompt.size(),
+                    ProgressUnit::kCount, "tokens");
+  options.forward = Tracked(&progress);
+  KV_ASSIGN_OR_RETURN(
+      CachedPrefillStats s,
+      runtime::CachedPrefill(*model_.model, engine, ns, prompt, *kv, options, &logits));
+  progress.Finish();
+  Say("%s\n  prompt %zu tokens: %zu from the cache (chunks in %s), %zu computed in "
       "%.0f ms, %zu new chunks stored\n",
       title, s.prompt_tokens, s.cached_tokens, TierList(s.chunk_tiers).c_str(), s.computed_tokens,
       Ms(s.compute_us), s.stored_chunks);
+  nlohmann::ordered_json turn = {{"turn", turns_.size() + 1},
+                                 {"title", std::string(title).substr(title[0] == '\n' ? 1 : 0)},
+                                 {"tenant", tenant}};
+  turn.update(PrefillJson(s));
+  turn["compute_ms"] = Ms(s.compute_us);
+  turn["stored_chunks"] = s.stored_chunks;
+  turns_.push_back(std::move(turn));
   if (check) {
     KV_ASSIGN_OR_RETURN(const ReferenceRun* reference, Reference(prompt));
     const float gap = RelativeGap(reference->logits, logits);
-    std::printf(
-        "  check: logits match a full recomputation without the cache (%.0f ms%s) within "
+    Say("  check: logits match a full recomputation without the cache (%.0f ms%s) within "
         "%.1e (relative gap %.1e)\n",
         Ms(reference->compute_us), reference->reused ? ", done for turn 2" : "",
         double(kLogitsTolerance), double(gap));
+    turns_.back()["reference_ms"] = Ms(reference->compute_us);
+    turns_.back()["reference_reused"] = reference->reused;
+    turns_.back()["logits_relative_gap"] = gap;
+    turns_.back()["logits_tolerance"] = kLogitsTolerance;
     if (!(gap <= kLogitsTolerance)) return Status::Corruption("logits differ from the reference");
     if (model_.tokenizer.has_value()) KV_RETURN_IF_ERROR(CheckContinuation(prompt, *kv, logits));
   }
@@ -306,8 +366,12 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
   KV_ASSIGN_OR_RETURN(model_, MakeModel(model_path_, tokenizer_path_));
   const runtime::ModelConfig& config = model_.model->config();
   layout_ = config.KvLayoutFor(kBlockTokens);
-  std::printf("model: %s\nKV layout: %s, %.0f KiB per block\n", model_.description.c_str(),
-              layout_.ToString().c_str(), double(layout_.BlockBytes()) / 1024.0);
+  Say("model: %s\nKV layout: %s, %.0f KiB per block\n", model_.description.c_str(),
+      layout_.ToString().c_str(), double(layout_.BlockBytes()) / 1024.0);
+  report_["model"] = model_.description;
+  report_["kv_layout"] = layout_.ToString();
+  report_["block_bytes"] = layout_.BlockBytes();
+  report_["turns"] = nullptr;  // Filled at the end; the key keeps its place.
   StderrLogger logger(CliLogLevel());
   KV_ASSIGN_OR_RETURN(const Conversation conversation, MakeConversation(model_, document_tokens_));
   const std::vector<uint32_t>& turn1 = conversation.turn1;
@@ -323,27 +387,28 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
                         Engine::Open(MakeEngineOptions(layout_, ssd_dir, &logger)));
     KV_ASSIGN_OR_RETURN(Namespace alice, engine->MakeNamespace("tenant-alice"));
     KV_ASSIGN_OR_RETURN(Namespace bob, engine->MakeNamespace("tenant-bob"));
-    KV_RETURN_IF_ERROR(
-        Turn("\n[1] turn 1: document + question", *engine, alice, turn1, false, &s1));
+    KV_RETURN_IF_ERROR(Turn("\n[1] turn 1: document + question", *engine, "tenant-alice", alice,
+                            turn1, false, &s1));
     KV_RETURN_IF_ERROR(Turn("\n[2] turn 2: same document, earlier turn, new question", *engine,
-                            alice, turn2, true, &s2));
+                            "tenant-alice", alice, turn2, true, &s2));
     if (s2.cached_tokens == 0) return Status::Corruption("turn 2 found nothing in the cache");
-    KV_RETURN_IF_ERROR(
-        Turn("\n[3] another tenant sends the same document", *engine, bob, bob_prompt, false, &s3));
+    KV_RETURN_IF_ERROR(Turn("\n[3] another tenant sends the same document", *engine, "tenant-bob",
+                            bob, bob_prompt, false, &s3));
     if (s3.cached_tokens != 0) return Status::Corruption("a tenant saw another tenant's KV");
     KV_RETURN_IF_ERROR(engine->Flush());
   }
-  std::printf("\n(engine closed; memory tiers are gone, the SSD directory stays)\n");
+  Say("\n(engine closed; memory tiers are gone, the SSD directory stays)\n");
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       Engine::Open(MakeEngineOptions(layout_, ssd_dir, &logger)));
   KV_ASSIGN_OR_RETURN(Namespace alice, engine->MakeNamespace("tenant-alice"));
-  KV_RETURN_IF_ERROR(Turn("\n[4] after a restart: turn 2 again", *engine, alice, turn2, true, &s4));
+  KV_RETURN_IF_ERROR(Turn("\n[4] after a restart: turn 2 again", *engine, "tenant-alice", alice,
+                          turn2, true, &s4));
   if (s4.cached_tokens == 0) return Status::Corruption("the SSD tier lost the document");
-  std::printf(
-      "\nprefill compute: turn 1 %.0f ms for %zu tokens; turn 2 %.0f ms (%.1fx less) "
+  const double less = double(s1.compute_us) / double(std::max<uint64_t>(s2.compute_us, 1));
+  Say("\nprefill compute: turn 1 %.0f ms for %zu tokens; turn 2 %.0f ms (%.1fx less) "
       "from memory; after restart %.0f ms from SSD\n",
-      Ms(s1.compute_us), s1.computed_tokens, Ms(s2.compute_us),
-      double(s1.compute_us) / double(std::max<uint64_t>(s2.compute_us, 1)), Ms(s4.compute_us));
+      Ms(s1.compute_us), s1.computed_tokens, Ms(s2.compute_us), less, Ms(s4.compute_us));
+  report_["turn1_over_turn2_compute"] = less;
   return Status::Ok();
 }
 
@@ -354,11 +419,24 @@ int DemoCommand::Run() {
   }
   std::string dir = base_dir_ + "/kvtier-demo-XXXXXX";
   if (::mkdtemp(dir.data()) == nullptr) return Fail(Status::FromErrno(errno, "mkdtemp " + dir));
-  const Status s = RunDemo(dir + "/ssd");
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  InstallInterruptHandler();
+  Status s;
+  {
+    const ScopedRemoval removal(dir);
+    s = RunDemo(dir + "/ssd");
+  }
+  if (!s.ok() && Interrupted()) {
+    PrintInterrupted("demo", "its temporary SSD directory was removed");
+    return kExitInterrupted;
+  }
+  if (json_) {
+    report_["turns"] = turns_;
+    report_["passed"] = s.ok();
+    report_["error"] = s.ok() ? "" : s.ToString();
+    std::printf("%s\n", report_.dump(1).c_str());
+  }
   if (!s.ok()) return Fail(s);
-  std::printf("demo passed\n");
+  Say("demo passed\n");
   return kExitOk;
 }
 

@@ -3,7 +3,8 @@
 // io_uring, striped over two directories) into a temporary directory, reopens the tier so the
 // index is recovered from disk, reads every block back and compares the bytes, then flips one
 // byte on disk and checks that the damaged block is refused (a miss) while the others still read.
-// Exit status 0 means every step held.
+// Exit status 0 means every step held. Each step prints a line, or with --json stdout gets one
+// JSON object at the end with what each step found, "passed" and "error".
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -141,12 +143,18 @@ class SelfcheckCommand final : public Command {
     subcommand()->add_option("--dir", base_dir_,
                              "Where to make the temporary directory (default: $TMPDIR or "
                              "/var/tmp)");
+    subcommand()->add_flag("--json", json_, "Print one JSON object with each step's findings");
   }
 
   int Run() override {
     const Status s = RunChecks();
+    if (json_) {
+      report_["passed"] = s.ok();
+      report_["error"] = s.ok() ? "" : s.ToString();
+      std::printf("%s\n", report_.dump(1).c_str());
+    }
     if (!s.ok()) return Fail(s);
-    std::printf("selfcheck passed\n");
+    if (!json_) std::printf("selfcheck passed\n");
     return kExitOk;
   }
 
@@ -155,6 +163,8 @@ class SelfcheckCommand final : public Command {
   Status Phases(const std::string& root, const Fixture& f);
 
   std::string base_dir_;
+  bool json_ = false;
+  nlohmann::ordered_json report_ = nlohmann::ordered_json::object();
 };
 
 Status SelfcheckCommand::RunChecks() {
@@ -177,21 +187,36 @@ Status SelfcheckCommand::Phases(const std::string& root, const Fixture& f) {
   const double mib = static_cast<double>(f.keys.size() * f.payloads[0].size()) / double(kMiB);
   {
     KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> tier, SsdTier::Open(TierOptions(root), env.get()));
-    std::printf("SSD tier in %s: 2 directories, I/O backend %s\n", root.c_str(),
-                tier->Stats().io_backend.c_str());
+    report_["dir"] = root;
+    report_["io_backend"] = tier->Stats().io_backend;
+    if (!json_) {
+      std::printf("SSD tier in %s: 2 directories, I/O backend %s\n", root.c_str(),
+                  tier->Stats().io_backend.c_str());
+    }
     KV_RETURN_IF_ERROR(WriteAll(*tier, f));
-    std::printf("wrote %zu blocks (%.1f MiB) of layout %s, fdatasync per batch\n", f.keys.size(),
-                mib, f.layout.ToString().c_str());
+    report_["layout"] = f.layout.ToString();
+    report_["blocks_written"] = f.keys.size();
+    report_["bytes_written"] = f.keys.size() * f.payloads[0].size();
+    if (!json_) {
+      std::printf("wrote %zu blocks (%.1f MiB) of layout %s, fdatasync per batch\n",
+                  f.keys.size(), mib, f.layout.ToString().c_str());
+    }
     KV_RETURN_IF_ERROR(tier->Close());
   }
   {
     KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> tier, SsdTier::Open(TierOptions(root), env.get()));
     const SsdTierStats st = tier->Stats();
-    std::printf("reopened: index recovered %llu blocks (checkpoint %s)\n",
-                static_cast<unsigned long long>(st.blocks), st.checkpoint_used ? "used" : "absent");
+    report_["blocks_recovered"] = st.blocks;
+    report_["checkpoint_used"] = st.checkpoint_used;
+    if (!json_) {
+      std::printf("reopened: index recovered %llu blocks (checkpoint %s)\n",
+                  static_cast<unsigned long long>(st.blocks),
+                  st.checkpoint_used ? "used" : "absent");
+    }
     size_t matched = 0, misses = 0;
     KV_RETURN_IF_ERROR(ReadAll(*tier, f, &matched, &misses));
-    std::printf("read back %zu/%zu blocks byte-identical\n", matched, f.keys.size());
+    report_["blocks_read_back_identical"] = matched;
+    if (!json_) std::printf("read back %zu/%zu blocks byte-identical\n", matched, f.keys.size());
     if (matched != f.keys.size()) return Status::Corruption("blocks did not read back intact");
     KV_RETURN_IF_ERROR(tier->Close());
   }
@@ -200,10 +225,15 @@ Status SelfcheckCommand::Phases(const std::string& root, const Fixture& f) {
   size_t matched = 0, misses = 0;
   KV_RETURN_IF_ERROR(ReadAll(*tier, f, &matched, &misses));
   const uint64_t corrupt = tier->Stats().corrupt_records;
-  std::printf(
-      "flipped one byte on disk: %zu block refused as a miss (corrupt_records=%llu), "
-      "%zu others intact\n",
-      misses, static_cast<unsigned long long>(corrupt), matched);
+  report_["damaged_blocks_refused"] = misses;
+  report_["corrupt_records"] = corrupt;
+  report_["blocks_intact_after_damage"] = matched;
+  if (!json_) {
+    std::printf(
+        "flipped one byte on disk: %zu block refused as a miss (corrupt_records=%llu), "
+        "%zu others intact\n",
+        misses, static_cast<unsigned long long>(corrupt), matched);
+  }
   if (misses != 1 || corrupt != 1 || matched + 1 != f.keys.size()) {
     return Status::Corruption("the damaged block was not detected exactly once");
   }

@@ -1,7 +1,8 @@
 // `kvtier verify DIR...`: checks every record of an SSD tier cache (the directories of one cache,
 // in their configured order), going on past damage, and every checkpoint entry against the record
 // it points at (docs/ssd_format.md §11). Prints each problem, then
-// "N records verified, M problems"; exit status 0 when there is none, 1 otherwise. A torn tail
+// "N records verified, M problems" (with --json one object: the counts, "problem_count" and
+// "problems"); exit status 0 when there is none, 1 otherwise. A torn tail
 // left by a crash counts (recovery would drop it). Refuses a cache a running tier holds, whose
 // newest records would read as damage; `kvtier inspect` reads one as a snapshot.
 #include <cstdio>
@@ -24,6 +25,7 @@ nlohmann::ordered_json ToJson(const ssd::VerifyReport& r) {
   j["checkpoint_present"] = r.checkpoint_present;
   j["checkpoint_valid"] = r.checkpoint_valid;
   j["checkpoint_entries_verified"] = r.checkpoint_entries_verified;
+  j["problem_count"] = r.problems.size();
   nlohmann::ordered_json problems = nlohmann::ordered_json::array();
   for (const ssd::VerifyProblem& p : r.problems) {
     nlohmann::ordered_json e;

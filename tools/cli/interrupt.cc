@@ -53,4 +53,22 @@ ScopedRemoval::~ScopedRemoval() {
   }
 }
 
+Status CreateScratchDir(const std::string& dir, ScopedRemoval* removal) {
+  std::error_code ec;
+  // The topmost missing component: what this call creates and the removal takes back.
+  std::filesystem::path top;
+  for (std::filesystem::path p(dir); !p.empty() && !std::filesystem::exists(p, ec);
+       p = p.parent_path()) {
+    top = p;
+    if (p == p.parent_path()) break;
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create " + dir + ": " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::IoError(dir + " is not a directory");
+  }
+  if (!top.empty()) removal->Add(top.string());
+  return Status::Ok();
+}
+
 }  // namespace kvtier::cli

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/status.h"
+
 namespace kvtier::cli {
 
 inline constexpr int kExitInterrupted = 130;
@@ -38,5 +40,11 @@ class ScopedRemoval {
  private:
   std::vector<std::string> paths_;
 };
+
+// Creates `dir` and its missing parents for a command's scratch data. The topmost directory this
+// call made is added to `removal`, so a --dir that did not exist is gone afterwards, with what
+// the command put in it, while a directory that existed stays. IoError naming the path when it
+// cannot be made or exists as something other than a directory.
+Status CreateScratchDir(const std::string& dir, ScopedRemoval* removal);
 
 }  // namespace kvtier::cli

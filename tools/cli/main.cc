@@ -1,7 +1,8 @@
 // Entry point of the `kvtier` CLI: builds the root CLI11 app, lets every subcommand factory
 // declare itself, parses, and runs the chosen subcommand. CLI11 throws on parse errors; they are
 // caught here, printed as one line (naming the subcommands when none or an unknown one was given)
-// and exit with kExitUsage (2). `kvtier help [SUBCOMMAND]` prints the help, like --help. Nothing
+// and exit with kExitUsage (2). `kvtier help [SUBCOMMAND]` prints the help, like --help, also
+// after root flags (`kvtier -q help`). Nothing
 // else is expected to throw, but any exception (std::bad_alloc included) is still turned into a
 // message and a failing exit status.
 #include <CLI/CLI.hpp>
@@ -61,21 +62,40 @@ std::string OneLineFailure(const CLI::App* app, const CLI::Error& e) {
   return "kvtier: " + what + " (run with --help for usage)\n";
 }
 
-// `kvtier help [SUBCOMMAND]`: --help's text; an unknown SUBCOMMAND is a usage error.
-int PrintHelp(CLI::App& app, int argc, char** argv) {
-  if (argc < 3) {
-    std::fputs(app.help().c_str(), stdout);
-    return kExitOk;
-  }
-  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    if (sub->get_name() == argv[2]) {
-      std::fputs(sub->help().c_str(), stdout);
-      return kExitOk;
+// Where the word `help` stands in place of a subcommand (after root flags only, as in
+// `kvtier -q help` or `kvtier --log-level info help bench`), or 0 when it does not.
+int HelpWordIndex(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "help") return i;
+    if (arg == "--log-level" || arg == "--config") {
+      ++i;  // Its value.
+    } else if (!arg.starts_with("-")) {
+      return 0;  // A subcommand.
     }
   }
-  std::fprintf(stderr, "kvtier help: no subcommand '%s'; subcommands: %s\n", argv[2],
-               SubcommandList(app).c_str());
-  return kExitUsage;
+  return 0;
+}
+
+// `kvtier help [SUBCOMMAND [SUBCOMMAND]]` (`help bench ssd`), with `help` at argv[at]: --help's
+// text; an unknown SUBCOMMAND is a usage error. Flags after `help` are ignored.
+int PrintHelp(CLI::App& app, int at, int argc, char** argv) {
+  CLI::App* shown = &app;
+  for (int i = at + 1; i < argc; ++i) {
+    if (std::string_view(argv[i]).starts_with("-")) continue;
+    CLI::App* found = nullptr;
+    for (CLI::App* sub : shown->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == argv[i]) found = sub;
+    }
+    if (found == nullptr) {
+      std::fprintf(stderr, "kvtier help: no subcommand '%s'; subcommands: %s\n", argv[i],
+                   SubcommandList(*shown).c_str());
+      return kExitUsage;
+    }
+    shown = found;
+  }
+  std::fputs(shown->help().c_str(), stdout);
+  return kExitOk;
 }
 
 int RunMain(int argc, char** argv) {
@@ -106,7 +126,7 @@ int RunMain(int argc, char** argv) {
   app.fallthrough();
   std::vector<std::unique_ptr<Command>> commands;
   for (CommandFactory factory : kCommandFactories) commands.push_back(factory(&app));
-  if (argc >= 2 && std::string_view(argv[1]) == "help") return PrintHelp(app, argc, argv);
+  if (const int at = HelpWordIndex(argc, argv); at > 0) return PrintHelp(app, at, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace kvtier::cli {
 
@@ -38,6 +39,8 @@ class Progress {
   void Add(uint64_t n) { Update(done_ + n); }
   // Changes the total (known only after a first pass, say).
   void SetTotal(uint64_t total) { total_ = total; }
+  // Changes the label (the phase a multi-phase command is in); counts and rate go on.
+  void SetLabel(std::string label) { label_ = std::move(label); }
   // Prints the final line (done, elapsed, mean rate) and ends the terminal line. Idempotent; the
   // destructor calls it so an early return still ends the line.
   void Finish();

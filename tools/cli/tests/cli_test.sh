@@ -201,8 +201,8 @@ expect_fail verify_missing "no such directory" verify "$TMP/nope"
 expect_fail verify_no_dir "dir is required" verify
 expect_fail bench_nothing "name what to measure" bench
 expect_fail bench_no_dir "--dir is required" bench ssd
-expect_fail bench_missing_dir "is not a directory" bench ssd --dir "$TMP/nope" --total-bytes 1MiB
-grep -q "bench: bench:" "$TMP/err" && fail "bench_missing_dir: repeated prefix: $(cat "$TMP/err")"
+expect_fail bench_uncreatable_dir "cannot create" bench ssd --dir "$TOKENS/nope" --total-bytes 1MiB
+grep -q "bench: bench:" "$TMP/err" && fail "bench_uncreatable_dir: repeated prefix: $(cat "$TMP/err")"
 expect_fail bench_same_dir_twice "given twice" bench ssd --dir "$TMP" --dir "$TMP/" --total-bytes 1m
 expect_fail bench_bad_size "'1.5MiB' is not a size" bench ssd --dir "$TMP" --block-bytes 1.5MiB
 expect_fail bench_bad_unit "'4kx' is not a size" bench ssd --dir "$TMP" --total-bytes 4kx

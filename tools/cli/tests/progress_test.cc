@@ -1,6 +1,7 @@
 // Goal: the CLI's progress line says done/total, percentage, rate and ETA in the unit asked for;
 // a plain (non-terminal) log gets no line for a short task and whole lines otherwise; a terminal
-// line is redrawn in place and ended once; ScopedRemoval removes scratch trees unless kept.
+// line is redrawn in place and ended once; a new label shows on the next line; ScopedRemoval
+// removes scratch trees unless kept; CreateScratchDir takes back only the directories it made.
 // Method: Progress writes to a temporary FILE*, forced to the terminal or plain format; the
 // printed bytes are read back and compared. Timing-dependent parts (rate, ETA) are matched by
 // shape, not by value.
@@ -107,6 +108,42 @@ TEST(ScopedRemovalTest, RemovesTreesUnlessKept) {
   }
   EXPECT_FALSE(std::filesystem::exists(base / "a"));
   EXPECT_TRUE(std::filesystem::exists(base / "kept"));
+  std::filesystem::remove_all(base);
+}
+
+TEST(ProgressTest, SetLabelNamesTheNextLine) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  Progress p("bench ssd write", 4, ProgressUnit::kCount, "blocks", f, /*force_terminal=*/0);
+  p.Update(1);
+  p.SetLabel("bench ssd read");
+  p.Update(3);
+  EXPECT_EQ(p.Line().rfind("bench ssd read: 3/4 blocks (75%)", 0), 0u) << p.Line();
+  std::fclose(f);
+}
+
+TEST(ScopedRemovalTest, CreateScratchDirTakesBackOnlyWhatItMade) {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("kvtier_scratch_dir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base / "existing");
+  std::ofstream(base / "existing" / "users-file") << "x";
+  {
+    ScopedRemoval removal;
+    // An existing directory: nothing to take back, the user's file stays.
+    ASSERT_TRUE(CreateScratchDir((base / "existing").string(), &removal).ok());
+    // Missing parents: the topmost one made goes, with what is put inside.
+    ASSERT_TRUE(CreateScratchDir((base / "new" / "deep" / "dir").string(), &removal).ok());
+    EXPECT_TRUE(std::filesystem::is_directory(base / "new" / "deep" / "dir"));
+    std::ofstream(base / "new" / "deep" / "dir" / "scratch") << "x";
+    std::ofstream(base / "existing" / "users-file-2") << "x";
+    // A regular file where the directory should be: one error naming it.
+    const Status s = CreateScratchDir((base / "existing" / "users-file").string(), &removal);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("users-file"), std::string::npos) << s.ToString();
+  }
+  EXPECT_FALSE(std::filesystem::exists(base / "new"));
+  EXPECT_TRUE(std::filesystem::exists(base / "existing" / "users-file"));
+  EXPECT_TRUE(std::filesystem::exists(base / "existing" / "users-file-2"));
   std::filesystem::remove_all(base);
 }
 
