@@ -481,7 +481,9 @@ Status Runner::Decode(DecodeConfig config, KvBlockSource& kv, OffloadedSequence*
     if (t == o.warmup_tokens) samples.first = before;
     const double start = NowMs();
     KV_RETURN_IF_ERROR(model.Forward(std::span(&input, 1), o.context_tokens + t, kv,
-                                     {.probe = &recorder, .attention_threads = o.attention_threads},
+                                     {.probe = &recorder,
+                                      .attention_threads = o.attention_threads,
+                                      .cancelled = o.cancelled},
                                      &logits));
     const double ms = NowMs() - start;
     work.Advance(context_blocks, phase);

@@ -15,14 +15,12 @@
 // Exit status 0 means every check held. Each long prefill shows a progress line on stderr; with
 // --json stdout gets one JSON object at the end instead of the step-by-step text. Ctrl-C stops
 // the demo within a moment, removes its temporary SSD directory, and exits with 130.
-#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -413,17 +411,13 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
 }
 
 int DemoCommand::Run() {
-  if (base_dir_.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    base_dir_ = (tmp != nullptr && *tmp != '\0') ? tmp : "/var/tmp";
-  }
-  std::string dir = base_dir_ + "/kvtier-demo-XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) return Fail(Status::FromErrno(errno, "mkdtemp " + dir));
   InstallInterruptHandler();
   Status s;
   {
-    const ScopedRemoval removal(dir);
-    s = RunDemo(dir + "/ssd");
+    ScopedRemoval removal;  // Gone before the result is printed.
+    Result<std::string> dir = MakeScratchTempDir(base_dir_, "kvtier-demo", &removal);
+    if (!dir.ok()) return Fail(dir.status());
+    s = RunDemo(*dir + "/ssd");
   }
   if (!s.ok() && Interrupted()) {
     PrintInterrupted("demo", "its temporary SSD directory was removed");

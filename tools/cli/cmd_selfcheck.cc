@@ -6,7 +6,6 @@
 // Exit status 0 means every step held. Each step prints a line, or with --json stdout gets one
 // JSON object at the end with what each step found, "passed" and "error".
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "core/block_key.h"
 #include "core/kv_layout.h"
 #include "env/env.h"
+#include "interrupt.h"
 #include "tiers/ssd_format.h"
 #include "tiers/ssd_tier.h"
 
@@ -168,17 +168,11 @@ class SelfcheckCommand final : public Command {
 };
 
 Status SelfcheckCommand::RunChecks() {
-  if (base_dir_.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    base_dir_ = (tmp != nullptr && *tmp != '\0') ? tmp : "/var/tmp";
-  }
-  std::string pattern = base_dir_ + "/kvtier-selfcheck-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) return Status::FromErrno(errno, "mkdtemp " + pattern);
+  ScopedRemoval removal;
+  KV_ASSIGN_OR_RETURN(std::string root,
+                      MakeScratchTempDir(base_dir_, "kvtier-selfcheck", &removal));
   KV_ASSIGN_OR_RETURN(Fixture f, MakeFixture());
-  const Status s = Phases(pattern, f);
-  std::error_code ec;
-  std::filesystem::remove_all(pattern, ec);
-  return s;
+  return Phases(root, f);
 }
 
 Status SelfcheckCommand::Phases(const std::string& root, const Fixture& f) {

@@ -2,8 +2,11 @@
 #include "interrupt.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -69,6 +72,19 @@ Status CreateScratchDir(const std::string& dir, ScopedRemoval* removal) {
   }
   if (!top.empty()) removal->Add(top.string());
   return Status::Ok();
+}
+
+Result<std::string> MakeScratchTempDir(std::string base, const std::string& prefix,
+                                       ScopedRemoval* removal) {
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    base = (tmp != nullptr && *tmp != '\0') ? tmp : "/var/tmp";
+  }
+  KV_RETURN_IF_ERROR(CreateScratchDir(base, removal));
+  std::string dir = base + "/" + prefix + "-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return Status::FromErrno(errno, "mkdtemp " + dir);
+  removal->Add(dir);
+  return dir;
 }
 
 }  // namespace kvtier::cli

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/result.h"
 #include "kvtier/status.h"
 
 namespace kvtier::cli {
@@ -46,5 +47,11 @@ class ScopedRemoval {
 // the command put in it, while a directory that existed stays. IoError naming the path when it
 // cannot be made or exists as something other than a directory.
 Status CreateScratchDir(const std::string& dir, ScopedRemoval* removal);
+
+// A fresh "<base>/<prefix>-XXXXXX" directory for a command's scratch data; `base` empty means
+// $TMPDIR, or /var/tmp. A missing `base` is created (CreateScratchDir); the new directory is
+// added to `removal` too.
+Result<std::string> MakeScratchTempDir(std::string base, const std::string& prefix,
+                                       ScopedRemoval* removal);
 
 }  // namespace kvtier::cli

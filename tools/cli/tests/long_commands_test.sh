@@ -4,8 +4,8 @@
 # data they wrote, and leaves a --dir that existed before (and the user's files in it) in place,
 # while a --dir they had to create is gone; `bench decode` refuses a context whose KV the disk
 # cannot hold, naming the need and what is free, before writing anything; `bench ssd` and
-# `bench ssd-reopen` create a missing --dir (and remove it again), and so does
-# bench/gen_fp16_gaussian.py for its output; `--json` on demo, selfcheck and verify prints one
+# `bench ssd-reopen` (and demo, selfcheck) create a missing --dir and remove it again, and
+# bench/gen_fp16_gaussian.py creates its output directory; `--json` on demo, selfcheck and verify prints one
 # JSON document with the documented keys (verify keeps exit status 1 on damage); the long commands
 # draw a progress line on a terminal's stderr, and print none with -q; `kvtier -q help` and
 # `kvtier --log-level info help bench` print the help like `kvtier help`.
@@ -136,7 +136,9 @@ python3 "$ROOT/bench/gen_fp16_gaussian.py" "$TMP/new3/sub/g" --mib 1 >/dev/null 
 # --- --json -------------------------------------------------------------------------------------
 
 rc=0
-"$KVTIER" demo --document-tokens 256 --dir "$TMP" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+"$KVTIER" demo --document-tokens 256 --dir "$TMP/new5/sub" --json >"$TMP/out" 2>"$TMP/err" ||
+  rc=$?
+[[ ! -e "$TMP/new5" ]] || fail "demo_json: the --dir it made is still there"
 [[ $rc -eq 0 ]] || fail "demo_json: exit $rc: $(cat "$TMP/err")"
 check_json "$TMP/out" model kv_layout block_bytes turns turn1_over_turn2_compute passed error ||
   fail "demo_json: $(cat "$TMP/out")"
@@ -150,7 +152,8 @@ assert "logits_relative_gap" in t[1] and "reference_ms" in t[3]' <"$TMP/out" ||
   fail "demo_json: turns: $(cat "$TMP/out")"
 
 rc=0
-"$KVTIER" selfcheck --dir "$TMP" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+"$KVTIER" selfcheck --dir "$TMP/new4/sub" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ ! -e "$TMP/new4" ]] || fail "selfcheck_json: the --dir it made is still there"
 [[ $rc -eq 0 ]] || fail "selfcheck_json: exit $rc: $(cat "$TMP/err")"
 check_json "$TMP/out" dir io_backend layout blocks_written bytes_written blocks_recovered \
   checkpoint_used blocks_read_back_identical damaged_blocks_refused corrupt_records \
