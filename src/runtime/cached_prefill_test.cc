@@ -2,7 +2,9 @@
 // the result: a prompt that extends a cached one loads the cached chunks and computes only the
 // rest; a prompt cached in full still yields its last token's logits; a block damaged on the SSD
 // makes it recompute (stats.fell_back) instead of serving wrong KV; tenants with different salts
-// share nothing; StoreKvChunks makes decoded tokens findable by the next turn.
+// share nothing; StoreKvChunks makes decoded tokens findable by the next turn; a cancelled
+// forward pass ends the prefill with Aborted and is not retried as a full recomputation (the
+// cancellation hook is polled once, not again by a fallback pass).
 // Method: a small synthetic model and an Engine with a host tier and an SSD tier in a temporary
 // directory. Every prefill's logits are compared with a plain Model::Forward over a fresh KV
 // (no cache). The cached KV was computed with a different chunk split than the reference, so
@@ -147,6 +149,25 @@ TEST_F(CachedPrefillTest, ExtendedPromptLoadsCachedChunksAndComputesTheRest) {
   EXPECT_FALSE(s2.fell_back);
   EXPECT_EQ(s2.chunk_tiers.size(), 2u);
   EXPECT_EQ(s2.stored_chunks, 4u - 2u);  // Chunks 2 and 3 are new.
+}
+
+TEST_F(CachedPrefillTest, CancelledPassIsNotRecomputed) {
+  const Namespace ns = Ns("alice");
+  const std::vector<uint32_t> first = SomeTokens(40);
+  EXPECT_EQ(Prefill(ns, first).stored_chunks, 2u);
+  std::vector<uint32_t> second = first;
+  for (uint32_t t : SomeTokens(30, 5)) second.push_back(t);
+  int polls = 0;
+  CachedPrefillOptions options;
+  options.forward.cancelled = [&polls] {
+    ++polls;
+    return true;
+  };
+  std::unique_ptr<InMemoryKvBlocks> kv = NewKv();
+  std::vector<float> logits;
+  auto stats = CachedPrefill(*model_, *engine_, ns, second, *kv, options, &logits);
+  EXPECT_TRUE(stats.status().IsAborted()) << stats.status().ToString();
+  EXPECT_EQ(polls, 1);
 }
 
 TEST_F(CachedPrefillTest, FullyCachedPromptStillReturnsLastTokenLogits) {
