@@ -1,5 +1,5 @@
 // Decode benchmark: per-token decode latency of one long sequence, with its KV all resident or
-// offloaded below a device budget (ARCHITECTURE.md §1 offloaded-sequence mode, §6, §11), behind
+// offloaded below a device budget (the offloaded-sequence mode of docs/offload.md), behind
 // `kvtier bench decode` (docs/benchmarks.md, docs/offload.md).
 //
 // One run builds a model (a synthetic preset cut to a few layers, which keeps the real model's KV
@@ -18,7 +18,7 @@
 // configurations are fed its tokens (teacher forcing) and compared with it: identical logits,
 // greedy agreement, cosine of every layer's attention output.
 //
-// Offloaded configurations report their SSD traffic and the roofline of ARCHITECTURE.md §11,
+// Offloaded configurations report their SSD traffic and the roofline,
 // max(resident ms per token, SSD bytes read per token / SSD read bandwidth), with the bandwidth
 // measured by `ssd_probe` between tokens of the same run (the disk is noisy; medians).
 //
