@@ -81,13 +81,13 @@ interrupt() {
 mkdir -p "$TMP/ssd"
 echo keep >"$TMP/ssd/users-file"
 interrupt bench_ssd "$TMP/ssd/kvtier-bench-*/seg-*" \
-  bench ssd --dir "$TMP/ssd" --total-bytes 8GiB --block-bytes 1MiB
+  bench ssd --dir "$TMP/ssd" --total-bytes 4GiB --block-bytes 1MiB
 [[ -f "$TMP/ssd/users-file" ]] || fail "bench_ssd: the user's file was removed"
 [[ $(ls "$TMP/ssd") == users-file ]] || fail "bench_ssd: scratch left: $(ls "$TMP/ssd")"
 
 # bench ssd with a --dir it had to create: the created directories go too.
 interrupt bench_ssd "$TMP/made/for/ssd/kvtier-bench-*/seg-*" \
-  bench ssd --dir "$TMP/made/for/ssd" --total-bytes 8GiB
+  bench ssd --dir "$TMP/made/for/ssd" --total-bytes 4GiB
 [[ ! -e "$TMP/made" ]] || fail "bench_ssd_created_dir: $TMP/made is still there"
 
 # bench decode: interrupted while the offloaded configuration's SSD tier holds data.
