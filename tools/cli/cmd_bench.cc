@@ -204,9 +204,9 @@ int BenchCommand::RunSsd(Env* env) {
     if (Status s = CreateScratchDir(dir, &removal); !s.ok()) return Fail(s);
   }
   // Written then read back: one line, its label naming the phase.
-  Progress progress("bench ssd write", 2 * (o.total_bytes / o.block_bytes) * o.block_bytes,
-                    ProgressUnit::kBytes);
+  Progress progress("bench ssd write", 0, ProgressUnit::kBytes);
   o.progress = [&progress](uint64_t done, uint64_t all) {
+    progress.SetTotal(all);
     if (done > all / 2) progress.SetLabel("bench ssd read");
     progress.Update(done);
   };

@@ -212,6 +212,8 @@ expect_ok bench_fio_sizes "write" -- bench ssd --dir "$TMP" --block-bytes 64k --
   --queue-depth 2
 expect_fail bench_unaligned "multiple of 4 KiB" bench ssd --dir "$TMP" --block-bytes 1000
 expect_fail bench_too_big "at most 64 MiB" bench ssd --dir "$TMP" --block-bytes 128MiB
+expect_fail bench_block0 "block bytes must be a positive multiple" bench ssd --dir "$TMP" \
+  --block-bytes 0
 expect_fail bench_qd0 "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 0
 expect_fail bench_qd_big "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 257
 expect_fail bench_total_small "at least one block" bench ssd --dir "$TMP" --total-bytes 4KiB
