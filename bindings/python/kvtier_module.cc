@@ -1,4 +1,4 @@
-// _kvtier: the Python glue over engine/engine.h. Glue only (STYLE.md §20):
+// _kvtier: the Python glue over engine/engine.h. Glue only:
 //   - every call that can block (Open, Lookup, Load, Store, Prefetch, Hint, Pin, waits, Flush,
 //     Stats, close) runs with the GIL released: py::call_guard<py::gil_scoped_release>;
 //   - arguments are converted by the type casters below while the GIL is still held: tokens

@@ -4,7 +4,7 @@
 // head_dim, dtype), not a whole KvLayout (layers, digest). The element type is core's DType
 // (core/kv_layout.h), whose values are stored in encoded headers.
 //
-// Layout taken in and put out by every codec (the canonical block layout of ARCHITECTURE.md §2):
+// Layout taken in and put out by every codec (the canonical block layout of docs/codecs.md):
 //   [k|v][token][kv_head][head_dim], little-endian elements of `dtype`.
 // K is the first half of the block and V the second; within a half, the `kv_heads * head_dim`
 // values of one token are contiguous ("channels" below).

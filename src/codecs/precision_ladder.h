@@ -1,4 +1,4 @@
-// The precision ladder and its quality gate (ARCHITECTURE.md §5).
+// The precision ladder and its quality gate (docs/codecs.md).
 //
 // PrecisionLadder maps (tier, block age, sink or not) to a codec: the sink chunk and a recent
 // window keep full precision (identity in memory tiers, shuffle-zstd at rest), older blocks go

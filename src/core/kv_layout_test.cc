@@ -58,7 +58,7 @@ TEST(DTypeTest, SizesAndNames) {
 TEST(KvLayoutTest, RealModelsValidateWithExpectedByteCounts) {
   const KvLayout l7b = Llama2_7b();
   ASSERT_TRUE(l7b.Validate().ok());
-  EXPECT_EQ(l7b.TokenBytes(), 512 * kKiB);  // ARCHITECTURE.md §1.
+  EXPECT_EQ(l7b.TokenBytes(), 512 * kKiB);
   EXPECT_EQ(l7b.TokenBytesPerLayer(), 16 * kKiB);
   EXPECT_EQ(l7b.BlockBytes(), 4 * kMiB);
   const KvLayout l70b{

@@ -16,7 +16,7 @@
 //     wait for the copy without blocking the host, and CopyAsync(kind, regions, after) makes the
 //     copy stream wait for `after` (an event the producer recorded) before the copy starts.
 // A store (D2H) of KV that an engine's compute stream just wrote must pass that stream's event as
-// `after`; vLLM's CPU offload corrupted KV exactly by missing this fence (LANDSCAPE.md §3).
+// `after`; vLLM's CPU offload corrupted KV exactly by missing this fence.
 //
 // Thread safety: every method may be called from any thread; Copy() and CopyAsync() make the
 // tier's device current on the calling thread. Slot contents are not synchronized.

@@ -3,7 +3,7 @@
 //
 // Why run-time loading: GDS needs libcufile, the nvidia-fs kernel module and a supported file
 // system; most machines lack at least one. Dynamo hard-wired GDS with no fallback and failed on
-// such machines (LANDSCAPE.md §3, pain 8). Here libcufile is dlopen'ed ("libcufile.so.0", then
+// such machines. Here libcufile is dlopen'ed ("libcufile.so.0", then
 // "libcufile.so") at Open, never linked, and any failure (library absent, a symbol missing,
 // cuFileDriverOpen refusing) selects the bounce path instead. Open logs exactly one line saying
 // which path is in use and why.

@@ -5,7 +5,7 @@
 // Why a separate map: the tiers know only slots, the SSD tier knows only its own records. The
 // engine needs one place that says, for a key, "which copy may be read now" and "which copy may
 // be dropped now"; the state machine below is what keeps a Load from ever reading a copy that is
-// still being written (ARCHITECTURE.md §3, LANDSCAPE.md §3 pain 1).
+// still being written (docs/engine.md).
 //
 // Copy states, per memory tier:
 //   kNone -> kFilling (slot allocated, bytes in flight) -> kReady (readable, evictable)

@@ -112,7 +112,7 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter) {
   }
   // The only memory copy: demote it to a lower memory tier when one has room (a cascade, like a
   // CPU cache), and if it is dirty and cannot be demoted, write it back to the SSD before its
-  // slot is reused (ARCHITECTURE.md §7).
+  // slot is reused (docs/engine.md).
   e->copy[i] = CopyState::kEvicting;
   const Status s = WriteDown(key, t, *victim);
   e = index_.Find(key);

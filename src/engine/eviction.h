@@ -1,5 +1,5 @@
 // Eviction for the memory tiers: CLOCK with reference bits, TTL, pins and priorities
-// (ARCHITECTURE.md §7).
+// (docs/engine.md).
 //
 // A SlotClock belongs to one memory tier. It records which key owns each slot and sweeps a CLOCK
 // hand over the slots to choose a victim:
@@ -10,7 +10,7 @@
 //      the sweep early.
 // The sweep visits at most 2 x slots slots, so a victim is found in bounded time or none exists
 // (every slot pinned, being written or being evicted): the caller then returns Busy instead of
-// waiting (LANDSCAPE.md §3 pain 5).
+// waiting.
 //
 // Choosing is separate from acting: the engine decides whether a victim is dropped (clean, or a
 // copy exists below), demoted to the next memory tier, or written back to the SSD first (dirty).

@@ -1,5 +1,5 @@
 // PrefetchDepthController: how many layers ahead the offloaded-sequence pipeline prefetches
-// (ARCHITECTURE.md §6, "adaptive depth").
+// (docs/offload.md, "adaptive depth").
 //
 // Why: a deep pipeline hides slow reads but holds more blocks in the device budget; a shallow one
 // saves memory but makes compute wait. The controller follows the rule of thumb "compute waits:

@@ -1,5 +1,5 @@
 // OffloadedSequence: one sequence whose KV cache is larger than its device budget
-// (ARCHITECTURE.md §1 "offloaded-sequence mode", §5 precision ladder, §6 schedule-driven
+// (docs/offload.md: offloaded-sequence mode, the precision ladder, schedule-driven
 // prefetch, §7 heat; docs/offload.md).
 //
 // The sequence owns a block table: for every (layer, chunk) it records where the block lives, a

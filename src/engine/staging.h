@@ -1,7 +1,7 @@
 // Bounded pools the engine's data path borrows from instead of allocating: 4 KiB-aligned staging
 // buffers that SSD reads land in and encoded blocks are written from, and codec contexts.
 //
-// Why bounded: every queue and buffer count has a limit (STYLE.md c.3). Acquire() takes all the
+// Why bounded: every queue and buffer count has a limit. Acquire() takes all the
 // buffers it asks for at once or waits, and a holder never waits for anything that needs another
 // buffer, so a waiter always gets its turn: no deadlock, and at most `count` buffers of memory.
 //

@@ -1,5 +1,5 @@
 // AccessPredictor: a sliding-window + Markov predictor of what will be accessed next, for chunks
-// of a sequence or for whole sessions (ARCHITECTURE.md §6; LANDSCAPE.md §4 item 4: a multi-turn
+// of a sequence or for whole sessions (docs/engine.md; a multi-turn
 // chat comes back, an agent's steps repeat). The engine asks it which blocks to promote ahead of
 // the request.
 //

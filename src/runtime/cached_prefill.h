@@ -1,5 +1,5 @@
 // CachedPrefill: the reference runtime acting as an inference engine in front of kvtier's
-// prefix cache (ARCHITECTURE.md §1, prefix-cache mode).
+// prefix cache (docs/engine.md, prefix-cache mode).
 //
 // For a prompt it asks the engine how many leading tokens are cached (Lookup), loads those chunks
 // into the sequence's KV blocks (Load), computes only the remaining tokens, and stores the new

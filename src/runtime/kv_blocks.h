@@ -40,7 +40,7 @@ class KvBlockSource {
   // A block for writing (created zeroed on first use). NoSpace beyond the capacity.
   virtual Result<std::span<uint16_t>> MutableBlock(uint32_t layer, uint32_t chunk_index) = 0;
 
-  // Attention-guided selection (optional; ARCHITECTURE.md §6). When the model decodes one token
+  // Attention-guided selection (optional; docs/offload.md). When the model decodes one token
   // it calls this after computing the token's query for `layer` (post-RoPE, [n_heads][head_dim]
   // floats, unscaled) and before any Block(layer, ...) call; the token then attends only to the
   // chunks left in *selected (ascending, each < `chunks`, the last chunk included since it holds
@@ -48,7 +48,7 @@ class KvBlockSource {
   virtual Status SelectChunks(uint32_t layer, std::span<const float> query, uint32_t n_heads,
                               uint32_t chunks, std::vector<uint32_t>* selected);
 
-  // Attention feedback (optional; ARCHITECTURE.md §7, heat). After the model decodes one token
+  // Attention feedback (optional; docs/engine.md, heat). After the model decodes one token
   // it reports, per attended chunk of `layer` (`chunks`, ascending, as SelectChunks left them),
   // the attention mass the token gave it: mass[i] is the softmax probability summed over the
   // rows of chunks[i], averaged over the query heads, so the masses sum to about 1. Sources

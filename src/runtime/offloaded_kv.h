@@ -1,5 +1,5 @@
 // OffloadedKvBlocks: the KvBlockSource over an engine OffloadedSequence, so Model::Forward
-// decodes with a KV cache larger than the device budget (ARCHITECTURE.md §1, offloaded-sequence
+// decodes with a KV cache larger than the device budget (docs/offload.md, offloaded-sequence
 // mode), optionally with Quest-style attention-guided selection (§6).
 //
 // Block(layer, c): the first request of a layer asks the sequence to acquire that layer's chunks

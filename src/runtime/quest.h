@@ -1,4 +1,4 @@
-// Quest-style attention-guided chunk selection (ARCHITECTURE.md §6), shared by the offloaded
+// Quest-style attention-guided chunk selection (docs/offload.md), shared by the offloaded
 // source (runtime/offloaded_kv.h) and SelectingKvBlocks, which adds selection to any source (the
 // all-resident baseline of selection).
 //

@@ -44,7 +44,7 @@ TEST(SyntheticTest, PresetsCopyRealGeometry) {
     EXPECT_EQ(c->rope_base, e.rope_base) << e.name;
     EXPECT_TRUE(c->Validate().ok());
   }
-  // Llama-2-70B: 2 x 80 x 8 x 128 x 2 B = 320 KiB of KV per token (ARCHITECTURE.md section 1).
+  // Llama-2-70B: 2 x 80 x 8 x 128 x 2 B = 320 KiB of KV per token.
   EXPECT_EQ(SyntheticPreset("llama2-70b")->KvLayoutFor(256).TokenBytes(), 320u * 1024u);
   auto unknown = SyntheticPreset("gpt-5");
   EXPECT_TRUE(unknown.status().IsNotFound());

@@ -10,7 +10,7 @@ namespace kvtier {
 Result<ScopedTempDir> ScopedTempDir::Create(const std::string& base) {
   std::string dir = base;
   if (dir.empty()) {
-    // Tests may read the environment; engine code never does (see STYLE.md).
+    // Tests may read the environment; engine code never does.
     const char* tmpdir = std::getenv("TMPDIR");
     dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
   }

@@ -1,5 +1,5 @@
 // SsdTier: the SSD tier of kvtier, a crash-safe log of KV blocks over one or more directories
-// (docs/ssd_format.md specifies every byte; ARCHITECTURE.md §4 says why).
+// (docs/ssd_format.md specifies every byte; docs/architecture.md says why).
 //
 // - Records (header + payload, padded to 4 KiB) are appended with O_DIRECT to fixed-size segment
 //   files spread round-robin over the directories (RAID0-like striping). Nothing is rewritten in
@@ -89,7 +89,8 @@ struct SsdTierOptions {
   uint32_t queue_jobs_max = 64;  // Queued jobs per directory before callers block.
   // Writes are encoded into a pool of pre-faulted staging buffers per directory, made at open
   // (no allocation or page fault per write); a writer waits while its directory's are all in
-  // flight. Each buffer is one write request, so it should be >= 256 KiB (MACHINE-NOTES).
+  // flight. Each buffer is one write request, so it should be >= 256 KiB (smaller O_DIRECT
+  // requests measured slower).
   // Memory: directories x buffers x bytes, touched at open (32 MiB per directory by default).
   uint64_t staging_buffer_bytes = kMiB;  // Multiple of 4 KiB, 4 KiB..64 MiB.
   uint32_t staging_buffers = 0;          // Per directory; 0 = min(io_depth, 64). At most 4096.
