@@ -12,7 +12,6 @@ namespace kvtier {
 namespace {
 
 constexpr double kBytesMax = 1125899906842624.0;  // 1 PiB: a bound for flags, not the engine's.
-constexpr double kU32Max = 4294967295.0;
 constexpr double kMsHour = 3600.0 * 1000;
 constexpr double kUsHour = 3600.0 * 1000 * 1000;
 constexpr double kNumaNodeMax = 1023;
