@@ -352,13 +352,13 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry
     }
   }
   for (size_t i = 0; i < todo->size(); ++i) {
-    // Pinned, so the slot stays put while its bytes are copied out.
+    // Pinned, so the slot stays put while it is encoded (host, CXL) or copied out (device).
     const uint32_t slot = [&] {
       MutexLock lock(&mu_);
       return index_.Find((*todo)[i].first)->slot[TierIndex((*todo)[i].second)];
     }();
-    const Status s = CopySlotToHost((*todo)[i].second, slot, lease.buffer(i).data());
-    (*items)[i].raw = s.ok() ? lease.buffer(i).first(block_bytes_) : std::span<const std::byte>{};
+    Status copied;
+    (*items)[i].raw = RawForWrite((*todo)[i].second, slot, lease.buffer(i), &copied);
   }
 }
 
@@ -368,7 +368,8 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
                               std::vector<BlockKey>* claimed) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
   std::vector<SsdWriteItem> items;
-  // Raw copies in the first half, encoded records in the second: one lease, never nested.
+  // Raw copies of device slots in the first half, encoded records in the second: one lease,
+  // never nested.
   const size_t n = keys.size();
   StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
   ClaimAndCopyOut(keys, &BlockEntry::dirty, lease, &todo, &items);

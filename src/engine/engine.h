@@ -303,6 +303,9 @@ struct EngineStats {
   std::optional<RemoteStoreStats> remote;  // The store's own counters and breaker state.
   // Dirty blocks the cleaner wrote to the SSD (also counted in their tier's writebacks).
   uint64_t background_writebacks = 0;
+  // Bytes copied out of memory slots into staging buffers before an SSD or remote write. Only
+  // device slots are copied out; host and CXL slots are encoded where they are.
+  uint64_t staged_copy_bytes = 0;
   // The SSD codec's compression-ratio monitor (codecs/ratio_monitor.h): samples recorded (one per
   // encoded block, write-through and write-back) and CV events raised (each also logged).
   uint64_t ratio_samples = 0, ratio_cv_events = 0;

@@ -212,8 +212,14 @@ class EngineImpl final : public Engine {
   void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
+  // The raw bytes of slot `slot` of `t` for an SSD or remote write: the slot itself when it is
+  // host memory (host, CXL), else a copy in `staging` (counted in staged_copy_bytes). The slot
+  // must stay put (kEvicting or pinned) until the write is done. Empty when the copy failed.
+  std::span<const std::byte> RawForWrite(MemTier t, uint32_t slot, std::span<std::byte> staging,
+                                         Status* copied) KV_EXCLUDES(mu_);
   // The first half of FlushBatch and FlushRemoteBatch: claims (flushing + pin) the blocks among
-  // `keys` whose `dirty_flag` is set and copies them out of memory into the lease's buffers.
+  // `keys` whose `dirty_flag` is set and points their items at their raw bytes (RawForWrite: the
+  // slot itself, or a copy of a device slot in the lease's buffers).
   void ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
                        StagingLease& lease, std::vector<std::pair<BlockKey, MemTier>>* todo,
                        std::vector<SsdWriteItem>* items) KV_EXCLUDES(mu_);

@@ -4,8 +4,9 @@
 // store into an all-pinned tier returns Busy quickly, the sink chunk outlives normal chunks, a
 // corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, an SSD
 // block that cannot be read or decoded is erased so that it is stored again, the SSD contents are
-// found again after a restart (also by an engine opened with another codec), and the device
-// backend is chosen as EngineOptions::device_backend says.
+// found again after a restart (also by an engine opened with another codec), host slots reach the
+// SSD without a staging copy, and the device backend is chosen as EngineOptions::device_backend
+// says.
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
@@ -299,6 +300,35 @@ TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
   EXPECT_EQ(e->Stats().tiers.back().blocks, 2u * kLayers);
   // Still served from memory.
   EXPECT_EQ(e->Lookup(ns, tokens)->chunk_tiers.at(1), TierKind::kHost);
+}
+
+// Host slots are encoded where they are on their way to the SSD (Flush and eviction alike);
+// only device slots are copied out into a staging buffer first. The bytes read back are checked.
+TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
+  auto host_only = OpenOrDie(Options(0, kLayers, true));  // Write-back.
+  ASSERT_NE(host_only, nullptr);
+  Namespace ns = *host_only->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(42, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(43, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*host_only, ns, a, 1).ok());
+  ASSERT_TRUE(StoreChunks(*host_only, ns, b, 1).ok());  // Evicts a: written back.
+  ASSERT_TRUE(host_only->Flush().ok());                  // Writes b.
+  EngineStats st = host_only->Stats();
+  EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
+  EXPECT_EQ(st.staged_copy_bytes, 0u);
+  EXPECT_EQ(host_only->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*host_only, ns, a, 1)));
+  host_only.reset();
+
+  auto with_device = OpenOrDie(Options(16, 16, true));
+  ASSERT_NE(with_device, nullptr);
+  ns = *with_device->MakeNamespace("t");
+  const std::vector<uint32_t> c = Tokens(44, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*with_device, ns, c, 2).ok());  // Into the device tier.
+  ASSERT_TRUE(with_device->Flush().ok());
+  st = with_device->Stats();
+  EXPECT_EQ(st.staged_copy_bytes, 2u * kLayers * kBlockBytes);
+  EXPECT_EQ(st.tiers.back().blocks, 4u * kLayers);
 }
 
 TEST_F(EngineTest, CleanerWritesDirtyBlocksBackWithoutEviction) {

@@ -160,14 +160,16 @@ Status EngineImpl::WriteDown(const BlockKey& key, MemTier t, uint32_t slot) {
   if (!to_ssd && !to_remote) return Status::Ok();
   const uint64_t expiry = e->expiry_wall_us;
   mu_.Unlock();
-  // One lease for both buffers (raw copy and encoded record): never wait while holding one.
-  StagingLease lease = staging_->Acquire(2);
-  const Status copied = CopySlotToHost(t, slot, lease.buffer(0).data());
+  // One lease for all buffers (raw copy, encoded record): never wait while holding one. A device
+  // slot is copied out first; a host or CXL slot (kEvicting, so it stays put) is encoded where it
+  // is and needs only the encode buffer, the lease's last.
+  StagingLease lease = staging_->Acquire(t == MemTier::kDevice ? 2 : 1);
+  Status copied;
   SsdWriteItem item{
-      .key = key, .raw = lease.buffer(0).first(block_bytes_), .expiry_wall_us = expiry};
+      .key = key, .raw = RawForWrite(t, slot, lease.buffer(0), &copied), .expiry_wall_us = expiry};
   SsdWriteItem remote_item = item;
   Status s = copied;
-  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().subspan(1, 1));
+  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().last(1));
   if (s.ok() && to_ssd) s = item.status;
   // The remote put reuses the encode buffer after the SSD write returned (it copied the payload).
   if (copied.ok() && to_remote) WriteToRemote(std::span(&remote_item, 1), lease.buffers().last(1));
@@ -191,6 +193,19 @@ Status EngineImpl::CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst) {
   }
   std::memcpy(dst, SlotData(t, slot), block_bytes_);
   return Status::Ok();
+}
+
+std::span<const std::byte> EngineImpl::RawForWrite(MemTier t, uint32_t slot,
+                                                   std::span<std::byte> staging, Status* copied) {
+  if (t != MemTier::kDevice) {
+    *copied = Status::Ok();
+    return {SlotData(t, slot), block_bytes_};
+  }
+  *copied = CopySlotToHost(t, slot, staging.data());
+  if (!copied->ok()) return {};
+  MutexLock lock(&mu_);
+  stats_.staged_copy_bytes += block_bytes_;
+  return staging.first(block_bytes_);
 }
 
 void EngineImpl::ReadFromSsd(std::span<SsdReadItem> items) {
