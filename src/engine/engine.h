@@ -363,8 +363,9 @@ class Engine {
                                                    std::span<const std::span<std::byte>> dst) = 0;
   // Stores the first src.size() / layers full chunks of `tokens` (from options.first_chunk on).
   // Blocks already cached (in any tier, the SSD included) or being stored by another call are
-  // skipped. All or nothing: Busy,
-  // with nothing stored, when memory slots cannot be had (every slot pinned or in flight); so
+  // skipped. All or nothing: Busy, with nothing stored, when memory slots cannot be had (every
+  // slot pinned or in flight, or the victims dirty: the cleaner writes them back, never the
+  // caller's thread, and a later retry finds the slots); so
   // one call takes at most as many new blocks as the memory tiers have slots together.
   // Write-back: new blocks are dirty and reach the SSD when evicted, on Flush, or when the
   // engine is destroyed. Write-through: see StoreOptions.

@@ -5,8 +5,8 @@
 // corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, an SSD
 // block that cannot be read or decoded is erased so that it is stored again, the SSD contents are
 // found again after a restart (also by an engine opened with another codec), host slots reach the
-// SSD without a staging copy, and the device backend is chosen as EngineOptions::device_backend
-// says.
+// SSD without a staging copy, a Store leaves write-back to the cleaner (Busy meanwhile), and the
+// device backend is chosen as EngineOptions::device_backend says.
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
@@ -26,6 +26,7 @@
 
 #include "codecs/codec.h"
 #include "testing/fault_injection_env.h"
+#include "testing/gate_env.h"
 #include "testing/test_util.h"
 
 #ifdef KVTIER_HAVE_CUDA  // Only to know whether kAuto must pick CUDA on this machine.
@@ -108,6 +109,18 @@ class EngineTest : public ::testing::Test {
     for (const auto& b : bufs) src.emplace_back(b);
     KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src, so));
     return h->Wait();
+  }
+
+  // StoreChunks, tried again while it is Busy (at most about 10 s): a store that needs a dirty
+  // block evicted gets Busy while the cleaner writes the block back.
+  Status StoreChunksRetrying(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
+                             size_t chunks, const StoreOptions& so = {}) {
+    Status s = StoreChunks(e, ns, tokens, chunks, so);
+    for (int i = 0; i < 2000 && s.IsBusy(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      s = StoreChunks(e, ns, tokens, chunks, so);
+    }
+    return s;
   }
 
   // Loads `chunks` chunks and checks every byte; returns the per-layer statuses.
@@ -260,7 +273,7 @@ TEST_F(EngineTest, WriteBackEvictsToSsdAndLoadsBack) {
   Namespace ns = *e->MakeNamespace("t");
   const std::vector<uint32_t> tokens = Tokens(5, 5 * kBlockTokens);
   // One chunk at a time: each store evicts older dirty blocks (device -> host -> SSD).
-  for (size_t c = 1; c <= 5; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok()) << c;
+  for (size_t c = 1; c <= 5; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok()) << c;
   EngineStats st = e->Stats();
   uint64_t writebacks = 0;
   for (const TierStats& t : st.tiers) writebacks += t.writebacks;
@@ -311,7 +324,7 @@ TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
   const std::vector<uint32_t> a = Tokens(42, kBlockTokens);
   const std::vector<uint32_t> b = Tokens(43, kBlockTokens);
   ASSERT_TRUE(StoreChunks(*host_only, ns, a, 1).ok());
-  ASSERT_TRUE(StoreChunks(*host_only, ns, b, 1).ok());  // Evicts a: written back.
+  ASSERT_TRUE(StoreChunksRetrying(*host_only, ns, b, 1).ok());  // Evicts a: written back.
   ASSERT_TRUE(host_only->Flush().ok());                  // Writes b.
   EngineStats st = host_only->Stats();
   EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
@@ -414,7 +427,7 @@ TEST_F(EngineTest, ReopenFindsBlocksOnSsd) {
     auto e = OpenOrDie(Options(2, 4, true));  // Write-back: the clean shutdown flushes.
     ASSERT_NE(e, nullptr);
     ns = *e->MakeNamespace("t");
-    for (size_t c = 1; c <= 3; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+    for (size_t c = 1; c <= 3; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok());
   }
   auto e = OpenOrDie(Options(2, 16, true));
   ASSERT_NE(e, nullptr);
@@ -511,7 +524,7 @@ TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
   EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 0u);
   for (const TierStats& t : e->Stats().tiers) EXPECT_EQ(t.blocks, 0u) << TierKindName(t.kind);
   // In pieces it fits: older chunks move down to the SSD.
-  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, big, c).ok());
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, big, c).ok());
   EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 4 * kBlockTokens);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, big, 4)));
 }
@@ -624,12 +637,40 @@ TEST_F(EngineTest, FailedWriteBackDropsTheBlockWithoutHanging) {
               {.op = FaultOp::kWrite, .path_substring = ".kvs", .repeat = FaultRepeat::kEveryAfter})
           .ok());
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(StoreChunks(*e, ns, b, 1).ok());  // Evicts a: its write-back fails.
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, b, 1).ok());  // Evicts a: its write-back fails.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, 0u);
   EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, b, 1)));
   faulty.DisarmAllFaults();
+}
+
+// A Store that needs a dirty block evicted never writes it back on its own thread: the cleaner
+// does, and the Store gets Busy meanwhile. The cleaner's write is held at the segment file's Sync
+// (a Store doing the write-back itself would wait there, then succeed).
+TEST_F(EngineTest, StoreLeavesWriteBackToTheCleanerAndGetsBusy) {
+  GateEnv gated(env_.get());
+  EngineOptions o = Options(0, kLayers, true);  // Write-back, one chunk fits.
+  o.env = &gated;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(45, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(46, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  gated.sync_gate.Arm(Status::Ok());
+  const Status s = StoreChunks(*e, ns, b, 1);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  EXPECT_NE(s.message().find("cleaner"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(gated.sync_gate.WaitEntered());  // The cleaner is writing a back.
+  gated.sync_gate.Release();
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, b, 1).ok());
+  EngineStats st = e->Stats();
+  EXPECT_GE(st.busy_rejections, 1u);
+  EXPECT_GE(st.tiers.front().writebacks, 1u);
+  EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, a, 1)));
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, b, 1)));
 }
 
 TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
@@ -643,7 +684,8 @@ TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
   const std::vector<uint32_t> a = Tokens(26, kBlockTokens);
   ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
   EXPECT_EQ(e->Stats().tiers.back().blocks, 0u);  // First request: not admitted, still dirty.
-  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(27, kBlockTokens), 1).ok());  // Evicts a: written back.
+  // Evicts a: written back.
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, Tokens(27, kBlockTokens), 1).ok());
   EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, a, 1)));
 }
@@ -653,7 +695,7 @@ TEST_F(EngineTest, LayersCompleteAndReadinessIsMonotone) {
   ASSERT_NE(e, nullptr);
   Namespace ns = *e->MakeNamespace("t");
   const std::vector<uint32_t> tokens = Tokens(17, 4 * kBlockTokens);
-  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok());
   std::vector<std::vector<std::byte>> bufs(4 * kLayers, std::vector<std::byte>(kBlockBytes));
   std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
   auto h = e->Load(ns, tokens, dst);
