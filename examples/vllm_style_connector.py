@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import hashlib
 import tempfile
+import time
 
 import numpy as np
 
@@ -127,8 +128,18 @@ class KvtierWorkerConnector:
         if layer == LAYERS - 1:
             for request, tokens in meta.saves:
                 ns = self.engine.make_namespace(salt=request.tenant)
-                self.saves.append(self.engine.store(ns, request.prompt[:tokens],
-                                                    self._blocks(request, tokens)))
+                self.saves.append(self._store(ns, request.prompt[:tokens],
+                                              self._blocks(request, tokens)))
+
+    def _store(self, ns, tokens, blocks):
+        # BusyError: the memory tiers hold only pinned blocks, or dirty ones that the engine's
+        # cleaner is still writing back to the SSD; the latter free up, so try again for a while.
+        for _ in range(2000):
+            try:
+                return self.engine.store(ns, tokens, blocks)
+            except kvtier.BusyError:
+                time.sleep(0.005)
+        return self.engine.store(ns, tokens, blocks)
 
     def wait_for_save(self):
         for store in self.saves:

@@ -95,8 +95,9 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                  .predict_k = p.predict_k});
     e->sessions_.emplace(p.sessions_max, p.session_chunks_max);
   }
-  if (e->ssd_ != nullptr && options.write_policy == WritePolicy::kWriteBack &&
-      options.writeback_dirty_fraction < 1) {
+  // Evictions that need a write-back run on the cleaner, never on a caller's thread, so it runs
+  // whenever a block can be dirty for the SSD or the remote tier.
+  if (e->ssd_ != nullptr || e->remote_ != nullptr) {
     e->cleaner_ = std::thread([raw = e.get()] { raw->CleanerLoop(); });
   }
   e->opened_ = true;
@@ -352,13 +353,13 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry
     }
   }
   for (size_t i = 0; i < todo->size(); ++i) {
-    // Pinned, so the slot stays put while its bytes are copied out.
+    // Pinned, so the slot stays put while it is encoded (host, CXL) or copied out (device).
     const uint32_t slot = [&] {
       MutexLock lock(&mu_);
       return index_.Find((*todo)[i].first)->slot[TierIndex((*todo)[i].second)];
     }();
-    const Status s = CopySlotToHost((*todo)[i].second, slot, lease.buffer(i).data());
-    (*items)[i].raw = s.ok() ? lease.buffer(i).first(block_bytes_) : std::span<const std::byte>{};
+    Status copied;
+    (*items)[i].raw = RawForWrite((*todo)[i].second, slot, lease.buffer(i), &copied);
   }
 }
 
@@ -368,7 +369,8 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
                               std::vector<BlockKey>* claimed) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
   std::vector<SsdWriteItem> items;
-  // Raw copies in the first half, encoded records in the second: one lease, never nested.
+  // Raw copies of device slots in the first half, encoded records in the second: one lease,
+  // never nested.
   const size_t n = keys.size();
   StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
   ClaimAndCopyOut(keys, &BlockEntry::dirty, lease, &todo, &items);
@@ -494,11 +496,28 @@ std::vector<BlockKey> EngineImpl::PickDirty(double fraction, size_t max) {
   return {};
 }
 
+void EngineImpl::EvictForCallers() {
+  for (size_t i = 0; i < kMemTiers && !cleaner_stop_; ++i) {
+    // evict_wanted_ is the number of free slots the callers need. Bounded: others may take the
+    // slots freed meanwhile, so at most that many plus one round of evictions.
+    const uint32_t wanted = evict_wanted_[i];
+    for (uint32_t n = 0; n < 2 * wanted && !cleaner_stop_; ++n) {
+      if (clocks_[i]->slots() - clocks_[i]->used() >= evict_wanted_[i]) break;
+      // Drops and retakes mu_ around the write-back; a victim refused or failed is dropped, as
+      // an eviction always did. Busy (everything pinned or in flight): the callers try again.
+      if (!EvictOne(MemTierAt(i), VictimFilter::kAny, EvictWrites::kHere).ok()) break;
+    }
+    evict_wanted_[i] = 0;
+  }
+}
+
 void EngineImpl::CleanerLoop() {
   // Why a thread of its own and not pool tasks: FlushBatch waits for staging buffers and SSD I/O,
   // and workers never wait (engine.md, Locking). Its batches are small, so it pins few blocks.
   const size_t batch_max = kLoadStagingBatchMax / 2;
   const double high = options_.writeback_dirty_fraction;
+  const bool watermark =
+      ssd_ != nullptr && options_.write_policy == WritePolicy::kWriteBack && high < 1;
   mu_.Lock();
   while (!cleaner_stop_) {
     if (!cleaner_kick_) {
@@ -506,6 +525,8 @@ void EngineImpl::CleanerLoop() {
       continue;
     }
     cleaner_kick_ = false;
+    EvictForCallers();
+    if (!watermark) continue;
     // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded:
     // a round that writes nothing (SSD refusals, I/O errors) leaves the rest to eviction.
     double fraction = high;

@@ -303,6 +303,9 @@ struct EngineStats {
   std::optional<RemoteStoreStats> remote;  // The store's own counters and breaker state.
   // Dirty blocks the cleaner wrote to the SSD (also counted in their tier's writebacks).
   uint64_t background_writebacks = 0;
+  // Bytes copied out of memory slots into staging buffers before an SSD or remote write. Only
+  // device slots are copied out; host and CXL slots are encoded where they are.
+  uint64_t staged_copy_bytes = 0;
   // The SSD codec's compression-ratio monitor (codecs/ratio_monitor.h): samples recorded (one per
   // encoded block, write-through and write-back) and CV events raised (each also logged).
   uint64_t ratio_samples = 0, ratio_cv_events = 0;
@@ -360,8 +363,9 @@ class Engine {
                                                    std::span<const std::span<std::byte>> dst) = 0;
   // Stores the first src.size() / layers full chunks of `tokens` (from options.first_chunk on).
   // Blocks already cached (in any tier, the SSD included) or being stored by another call are
-  // skipped. All or nothing: Busy,
-  // with nothing stored, when memory slots cannot be had (every slot pinned or in flight); so
+  // skipped. All or nothing: Busy, with nothing stored, when memory slots cannot be had (every
+  // slot pinned or in flight, or the victims dirty: the cleaner writes them back, never the
+  // caller's thread, and a later retry finds the slots); so
   // one call takes at most as many new blocks as the memory tiers have slots together.
   // Write-back: new blocks are dirty and reach the SSD when evicted, on Flush, or when the
   // engine is destroyed. Write-through: see StoreOptions.

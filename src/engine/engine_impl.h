@@ -93,6 +93,12 @@ struct StoreItem {
 class LoadHandleImpl;
 class StoreHandleImpl;
 
+// Whether an eviction may write a dirty victim to the SSD or the remote tier on this thread.
+enum class EvictWrites : uint8_t {
+  kHere = 0,       // The cleaner: the thread does the write-back itself.
+  kToCleaner = 1,  // A caller's thread: never; the cleaner evicts such victims.
+};
+
 struct TierCounters {
   uint64_t hits = 0, evictions = 0, writebacks = 0, promotions = 0;
   uint64_t write_failures = 0;  // Blocks that should have reached this tier and did not.
@@ -198,12 +204,22 @@ class EngineImpl final : public Engine {
 
   // Slot management (engine_tiers.cc). Every one may drop and retake mu_ (for copies and
   // write-backs) unless noted; entry pointers must be looked up again afterwards.
-  Result<uint32_t> AllocateSlot(MemTier t, VictimFilter filter) KV_REQUIRES(mu_);
-  // Frees a slot by evicting one victim; Busy when there is none.
-  Status EvictOne(MemTier t, VictimFilter filter) KV_REQUIRES(mu_);
+  // `writes`: kToCleaner on a caller's thread (Store, Pin): a victim that would need an SSD or
+  // remote write is left to the cleaner (a clean victim is taken instead, else Busy).
+  Result<uint32_t> AllocateSlot(MemTier t, VictimFilter filter, EvictWrites writes)
+      KV_REQUIRES(mu_);
+  // Frees a slot by evicting one victim; Busy when there is none (or, with kToCleaner, when
+  // every victim would need a write: the cleaner is asked to evict one).
+  Status EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) KV_REQUIRES(mu_);
   // Moves the copy of `key` in tier `t` down: demotion to a lower memory tier with a free or
   // clean slot, else (dirty only) a write to the SSD. The copy is kEvicting on entry and stays so.
   Status WriteDown(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
+  // WriteDown's first half: the demotion; *demoted false when no lower tier had room.
+  Status Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* demoted) KV_REQUIRES(mu_);
+  // WriteDown's second half: the write to the SSD (dirty) and the remote tier (remote-dirty).
+  Status WriteBack(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
+  // On the cleaner: the evictions callers asked for (evict_wanted_), with their write-backs.
+  void EvictForCallers() KV_REQUIRES(mu_);
   // Allocates a slot in `t` without any write (free slot or a victim `filter` allows, which is
   // kCleanOnly or kCleanNotAhead); never drops mu_.
   Result<uint32_t> AllocateClean(MemTier t, VictimFilter filter = VictimFilter::kCleanOnly)
@@ -212,8 +228,14 @@ class EngineImpl final : public Engine {
   void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
+  // The raw bytes of slot `slot` of `t` for an SSD or remote write: the slot itself when it is
+  // host memory (host, CXL), else a copy in `staging` (counted in staged_copy_bytes). The slot
+  // must stay put (kEvicting or pinned) until the write is done. Empty when the copy failed.
+  std::span<const std::byte> RawForWrite(MemTier t, uint32_t slot, std::span<std::byte> staging,
+                                         Status* copied) KV_EXCLUDES(mu_);
   // The first half of FlushBatch and FlushRemoteBatch: claims (flushing + pin) the blocks among
-  // `keys` whose `dirty_flag` is set and copies them out of memory into the lease's buffers.
+  // `keys` whose `dirty_flag` is set and points their items at their raw bytes (RawForWrite: the
+  // slot itself, or a copy of a device slot in the lease's buffers).
   void ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
                        StagingLease& lease, std::vector<std::pair<BlockKey, MemTier>>* todo,
                        std::vector<SsdWriteItem>* items) KV_EXCLUDES(mu_);
@@ -229,8 +251,10 @@ class EngineImpl final : public Engine {
   void SortFlushPending(std::span<const BlockKey> pending,
                         const std::unordered_set<BlockKey>& tried, std::vector<BlockKey>* mine,
                         std::vector<BlockKey>* theirs) KV_EXCLUDES(mu_);
-  // The cleaner (engine.cc): one thread, woken by write-back Stores, that writes dirty blocks down
-  // with FlushBatch while a tier is over its dirty watermark. Never holds mu_ across I/O.
+  // The cleaner (engine.cc): one thread (with an SSD or a remote tier), woken by Stores, that
+  // does the evictions callers left to it (write-back included) and, with write-back, writes
+  // dirty blocks down with FlushBatch while a tier is over its dirty watermark. Never holds mu_
+  // across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
   // Up to `max` dirty, ready, unpinned keys whose fastest copy is in the first tier with more
   // dirty blocks than `fraction` of its slots; empty when no tier is over.
@@ -339,6 +363,8 @@ class EngineImpl final : public Engine {
   // Flush that saw this grow cannot say every dirty block is on the SSD.
   uint64_t dirty_dropped_ KV_GUARDED_BY(mu_) = 0;
   bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
+  // Per memory tier: evictions a caller found would need a write-back and left to the cleaner.
+  std::array<uint32_t, kMemTiers> evict_wanted_ KV_GUARDED_BY(mu_){};
   bool cleaner_stop_ KV_GUARDED_BY(mu_) = false;
 
   // Access prediction; predictor_ and sessions_ are set at Open when prediction is enabled.

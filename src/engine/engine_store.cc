@@ -123,7 +123,8 @@ Status EngineImpl::AllocateForStore(std::span<StoreItem> items) {
     Status last = Status::Busy("no memory tier");
     for (size_t t = first_tier; t < kMemTiers && item.slot == kNoSlot; ++t) {
       if (!HasTier(MemTierAt(t))) continue;
-      Result<uint32_t> slot = AllocateSlot(MemTierAt(t), VictimFilter::kAny);
+      Result<uint32_t> slot =
+          AllocateSlot(MemTierAt(t), VictimFilter::kAny, EvictWrites::kToCleaner);
       if (!slot.ok()) {
         last = slot.status();
         continue;
@@ -135,7 +136,16 @@ Status EngineImpl::AllocateForStore(std::span<StoreItem> items) {
       item.tier = MemTierAt(t);
       item.slot = *slot;
     }
-    if (item.slot == kNoSlot) return last;
+    if (item.slot == kNoSlot) {
+      // Evictions left to the cleaner: ask for as many free slots as this store needs (its
+      // slots taken so far are released by AbortStore), bounded by the tier.
+      const uint32_t needed = static_cast<uint32_t>(items.size());
+      for (size_t t = 0; t < kMemTiers; ++t) {
+        if (evict_wanted_[t] == 0) continue;
+        evict_wanted_[t] = std::min(std::max(evict_wanted_[t], needed), clocks_[t]->slots());
+      }
+      return last;
+    }
   }
   return Status::Ok();
 }

@@ -4,8 +4,9 @@
 // store into an all-pinned tier returns Busy quickly, the sink chunk outlives normal chunks, a
 // corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, an SSD
 // block that cannot be read or decoded is erased so that it is stored again, the SSD contents are
-// found again after a restart (also by an engine opened with another codec), and the device
-// backend is chosen as EngineOptions::device_backend says.
+// found again after a restart (also by an engine opened with another codec), host slots reach the
+// SSD without a staging copy, a Store leaves write-back to the cleaner (Busy meanwhile), and the
+// device backend is chosen as EngineOptions::device_backend says.
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
@@ -25,6 +26,7 @@
 
 #include "codecs/codec.h"
 #include "testing/fault_injection_env.h"
+#include "testing/gate_env.h"
 #include "testing/test_util.h"
 
 #ifdef KVTIER_HAVE_CUDA  // Only to know whether kAuto must pick CUDA on this machine.
@@ -107,6 +109,18 @@ class EngineTest : public ::testing::Test {
     for (const auto& b : bufs) src.emplace_back(b);
     KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src, so));
     return h->Wait();
+  }
+
+  // StoreChunks, tried again while it is Busy (at most about 10 s): a store that needs a dirty
+  // block evicted gets Busy while the cleaner writes the block back.
+  Status StoreChunksRetrying(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens,
+                             size_t chunks, const StoreOptions& so = {}) {
+    Status s = StoreChunks(e, ns, tokens, chunks, so);
+    for (int i = 0; i < 2000 && s.IsBusy(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      s = StoreChunks(e, ns, tokens, chunks, so);
+    }
+    return s;
   }
 
   // Loads `chunks` chunks and checks every byte; returns the per-layer statuses.
@@ -259,7 +273,7 @@ TEST_F(EngineTest, WriteBackEvictsToSsdAndLoadsBack) {
   Namespace ns = *e->MakeNamespace("t");
   const std::vector<uint32_t> tokens = Tokens(5, 5 * kBlockTokens);
   // One chunk at a time: each store evicts older dirty blocks (device -> host -> SSD).
-  for (size_t c = 1; c <= 5; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok()) << c;
+  for (size_t c = 1; c <= 5; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok()) << c;
   EngineStats st = e->Stats();
   uint64_t writebacks = 0;
   for (const TierStats& t : st.tiers) writebacks += t.writebacks;
@@ -299,6 +313,35 @@ TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
   EXPECT_EQ(e->Stats().tiers.back().blocks, 2u * kLayers);
   // Still served from memory.
   EXPECT_EQ(e->Lookup(ns, tokens)->chunk_tiers.at(1), TierKind::kHost);
+}
+
+// Host slots are encoded where they are on their way to the SSD (Flush and eviction alike);
+// only device slots are copied out into a staging buffer first. The bytes read back are checked.
+TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
+  auto host_only = OpenOrDie(Options(0, kLayers, true));  // Write-back.
+  ASSERT_NE(host_only, nullptr);
+  Namespace ns = *host_only->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(42, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(43, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*host_only, ns, a, 1).ok());
+  ASSERT_TRUE(StoreChunksRetrying(*host_only, ns, b, 1).ok());  // Evicts a: written back.
+  ASSERT_TRUE(host_only->Flush().ok());                  // Writes b.
+  EngineStats st = host_only->Stats();
+  EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
+  EXPECT_EQ(st.staged_copy_bytes, 0u);
+  EXPECT_EQ(host_only->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*host_only, ns, a, 1)));
+  host_only.reset();
+
+  auto with_device = OpenOrDie(Options(16, 16, true));
+  ASSERT_NE(with_device, nullptr);
+  ns = *with_device->MakeNamespace("t");
+  const std::vector<uint32_t> c = Tokens(44, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*with_device, ns, c, 2).ok());  // Into the device tier.
+  ASSERT_TRUE(with_device->Flush().ok());
+  st = with_device->Stats();
+  EXPECT_EQ(st.staged_copy_bytes, 2u * kLayers * kBlockBytes);
+  EXPECT_EQ(st.tiers.back().blocks, 4u * kLayers);
 }
 
 TEST_F(EngineTest, CleanerWritesDirtyBlocksBackWithoutEviction) {
@@ -384,7 +427,7 @@ TEST_F(EngineTest, ReopenFindsBlocksOnSsd) {
     auto e = OpenOrDie(Options(2, 4, true));  // Write-back: the clean shutdown flushes.
     ASSERT_NE(e, nullptr);
     ns = *e->MakeNamespace("t");
-    for (size_t c = 1; c <= 3; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+    for (size_t c = 1; c <= 3; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok());
   }
   auto e = OpenOrDie(Options(2, 16, true));
   ASSERT_NE(e, nullptr);
@@ -481,7 +524,7 @@ TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
   EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 0u);
   for (const TierStats& t : e->Stats().tiers) EXPECT_EQ(t.blocks, 0u) << TierKindName(t.kind);
   // In pieces it fits: older chunks move down to the SSD.
-  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, big, c).ok());
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, big, c).ok());
   EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 4 * kBlockTokens);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, big, 4)));
 }
@@ -594,12 +637,40 @@ TEST_F(EngineTest, FailedWriteBackDropsTheBlockWithoutHanging) {
               {.op = FaultOp::kWrite, .path_substring = ".kvs", .repeat = FaultRepeat::kEveryAfter})
           .ok());
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(StoreChunks(*e, ns, b, 1).ok());  // Evicts a: its write-back fails.
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, b, 1).ok());  // Evicts a: its write-back fails.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(e->Lookup(ns, a)->matched_tokens, 0u);
   EXPECT_EQ(e->Lookup(ns, b)->matched_tokens, kBlockTokens);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, b, 1)));
   faulty.DisarmAllFaults();
+}
+
+// A Store that needs a dirty block evicted never writes it back on its own thread: the cleaner
+// does, and the Store gets Busy meanwhile. The cleaner's write is held at the segment file's Sync
+// (a Store doing the write-back itself would wait there, then succeed).
+TEST_F(EngineTest, StoreLeavesWriteBackToTheCleanerAndGetsBusy) {
+  GateEnv gated(env_.get());
+  EngineOptions o = Options(0, kLayers, true);  // Write-back, one chunk fits.
+  o.env = &gated;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> a = Tokens(45, kBlockTokens);
+  const std::vector<uint32_t> b = Tokens(46, kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
+  gated.sync_gate.Arm(Status::Ok());
+  const Status s = StoreChunks(*e, ns, b, 1);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  EXPECT_NE(s.message().find("cleaner"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(gated.sync_gate.WaitEntered());  // The cleaner is writing a back.
+  gated.sync_gate.Release();
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, b, 1).ok());
+  EngineStats st = e->Stats();
+  EXPECT_GE(st.busy_rejections, 1u);
+  EXPECT_GE(st.tiers.front().writebacks, 1u);
+  EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, a, 1)));
+  EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, b, 1)));
 }
 
 TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
@@ -613,7 +684,8 @@ TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
   const std::vector<uint32_t> a = Tokens(26, kBlockTokens);
   ASSERT_TRUE(StoreChunks(*e, ns, a, 1).ok());
   EXPECT_EQ(e->Stats().tiers.back().blocks, 0u);  // First request: not admitted, still dirty.
-  ASSERT_TRUE(StoreChunks(*e, ns, Tokens(27, kBlockTokens), 1).ok());  // Evicts a: written back.
+  // Evicts a: written back.
+  ASSERT_TRUE(StoreChunksRetrying(*e, ns, Tokens(27, kBlockTokens), 1).ok());
   EXPECT_EQ(e->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, a, 1)));
 }
@@ -623,7 +695,7 @@ TEST_F(EngineTest, LayersCompleteAndReadinessIsMonotone) {
   ASSERT_NE(e, nullptr);
   Namespace ns = *e->MakeNamespace("t");
   const std::vector<uint32_t> tokens = Tokens(17, 4 * kBlockTokens);
-  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunks(*e, ns, tokens, c).ok());
+  for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, tokens, c).ok());
   std::vector<std::vector<std::byte>> bufs(4 * kLayers, std::vector<std::byte>(kBlockBytes));
   std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
   auto h = e->Load(ns, tokens, dst);

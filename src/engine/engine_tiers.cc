@@ -84,17 +84,17 @@ Result<uint32_t> EngineImpl::AllocateClean(MemTier t, VictimFilter filter) {
   return AllocateRaw(t);
 }
 
-Result<uint32_t> EngineImpl::AllocateSlot(MemTier t, VictimFilter filter) {
+Result<uint32_t> EngineImpl::AllocateSlot(MemTier t, VictimFilter filter, EvictWrites writes) {
   for (uint32_t attempt = 0; attempt < kAllocateAttemptsMax; ++attempt) {
     Result<uint32_t> slot = AllocateRaw(t);
     if (slot.ok()) return slot;
-    KV_RETURN_IF_ERROR(EvictOne(t, filter));
+    KV_RETURN_IF_ERROR(EvictOne(t, filter, writes));
   }
   return Status::Busy(std::string(TierKindName(ToTierKind(t))) +
                       " tier: freed slots were taken by others; try again");
 }
 
-Status EngineImpl::EvictOne(MemTier t, VictimFilter filter) {
+Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) {
   const size_t i = TierIndex(t);
   std::optional<uint32_t> victim = clocks_[i]->PickVictim(t, &index_, NowWallUs(), filter);
   if (!victim.has_value()) {
@@ -112,13 +112,41 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter) {
   }
   // The only memory copy: demote it to a lower memory tier when one has room (a cascade, like a
   // CPU cache), and if it is dirty and cannot be demoted, write it back to the SSD before its
-  // slot is reused (docs/engine.md).
+  // slot is reused (docs/engine.md). A caller's thread never writes: the cleaner does.
   e->copy[i] = CopyState::kEvicting;
-  const Status s = WriteDown(key, t, *victim);
+  Status s;
+  bool left_to_cleaner = false;
+  if (writes == EvictWrites::kHere) {
+    s = WriteDown(key, t, *victim);
+  } else {
+    bool demoted = false;
+    s = Demote(key, t, *victim, &demoted);
+    const BlockEntry* d = index_.Find(key);
+    left_to_cleaner = !demoted && ((ssd_ != nullptr && d->dirty) || d->remote_dirty);
+  }
   e = index_.Find(key);
   KV_CHECK(e != nullptr);
   KV_CHECK(e->copy[i] == CopyState::kEvicting);
   e->copy[i] = CopyState::kReady;
+  if (left_to_cleaner) {
+    // The cleaner evicts it (or another victim) with its write-back; this caller takes a clean
+    // victim if there is one, else gets Busy and tries again later.
+    if (cleaner_.joinable()) {
+      evict_wanted_[i] = std::max<uint32_t>(evict_wanted_[i], 1);
+      cleaner_kick_ = true;
+      cleaner_cv_.Signal();
+    }
+    std::optional<uint32_t> clean =
+        clocks_[i]->PickVictim(t, &index_, NowWallUs(), VictimFilter::kCleanOnly);
+    if (!clean.has_value()) {
+      return Status::Busy(std::string(TierKindName(ToTierKind(t))) +
+                          " tier: every evictable block must be written back first; the cleaner "
+                          "is writing them, try again");
+    }
+    const BlockKey owner = *clocks_[i]->Owner(*clean);
+    DropCopy(owner, index_.Find(owner), t);
+    return Status::Ok();
+  }
   if (e->pins != 0) return Status::Ok();  // A Load took it meanwhile; the caller retries.
   // Refusals by the admission filter or the write budget are policy, not faults: no log line.
   if (!s.ok() && !s.IsAborted() && !s.IsBusy()) {
@@ -132,6 +160,14 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter) {
 }
 
 Status EngineImpl::WriteDown(const BlockKey& key, MemTier t, uint32_t slot) {
+  bool demoted = false;
+  const Status s = Demote(key, t, slot, &demoted);
+  if (demoted || !s.ok()) return s;
+  return WriteBack(key, t, slot);
+}
+
+Status EngineImpl::Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* demoted) {
+  *demoted = false;
   // Demotion: the next lower memory tier with a free or clean slot takes the dirty copy.
   for (size_t u = TierIndex(t) + 1; u < kMemTiers; ++u) {
     const MemTier lower = MemTierAt(u);
@@ -151,8 +187,13 @@ Status EngineImpl::WriteDown(const BlockKey& key, MemTier t, uint32_t slot) {
     }
     e->copy[u] = CopyState::kReady;
     if (e->dirty) ++counters_[TierIndex(t)].writebacks;
+    *demoted = true;
     return Status::Ok();
   }
+  return Status::Ok();
+}
+
+Status EngineImpl::WriteBack(const BlockKey& key, MemTier t, uint32_t slot) {
   BlockEntry* e = index_.Find(key);
   const bool to_ssd = ssd_ != nullptr && e->dirty;
   const bool to_remote = e->remote_dirty;  // Only set with a write-back remote tier.
@@ -160,14 +201,16 @@ Status EngineImpl::WriteDown(const BlockKey& key, MemTier t, uint32_t slot) {
   if (!to_ssd && !to_remote) return Status::Ok();
   const uint64_t expiry = e->expiry_wall_us;
   mu_.Unlock();
-  // One lease for both buffers (raw copy and encoded record): never wait while holding one.
-  StagingLease lease = staging_->Acquire(2);
-  const Status copied = CopySlotToHost(t, slot, lease.buffer(0).data());
+  // One lease for all buffers (raw copy, encoded record): never wait while holding one. A device
+  // slot is copied out first; a host or CXL slot (kEvicting, so it stays put) is encoded where it
+  // is and needs only the encode buffer, the lease's last.
+  StagingLease lease = staging_->Acquire(t == MemTier::kDevice ? 2 : 1);
+  Status copied;
   SsdWriteItem item{
-      .key = key, .raw = lease.buffer(0).first(block_bytes_), .expiry_wall_us = expiry};
+      .key = key, .raw = RawForWrite(t, slot, lease.buffer(0), &copied), .expiry_wall_us = expiry};
   SsdWriteItem remote_item = item;
   Status s = copied;
-  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().subspan(1, 1));
+  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().last(1));
   if (s.ok() && to_ssd) s = item.status;
   // The remote put reuses the encode buffer after the SSD write returned (it copied the payload).
   if (copied.ok() && to_remote) WriteToRemote(std::span(&remote_item, 1), lease.buffers().last(1));
@@ -191,6 +234,19 @@ Status EngineImpl::CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst) {
   }
   std::memcpy(dst, SlotData(t, slot), block_bytes_);
   return Status::Ok();
+}
+
+std::span<const std::byte> EngineImpl::RawForWrite(MemTier t, uint32_t slot,
+                                                   std::span<std::byte> staging, Status* copied) {
+  if (t != MemTier::kDevice) {
+    *copied = Status::Ok();
+    return {SlotData(t, slot), block_bytes_};
+  }
+  *copied = CopySlotToHost(t, slot, staging.data());
+  if (!copied->ok()) return {};
+  MutexLock lock(&mu_);
+  stats_.staged_copy_bytes += block_bytes_;
+  return staging.first(block_bytes_);
 }
 
 void EngineImpl::ReadFromSsd(std::span<SsdReadItem> items) {
@@ -312,7 +368,8 @@ Status EngineImpl::PromoteFromSsd(const BlockKey& key) {
     if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting)) {
       return Status::Ok();  // Already (or about to be) in memory.
     }
-    KV_ASSIGN_OR_RETURN(slot, AllocateSlot(MemTier::kHost, VictimFilter::kAny));
+    KV_ASSIGN_OR_RETURN(slot,
+                        AllocateSlot(MemTier::kHost, VictimFilter::kAny, EvictWrites::kToCleaner));
     e = index_.Find(key);
     if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting ||
                          e->copy[TierIndex(MemTier::kHost)] != CopyState::kNone)) {

@@ -2,6 +2,7 @@
 #include "bench_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -40,6 +42,7 @@ struct BenchEngineReport {
   uint64_t host_hits = 0, ssd_hits = 0, remote_hits = 0;
   uint64_t host_evictions = 0, ssd_evictions = 0, host_writebacks = 0, remote_puts = 0;
   uint64_t store_blocks = 0;
+  uint64_t store_busy_retries = 0;  // Stores tried again after Busy (write-back in progress).
   double load_ms_median = 0, store_ms_median = 0, request_ms_median = 0;
   bool remote = false;
   uint64_t remote_put_errors = 0;
@@ -47,6 +50,9 @@ struct BenchEngineReport {
 };
 
 namespace {
+
+// A trace Store that stays Busy this many times in a row (a millisecond apart) fails the run.
+constexpr uint32_t kStoreBusyRetriesMax = 10'000;
 
 // Fills `out` with bytes from `rng` (incompressible, like a codec-less block).
 void FillRandom(std::mt19937_64& rng, std::span<std::byte> out) {
@@ -192,6 +198,7 @@ void Print(const BenchEngineReport& r, bool json) {
   t["ssd_bytes"] = r.ssd_bytes;
   t["blocks_requested"] = r.blocks_requested;
   t["blocks_stored"] = r.store_blocks;
+  t["store_busy_retries"] = r.store_busy_retries;
   nlohmann::ordered_json hit;
   hit["host"] = hit_host;
   hit["ssd"] = hit_ssd;
@@ -415,13 +422,22 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
           FillRandom(rng, {buffers[b].data(), buffers[b].size()});
         }
         const double before_store = request.Seconds();
-        KV_ASSIGN_OR_RETURN(
-            std::unique_ptr<StoreHandle> h,
-            engine->Store(ns, prompt,
-                          Spans<const std::byte>(buffers, cached * layout.layers,
-                                                 (full - cached) * layout.layers, block),
-                          StoreOptions{.first_chunk = cached}));
-        KV_RETURN_IF_ERROR(h->Wait());
+        // Busy: the host tier's victims are being written back by the engine's cleaner; tried
+        // again after a millisecond, for at most kStoreBusyRetriesMax times.
+        Result<std::unique_ptr<StoreHandle>> h = Status::Busy("not tried");
+        for (uint32_t attempt = 0; attempt <= kStoreBusyRetriesMax; ++attempt) {
+          if (attempt != 0) {
+            ++report->store_busy_retries;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          h = engine->Store(ns, prompt,
+                            Spans<const std::byte>(buffers, cached * layout.layers,
+                                                   (full - cached) * layout.layers, block),
+                            StoreOptions{.first_chunk = cached});
+          if (!h.status().IsBusy() || Interrupted()) break;
+        }
+        KV_RETURN_IF_ERROR(h.status());
+        KV_RETURN_IF_ERROR((*h)->Wait());
         store_ms.push_back((request.Seconds() - before_store) * 1e3);
         request_ms.push_back(load_ms.back() + store_ms.back());
       } else {

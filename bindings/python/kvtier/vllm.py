@@ -607,7 +607,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._pending_saves.append((op, save))
                 self._count(saves=1, saved_chunks=op.chunks - op.first_chunk,
                             gathered_bytes=save.bytes_gathered)
-            except kvtier.Error as e:  # Busy: memory tiers full of pinned blocks; a future miss.
+            except kvtier.Error as e:  # Busy (pinned, or dirty blocks being written back): a miss.
                 logger.warning("kvtier: store of request %s skipped: %s", op.req_id, e)
                 self._count(save_failures=1)
                 save.close()

@@ -2,9 +2,10 @@
 # Goal: `kvtier bench engine` prints one JSON object with the host tier's put/get throughput
 # beside memcpy (all > 0, with their ratios) and a multi-turn trace replayed through host + SSD
 # tiers whose small host tier makes blocks spill: hit ratios per tier in [0, 1] with both tiers
-# serving hits, bytes per link > 0, evictions, medians; with --redis, the remote tier's hit ratio
-# and bytes too (blocks put into it > 0, no failed puts); the SSD scratch directory is gone afterwards (and after Ctrl-C, exit 130); text
-# output names each part; bad flags exit 2 with one line.
+# serving hits, bytes per link > 0, evictions, medians, Busy retries counted; with --redis, the
+# remote tier's hit ratio and bytes too (blocks put into it > 0, no failed puts); the SSD scratch
+# directory is gone afterwards (and after Ctrl-C, exit 130); text output names each part; bad
+# flags exit 2 with one line.
 # Method: small layouts and traces (a few MiB); the JSON is parsed with python3; --dir points
 # into a temporary directory that must be empty afterwards. The Redis run starts a redis-server
 # on a free loopback port when redis-server is installed (skipped with a line otherwise).
@@ -71,6 +72,9 @@ for k in ["load_ms_median", "store_ms_median", "request_ms_median"]:
         errors.append(f"trace.{k} = {t[k]}")
 if not t["blocks_requested"] > 0 or not t["blocks_stored"] > 0:
     errors.append("no blocks")
+# Stores that found only dirty victims were Busy while the cleaner wrote them back, and retried.
+if not (isinstance(t.get("store_busy_retries"), int) and t["store_busy_retries"] >= 0):
+    errors.append(f"store_busy_retries {t.get('store_busy_retries')}")
 if errors:
     print("\n".join(errors))
     sys.exit(1)
