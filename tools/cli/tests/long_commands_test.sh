@@ -140,12 +140,13 @@ rc=0
   rc=$?
 [[ ! -e "$TMP/new5" ]] || fail "demo_json: the --dir it made is still there"
 [[ $rc -eq 0 ]] || fail "demo_json: exit $rc: $(cat "$TMP/err")"
-check_json "$TMP/out" model kv_layout block_bytes turns turn1_over_turn2_compute passed error ||
+check_json "$TMP/out" model kv_layout block_bytes turns turn1_over_turn2_compute \
+  turn1_over_turn2_ttft turn1_over_restart_ttft passed error ||
   fail "demo_json: $(cat "$TMP/out")"
 python3 -c 'import json,sys; d=json.load(sys.stdin); t=d["turns"]
 assert d["passed"] is True and len(t) == 4, d
 for k in ("turn", "title", "tenant", "prompt_tokens", "cached_tokens", "computed_tokens",
-          "cached_chunks_per_tier", "compute_ms", "stored_chunks", "fell_back"):
+          "cached_chunks_per_tier", "compute_ms", "ttft_ms", "stored_chunks", "fell_back"):
     assert all(k in x for x in t), k
 assert t[1]["cached_tokens"] > 0 and t[2]["cached_tokens"] == 0 and t[3]["cached_tokens"] > 0
 assert "logits_relative_gap" in t[1] and "reference_ms" in t[3]' <"$TMP/out" ||
