@@ -80,6 +80,8 @@ std::unique_ptr<Command> MakeClearCommand(CLI::App* app);
 std::unique_ptr<Command> MakeRunCommand(CLI::App* app);
 // cmd_chat.cc: multi-turn conversation from stdin; earlier turns are loaded from the cache.
 std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
+// cmd_preload.cc: warms a cache directory with the KV of a document or a trace of prompts.
+std::unique_ptr<Command> MakePreloadCommand(CLI::App* app);
 
 // cmd_numa.cc: NUMA nodes, CPU-less ones marked as CXL candidates, with free memory.
 std::unique_ptr<Command> MakeNumaCommand(CLI::App* app);
