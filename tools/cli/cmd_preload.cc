@@ -29,7 +29,8 @@ struct PreloadTotals {
   uint64_t tokens = 0, tokens_done = 0, computed_tokens = 0;
   uint64_t chunks = 0, chunks_stored = 0, chunks_present = 0;
   uint64_t bytes_written = 0;
-  double seconds = 0;
+  uint64_t compute_us = 0, store_us = 0;
+  double seconds = 0, flush_seconds = 0;
   bool interrupted = false;
 };
 
@@ -136,6 +137,8 @@ Status PreloadCommand::Preload(PreloadTotals* t) {
     t->chunks_present += st->present_chunks;
     t->chunks_stored += st->stored_chunks;
     t->computed_tokens += st->computed_tokens;
+    t->compute_us += st->compute_us;
+    t->store_us += st->store_us;
     if (st->stopped) {
       t->interrupted = true;
       break;
@@ -150,7 +153,9 @@ Status PreloadCommand::Preload(PreloadTotals* t) {
   }
   // What was stored is made durable whatever happened: an interrupted or failed preload keeps its
   // work for the next one.
+  const uint64_t flush_start = SteadyNowUs();
   const Status flushed = session->Flush();
+  t->flush_seconds = static_cast<double>(SteadyNowUs() - flush_start) / 1e6;
   t->seconds = static_cast<double>(SteadyNowUs() - t0) / 1e6;
   const uint64_t live_after = session->SsdLiveBytes();
   t->bytes_written = live_after > live_before ? live_after - live_before : 0;
@@ -185,6 +190,9 @@ void PreloadCommand::PrintJson(const PreloadTotals& t) const {
       {"chunks_present", t.chunks_present},
       {"bytes_written", t.bytes_written},
       {"seconds", t.seconds},
+      {"compute_seconds", static_cast<double>(t.compute_us) / 1e6},
+      {"store_seconds", static_cast<double>(t.store_us) / 1e6},
+      {"flush_seconds", t.flush_seconds},
       {"computed_tokens_per_s",
        t.seconds > 0 ? static_cast<double>(t.computed_tokens) / t.seconds : 0.0},
       {"interrupted", t.interrupted},

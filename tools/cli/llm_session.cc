@@ -215,6 +215,8 @@ Result<LlmSession::CacheChunksStats> LlmSession::CacheChunks(
   KV_RETURN_IF_ERROR(first.store_status);
   st.stored_chunks += first.stored_chunks;
   st.computed_tokens += first.computed_tokens;
+  st.compute_us += first.compute_us;
+  st.store_us += first.store_us;
   while (true) {
     const bool go_on = after_step(done * block_tokens);
     if (done == st.chunks) break;
@@ -225,13 +227,17 @@ Result<LlmSession::CacheChunksStats> LlmSession::CacheChunks(
     const size_t next = std::min(st.chunks, done + step_chunks);
     const std::span<const uint32_t> step =
         full.subspan(done * block_tokens, (next - done) * block_tokens);
+    const uint64_t t0 = SteadyNowUs();
     KV_RETURN_IF_ERROR(model_->Forward(step, static_cast<uint32_t>(done * block_tokens), *kv_,
                                        no_logits, &none));
+    const uint64_t t1 = SteadyNowUs();
     st.computed_tokens += step.size();
     KV_ASSIGN_OR_RETURN(size_t stored, runtime::StoreKvChunks(*engine_, ns_,
                                                               full.first(next * block_tokens),
                                                               *kv_, {}));
     st.stored_chunks += stored;
+    st.compute_us += t1 - t0;
+    st.store_us += SteadyNowUs() - t1;
     done = next;
   }
   return st;

@@ -99,6 +99,8 @@ class LlmSession {
     size_t present_chunks = 0;   // Already in the cache (Lookup): not computed again.
     size_t stored_chunks = 0;    // Computed and newly taken by the engine.
     size_t computed_tokens = 0;  // Tokens run through the model.
+    uint64_t compute_us = 0;     // In the model (and loading the chunks found, which overlaps).
+    uint64_t store_us = 0;       // Storing the computed chunks (written through to the SSD).
     bool stopped = false;        // `after_step` said stop while chunks were left.
   };
   // Makes the cache hold every full chunk of `tokens` (a prompt as Prefill takes it, at most

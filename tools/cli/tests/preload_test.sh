@@ -47,12 +47,14 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 keys = ["prompts", "prompts_done", "tokens", "tokens_done", "computed_tokens", "block_tokens",
         "chunks", "chunks_stored", "chunks_present", "bytes_written", "seconds",
-        "computed_tokens_per_s", "interrupted", "cache_dir"]
+        "compute_seconds", "store_seconds", "flush_seconds", "computed_tokens_per_s",
+        "interrupted", "cache_dir"]
 assert list(j) == keys, list(j)
 assert j["prompts"] == j["prompts_done"] == 1 and j["tokens"] == j["tokens_done"] > 32, j
 assert j["chunks"] == j["tokens"] // 16 and j["chunks_stored"] == j["chunks"], j
 assert j["chunks_present"] == 0 and j["interrupted"] is False and j["bytes_written"] > 0, j
 assert j["computed_tokens"] == j["chunks"] * 16, j
+assert 0 < j["compute_seconds"] and 0 < j["store_seconds"], j
 PY
 fi
 chunks=$(field "$TMP/p1.json" chunks 2>/dev/null || echo 0)
