@@ -124,10 +124,11 @@ nlohmann::ordered_json ToJson(const ssd::StatsReport& r, size_t dirs,
 
 void PrintText(const ssd::StatsReport& r, size_t dirs, const std::vector<Filesystem>& fss) {
   const auto bytes = [](uint64_t b) { return Progress::FormatBytes(static_cast<double>(b)); };
-  std::printf("cache %s: %zu director%s, %llu segments of %s, %s on disk\n",
+  std::printf("cache %s: %zu director%s, %llu segment%s of %s, %s on disk\n",
               r.cache_id.empty() ? "(no MANIFEST)" : r.cache_id.c_str(), dirs,
               dirs == 1 ? "y" : "ies", static_cast<unsigned long long>(r.segments),
-              bytes(r.segment_bytes).c_str(), bytes(r.disk_bytes).c_str());
+              r.segments == 1 ? "" : "s", bytes(r.segment_bytes).c_str(),
+              bytes(r.disk_bytes).c_str());
   for (const Filesystem& f : fss) {
     std::printf("  %s: on a filesystem of %s, %s available\n", f.dir.c_str(),
                 bytes(f.capacity_bytes).c_str(), bytes(f.available_bytes).c_str());
