@@ -39,9 +39,10 @@ Status RefuseDamage(const VerifyReport& r) {
   if (p.offset_end > p.offset_begin) {
     where += " offset " + std::to_string(p.offset_begin) + ".." + std::to_string(p.offset_end);
   }
+  const size_t n = r.problems.size();
   return Status::Corruption("the cache is damaged: " + where + ": " + p.what + " (" +
-                            std::to_string(r.problems.size()) +
-                            " problems; kvtier verify lists them, kvtier repair fixes them)");
+                            std::to_string(n) + (n == 1 ? " problem" : " problems") +
+                            "; kvtier verify lists them all, kvtier repair fixes them)");
 }
 
 }  // namespace

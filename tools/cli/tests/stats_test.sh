@@ -127,6 +127,6 @@ with open(sys.argv[1], "r+b") as f:
 run verify "${DIRS[@]}"
 problem=$(head -n 1 "$TMP/out")
 expect_fail damaged 1 "the cache is damaged: $problem" stats "${DIRS[@]}"
-grep -qF "kvtier verify lists them" "$TMP/err" || fail "damaged: no pointer to verify: $(cat "$TMP/err")"
+grep -qF "kvtier verify lists them all" "$TMP/err" || fail "damaged: no pointer to verify: $(cat "$TMP/err")"
 
 finish stats
