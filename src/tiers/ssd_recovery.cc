@@ -58,6 +58,7 @@ Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFi
     return Status::Ok();
   }
   seg->segment_bytes = h->segment_bytes;
+  seg->created_wall_us = h->created_wall_us;
   return Status::Ok();
 }
 

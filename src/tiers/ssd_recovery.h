@@ -56,6 +56,7 @@ struct SegmentFile {
   std::string path;
   uint64_t segment_bytes = 0;  // From its header block; 0 for a bad segment.
   uint64_t file_bytes = 0;     // The file's size at open; 0 for a bad segment.
+  uint64_t created_wall_us = 0;  // From its header block (informational); 0 for a bad segment.
   // Not OK for a bad segment (§2): why. Anything named like a segment that is not a regular file
   // (a directory, FIFO, socket, device, or a symlink to one) is a bad segment too, opened
   // without blocking and never read.

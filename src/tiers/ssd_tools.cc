@@ -74,12 +74,7 @@ Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs)
   KV_ASSIGN_OR_RETURN(ToolListing listing, ListCache(env, dirs));
   report.other_files = listing.other_files;
   InspectCheckpoint(env, listing, dirs.size(), &report);
-  struct Newest {
-    uint64_t sequence = 0;
-    uint64_t record_bytes = 0;
-    bool tombstone = false;
-  };
-  std::unordered_map<BlockKey, Newest> newest;
+  NewestRecords newest;
   uint64_t total_bytes = 0;
   for (SegmentFile& seg : listing.segments) {
     InspectSegment is{.path = seg.path,
@@ -95,9 +90,7 @@ Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs)
                                         is.tombstones += h.tombstone() ? 1u : 0u;
                                         total_bytes += rb;
                                         ++report.records_per_layout[ToHex(h.layout_digest)];
-                                        Newest& n = newest[h.key];
-                                        if (h.sequence > n.sequence)
-                                          n = {h.sequence, rb, h.tombstone()};
+                                        KeepNewest(SummarizeRecord(h), seg.segment_id, &newest);
                                       }));
       is.valid_bytes = scan.end_offset;
       if (scan.stop == ScanStop::kInvalid) is.stop_reason = scan.reason.ToString();
@@ -108,9 +101,9 @@ Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs)
     report.segments.push_back(std::move(is));
   }
   for (const auto& [key, n] : newest) {
-    if (n.tombstone) continue;
+    if (n.record.tombstone) continue;
     ++report.blocks;
-    report.live_bytes += n.record_bytes;
+    report.live_bytes += RecordBytesForPayload(n.record.payload_bytes);
   }
   report.dead_bytes += total_bytes - report.live_bytes;
   return report;

@@ -1,15 +1,15 @@
-// Library side of `kvtier inspect`, `verify`, `repair`, `clear` and `bench ssd|ssd-reopen` for
-// the SSD tier. InspectDir and VerifyDir are read-only walks over the directories of one cache
-// with the scanner recovery uses (VerifyDir going on past damage); RepairDir and ClearDir change
-// it (docs/ssd_format.md §11). BenchSsd and BenchReopen drive a real SsdTier in a fresh
-// subdirectory of each given directory and remove it afterwards (unless asked to keep it). The
-// CLI formats the results.
+// Library side of `kvtier inspect`, `stats`, `verify`, `repair`, `clear` and
+// `bench ssd|ssd-reopen` for the SSD tier. InspectDir, StatsDir and VerifyDir are read-only walks
+// over the directories of one cache with the scanner recovery uses (VerifyDir and StatsDir going
+// on past damage); RepairDir and ClearDir change it (docs/ssd_format.md §11). BenchSsd and
+// BenchReopen drive a real SsdTier in a fresh subdirectory of each given directory and remove it
+// afterwards (unless asked to keep it). The CLI formats the results.
 //
 // Thread safety: free functions. The cache tools take the directories' LOCK (ssd_dir_lock.h):
-// VerifyDir shared, RepairDir and ClearDir exclusive, all refusing (Busy) a running tier;
-// InspectDir reads a running tier's directories as a snapshot that may miss the newest records
-// and says so (InspectReport::in_use). The benchmarks use only the directories they create.
-// Ownership: the Env is borrowed.
+// VerifyDir and StatsDir shared, RepairDir and ClearDir exclusive, all refusing (Busy) a running
+// tier; InspectDir reads a running tier's directories as a snapshot that may miss the newest
+// records and says so (InspectReport::in_use). The benchmarks use only the directories they
+// create. Ownership: the Env is borrowed.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,63 @@ Status CheckCacheDirs(Env* env, const std::vector<std::string>& dirs);
 
 // InvalidArgument when `dirs` are not one cache (as VerifyDir); fails otherwise only on I/O errors.
 Result<InspectReport> InspectDir(Env* env, const std::vector<std::string>& dirs);
+
+// `kvtier stats`: the live blocks of a cache by age, layout and codec. Keys are salted hashes
+// (docs/key_format.md), so a record shows no tenant: the layout digest is its only namespace, and
+// no key material appears in a report.
+struct StatsAgeBucket {
+  uint64_t max_age_s = 0;  // Blocks younger than this; 0 for the last bucket (older than all).
+  uint64_t blocks = 0;
+  uint64_t live_bytes = 0;
+};
+
+// The bucket bounds of StatsReport::age: 1 minute, 10 minutes, 1 hour, 1 day, 7 days, 30 days.
+inline constexpr uint64_t kStatsAgeBoundsS[] = {60, 600, 3600, 86400, 7 * 86400, 30 * 86400};
+
+struct StatsLayout {
+  std::string id;  // The first 16 hex digits of the layout digest (KvLayout::LayoutDigest).
+  uint64_t blocks = 0;
+  uint64_t chunks = 0;  // Distinct chunk hashes among them.
+  uint32_t layers = 0;  // Distinct layer indexes among them.
+  uint64_t live_bytes = 0;
+  uint64_t raw_bytes = 0;  // Their size before encoding.
+  uint64_t sealed_blocks = 0;
+  std::map<uint8_t, uint64_t> blocks_per_codec;  // Record codec id -> blocks.
+};
+
+struct StatsReport {
+  std::string cache_id;       // The MANIFEST's (32 hex digits); "" for a cache without one.
+  uint64_t segment_bytes = 0;  // The configured segment size (0 when no segment tells it).
+  uint64_t segments = 0;
+  uint64_t disk_bytes = 0;  // Bytes of the segment files.
+  // As InspectDir counts them: live is the record bytes of the newest record of each key that is
+  // not a tombstone; dead is the rest of the segment files after their header blocks.
+  uint64_t blocks = 0;
+  uint64_t chunks = 0;  // Distinct chunk hashes of the live blocks.
+  uint64_t live_bytes = 0;
+  uint64_t dead_bytes = 0;
+  uint64_t raw_bytes = 0;        // The live blocks' size before encoding.
+  uint64_t expired_blocks = 0;   // Live blocks past their TTL at `now` (a read misses them).
+  uint64_t erased_keys = 0;      // Keys whose newest record is a tombstone.
+  uint64_t sequence_min = 0, sequence_max = 0;  // Of the live blocks (0, 0 when none).
+  // Creation times of the oldest and newest segment holding a live block (0 when none).
+  uint64_t oldest_segment_wall_us = 0, newest_segment_wall_us = 0;
+  // Live blocks by age. Records carry no write time: a block's age is taken from the creation
+  // time of the segment holding it, which is at or before its write, so a block is at most as
+  // old as its bucket says. Reclaim re-appends the blocks it keeps, which makes them young again.
+  std::vector<StatsAgeBucket> age;
+  std::vector<StatsLayout> layouts;  // Most blocks first.
+  bool checkpoint_present = false;
+};
+
+// Reads every record of the cache in `dirs` (in their configured order) and summarizes its live
+// blocks; `now_wall_us` is the wall clock the ages and expiries are measured at. Read-only: takes
+// the directories' shared lock, as VerifyDir does, and refuses what VerifyDir refuses (Busy
+// naming the holder's pid for a cache a tier holds; InvalidArgument for directories that are not
+// one cache). A cache VerifyDir finds a problem in is refused too: Corruption naming the first
+// problem and how many there are.
+Result<StatsReport> StatsDir(Env* env, const std::vector<std::string>& dirs,
+                             uint64_t now_wall_us);
 
 // One finding of VerifyDir: a bad segment, a damaged byte range of a segment, or a disagreement
 // between the checkpoint and the segments.

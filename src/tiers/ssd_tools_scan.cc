@@ -108,6 +108,23 @@ Result<uint64_t> SkipZeros(SegmentFile& seg, uint64_t offset, AlignedBuffer& chu
 
 }  // namespace
 
+RecordSummary SummarizeRecord(const RecordHeader& h) {
+  return {.key = h.key,
+          .payload_bytes = h.payload_bytes,
+          .raw_bytes = h.raw_bytes,
+          .codec_id = h.codec_id,
+          .tombstone = h.tombstone(),
+          .sealed = h.sealed(),
+          .sequence = h.sequence,
+          .expiry_wall_us = h.expiry_wall_us,
+          .layout_digest = h.layout_digest};
+}
+
+void KeepNewest(const RecordSummary& r, uint64_t segment_id, NewestRecords* newest) {
+  auto [it, fresh] = newest->try_emplace(r.key, NewestRecord{r, segment_id});
+  if (!fresh && r.sequence > it->second.record.sequence) it->second = {r, segment_id};
+}
+
 bool IsCacheFileName(std::string_view name) {
   const size_t bad = name.find(".bad");
   if (bad != std::string_view::npos) {
@@ -206,14 +223,7 @@ Result<SegmentCheck> CheckSegment(SegmentFile& seg) {
         SegmentScan scan,
         ScanSegment(
             *seg.file, seg.segment_id, seg.segment_bytes, offset,
-            [&](const RecordHeader& h, uint64_t at) {
-              check.records[at] = {.key = h.key,
-                                   .payload_bytes = h.payload_bytes,
-                                   .raw_bytes = h.raw_bytes,
-                                   .codec_id = h.codec_id,
-                                   .tombstone = h.tombstone(),
-                                   .sequence = h.sequence};
-            },
+            [&](const RecordHeader& h, uint64_t at) { check.records[at] = SummarizeRecord(h); },
             &scratch));
     offset = scan.end_offset;
     if (scan.stop == ScanStop::kInvalid) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/block_key.h"
@@ -21,6 +22,7 @@
 #include "kvtier/result.h"
 #include "tiers/ssd_checkpoint.h"
 #include "tiers/ssd_manifest.h"
+#include "tiers/ssd_record.h"
 #include "tiers/ssd_recovery.h"
 #include "tiers/ssd_tools.h"
 
@@ -60,15 +62,32 @@ Status CheckOneCache(Env* env, const std::vector<std::string>& dirs);
 // and checks each segment's header block, and sorts the other names.
 Result<ToolListing> ListCache(Env* env, const std::vector<std::string>& dirs);
 
-// What a valid record says about itself, for comparing with checkpoint entries.
+// What a valid record says about itself, for comparing with checkpoint entries and for the
+// summaries of inspect and stats.
 struct RecordSummary {
   BlockKey key;
   uint32_t payload_bytes = 0;
   uint32_t raw_bytes = 0;
   uint8_t codec_id = 0;
   bool tombstone = false;
+  bool sealed = false;
   uint64_t sequence = 0;
+  uint64_t expiry_wall_us = 0;  // 0 = never expires.
+  Hash256 layout_digest{};
 };
+
+RecordSummary SummarizeRecord(const RecordHeader& h);
+
+// The newest record of each key among the records of a cache, as recovery would index them:
+// a key is live when its newest record is not a tombstone.
+struct NewestRecord {
+  RecordSummary record;
+  uint64_t segment_id = 0;  // The segment holding it.
+};
+using NewestRecords = std::unordered_map<BlockKey, NewestRecord>;
+
+// Keeps `r`, found in segment `segment_id`, when it is newer than what `newest` holds for its key.
+void KeepNewest(const RecordSummary& r, uint64_t segment_id, NewestRecords* newest);
 
 // A damaged byte range [begin, end) of a segment file, with why its first record is invalid.
 struct BadRegion {

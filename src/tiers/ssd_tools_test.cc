@@ -1,4 +1,5 @@
-// Goal: check that InspectDir counts blocks, live and dead bytes; that VerifyDir reports every
+// Goal: check that InspectDir counts blocks, live and dead bytes; that StatsDir summarizes the
+// live blocks by layout, codec and age and refuses a damaged cache; that VerifyDir reports every
 // damaged region (going on past each, so later records are still checked) and every disagreement
 // between the checkpoint and the segments; that FIFOs and directories named like cache files are
 // reported, never waited on; that directories of two caches are refused, and so is a cache a
@@ -145,6 +146,107 @@ TEST(SsdToolsTest, InspectAndVerify) {
   EXPECT_EQ(v->problems[0].path, seg);
   EXPECT_NE(v->problems[1].what.find("the record there is damaged"), std::string::npos);
   EXPECT_EQ(v->records_verified, 10u);
+}
+
+// StatsDir counts what recovery would index: the newest record of each key, by layout and codec,
+// with the chunks, layers, erased keys and expired blocks among them; blocks are aged by their
+// segment's creation time; live and dead bytes agree with InspectDir; nothing in the report is
+// key material; a damaged cache is refused with what verify says.
+TEST(SsdToolsTest, StatsSummarizesLiveBlocks) {
+  Result<ScopedTempDir> dir = ScopedTempDir::Create();
+  ASSERT_TRUE(dir.ok());
+  std::unique_ptr<Env> env = NewPosixEnv();
+  const SsdTierOptions o = SmallTier({dir->Join("d0"), dir->Join("d1")});
+  const uint64_t before_us = env->clock()->WallMicros();
+  {
+    Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, env.get());
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    ASSERT_TRUE(ssd_test::Put(**tier, 0, 10, kPayload).ok());           // Layout 0x42, codec 3.
+    ASSERT_TRUE(ssd_test::Put(**tier, 0, 1, kPayload, 0, 2).ok());      // Supersedes block 0.
+    const BlockKey erased = ssd_test::Key(9);
+    ASSERT_TRUE((*tier)->Erase(std::span(&erased, 1)).ok());
+    // Another layout: two chunks of three layers each, codec 1, with a TTL of one second.
+    const std::vector<std::byte> payload = ssd_test::Payload(0, 1000);
+    std::vector<SsdBlockWrite> writes;
+    for (uint8_t chunk = 0; chunk < 2; ++chunk) {
+      for (uint32_t layer = 0; layer < 3; ++layer) {
+        SsdBlockWrite w;
+        w.key.chunk_hash.fill(chunk);
+        w.key.layer = layer;
+        w.layout_digest = ssd_test::Layout(0x17);
+        w.codec_id = 1;
+        w.raw_bytes = 1000;
+        w.payload = payload;
+        w.ttl_us = 1'000'000;
+        writes.push_back(w);
+      }
+    }
+    ASSERT_TRUE((*tier)->WriteBatchSync(writes).ok());
+    ASSERT_TRUE((*tier)->Close().ok());
+  }
+  const uint64_t after_us = env->clock()->WallMicros();
+  Result<ssd::StatsReport> r = ssd::StatsDir(env.get(), o.dirs, after_us);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->blocks, 9u + 6u);
+  EXPECT_EQ(r->chunks, 9u + 2u);
+  EXPECT_EQ(r->erased_keys, 1u);
+  EXPECT_EQ(r->expired_blocks, 0u);
+  EXPECT_EQ(r->cache_id.size(), 32u);
+  EXPECT_EQ(r->segment_bytes, o.segment_bytes);
+  EXPECT_TRUE(r->checkpoint_present);
+  EXPECT_EQ(r->raw_bytes, 9u * 2 * kPayload + 6u * 1000);
+  EXPECT_EQ(r->live_bytes, 9u * kRecord + 6u * 4096);
+  Result<ssd::InspectReport> inspect = ssd::InspectDir(env.get(), o.dirs);
+  ASSERT_TRUE(inspect.ok());
+  EXPECT_EQ(r->blocks, inspect->blocks);
+  EXPECT_EQ(r->live_bytes, inspect->live_bytes);
+  EXPECT_EQ(r->dead_bytes, inspect->dead_bytes);
+  EXPECT_EQ(r->segments, inspect->segments.size());
+  ASSERT_EQ(r->layouts.size(), 2u);
+  EXPECT_EQ(r->layouts[0].id, "4242424242424242");
+  EXPECT_EQ(r->layouts[0].blocks, 9u);
+  EXPECT_EQ(r->layouts[0].chunks, 9u);
+  EXPECT_EQ(r->layouts[0].layers, 7u);
+  EXPECT_EQ(r->layouts[0].blocks_per_codec, (std::map<uint8_t, uint64_t>{{3, 9}}));
+  EXPECT_EQ(r->layouts[1].id, "1717171717171717");
+  EXPECT_EQ(r->layouts[1].blocks, 6u);
+  EXPECT_EQ(r->layouts[1].chunks, 2u);
+  EXPECT_EQ(r->layouts[1].layers, 3u);
+  EXPECT_EQ(r->layouts[1].raw_bytes, 6000u);
+  EXPECT_EQ(r->layouts[1].blocks_per_codec, (std::map<uint8_t, uint64_t>{{1, 6}}));
+  EXPECT_EQ(r->layouts[1].sealed_blocks, 0u);
+  // Sequences: 10 writes, a rewrite (11), a tombstone (12), 6 writes (13..18); block 1 is the
+  // oldest live one.
+  EXPECT_EQ(r->sequence_min, 2u);
+  EXPECT_EQ(r->sequence_max, 18u);
+  EXPECT_GE(r->oldest_segment_wall_us, before_us);
+  EXPECT_LE(r->newest_segment_wall_us, after_us);
+  ASSERT_EQ(r->age.size(), std::size(ssd::kStatsAgeBoundsS) + 1);
+  EXPECT_EQ(r->age[0].max_age_s, 60u);
+  EXPECT_EQ(r->age[0].blocks, 15u);
+  EXPECT_EQ(r->age[0].live_bytes, r->live_bytes);
+  EXPECT_EQ(r->age.back().max_age_s, 0u);
+
+  // Seen 40 days later: everything is in the last bucket and the TTL'd blocks have expired.
+  r = ssd::StatsDir(env.get(), o.dirs, after_us + uint64_t{40} * 86400 * 1'000'000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->age[0].blocks, 0u);
+  EXPECT_EQ(r->age.back().blocks, 15u);
+  EXPECT_EQ(r->expired_blocks, 6u);
+  // Two hours later: the "< 1 day" bucket.
+  r = ssd::StatsDir(env.get(), o.dirs, after_us + uint64_t{2} * 3600 * 1'000'000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->age[3].max_age_s, 86400u);
+  EXPECT_EQ(r->age[3].blocks, 15u);
+
+  // Damage: refused, naming the problem as verify does.
+  const std::string seg = Segments(o.dirs[0]).at(0);
+  FlipByte(seg, 4096 + 500);
+  r = ssd::StatsDir(env.get(), o.dirs, after_us);
+  ASSERT_TRUE(r.status().IsCorruption()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(seg + " offset 4096..69632"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("kvtier verify lists them all"), std::string::npos);
 }
 
 // A bad header is skipped by resynchronising on the next valid record header; a zeroed record is
@@ -328,6 +430,7 @@ TEST(SsdToolsTest, ToolsRefuseADirectoryInUse) {
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   const std::string pid = "process " + std::to_string(::getpid());
   for (const Status& s : {ssd::VerifyDir(env.get(), o.dirs).status(),
+                          ssd::StatsDir(env.get(), o.dirs, 0).status(),
                           ssd::RepairDir(env.get(), o.dirs).status(),
                           ssd::ClearDir(env.get(), o.dirs).status()}) {
     EXPECT_TRUE(s.IsBusy()) << s.ToString();

@@ -68,6 +68,8 @@ std::unique_ptr<Command> MakeSelfcheckCommand(CLI::App* app);
 std::unique_ptr<Command> MakeBenchCommand(CLI::App* app);
 // cmd_inspect.cc: segments, live/dead bytes, blocks and layouts of an SSD cache directory.
 std::unique_ptr<Command> MakeInspectCommand(CLI::App* app);
+// cmd_stats.cc: occupancy, live/dead bytes, ages, layouts and codecs of an SSD cache (read-only).
+std::unique_ptr<Command> MakeStatsCommand(CLI::App* app);
 // cmd_verify.cc: checks every record and checkpoint entry of an SSD cache; non-zero exit on damage.
 std::unique_ptr<Command> MakeVerifyCommand(CLI::App* app);
 // cmd_repair.cc: drops the damaged parts of an SSD cache and rebuilds its checkpoint.
@@ -78,6 +80,8 @@ std::unique_ptr<Command> MakeClearCommand(CLI::App* app);
 std::unique_ptr<Command> MakeRunCommand(CLI::App* app);
 // cmd_chat.cc: multi-turn conversation from stdin; earlier turns are loaded from the cache.
 std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
+// cmd_preload.cc: warms a cache directory with the KV of a document or a trace of prompts.
+std::unique_ptr<Command> MakePreloadCommand(CLI::App* app);
 
 // cmd_numa.cc: NUMA nodes, CPU-less ones marked as CXL candidates, with free memory.
 std::unique_ptr<Command> MakeNumaCommand(CLI::App* app);

@@ -12,6 +12,7 @@
 
 #include "byte_size.h"
 #include "command.h"
+#include "prompt_source.h"
 
 namespace kvtier::cli {
 namespace {
@@ -20,16 +21,6 @@ std::string Trimmed(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
   const size_t b = s.find_last_not_of(" \t");
   return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
-
-// Reads `in` to its end into *out.
-Status ReadAll(std::FILE* in, const std::string& what, std::string* out) {
-  out->clear();
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) out->append(buffer, n);
-  if (std::ferror(in)) return Status::FromErrno(errno, what);
-  return Status::Ok();
 }
 
 std::string Format(double v) {
@@ -234,17 +225,18 @@ CLI::Validator ByteSize(uint64_t lo, uint64_t hi) {
       "SIZE " + range);
 }
 
-void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* steps_help) {
+namespace {
+
+void AddModelFileFlags(CLI::App* c, ModelFlags* f) {
   c->option_defaults()->always_capture_default();
   c->add_option("-m,--model", f->session.model_path, "A llama2.c checkpoint or GGUF file")
       ->required();
   c->add_option("--tokenizer", f->session.tokenizer_path,
                 "The tokenizer of a llama2.c checkpoint (GGUF files carry theirs; giving one "
                 "with a GGUF file is an error)");
-  if (with_prompt) {
-    c->add_option("-p,--prompt", f->prompt, "Text to continue; - reads it from stdin");
-    c->add_option("-f,--prompt-file", f->prompt_file, "Read the prompt from this file");
-  }
+}
+
+void AddSamplingFlags(CLI::App* c, ModelFlags* f, const char* steps_help) {
   c->add_option("-n,--steps,--max-tokens", f->steps, steps_help)
       ->check(WholeNumber(1, 1u << 20));
   c->add_option("--temp,--temperature", f->sampler.temperature, "0: greedy")
@@ -262,6 +254,9 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
             return std::string();
           },
           "INT (-1: random)"));
+}
+
+void AddCacheFlags(CLI::App* c, ModelFlags* f) {
   c->add_option("--cache-dir", f->session.cache_dir,
                 "SSD tier directory: cached prompt prefixes persist across runs")
       ->envname("KVTIER_CACHE_DIR");
@@ -276,6 +271,23 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
   c->add_option("--metrics-file", f->metrics_file,
                 "Write the cache's counters here at exit (Prometheus text format)");
   AddEngineOptionFlags(c, f);
+}
+
+}  // namespace
+
+void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* steps_help) {
+  AddModelFileFlags(c, f);
+  if (with_prompt) {
+    c->add_option("-p,--prompt", f->prompt, "Text to continue; - reads it from stdin");
+    c->add_option("-f,--prompt-file", f->prompt_file, "Read the prompt from this file");
+  }
+  AddSamplingFlags(c, f, steps_help);
+  AddCacheFlags(c, f);
+}
+
+void AddModelCacheFlags(CLI::App* c, ModelFlags* f) {
+  AddModelFileFlags(c, f);
+  AddCacheFlags(c, f);
 }
 
 Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view flag,
@@ -383,13 +395,9 @@ Status FinishModelFlags(ModelFlags* f) {
     if (!f->prompt.empty()) {
       return Status::InvalidArgument("give --prompt or --prompt-file, not both");
     }
-    std::FILE* in = std::fopen(f->prompt_file.c_str(), "rb");
-    if (in == nullptr) return Status::FromErrno(errno, "--prompt-file " + f->prompt_file);
-    const Status s = ReadAll(in, "--prompt-file " + f->prompt_file, &f->prompt);
-    std::fclose(in);
-    return s;
+    return ReadInput(f->prompt_file, "--prompt-file " + f->prompt_file, &f->prompt);
   }
-  if (f->prompt == "-") return ReadAll(stdin, "reading the prompt from stdin", &f->prompt);
+  if (f->prompt == "-") return ReadInput("-", "reading the prompt from stdin", &f->prompt);
   return Status::Ok();
 }
 

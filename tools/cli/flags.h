@@ -9,7 +9,8 @@
 //                         with the short forms llama.cpp users type (-m -p -f -n -c -s --temp),
 //                         and one flag per CLI row of the engine's options table
 //                         (engine/options_table.h), registered in a loop: --name-with-dashes,
-//                         KVTIER_<NAME> (a flag wins over its variable), the config key
+//                         KVTIER_<NAME> (a flag wins over its variable), the config key;
+//                         preload takes the model and cache ones only (AddModelCacheFlags)
 //   SnakeCaseConfig()     the TOML reader of --config, taking keys with underscores too
 //                         (ssd_io_depth = 64 as ssd-io-depth = 64): the table's names
 //
@@ -62,6 +63,10 @@ Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view fla
 // Declares the flags on `c` (run: with_prompt; chat reads its turns from stdin). Every flag's
 // --help line states its default.
 void AddModelFlags(CLI::App* c, ModelFlags* flags, bool with_prompt, const char* steps_help);
+
+// The model and cache flags of AddModelFlags without the prompt and sampling ones, for commands
+// that fill the cache without generating (preload): the same flags compute the same keys.
+void AddModelCacheFlags(CLI::App* c, ModelFlags* flags);
 
 // After parsing: resolves --seed -1, --prompt - and --prompt-file. InvalidArgument for a negative
 // seed other than -1, both --prompt and --prompt-file, or an unreadable prompt file.

@@ -187,6 +187,69 @@ Result<runtime::CachedPrefillStats> LlmSession::Prefill(std::span<const uint32_t
   return runtime::CachedPrefill(*model_, *engine_, ns_, tokens, *kv_, {}, logits);
 }
 
+Result<LlmSession::CacheChunksStats> LlmSession::CacheChunks(
+    std::span<const uint32_t> tokens, const std::function<bool(size_t)>& after_step) {
+  if (tokens.size() > context_tokens_) {
+    return Status::NoSpace(std::to_string(tokens.size()) + " tokens exceed the context of " +
+                           std::to_string(context_tokens_));
+  }
+  const size_t block_tokens = kv_->Layout().block_tokens;
+  CacheChunksStats st;
+  st.chunks = tokens.size() / block_tokens;
+  if (st.chunks == 0) return st;
+  const std::span<const uint32_t> full = tokens.first(st.chunks * block_tokens);
+  KV_ASSIGN_OR_RETURN(LookupResult hit, engine_->Lookup(ns_, full));
+  st.present_chunks = hit.matched_tokens / block_tokens;
+  if (st.present_chunks == st.chunks) return st;
+  const size_t step_chunks = std::max<size_t>(1, kCacheStepTokens / block_tokens);
+  const runtime::ForwardOptions no_logits{.logits = runtime::LogitsMode::kNone};
+  std::vector<float> none;  // Forward clears it.
+  kv_->Clear();
+  // The first step goes through CachedPrefill, which loads the chunks found and computes the
+  // step's after them; the later ones extend the sequence.
+  size_t done = std::min(st.chunks, st.present_chunks + step_chunks);
+  KV_ASSIGN_OR_RETURN(
+      runtime::CachedPrefillStats first,
+      runtime::CachedPrefill(*model_, *engine_, ns_, full.first(done * block_tokens), *kv_,
+                             {.forward = no_logits}, &none));
+  KV_RETURN_IF_ERROR(first.store_status);
+  st.stored_chunks += first.stored_chunks;
+  st.computed_tokens += first.computed_tokens;
+  st.compute_us += first.compute_us;
+  st.store_us += first.store_us;
+  while (true) {
+    const bool go_on = after_step(done * block_tokens);
+    if (done == st.chunks) break;
+    if (!go_on) {
+      st.stopped = true;
+      break;
+    }
+    const size_t next = std::min(st.chunks, done + step_chunks);
+    const std::span<const uint32_t> step =
+        full.subspan(done * block_tokens, (next - done) * block_tokens);
+    const uint64_t t0 = SteadyNowUs();
+    KV_RETURN_IF_ERROR(model_->Forward(step, static_cast<uint32_t>(done * block_tokens), *kv_,
+                                       no_logits, &none));
+    const uint64_t t1 = SteadyNowUs();
+    st.computed_tokens += step.size();
+    KV_ASSIGN_OR_RETURN(size_t stored, runtime::StoreKvChunks(*engine_, ns_,
+                                                              full.first(next * block_tokens),
+                                                              *kv_, {}));
+    st.stored_chunks += stored;
+    st.compute_us += t1 - t0;
+    st.store_us += SteadyNowUs() - t1;
+    done = next;
+  }
+  return st;
+}
+
+uint64_t LlmSession::SsdLiveBytes() {
+  for (const TierStats& tier : engine_->Stats().tiers) {
+    if (tier.kind == TierKind::kSsd) return tier.used_bytes;
+  }
+  return 0;
+}
+
 Status LlmSession::Step(uint32_t token, uint32_t pos, std::vector<float>* logits) {
   if (pos >= context_tokens_) {
     return Status::NoSpace("position " + std::to_string(pos) + " is past the context of " +

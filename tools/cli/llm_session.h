@@ -4,6 +4,7 @@
 // runs one sequence at a time: Prefill() goes through CachedPrefill (Lookup, layer-gated Load,
 // compute the rest, Store), Step() decodes one token with Model::Forward, and StoreSequence()
 // hands the decoded tokens' full chunks to the engine so that a later turn finds them.
+// CacheChunks() fills the cache with a prompt's chunks without generating (`kvtier preload`).
 //
 // Why a separate engine key per model: the namespace digest covers the weights' SHA-256 and the
 // KV layout, so two models (or two block sizes) never share cached KV, whatever the file names.
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -90,6 +92,30 @@ class LlmSession {
   Status Step(uint32_t token, uint32_t pos, std::vector<float>* logits);
   // Stores the full chunks of `tokens`, every one of which has been run (Prefill or Step).
   Result<size_t> StoreSequence(std::span<const uint32_t> tokens);
+
+  // What CacheChunks did with the full chunks of one prompt.
+  struct CacheChunksStats {
+    size_t chunks = 0;           // Full chunks of the prompt (the tail is never cached).
+    size_t present_chunks = 0;   // Already in the cache (Lookup): not computed again.
+    size_t stored_chunks = 0;    // Computed and newly taken by the engine.
+    size_t computed_tokens = 0;  // Tokens run through the model.
+    uint64_t compute_us = 0;     // In the model (and loading the chunks found, which overlaps).
+    uint64_t store_us = 0;       // Storing the computed chunks (written through to the SSD).
+    bool stopped = false;        // `after_step` said stop while chunks were left.
+  };
+  // Makes the cache hold every full chunk of `tokens` (a prompt as Prefill takes it, at most
+  // context_tokens()), as Prefill would store them: the leading chunks Lookup finds stay as they
+  // are (loaded, never recomputed, and only when a missing chunk follows them), the missing ones
+  // are computed kCacheStepTokens at a time, each step stored before the next. After each step
+  // `after_step(tokens_done)` is called; false stops there, with every step done so far stored.
+  // A store that fails (NoSpace, an I/O error) is an error.
+  static constexpr size_t kCacheStepTokens = 256;
+  Result<CacheChunksStats> CacheChunks(std::span<const uint32_t> tokens,
+                                       const std::function<bool(size_t)>& after_step);
+  // Writes every stored block down and syncs the SSD tier (Engine::Flush).
+  Status Flush() { return engine_->Flush(); }
+  // Record bytes of the blocks the SSD tier indexes (0 without one).
+  uint64_t SsdLiveBytes();
 
   // Decodes after `sequence` (whose last token's logits are in `logits`): samples up to
   // `max_new_tokens` tokens, stops (exclusive) at BOS or EOS, and with StopAt::kEndOfLine also

@@ -37,6 +37,7 @@ constexpr CommandFactory kCommandFactories[] = {
     MakeDemoCommand,      MakeRunCommand,   MakeChatCommand,    MakeHashCommand,
     MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
     MakeRepairCommand,    MakeClearCommand,   MakeNumaCommand,
+    MakeStatsCommand,     MakePreloadCommand,
 };
 
 // "demo, run, chat, ...": the subcommands in --help's order.

@@ -16,17 +16,9 @@ KVTIER="$1"
 MODELS="$2"
 BIN="$MODELS/stories260K.bin"
 TOK="$MODELS/tok512.bin"
-for f in "$BIN" "$TOK"; do
-  if [[ ! -f "$f" ]]; then
-    msg="shared model file $f is missing (expected ../shared/models beside the repository)"
-    if [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
-      echo "FAIL: $msg; KVTIER_REQUIRE_RESOURCES=1 makes a missing resource fail" >&2
-      exit 1
-    fi
-    echo "SKIP: $msg"
-    exit 77
-  fi
-done
+# shellcheck source=cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
+require_files "$BIN" "$TOK"
 TMP="$(mktemp -d)"
 MOUNTS=()
 cleanup() {
@@ -34,11 +26,6 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside"
 
 # expect_unusable <name> <dir>: run fails with exit 1 before generating, one line naming <dir>.

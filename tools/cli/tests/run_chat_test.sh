@@ -19,26 +19,12 @@ MODELS="$2"
 BIN="$MODELS/stories260K.bin"
 TOK="$MODELS/tok512.bin"
 GGUF="$MODELS/stories260K.gguf"
-for f in "$BIN" "$TOK" "$GGUF"; do
-  if [[ ! -f "$f" ]]; then
-    msg="shared model file $f is missing (expected ../shared/models beside the repository)"
-    if [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
-      echo "FAIL: $msg; KVTIER_REQUIRE_RESOURCES=1 makes a missing resource fail" >&2
-      exit 1
-    fi
-    echo "SKIP: $msg"
-    exit 77
-  fi
-done
+# shellcheck source=cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
+require_files "$BIN" "$TOK" "$GGUF"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 EXPECTED="Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
-failures=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 
 # run_ok <name> <args>...: exit 0; stdout in $TMP/out, stderr in $TMP/err.
 run_ok() {

@@ -14,19 +14,9 @@ set -u
 KVTIER="$1"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-failures=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run <args>: runs kvtier with a time limit; sets rc, and the output lands in $TMP/out, $TMP/err.
-run() {
-  rc=0
-  timeout 60 "$KVTIER" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
-  [[ $rc -ne 124 ]] || fail "kvtier $*: timed out (hung)"
-}
+# shellcheck source=cli_test_lib.sh
+source "$(dirname "$0")/cli_test_lib.sh"
+RUN_TIMEOUT=60
 
 # expect_ok <name> <needle>... -- <args>: exit 0 and stdout contains every needle.
 expect_ok() {
