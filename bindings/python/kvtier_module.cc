@@ -1037,15 +1037,18 @@ void Bind(py::module_& m) {
 
   py::class_<PyLoad>(m, "LoadHandle",
                      "A load in flight; wait_layer(i) returns once layer i is in place.")
-      .def("wait_layer", &PyLoad::WaitLayer, py::arg("layer"), NoGil())
-      .def("layer_ready", &PyLoad::LayerReady, py::arg("layer"), NoGil())
-      .def("wait", &PyLoad::Wait, NoGil())
-      .def_property_readonly("chunks", &PyLoad::chunks, NoGil())
+      .def("wait_layer", &PyLoad::WaitLayer, py::arg("layer"), NoGil(),
+           "Blocks until layer `layer` of every loaded chunk is in dst; raises on a failed load.")
+      .def("layer_ready", &PyLoad::LayerReady, py::arg("layer"), NoGil(),
+           "True once layer `layer` is in dst (does not block).")
+      .def("wait", &PyLoad::Wait, NoGil(), "Blocks until every layer is in dst.")
+      .def_property_readonly("chunks", &PyLoad::chunks, NoGil(), "Chunks this load brings.")
       .def("close",
            [](PyLoad& self) {
              WithoutGil([&] { self.ResetHandle(); });
              self.DropViews();
-           })
+           },
+           "Waits for the load and releases dst (also on leaving a with block).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyLoad& self, const py::args&) {
         WithoutGil([&] { self.ResetHandle(); });
@@ -1053,13 +1056,16 @@ void Bind(py::module_& m) {
       });
 
   py::class_<PyStore>(m, "StoreHandle", "A store in flight; wait() returns once it is visible.")
-      .def("wait", &PyStore::Wait, NoGil())
-      .def_property_readonly("chunks_stored", &PyStore::chunks_stored, NoGil())
+      .def("wait", &PyStore::Wait, NoGil(),
+           "Blocks until the chunks are visible to lookups; src may be reused afterwards.")
+      .def_property_readonly("chunks_stored", &PyStore::chunks_stored, NoGil(),
+                             "Chunks the engine newly took (those it had are skipped).")
       .def("close",
            [](PyStore& self) {
              WithoutGil([&] { self.ResetHandle(); });
              self.DropViews();
-           })
+           },
+           "Waits for the store and releases src (also on leaving a with block).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyStore& self, const py::args&) {
         WithoutGil([&] { self.ResetHandle(); });
@@ -1069,9 +1075,9 @@ void Bind(py::module_& m) {
   py::class_<PyPagedCache>(m, "PagedCache",
                            "An inference engine's paged KV cache, as kvtier reads and writes it "
                            "(Engine.paged_cache).")
-      .def_property_readonly("layout", &PyPagedCache::layout_name)
-      .def_property_readonly("page_tokens", &PyPagedCache::page_tokens)
-      .def_property_readonly("pages", &PyPagedCache::pages)
+      .def_property_readonly("layout", &PyPagedCache::layout_name, "The page layout's name.")
+      .def_property_readonly("page_tokens", &PyPagedCache::page_tokens, "Tokens per page.")
+      .def_property_readonly("pages", &PyPagedCache::pages, "Pages per layer.")
       .def(
           "warm_staging",
           [](const PyPagedCache& self, size_t bytes) {
@@ -1083,26 +1089,33 @@ void Bind(py::module_& m) {
   py::class_<PyPagedLoad>(m, "PagedLoad",
                           "A load into pages in flight; wait_layer(i) returns once layer i is in "
                           "the pages.")
-      .def("wait_layer", &PyPagedLoad::WaitLayer, py::arg("layer"), NoGil())
-      .def("wait", &PyPagedLoad::Wait, NoGil())
-      .def_property_readonly("bytes_scattered", &PyPagedLoad::bytes_scattered, NoGil())
-      .def("close", &PyPagedLoad::Reset, NoGil());
+      .def("wait_layer", &PyPagedLoad::WaitLayer, py::arg("layer"), NoGil(),
+           "Blocks until layer `layer` is scattered into the pages; raises on a failed load.")
+      .def("wait", &PyPagedLoad::Wait, NoGil(), "Blocks until every layer is in the pages.")
+      .def_property_readonly("bytes_scattered", &PyPagedLoad::bytes_scattered, NoGil(),
+                             "Bytes written into the pages so far.")
+      .def("close", &PyPagedLoad::Reset, NoGil(), "Waits for the load and releases it.");
 
   py::class_<PyPagedSave>(m, "PagedSave",
                           "A save out of pages: gather_layer(i) per layer, commit(ns, tokens), "
                           "then done() or wait().")
-      .def("gather_layer", &PyPagedSave::GatherLayer, py::arg("layer"), NoGil())
+      .def("gather_layer", &PyPagedSave::GatherLayer, py::arg("layer"), NoGil(),
+           "Copies layer `layer` of the chosen pages into staging (call once per layer).")
       .def("commit", &PyPagedSave::Commit, py::arg("ns"), py::arg("tokens"),
-           py::arg("priority") = BlockPriority::kNormal, py::arg("ttl_ms") = 0, NoGil())
-      .def("done", &PyPagedSave::Done, NoGil())
-      .def("wait", &PyPagedSave::Wait, NoGil())
-      .def_property_readonly("chunks_stored", &PyPagedSave::chunks_stored, NoGil())
-      .def_property_readonly("bytes_gathered", &PyPagedSave::bytes_gathered, NoGil())
-      .def("close", &PyPagedSave::Reset, NoGil());
+           py::arg("priority") = BlockPriority::kNormal, py::arg("ttl_ms") = 0, NoGil(),
+           "Stores the gathered chunks under (ns, tokens); raises Busy when memory is full.")
+      .def("done", &PyPagedSave::Done, NoGil(), "True once the committed store is visible.")
+      .def("wait", &PyPagedSave::Wait, NoGil(), "Blocks until the committed store is visible.")
+      .def_property_readonly("chunks_stored", &PyPagedSave::chunks_stored, NoGil(),
+                             "Chunks the engine newly took.")
+      .def_property_readonly("bytes_gathered", &PyPagedSave::bytes_gathered, NoGil(),
+                             "Bytes copied out of the pages.")
+      .def("close", &PyPagedSave::Reset, NoGil(), "Waits for the save and releases it.");
 
   py::class_<PyPin>(m, "PinHandle", "Keeps chunks resident in memory until released.")
-      .def_property_readonly("chunks", &PyPin::chunks)
-      .def("release", &PyPin::Release, NoGil())
+      .def_property_readonly("chunks", &PyPin::chunks, "Chunks held in memory.")
+      .def("release", &PyPin::Release, NoGil(),
+           "Lets the chunks be evicted again (also on leaving a with block).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyPin& self, const py::args&) { WithoutGil([&] { self.Release(); }); });
 
@@ -1117,34 +1130,43 @@ void Bind(py::module_& m) {
              return std::make_unique<PyEngine>(std::move(shared));
            }),
            py::arg("args"), NoGil())
-      .def_property_readonly("layout", [](const PyEngine& e) { return e.layout().ToString(); })
-      .def_property_readonly("layers", [](const PyEngine& e) { return e.layout().layers; })
+      .def_property_readonly(
+          "layout", [](const PyEngine& e) { return e.layout().ToString(); },
+          "The KV layout, as text (layers=..,kv_heads=..,head_dim=..,dtype=..,block_tokens=..).")
+      .def_property_readonly(
+          "layers", [](const PyEngine& e) { return e.layout().layers; }, "Layers per chunk.")
       .def_property_readonly("block_tokens",
-                             [](const PyEngine& e) { return e.layout().block_tokens; })
+                             [](const PyEngine& e) { return e.layout().block_tokens; },
+                             "Tokens per chunk.")
       .def_property_readonly("block_bytes",
-                             [](const PyEngine& e) { return e.layout().BlockBytes(); })
+                             [](const PyEngine& e) { return e.layout().BlockBytes(); },
+                             "Bytes of one block (one layer of one chunk, K and V).")
       .def_property_readonly("block_shape",
                              [](const PyEngine& e) {
                                const KvLayout& l = e.layout();
                                return py::make_tuple(2, l.block_tokens, l.kv_heads, l.head_dim);
-                             })
+                             },
+                             "A block's array shape: (2, block_tokens, kv_heads, head_dim).")
       .def_property_readonly("numpy_dtype",
-                             [](const PyEngine& e) { return NumpyDtype(e.layout().dtype); })
-      .def_property_readonly("closed", &PyEngine::closed)
+                             [](const PyEngine& e) { return NumpyDtype(e.layout().dtype); },
+                             "The numpy dtype of a block's elements.")
+      .def_property_readonly("closed", &PyEngine::closed, "True after close().")
       .def(
           "make_namespace",
           [](PyEngine& self, const std::string& salt, const std::vector<std::string>& extra_keys) {
             return ValueOrThrow(self.Get()->MakeNamespace(salt, extra_keys));
           },
           py::arg("salt") = std::string(), py::arg("extra_keys") = std::vector<std::string>(),
-          NoGil())
+          NoGil(),
+          "A tenant's key namespace: model, layout, salt and extra keys (LoRA id, ...) hashed.")
       .def(
           "lookup",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, uint64_t session_id) {
             return ValueOrThrow(
                 self.Get()->Lookup(ns, tokens.values, LookupOptions{.session_id = session_id}));
           },
-          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil())
+          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil(),
+          "How many leading chunks of `tokens` the cache holds, and in which tiers.")
       .def(
           "load",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, DstBlocks& dst) {
@@ -1157,7 +1179,9 @@ void Bind(py::module_& m) {
             return std::make_unique<PyLoad>(std::move(engine), std::move(handle),
                                             std::move(dst.views), layout.layers);
           },
-          py::arg("ns"), py::arg("tokens"), py::arg("dst"), NoGil())
+          py::arg("ns"), py::arg("tokens"), py::arg("dst"), NoGil(),
+          "Starts loading the chunks of `tokens` into dst (chunks x layers blocks); returns a "
+          "LoadHandle whose wait_layer(i) returns once layer i is in place.")
       .def(
           "store",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, SrcBlocks& src,
@@ -1172,7 +1196,9 @@ void Bind(py::module_& m) {
                                              std::move(src.views));
           },
           py::arg("ns"), py::arg("tokens"), py::arg("src"),
-          py::arg("priority") = BlockPriority::kNormal, py::arg("ttl_ms") = 0, NoGil())
+          py::arg("priority") = BlockPriority::kNormal, py::arg("ttl_ms") = 0, NoGil(),
+          "Starts storing src (chunks x layers blocks) under the chunks of `tokens`; returns a "
+          "StoreHandle. Raises Busy when memory is pinned or being written back.")
       .def(
           "paged_cache",
           [](PyEngine& self, const std::string& backend, const py::list& layers) {
@@ -1206,7 +1232,9 @@ void Bind(py::module_& m) {
                 ValueOrThrow(PagedKvCache::Create(std::move(described), self.layout()));
             return std::make_unique<PyPagedCache>(std::move(cache), std::move(owners));
           },
-          py::arg("backend"), py::arg("layers"))
+          py::arg("backend"), py::arg("layers"),
+          "Describes an inference engine's paged KV tensors, one per layer (backend: the "
+          "attention backend's layout name), for load_pages and save_pages.")
       .def(
           "load_pages",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, const PyPagedCache& cache,
@@ -1222,7 +1250,9 @@ void Bind(py::module_& m) {
                                                  cache.owners());
           },
           py::arg("ns"), py::arg("tokens"), py::arg("cache"), py::arg("pages"),
-          py::arg("first_chunk"), py::arg("chunks"))
+          py::arg("first_chunk"), py::arg("chunks"),
+          "Starts loading chunks [first_chunk, first_chunk + chunks) of `tokens` into `pages` "
+          "of the paged cache; returns a PagedLoad.")
       .def(
           "save_pages",
           [](PyEngine& self, const PyPagedCache& cache, std::vector<int32_t> pages, size_t chunks,
@@ -1237,19 +1267,24 @@ void Bind(py::module_& m) {
             return std::make_unique<PyPagedSave>(std::move(engine), std::move(save),
                                                  cache.owners());
           },
-          py::arg("cache"), py::arg("pages"), py::arg("chunks"), py::arg("first_chunk") = 0)
+          py::arg("cache"), py::arg("pages"), py::arg("chunks"), py::arg("first_chunk") = 0,
+          "Prepares a save of `chunks` chunks out of `pages`, skipping the first first_chunk "
+          "(already cached); returns a PagedSave.")
       .def(
           "prefetch",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
             ThrowIfError(self.Get()->Prefetch(ns, tokens.values));
           },
-          py::arg("ns"), py::arg("tokens"), NoGil())
+          py::arg("ns"), py::arg("tokens"), NoGil(),
+          "Brings the cached chunks of `tokens` up to memory ahead of a load (no wait).")
       .def(
           "hint",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens, uint64_t session_id) {
             ThrowIfError(self.Get()->Hint(ns, tokens.values, session_id));
           },
-          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil())
+          py::arg("ns"), py::arg("tokens"), py::arg("session_id") = 0, NoGil(),
+          "Says session `session_id` will ask for `tokens` soon: their cached prefix is promoted "
+          "to memory in the background (no wait).")
       .def(
           "pin",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {
@@ -1257,15 +1292,20 @@ void Bind(py::module_& m) {
             PinHandle pin = ValueOrThrow(engine->Pin(ns, tokens.values));
             return std::make_unique<PyPin>(std::move(engine), std::move(pin));
           },
-          py::arg("ns"), py::arg("tokens"), NoGil())
+          py::arg("ns"), py::arg("tokens"), NoGil(),
+          "Keeps the cached chunks of `tokens` in memory until the PinHandle is released.")
       .def(
-          "flush", [](PyEngine& self) { ThrowIfError(self.Get()->Flush()); }, NoGil())
+          "flush", [](PyEngine& self) { ThrowIfError(self.Get()->Flush()); }, NoGil(),
+          "Writes every dirty block down to the SSD (and remote) tier and syncs it.")
       .def(
-          "stats", [](PyEngine& self) { return self.Get()->Stats(); }, NoGil())
+          "stats", [](PyEngine& self) { return self.Get()->Stats(); }, NoGil(),
+          "A snapshot of the engine's counters (EngineStats).")
       .def(
           "metrics_text", [](PyEngine& self) { return self.Get()->MetricsText(); }, NoGil(),
           "The engine's counters in the Prometheus text exposition format.")
-      .def("close", &PyEngine::Close, NoGil());
+      .def("close", &PyEngine::Close, NoGil(),
+           "Closes the engine (flushing dirty blocks); later calls raise. Also on leaving a with "
+           "block.");
 
   py::class_<EngineArgs>(m, "_EngineArgs")
       .def(py::init([](const py::kwargs& kwargs) { return ToEngineArgs(kwargs); }));

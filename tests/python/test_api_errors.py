@@ -2,8 +2,11 @@
 keyword (with the closest known one), a missing required one, a negative size (ValueError, not
 pybind11's whole signature as a TypeError), a block array of the wrong element type (named,
 rather than reported as a chunk-count problem); stats objects print their fields, and the
-Prometheus text carries them.
-Method: call kvtier.Engine and store with each mistake and check the exception type and message."""
+Prometheus text carries them; every public method and property has a docstring beyond its signature.
+Method: call kvtier.Engine and store with each mistake and check the exception type and message;
+read every public method's and property's docstring."""
+
+import inspect
 
 import numpy as np
 import pytest
@@ -53,3 +56,22 @@ def test_stats_print_their_fields():
     assert "# TYPE kvtier_tier_blocks gauge" in text
     assert 'kvtier_tier_blocks{tier="host"} 2' in text
     engine.close()
+
+
+def _written_doc(attr):
+    """The docstring written for people: pybind11 puts the signature first, then a blank line;
+    properties and Python functions carry only the text."""
+    doc = getattr(attr, "__doc__", None) or ""
+    if isinstance(attr, property) or inspect.isfunction(attr):
+        return doc
+    return doc.split("\n\n", 1)[1] if "\n\n" in doc else ""
+
+
+def test_every_public_method_and_property_has_a_docstring():
+    native = kvtier._kvtier
+    classes = [kvtier.Engine, native.Engine, kvtier.LoadHandle, kvtier.StoreHandle,
+               kvtier.PinHandle, native.PagedCache, native.PagedLoad, native.PagedSave]
+    missing = [cls.__module__ + "." + cls.__name__ + "." + name
+               for cls in classes for name, attr in vars(cls).items()
+               if not name.startswith("_") and not _written_doc(attr).strip()]
+    assert not missing, "no docstring: " + ", ".join(sorted(missing))

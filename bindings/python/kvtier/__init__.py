@@ -66,10 +66,17 @@ class Engine(_kvtier.Engine):
         super().__init__(_kvtier._EngineArgs(**kwargs))
 
     def store(self, ns, tokens, src, *args, **kwargs):
+        """Starts storing src (an array of chunks x layers blocks, block_shape each, of
+        numpy_dtype) under the chunks of `tokens` in namespace `ns`; returns a StoreHandle.
+        Optional: priority (Priority), ttl_ms. Raises BusyError when memory is pinned or its
+        dirty blocks are still being written back (a miss for the caller: try again later)."""
         _check_block_dtype(self, src, "src")
         return super().store(ns, tokens, src, *args, **kwargs)
 
     def load(self, ns, tokens, dst):
+        """Starts loading the cached chunks of `tokens` (as many as lookup() reported) into dst,
+        an array of chunks x layers blocks; returns a LoadHandle whose wait_layer(i) returns once
+        layer i is in place. A block that fails verification fails the load, never serves."""
         _check_block_dtype(self, dst, "dst")
         return super().load(ns, tokens, dst)
 
