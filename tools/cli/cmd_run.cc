@@ -126,6 +126,7 @@ Status RunCommand::Generate() {
         {"stop", LlmSession::StopName(decoded->stop)},
         {"stored_chunks", stored_chunks},
         {"persistent", persistent},
+        {"tiers", TierActivityJson(session->Stats())},
         {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
     std::printf("%s\n", j.dump(1).c_str());
     return Status::Ok();
@@ -136,6 +137,16 @@ Status RunCommand::Generate() {
                at_context ? ", stopped at the context limit (raise --context)" : "",
                stored_chunks,
                persistent ? "" : " in memory only (gone at exit; --cache-dir keeps them)");
+  std::string tiers;
+  for (const TierStats& t : session->Stats().tiers) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "%s%s %llu blocks (%.1f MiB), %llu evicted",
+                  tiers.empty() ? "" : "; ", std::string(TierKindName(t.kind)).c_str(),
+                  static_cast<unsigned long long>(t.blocks), double(t.used_bytes) / (1 << 20),
+                  static_cast<unsigned long long>(t.evictions));
+    tiers += line;
+  }
+  std::fprintf(stderr, "kvtier run: cache tiers: %s\n", tiers.c_str());
   return Status::Ok();
 }
 

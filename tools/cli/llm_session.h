@@ -75,6 +75,8 @@ class LlmSession {
   const runtime::Tokenizer& tokenizer() const { return *tokenizer_; }
   // The engine's counters in the Prometheus text format (engine/engine_metrics.h).
   std::string MetricsText() { return engine_->MetricsText(); }
+  // A snapshot of the engine's counters (per-tier blocks, bytes, evictions, ...).
+  EngineStats Stats() { return engine_->Stats(); }
   const runtime::ModelConfig& config() const { return model_->config(); }
   uint32_t context_tokens() const { return context_tokens_; }
   std::string Description() const;

@@ -32,4 +32,18 @@ inline nlohmann::ordered_json PrefillJson(const runtime::CachedPrefillStats& s) 
           {"fell_back", s.fell_back}};
 }
 
+// What each tier holds and did during the run: {"host": {"blocks", "used_bytes", "evictions",
+// "writebacks", "write_failures"}, "ssd": {...}, ...}, fastest tier first.
+inline nlohmann::ordered_json TierActivityJson(const EngineStats& stats) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const TierStats& t : stats.tiers) {
+    j[std::string(TierKindName(t.kind))] = {{"blocks", t.blocks},
+                                            {"used_bytes", t.used_bytes},
+                                            {"evictions", t.evictions},
+                                            {"writebacks", t.writebacks},
+                                            {"write_failures", t.write_failures}};
+  }
+  return j;
+}
+
 }  // namespace kvtier::cli

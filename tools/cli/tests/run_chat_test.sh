@@ -199,7 +199,7 @@ expect_fail prompt_and_file "not both" run -m "$GGUF" -p x -f "$TMP/random.bin"
 expect_fail missing_prompt_file "no-such-prompt" run -m "$GGUF" -f "$TMP/no-such-prompt"
 
 # --json: one object on stdout with the text and the statistics; a second run with the same
-# prompt under --cache-dir reports its chunks loaded from the SSD tier.
+# prompt under --cache-dir reports its chunks loaded from the SSD tier, and what each tier holds.
 rm -rf "$TMP/json-cache"
 "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 8 --cache-dir "$TMP/json-cache" >/dev/null 2>&1
 "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 8 --cache-dir "$TMP/json-cache" --json \
@@ -213,7 +213,17 @@ for key in ("text", "prompt_tokens", "cached_tokens", "computed_tokens", "cached
 assert j["text"].startswith(sys.argv[2]), j["text"]
 assert j["cached_tokens"] > 0 and j["cached_chunks_per_tier"].get("ssd", 0) > 0, j
 assert j["persistent"] is True and j["stop"] in ("max_tokens", "end_of_text"), j
+# What each tier holds after the run: the SSD has the prompt's blocks (chunks x layers).
+tiers = j["tiers"]
+assert list(tiers)[:1] == ["host"] and "ssd" in tiers, tiers
+for t in tiers.values():
+    assert set(t) == {"blocks", "used_bytes", "evictions", "writebacks", "write_failures"}, t
+assert tiers["ssd"]["blocks"] > 0 and tiers["ssd"]["used_bytes"] > 0, tiers
+assert tiers["ssd"]["write_failures"] == 0, tiers
 PY
+grep -q '^kvtier run: cache tiers: host [0-9]* blocks (.* MiB), [0-9]* evicted; ssd [1-9]' \
+  <("$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 2 --cache-dir "$TMP/json-cache" 2>&1 >/dev/null) ||
+  fail "run: no line on what the tiers hold"
 # --metrics-file: the cache's counters in the Prometheus text format, written at exit.
 "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --metrics-file "$TMP/metrics.prom" >/dev/null 2>&1 ||
   fail "run --metrics-file: exit $?"
