@@ -30,6 +30,8 @@ class LayerGatedKv final : public KvBlockSource {
     KV_RETURN_IF_ERROR(Gate(layer, chunk_index));
     return inner_.MutableBlock(layer, chunk_index);
   }
+  // Time spent in the gate waiting for layers' completions.
+  uint64_t wait_us() const { return wait_us_; }
 
  private:
   Status Gate(uint32_t layer, uint32_t chunk_index) {
@@ -38,13 +40,17 @@ class LayerGatedKv final : public KvBlockSource {
       return Status::Ok();
     }
     waited_[layer] = true;
-    return load_->WaitLayer(layer).WithContext("cached KV of layer " + std::to_string(layer));
+    const uint64_t t0 = NowUs();
+    Status s = load_->WaitLayer(layer);
+    wait_us_ += NowUs() - t0;
+    return s.WithContext("cached KV of layer " + std::to_string(layer));
   }
 
   InMemoryKvBlocks& inner_;
   LoadHandle* load_;
   uint32_t loaded_chunks_;
   std::vector<bool> waited_;
+  uint64_t wait_us_ = 0;
 };
 
 // Starts loading the first `chunks` chunks into `kv`; the handle completes per layer.
@@ -96,7 +102,9 @@ Result<CachedPrefillStats> CachedPrefill(Model& model, Engine& engine, const Nam
       LayerGatedKv gated(kv, load->get(), static_cast<uint32_t>(chunks), layout.layers);
       computed = model.Forward(prompt.subspan(start), static_cast<uint32_t>(start), gated,
                                options.forward, logits);
+      const uint64_t w0 = NowUs();
       const Status all = (*load)->Wait();
+      stats.load_wait_us = gated.wait_us() + (NowUs() - w0);
       if (computed.ok() && !all.ok()) computed = all;
       if (computed.ok()) {
         stats.cached_tokens = chunks * layout.block_tokens;

@@ -44,6 +44,9 @@ struct CachedPrefillStats {
   bool fell_back = false;             // A load failed and the prompt was recomputed.
   std::vector<TierKind> chunk_tiers;  // Where the cached chunks were found.
   uint64_t lookup_us = 0, compute_us = 0, store_us = 0;
+  // Of compute_us, the time the forward pass stood waiting for layers still being loaded: the
+  // part of the load that computing did not hide (0 when nothing was loaded).
+  uint64_t load_wait_us = 0;
 };
 
 // `kv` must be empty (a fresh sequence) with capacity for the prompt; `prompt` non-empty. On

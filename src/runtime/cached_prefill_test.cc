@@ -4,7 +4,8 @@
 // makes it recompute (stats.fell_back) instead of serving wrong KV; tenants with different salts
 // share nothing; StoreKvChunks makes decoded tokens findable by the next turn; a cancelled
 // forward pass ends the prefill with Aborted and is not retried as a full recomputation (the
-// cancellation hook is polled once, not again by a fallback pass).
+// cancellation hook is polled once, not again by a fallback pass). The time spent waiting for the
+// load (load_wait_us) is counted within the compute time, and is zero when nothing was loaded.
 // Method: a small synthetic model and an Engine with a host tier and an SSD tier in a temporary
 // directory. Every prefill's logits are compared with a plain Model::Forward over a fresh KV
 // (no cache). The cached KV was computed with a different chunk split than the reference, so
@@ -140,6 +141,7 @@ TEST_F(CachedPrefillTest, ExtendedPromptLoadsCachedChunksAndComputesTheRest) {
   EXPECT_EQ(s1.cached_tokens, 0u);
   EXPECT_EQ(s1.computed_tokens, 40u);
   EXPECT_EQ(s1.stored_chunks, 2u);
+  EXPECT_EQ(s1.load_wait_us, 0u);
 
   std::vector<uint32_t> second = first;
   for (uint32_t t : SomeTokens(30, 5)) second.push_back(t);
@@ -149,6 +151,7 @@ TEST_F(CachedPrefillTest, ExtendedPromptLoadsCachedChunksAndComputesTheRest) {
   EXPECT_FALSE(s2.fell_back);
   EXPECT_EQ(s2.chunk_tiers.size(), 2u);
   EXPECT_EQ(s2.stored_chunks, 4u - 2u);  // Chunks 2 and 3 are new.
+  EXPECT_LE(s2.load_wait_us, s2.compute_us);
 }
 
 TEST_F(CachedPrefillTest, CancelledPassIsNotRecomputed) {
@@ -227,6 +230,7 @@ TEST_F(CachedPrefillTest, IntactSsdBlocksAreUsedAfterRestart) {
   EXPECT_EQ(s.cached_tokens, 2u * kBlockTokens);
   ASSERT_EQ(s.chunk_tiers.size(), 2u);
   EXPECT_EQ(s.chunk_tiers[0], TierKind::kSsd);
+  EXPECT_LE(s.load_wait_us, s.compute_us);
 }
 
 TEST_F(CachedPrefillTest, DifferentSaltsDoNotShare) {

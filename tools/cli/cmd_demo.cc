@@ -95,16 +95,20 @@ Result<DemoModel> MakeModel(const std::string& model_path, const std::string& to
   return out;
 }
 
+// `document_blocks`: the blocks of the longest prompt's chunks. Turn 1 stores them in one call,
+// which needs a memory slot for each until they are written through, so the host tier (and the
+// SSD) grow with the document.
 EngineOptions MakeEngineOptions(const KvLayout& layout, const std::string& ssd_dir,
-                                Logger* logger) {
+                                uint64_t document_blocks, Logger* logger) {
   const uint64_t block = layout.BlockBytes();
   EngineOptions o;
   o.layout = layout;
   o.model = {.name = "kvtier-demo"};
   o.device.capacity_bytes = 8 * block;  // A small device budget: blocks spill to host.
-  o.host.capacity_bytes = 64 * block;
+  o.host.capacity_bytes = std::max<uint64_t>(64, document_blocks + 8) * block;
+  const uint64_t ssd_bytes = std::max<uint64_t>(256 * kMiB, 2 * document_blocks * block);
   o.ssd = SsdTierOptions{.dirs = {ssd_dir},
-                         .capacity_bytes = 256 * kMiB,
+                         .capacity_bytes = ssd_bytes,
                          .segment_bytes = 16 * kMiB,
                          .sync = SsdSyncMode::kPeriodic};
   o.write_policy = WritePolicy::kWriteThrough;
@@ -338,12 +342,19 @@ Status DemoCommand::Turn(const char* title, Engine& engine, const char* tenant,
       "%.0f ms, %zu new chunks stored; time to first token %.0f ms\n",
       title, s.prompt_tokens, s.cached_tokens, TierList(s.chunk_tiers).c_str(), s.computed_tokens,
       Ms(s.compute_us), s.stored_chunks, ttft_ms);
+  if (s.cached_tokens > 0) {
+    Say("  of which lookup %.1f ms, waiting for the load %.1f ms (the rest of the load ran "
+        "behind the compute)\n",
+        Ms(s.lookup_us), Ms(s.load_wait_us));
+  }
   nlohmann::ordered_json turn = {{"turn", turns_.size() + 1},
                                  {"title", std::string(title).substr(title[0] == '\n' ? 1 : 0)},
                                  {"tenant", tenant}};
   turn.update(PrefillJson(s));
   turn["compute_ms"] = Ms(s.compute_us);
   turn["ttft_ms"] = ttft_ms;
+  turn["lookup_ms"] = Ms(s.lookup_us);
+  turn["load_wait_ms"] = Ms(s.load_wait_us);
   turn["stored_chunks"] = s.stored_chunks;
   turns_.push_back(std::move(turn));
   if (check) {
@@ -384,13 +395,18 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
   const std::span<const uint32_t> bob_prompt =
       std::span(turn1).first(std::min<size_t>(turn1.size(), 2 * kBlockTokens));
   CachedPrefillStats s1, s2, s3, s4;
+  const uint64_t document_blocks = uint64_t{turn2.size() / kBlockTokens} * layout_.layers;
   {
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                        Engine::Open(MakeEngineOptions(layout_, ssd_dir, &logger)));
+    KV_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::Open(MakeEngineOptions(layout_, ssd_dir, document_blocks, &logger)));
     KV_ASSIGN_OR_RETURN(Namespace alice, engine->MakeNamespace("tenant-alice"));
     KV_ASSIGN_OR_RETURN(Namespace bob, engine->MakeNamespace("tenant-bob"));
     KV_RETURN_IF_ERROR(Turn("\n[1] turn 1: document + question", *engine, "tenant-alice", alice,
                             turn1, false, &s1));
+    if (!s1.store_status.ok()) {
+      return s1.store_status.WithContext("turn 1 could not store the document");
+    }
     KV_RETURN_IF_ERROR(Turn("\n[2] turn 2: same document, earlier turn, new question", *engine,
                             "tenant-alice", alice, turn2, true, &s2));
     if (s2.cached_tokens == 0) return Status::Corruption("turn 2 found nothing in the cache");
@@ -401,7 +417,7 @@ Status DemoCommand::RunDemo(const std::string& ssd_dir) {
   }
   Say("\n(engine closed; memory tiers are gone, the SSD directory stays)\n");
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::Open(MakeEngineOptions(layout_, ssd_dir, &logger)));
+                      Engine::Open(MakeEngineOptions(layout_, ssd_dir, document_blocks, &logger)));
   KV_ASSIGN_OR_RETURN(Namespace alice, engine->MakeNamespace("tenant-alice"));
   KV_RETURN_IF_ERROR(Turn("\n[4] after a restart: turn 2 again", *engine, "tenant-alice", alice,
                           turn2, true, &s4));

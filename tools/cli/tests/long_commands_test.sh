@@ -5,8 +5,10 @@
 # while a --dir they had to create is gone; `bench decode` refuses a context whose KV the disk
 # cannot hold, naming the need and what is free, before writing anything; `bench ssd` and
 # `bench ssd-reopen` (and demo, selfcheck) create a missing --dir and remove it again, and
-# bench/gen_fp16_gaussian.py creates its output directory; `--json` on demo, selfcheck and verify prints one
-# JSON document with the documented keys (verify keeps exit status 1 on damage); the long commands
+# bench/gen_fp16_gaussian.py creates its output directory; `--json` on demo, selfcheck and verify
+# prints one JSON document with the documented keys (verify keeps exit status 1 on damage), and
+# demo's per-turn lookup and load-wait times add up with the compute to the time to first token;
+# demo stores and finds a document larger than its default memory tiers; the long commands
 # draw a progress line on a terminal's stderr, and print none with -q; `kvtier -q help` and
 # `kvtier --log-level info help bench` print the help like `kvtier help`.
 # Method: run the binary with sizes big enough to still be running after a second, send SIGINT
@@ -146,11 +148,23 @@ check_json "$TMP/out" model kv_layout block_bytes turns turn1_over_turn2_compute
 python3 -c 'import json,sys; d=json.load(sys.stdin); t=d["turns"]
 assert d["passed"] is True and len(t) == 4, d
 for k in ("turn", "title", "tenant", "prompt_tokens", "cached_tokens", "computed_tokens",
-          "cached_chunks_per_tier", "compute_ms", "ttft_ms", "stored_chunks", "fell_back"):
+          "cached_chunks_per_tier", "compute_ms", "ttft_ms", "lookup_ms", "load_wait_ms",
+          "stored_chunks", "fell_back"):
     assert all(k in x for x in t), k
+assert t[0]["load_wait_ms"] == 0 and all(0 <= x["load_wait_ms"] <= x["compute_ms"] for x in t), t
+assert all(abs(x["ttft_ms"] - x["lookup_ms"] - x["compute_ms"]) < 0.01 for x in t), t
 assert t[1]["cached_tokens"] > 0 and t[2]["cached_tokens"] == 0 and t[3]["cached_tokens"] > 0
 assert "logits_relative_gap" in t[1] and "reference_ms" in t[3]' <"$TMP/out" ||
   fail "demo_json: turns: $(cat "$TMP/out")"
+
+# A document larger than the demo's default memory tiers (64 host + 8 device blocks: 18 chunks of
+# this model's 4 layers) is still stored by turn 1 in one call and found by turn 2.
+rc=0
+"$KVTIER" -q demo --document-tokens 5120 --dir "$TMP" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "demo_large: exit $rc: $(cat "$TMP/err") $(cat "$TMP/out")"
+python3 -c 'import json,sys; t=json.load(sys.stdin)["turns"]
+assert t[0]["stored_chunks"] == 20 and t[1]["cached_tokens"] == 5120, t
+assert t[3]["cached_tokens"] == 5120, t' <"$TMP/out" || fail "demo_large: $(cat "$TMP/out")"
 
 rc=0
 "$KVTIER" selfcheck --dir "$TMP/new4/sub" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
