@@ -27,6 +27,12 @@ packages=(
   python3-matplotlib  # bench/plot.py: the PNG plots in docs/benchmarks.md, and its test.
 )
 
+# AES-256-GCM of sealed remote values and SSD records with VAES/AVX-512 (Intel's library, x86-64
+# only; elsewhere OpenSSL does it alone).
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  packages+=(libipsec-mb-dev)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

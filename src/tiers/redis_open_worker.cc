@@ -2,7 +2,7 @@
 
 namespace kvtier {
 
-RedisOpenWorker::RedisOpenWorker() : thread_([this] { Run(); }) {}
+RedisOpenWorker::RedisOpenWorker(GcmImpl impl) : cipher_(impl), thread_([this] { Run(); }) {}
 
 RedisOpenWorker::~RedisOpenWorker() {
   {

@@ -36,7 +36,7 @@ class RedisOpenCall {
 
 class RedisOpenWorker {
  public:
-  RedisOpenWorker();
+  explicit RedisOpenWorker(GcmImpl impl);
   ~RedisOpenWorker();
   RedisOpenWorker(const RedisOpenWorker&) = delete;
   RedisOpenWorker& operator=(const RedisOpenWorker&) = delete;

@@ -6,7 +6,8 @@
 // values of one pipeline whose values are opened while its later replies arrive; threads reading
 // through one store at once each get their own values; keys rotate (values written under the old
 // key stay readable, new ones use the new key); a store opens only with a key or an explicit
-// insecure_plaintext; and a cluster MOVED to a host outside the slot map is refused without
+// insecure_plaintext; values sealed by either AES-GCM implementation open with the other; and a
+// cluster MOVED to a host outside the slot map is refused without
 // connecting to it.
 // Method: each test starts its own redis-server (redis_test_util.h) and inspects it with raw
 // commands; the redirect test runs a small fake cluster node on loopback that answers CLUSTER
@@ -208,6 +209,40 @@ TEST_F(RedisSealedTest, RotationReadsOldValuesAndWritesWithTheNewKey) {
   EXPECT_EQ(static_cast<uint8_t>((*raw)[8]), 2u) << "written with key id 2";
   EXPECT_TRUE(GetOne(*after, MakeKey(21, 0), new_value).ok());
   EXPECT_FALSE(GetOne(*before, MakeKey(21, 0), new_value).ok()) << "key 2 unknown before";
+}
+
+// The two AES-GCM implementations (aes_gcm.h) write values the other opens, large (opened on the
+// worker) and small, through the real server; one this build lacks is refused at Open.
+TEST_F(RedisSealedTest, ValuesSealedByOneAesGcmImplementationOpenWithTheOther) {
+  std::vector<GcmImpl> impls{GcmImpl::kOpenSsl};
+  if (GcmImplAvailable(GcmImpl::kIpsecMb)) {
+    impls.push_back(GcmImpl::kIpsecMb);
+  } else {
+    RedisStoreOptions o = Options(Ring(kKey1));
+    o.aes_gcm = GcmImpl::kIpsecMb;
+    Result<std::unique_ptr<RedisStore>> refused = RedisStore::Open(o);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("not available"), std::string::npos);
+  }
+  uint32_t chunk = 40;
+  for (const GcmImpl writer : impls) {
+    for (const GcmImpl reader : impls) {
+      SCOPED_TRACE(std::string(GcmImplName(writer)) + " -> " + GcmImplName(reader));
+      RedisStoreOptions w = Options(Ring(kKey1));
+      w.aes_gcm = writer;
+      RedisStoreOptions r = Options(Ring(kKey1));
+      r.aes_gcm = reader;
+      Result<std::unique_ptr<RedisStore>> ws = RedisStore::Open(w);
+      Result<std::unique_ptr<RedisStore>> rs = RedisStore::Open(r);
+      ASSERT_TRUE(ws.ok() && rs.ok());
+      for (const size_t bytes : {size_t{4096}, 4 * kRedisOverlapOpenBytesMin}) {
+        const std::vector<std::byte> value = MakePayload(bytes, chunk);
+        ASSERT_TRUE(PutOne(**ws, MakeKey(chunk, 0), value).ok());
+        EXPECT_TRUE(GetOne(**rs, MakeKey(chunk, 0), value).ok());
+        ++chunk;
+      }
+    }
+  }
 }
 
 // One pipeline of large values (opened on the store's worker while later replies still arrive)

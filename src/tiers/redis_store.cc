@@ -64,6 +64,8 @@ struct RedisStore::Node {
 
 namespace {
 
+GcmImpl GcmOf(const RedisStoreOptions& o) { return o.aes_gcm.value_or(DefaultGcmImpl()); }
+
 Status CheckOptions(const RedisStoreOptions& o) {
   if (o.endpoints.empty()) return Status::InvalidArgument("redis: no endpoint configured");
   if (o.mode == RedisMode::kStandalone && o.endpoints.size() != 1) {
@@ -87,6 +89,10 @@ Status CheckOptions(const RedisStoreOptions& o) {
   }
   if (!o.user.empty() && o.password.empty()) {
     return Status::InvalidArgument("redis: an ACL user needs a password");
+  }
+  if (o.aes_gcm.has_value() && !GcmImplAvailable(*o.aes_gcm)) {
+    return Status::InvalidArgument(std::string("redis: AES-GCM implementation ") +
+                                   GcmImplName(*o.aes_gcm) + " is not available here");
   }
   if (o.keyring.has_value() && o.insecure_plaintext) {
     return Status::InvalidArgument("redis: both a remote key and insecure_plaintext were given");
@@ -468,7 +474,7 @@ Status RedisStore::Put(std::span<RemotePut> entries) {
   std::vector<RedisOp> ops(n);
   const uint64_t wall_us = clock_->WallMicros();
   std::optional<RemoteCipher> cipher;  // One context and key schedule for the whole call.
-  if (options_.keyring.has_value()) cipher.emplace();
+  if (options_.keyring.has_value()) cipher.emplace(GcmOf(options_));
   for (size_t i = 0; i < n; ++i) {
     const RemotePut& e = entries[i];
     keys[i] = KeyName(e.key);
@@ -527,6 +533,7 @@ struct GetContext {
   const Hash256& layout_digest;
   const RemoteKeyring* keyring;  // nullptr: plaintext values.
   RedisStoreCounters* counters;
+  GcmImpl gcm = GcmImpl::kOpenSsl;  // With a keyring: the calling thread's cipher's.
 };
 
 // With a keyring: opens the sealed value straight into the caller's buffer (the header into a
@@ -633,7 +640,7 @@ void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name
 // refused[i] of the entries it was given. The caller reads entries and refusals only after Wait.
 struct SealedGetCall final : public RedisOpenCall {
   SealedGetCall(const GetContext& c, std::span<RemoteGet> e, std::span<const std::string> k)
-      : context(c), entries(e), keys(k), taken(e.size(), 0), refused(e.size()) {}
+      : context(c), entries(e), keys(k), taken(e.size(), 0), refused(e.size()), cipher(c.gcm) {}
   void Open(size_t index, const redisReply& reply, RemoteCipher* with) override {
     FinishAnswer(context, reply, keys[index], &entries[index], with, &refused[index]);
   }
@@ -652,7 +659,7 @@ RedisStore::RedisStore(RedisStoreOptions options)
       clock_(options_.clock != nullptr ? options_.clock : SystemClock()),
       counters_(std::make_unique<RedisStoreCounters>()) {
   if (options_.keyring.has_value() && options_.sealed_open == SealedOpen::kOverlapped) {
-    open_worker_ = std::make_unique<RedisOpenWorker>();
+    open_worker_ = std::make_unique<RedisOpenWorker>(GcmOf(options_));
   }
 }
 
@@ -698,7 +705,8 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
   const GetContext context{
       .layout_digest = options_.layout_digest,
       .keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr,
-      .counters = counters_.get()};
+      .counters = counters_.get(),
+      .gcm = GcmOf(options_)};
   SealedGetCall call(context, entries, keys);
   {
     std::optional<OverlappedOpens> overlap;  // Its destructor waits for the worker.

@@ -83,6 +83,9 @@ struct RedisStoreOptions {
   // else can reach. Open fails when neither a keyring nor this is given, or both are.
   bool insecure_plaintext = false;
   SealedOpen sealed_open = SealedOpen::kOverlapped;  // With a keyring only.
+  // Which AES-256-GCM implementation seals and opens values (aes_gcm.h); nullopt: the fastest
+  // available. Open refuses one this build or CPU lacks. Both write the same bytes.
+  std::optional<GcmImpl> aes_gcm;
   Hash256 layout_digest{};  // Written into every value; values with another digest are misses.
   Clock* clock = nullptr;   // nullptr = SystemClock(). Drives the breakers and refresh limits.
   Logger* logger = nullptr;

@@ -1,9 +1,9 @@
-// See remote_crypto.h. OpenSSL's EVP interface does the cryptography (AES-256-GCM, HMAC-SHA256,
-// the random nonces); nothing here is hand-written cryptography, only the framing around it.
+// See remote_crypto.h. AES-256-GCM runs through aes_gcm.h (libipsec-mb or OpenSSL); OpenSSL
+// does HMAC-SHA256 and the random nonces. Nothing here is hand-written cryptography, only the
+// framing around it.
 #include "tiers/remote_crypto.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -99,95 +99,28 @@ void EncodeSealedHeader(uint32_t key_id, std::span<const uint8_t, 12> nonce, std
   std::memcpy(out + 12, nonce.data(), nonce.size());
 }
 
-// One piece of a GCM pass: `n` bytes from `in` to `out` (the same buffer is allowed).
-struct GcmPart {
-  const std::byte* in;
-  std::byte* out;
-  size_t n;
-};
-
 }  // namespace
 
-RemoteCipher::~RemoteCipher() {
-  EVP_CIPHER_CTX_free(ctx_);  // Frees nullptr quietly; cleanses the key schedule.
-  OPENSSL_cleanse(key_.data(), key_.size());
-}
+RemoteCipher::RemoteCipher(GcmImpl impl) : impl_(impl) { KV_CHECK(GcmImplAvailable(impl)); }
+RemoteCipher::~RemoteCipher() = default;
 
 struct RemoteCipherAccess {
-  // AES-256-GCM of `parts` (one stream, in order) under `key` and the 12-byte `nonce`, with the
-  // concatenation of `aad` as associated data. Encrypting writes the 16-byte tag to `tag`;
-  // decrypting checks it and fails on a mismatch. False on any failure: the caller must not use
-  // what was written. The key schedule is kept in `c` and reused while the key and direction stay
-  // the same; after a failure it is dropped, so a half-initialized context is never reused.
-  static bool Gcm(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce,
-                  std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
-                  std::byte* tag) {
-    if (c.ctx_ == nullptr) c.ctx_ = EVP_CIPHER_CTX_new();
-    if (c.ctx_ == nullptr) return false;
-    const bool ok = Run(c, encrypt, key, nonce, aad, parts, tag);
-    if (!ok) c.keyed_ = false;
-    return ok;
-  }
-
- private:
-  static bool Key(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce) {
-    const auto* iv = reinterpret_cast<const uint8_t*>(nonce);
-    if (c.keyed_ && c.encrypt_ == encrypt &&
-        CRYPTO_memcmp(c.key_.data(), key.bytes.data(), key.bytes.size()) == 0) {
-      // Same key, same direction: only the nonce changes (OpenSSL keeps the key schedule).
-      return EVP_CipherInit_ex(c.ctx_, nullptr, nullptr, nullptr, iv, encrypt ? 1 : 0) == 1;
-    }
-    c.keyed_ = false;
-    if (EVP_CipherInit_ex(c.ctx_, EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv,
-                          encrypt ? 1 : 0) != 1) {
-      return false;
-    }
-    c.key_ = key.bytes;
-    c.encrypt_ = encrypt;
-    c.keyed_ = true;
-    return true;
-  }
-
-  static bool Run(RemoteCipher& c, bool encrypt, const RemoteKey& key, const std::byte* nonce,
-                  std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
-                  std::byte* tag) {
-    EVP_CIPHER_CTX* ctx = c.ctx_;
-    int len = 0;
-    if (!Key(c, encrypt, key, nonce)) return false;
-    for (const std::span<const std::byte> a : aad) {
-      if (!a.empty() && EVP_CipherUpdate(ctx, nullptr, &len,
-                                         reinterpret_cast<const uint8_t*>(a.data()),
-                                         static_cast<int>(a.size())) != 1) {
-        return false;
-      }
-    }
-    for (const GcmPart& p : parts) {
-      if (p.n == 0) continue;
-      if (EVP_CipherUpdate(ctx, reinterpret_cast<uint8_t*>(p.out), &len,
-                           reinterpret_cast<const uint8_t*>(p.in), static_cast<int>(p.n)) != 1 ||
-          static_cast<size_t>(len) != p.n) {
-        return false;
-      }
-    }
-    if (!encrypt && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG,
-                                        static_cast<int>(kSealedTagBytes), tag) != 1) {
-      return false;
-    }
-    if (EVP_CipherFinal_ex(ctx, nullptr, &len) != 1) return false;
-    return !encrypt || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG,
-                                           static_cast<int>(kSealedTagBytes), tag) == 1;
+  static AesGcm* Context(RemoteCipher& c) {
+    if (c.gcm_ == nullptr) c.gcm_ = std::make_unique<AesGcm>(c.impl_);
+    return c.gcm_.get();
   }
 };
 
 namespace {
 
-// GCM through `cipher`, or through a context made for this one call when there is none.
+// GCM through `cipher`'s context, or through this thread's when there is none (the SSD tier's
+// records: one key schedule per thread and key instead of one per record).
 bool Gcm(RemoteCipher* cipher, bool encrypt, const RemoteKey& key, const std::byte* nonce,
          std::span<const std::span<const std::byte>> aad, std::span<const GcmPart> parts,
          std::byte* tag) {
-  std::optional<RemoteCipher> once;
-  if (cipher == nullptr) cipher = &once.emplace();
-  return RemoteCipherAccess::Gcm(*cipher, encrypt, key, nonce, aad, parts, tag);
+  thread_local RemoteCipher this_thread;
+  AesGcm* gcm = RemoteCipherAccess::Context(cipher != nullptr ? *cipher : this_thread);
+  return gcm->Run(encrypt, key.bytes, nonce, aad, parts, tag);
 }
 
 std::span<const std::byte> AsBytes(std::string_view s) {

@@ -7,7 +7,7 @@
 //   values to expire, then dropping the old one. Key names are derived from the lowest id (see
 //   NameKey), so adding a key keeps every name; dropping the lowest one changes them (the cache
 //   starts cold, it is never wrong).
-// - Sealed values: AES-256-GCM (OpenSSL, AES-NI where the CPU has it) of the plain remote value,
+// - Sealed values: AES-256-GCM (aes_gcm.h: libipsec-mb's VAES code, else OpenSSL) of the plain remote value,
 //   with a fresh random 96-bit nonce per value and the sealed header plus the Redis key name as
 //   associated data, so a value moved to another key, or forged by anyone without the key (CRCs
 //   are no proof), fails authentication and is a miss.
@@ -23,17 +23,19 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/block_key.h"
+#include "tiers/aes_gcm.h"
 #include "kvtier/result.h"
 
-struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX; only remote_crypto.cc sees OpenSSL.
 
 namespace kvtier {
+
 
 inline constexpr size_t kRemoteKeyBytes = 32;     // AES-256 and HMAC-SHA256 keys.
 inline constexpr size_t kRemoteKeysMax = 16;      // Keys one keyring holds.
@@ -87,25 +89,24 @@ class RemoteKeyring {
 };
 
 // An AES-256-GCM context kept across values: sealing or opening many values through one costs one
-// OpenSSL context and one key schedule per key instead of a context, a cipher fetch and a key
-// schedule per value (a few microseconds each, which is most of the cost of a small value). The
-// functions below take one optionally; without it they use a fresh context per call.
+// context and one key schedule per key instead of a context and a key schedule per value (a few
+// microseconds each, which is most of the cost of a small value). The functions below take one
+// optionally; without it they use a fresh context per call.
 // Thread safety: none; one thread uses a RemoteCipher at a time (give each worker its own).
-// Ownership: owns its OpenSSL context and a copy of the last key it was keyed with (both wiped
+// Ownership: owns its context and the schedule of the last key it was keyed with (both wiped
 // when it is destroyed).
 class RemoteCipher {
  public:
-  RemoteCipher() = default;  // Allocates nothing until first used.
+  // Allocates nothing until first used. `impl` must be available (GcmImplAvailable).
+  explicit RemoteCipher(GcmImpl impl = DefaultGcmImpl());
   ~RemoteCipher();
   RemoteCipher(const RemoteCipher&) = delete;
   RemoteCipher& operator=(const RemoteCipher&) = delete;
 
  private:
-  friend struct RemoteCipherAccess;  // remote_crypto.cc: keys the context and runs GCM on it.
-  evp_cipher_ctx_st* ctx_ = nullptr;  // Owned; allocated on first use.
-  bool keyed_ = false;                // ctx_ holds key_'s schedule for direction `encrypt_`.
-  bool encrypt_ = false;
-  std::array<uint8_t, kRemoteKeyBytes> key_{};
+  friend struct RemoteCipherAccess;  // remote_crypto.cc: makes the context on first use.
+  GcmImpl impl_;
+  std::unique_ptr<AesGcm> gcm_;  // Its key schedule, reused while the key stays the same.
 };
 
 // "<prefix>:{<32 hex>}:<32 hex>": the first part is HMAC(name_key, "chunk" + chunk_hash) cut to
