@@ -1,22 +1,37 @@
 # Layering: core -> env -> {codecs, policies} -> tiers -> [cuda] -> engine -> {runtime, cli,
-# bindings}. cuda (src/cuda) exists only with KVTIER_WITH_CUDA; the engine links it when it does.
+# bindings}; the CLI's benchmark drivers (tools/bench) sit on runtime and are linked by the CLI
+# only. cuda (src/cuda) exists only with KVTIER_WITH_CUDA; the engine links it when it does.
 #
-# Every layer's headers are included as "<layer>/<file>.h". A layer's library exports an include
-# directory that holds a single link, <layer> -> src/<layer>, so a target sees the headers of
-# exactly the layers it links. An include of a higher layer from a lower one therefore fails to
+# Every layer's headers are included as "<layer>/<file>.h". A layer lives in src/<layer> unless
+# DIR names another folder of the source tree (kvtier_layer(bench DIR tools/bench ...)). A
+# layer's library exports an include directory that holds a single link, <layer> -> its folder,
+# so a target sees the headers of exactly the layers it links. An include of a higher layer from a lower one therefore fails to
 # compile instead of silently creating a cycle.
 
 function(kvtier_layer name)
-  cmake_parse_arguments(L "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(L "" "DIR" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  if(NOT L_DIR)
+    set(L_DIR "src/${name}")
+  endif()
   set(view "${CMAKE_BINARY_DIR}/layer_views/${name}")
   file(MAKE_DIRECTORY "${view}")
   if(NOT EXISTS "${view}/${name}")
-    file(CREATE_LINK "${CMAKE_SOURCE_DIR}/src/${name}" "${view}/${name}" SYMBOLIC)
+    file(CREATE_LINK "${CMAKE_SOURCE_DIR}/${L_DIR}" "${view}/${name}" SYMBOLIC)
   endif()
   add_library(kvtier_${name} STATIC ${L_SOURCES})
   target_include_directories(kvtier_${name} PUBLIC
     "$<BUILD_INTERFACE:${view}>" "$<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>")
   target_link_libraries(kvtier_${name} PUBLIC ${L_DEPS} PRIVATE kvtier_flags ${L_PRIVATE_DEPS})
+endfunction()
+
+# kvtier_shared_models_dir(<var>): the shared model files beside the repository
+# (../shared/models), from the calling folder, which sits two levels below the repository root.
+# REALPATH keeps this right when that folder is reached through a symlink from another source
+# tree. Tests that use the files skip when they are absent.
+function(kvtier_shared_models_dir var)
+  get_filename_component(real_dir "${CMAKE_CURRENT_LIST_DIR}" REALPATH)
+  get_filename_component(models_dir "${real_dir}/../../../shared/models" ABSOLUTE)
+  set(${var} "${models_dir}" PARENT_SCOPE)
 endfunction()
 
 # kvtier_test(<name> <source> LIBS ...): one GoogleTest binary registered with CTest.

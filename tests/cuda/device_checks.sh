@@ -67,7 +67,7 @@ if [[ -n "${out_dir}" ]]; then cp "${result}" "${out_dir}/engine_test.log"; fi
 rm -f "${result}"
 
 log "cuda_bench"
-json="$(timeout 300 "${build_dir}/src/cuda/cuda_bench")"
+json="$(timeout 300 "${build_dir}/bench/cuda_bench")"
 printf '%s\n' "${json}"
 if [[ -n "${out_dir}" ]]; then printf '%s\n' "${json}" >"${out_dir}/cuda_bench.json"; fi
 exit "${status}"

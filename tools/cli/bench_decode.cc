@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/decode_bench.h"
 #include "byte_size.h"
 #include "core/limits.h"
 #include "engine/offload_sequence.h"
 #include "interrupt.h"
 #include "log_level.h"
 #include "progress.h"
-#include "runtime/decode_bench.h"
 
 namespace kvtier::cli {
 namespace {

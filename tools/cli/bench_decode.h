@@ -1,6 +1,6 @@
 // `kvtier bench decode`: per-token decode latency of a long sequence with its KV resident,
 // offloaded with full attention, offloaded with the INT8/INT4 ladder and offloaded with top-k
-// selection, against the roofline of the same run (runtime/decode_bench.h says what each
+// selection, against the roofline of the same run (bench/decode_bench.h says what each
 // configuration is; docs/benchmarks.md has measured figures and docs/offload.md the design).
 //
 // The SSD read bandwidth of the roofline is measured with fio (O_DIRECT, io_uring with registered

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <vector>
 
+#include "bench/remote_bench.h"
 #include "byte_size.h"
 #include "subprocess.h"
 #include "tiers/redis_connection.h"
-#include "tiers/remote_bench.h"
 
 namespace kvtier::cli {
 namespace {

@@ -1,4 +1,4 @@
-// Library side of `kvtier bench remote`: put and get throughput of the remote tier on a real
+// Driver of `kvtier bench remote`: put and get throughput of the remote tier on a real
 // Redis, with sealed values (the deployment keys, the default) and with insecure_plaintext, in
 // alternating rounds so that both see the same server and the same machine load; the CLI adds
 // redis-benchmark's figures for the same value size beside them.

@@ -10,7 +10,7 @@
 // Method: RunDecodeBench on small synthetic models (blocks of 16 tokens, 1-2k tokens of context,
 // SSD tier in a temporary directory, a fixed-bandwidth probe) and on the shared stories260K model
 // (skipped with a message when absent), teacher-forced against the reference configuration.
-#include "runtime/decode_bench.h"
+#include "bench/decode_bench.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // See remote_bench.h.
-#include "tiers/remote_bench.h"
+#include "bench/remote_bench.h"
 
 #include <unistd.h>
 

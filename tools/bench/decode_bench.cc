@@ -1,4 +1,4 @@
-#include "runtime/decode_bench.h"
+#include "bench/decode_bench.h"
 
 #include <malloc.h>
 
