@@ -39,7 +39,7 @@
 #include "engine/session_table.h"
 #include "engine/staging.h"
 #include "policies/access_predictor.h"
-#include "tiers/ssd_policy.h"
+#include "policies/ssd_policy.h"
 
 namespace kvtier {
 

@@ -49,8 +49,8 @@ Status EngineImpl::OpenRemote() {
         std::make_unique<ssd::AdmissionFilter>(r.admission_requests, r.admission_slots);
   }
   if (r.write_budget_bytes_per_s != 0) {
-    remote_budget_ = std::make_unique<ssd::WriteBudget>(clock_, r.write_budget_bytes_per_s,
-                                                        r.write_budget_burst_bytes);
+    remote_budget_ = std::make_unique<ssd::WriteBudget>(
+        r.write_budget_bytes_per_s, r.write_budget_burst_bytes, clock_->NowMicros());
   }
   return Status::Ok();
 }
@@ -205,7 +205,7 @@ void EngineImpl::WriteToRemote(std::span<SsdWriteItem> items,
         ++errors;
         continue;
       }
-      if (remote_budget_ != nullptr && !remote_budget_->TryTake(*bytes)) {
+      if (remote_budget_ != nullptr && !remote_budget_->TryTake(*bytes, clock_->NowMicros())) {
         item.status = Status::Busy("over the remote write budget");
         ++over_budget;
         continue;

@@ -31,7 +31,7 @@
 // completed), then starts host -> device copies for layers N+1..N+depth and SSD -> host reads for
 // layers N+1..N+depth+1, so with depth 1 SSD feeds layer N+2 while the device link feeds N+1 and
 // compute runs on N. SSD reads go out in batches of up to kOffloadReadBatchBlocks, each with one
-// completion. The depth adapts (engine/offload_depth.h) to the stall measured per layer.
+// completion. The depth adapts (policies/offload_depth.h) to the stall measured per layer.
 // PlanLayer() lets a selector (Quest) narrow what a future layer will read so prefetch loads
 // only that.
 //
@@ -55,8 +55,8 @@
 #include "core/kv_layout.h"
 #include "core/mutex.h"
 #include "core/thread_pool.h"
-#include "engine/offload_depth.h"
 #include "kvtier/result.h"
+#include "policies/offload_depth.h"
 #include "tiers/memory_tier.h"
 #include "tiers/ssd_tier.h"
 

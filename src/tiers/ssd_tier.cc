@@ -8,9 +8,9 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "policies/ssd_policy.h"
 #include "tiers/ssd_io_worker.h"
 #include "tiers/ssd_manifest.h"
-#include "tiers/ssd_policy.h"
 #include "tiers/ssd_recovery.h"
 
 namespace kvtier {
@@ -113,8 +113,8 @@ Status SsdTier::Start(ssd::RecoveredState* st) {
   admission_ = std::make_unique<ssd::AdmissionFilter>(
       options_.admission == SsdAdmission::kAlways ? 0 : options_.admission_requests,
       options_.admission_slots);
-  budget_ = std::make_unique<ssd::WriteBudget>(clock_, options_.write_budget_bytes_per_s,
-                                               options_.write_budget_burst_bytes);
+  budget_ = std::make_unique<ssd::WriteBudget>(
+      options_.write_budget_bytes_per_s, options_.write_budget_burst_bytes, clock_->NowMicros());
   segments_max_ = options_.capacity_bytes / options_.segment_bytes;
   MutexLock lock(&mu_);
   for (ssd::RecoveredSegment& rs : st->segments) {
@@ -311,7 +311,8 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
       ++not_admitted;
       continue;
     }
-    if (!mode.bypass_policy && !budget_->TryTake(RecordBytesForPayload(w.payload.size()))) {
+    if (!mode.bypass_policy &&
+        !budget_->TryTake(RecordBytesForPayload(w.payload.size()), clock_->NowMicros())) {
       w.status = Status::Busy("ssd: over the write budget");
       w.skipped = true;
       ++over_budget;

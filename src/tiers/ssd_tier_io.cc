@@ -11,8 +11,8 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "policies/ssd_policy.h"
 #include "tiers/ssd_io_worker.h"
-#include "tiers/ssd_policy.h"
 #include "tiers/ssd_record.h"
 #include "tiers/ssd_tier.h"
 

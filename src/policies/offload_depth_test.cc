@@ -2,7 +2,7 @@
 // waiting for data, shallower under memory pressure, never outside its bounds, and steady when
 // neither happens. Method: feed PrefetchDepthController synthetic per-layer stall measurements
 // and pressure flags (no timing: the numbers are given, not measured).
-#include "engine/offload_depth.h"
+#include "policies/offload_depth.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/offload_depth.h"
+#include "policies/offload_depth.h"
 
 #include <algorithm>
 

@@ -2,11 +2,12 @@
 // - AdmissionFilter: admits a block only after it was requested (stored or looked up) at least
 //   N times, counted in a small fixed-size counting sketch with periodic halving (aging), so a
 //   block seen once never costs a write (cf. KVBM's frequency >= 2 filter, dynamo #10062).
-// - WriteBudget: a token bucket in bytes per second on the Env clock; writes beyond it are
-//   skipped (this is a cache: skipping is always allowed).
+// - WriteBudget: a token bucket in bytes per second on the caller's monotonic clock (the Env
+//   clock's NowMicros, passed in with each call); writes beyond it are skipped (this is a cache:
+//   skipping is always allowed).
+// Used by the SSD tier and by the engine's remote tier.
 //
-// Thread safety: both classes are internally synchronized. Ownership: WriteBudget borrows the
-// Clock, which must outlive it.
+// Thread safety: both classes are internally synchronized. Ownership: neither borrows anything.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,6 @@
 
 #include "core/block_key.h"
 #include "core/mutex.h"
-#include "env/env.h"
 
 namespace kvtier::ssd {
 
@@ -44,14 +44,15 @@ class AdmissionFilter {
 
 class WriteBudget {
  public:
-  // bytes_per_s == 0 means unlimited. burst_bytes == 0 means one second of budget.
-  WriteBudget(Clock* clock, uint64_t bytes_per_s, uint64_t burst_bytes);
+  // bytes_per_s == 0 means unlimited. burst_bytes == 0 means one second of budget. The bucket
+  // starts full at `now_micros` (monotonic microseconds, the clock every TryTake call uses).
+  WriteBudget(uint64_t bytes_per_s, uint64_t burst_bytes, uint64_t now_micros);
 
-  // Takes `bytes` tokens if they are available now; false (nothing taken) otherwise.
-  bool TryTake(uint64_t bytes) KV_EXCLUDES(mu_);
+  // Takes `bytes` tokens if they are available at `now_micros`; false (nothing taken) otherwise.
+  // A time earlier than one already seen adds no tokens.
+  bool TryTake(uint64_t bytes, uint64_t now_micros) KV_EXCLUDES(mu_);
 
  private:
-  Clock* const clock_;
   const uint64_t bytes_per_s_;
   const uint64_t burst_bytes_;
   Mutex mu_;

@@ -1,5 +1,5 @@
 // See ssd_policy.h.
-#include "tiers/ssd_policy.h"
+#include "policies/ssd_policy.h"
 
 #include <algorithm>
 #include <bit>
@@ -58,17 +58,16 @@ bool AdmissionFilter::RecordAndAdmit(const BlockKey& key) {
   return EstimateLocked(key) >= threshold_;
 }
 
-WriteBudget::WriteBudget(Clock* clock, uint64_t bytes_per_s, uint64_t burst_bytes)
-    : clock_(clock),
-      bytes_per_s_(bytes_per_s),
+WriteBudget::WriteBudget(uint64_t bytes_per_s, uint64_t burst_bytes, uint64_t now_micros)
+    : bytes_per_s_(bytes_per_s),
       burst_bytes_(burst_bytes != 0 ? burst_bytes : bytes_per_s),
       tokens_(burst_bytes_),
-      last_micros_(clock->NowMicros()) {}
+      last_micros_(now_micros) {}
 
-bool WriteBudget::TryTake(uint64_t bytes) {
+bool WriteBudget::TryTake(uint64_t bytes, uint64_t now_micros) {
   if (bytes_per_s_ == 0) return true;
   MutexLock lock(&mu_);
-  const uint64_t now = clock_->NowMicros();
+  const uint64_t now = now_micros;
   if (now > last_micros_) {
     const unsigned __int128 add =
         static_cast<unsigned __int128>(now - last_micros_) * bytes_per_s_ / 1'000'000u;
