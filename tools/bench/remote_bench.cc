@@ -126,6 +126,7 @@ Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& o) {
   RedisStoreOptions sealed_options = base;
   sealed_options.keyring = keyring;
   sealed_options.sealed_open = o.sealed_open;
+  sealed_options.aes_gcm = o.aes_gcm;
   RedisStoreOptions plain_options = base;
   plain_options.insecure_plaintext = true;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> sealed, RedisStore::Open(sealed_options));

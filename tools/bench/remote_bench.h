@@ -33,6 +33,9 @@ struct RemoteBenchOptions {
   std::optional<RemoteKeyring> keyring;
   // When the sealed rounds open their values (RedisStoreOptions::sealed_open).
   SealedOpen sealed_open = SealedOpen::kOverlapped;
+  // Which AES-256-GCM implementation seals and opens (RedisStoreOptions::aes_gcm); nullopt: the
+  // fastest available.
+  std::optional<GcmImpl> aes_gcm;
 
   Status Validate() const;
 };

@@ -67,16 +67,18 @@ std::string Mbps(double bytes_per_s) {
 }
 
 void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures>& rb,
-           const std::string& rb_note, const std::string& sealed_open, bool json) {
+           const std::string& rb_note, const std::string& sealed_open, const std::string& aes_gcm,
+           bool json) {
   if (!json) {
     std::printf("remote tier, %llu values of %llu bytes, batches of %llu, %llu rounds (medians)\n",
                 static_cast<unsigned long long>(r.blocks),
                 static_cast<unsigned long long>(r.block_bytes),
                 static_cast<unsigned long long>(r.batch),
                 static_cast<unsigned long long>(r.rounds));
-    std::printf("sealed (AES-256-GCM)  put %s  get %s  (opened %s)\n",
+    std::printf("sealed (AES-256-GCM)  put %s  get %s  (opened %s, %s)\n",
                 Mbps(r.sealed.put_bytes_per_s_median).c_str(),
-                Mbps(r.sealed.get_bytes_per_s_median).c_str(), sealed_open.c_str());
+                Mbps(r.sealed.get_bytes_per_s_median).c_str(), sealed_open.c_str(),
+                aes_gcm.c_str());
     std::printf("plaintext             put %s  get %s\n",
                 Mbps(r.plaintext.put_bytes_per_s_median).c_str(),
                 Mbps(r.plaintext.get_bytes_per_s_median).c_str());
@@ -105,6 +107,7 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
   j["batch"] = r.batch;
   j["rounds"] = r.rounds;
   j["sealed_open"] = sealed_open;
+  j["aes_gcm"] = aes_gcm;
   j["put_bytes_per_s_all"] = r.sealed.put_bytes_per_s;
   j["get_bytes_per_s_all"] = r.sealed.get_bytes_per_s;
   j["plaintext_put_bytes_per_s_all"] = r.plaintext.put_bytes_per_s;
@@ -132,6 +135,10 @@ BenchRemote::BenchRemote(CLI::App* bench)
                    "When sealed gets decrypt: overlapped (while later replies arrive, on a "
                    "worker; the default) or after-reads (after the whole pipeline)")
       ->check(CLI::IsMember({"overlapped", "after-reads"}));
+  app_->add_option("--aes-gcm", aes_gcm_,
+                   "AES-256-GCM implementation: auto (the fastest available; the default), "
+                   "ipsec-mb or openssl")
+      ->check(CLI::IsMember({"auto", "ipsec-mb", "openssl"}));
   app_->add_flag("--no-redis-benchmark", no_redis_benchmark_, "Do not run redis-benchmark");
   app_->add_flag("--json", json_, "Print one JSON object");
 }
@@ -140,6 +147,14 @@ Status BenchRemote::Run() {
   RemoteBenchOptions o{.cluster = cluster_, .user = user_, .batch = batch_, .rounds = rounds_};
   o.sealed_open =
       sealed_open_ == "after-reads" ? SealedOpen::kAfterReads : SealedOpen::kOverlapped;
+  if (aes_gcm_ == "openssl") o.aes_gcm = GcmImpl::kOpenSsl;
+  if (aes_gcm_ == "ipsec-mb") {
+    if (!GcmImplAvailable(GcmImpl::kIpsecMb)) {
+      return Status::InvalidArgument(
+          "--aes-gcm ipsec-mb: this build or CPU has no libipsec-mb AES-GCM");
+    }
+    o.aes_gcm = GcmImpl::kIpsecMb;
+  }
   const std::string_view url = redis_;
   o.endpoint = std::string(url.substr(url.rfind("redis://", 0) == 0 ? 8 : 0));
   KV_ASSIGN_OR_RETURN(const RedisEndpoint endpoint, ParseRedisEndpoint(o.endpoint));
@@ -169,7 +184,7 @@ Status BenchRemote::Run() {
       }
     }
   }
-  Print(r, rb, note, sealed_open_, json_);
+  Print(r, rb, note, sealed_open_, GcmImplName(o.aes_gcm.value_or(DefaultGcmImpl())), json_);
   return Status::Ok();
 }
 

@@ -3,7 +3,8 @@
 # sealed and plaintext put/get rates, what encryption costs, and redis-benchmark's SET/GET for
 # the same value size; it leaves the server as it found it; a key file others can read, a bad
 # --redis, a zero --rounds and an unknown --sealed-open are refused with one line and a non-zero
-# exit; --sealed-open after-reads (the get path before the overlap) still runs.
+# exit; --sealed-open after-reads (the get path before the overlap) still runs; --aes-gcm openssl
+# runs and is reported, an unknown --aes-gcm is refused.
 # Method: a redis-server on a free loopback port in a temporary directory, killed at the end;
 # the JSON is parsed with python3.
 # Usage: bench_remote_test.sh <path to kvtier>
@@ -52,6 +53,7 @@ assert j["block_bytes"] == 65536 and j["blocks"] == 32 and j["rounds"] == 2
 assert len(j["get_bytes_per_s_all"]) == 2
 assert j["redis_benchmark_get_bytes_per_s"] > 0 or "redis_benchmark_note" in j
 assert j["sealed_open"] == "overlapped"
+assert j["aes_gcm"] in ("openssl", "ipsec-mb avx512", "ipsec-mb avx2", "ipsec-mb avx"), j["aes_gcm"]
 PY
 fi
 # The pre-overlap get path stays selectable, for comparison.
@@ -61,6 +63,12 @@ rc=0
 [[ $rc -eq 0 ]] || fail "bench remote --sealed-open after-reads: exit $rc: $(cat "$TMP/err")"
 grep -q '"sealed_open": "after-reads"' "$TMP/out" || fail "sealed_open not reported: $(cat "$TMP/out")"
 [[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind"
+# Either AES-GCM implementation can be chosen, to compare them in one run.
+rc=0
+"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
+  --rounds 1 --aes-gcm openssl --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "bench remote --aes-gcm openssl: exit $rc: $(cat "$TMP/err")"
+grep -q '"aes_gcm": "openssl"' "$TMP/out" || fail "aes_gcm not reported: $(cat "$TMP/out")"
 
 # expect_fail <name> <needle> <args...>
 expect_fail() {
@@ -76,6 +84,7 @@ expect_fail open_key_file "0644" --redis "127.0.0.1:$PORT" --remote-key-file "$T
 expect_fail bad_endpoint "port" --redis "127.0.0.1:notaport"
 expect_fail zero_rounds "--rounds" --redis "127.0.0.1:$PORT" --rounds 0
 expect_fail bad_sealed_open "--sealed-open" --redis "127.0.0.1:$PORT" --sealed-open later
+expect_fail bad_aes_gcm "--aes-gcm" --redis "127.0.0.1:$PORT" --aes-gcm rot13
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2
