@@ -11,12 +11,14 @@
 // all on one thread:
 //   BM_Read/<preset>/<fp16|int8|int4>      an AVX2 read of the layer's bytes: the limit;
 //   BM_AttendF16/<preset>                  AttendF16 (AVX2) over the FP16 layer;
-//   BM_AttendQuant/<preset>/<int8|int4>/<avx512|avx2>  AttendQuant over the encoded blocks;
+//   BM_AttendQuant/<preset>/<int8|int4>/<avx512vnni|avx512|avx2>  AttendQuant over the
+//                                          encoded blocks (avx512vnni: integer scores);
 //   BM_DequantAttend/<preset>/<int8|int4>  today's path: each block decoded to FP16
 //                                          (codecs::DecodeBlock), then AttendF16 over it, the
 //                                          blocks merged with MergeAttendParts;
-//   BM_AttendHot/<preset>/<fp16|int8|int4> the widest kernel over runs that alias 64 rows of
-//                                          one block, in cache: the compute ceiling.
+//   BM_AttendHot/<preset>/fp16, .../<int8|int4>/<avx512vnni|avx512>  the kernel over runs that
+//                                          alias 64 rows of one block, in cache: the compute
+//                                          ceiling.
 // Counters: GB/s is bytes of the representation read per second (10^9 B/s); fp16_GB/s the same
 // context counted as FP16 bytes. The machine is shared and noisy: run with
 // --benchmark_repetitions=9 and compare medians of the same run.
@@ -263,7 +265,13 @@ void BM_AttendQuant(benchmark::State& state, std::string preset, uint32_t bits,
 
 // AttendQuant (state.range(0) = 1) or AttendF16 (0) over runs that all alias the first 64 rows
 // of one block, so the data stays in cache: the kernels' compute ceilings.
-void BM_AttendHot(benchmark::State& state, std::string preset, uint32_t bits) {
+void BM_AttendHot(benchmark::State& state, std::string preset, uint32_t bits,
+                  QuantKernelIsa isa) {
+  const QuantAttentionKernels& kernels = GetQuantAttentionKernels(isa);
+  if (bits != 16 && kernels.isa != isa) {
+    state.SkipWithError("CPU lacks the ISA");
+    return;
+  }
   constexpr uint32_t kHotRows = 64;
   const Geometry g = GeometryOf(preset);
   const std::vector<float> q = Query(g);
@@ -291,7 +299,7 @@ void BM_AttendHot(benchmark::State& state, std::string preset, uint32_t bits) {
                        .out = out.data(), .head_lse = lse.data(), .run_lse = run_lse.data(),
                        .scratch = scratch.data()});
     } else {
-      GetQuantAttentionKernels().attend_quant(args);
+      kernels.attend_quant(args);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -354,17 +362,29 @@ void Register() {
     add("BM_Read/" + preset + "/int8", BM_Read, 8u);
     add("BM_Read/" + preset + "/int4", BM_Read, 4u);
     add("BM_AttendF16/" + preset, BM_AttendF16);
+    struct Isa {
+      const char* name;
+      QuantKernelIsa isa;
+      bool hot;  // Also measured in cache.
+    };
+    const Isa isas[] = {{"avx512vnni", QuantKernelIsa::kAvx512Vnni, true},
+                        {"avx512", QuantKernelIsa::kAvx512, true},
+                        {"avx2", QuantKernelIsa::kAvx2, false}};
     for (uint32_t bits : {8u, 4u}) {
       const std::string codec = bits == 8 ? "int8" : "int4";
-      add("BM_AttendQuant/" + preset + "/" + codec + "/avx512", BM_AttendQuant, bits,
-          QuantKernelIsa::kAvx512);
-      add("BM_AttendQuant/" + preset + "/" + codec + "/avx2", BM_AttendQuant, bits,
-          QuantKernelIsa::kAvx2);
+      for (const Isa& isa : isas) {
+        add("BM_AttendQuant/" + preset + "/" + codec + "/" + isa.name, BM_AttendQuant, bits,
+            isa.isa);
+      }
       add("BM_DequantAttend/" + preset + "/" + codec, BM_DequantAttend, bits);
     }
-    for (uint32_t bits : {16u, 8u, 4u}) {
-      add("BM_AttendHot/" + preset + "/" + (bits == 16 ? "fp16" : bits == 8 ? "int8" : "int4"),
-          BM_AttendHot, bits);
+    add("BM_AttendHot/" + preset + "/fp16", BM_AttendHot, 16u, QuantKernelIsa::kAuto);
+    for (uint32_t bits : {8u, 4u}) {
+      for (const Isa& isa : isas) {
+        if (!isa.hot) continue;
+        add("BM_AttendHot/" + preset + "/" + (bits == 8 ? "int8/" : "int4/") + isa.name,
+            BM_AttendHot, bits, isa.isa);
+      }
     }
   }
 }

@@ -44,8 +44,11 @@ size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
   const size_t n_heads = a.n_heads;
   const size_t channels = size_t{a.n_kv_heads} * a.head_dim;
   const size_t value_groups = qattn::ValueGroups(channels, a.group_size);
+  // The integer-score version adds each head's query as two int8 halves (each head_dim rounded
+  // up to 128 bytes) and its scale.
+  const size_t query_bytes = (size_t{a.head_dim} + 127) / 128 * 128;
   return n_heads * (4 + kQuantAttendStepRows + a.head_dim + a.n_runs) + 2 * 8 * value_groups +
-         channels / 8;
+         channels / 8 + n_heads * (2 * query_bytes / sizeof(float) + 1);
 }
 
 Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
@@ -97,6 +100,9 @@ struct Dequantizer {
                     F16At(view.k_scale, param);
     return x + F16At(view.k_zero, param);
   }
+  float KeyScale(size_t key_group, size_t channel) const {
+    return F16At(view.k_scale, key_group * channels + channel);
+  }
   float Value(size_t token, size_t channel) const {
     const size_t param = token * qattn::ValueGroups(channels, group_size) + channel / group_size;
     const float x = static_cast<float>(CodeAt(view.v_codes, token * channels + channel, bits)) *
@@ -105,9 +111,29 @@ struct Dequantizer {
   }
 };
 
-}  // namespace
+// q . k_row with the query scaled by the row's key group's scales and quantized to 15 bits (the
+// integer-score contract, quant_attention.h): an exact integer dot product of the codes with the
+// integer query, scaled once, plus q . k_zero.
+float Q15Score(const Dequantizer& b, size_t row, const float* q, size_t c0, size_t head_dim) {
+  const size_t key_group = row / b.group_size;
+  float m = 0.0f;
+  for (size_t d = 0; d < head_dim; ++d) {
+    m = std::max(m, std::abs(q[d] * b.KeyScale(key_group, c0 + d)));
+  }
+  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  int32_t dot = 0;
+  float bias = 0.0f;
+  for (size_t d = 0; d < head_dim; ++d) {
+    const size_t c = c0 + d;
+    const float qs = q[d] * b.KeyScale(key_group, c);
+    const auto q15 = static_cast<int32_t>(std::nearbyint(qs * inv * 128.0f));
+    dot += q15 * static_cast<int32_t>(CodeAt(b.view.k_codes, row * b.channels + c, b.bits));
+    bias += q[d] * F16At(b.view.k_zero, key_group * b.channels + c);
+  }
+  return static_cast<float>(dot) * (m / 16256.0f) + bias;
+}
 
-void AttendQuant(const QuantAttendArgs& a) {
+void Attend(const QuantAttendArgs& a, bool int8_query) {
   const size_t head_dim = a.head_dim;
   const size_t channels = size_t{a.n_kv_heads} * head_dim;
   const uint32_t group = a.n_heads / a.n_kv_heads;
@@ -122,6 +148,7 @@ void AttendQuant(const QuantAttendArgs& a) {
                          .group_size = a.group_size};
     };
     auto score = [&](const Dequantizer& b, size_t row) {
+      if (int8_query) return Q15Score(b, row, q, c0, head_dim);
       float sum = 0.0f;
       for (size_t d = 0; d < head_dim; ++d) sum += q[d] * b.Key(row, c0 + d);
       return sum;
@@ -153,17 +180,29 @@ void AttendQuant(const QuantAttendArgs& a) {
   }
 }
 
+}  // namespace
+
+void AttendQuant(const QuantAttendArgs& a) { Attend(a, false); }
+void AttendQuantQ15(const QuantAttendArgs& a) { Attend(a, true); }
+
 }  // namespace ref
 
 namespace {
 
 constexpr QuantAttentionKernels kScalarQuantKernels = {.isa = QuantKernelIsa::kScalar,
-                                                       .attend_quant = ref::AttendQuant};
+                                                       .attend_quant = ref::AttendQuant,
+                                                       .reference = ref::AttendQuant};
 #if defined(__x86_64__)
 constexpr QuantAttentionKernels kAvx2QuantKernels = {.isa = QuantKernelIsa::kAvx2,
-                                                     .attend_quant = avx2::AttendQuant};
+                                                     .attend_quant = avx2::AttendQuant,
+                                                     .reference = ref::AttendQuant};
 constexpr QuantAttentionKernels kAvx512QuantKernels = {.isa = QuantKernelIsa::kAvx512,
-                                                       .attend_quant = avx512::AttendQuant};
+                                                       .attend_quant = avx512::AttendQuant,
+                                                       .reference = ref::AttendQuant};
+constexpr QuantAttentionKernels kAvx512VnniQuantKernels = {
+    .isa = QuantKernelIsa::kAvx512Vnni,
+    .attend_quant = avx512vnni::AttendQuant,
+    .reference = ref::AttendQuantQ15};
 #endif
 
 bool DetectAvx512F() {
@@ -181,6 +220,18 @@ bool DetectAvx512F() {
 #endif
 }
 
+bool DetectAvx512Vnni() {
+#if defined(__x86_64__)
+  if (!CpuHasAvx512F()) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ebx & bit_AVX512BW) != 0 && (ecx & bit_AVX512VNNI) != 0 &&
+         (ecx & bit_AVX512VBMI) != 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool CpuHasAvx512F() {
@@ -188,9 +239,20 @@ bool CpuHasAvx512F() {
   return has;
 }
 
+bool CpuHasAvx512Vnni() {
+  static const bool has = DetectAvx512Vnni();
+  return has;
+}
+
 const QuantAttentionKernels& GetQuantAttentionKernels(QuantKernelIsa isa) {
 #if defined(__x86_64__)
-  if ((isa == QuantKernelIsa::kAuto || isa == QuantKernelIsa::kAvx512) && CpuHasAvx512F()) {
+  if ((isa == QuantKernelIsa::kAuto || isa == QuantKernelIsa::kAvx512Vnni) &&
+      CpuHasAvx512Vnni()) {
+    return kAvx512VnniQuantKernels;
+  }
+  if ((isa == QuantKernelIsa::kAuto || isa == QuantKernelIsa::kAvx512 ||
+       isa == QuantKernelIsa::kAvx512Vnni) &&
+      CpuHasAvx512F()) {
     return kAvx512QuantKernels;
   }
   if (isa != QuantKernelIsa::kScalar && CpuHasAvx2F16c()) return kAvx2QuantKernels;

@@ -25,6 +25,20 @@
 // multiples of its lane count; it hands other shapes to the next narrower version (AVX-512 ->
 // AVX2 -> scalar), so every version accepts every valid shape.
 //
+// Integer scores (AVX-512 VNNI): the scaled query of each head and key group, qs[d] = q[d] *
+// k_scale[c], is quantized to 15-bit integers with its own symmetric scale (m = max_d |qs[d]|,
+// q15[d] = round-to-nearest-even(qs[d] * (127 / m) * 128), in [-16256, 16256], 0 when m is 0),
+// so that a score is an integer dot product of the u8 codes with q15, exact in int32, scaled
+// once: score = float(code . q15) * (m / 16256) + q . k_zero. The kernel splits q15 into two
+// int8 halves (q15 = 128 hi + lo, lo in [-64, 63]) and dots the codes with each (vpdpbusd: 64
+// multiply-adds per instruction). ref::AttendQuantQ15 is that contract in scalar code (the same
+// passes as ref::AttendQuant, only the scores differ); the VNNI version matches it up to
+// summation order and hands shapes it does not take (head_dim or group size not a multiple of
+// 16, head_dim over 256, where the int32 sum could overflow) to it. The query's rounding error
+// is at most m / 32512 per channel. An 8-bit query (one dot product instead of two) was
+// measured too coarse: where a few key channels are 12x the others, output cosine against FP16
+// fell to 0.95 (INT8).
+//
 // Preconditions (programmer errors, not checked): pointers valid for the stated counts; payloads
 // are int8/int4 stage-1 payloads of `block_tokens` tokens with this geometry, bits and group size
 // (QuantRunFromEncodedBlock checks an encoded block's header); outputs do not overlap inputs.
@@ -46,6 +60,9 @@ enum class QuantKernelIsa : uint8_t {
   kScalar = 1,
   kAvx2 = 2,    // AVX2/F16C/FMA; scalar when the CPU lacks them.
   kAvx512 = 3,  // AVX-512F (+ AVX2/F16C/FMA); AVX2 when the CPU lacks it.
+  // AVX-512F/BW/VNNI/VBMI, integer scores (ref::AttendQuantQ15 semantics); kAvx512 when the CPU
+  // lacks them.
+  kAvx512Vnni = 4,
 };
 
 // The first `rows` tokens of one quantized block.
@@ -92,6 +109,9 @@ Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
 
 namespace ref {
 void AttendQuant(const QuantAttendArgs& args);
+// As AttendQuant, with the scores of the integer-score versions (the query quantized to 15 bits
+// per head and key group, above).
+void AttendQuantQ15(const QuantAttendArgs& args);
 }  // namespace ref
 
 // Defined on x86-64 only; call only where the CPU has the features (GetQuantAttentionKernels
@@ -102,13 +122,21 @@ void AttendQuant(const QuantAttendArgs& args);
 namespace avx512 {
 void AttendQuant(const QuantAttendArgs& args);
 }  // namespace avx512
+namespace avx512vnni {
+void AttendQuant(const QuantAttendArgs& args);
+}  // namespace avx512vnni
 
 struct QuantAttentionKernels {
-  QuantKernelIsa isa;  // kScalar, kAvx2 or kAvx512: the set actually selected.
+  QuantKernelIsa isa;  // kScalar, kAvx2, kAvx512 or kAvx512Vnni: the set actually selected.
   void (*attend_quant)(const QuantAttendArgs& args);
+  // The scalar version attend_quant matches: ref::AttendQuant, or ref::AttendQuantQ15 for integer
+  // scores.
+  void (*reference)(const QuantAttendArgs& args);
 };
 
 bool CpuHasAvx512F();
+// AVX-512F/BW/VNNI/VBMI, with the OS saving the ZMM state.
+bool CpuHasAvx512Vnni();
 const QuantAttentionKernels& GetQuantAttentionKernels(QuantKernelIsa isa = QuantKernelIsa::kAuto);
 
 }  // namespace kvtier::runtime

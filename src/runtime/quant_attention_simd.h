@@ -6,9 +6,12 @@
 // symbol.
 //
 // V provides: F (the float vector), kLanes; Zero, Set1, Load, Store, Fma, Mul, Add, Sub, Max;
-// LoadU8 (kLanes INT8 codes as floats), LoadU4 (kLanes INT4 codes from kLanes / 2 bytes),
-// LoadHalf (kLanes FP16 values from any address); Fold8 (to 8 lanes with the same sum), HSum,
-// HMax; RoundNearest, Pow2 (2^n for integral n) and ZeroBelow (e where x >= limit or NaN, else 0).
+// LoadU8 (kLanes INT8 codes as floats), LoadU4 (kLanes INT4 codes from kLanes / 2 bytes, as
+// floats, or as 1 + code / 16 where kU4Biased), LoadHalf (kLanes FP16 values from any address);
+// Fold8 (to 8 lanes with the same sum), HSum, HMax; RoundNearest, Pow2 (2^n for integral n) and
+// ZeroBelow (e where x >= limit or NaN, else 0). kIntScores: the scores are integer dot products
+// (quant_attention.h), and V also provides QuantizeQuery<Bits> (a head's scaled query to two
+// int8 halves and its scale) and DotTileInt<Bits, H, R> (the integer DotTile).
 //
 // A step is at most kQuantAttendStepRows rows of one run inside one key group. It scales the
 // query by the group's key scales when the group begins (qs[h][d] = q[h][d] * k_scale[c], bias[h]
@@ -82,6 +85,8 @@ KV_QATTN_TARGET KV_QATTN_INLINE __m256 HorizontalSums8(const __m256* a) {
 // What every step of one call shares.
 struct Geometry {
   size_t head_dim;
+  size_t query_bytes;   // Integer scores: one int8 half of a head's query, head_dim rounded up
+                        // to 128.
   size_t channels;      // C = n_kv_heads * head_dim: elements from one row to the next.
   size_t value_groups;  // GV = ceil(C / G).
   uint32_t group;       // Query heads per KV head.
@@ -101,6 +106,9 @@ struct Scratch {
   float* v_zero;     // [8][GV]
   float* run_lse;    // [n_runs][n_heads]
   float* vec_group;  // [C / kLanes] value group of each vector of a row (integral floats).
+  int8_t* qint;      // [n_heads][hi, lo][query_bytes] integer scores: qs quantized (q15 =
+                     // 128 hi + lo), zero-padded.
+  float* qscale;     // [n_heads] integer scores: the scale of q15.
 };
 
 template <class V, uint32_t Bits>
@@ -120,8 +128,8 @@ KV_QATTN_TARGET void HalvesToFloats(const std::byte* src, size_t n, float* dst) 
   for (; i < n; ++i) dst[i] = codecs::F16ToF32(DecodeFixed16(src + 2 * i));
 }
 
-// qs and bias for key group `key_group` of a block.
-template <class V>
+// qs and bias (and for integer scores qint and qscale) for key group `key_group` of a block.
+template <class V, uint32_t Bits>
 KV_QATTN_TARGET void ScaleQueries(const float* q, const QuantBlockView& view, size_t key_group,
                                   const Geometry& g, const Scratch& sc, size_t n_heads) {
   const std::byte* scales = view.k_scale + 2 * key_group * g.channels;
@@ -135,6 +143,10 @@ KV_QATTN_TARGET void ScaleQueries(const float* q, const QuantBlockView& view, si
       bias = V::Fma(qv, V::LoadHalf(zeros + 2 * (c0 + d)), bias);
     }
     sc.bias[h] = V::HSum(bias);
+    if constexpr (V::kIntScores) {
+      V::template QuantizeQuery<Bits>(sc.qs + h * g.head_dim, g.head_dim,
+                                      sc.qint + 2 * h * g.query_bytes, sc.qscale + h);
+    }
   }
 }
 
@@ -223,8 +235,14 @@ KV_QATTN_TARGET KV_QATTN_INLINE void HeadTile(size_t h, uint32_t kv_head, const 
     constexpr size_t R = std::min(Rows, 8 / H);
     static_assert(Rows % R == 0);
     for (size_t r = 0; r < Rows; r += R) {
-      DotTile<V, Bits, H, R>(sc.qs + h * g.head_dim, sc.bias + h, codes,
-                             e0 + r * g.channels + c0, g, s + r);
+      if constexpr (V::kIntScores) {
+        V::template DotTileInt<Bits, H, R>(sc.qint + 2 * h * g.query_bytes, sc.qscale + h,
+                                           sc.bias + h,
+                                           codes, e0 + r * g.channels + c0, g, s + r);
+      } else {
+        DotTile<V, Bits, H, R>(sc.qs + h * g.head_dim, sc.bias + h, codes,
+                               e0 + r * g.channels + c0, g, s + r);
+      }
     }
   } else {
     constexpr size_t VB = 8 / H;
@@ -286,6 +304,20 @@ KV_QATTN_TARGET void RowGroup(const uint8_t* codes, const std::byte* v_scale,
   if constexpr (P == Pass::kWeights) {
     HalvesToFloats<V>(v_scale + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_scale);
     HalvesToFloats<V>(v_zero + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_zero);
+    if constexpr (Bits == 4 && V::kU4Biased) {
+      // Codes load as f = 1 + code / 16: code * s + z = f * (16 s) + (z - 16 s).
+      const size_t n = Rows * g.value_groups;
+      size_t i = 0;
+      for (; i + V::kLanes <= n; i += V::kLanes) {
+        const typename V::F scale = V::Mul(V::Load(sc.v_scale + i), V::Set1(16.0f));
+        V::Store(sc.v_scale + i, scale);
+        V::Store(sc.v_zero + i, V::Sub(V::Load(sc.v_zero + i), scale));
+      }
+      for (; i < n; ++i) {
+        sc.v_scale[i] *= 16.0f;
+        sc.v_zero[i] -= sc.v_scale[i];
+      }
+    }
     if (r + 2 * Rows <= run_rows_left) {  // The next group's parameters.
       PrefetchBytes<V>(v_scale + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
       PrefetchBytes<V>(v_zero + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
@@ -407,6 +439,9 @@ inline Scratch Carve(const QuantAttendArgs& a, const Geometry& g) {
   sc.v_zero = sc.v_scale + 8 * g.value_groups;
   sc.run_lse = sc.v_zero + 8 * g.value_groups;
   sc.vec_group = sc.run_lse + a.n_runs * n_heads;
+  float* qint = sc.vec_group + g.channels / 8;
+  sc.qint = reinterpret_cast<int8_t*>(qint);
+  sc.qscale = qint + n_heads * 2 * g.query_bytes / sizeof(float);
   return sc;
 }
 
@@ -420,7 +455,7 @@ KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
     const size_t key_group = r0 / g.quant_group;
     n = std::min({kStep, run.rows - r0, (key_group + 1) * g.quant_group - r0});
     if (r0 == key_group * g.quant_group) {
-      ScaleQueries<V>(a.q, view, key_group, g, sc, a.n_heads);
+      ScaleQueries<V, Bits>(a.q, view, key_group, g, sc, a.n_heads);
       if ((key_group + 1) * g.quant_group < run.rows) {  // The next key group's parameters.
         PrefetchBytes<V>(view.k_scale + 2 * (key_group + 1) * g.channels, 2 * g.channels);
         PrefetchBytes<V>(view.k_zero + 2 * (key_group + 1) * g.channels, 2 * g.channels);
@@ -441,6 +476,7 @@ KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
 template <class V, uint32_t Bits>
 KV_QATTN_TARGET void Attend(const QuantAttendArgs& a) {
   const Geometry g = {.head_dim = a.head_dim,
+                      .query_bytes = (size_t{a.head_dim} + 127) / 128 * 128,
                       .channels = size_t{a.n_kv_heads} * a.head_dim,
                       .value_groups = ValueGroups(size_t{a.n_kv_heads} * a.head_dim, a.group_size),
                       .group = a.n_heads / a.n_kv_heads,

@@ -18,9 +18,14 @@
 //       INT8 >= 0.99999, INT4 >= 0.998). On zero-mean noise, where outputs are averages of noise
 //       as small as their averaged quantization error, INT8 still gives >= 0.9998 while INT4
 //       gives 0.975-0.986, so that case is held to 0.97 (the codec's limit, not the kernel's).
-//   (c) AVX2 and AVX-512 against the scalar reference: outputs within 1e-4, log-sum-exps within
-//       1e-5 relative, run masses within 1e-5, the masses summing to 1.
-// Shapes: head_dim 64 and 128 (and 24, 40 and 8, which the wider versions hand down), MHA and GQA
+//   (c) AVX2 and AVX-512 against the scalar reference, and AVX-512 VNNI against the integer-score
+//       reference (ref::AttendQuantQ15): outputs within 1e-4, log-sum-exps within 1e-5 relative,
+//       run masses within 1e-5, the masses summing to 1.
+//   (d) Integer scores: with one row a head's log-sum-exp is its score, which must be the 15-bit
+//       query's integer dot product with the codes, scaled, plus q . k_zero (computed here from
+//       the block's codes and parameters), and differ from the float reference's score; (b) holds for the integer-score reference and for
+//       the dispatched kernel (VNNI where the CPU has it), also on MHA with head_dim 128.
+// Shapes: head_dim 64, 80 and 128 (and 24, 40 and 8, which the wider versions hand down), MHA and GQA
 // groups of 2, 3 and 4, group sizes 8, 24, 32 and 64, runs of partial blocks (the last block's
 // rows < its tokens, blocks of 48 and 256 tokens), one-row runs; attention split into two
 // parts and merged with MergeAttendParts equals the whole. QuantRunFromEncodedBlock refuses
@@ -36,7 +41,10 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "codecs/kernels.h"
+#include "core/coding.h"
 #include "runtime/kernels.h"
+#include "runtime/quant_attention_view.h"
 
 namespace kvtier::runtime {
 namespace {
@@ -276,6 +284,11 @@ const std::vector<Shape>& Shapes() {
        .rows = {33, 48}},
       {.n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .group_size = 8, .block_tokens = 48,
        .rows = {48, 19}},
+      // MHA at head_dim 128; head_dim 80 (a masked tail of 16 INT8 / 40 INT4 bytes).
+      {.n_heads = 4, .n_kv_heads = 4, .head_dim = 128, .group_size = 32, .block_tokens = 64,
+       .rows = {64, 63, 1}},
+      {.n_heads = 4, .n_kv_heads = 2, .head_dim = 80, .group_size = 16, .block_tokens = 48,
+       .rows = {48, 31}},
       // Shapes the 16-lane version hands to the 8-lane one, and the 8-lane one to scalar.
       {.n_heads = 6, .n_kv_heads = 3, .head_dim = 24, .group_size = 24, .block_tokens = 48,
        .rows = {48, 13}},
@@ -291,20 +304,25 @@ std::vector<QuantAttentionKernels> SimdKernels() {
   std::vector<QuantAttentionKernels> k;
   if (CpuHasAvx2F16c()) k.push_back(GetQuantAttentionKernels(QuantKernelIsa::kAvx2));
   if (CpuHasAvx512F()) k.push_back(GetQuantAttentionKernels(QuantKernelIsa::kAvx512));
+  if (CpuHasAvx512Vnni()) k.push_back(GetQuantAttentionKernels(QuantKernelIsa::kAvx512Vnni));
   return k;
 }
 
 TEST(QuantAttentionTest, DispatchPicksTheWidestTheCpuHas) {
   EXPECT_EQ(GetQuantAttentionKernels(QuantKernelIsa::kScalar).isa, QuantKernelIsa::kScalar);
-  const QuantKernelIsa widest = CpuHasAvx512F()    ? QuantKernelIsa::kAvx512
-                                : CpuHasAvx2F16c() ? QuantKernelIsa::kAvx2
-                                                   : QuantKernelIsa::kScalar;
+  const QuantKernelIsa widest_float = CpuHasAvx512F()    ? QuantKernelIsa::kAvx512
+                                      : CpuHasAvx2F16c() ? QuantKernelIsa::kAvx2
+                                                         : QuantKernelIsa::kScalar;
+  const QuantKernelIsa widest = CpuHasAvx512Vnni() ? QuantKernelIsa::kAvx512Vnni : widest_float;
   EXPECT_EQ(GetQuantAttentionKernels().isa, widest);
-  EXPECT_EQ(GetQuantAttentionKernels(QuantKernelIsa::kAvx512).isa, widest);
+  EXPECT_EQ(GetQuantAttentionKernels(QuantKernelIsa::kAvx512Vnni).isa, widest);
+  EXPECT_EQ(GetQuantAttentionKernels(QuantKernelIsa::kAvx512).isa, widest_float);
+  EXPECT_EQ(GetQuantAttentionKernels().reference,
+            widest == QuantKernelIsa::kAvx512Vnni ? ref::AttendQuantQ15 : ref::AttendQuant);
 }
 
 // Every shape and both widths against dequantize-then-AttendF16 (ref against ref, the widest
-// SIMD version against AVX2).
+// float SIMD version against AVX2).
 void ExpectMatchesDequantizedF16(KvData data, uint64_t seed, Tolerance t) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   for (uint32_t bits : {8u, 4u}) {
@@ -319,7 +337,8 @@ void ExpectMatchesDequantizedF16(KvData data, uint64_t seed, Tolerance t) {
                                        RunF16(ref::AttendF16, s, b, b.decoded_runs), t, what);
       float simd = 0.0f;
       if (CpuHasAvx2F16c()) {
-        simd = ExpectClose(RunQuant(GetQuantAttentionKernels().attend_quant, s, bits, b),
+        simd = ExpectClose(RunQuant(GetQuantAttentionKernels(QuantKernelIsa::kAvx512).attend_quant,
+                                    s, bits, b),
                            RunF16(avx2::AttendF16, s, b, b.decoded_runs), t, what + " simd");
       }
       std::printf("%s: max |quant - dequant+f16| / (1 + |out|) scalar %.2e simd %.2e\n",
@@ -349,10 +368,10 @@ TEST(QuantAttentionTest, SimdMatchesScalar) {
     for (size_t i = 0; i < Shapes().size(); ++i) {
       const Shape& s = Shapes()[i];
       const Blocks b = MakeBlocks(s, bits, seed + i);
-      const Outputs want = RunQuant(ref::AttendQuant, s, bits, b);
       for (const QuantAttentionKernels& k : kernels) {
         const std::string what = "int" + std::to_string(bits) + " shape " + std::to_string(i) +
                                  " isa " + std::to_string(static_cast<int>(k.isa));
+        const Outputs want = RunQuant(k.reference, s, bits, b);
         ExpectClose(RunQuant(k.attend_quant, s, bits, b), want,
                     {.out_rel = 1e-4f, .lse_rel = 1e-5f, .mass_abs = 1e-5f}, what);
       }
@@ -365,24 +384,92 @@ TEST(QuantAttentionTest, CloseToOriginalF16Attention) {
                      .block_tokens = 256, .rows = {256, 256, 256, 256, 100}};
   const Shape mha = {.n_heads = 8, .n_kv_heads = 8, .head_dim = 64, .group_size = 32,
                      .block_tokens = 256, .rows = {256, 256, 200}};
+  const Shape mha128 = {.n_heads = 8, .n_kv_heads = 8, .head_dim = 128, .group_size = 32,
+                        .block_tokens = 256, .rows = {256, 256, 256, 129}};
+  struct Version {
+    const char* name;
+    void (*attend)(const QuantAttendArgs&);
+  };
+  const Version versions[] = {{"dispatched", GetQuantAttentionKernels().attend_quant},
+                              {"ref-q15", ref::AttendQuantQ15}};
   for (const KvData data : {KvData::kStructured, KvData::kNoise}) {
     for (uint64_t seed : {11u, 12u, 13u}) {
-      for (const Shape* shape : {&gqa, &mha}) {
+      for (const Shape* shape : {&gqa, &mha, &mha128}) {
         for (uint32_t bits : {8u, 4u}) {
           const Blocks b = MakeBlocks(*shape, bits, seed, data);
           const Outputs f16 = RunF16(GetAttentionKernels().attend_f16, *shape, b, b.original_runs);
-          const Outputs quant = RunQuant(GetQuantAttentionKernels().attend_quant, *shape, bits, b);
-          const double cosine = MinHeadCosine(quant, f16, *shape);
-          const bool structured = data == KvData::kStructured;
-          std::printf("%s seed %llu head_dim %u int%u: min head cosine %.6f\n",
-                      structured ? "structured" : "noise", static_cast<unsigned long long>(seed),
-                      shape->head_dim, bits, cosine);
-          // On noise INT4 is held to a looser bound (measured 0.978-0.989): a regression guard.
-          const double bound = bits == 8 ? 0.999 : structured ? 0.99 : 0.97;
-          EXPECT_GE(cosine, bound) << "seed " << seed << " int" << bits;
+          for (const Version& v : versions) {
+            const double cosine = MinHeadCosine(RunQuant(v.attend, *shape, bits, b), f16, *shape);
+            const bool structured = data == KvData::kStructured;
+            std::printf("%s %s seed %llu heads %u/%u head_dim %u int%u: min head cosine %.6f\n",
+                        v.name, structured ? "structured" : "noise",
+                        static_cast<unsigned long long>(seed), shape->n_heads,
+                        shape->n_kv_heads, shape->head_dim, bits, cosine);
+            // On noise INT4 is held to a looser bound (measured 0.978-0.989): a regression guard.
+            const double bound = bits == 8 ? 0.999 : structured ? 0.99 : 0.97;
+            EXPECT_GE(cosine, bound) << v.name << " seed " << seed << " int" << bits;
+          }
         }
       }
     }
+  }
+}
+
+// (d) One row: a head's log-sum-exp is its score, computed here as the contract states.
+TEST(QuantAttentionTest, IntegerScoreIsTheQuantizedQueryDotProduct) {
+  const uint64_t seed = 4242;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  for (uint32_t bits : {8u, 4u}) {
+    // head_dim 80: a full and a masked chunk for INT8, one masked chunk for INT4.
+    const Shape s = {.n_heads = 4, .n_kv_heads = 2, .head_dim = 80, .group_size = 16,
+                     .block_tokens = 48, .rows = {1}};
+    const Blocks b = MakeBlocks(s, bits, seed, KvData::kStructured);
+    const size_t channels = size_t{s.n_kv_heads} * s.head_dim;
+    const qattn::QuantBlockView view = qattn::ViewOf(b.quant_runs[0], channels, bits,
+                                                     s.group_size);
+    auto half = [](const std::byte* base, size_t i) {
+      return codecs::F16ToF32(DecodeFixed16(base + 2 * i));
+    };
+    std::vector<float> want(s.n_heads);
+    for (uint32_t h = 0; h < s.n_heads; ++h) {
+      const size_t c0 = size_t{h / (s.n_heads / s.n_kv_heads)} * s.head_dim;
+      const float* q = b.q.data() + size_t{h} * s.head_dim;
+      float m = 0.0f;
+      for (size_t d = 0; d < s.head_dim; ++d) {
+        m = std::max(m, std::abs(q[d] * half(view.k_scale, c0 + d)));
+      }
+      int64_t dot = 0;
+      double bias = 0.0;
+      for (size_t d = 0; d < s.head_dim; ++d) {
+        const size_t c = c0 + d;
+        const auto q15 = static_cast<int64_t>(
+            std::nearbyint(q[d] * half(view.k_scale, c) * (127.0f / m) * 128.0f));
+        ASSERT_LE(std::abs(q15), 16256);
+        const uint32_t code =
+            bits == 8 ? view.k_codes[c] : (view.k_codes[c / 2] >> (4 * (c & 1))) & 0xfu;
+        dot += q15 * code;
+        bias += double{q[d]} * half(view.k_zero, c);
+      }
+      want[h] = static_cast<float>(static_cast<double>(dot) * (m / 16256.0f) + bias);
+    }
+    std::vector<void (*)(const QuantAttendArgs&)> versions = {ref::AttendQuantQ15};
+    if (GetQuantAttentionKernels().reference == ref::AttendQuantQ15) {
+      versions.push_back(GetQuantAttentionKernels().attend_quant);
+    }
+    for (auto attend : versions) {
+      const Outputs o = RunQuant(attend, s, bits, b);
+      for (uint32_t h = 0; h < s.n_heads; ++h) {
+        EXPECT_NEAR(o.head_lse[h], want[h], 1e-5f * (1.0f + std::abs(want[h])))
+            << "int" << bits << " head " << h;
+      }
+    }
+    // The float reference scores the unquantized query: not the same numbers.
+    const Outputs exact = RunQuant(ref::AttendQuant, s, bits, b);
+    float largest_difference = 0.0f;
+    for (uint32_t h = 0; h < s.n_heads; ++h) {
+      largest_difference = std::max(largest_difference, std::abs(exact.head_lse[h] - want[h]));
+    }
+    EXPECT_GT(largest_difference, 1e-7f) << "int" << bits;
   }
 }
 
