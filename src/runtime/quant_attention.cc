@@ -225,8 +225,8 @@ bool DetectAvx512Vnni() {
   if (!CpuHasAvx512F()) return false;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return (ebx & bit_AVX512BW) != 0 && (ecx & bit_AVX512VNNI) != 0 &&
-         (ecx & bit_AVX512VBMI) != 0;
+  return (ebx & bit_AVX512BW) != 0 && (ebx & bit_AVX512VL) != 0 &&
+         (ecx & bit_AVX512VNNI) != 0 && (ecx & bit_AVX512VBMI) != 0;
 #else
   return false;
 #endif

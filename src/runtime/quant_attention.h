@@ -60,7 +60,7 @@ enum class QuantKernelIsa : uint8_t {
   kScalar = 1,
   kAvx2 = 2,    // AVX2/F16C/FMA; scalar when the CPU lacks them.
   kAvx512 = 3,  // AVX-512F (+ AVX2/F16C/FMA); AVX2 when the CPU lacks it.
-  // AVX-512F/BW/VNNI/VBMI, integer scores (ref::AttendQuantQ15 semantics); kAvx512 when the CPU
+  // AVX-512F/BW/VL/VNNI/VBMI, integer scores (ref::AttendQuantQ15 semantics); kAvx512 when the CPU
   // lacks them.
   kAvx512Vnni = 4,
 };
@@ -135,7 +135,7 @@ struct QuantAttentionKernels {
 };
 
 bool CpuHasAvx512F();
-// AVX-512F/BW/VNNI/VBMI, with the OS saving the ZMM state.
+// AVX-512F/BW/VL/VNNI/VBMI, with the OS saving the ZMM state.
 bool CpuHasAvx512Vnni();
 const QuantAttentionKernels& GetQuantAttentionKernels(QuantKernelIsa isa = QuantKernelIsa::kAuto);
 

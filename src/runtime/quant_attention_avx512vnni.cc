@@ -6,11 +6,11 @@
 // kept as two int8 halves (q15 = 128 hi + lo); a row's codes are dotted with each half by
 // vpdpbusd (u8 codes x s8 query, four products summed into each int32 lane), 64 codes per
 // instruction, with no widening or conversion, and the halves' sums are joined as 128 hi + lo
-// before the horizontal sum. INT8 codes are read 64 at a time in memory order. The 128 INT4 codes of 64 bytes are split into their low nibbles
-// (the even elements) and high nibbles (the odd ones) with a shift and two masks, and the int8
-// query is stored in the same order (per 128 elements: the 64 even ones, then the 64 odd ones),
-// so no code is moved into element order. A tail shorter than 64 bytes is a masked load; the
-// query's padding is zero.
+// before the horizontal sum. INT8 codes are read 64 at a time in memory order. The 128 INT4
+// codes of 64 bytes are split into their low nibbles (the even elements) and high nibbles (the
+// odd ones) with a shift and two masks, and the int8 query is stored in the same order (per 128
+// elements: the 64 even ones, then the 64 odd ones), so no code is moved into element order. A
+// tail shorter than 64 bytes is a masked load; the query's padding is zero.
 //
 // Values: INT4 codes load as floats 1 + code / 16 in three instructions (a broadcast of their
 // eight bytes, vpmultishiftqb to put each nibble at bits 19-22 of its lane, one vpternlogd to keep
@@ -30,7 +30,7 @@
 #endif
 
 #define KV_QATTN_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,f16c,fma")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,f16c,fma")))
 #include "runtime/quant_attention_simd.h"
 
 namespace kvtier::runtime::avx512vnni {
@@ -106,7 +106,8 @@ struct Vec16Vnni : Vec16 {
           const __m128i split = _mm_shuffle_epi8(halves[half], evens_odds);
           int8_t* chunk = dst + d / 128 * 128 + d % 128 / 2;
           _mm_storel_epi64(reinterpret_cast<__m128i*>(chunk), split);
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(chunk + 64), _mm_unpackhi_epi64(split, split));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(chunk + 64),
+                           _mm_unpackhi_epi64(split, split));
         }
       }
     }
@@ -160,26 +161,39 @@ struct Vec16Vnni : Vec16 {
     __m512i acc[8];
 #pragma GCC unroll 8
     for (size_t k = 0; k < 8; ++k) acc[k] = _mm512_add_epi32(_mm512_slli_epi32(hi[k], 7), lo[k]);
-    alignas(32) int32_t sums[8];
     if constexpr (H * R == 8) {
       __m256i f[8];
 #pragma GCC unroll 8
       for (size_t k = 0; k < 8; ++k) {
-        f[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc[k]), _mm512_extracti64x4_epi64(acc[k], 1));
+        f[k] = _mm256_add_epi32(_mm512_castsi512_si256(acc[k]),
+                                _mm512_extracti64x4_epi64(acc[k], 1));
       }
       const __m256i s0123 =
           _mm256_hadd_epi32(_mm256_hadd_epi32(f[0], f[1]), _mm256_hadd_epi32(f[2], f[3]));
       const __m256i s4567 =
           _mm256_hadd_epi32(_mm256_hadd_epi32(f[4], f[5]), _mm256_hadd_epi32(f[6], f[7]));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums),
-                         _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
-                                          _mm256_permute2x128_si256(s0123, s4567, 0x31)));
+      const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
+                                            _mm256_permute2x128_si256(s0123, s4567, 0x31));
+      // Lane k is head k / R: its scale and bias spread by a permute (a masked load reads only
+      // the H heads').
+      const __m256i head_of_lane = _mm256_setr_epi32(0 / R, 1 / R, 2 / R, 3 / R, 4 / R, 5 / R,
+                                                     6 / R, 7 / R);
+      constexpr __mmask8 kHeads = (1u << H) - 1;
+      const __m256 scale = _mm256_permutevar8x32_ps(
+          _mm256_castps128_ps256(_mm_maskz_loadu_ps(kHeads, qscale)), head_of_lane);
+      const __m256 offset = _mm256_permutevar8x32_ps(
+          _mm256_castps128_ps256(_mm_maskz_loadu_ps(kHeads, bias)), head_of_lane);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes,
+                      _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums), scale), offset));
+#pragma GCC unroll 4
+      for (size_t i = 0; i < H; ++i) std::memcpy(s + i * qattn::kStep, lanes + i * R, R * 4);
     } else {
-      for (size_t k = 0; k < H * R; ++k) sums[k] = _mm512_reduce_add_epi32(acc[k]);
-    }
-    for (size_t i = 0; i < H; ++i) {
-      for (size_t r = 0; r < R; ++r) {
-        s[i * qattn::kStep + r] = static_cast<float>(sums[i * R + r]) * qscale[i] + bias[i];
+      for (size_t i = 0; i < H; ++i) {
+        for (size_t r = 0; r < R; ++r) {
+          const int32_t sum = _mm512_reduce_add_epi32(acc[i * R + r]);
+          s[i * qattn::kStep + r] = static_cast<float>(sum) * qscale[i] + bias[i];
+        }
       }
     }
   }
