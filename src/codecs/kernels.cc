@@ -23,8 +23,11 @@ constexpr Kernels kScalarKernels = {
     .all_finite = ref::AllFinite,
     .min_max_accumulate = ref::MinMaxAccumulate,
     .min_max = ref::MinMax,
+    .min_max_groups = ref::MinMaxGroups,
+    .quant_params = ref::QuantParams,
     .quantize_uniform = ref::QuantizeUniform,
     .quantize_per_channel = ref::QuantizePerChannel,
+    .quantize_groups = ref::QuantizeGroups,
     .dequantize_uniform = ref::DequantizeUniform,
     .dequantize_per_channel = ref::DequantizePerChannel,
     .pack_nibbles = ref::PackNibbles,
@@ -45,10 +48,39 @@ constexpr Kernels kAvx2Kernels = {
     .all_finite = avx2::AllFinite,
     .min_max_accumulate = avx2::MinMaxAccumulate,
     .min_max = avx2::MinMax,
+    .min_max_groups = avx2::MinMaxGroups,
+    .quant_params = avx2::QuantParams,
     .quantize_uniform = avx2::QuantizeUniform,
     .quantize_per_channel = avx2::QuantizePerChannel,
+    .quantize_groups = avx2::QuantizeGroups,
     .dequantize_uniform = avx2::DequantizeUniform,
     .dequantize_per_channel = avx2::DequantizePerChannel,
+    .pack_nibbles = avx2::PackNibbles,
+    .unpack_nibbles = avx2::UnpackNibbles,
+};
+
+// Where AVX-512 gains nothing (byte shuffles and nibble packing are already one pass at the
+// AVX2 width; MinMax runs once per block only when a value is out of range), the AVX2 kernels.
+constexpr Kernels kAvx512Kernels = {
+    .isa = KernelIsa::kAvx512,
+    .shuffle16 = avx2::Shuffle16,
+    .unshuffle16 = avx2::Unshuffle16,
+    .shuffle32 = ref::Shuffle32,
+    .unshuffle32 = ref::Unshuffle32,
+    .f16_to_f32 = avx512::F16ToF32,
+    .f32_to_f16 = avx512::F32ToF16,
+    .bf16_to_f32 = avx512::BF16ToF32,
+    .f32_to_bf16 = ref::F32ToBF16,
+    .all_finite = avx512::AllFinite,
+    .min_max_accumulate = avx512::MinMaxAccumulate,
+    .min_max = avx2::MinMax,
+    .min_max_groups = avx512::MinMaxGroups,
+    .quant_params = avx512::QuantParams,
+    .quantize_uniform = avx512::QuantizeUniform,
+    .quantize_per_channel = avx512::QuantizePerChannel,
+    .quantize_groups = avx512::QuantizeGroups,
+    .dequantize_uniform = avx512::DequantizeUniform,
+    .dequantize_per_channel = avx512::DequantizePerChannel,
     .pack_nibbles = avx2::PackNibbles,
     .unpack_nibbles = avx2::UnpackNibbles,
 };
@@ -67,6 +99,16 @@ bool DetectAvx2() {
 #endif
 }
 
+bool DetectAvx512() {
+#if defined(__x86_64__)
+  // __builtin_cpu_supports answers "avx512*" only when the OS also saves the ZMM and opmask state.
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool CpuHasAvx2() {
@@ -74,8 +116,16 @@ bool CpuHasAvx2() {
   return has_avx2;
 }
 
+bool CpuHasAvx512() {
+  static const bool has_avx512 = DetectAvx512();
+  return has_avx512;
+}
+
 const Kernels& GetKernels(KernelIsa isa) {
 #if defined(__x86_64__)
+  if ((isa == KernelIsa::kAuto || isa == KernelIsa::kAvx512) && CpuHasAvx512()) {
+    return kAvx512Kernels;
+  }
   if (isa != KernelIsa::kScalar && CpuHasAvx2()) return kAvx2Kernels;
 #else
   (void)isa;

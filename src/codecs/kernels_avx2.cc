@@ -42,6 +42,43 @@ KV_TARGET_AVX2 inline void StorePackedCodes(uint8_t* dst, __m256i a, __m256i b, 
   StoreU(dst, _mm256_permutevar8x32_epi32(bytes, order));
 }
 
+// Eight int32 codes (each 0..255) -> 8 bytes in element order.
+KV_TARGET_AVX2 inline void StoreEightCodes(uint8_t* dst, __m256i q) {
+  const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(words, words));
+}
+
+// Codes of x[0, n) with one (zero, inv) pair: 32 at a time, then 8, then the reference.
+KV_TARGET_AVX2 inline void QuantizeSpan(const float* x, size_t n, float zero, float inv_scale,
+                                        float qmax, uint8_t* codes) {
+  const __m256 z = _mm256_set1_ps(zero);
+  const __m256 inv = _mm256_set1_ps(inv_scale);
+  const __m256 top = _mm256_set1_ps(qmax);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    StorePackedCodes(codes + i, QuantizeVec(_mm256_loadu_ps(x + i), z, inv, top),
+                     QuantizeVec(_mm256_loadu_ps(x + i + 8), z, inv, top),
+                     QuantizeVec(_mm256_loadu_ps(x + i + 16), z, inv, top),
+                     QuantizeVec(_mm256_loadu_ps(x + i + 24), z, inv, top));
+  }
+  for (; i + 8 <= n; i += 8) {
+    StoreEightCodes(codes + i, QuantizeVec(_mm256_loadu_ps(x + i), z, inv, top));
+  }
+  ref::QuantizeUniform(x + i, n - i, zero, inv_scale, qmax, codes + i);
+}
+
+// Smallest and largest lane.
+KV_TARGET_AVX2 inline float ReduceMin(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
+}
+KV_TARGET_AVX2 inline float ReduceMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
 }  // namespace
 
 KV_TARGET_AVX2 void Shuffle16(const uint8_t* src, size_t n, uint8_t* dst) {
@@ -163,17 +200,65 @@ KV_TARGET_AVX2 void MinMax(const float* x, size_t n, float* min_out, float* max_
 
 KV_TARGET_AVX2 void QuantizeUniform(const float* x, size_t n, float zero, float inv_scale,
                                     float qmax, uint8_t* codes) {
-  const __m256 z = _mm256_set1_ps(zero);
-  const __m256 inv = _mm256_set1_ps(inv_scale);
-  const __m256 top = _mm256_set1_ps(qmax);
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    StorePackedCodes(codes + i, QuantizeVec(_mm256_loadu_ps(x + i), z, inv, top),
-                     QuantizeVec(_mm256_loadu_ps(x + i + 8), z, inv, top),
-                     QuantizeVec(_mm256_loadu_ps(x + i + 16), z, inv, top),
-                     QuantizeVec(_mm256_loadu_ps(x + i + 24), z, inv, top));
+  QuantizeSpan(x, n, zero, inv_scale, qmax, codes);
+}
+
+KV_TARGET_AVX2 void QuantizeGroups(const float* x, size_t n, size_t group, const float* zero,
+                                   const float* inv_scale, float qmax, uint8_t* codes) {
+  for (size_t i = 0, j = 0; i < n; i += group, ++j) {
+    QuantizeSpan(x + i, n - i < group ? n - i : group, zero[j], inv_scale[j], qmax, codes + i);
   }
-  ref::QuantizeUniform(x + i, n - i, zero, inv_scale, qmax, codes + i);
+}
+
+KV_TARGET_AVX2 void MinMaxGroups(const float* x, size_t n, size_t group, float* mins,
+                                 float* maxs) {
+  for (size_t i = 0, j = 0; i < n; i += group, ++j) {
+    const float* g = x + i;
+    const size_t len = n - i < group ? n - i : group;
+    float lo = g[0];
+    float hi = g[0];
+    size_t k = 0;
+    if (len >= 8) {
+      __m256 mn = _mm256_loadu_ps(g);
+      __m256 mx = mn;
+      for (k = 8; k + 8 <= len; k += 8) {
+        const __m256 v = _mm256_loadu_ps(g + k);
+        mn = _mm256_min_ps(v, mn);
+        mx = _mm256_max_ps(v, mx);
+      }
+      lo = ReduceMin(mn);
+      hi = ReduceMax(mx);
+    }
+    for (; k < len; ++k) {
+      lo = g[k] < lo ? g[k] : lo;
+      hi = g[k] > hi ? g[k] : hi;
+    }
+    mins[j] = lo;
+    maxs[j] = hi;
+  }
+}
+
+KV_TARGET_AVX2 void QuantParams(const float* mins, const float* maxs, size_t n, float qmax,
+                                uint8_t* scale_le, uint8_t* zero_le, float* zero,
+                                float* inv_scale) {
+  const __m256 top = _mm256_set1_ps(qmax);
+  const __m256 plus_zero = _mm256_setzero_ps();
+  const __m256 one = _mm256_set1_ps(1.0f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 mn = _mm256_loadu_ps(mins + i);
+    const __m256 range = _mm256_add_ps(_mm256_sub_ps(_mm256_loadu_ps(maxs + i), mn), plus_zero);
+    const __m128i scale16 = _mm256_cvtps_ph(_mm256_div_ps(range, top), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i zero16 = _mm256_cvtps_ph(_mm256_add_ps(mn, plus_zero), _MM_FROUND_TO_NEAREST_INT);
+    const __m256 scale = _mm256_cvtph_ps(scale16);
+    const __m256 positive = _mm256_cmp_ps(scale, plus_zero, _CMP_GT_OQ);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(scale_le + 2 * i), scale16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(zero_le + 2 * i), zero16);
+    _mm256_storeu_ps(zero + i, _mm256_cvtph_ps(zero16));
+    _mm256_storeu_ps(inv_scale + i, _mm256_and_ps(_mm256_div_ps(one, scale), positive));
+  }
+  ref::QuantParams(mins + i, maxs + i, n - i, qmax, scale_le + 2 * i, zero_le + 2 * i, zero + i,
+                   inv_scale + i);
 }
 
 KV_TARGET_AVX2 void QuantizePerChannel(const float* x, size_t n, const float* zero,

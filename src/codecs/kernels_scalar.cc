@@ -152,6 +152,29 @@ void MinMax(const float* x, size_t n, float* min_out, float* max_out) {
   *max_out = mx;
 }
 
+void MinMaxGroups(const float* x, size_t n, size_t group, float* mins, float* maxs) {
+  for (size_t i = 0, j = 0; i < n; i += group, ++j) {
+    MinMax(x + i, n - i < group ? n - i : group, &mins[j], &maxs[j]);
+  }
+}
+
+void QuantParams(const float* mins, const float* maxs, size_t n, float qmax, uint8_t* scale_le,
+                 uint8_t* zero_le, float* zero, float* inv_scale) {
+  for (size_t i = 0; i < n; ++i) {
+    const float range = maxs[i] - mins[i];
+    const float ratio = (range + 0.0f) / qmax;
+    const uint16_t scale16 = codecs::F32ToF16(ratio);
+    const uint16_t zero16 = codecs::F32ToF16(mins[i] + 0.0f);
+    const float scale = codecs::F16ToF32(scale16);
+    scale_le[2 * i] = static_cast<uint8_t>(scale16 & 0xffu);
+    scale_le[2 * i + 1] = static_cast<uint8_t>(scale16 >> 8);
+    zero_le[2 * i] = static_cast<uint8_t>(zero16 & 0xffu);
+    zero_le[2 * i + 1] = static_cast<uint8_t>(zero16 >> 8);
+    zero[i] = codecs::F16ToF32(zero16);
+    inv_scale[i] = scale > 0.0f ? 1.0f / scale : 0.0f;
+  }
+}
+
 namespace {
 uint8_t QuantizeOne(float x, float zero, float inv_scale, float qmax) {
   const float shifted = x - zero;
@@ -176,6 +199,13 @@ void QuantizeUniform(const float* x, size_t n, float zero, float inv_scale, floa
 void QuantizePerChannel(const float* x, size_t n, const float* zero, const float* inv_scale,
                         float qmax, uint8_t* codes) {
   for (size_t i = 0; i < n; ++i) codes[i] = QuantizeOne(x[i], zero[i], inv_scale[i], qmax);
+}
+
+void QuantizeGroups(const float* x, size_t n, size_t group, const float* zero,
+                    const float* inv_scale, float qmax, uint8_t* codes) {
+  for (size_t i = 0; i < n; ++i) {
+    codes[i] = QuantizeOne(x[i], zero[i / group], inv_scale[i / group], qmax);
+  }
 }
 
 void DequantizeUniform(const uint8_t* codes, size_t n, float zero, float scale, float* out) {

@@ -1,18 +1,25 @@
-// Goal: every kernel set computes exactly what the scalar reference computes, and the scalar
-// reference is right. Method: the FP16/BF16 conversions are checked exhaustively over all 65536
-// 16-bit inputs (the F16 reference also against exact ldexp arithmetic) and over hand-picked F32
-// edge values (ties, overflow, subnormals, NaN, Inf, signed zeros) and random bit patterns; the
-// shuffles, min/max, quantize/dequantize and nibble packing run on random data at every length
-// around the vector widths (odd tails included), comparing the AVX2 set to the reference bit for
-// bit. Random tests use fixed seeds that appear in failure messages.
+// Goal: every kernel set computes exactly what the scalar reference computes, the scalar
+// reference is right, and GetKernels() hands out each set this CPU runs. Method: the FP16/BF16
+// conversions are checked exhaustively over all 65536 16-bit inputs (the F16 reference also
+// against exact ldexp arithmetic) and over hand-picked F32 edge values (ties, overflow,
+// subnormals, NaN, Inf, signed zeros) and random bit patterns; the shuffles, min/max,
+// quantization parameters, quantize/dequantize and nibble packing run on random data at every
+// length around the vector widths (odd tails included), with group sizes that do and do not
+// divide the length, on Gaussian values mixed with outliers, subnormals, signed zeros and the
+// FP16 extremes; every pair of available sets (scalar, AVX2, AVX-512) is compared bit for bit.
+// Random tests use fixed seeds that appear in failure messages.
 #include "codecs/kernels.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace kvtier::codecs {
@@ -291,9 +298,276 @@ TEST_F(Avx2KernelTest, NibblePackingMatchesReferenceAndRoundTrips) {
   }
 }
 
-TEST(KernelSelectionTest, ScalarIsAlwaysAvailable) {
+TEST(KernelSelectionTest, EachRequestGetsTheWidestAvailableSetAtMost) {
+  const KernelIsa avx2_or_scalar = CpuHasAvx2() ? KernelIsa::kAvx2 : KernelIsa::kScalar;
+  const KernelIsa widest = CpuHasAvx512() ? KernelIsa::kAvx512 : avx2_or_scalar;
   EXPECT_EQ(GetKernels(KernelIsa::kScalar).isa, KernelIsa::kScalar);
-  EXPECT_EQ(GetKernels(KernelIsa::kAuto).isa, CpuHasAvx2() ? KernelIsa::kAvx2 : KernelIsa::kScalar);
+  EXPECT_EQ(GetKernels(KernelIsa::kAvx2).isa, avx2_or_scalar);
+  EXPECT_EQ(GetKernels(KernelIsa::kAvx512).isa, widest);
+  EXPECT_EQ(GetKernels(KernelIsa::kAuto).isa, widest);
+  EXPECT_TRUE(!CpuHasAvx512() || CpuHasAvx2());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every available kernel set against every other, through the tables GetKernels() returns.
+
+std::vector<const Kernels*> AvailableSets() {
+  std::vector<const Kernels*> sets = {&GetKernels(KernelIsa::kScalar)};
+  if (CpuHasAvx2()) sets.push_back(&GetKernels(KernelIsa::kAvx2));
+  if (CpuHasAvx512()) sets.push_back(&GetKernels(KernelIsa::kAvx512));
+  return sets;
+}
+
+const char* IsaName(const Kernels& k) {
+  switch (k.isa) {
+    case KernelIsa::kAvx2:
+      return "avx2";
+    case KernelIsa::kAvx512:
+      return "avx512";
+    default:
+      return "scalar";
+  }
+}
+
+// Runs `run(set)` for every available set and checks each result equals the scalar one.
+template <typename Run>
+void ExpectSameForAllSets(Run run, const std::string& what) {
+  const std::vector<const Kernels*> sets = AvailableSets();
+  const auto want = run(*sets[0]);
+  for (size_t s = 1; s < sets.size(); ++s) {
+    ASSERT_TRUE(run(*sets[s]) == want) << what << ": " << IsaName(*sets[s]) << " != scalar";
+  }
+}
+
+std::vector<uint32_t> BitsOf(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = Bits(v[i]);
+  return b;
+}
+
+// Finite values within the FP16 range as quantization sees them: Gaussian, with outliers,
+// subnormals (F32 and FP16), signed zeros, the FP16 extremes and runs of equal values.
+std::vector<float> NastyFinite(size_t n, std::mt19937* rng) {
+  std::vector<float> v = RandomFloats(n, rng);
+  const float specials[] = {0.0f,     -0.0f,    1e-40f,  -1e-45f, 0x1p-24f, -0x1p-14f,
+                            65504.0f, -65504.0f, 3000.0f, -777.5f, 1.0f,     1.0f};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = (*rng)() % 16;
+    if (r < 3) v[i] = specials[(*rng)() % std::size(specials)];
+    if (r == 3 && i > 0) v[i] = v[i - 1];
+  }
+  return v;
+}
+
+TEST(KernelSetsTest, EveryAvailableSetIsCoveredAndRuns) {
+  const std::vector<const Kernels*> sets = AvailableSets();
+  EXPECT_EQ(sets.size(), 1u + (CpuHasAvx2() ? 1u : 0u) + (CpuHasAvx512() ? 1u : 0u));
+  for (const Kernels* k : sets) {
+    SCOPED_TRACE(IsaName(*k));
+    const float x[] = {1.0f, -2.0f, 3.5f};
+    float mins[2] = {}, maxs[2] = {};
+    k->min_max_groups(x, 3, 2, mins, maxs);  // Groups {1, -2} and {3.5}.
+    EXPECT_EQ(mins[0], -2.0f);
+    EXPECT_EQ(maxs[0], 1.0f);
+    EXPECT_EQ(mins[1], 3.5f);
+    EXPECT_EQ(maxs[1], 3.5f);
+    uint8_t scale_le[2], zero_le[2];
+    float zero = 0, inv = 0;
+    k->quant_params(mins, maxs, 1, 255.0f, scale_le, zero_le, &zero, &inv);
+    EXPECT_EQ(zero, -2.0f);
+    EXPECT_EQ(scale_le[0] | (scale_le[1] << 8), F32ToF16(3.0f / 255.0f));
+    uint8_t codes[3];
+    k->quantize_groups(x, 3, 3, &zero, &inv, 255.0f, codes);
+    EXPECT_EQ(codes[1], 0);
+    EXPECT_TRUE(k->all_finite(x, 3));
+  }
+}
+
+TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  using Widen = void (*Kernels::*)(const uint16_t*, size_t, float*);
+  for (const auto& [widen, name] :
+       {std::pair<Widen, const char*>{&Kernels::f16_to_f32, "f16_to_f32"},
+        std::pair<Widen, const char*>{&Kernels::bf16_to_f32, "bf16_to_f32"}}) {
+    for (size_t len : {all.size(), all.size() - 7, size_t{13}, size_t{1}}) {
+      ExpectSameForAllSets(
+          [&](const Kernels& k) {
+            std::vector<float> out(len);
+            (k.*widen)(all.data(), len, out.data());
+            return BitsOf(out);
+          },
+          std::string(name) + " len " + std::to_string(len));
+    }
+  }
+  std::mt19937 rng(kSeed);
+  std::vector<float> in = EdgeFloats();
+  for (int i = 0; i < 1 << 16; ++i) in.push_back(FromBits(static_cast<uint32_t>(rng())));
+  for (size_t len : {in.size(), in.size() - 5, size_t{15}, size_t{17}}) {
+    ExpectSameForAllSets(
+        [&](const Kernels& k) {
+          std::vector<uint16_t> out(len);
+          k.f32_to_f16(in.data(), len, out.data());
+          return out;
+        },
+        "f32_to_f16 len " + std::to_string(len));
+  }
+}
+
+TEST(KernelSetsTest, FiniteChecksAndMinMaxAgree) {
+  SCOPED_TRACE(::testing::Message() << "seed=" << kSeed);
+  std::mt19937 rng(kSeed);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n = 1; n < 100; n += (n < 40 ? 1 : 7)) {
+    const std::vector<float> x = NastyFinite(n, &rng);
+    for (const Kernels* k : AvailableSets()) EXPECT_TRUE(k->all_finite(x.data(), n)) << n;
+    for (float bad : {std::nanf(""), -std::nanf(""), inf, -inf, FromBits(0x7f800001u)}) {
+      for (size_t at : {size_t{0}, n / 2, n - 1}) {
+        std::vector<float> y = x;
+        y[at] = bad;
+        for (const Kernels* k : AvailableSets()) {
+          EXPECT_FALSE(k->all_finite(y.data(), n)) << IsaName(*k) << " n=" << n << " at " << at;
+        }
+      }
+    }
+    const std::vector<float> acc0 = NastyFinite(n, &rng), acc1 = NastyFinite(n, &rng);
+    ExpectSameForAllSets(
+        [&](const Kernels& k) {
+          std::vector<float> mins = acc0, maxs = acc1;
+          k.min_max_accumulate(x.data(), n, mins.data(), maxs.data());
+          std::vector<uint32_t> out = BitsOf(mins);
+          const std::vector<uint32_t> hi = BitsOf(maxs);
+          out.insert(out.end(), hi.begin(), hi.end());
+          return out;
+        },
+        "min_max_accumulate n=" + std::to_string(n));
+    for (size_t group : {size_t{1}, size_t{7}, size_t{8}, size_t{16}, size_t{17}, size_t{32},
+                         size_t{33}, size_t{64}, size_t{1024}}) {
+      // Equal as numbers: which zero a group reports is left open (see Kernels::min_max_groups).
+      ExpectSameForAllSets(
+          [&](const Kernels& k) {
+            const size_t groups = (n + group - 1) / group;
+            std::vector<float> out(2 * groups);
+            k.min_max_groups(x.data(), n, group, out.data(), out.data() + groups);
+            return out;
+          },
+          "min_max_groups n=" + std::to_string(n) + " group=" + std::to_string(group));
+    }
+  }
+}
+
+TEST(KernelSetsTest, QuantParamsAgreeAndIgnoreTheSignOfZero) {
+  SCOPED_TRACE(::testing::Message() << "seed=" << kSeed);
+  std::mt19937 rng(kSeed);
+  for (float qmax : {15.0f, 255.0f}) {
+    for (size_t n = 1; n < 90; n += (n < 40 ? 1 : 5)) {
+      // Pairs (min <= max) from real groups, plus empty ranges at every special value.
+      std::vector<float> mins(n), maxs(n);
+      const std::vector<float> a = NastyFinite(n, &rng), b = NastyFinite(n, &rng);
+      for (size_t i = 0; i < n; ++i) {
+        mins[i] = std::min(a[i], b[i]);
+        maxs[i] = rng() % 5 == 0 ? mins[i] : std::max(a[i], b[i]);
+      }
+      ExpectSameForAllSets(
+          [&](const Kernels& k) {
+            std::vector<uint8_t> bytes(4 * n);
+            std::vector<float> zero(n), inv(n);
+            k.quant_params(mins.data(), maxs.data(), n, qmax, bytes.data(), bytes.data() + 2 * n,
+                           zero.data(), inv.data());
+            std::vector<uint32_t> out(bytes.begin(), bytes.end());
+            for (float f : zero) out.push_back(Bits(f));
+            for (float f : inv) out.push_back(Bits(f));
+            // In place (zero == mins) gives the same.
+            std::vector<float> in_place = mins;
+            std::vector<uint8_t> bytes2(4 * n);
+            k.quant_params(in_place.data(), maxs.data(), n, qmax, bytes2.data(),
+                           bytes2.data() + 2 * n, in_place.data(), inv.data());
+            EXPECT_EQ(bytes2, bytes) << IsaName(k);
+            EXPECT_EQ(BitsOf(in_place), BitsOf(zero)) << IsaName(k);
+            return out;
+          },
+          "quant_params n=" + std::to_string(n));
+    }
+  }
+  for (const Kernels* k : AvailableSets()) {
+    // Any mix of signed zeros gives the parameters of (+0, +0): scale +0, zero +0, inverse 0.
+    const float mins[] = {0.0f, -0.0f, 0.0f, -0.0f};
+    const float maxs[] = {0.0f, 0.0f, -0.0f, -0.0f};
+    uint8_t bytes[16];
+    float zero[4], inv[4];
+    k->quant_params(mins, maxs, 4, 255.0f, bytes, bytes + 8, zero, inv);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(bytes[2 * i] | bytes[2 * i + 1] | bytes[8 + 2 * i] | bytes[9 + 2 * i], 0)
+          << IsaName(*k) << " " << i;
+      EXPECT_EQ(Bits(zero[i]), 0u);
+      EXPECT_EQ(Bits(inv[i]), 0u);
+    }
+  }
+}
+
+TEST(KernelSetsTest, QuantizeAndDequantizeAgree) {
+  SCOPED_TRACE(::testing::Message() << "seed=" << kSeed);
+  std::mt19937 rng(kSeed);
+  for (float qmax : {15.0f, 255.0f}) {
+    for (size_t n = 1; n < 150; n += (n < 70 ? 1 : 9)) {
+      for (size_t group :
+           {size_t{8}, size_t{13}, size_t{16}, size_t{32}, size_t{40}, size_t{1024}}) {
+        const std::vector<float> x = NastyFinite(n, &rng);
+        const size_t groups = (n + group - 1) / group;
+        // Parameters as the codec derives them, so codes span 0..qmax with ties and clamps.
+        std::vector<float> mins(groups), maxs(groups), zero(groups), inv(groups);
+        std::vector<uint8_t> bytes(4 * groups);
+        ref::MinMaxGroups(x.data(), n, group, mins.data(), maxs.data());
+        ref::QuantParams(mins.data(), maxs.data(), groups, qmax, bytes.data(),
+                         bytes.data() + 2 * groups, zero.data(), inv.data());
+        const std::string what = "n=" + std::to_string(n) + " group=" + std::to_string(group) +
+                                 " qmax=" + std::to_string(qmax);
+        ExpectSameForAllSets(
+            [&](const Kernels& k) {
+              std::vector<uint8_t> codes(n);
+              k.quantize_groups(x.data(), n, group, zero.data(), inv.data(), qmax, codes.data());
+              return codes;
+            },
+            "quantize_groups " + what);
+        ExpectSameForAllSets(
+            [&](const Kernels& k) {
+              std::vector<uint8_t> codes(n);
+              k.quantize_uniform(x.data(), n, zero[0], inv[0], qmax, codes.data());
+              return codes;
+            },
+            "quantize_uniform " + what);
+        std::vector<float> zero_c(n), inv_c(n), scale_c(n);
+        for (size_t i = 0; i < n; ++i) {
+          zero_c[i] = zero[i / group];
+          inv_c[i] = inv[i / group];
+          scale_c[i] = inv_c[i] > 0.0f ? 1.0f / inv_c[i] : 0.0f;
+        }
+        std::vector<uint8_t> codes(n);
+        ref::QuantizePerChannel(x.data(), n, zero_c.data(), inv_c.data(), qmax, codes.data());
+        ExpectSameForAllSets(
+            [&](const Kernels& k) {
+              std::vector<uint8_t> c(n);
+              k.quantize_per_channel(x.data(), n, zero_c.data(), inv_c.data(), qmax, c.data());
+              return c;
+            },
+            "quantize_per_channel " + what);
+        ExpectSameForAllSets(
+            [&](const Kernels& k) {
+              std::vector<float> y(n);
+              k.dequantize_per_channel(codes.data(), n, zero_c.data(), scale_c.data(), y.data());
+              return BitsOf(y);
+            },
+            "dequantize_per_channel " + what);
+        ExpectSameForAllSets(
+            [&](const Kernels& k) {
+              std::vector<float> y(n);
+              k.dequantize_uniform(codes.data(), n, zero[0], scale_c[0], y.data());
+              return BitsOf(y);
+            },
+            "dequantize_uniform " + what);
+      }
+    }
+  }
 }
 
 }  // namespace
