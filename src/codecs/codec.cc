@@ -38,7 +38,7 @@ Status CodecContext::Reserve(const BlockGeometry& geometry) {
   // The smallest group size gives the largest quantized stage payload.
   const size_t quant_bytes = ComputeQuantLayout(geometry, 8, kQuantGroupSizeMin).total_bytes;
   F32Scratch(n);
-  ParamScratch(3 * geometry.channels());
+  ParamScratch(QuantizeParamFloats(geometry));
   CodeScratch(n);
   Staging(std::max(geometry.raw_bytes(), quant_bytes));
   return Status::Ok();

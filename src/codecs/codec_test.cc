@@ -1,17 +1,26 @@
 // Goal: every codec round-trips every dtype (bit-exactly for the lossless ones, within the
-// documented error bound for int8/int4), the scalar and AVX2 paths write identical bytes, and no
-// malformed input can crash DecodeBlock or be mistaken for a valid block. Method: Gaussian and
-// edge-value blocks of several geometries (odd sizes and partial groups included) are encoded and
-// decoded with each codec; the quantization error of each element is checked against the bound
-// computed independently from its group's min and max; encoded blocks are then truncated at
+// documented error bound for int8/int4), every kernel set (scalar, AVX2, AVX-512) writes the
+// same bytes and refuses the same inputs with the same error, those bytes are the ones the
+// format has always had, and no malformed input can crash DecodeBlock or be mistaken for a valid
+// block. Method: Gaussian and edge-value blocks of several geometries (odd sizes and partial
+// groups included) are encoded and decoded with each codec, and with each kernel set on
+// deterministic blocks full of edge values (signed zeros, subnormals, FP16 extremes, outlier
+// channels, equal runs) with group sizes that do and do not divide the block, against CRCs
+// recorded from the earlier encoder; the quantization error of each element is checked against
+// the bound computed independently from its group's min and max; encoded blocks are then
+// truncated at
 // every length, bit-flipped at every header bit, re-sealed with altered fields, and mismatched
 // against other geometries, and each case must return Corruption or InvalidArgument.
 #include "codecs/codec.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <string>
+#include <utility>
 #include <limits>
 #include <random>
 #include <vector>
@@ -205,26 +214,112 @@ TEST(CodecTest, ConstantGroupsReconstructExactlyForF16) {
   }
 }
 
-TEST(CodecTest, ScalarAndAvx2PathsWriteIdenticalBytes) {
-  if (!CpuHasAvx2()) GTEST_SKIP() << "CPU without AVX2";
-  CodecContext scalar = NewContext(KernelIsa::kScalar);
-  CodecContext simd = NewContext(KernelIsa::kAvx2);
-  for (CodecParams p : {CodecParams::ShuffleZstd(1), CodecParams::Int8(32), CodecParams::Int4(64),
-                        CodecParams::Int8(8, 1)}) {
-    for (BlockGeometry g : kGeometries) {
+// Every kernel set this CPU runs: scalar first, then AVX2 and AVX-512 where present.
+std::vector<KernelIsa> AvailableIsas() {
+  std::vector<KernelIsa> isas = {KernelIsa::kScalar};
+  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
+  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  return isas;
+}
+
+// Deterministic values from integer arithmetic alone (no std distributions, so the same on every
+// standard library): spread over [-8, 8] with outlier channels, runs of equal values, signed
+// zeros, subnormals of the dtype and of FP16, and the FP16 extremes.
+Buffer NastyBlock(const BlockGeometry& g, uint32_t seed) {
+  Buffer b(g.raw_bytes());
+  uint32_t state = seed;
+  const float top = g.dtype == DType::kBF16 ? 65280.0f : 65504.0f;  // Largest in range.
+  const float specials[] = {0.0f, -0.0f, 0x1p-24f, -0x1p-20f, 1e-40f, top, -top, 1.0f};
+  float last = 0.0f;
+  for (size_t i = 0; i < g.elements(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t r = state >> 8;
+    float v = static_cast<float>(static_cast<int>(r % 16001) - 8000) / 1000.0f;
+    if (i % g.channels() % 9 == 4) v = v * 300.0f + 1000.0f;  // Outlier channel.
+    if (r % 23 == 0) v = specials[(r / 23) % std::size(specials)];
+    if (r % 29 == 0) v = last;
+    last = v;
+    StoreElement(g.dtype, v, b.data(), i);
+  }
+  return b;
+}
+
+TEST(CodecTest, AllKernelSetsWriteIdenticalBytes) {
+  std::vector<CodecContext> ctx;
+  for (KernelIsa isa : AvailableIsas()) {
+    ctx.push_back(NewContext(isa));
+    ASSERT_EQ(ctx.back().kernels().isa, isa);
+  }
+  const BlockGeometry shapes[] = {
+      {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+      {.tokens = 17, .kv_heads = 3, .head_dim = 5, .dtype = DType::kF16},
+      {.tokens = 1, .kv_heads = 1, .head_dim = 1, .dtype = DType::kF16},
+      {.tokens = 33, .kv_heads = 2, .head_dim = 24, .dtype = DType::kF16},
+      {.tokens = 8, .kv_heads = 5, .head_dim = 7, .dtype = DType::kF16},
+      {.tokens = 100, .kv_heads = 4, .head_dim = 128, .dtype = DType::kF16},
+      {.tokens = 3, .kv_heads = 41, .head_dim = 100, .dtype = DType::kF16},
+  };
+  const CodecParams params[] = {
+      CodecParams::ShuffleZstd(1), CodecParams::Int8(8),     CodecParams::Int8(13),
+      CodecParams::Int8(32),       CodecParams::Int8(33, 1), CodecParams::Int8(1024),
+      CodecParams::Int4(8),        CodecParams::Int4(17),    CodecParams::Int4(64, 3),
+      CodecParams::Int4(1024)};
+  for (const CodecParams& p : params) {
+    for (BlockGeometry g : shapes) {
       for (DType dt : kDTypes) {
         g.dtype = dt;
-        SCOPED_TRACE(p.ToString() + " " + g.ToString());
-        Buffer raw = GaussianBlock(g, kSeed + 2);
-        const std::vector<std::byte> a = Encode(p, g, raw, &scalar);
-        const std::vector<std::byte> b = Encode(p, g, raw, &simd);
-        ASSERT_EQ(a, b);
-        Buffer out_a(g.raw_bytes());
-        Buffer out_b(g.raw_bytes());
-        ASSERT_TRUE(DecodeBlock(a, g, out_a.span(), &scalar).ok());
-        ASSERT_TRUE(DecodeBlock(a, g, out_b.span(), &simd).ok());
-        ASSERT_EQ(std::memcmp(out_a.data(), out_b.data(), g.raw_bytes()), 0);
+        for (int data = 0; data < 2; ++data) {
+          SCOPED_TRACE(p.ToString() + " " + g.ToString() + (data == 0 ? " gaussian" : " nasty"));
+          Buffer raw = data == 0 ? GaussianBlock(g, kSeed + 2) : NastyBlock(g, kSeed + 3);
+          const std::vector<std::byte> want = Encode(p, g, raw, &ctx[0]);
+          ASSERT_FALSE(want.empty());
+          Buffer want_out(g.raw_bytes());
+          ASSERT_TRUE(DecodeBlock(want, g, want_out.span(), &ctx[0]).ok());
+          for (size_t i = 1; i < ctx.size(); ++i) {
+            SCOPED_TRACE(i == 1 ? "avx2" : "avx512");
+            ASSERT_EQ(Encode(p, g, raw, &ctx[i]), want);
+            Buffer out(g.raw_bytes());
+            ASSERT_TRUE(DecodeBlock(want, g, out.span(), &ctx[i]).ok());
+            ASSERT_EQ(std::memcmp(out.data(), want_out.data(), g.raw_bytes()), 0);
+          }
+        }
       }
+    }
+  }
+}
+
+// CRC32C of encoded blocks as this format has always written them (recorded from the encoder
+// before the AVX-512 kernels and the chunked quantizer): a change of any byte fails here.
+TEST(CodecTest, EncodedBytesStayTheSame) {
+  struct Case {
+    CodecParams params;
+    BlockGeometry geometry;
+    uint32_t crc;
+  };
+  const Case cases[] = {
+      {CodecParams::Int8(32), {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+       0xa3656c4bu},
+      {CodecParams::Int4(32), {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+       0xf3babb92u},
+      {CodecParams::Int8(13), {.tokens = 33, .kv_heads = 2, .head_dim = 24, .dtype = DType::kBF16},
+       0x6975a733u},
+      {CodecParams::Int4(8), {.tokens = 17, .kv_heads = 3, .head_dim = 5, .dtype = DType::kF32},
+       0x31a545e4u},
+      {CodecParams::Int8(64, 1),
+       {.tokens = 100, .kv_heads = 4, .head_dim = 128, .dtype = DType::kF16},
+       0x3ddcbd01u},
+      {CodecParams::Int4(1024),
+       {.tokens = 3, .kv_heads = 41, .head_dim = 100, .dtype = DType::kF16},
+       0x0f852837u},
+  };
+  for (KernelIsa isa : AvailableIsas()) {
+    CodecContext ctx = NewContext(isa);
+    for (const Case& c : cases) {
+      Buffer raw = NastyBlock(c.geometry, 7);
+      const std::vector<std::byte> enc = Encode(c.params, c.geometry, raw, &ctx);
+      EXPECT_EQ(crc32c::Value(enc), c.crc)
+          << c.params.ToString() << " " << c.geometry.ToString() << " isa "
+          << static_cast<int>(isa) << ": 0x" << std::hex << crc32c::Value(enc);
     }
   }
 }
@@ -240,6 +335,46 @@ TEST(CodecTest, QuantizationRefusesNonFiniteAndOutOfRangeInput) {
       std::vector<std::byte> out(*MaxEncodedSize(CodecParams::Int8(), g));
       Result<size_t> r = EncodeBlock(CodecParams::Int8(), g, raw.span(), out, &ctx);
       EXPECT_TRUE(r.status().IsInvalidArgument()) << bad;
+    }
+  }
+}
+
+TEST(CodecTest, AllKernelSetsRefuseTheSameInputsWithTheSameError) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const BlockGeometry shape{.tokens = 40, .kv_heads = 3, .head_dim = 12, .dtype = DType::kF16};
+  for (DType dt : kDTypes) {
+    BlockGeometry g = shape;
+    g.dtype = dt;
+    // (position, value) pairs; out-of-range values only where the dtype can hold them.
+    std::vector<std::vector<std::pair<size_t, float>>> bad = {
+        {{0, nan}}, {{g.half_elements() - 1, -inf}}, {{g.half_elements() + 37, inf}},
+        {{g.elements() - 1, nan}}};
+    if (dt != DType::kF16) {
+      bad.push_back({{5, 70000.0f}});
+      bad.push_back({{g.half_elements() + 400, -1e6f}});
+      bad.push_back({{5, 70000.0f}, {g.half_elements() - 2, nan}});  // Both: NaN is named.
+      bad.push_back({{g.half_elements() + 1, -1e6f}, {g.elements() - 3, nan}});
+    }
+    for (const auto& values : bad) {
+      for (CodecParams p : {CodecParams::Int8(8), CodecParams::Int4(32, 1)}) {
+        SCOPED_TRACE(p.ToString() + " " + g.ToString() + " at " +
+                     std::to_string(values.back().first));
+        Buffer raw = NastyBlock(g, kSeed);
+        for (const auto& [at, v] : values) StoreElement(dt, v, raw.data(), at);
+        const bool has_nan = std::any_of(values.begin(), values.end(), [](const auto& pv) {
+          return !std::isfinite(pv.second);
+        });
+        std::vector<std::byte> out(*MaxEncodedSize(p, g));
+        for (KernelIsa isa : AvailableIsas()) {
+          CodecContext ctx = NewContext(isa);
+          Result<size_t> r = EncodeBlock(p, g, raw.span(), out, &ctx);
+          ASSERT_TRUE(r.status().IsInvalidArgument()) << static_cast<int>(isa);
+          EXPECT_NE(r.status().message().find(has_nan ? "NaN or Inf" : "FP16 range"),
+                    std::string::npos)
+              << static_cast<int>(isa) << " " << r.status().ToString();
+        }
+      }
     }
   }
 }

@@ -22,26 +22,6 @@ const T* As(const std::byte* p) {
   return static_cast<const T*>(static_cast<const void*>(p));
 }
 
-struct GroupParams {
-  float zero;
-  float scale;
-  float inv_scale;
-  uint16_t zero_f16;
-  uint16_t scale_f16;
-};
-
-// Params from a group's min and max (finite, within +-kF16Max). The quantizer uses the FP16
-// values actually stored, so encoder and decoder agree exactly.
-GroupParams MakeParams(float min, float max, float qmax) {
-  GroupParams p;
-  p.scale_f16 = F32ToF16((max - min) / qmax);
-  p.scale = F16ToF32(p.scale_f16);
-  p.zero_f16 = F32ToF16(min + 0.0f);  // + 0.0f turns -0 into +0: one canonical encoding.
-  p.zero = F16ToF32(p.zero_f16);
-  p.inv_scale = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
-  return p;
-}
-
 Status ReadParams(const std::byte* scale_src, const std::byte* zero_src, float* scale,
                   float* zero) {
   *scale = F16ToF32(DecodeFixed16(scale_src));
@@ -67,64 +47,128 @@ Status CheckQuantizable(const Kernels& k, const float* x, size_t n) {
 
 float QMax(uint32_t bits) { return static_cast<float>((1u << bits) - 1); }
 
-// Keys: per channel, groups of G tokens.
-void QuantizeKeys(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
-                  const float* x, std::byte* stage, CodecContext* ctx) {
+// Rows [t0, t1) of one half as F32: the rows themselves in an F32 block, else converted into
+// `scratch` ((t1 - t0) * channels floats), which stays in cache for the passes that follow.
+const float* RowsF32(const Kernels& k, DType dtype, const std::byte* half, size_t channels,
+                     size_t t0, size_t t1, float* scratch) {
+  const std::byte* src = half + t0 * channels * DTypeBytes(dtype);
+  if (dtype == DType::kF32) return As<float>(src);
+  ToF32(k, dtype, src, (t1 - t0) * channels, scratch);
+  return scratch;
+}
+
+// True when every group's min and max lies within +-kF16Max. Always true for FP16 input, whose
+// finite values all do, so that case is not checked.
+bool InF16Range(DType dtype, const float* mins, const float* maxs, size_t n) {
+  if (dtype == DType::kF16) return true;
+  bool in = true;
+  for (size_t i = 0; i < n; ++i) in &= mins[i] >= -kF16Max && maxs[i] <= kF16Max;
+  return in;
+}
+
+// The error for a half that a chunk found unquantizable, from the whole half as before the
+// chunked checks, so that a half with both NaN and out-of-range values names the NaN.
+Status RefuseHalf(const Kernels& k, DType dtype, const std::byte* half, size_t n,
+                  CodecContext* ctx) {
+  const float* x = As<float>(half);
+  if (dtype != DType::kF32) {
+    float* converted = ctx->F32Scratch(n);
+    ToF32(k, dtype, half, n, converted);
+    x = converted;
+  }
+  const Status s = CheckQuantizable(k, x, n);
+  return s.ok() ? Status::InvalidArgument("int quantization needs finite values in FP16 range")
+                : s;
+}
+
+// Rows of values quantized together: about kValueChunkElements elements, at least one row.
+constexpr size_t kValueChunkElements = 4096;
+size_t ValueChunkRows(const BlockGeometry& g) {
+  return std::clamp<size_t>(kValueChunkElements / g.channels(), 1, g.tokens);
+}
+
+// Keys: per channel, groups of G tokens. Each group's rows are converted once, checked, reduced
+// to per-channel min/max and quantized while still in cache.
+Status QuantizeKeys(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
+                    const std::byte* half, std::byte* stage, CodecContext* ctx) {
   const Kernels& k = ctx->kernels();
   const size_t channels = g.channels();
   const float qmax = QMax(bits);
   float* mins = ctx->ParamScratch(3 * channels);
   float* maxs = mins + channels;
   float* inv = maxs + channels;
+  float* scratch = ctx->F32Scratch(std::min<size_t>(group, g.tokens) * channels);
   uint8_t* codes =
       bits == 8 ? As<uint8_t>(stage + l.k_codes_offset) : ctx->CodeScratch(g.half_elements());
   for (size_t grp = 0; grp < l.key_groups; ++grp) {
     const size_t t0 = grp * group;
     const size_t t1 = std::min<size_t>(g.tokens, t0 + group);
-    std::memcpy(mins, x + t0 * channels, channels * sizeof(float));
-    std::memcpy(maxs, x + t0 * channels, channels * sizeof(float));
-    for (size_t t = t0 + 1; t < t1; ++t)
-      k.min_max_accumulate(x + t * channels, channels, mins, maxs);
-    std::byte* scale_out = stage + l.k_scale_offset + 2 * grp * channels;
-    std::byte* zero_out = stage + l.k_zero_offset + 2 * grp * channels;
-    for (size_t c = 0; c < channels; ++c) {
-      const GroupParams p = MakeParams(mins[c], maxs[c], qmax);
-      EncodeFixed16(scale_out + 2 * c, p.scale_f16);
-      EncodeFixed16(zero_out + 2 * c, p.zero_f16);
-      mins[c] = p.zero;
-      inv[c] = p.inv_scale;
+    const float* x = RowsF32(k, g.dtype, half, channels, t0, t1, scratch);
+    if (!k.all_finite(x, (t1 - t0) * channels)) {
+      return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
     }
-    for (size_t t = t0; t < t1; ++t) {
-      k.quantize_per_channel(x + t * channels, channels, mins, inv, qmax, codes + t * channels);
+    std::memcpy(mins, x, channels * sizeof(float));
+    std::memcpy(maxs, x, channels * sizeof(float));
+    for (size_t r = 1; r < t1 - t0; ++r) {
+      k.min_max_accumulate(x + r * channels, channels, mins, maxs);
+    }
+    if (!InF16Range(g.dtype, mins, maxs, channels)) {
+      return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
+    }
+    const size_t first = grp * channels;  // Index of the group's first parameter.
+    k.quant_params(mins, maxs, channels, qmax, As<uint8_t>(stage + l.k_scale_offset + 2 * first),
+                   As<uint8_t>(stage + l.k_zero_offset + 2 * first), mins, inv);
+    for (size_t r = 0; r < t1 - t0; ++r) {
+      k.quantize_per_channel(x + r * channels, channels, mins, inv, qmax,
+                             codes + (t0 + r) * channels);
     }
   }
   if (bits == 4) k.pack_nibbles(codes, g.half_elements(), As<uint8_t>(stage + l.k_codes_offset));
+  return Status::Ok();
 }
 
-// Values: per token, groups of G channels.
-void QuantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
-                    const float* x, std::byte* stage, CodecContext* ctx) {
+// Values: per token, groups of G channels. Rows are taken a few KiB at a time; when G divides the
+// row, the groups of a chunk of rows are consecutive, and so are their stored parameters, so one
+// call of each kernel covers the chunk.
+Status QuantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, const QuantLayout& l,
+                      const std::byte* half, std::byte* stage, CodecContext* ctx) {
   const Kernels& k = ctx->kernels();
   const size_t channels = g.channels();
+  const size_t groups = l.value_groups;
   const float qmax = QMax(bits);
+  const size_t chunk_rows = ValueChunkRows(g);
+  const bool flat = channels % group == 0;
+  const size_t chunk_params = groups * (flat ? chunk_rows : 1);
+  float* mins = ctx->ParamScratch(3 * chunk_params);
+  float* maxs = mins + chunk_params;
+  float* inv = maxs + chunk_params;
+  float* scratch = ctx->F32Scratch(chunk_rows * channels);
   uint8_t* codes =
       bits == 8 ? As<uint8_t>(stage + l.v_codes_offset) : ctx->CodeScratch(g.half_elements());
-  for (size_t t = 0; t < g.tokens; ++t) {
-    for (size_t j = 0; j < l.value_groups; ++j) {
-      const size_t c0 = j * group;
-      const size_t n = std::min(group, channels - c0);
-      const float* src = x + t * channels + c0;
-      float min = 0;
-      float max = 0;
-      k.min_max(src, n, &min, &max);
-      const GroupParams p = MakeParams(min, max, qmax);
-      const size_t param_index = t * l.value_groups + j;
-      EncodeFixed16(stage + l.v_scale_offset + 2 * param_index, p.scale_f16);
-      EncodeFixed16(stage + l.v_zero_offset + 2 * param_index, p.zero_f16);
-      k.quantize_uniform(src, n, p.zero, p.inv_scale, qmax, codes + t * channels + c0);
+  for (size_t t0 = 0; t0 < g.tokens; t0 += chunk_rows) {
+    const size_t t1 = std::min<size_t>(g.tokens, t0 + chunk_rows);
+    const float* x = RowsF32(k, g.dtype, half, channels, t0, t1, scratch);
+    if (!k.all_finite(x, (t1 - t0) * channels)) {
+      return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
+    }
+    // Rows quantized per call: the whole chunk when its groups tile it, else one.
+    const size_t step = flat ? t1 - t0 : 1;
+    for (size_t r = 0; r < t1 - t0; r += step) {
+      const float* src = x + r * channels;
+      const size_t n = step * channels;
+      const size_t params = step * groups;
+      k.min_max_groups(src, n, group, mins, maxs);
+      if (!InF16Range(g.dtype, mins, maxs, params)) {
+        return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
+      }
+      const size_t first = (t0 + r) * groups;
+      k.quant_params(mins, maxs, params, qmax, As<uint8_t>(stage + l.v_scale_offset + 2 * first),
+                     As<uint8_t>(stage + l.v_zero_offset + 2 * first), mins, inv);
+      k.quantize_groups(src, n, group, mins, inv, qmax, codes + (t0 + r) * channels);
     }
   }
   if (bits == 4) k.pack_nibbles(codes, g.half_elements(), As<uint8_t>(stage + l.v_codes_offset));
+  return Status::Ok();
 }
 
 // Dequantized rows are produced one token at a time into `row` (channels floats, hot in L1) and
@@ -197,6 +241,13 @@ Status DequantizeValues(const BlockGeometry& g, uint32_t bits, size_t group, con
 
 }  // namespace
 
+size_t QuantizeParamFloats(const BlockGeometry& g) {
+  // Keys: min, max and inverse scale per channel. Values: the same per group of a chunk of rows,
+  // at most one group per kQuantGroupSizeMin elements of the chunk.
+  const size_t chunk = ValueChunkRows(g) * g.channels();
+  return 3 * std::max(g.channels(), (chunk + kQuantGroupSizeMin - 1) / kQuantGroupSizeMin);
+}
+
 void ToF32(const Kernels& kernels, DType dtype, const std::byte* src, size_t n, float* dst) {
   switch (dtype) {
     case DType::kF16:
@@ -233,25 +284,9 @@ Status QuantizeBlock(const BlockGeometry& g, uint32_t bits, uint32_t group_size,
   const QuantLayout l = ComputeQuantLayout(g, bits, group_size);
   KV_CHECK(raw.size() == g.raw_bytes());
   KV_CHECK(stage.size() == l.total_bytes);
-  const Kernels& k = ctx->kernels();
-  const size_t n = g.half_elements();
-  const size_t half_bytes = n * DTypeBytes(g.dtype);
-  for (size_t half = 0; half < 2; ++half) {
-    const std::byte* src = raw.data() + half * half_bytes;
-    const float* x = As<float>(src);
-    if (g.dtype != DType::kF32) {
-      float* converted = ctx->F32Scratch(n);
-      ToF32(k, g.dtype, src, n, converted);
-      x = converted;
-    }
-    KV_RETURN_IF_ERROR(CheckQuantizable(k, x, n));
-    if (half == 0) {
-      QuantizeKeys(g, bits, group_size, l, x, stage.data(), ctx);
-    } else {
-      QuantizeValues(g, bits, group_size, l, x, stage.data(), ctx);
-    }
-  }
-  return Status::Ok();
+  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
+  KV_RETURN_IF_ERROR(QuantizeKeys(g, bits, group_size, l, raw.data(), stage.data(), ctx));
+  return QuantizeValues(g, bits, group_size, l, raw.data() + half_bytes, stage.data(), ctx);
 }
 
 Status DequantizeBlock(const BlockGeometry& g, uint32_t bits, uint32_t group_size,

@@ -30,6 +30,10 @@ inline constexpr float kF16Max = 65504.0f;
 void ToF32(const Kernels& kernels, DType dtype, const std::byte* src, size_t n, float* dst);
 void FromF32(const Kernels& kernels, DType dtype, const float* src, size_t n, std::byte* dst);
 
+// Floats of CodecContext::ParamScratch that QuantizeBlock and DequantizeBlock use at most for
+// blocks of `geometry` (valid).
+size_t QuantizeParamFloats(const BlockGeometry& geometry);
+
 // Quantizes `raw` (geometry.raw_bytes()) into `stage` (QuantLayout::total_bytes). InvalidArgument
 // when a value is not finite or beyond +-kF16Max.
 Status QuantizeBlock(const BlockGeometry& geometry, uint32_t bits, uint32_t group_size,
