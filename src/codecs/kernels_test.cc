@@ -387,9 +387,11 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
   std::vector<uint16_t> all(65536);
   for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
   using Widen = void (*Kernels::*)(const uint16_t*, size_t, float*);
-  for (const auto& [widen, name] :
+  for (const auto& conversion :
        {std::pair<Widen, const char*>{&Kernels::f16_to_f32, "f16_to_f32"},
         std::pair<Widen, const char*>{&Kernels::bf16_to_f32, "bf16_to_f32"}}) {
+    const Widen widen = conversion.first;
+    const std::string name = conversion.second;
     for (size_t len : {all.size(), all.size() - 7, size_t{13}, size_t{1}}) {
       ExpectSameForAllSets(
           [&](const Kernels& k) {
@@ -397,7 +399,7 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
             (k.*widen)(all.data(), len, out.data());
             return BitsOf(out);
           },
-          std::string(name) + " len " + std::to_string(len));
+          name + " len " + std::to_string(len));
     }
   }
   std::mt19937 rng(kSeed);
