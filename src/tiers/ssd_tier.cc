@@ -12,6 +12,7 @@
 #include "tiers/ssd_io_worker.h"
 #include "tiers/ssd_manifest.h"
 #include "tiers/ssd_recovery.h"
+#include "tiers/tier.h"
 
 namespace kvtier {
 
@@ -326,28 +327,6 @@ std::vector<bool> SsdTier::ApplyPolicies(std::span<SsdBlockWrite> writes, const 
   stats_.over_budget += over_budget;
   return admitted;
 }
-
-namespace {
-
-// Runs an asynchronous batch call and waits for its callback: the body of the *Sync wrappers.
-template <typename StartFn>
-Status WaitForCallback(StartFn start) {
-  Mutex mu;
-  CondVar cv;
-  bool finished = false;
-  Status result;
-  start([&](Status s) {
-    MutexLock lock(&mu);
-    result = std::move(s);
-    finished = true;
-    cv.SignalAll();
-  });
-  MutexLock lock(&mu);
-  while (!finished) cv.Wait(&mu);
-  return result;
-}
-
-}  // namespace
 
 Status SsdTier::WriteBatchSync(std::span<SsdBlockWrite> writes) {
   return WaitForCallback([&](Callback done) { WriteBatch(writes, std::move(done)); });
