@@ -1,6 +1,6 @@
 // BlockIndex: the engine's map from block key to where the block's copies live in the memory
 // tiers (device, host, CXL), in which state each copy is, and the block's eviction metadata
-// (pins, CLOCK reference bits, expiry, dirty bit, priority).
+// (pins, CLOCK reference bits, expiry, dirty bits, priority).
 //
 // Why a separate map: the tiers know only slots, the SSD tier knows only its own records. The
 // engine needs one place that says, for a key, "which copy may be read now" and "which copy may
@@ -10,9 +10,9 @@
 // Copy states, per memory tier:
 //   kNone -> kFilling (slot allocated, bytes in flight) -> kReady (readable, evictable)
 //   kReady -> kEvicting (being written down; still readable) -> kNone (slot freed) or kReady
-// A block is visible to Lookup and Load only when some copy is kReady or kEvicting. SSD copies
-// are not tracked here beyond a hint (`on_ssd`): the SSD tier's own index is the truth for them,
-// and it survives restarts.
+// A block is visible to Lookup and Load only when some copy is kReady or kEvicting. Copies in the
+// tiers below memory (SSD, remote) are not tracked here beyond one dirty bit per tier: each tier's
+// own index is the truth for them, and it survives restarts.
 //
 // Thread safety: none; the engine guards the index (and every BlockEntry) with its mutex.
 // Ownership: the index owns its entries; pointers returned by Find() are valid until the entry is
@@ -51,10 +51,9 @@ struct BlockEntry {
   std::array<uint32_t, kMemTiers> slot{kNoSlot, kNoSlot, kNoSlot};
   std::array<CopyState, kMemTiers> copy{CopyState::kNone, CopyState::kNone, CopyState::kNone};
   std::array<bool, kMemTiers> referenced{false, false, false};  // CLOCK bits.
-  bool on_ssd = false;  // Hint: this engine wrote it to SSD (the SSD may have dropped it since).
-  bool dirty = false;   // Write-back: only in memory; must reach the SSD before the last copy goes.
-  // Remote write-back: not yet in the remote tier; put there before the last memory copy goes.
-  bool remote_dirty = false;
+  // Bit i: the block must still be written to the engine's i-th tier below memory (write-back,
+  // or a write that failed) before its last memory copy goes. 0: clean.
+  uint8_t dirty = 0;
   bool flushing = false;        // A Flush is writing it down; not chosen again meanwhile.
   uint32_t pins = 0;            // PinHandles and Loads in flight. Pinned blocks are never evicted.
   uint64_t expiry_wall_us = 0;  // 0: never expires.
@@ -72,6 +71,11 @@ struct BlockEntry {
   bool Empty() const;
   bool Expired(uint64_t now_wall_us) const {
     return expiry_wall_us != 0 && expiry_wall_us <= now_wall_us;
+  }
+  bool DirtyFor(size_t below) const { return (dirty >> below) & 1u; }
+  void SetDirty(size_t below, bool on) {
+    const auto bit = static_cast<uint8_t>(1u << below);
+    dirty = static_cast<uint8_t>(on ? (dirty | bit) : (dirty & ~bit));
   }
   // Another readable copy exists in a memory tier below `t`.
   bool ReadableBelow(MemTier t) const;

@@ -4,7 +4,6 @@
 
 #include "core/assert.h"
 #include "engine/engine_impl.h"
-#include "tiers/ssd_record.h"
 
 namespace kvtier {
 
@@ -96,8 +95,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
     e->sessions_.emplace(p.sessions_max, p.session_chunks_max);
   }
   // Evictions that need a write-back run on the cleaner, never on a caller's thread, so it runs
-  // whenever a block can be dirty for the SSD or the remote tier.
-  if (e->ssd_ != nullptr || e->remote_ != nullptr) {
+  // whenever a block can be dirty for a tier below memory.
+  if (!e->tiers_.empty()) {
     e->cleaner_ = std::thread([raw = e.get()] { raw->CleanerLoop(); });
   }
   e->opened_ = true;
@@ -118,22 +117,7 @@ Status EngineImpl::OpenTiers() {
   }
   KV_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(options_.ssd_codec));
   contexts_ = std::make_unique<CodecContextPool>(geometry_);
-  if (options_.ssd.has_value()) {
-    KV_ASSIGN_OR_RETURN(ssd_, SsdTier::Open(*options_.ssd, env_));
-  }
-  KV_RETURN_IF_ERROR(OpenRemote());
-  if (ssd_ != nullptr || remote_ != nullptr) {
-    // Keys do not include the codec: a block written by an engine opened with another codec
-    // (identity, then int8) must still fit a read buffer, so size for the largest any codec makes.
-    KV_ASSIGN_OR_RETURN(size_t encoded_max, codecs::MaxEncodedSizeAnyCodec(geometry_));
-    // A sealed SSD record carries 32 bytes more (docs/ssd_format.md §3, "Sealed records").
-    const bool sealed = options_.ssd.has_value() && options_.ssd->keyring.has_value();
-    const size_t record = ssd::RecordBytesForPayload(
-        encoded_max + (sealed ? ssd::kSealedRecordOverheadBytes : 0));
-    KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers,
-                                                      std::max<size_t>(record, block_bytes_)));
-  }
-  return Status::Ok();
+  return OpenLowerTiers();
 }
 
 EngineImpl::~EngineImpl() {
@@ -151,16 +135,19 @@ EngineImpl::~EngineImpl() {
   if (pool_ != nullptr) pool_->WaitIdle();
   // An engine whose Open failed half-way (a tier refused its options) holds no blocks, and may
   // lack what Flush uses (the staging pool, the thread pool).
-  if (opened_ && (ssd_ != nullptr || remote_ != nullptr)) {
-    // A clean shutdown keeps write-back blocks: they reach the SSD (and the remote tier) first.
+  if (opened_ && !tiers_.empty()) {
+    // A clean shutdown keeps write-back blocks: they reach the tiers below memory first.
     const Status s = Flush();
     if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: flush at close: " + s.ToString());
   }
   pool_.reset();
   if (unpinner_ != nullptr) unpinner_->Detach();
-  if (ssd_ != nullptr) {
-    const Status s = ssd_->Close();
-    if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: SSD close: " + s.ToString());
+  for (LowerTier& t : tiers_) {
+    const Status s = t.tier->Close();
+    if (!s.ok()) {
+      LogTo(logger_, LogLevel::kError,
+            "engine: " + std::string(t.tier->name()) + " close: " + s.ToString());
+    }
   }
 }
 
@@ -172,7 +159,10 @@ Result<Namespace> EngineImpl::MakeNamespace(std::string_view salt,
                       NamespaceDigest(options_.model, options_.layout, salt, extra_keys));
   // The salt is what keeps tenants of a shared remote tier apart (docs/security.md): say once
   // that the empty one shares everything with every other engine that also uses it.
-  if (remote_ != nullptr && salt.empty() && !empty_salt_warned_.exchange(true)) {
+  const bool shared = std::any_of(tiers_.begin(), tiers_.end(), [](const LowerTier& t) {
+    return t.tier->capabilities().shared;
+  });
+  if (shared && salt.empty() && !empty_salt_warned_.exchange(true)) {
     LogTo(logger_, LogLevel::kWarn,
           "engine: a namespace with the empty salt on a shared remote tier: its blocks are "
           "shared with every engine of the same model that also uses the empty salt; give each "
@@ -199,8 +189,9 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
   const uint32_t layers = options_.layout.layers;
   // The tier of every block of the candidate chunks, kNone when no local tier has it. Without a
-  // remote tier the candidates end before the first chunk with a missing block; with one they go
-  // on while the missing blocks fit one Exists batch (kRemoteLookupKeysMax).
+  // best-effort tier the candidates end before the first chunk with a missing block; with one
+  // they go on while the missing blocks fit one Contains batch (kRemoteLookupKeysMax).
+  const size_t network = FirstBestEffort();
   std::vector<BlockKey> keys;
   std::vector<TierKind> kinds;
   size_t missing = 0;
@@ -214,17 +205,18 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
         const BlockKey key{.chunk_hash = chunk, .layer = l};
         std::optional<MemTier> t = ReadableTier(key, now);
         TierKind kind = TierKind::kNone;
+        size_t below = 0;
         if (t.has_value()) {
           kind = ToTierKind(*t);
-        } else if (ssd_ != nullptr && ssd_->Contains(key)) {
-          kind = TierKind::kSsd;
+        } else if (FindBelow(key, &below, nullptr)) {
+          kind = tiers_[below].kind;
         }
         if (kind == TierKind::kNone) ++chunk_missing;
         keys.push_back(key);
         kinds.push_back(kind);
       }
       if (chunk_missing != 0 &&
-          (remote_ == nullptr || missing + chunk_missing > kRemoteLookupKeysMax)) {
+          (network == kFromMemory || missing + chunk_missing > kRemoteLookupKeysMax)) {
         keys.resize(start);
         kinds.resize(start);
         break;
@@ -232,7 +224,8 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
       missing += chunk_missing;
     }
   }
-  if (missing != 0) LookupRemote(keys, kinds);  // One round trip, without the engine mutex.
+  // One round trip, without the engine mutex.
+  if (missing != 0) LookupBelow(network, keys, kinds);
   LookupResult result;
   for (size_t c = 0; (c + 1) * layers <= kinds.size(); ++c) {
     const auto chunk_kinds = std::span(kinds).subspan(c * layers, layers);
@@ -266,7 +259,7 @@ Status EngineImpl::Prefetch(const Namespace& ns, std::span<const uint32_t> token
   }
   if (chunks.empty()) return Status::Ok();
   // The same background path as hints (engine_predict.cc): batched reads of the cached prefix
-  // from the SSD or the remote tier into free or clean host slots; a full queue drops the rest
+  // from the tiers below memory into free or clean host slots; a full queue drops the rest
   // rather than blocking the caller.
   std::vector<std::vector<Hash256>> sessions;
   sessions.push_back(std::move(chunks));
@@ -288,7 +281,7 @@ Status EngineImpl::PinChunk(const Hash256& chunk) {
           break;
         }
       }
-      s = PromoteFromSsd(key);
+      s = PromoteFromBelow(key);
       if (!s.ok()) break;
       s = Status::Busy("block left memory while being pinned");
     }
@@ -334,18 +327,17 @@ void EngineImpl::CountLoadFailure() {
 
 // --- Flush and stats ---------------------------------------------------------------------------
 
-// Marks the blocks among `keys` whose `dirty_flag` is set as flushing, pins them, and copies each
-// one's fastest memory copy into lease.buffer(i). A failed copy leaves items[i].raw empty.
-void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
-                                 StagingLease& lease,
+// Marks the blocks among `keys` that are dirty for tier `below` as flushing, pins them, and copies
+// each one's fastest memory copy into lease.buffer(i). A failed copy leaves items[i].raw empty.
+void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, size_t below, StagingLease& lease,
                                  std::vector<std::pair<BlockKey, MemTier>>* todo,
-                                 std::vector<SsdWriteItem>* items) {
+                                 std::vector<TierWriteItem>* items) {
   {
     MutexLock lock(&mu_);
     for (const BlockKey& key : keys) {
       BlockEntry* e = index_.Find(key);
       MemTier t;
-      if (e == nullptr || !(e->*dirty_flag) || e->flushing || !e->FastestReadable(&t)) continue;
+      if (e == nullptr || !e->DirtyFor(below) || e->flushing || !e->FastestReadable(&t)) continue;
       e->flushing = true;
       ++e->pins;
       todo->emplace_back(key, t);
@@ -363,18 +355,18 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry
   }
 }
 
-// Writes the dirty blocks among `keys` to the SSD; the first error of a block that did not get
-// there (WriteToSsd's).
-Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
+// Writes the blocks among `keys` dirty for the local tier `below` to it; the first error of a
+// block that did not get there (WriteToTier's).
+Status EngineImpl::FlushBatch(size_t below, std::span<const BlockKey> keys, bool background,
                               std::vector<BlockKey>* claimed) {
   std::vector<std::pair<BlockKey, MemTier>> todo;
-  std::vector<SsdWriteItem> items;
+  std::vector<TierWriteItem> items;
   // Raw copies of device slots in the first half, encoded records in the second: one lease,
   // never nested.
   const size_t n = keys.size();
   StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
-  ClaimAndCopyOut(keys, &BlockEntry::dirty, lease, &todo, &items);
-  const Status io = WriteToSsd(items, lease.buffers().subspan(n, n));
+  ClaimAndCopyOut(keys, below, lease, &todo, &items);
+  const Status io = WriteToTier(below, items, lease.buffers().subspan(n, n));
   MutexLock lock(&mu_);
   flushed_cv_.SignalAll();  // A Flush may be waiting for these blocks.
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -383,8 +375,7 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
     e->flushing = false;
     --e->pins;
     if (items[i].status.ok()) {
-      e->dirty = false;
-      e->on_ssd = true;
+      e->SetDirty(below, false);
       if (background) {
         ++counters_[TierIndex(todo[i].second)].writebacks;
         ++stats_.background_writebacks;
@@ -398,33 +389,41 @@ Status EngineImpl::FlushBatch(std::span<const BlockKey> keys, bool background,
 // this Flush already tried them: a failed write leaves them dirty and its error is reported
 // once) and those another thread is writing now (`theirs`: claimed by the cleaner or another
 // Flush, or being evicted with write-back).
-void EngineImpl::SortFlushPending(std::span<const BlockKey> pending,
+void EngineImpl::SortFlushPending(size_t below, std::span<const BlockKey> pending,
                                   const std::unordered_set<BlockKey>& tried,
                                   std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs) {
   MutexLock lock(&mu_);
   for (const BlockKey& key : pending) {
     const BlockEntry* e = index_.Find(key);
     MemTier t;
-    if (e == nullptr || !e->dirty || tried.count(key) != 0) continue;
+    if (e == nullptr || !e->DirtyFor(below) || tried.count(key) != 0) continue;
     (e->flushing || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
   }
 }
 
 Status EngineImpl::Flush() {
-  FlushRemote();
-  if (ssd_ == nullptr) return Status::Ok();
+  // Each tier in list order; the first error of a local tier.
+  Status first;
+  for (size_t below = 0; below < tiers_.size(); ++below) {
+    const Status s = FlushTier(below);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status EngineImpl::FlushLocalTier(size_t below) {
   std::vector<BlockKey> pending;
   uint64_t dropped_before = 0;
   {
     MutexLock lock(&mu_);
     dropped_before = dirty_dropped_;
     index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
-      if (e.dirty) pending.push_back(key);
+      if (e.DirtyFor(below)) pending.push_back(key);
     });
   }
-  // Only the blocks dirty now. Each is written once by this Flush (a block the SSD refuses stays
+  // Only the blocks dirty now. Each is written once by this Flush (a block the tier refuses stays
   // dirty without looping forever); one another thread is writing is waited for, so that OK
-  // means every one of them is on the SSD. The first error is returned after every block was
+  // means every one of them is on the tier. The first error is returned after every block was
   // tried: one bad block does not keep the others in memory only.
   constexpr int kWaitRoundsMax = 2000;  // 10 ms each: a writer stuck for 20 s is an error.
   Status first;
@@ -432,11 +431,11 @@ Status EngineImpl::Flush() {
   const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
   for (int round = 0; !pending.empty(); ++round) {
     std::vector<BlockKey> mine, theirs;
-    SortFlushPending(pending, tried, &mine, &theirs);
+    SortFlushPending(below, pending, tried, &mine, &theirs);
     for (size_t base = 0; base < mine.size(); base += batch) {
       const size_t n = std::min(batch, mine.size() - base);
       std::vector<BlockKey> claimed;
-      const Status s = FlushBatch(std::span(mine).subspan(base, n), false, &claimed);
+      const Status s = FlushBatch(below, std::span(mine).subspan(base, n), false, &claimed);
       if (!s.ok() && first.ok()) first = s;
       tried.insert(claimed.begin(), claimed.end());
       // Claimed meanwhile by another writer: waited for in the next round.
@@ -463,9 +462,11 @@ Status EngineImpl::Flush() {
                               " dirty block(s) were dropped from memory after a failed write-back");
     }
   }
-  const Status synced = ssd_->Flush();
+  const Status synced = tiers_[below].tier->Flush();
   if (first.ok()) first = synced;
-  return first.ok() ? first : first.WithContext("flush: dirty blocks not written to the SSD");
+  if (first.ok()) return first;
+  return first.WithContext("flush: dirty blocks not written to the " +
+                           std::string(tiers_[below].tier->name()) + " tier");
 }
 
 void EngineImpl::KickCleaner() {
@@ -477,13 +478,13 @@ void EngineImpl::KickCleaner() {
   cleaner_cv_.Signal();
 }
 
-std::vector<BlockKey> EngineImpl::PickDirty(double fraction, size_t max) {
+std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_t max) {
   std::array<size_t, kMemTiers> dirty{};
   std::array<std::vector<BlockKey>, kMemTiers> candidates;
   const uint64_t now = NowWallUs();
   index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
     MemTier t;
-    if (!e.dirty || !e.FastestReadable(&t)) return;
+    if (!e.DirtyFor(below) || !e.FastestReadable(&t)) return;
     const size_t i = TierIndex(t);
     ++dirty[i];
     if (e.flushing || e.pins != 0 || e.state != BlockState::kReady || e.Expired(now)) return;
@@ -516,8 +517,6 @@ void EngineImpl::CleanerLoop() {
   // and workers never wait (engine.md, Locking). Its batches are small, so it pins few blocks.
   const size_t batch_max = kLoadStagingBatchMax / 2;
   const double high = options_.writeback_dirty_fraction;
-  const bool watermark =
-      ssd_ != nullptr && options_.write_policy == WritePolicy::kWriteBack && high < 1;
   mu_.Lock();
   while (!cleaner_stop_) {
     if (!cleaner_kick_) {
@@ -526,30 +525,35 @@ void EngineImpl::CleanerLoop() {
     }
     cleaner_kick_ = false;
     EvictForCallers();
-    if (!watermark) continue;
-    // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded:
-    // a round that writes nothing (SSD refusals, I/O errors) leaves the rest to eviction.
-    double fraction = high;
-    while (!cleaner_stop_) {
-      const std::vector<BlockKey> batch = PickDirty(fraction, batch_max);
-      if (batch.empty()) break;
-      fraction = high / 2;
-      const uint64_t before = stats_.background_writebacks;
-      mu_.Unlock();
-      // A failure is counted in the SSD tier's write_failures and its blocks stay dirty: the
-      // next eviction or Flush retries them and reports the error to its caller.
-      FlushBatch(batch, /*background=*/true).IgnoreError();
-      mu_.Lock();
-      if (stats_.background_writebacks == before) break;
+    for (size_t below = 0; below < tiers_.size() && !cleaner_stop_; ++below) {
+      if (!tiers_[below].cleaned) continue;
+      // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded:
+      // a round that writes nothing (refusals, I/O errors) leaves the rest to eviction.
+      double fraction = high;
+      while (!cleaner_stop_) {
+        const std::vector<BlockKey> batch = PickDirty(below, fraction, batch_max);
+        if (batch.empty()) break;
+        fraction = high / 2;
+        const uint64_t before = stats_.background_writebacks;
+        mu_.Unlock();
+        // A failure is counted in the tier's write_failures and its blocks stay dirty: the next
+        // eviction or Flush retries them and reports the error to its caller.
+        FlushBatch(below, batch, /*background=*/true).IgnoreError();
+        mu_.Lock();
+        if (stats_.background_writebacks == before) break;
+      }
     }
   }
   mu_.Unlock();
 }
 
 EngineStats EngineImpl::Stats() {
-  // Read before taking the engine mutex: a borrowed RemoteStore's Stats() may take its own locks.
+  // Read before taking the engine mutex: a tier's (or a borrowed RemoteStore's) Stats() may take
+  // its own locks.
+  std::vector<TierStoreStats> stores;
+  for (const LowerTier& t : tiers_) stores.push_back(t.tier->Stats());
   std::optional<RemoteStoreStats> remote;
-  if (remote_ != nullptr) remote = remote_->Stats();
+  if (remote_store_ != nullptr) remote = remote_store_->Stats();
   const codecs::RatioMonitorStats ratio = ratio_->Stats();
   EngineStats out;
   {
@@ -571,17 +575,8 @@ EngineStats EngineImpl::Stats() {
                   .promotions = counters_[i].promotions};
       out.tiers.push_back(t);
     }
-    if (ssd_ != nullptr) {
-      const SsdTierStats s = ssd_->Stats();
-      out.tiers.push_back(TierStats{.kind = TierKind::kSsd,
-                                    .capacity_bytes = options_.ssd->capacity_bytes,
-                                    .used_bytes = s.live_bytes,
-                                    .blocks = s.blocks,
-                                    .hits = counters_[kSsdCounters].hits,
-                                    .evictions = s.dropped_blocks,
-                                    .write_failures = counters_[kSsdCounters].write_failures});
-    }
-    AppendRemoteStats(remote, &out);
+    AppendLowerStats(stores, &out);
+    out.remote = remote;
   }
   AppendPredictionStats(&out);  // pred_mu_ is a leaf: never taken inside mu_.
   return out;

@@ -5,7 +5,7 @@
 // locally, its put failures are counted and logged once, B's lookups miss, the breaker opens) and
 // once it answers again the breaker closes and write-back blocks that could not be put are put by
 // the next Flush; an SSD kept in the in-memory Env serves a restarted node while the store is
-// down.
+// down; with both the SSD and the remote tier on write-back, each gets every block dirty for it.
 // Method: two engines share one FakeRemoteStore (testing/fake_remote_store.h) with faults armed
 // per test; a ManualClock drives the store's breaker and slow calls, so timeouts are instant and
 // every run is the same; both engines run on the in-memory Env; blocks are derived from (chunk
@@ -219,6 +219,51 @@ TEST_F(EngineFakeRemoteTest, SsdOnTheMemEnvServesAfterARestartWhileTheStoreIsDow
   for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kSsd);
   for (const Status& s : LoadAndCheck(*a, ns, tokens, 3)) EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(a->Stats().remote_lookup_errors, 0u);
+}
+
+// The tier list below memory with both tiers on write-back: every block reaches each tier it is
+// dirty for, the counters of each tier stay at its own position (the SSD's blocks, the remote
+// tier's puts), and Lookup names the fastest tier that has a block.
+TEST_F(EngineFakeRemoteTest, EachTierBelowMemoryGetsTheBlocksDirtyForIt) {
+  Result<ScopedTempDir> lock_dir = ScopedTempDir::Create();
+  ASSERT_TRUE(lock_dir.ok());
+  EngineOptions oa = NodeOptions(kLayers, WritePolicy::kWriteBack);  // One chunk of host memory.
+  oa.ssd = remote_test::LocalNodeOptions(64, lock_dir->path()).ssd;
+  oa.write_policy = WritePolicy::kWriteBack;
+  oa.writeback_dirty_fraction = 1.0;  // No cleaner watermark: only evictions and Flush write.
+  a_ = Open(oa);
+  ASSERT_NE(a_, nullptr);
+  const Namespace ns = Ns(*a_, "t");
+  const std::vector<uint32_t> tokens = TestTokens(12, 3 * kBlockTokens);
+  for (size_t c = 1; c <= 3; ++c) {
+    // One chunk per Store: each evicts the previous one (written back by the cleaner).
+    const auto end = tokens.begin() + static_cast<std::ptrdiff_t>(c * kBlockTokens);
+    const std::vector<uint32_t> prefix(tokens.begin(), end);
+    const Status s = remote_test::StoreChunksRetrying(*a_, ns, prefix, c);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_TRUE(a_->Flush().ok());
+  EXPECT_EQ(store_.value_count(), 3u * kLayers) << "every block was put remotely";
+  const EngineStats stats = a_->Stats();
+  ASSERT_EQ(stats.tiers.size(), 3u);  // Host, SSD, remote.
+  EXPECT_EQ(stats.tiers[1].kind, TierKind::kSsd);
+  EXPECT_EQ(stats.tiers[1].blocks, 3u * kLayers) << "every block reached the SSD";
+  EXPECT_EQ(stats.tiers[1].write_failures, 0u);
+  EXPECT_EQ(stats.tiers[2].kind, TierKind::kRemote);
+  EXPECT_EQ(stats.tiers[2].writebacks, 3u * kLayers);
+  EXPECT_EQ(stats.remote_put_errors, 0u);
+  Result<LookupResult> r = a_->Lookup(ns, tokens);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->chunk_tiers.size(), 3u);
+  EXPECT_EQ(r->chunk_tiers[0], TierKind::kSsd) << "evicted: the SSD is the fastest copy";
+  EXPECT_EQ(r->chunk_tiers[2], TierKind::kHost);
+  b_ = Open(NodeOptions(64));
+  ASSERT_NE(b_, nullptr);
+  r = b_->Lookup(ns, tokens);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->chunk_tiers.size(), 3u);
+  for (TierKind k : r->chunk_tiers) EXPECT_EQ(k, TierKind::kRemote);
+  for (const Status& s : LoadAndCheck(*b_, ns, tokens, 3)) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 }  // namespace

@@ -1,14 +1,16 @@
 // EngineImpl: the Engine of engine.h (internal header; only src/engine includes it).
 //
-// The pieces: the tiers (device, host, optional CXL, optional SSD, optional remote), a BlockIndex
-// with one SlotClock per memory tier, a worker pool (memory copies without a device tier, codec
-// work, SSD staging), a bounded staging pool for SSD reads and codec contexts. Files:
+// The pieces: the memory tiers (device, host, optional CXL), an ordered list of tiers below
+// memory (tiers/tier.h: the SSD tier, then the remote tier, as configured), a BlockIndex with one
+// SlotClock per memory tier, a worker pool (memory copies without a device tier, codec work,
+// staging), a bounded staging pool for reads from below and codec contexts. Files:
 //   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
 //   engine_device.cc the device backend: CPU or CUDA device tier, plain or pinned host tier
-//   engine_tiers.cc  slot allocation, eviction with demotion and write-back, SSD read/write helpers
+//   engine_tiers.cc  slot allocation, eviction with demotion and write-back
+//   engine_lower.cc  the tier list below memory: opening it, Contains on lookup, ReadFromTier,
+//                    WriteToTier, LoadFromTier, write-through, Flush, statistics
 //   engine_load.cc   Load and its per-layer LoadHandle
 //   engine_store.cc  Store and its StoreHandle
-//   engine_remote.cc the remote tier: open, Exists on lookup, Get on load, Put on store/eviction
 //   engine_predict.cc access prediction: sessions, the predictor, Hint, promotion ahead of need
 //
 // Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
@@ -39,7 +41,7 @@
 #include "engine/session_table.h"
 #include "engine/staging.h"
 #include "policies/access_predictor.h"
-#include "policies/ssd_policy.h"
+#include "tiers/tier.h"
 
 namespace kvtier {
 
@@ -55,8 +57,9 @@ class PinHandle::Unpinner {
   EngineImpl* engine_ KV_GUARDED_BY(mu_);
 };
 
-// One block to write to the SSD: its key, host-addressable raw bytes and absolute expiry.
-struct SsdWriteItem {
+// One block to write to a tier below memory: its key, host-addressable raw bytes and absolute
+// expiry.
+struct TierWriteItem {
   BlockKey key;
   std::span<const std::byte> raw;
   uint64_t expiry_wall_us = 0;
@@ -64,22 +67,51 @@ struct SsdWriteItem {
   bool skipped = false;  // Out: refused by admission or budget (not an error; stays dirty).
 };
 
-// One block to read from the SSD and decode into `dst` (host-addressable, BlockBytes()).
-struct SsdReadItem {
+// One block to read from a tier below memory and decode into `dst` (host-addressable,
+// BlockBytes()).
+struct TierReadItem {
   BlockKey key;
   std::span<std::byte> dst;
   Status status;         // Out: OK or NotFound (absent, refused by verification, undecodable).
-  bool corrupt = false;  // Out: the SSD held it but verification or decoding refused it.
+  bool corrupt = false;  // Out: the tier held it but verification or decoding refused it.
+};
+
+// A LoadItem's source when it is a memory copy.
+inline constexpr size_t kFromMemory = SIZE_MAX;
+// Tiers below memory at most (BlockEntry::dirty has one bit per tier).
+inline constexpr size_t kLowerTiersMax = 8;
+
+// One tier of the list below memory and how the engine uses it. Everything the engine's
+// algorithms need to know about a tier is here, decided once at Open from the options and the
+// tier's capabilities.
+struct LowerTier {
+  std::unique_ptr<Tier> tier;
+  TierKind kind = TierKind::kNone;  // In Lookup results and statistics.
+  // kWriteThrough: a Store writes its blocks before its handle completes. kWriteBack: blocks
+  // reach the tier when their last memory copy is evicted, from the cleaner, and on Flush.
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  bool promote_on_load = false;  // A Load's hit is also copied into a free or clean host slot.
+  // From !capabilities().local_contains: a tier over the network. Its failures never fail an
+  // engine call (reads are misses, writes are counted and logged once per failure streak), and a
+  // block is dirty for it only under write-back. A local tier's write errors are returned, and a
+  // block stays dirty for it until written (a refused write-through is written back later).
+  bool best_effort = false;
+  // The cleaner writes the tier's dirty blocks down while a memory tier is over its watermark
+  // (a local write-back tier).
+  bool cleaned = false;
+  std::unique_ptr<std::atomic<bool>> failing;  // For one log line per failure streak.
+
+  // Whether a block a Store publishes starts dirty for this tier.
+  bool DirtyOnStore() const { return write_policy == WritePolicy::kWriteBack || !best_effort; }
 };
 
 // One block of a Load: where it comes from and where it goes.
 struct LoadItem {
   BlockKey key;
   std::span<std::byte> dst;
-  MemTier tier = MemTier::kHost;  // Memory source (when !from_ssd && !from_remote).
+  MemTier tier = MemTier::kHost;  // Memory source (when below == kFromMemory).
   uint32_t slot = kNoSlot;        // Pinned for the duration of the load.
-  bool from_ssd = false;
-  bool from_remote = false;  // In no local tier: a Get from the remote tier (a miss fails closed).
+  size_t below = kFromMemory;     // Else the index of the tier below memory it is read from.
 };
 
 // One block of a Store: its source and the slot it is copied into.
@@ -102,10 +134,12 @@ enum class EvictWrites : uint8_t {
 struct TierCounters {
   uint64_t hits = 0, evictions = 0, writebacks = 0, promotions = 0;
   uint64_t write_failures = 0;  // Blocks that should have reached this tier and did not.
+  // Tiers below memory: blocks written into the tier, writes its admission filter or write
+  // budget refused, and keys whose Contains failed (served as misses).
+  uint64_t written = 0, not_admitted = 0, over_budget = 0, lookup_errors = 0;
 };
-// Indexes of counters_ after the memory tiers.
-inline constexpr size_t kSsdCounters = kMemTiers;
-inline constexpr size_t kRemoteCounters = kMemTiers + 1;
+// The index of counters_ of the tier below memory at position `below`.
+constexpr size_t LowerCounters(size_t below) { return kMemTiers + below; }
 
 class EngineImpl final : public Engine {
  public:
@@ -136,35 +170,30 @@ class EngineImpl final : public Engine {
   void HandleOpened() { live_handles_.fetch_add(1); }
   void HandleClosed() { live_handles_.fetch_sub(1); }
   void CountLoadFailure() KV_EXCLUDES(mu_);
-  // Reads and decodes blocks from the SSD (at most kLoadStagingBatchMax); blocks on I/O.
-  void ReadFromSsd(std::span<SsdReadItem> items) KV_EXCLUDES(mu_);
-  // Encodes and writes blocks to the SSD in batches; blocks on I/O. Returns the first error of
-  // any item that did not reach the SSD (I/O, NoSpace, encoding, a failed copy), counted in the
-  // SSD tier's write_failures; admission and budget refusals are per item (skipped), not errors. `encode_buffers`, when given, holds
-  // at least items.size() staging buffers to encode into (callers that already hold staging
-  // buffers pass them so that they never wait for more while holding some); else the helper
-  // leases its own, kLoadStagingBatchMax at a time.
-  Status WriteToSsd(std::span<SsdWriteItem> items,
-                    std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
-  // Copies `key` from the SSD into a host slot, evicting (with write-back) if needed: Pin's
-  // synchronous promotion (ahead-of-need promotions are PlanPromotion's). OK also when it is
-  // already in memory; NotFound when the SSD does not have it; Busy when no slot can be had.
-  Status PromoteFromSsd(const BlockKey& key) KV_EXCLUDES(mu_);
+  // The tiers below memory (engine_lower.cc). `below` is a position in tiers_.
+  // Reads and decodes blocks from tier `below` (at most kLoadStagingBatchMax); blocks on I/O.
+  // A record the tier or the codec refuses is a miss (corrupt); a local tier's unusable records
+  // are erased so that Lookup stops reporting them and the next Store rewrites them.
+  void ReadFromTier(size_t below, std::span<TierReadItem> items) KV_EXCLUDES(mu_);
+  // Encodes and writes blocks to tier `below` in batches (expired ones skipped); blocks on I/O.
+  // Returns the first error of any item that did not reach the tier (I/O, NoSpace, encoding, a
+  // failed copy), counted in the tier's write_failures; admission and budget refusals are per
+  // item (skipped), not errors. A best-effort tier's errors are also logged once per streak.
+  // `encode_buffers`, when given, holds at least items.size() staging buffers to encode into
+  // (callers that already hold staging buffers pass them so that they never wait for more while
+  // holding some); else the helper leases its own, kLoadStagingBatchMax at a time.
+  Status WriteToTier(size_t below, std::span<TierWriteItem> items,
+                     std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
+  // Copies `key` from the first local tier below memory that has it into a host slot, evicting
+  // (with write-back) if needed: Pin's synchronous promotion (ahead-of-need promotions are
+  // PlanPromotion's). OK also when it is already in memory; NotFound when no local tier has it;
+  // Busy when no slot can be had.
+  Status PromoteFromBelow(const BlockKey& key) KV_EXCLUDES(mu_);
 
   ThreadPool* pool() { return pool_.get(); }
   DeviceTier* device() { return device_.get(); }
   const KvLayout& layout() const { return options_.layout; }
   uint64_t block_bytes() const { return block_bytes_; }
-  bool has_ssd() const { return ssd_ != nullptr; }
-
-  // Remote tier (engine_remote.cc). Remote failures are never returned: reads become misses,
-  // writes are counted (remote_put_errors) and logged once per failure streak.
-  // Encodes and puts blocks (expired ones skipped) through the admission filter and write budget;
-  // per-item status as WriteToSsd. `encode_buffers` as WriteToSsd's.
-  void WriteToRemote(std::span<SsdWriteItem> items,
-                     std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
-  // Gets and decodes blocks (at most kLoadStagingBatchMax); statuses as ReadFromSsd.
-  void ReadFromRemote(std::span<SsdReadItem> items) KV_EXCLUDES(mu_);
 
  private:
   friend class LoadHandleImpl;
@@ -175,25 +204,35 @@ class EngineImpl final : public Engine {
   // The device (when device.capacity_bytes > 0) and host tiers of the resolved backend, with one
   // log line naming them (engine_device.cc).
   Status OpenMemoryTiers();
-  Status OpenRemote();
-  bool RemoteWriteThrough() const {
-    return remote_ != nullptr && options_.remote->write_policy == WritePolicy::kWriteThrough;
-  }
-  bool RemoteWriteBack() const {
-    return remote_ != nullptr && options_.remote->write_policy == WritePolicy::kWriteBack;
-  }
-  // Lookup's remote step: marks kRemote the kNone entries of `kinds` (one per key of `keys`)
-  // that the remote tier has, with one Exists call.
-  void LookupRemote(std::span<const BlockKey> keys, std::span<TierKind> kinds) KV_EXCLUDES(mu_);
-  // Puts the remote-dirty blocks among `keys`; false when a put failed.
-  bool FlushRemoteBatch(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
-  // Puts every remote-dirty block (write-back); failures are counted and logged, never returned.
-  void FlushRemote() KV_EXCLUDES(mu_);
-  // Adds the kRemote TierStats and the store's counters (`store`, read without mu_) to *out.
-  void AppendRemoteStats(const std::optional<RemoteStoreStats>& store, EngineStats* out)
+  // The tiers below memory, in order, from the options (engine_lower.cc), and the staging pool
+  // their reads and writes use.
+  Status OpenLowerTiers();
+  // Whether the block in `e` is in a local tier below memory (checked under mu_, in list order);
+  // *below receives the first such tier and *expiry_wall_us its expiry there (0: none).
+  bool FindBelow(const BlockKey& key, size_t* below, uint64_t* expiry_wall_us) KV_REQUIRES(mu_);
+  // The first best-effort tier (kFromMemory when there is none): Lookup asks it, with one batched
+  // Contains, for the blocks no faster tier has; Load and promotion read from it without asking.
+  size_t FirstBestEffort() const;
+  // Lookup's step over a best-effort tier: marks with its kind the kNone entries of `kinds` (one
+  // per key of `keys`) that tier `below` has, with one Contains call.
+  void LookupBelow(size_t below, std::span<const BlockKey> keys, std::span<TierKind> kinds)
+      KV_EXCLUDES(mu_);
+  // Writes down the blocks among `keys` that are dirty for the best-effort tier `below`; false
+  // when a write failed.
+  bool FlushBestEffortBatch(size_t below, std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  // Writes down every block dirty for tier `below`. For a local tier, as Flush() says (every
+  // block dirty now is on the tier when it returns OK, then the tier is flushed); a best-effort
+  // tier's failures are counted and logged, never returned.
+  Status FlushTier(size_t below) KV_EXCLUDES(mu_);
+  Status FlushLocalTier(size_t below) KV_EXCLUDES(mu_);
+  void FlushBestEffortTier(size_t below) KV_EXCLUDES(mu_);
+  // Adds the TierStats of the tiers below memory (`stores`: their own counters, read without
+  // mu_) and the remote tier's fields to *out.
+  void AppendLowerStats(std::span<const TierStoreStats> stores, EngineStats* out)
       KV_REQUIRES(mu_);
-  // Counts and logs the outcome of one remote call (one line per change of health).
-  void NoteRemoteOutcome(std::string_view what, const Status& first_error);
+  // Counts and logs the outcome of one call to a best-effort tier (one line per change of
+  // health).
+  void NoteTierOutcome(size_t below, std::string_view what, const Status& first_error);
 
   bool HasTier(MemTier t) const { return clocks_[TierIndex(t)].has_value(); }
   std::byte* SlotData(MemTier t, uint32_t slot);
@@ -204,19 +243,23 @@ class EngineImpl final : public Engine {
 
   // Slot management (engine_tiers.cc). Every one may drop and retake mu_ (for copies and
   // write-backs) unless noted; entry pointers must be looked up again afterwards.
-  // `writes`: kToCleaner on a caller's thread (Store, Pin): a victim that would need an SSD or
-  // remote write is left to the cleaner (a clean victim is taken instead, else Busy).
+  // `writes`: kToCleaner on a caller's thread (Store, Pin): a victim that would need a write to a
+  // tier below memory is left to the cleaner (a clean victim is taken instead, else Busy).
   Result<uint32_t> AllocateSlot(MemTier t, VictimFilter filter, EvictWrites writes)
       KV_REQUIRES(mu_);
   // Frees a slot by evicting one victim; Busy when there is none (or, with kToCleaner, when
   // every victim would need a write: the cleaner is asked to evict one).
   Status EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) KV_REQUIRES(mu_);
   // Moves the copy of `key` in tier `t` down: demotion to a lower memory tier with a free or
-  // clean slot, else (dirty only) a write to the SSD. The copy is kEvicting on entry and stays so.
+  // clean slot, else (dirty only) a write to the tiers below. The copy is kEvicting on entry and
+  // stays so.
   Status WriteDown(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
+  // Whether `e` is dirty for a local tier below memory (one whose write errors count).
+  bool DirtyForLocal(const BlockEntry& e) const;
   // WriteDown's first half: the demotion; *demoted false when no lower tier had room.
   Status Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* demoted) KV_REQUIRES(mu_);
-  // WriteDown's second half: the write to the SSD (dirty) and the remote tier (remote-dirty).
+  // WriteDown's second half: the write to each tier below memory the block is dirty for. The
+  // first error of a local tier's write (best-effort tiers never fail it).
   Status WriteBack(const BlockKey& key, MemTier t, uint32_t slot) KV_REQUIRES(mu_);
   // On the cleaner: the evictions callers asked for (evict_wanted_), with their write-backs.
   void EvictForCallers() KV_REQUIRES(mu_);
@@ -228,49 +271,49 @@ class EngineImpl final : public Engine {
   void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
-  // The raw bytes of slot `slot` of `t` for an SSD or remote write: the slot itself when it is
+  // The raw bytes of slot `slot` of `t` for a write below memory: the slot itself when it is
   // host memory (host, CXL), else a copy in `staging` (counted in staged_copy_bytes). The slot
   // must stay put (kEvicting or pinned) until the write is done. Empty when the copy failed.
   std::span<const std::byte> RawForWrite(MemTier t, uint32_t slot, std::span<std::byte> staging,
                                          Status* copied) KV_EXCLUDES(mu_);
-  // The first half of FlushBatch and FlushRemoteBatch: claims (flushing + pin) the blocks among
-  // `keys` whose `dirty_flag` is set and points their items at their raw bytes (RawForWrite: the
-  // slot itself, or a copy of a device slot in the lease's buffers).
-  void ClaimAndCopyOut(std::span<const BlockKey> keys, bool BlockEntry::*dirty_flag,
-                       StagingLease& lease, std::vector<std::pair<BlockKey, MemTier>>* todo,
-                       std::vector<SsdWriteItem>* items) KV_EXCLUDES(mu_);
+  // The first half of FlushBatch and FlushBestEffortBatch: claims (flushing + pin) the blocks
+  // among `keys` that are dirty for tier `below` and points their items at their raw bytes
+  // (RawForWrite: the slot itself, or a copy of a device slot in the lease's buffers).
+  void ClaimAndCopyOut(std::span<const BlockKey> keys, size_t below, StagingLease& lease,
+                       std::vector<std::pair<BlockKey, MemTier>>* todo,
+                       std::vector<TierWriteItem>* items) KV_EXCLUDES(mu_);
   // Looks up `key`: a readable memory copy (returns its tier) or nullopt. Expired = absent.
   std::optional<MemTier> ReadableTier(const BlockKey& key, uint64_t now_wall_us) KV_REQUIRES(mu_);
-  // The first error that kept a block from the SSD (WriteToSsd's); such blocks stay dirty.
+  // Writes the blocks among `keys` that are dirty for the local tier `below` to it: the first
+  // error that kept a block from it (WriteToTier's); such blocks stay dirty.
   // `background`: the cleaner's batch (its write-backs are counted in the tier's writebacks and
   // background_writebacks); at most kLoadStagingBatchMax / 2 keys.
   // `claimed`, when given, receives the keys this call wrote or tried to write (the others were
   // clean or claimed by another writer).
-  Status FlushBatch(std::span<const BlockKey> keys, bool background = false,
+  Status FlushBatch(size_t below, std::span<const BlockKey> keys, bool background = false,
                     std::vector<BlockKey>* claimed = nullptr) KV_EXCLUDES(mu_);
-  void SortFlushPending(std::span<const BlockKey> pending,
+  void SortFlushPending(size_t below, std::span<const BlockKey> pending,
                         const std::unordered_set<BlockKey>& tried, std::vector<BlockKey>* mine,
                         std::vector<BlockKey>* theirs) KV_EXCLUDES(mu_);
-  // The cleaner (engine.cc): one thread (with an SSD or a remote tier), woken by Stores, that
-  // does the evictions callers left to it (write-back included) and, with write-back, writes
-  // dirty blocks down with FlushBatch while a tier is over its dirty watermark. Never holds mu_
-  // across I/O.
+  // The cleaner (engine.cc): one thread (with any tier below memory), woken by Stores, that
+  // does the evictions callers left to it (write-back included) and writes dirty blocks down to
+  // the `cleaned` tiers with FlushBatch while a memory tier is over its dirty watermark. Never
+  // holds mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
-  // Up to `max` dirty, ready, unpinned keys whose fastest copy is in the first tier with more
-  // dirty blocks than `fraction` of its slots; empty when no tier is over.
-  std::vector<BlockKey> PickDirty(double fraction, size_t max) KV_REQUIRES(mu_);
+  // Up to `max` ready, unpinned keys dirty for tier `below` whose fastest copy is in the first
+  // memory tier with more such blocks than `fraction` of its slots; empty when no tier is over.
+  std::vector<BlockKey> PickDirty(size_t below, double fraction, size_t max) KV_REQUIRES(mu_);
   // Wakes the cleaner after a write-back Store published dirty blocks.
   void KickCleaner() KV_EXCLUDES(mu_);
   Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);
 
   // Load (engine_load.cc).
   void IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items);
-  Status LoadFromSsd(std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
-  Status LoadFromRemote(std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
-  // Copies a block just read from the SSD (or the remote tier: `source`) into a free or clean
-  // host slot, when there is one.
-  void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw,
-                   TierKind source = TierKind::kSsd) KV_EXCLUDES(mu_);
+  // Reads a batch of a Load from tier `below` into the callers' buffers: the first miss.
+  Status LoadFromTier(size_t below, std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
+  // Copies a block just read from tier `below` into a free or clean host slot, when there is one.
+  void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw, size_t below)
+      KV_EXCLUDES(mu_);
   // Runs `task` on the worker pool (inline once the pool is shutting down). Caller threads only:
   // a worker calling it could wait on its own full queue.
   void RunOnPool(std::function<void()> task);
@@ -296,10 +339,9 @@ class EngineImpl final : public Engine {
   // only while each session's prefix is cached, and queues them in batches for PromoteBatch.
   void PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by)
       KV_EXCLUDES(mu_);
-  // On a worker: copies `keys` (at most kLoadStagingBatchMax) from `source` (kSsd or kRemote) into
-  // free or clean host slots, marking them promoted by `by`.
-  void PromoteBatch(std::span<const BlockKey> keys, TierKind source, PromotedBy by)
-      KV_EXCLUDES(mu_);
+  // On a worker: copies `keys` (at most kLoadStagingBatchMax) from tier `below` into free or
+  // clean host slots, marking them promoted by `by`.
+  void PromoteBatch(std::span<const BlockKey> keys, size_t below, PromotedBy by) KV_EXCLUDES(mu_);
   // Blocks a promotion by `by` gave up (prediction_dropped_blocks; Prefetch has no such counter).
   void CountDropped(PromotedBy by, uint64_t blocks) KV_REQUIRES(mu_);
   // Load served `e` from memory: counts it useful when it was promoted ahead of need, once.
@@ -318,8 +360,9 @@ class EngineImpl final : public Engine {
   void AbortStore(std::span<const StoreItem> items) KV_REQUIRES(mu_);
   // Runs on a worker: waits for the copies, publishes the blocks, writes through.
   void FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> items, CopyEvent event);
-  // Write-through to the remote tier of the blocks a Store just published.
-  void WriteThroughRemote(std::span<const StoreItem> items) KV_EXCLUDES(mu_);
+  // Write-through to tier `below` of the blocks a Store just published, encoded from the
+  // caller's buffers: the first error (WriteToTier's); a written block is no longer dirty for it.
+  Status WriteThrough(size_t below, std::span<const StoreItem> items) KV_EXCLUDES(mu_);
 
   EngineOptions options_;
   std::unique_ptr<Env> owned_env_;
@@ -334,19 +377,19 @@ class EngineImpl final : public Engine {
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<HostTier> cxl_;
-  std::unique_ptr<SsdTier> ssd_;
-  std::unique_ptr<RemoteStore> owned_remote_;  // From options_.remote->redis.
-  RemoteStore* remote_ = nullptr;              // owned_remote_ or options_.remote->store.
-  std::unique_ptr<ssd::AdmissionFilter> remote_admission_;  // Null: admit everything.
-  std::unique_ptr<ssd::WriteBudget> remote_budget_;         // Null: unlimited.
-  std::atomic<bool> remote_failing_{false};                 // For one log line per streak.
-  std::atomic<bool> empty_salt_warned_{false};              // One warning per engine.
+  // The tiers below memory, fastest first (the SSD, then the remote tier, as configured). Set at
+  // Open, never changed after.
+  std::vector<LowerTier> tiers_;
+  // The remote tier's store, for its counters in EngineStats::remote (null without one).
+  RemoteStore* remote_store_ = nullptr;
+  std::atomic<bool> empty_salt_warned_{false};  // One warning per engine.
   std::unique_ptr<codecs::Codec> codec_;
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<CodecContextPool> contexts_;
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<PinHandle::Unpinner> unpinner_;
-  std::unique_ptr<codecs::RatioMonitor> ratio_;  // Fed by WriteToSsd; thread-safe on its own.
+  // Fed by WriteToTier for local tiers; thread-safe on its own.
+  std::unique_ptr<codecs::RatioMonitor> ratio_;
   std::thread cleaner_;                          // Joinable only when the cleaner runs.
   bool opened_ = false;  // Create completed: the destructor flushes only then.
   std::atomic<int64_t> live_handles_{0};
@@ -354,13 +397,13 @@ class EngineImpl final : public Engine {
   Mutex mu_;
   BlockIndex index_ KV_GUARDED_BY(mu_);
   std::array<std::optional<SlotClock>, kMemTiers> clocks_;  // Set at Open; contents under mu_.
-  // Memory tiers, then kSsdCounters and kRemoteCounters.
-  std::array<TierCounters, kMemTiers + 2> counters_ KV_GUARDED_BY(mu_);
+  // Memory tiers, then the tiers below memory (LowerCounters).
+  std::array<TierCounters, kMemTiers + kLowerTiersMax> counters_ KV_GUARDED_BY(mu_);
   EngineStats stats_ KV_GUARDED_BY(mu_);
   CondVar cleaner_cv_;  // Waited on with mu_.
   CondVar flushed_cv_;  // Waited on with mu_; signalled when a FlushBatch completes.
-  // Dirty blocks evictions dropped after a failed write-back (policy refusals not counted): a
-  // Flush that saw this grow cannot say every dirty block is on the SSD.
+  // Dirty blocks evictions dropped after a failed write-back to a local tier (policy refusals not
+  // counted): a Flush that saw this grow cannot say every dirty block is on its tier.
   uint64_t dirty_dropped_ KV_GUARDED_BY(mu_) = 0;
   bool cleaner_kick_ KV_GUARDED_BY(mu_) = false;
   // Per memory tier: evictions a caller found would need a write-back and left to the cleaner.

@@ -1,14 +1,15 @@
 // Load: copies cached blocks into the caller's buffers with one completion per layer.
 //
 // The plan is made under the engine mutex: each block's source is its fastest readable memory
-// copy (pinned until the handle completes, so it cannot be evicted mid-copy) or the SSD. Work is
-// issued layer-major, so the pool and the copy threads finish layer 0 first:
+// copy (pinned until the handle completes, so it cannot be evicted mid-copy), else the first
+// local tier below memory that contains it, else the first best-effort tier (read without asking
+// first: a miss costs one read). Work is issued layer-major, so the pool and the copy threads
+// finish layer 0 first:
 //   - memory sources: DeviceTier::Copy (device slot -> dst kDeviceToDevice, host/CXL slot -> dst
 //     kHostToDevice); without a device tier, a memcpy task on the worker pool;
-//   - SSD sources: worker tasks of at most kLoadStagingBatchMax blocks read into staging
-//     buffers, the SSD tier verifies, the codec decodes into dst; optionally promoted to host;
-//   - blocks in no local tier, with a remote tier: worker tasks of the same size Get them (the
-//     store verifies), decode into dst and optionally promote to host (engine_remote.cc).
+//   - sources below memory, per tier: worker tasks of at most kLoadStagingBatchMax blocks read
+//     into staging buffers, the tier verifies, the codec decodes into dst; optionally promoted to
+//     host (LoadFromTier, engine_lower.cc).
 // A block that cannot be served makes its layer NotFound (fail closed: recompute it).
 #include <cstring>
 
@@ -157,6 +158,7 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
   // Layer-major plan: items[layer] lists that layer's blocks; missing[layer] counts misses.
   std::vector<std::vector<LoadItem>> items(layers);
   std::vector<uint32_t> missing(layers, 0);
+  const size_t network = FirstBestEffort();
   {
     MutexLock lock(&mu_);
     ++stats_.loads;
@@ -174,11 +176,10 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
           handle->pinned.push_back(item.key);
           ++counters_[TierIndex(*t)].hits;
           CountUsefulPromotion(e);
-        } else if (ssd_ != nullptr && ssd_->Contains(item.key)) {
-          item.from_ssd = true;
-          ++counters_[kMemTiers].hits;
-        } else if (remote_ != nullptr) {
-          item.from_remote = true;  // Counted as a hit when the Get succeeds.
+        } else if (FindBelow(item.key, &item.below, nullptr)) {
+          ++counters_[LowerCounters(item.below)].hits;
+        } else if (network != kFromMemory) {
+          item.below = network;  // Counted as a hit when the read succeeds.
         } else {
           ++missing[l];
           continue;
@@ -203,11 +204,10 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
 void EngineImpl::IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items) {
   std::vector<CopyRegion> from_device;
   std::vector<CopyRegion> from_host;
-  std::vector<LoadItem> from_ssd;
-  std::vector<LoadItem> from_remote;
+  std::vector<std::vector<LoadItem>> from_below(tiers_.size());
   for (const LoadItem& item : items) {
-    if (item.from_ssd || item.from_remote) {
-      (item.from_ssd ? from_ssd : from_remote).push_back(item);
+    if (item.below != kFromMemory) {
+      from_below[item.below].push_back(item);
       continue;
     }
     const CopyRegion r{
@@ -228,52 +228,21 @@ void EngineImpl::IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<
       handle->TaskDone(layer, Status::Ok());
     });
   }
-  for (size_t base = 0; base < from_ssd.size(); base += kLoadStagingBatchMax) {
-    const size_t n = std::min<size_t>(kLoadStagingBatchMax, from_ssd.size() - base);
-    const std::span<const LoadItem> part = std::span(from_ssd).subspan(base, n);
-    std::vector<LoadItem> batch(part.begin(), part.end());
-    handle->AddTasks(layer, 1);
-    RunOnPool([this, handle, layer, batch = std::move(batch)] {
-      handle->TaskDone(layer, LoadFromSsd(batch));
-    });
-  }
-  for (size_t base = 0; base < from_remote.size(); base += kLoadStagingBatchMax) {
-    const size_t n = std::min<size_t>(kLoadStagingBatchMax, from_remote.size() - base);
-    const std::span<const LoadItem> part = std::span(from_remote).subspan(base, n);
-    std::vector<LoadItem> batch(part.begin(), part.end());
-    handle->AddTasks(layer, 1);
-    RunOnPool([this, handle, layer, batch = std::move(batch)] {
-      handle->TaskDone(layer, LoadFromRemote(batch));
-    });
-  }
-}
-
-Status EngineImpl::LoadFromSsd(std::span<const LoadItem> batch) {
-  std::vector<SsdReadItem> reads(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    reads[i].key = batch[i].key;
-    reads[i].dst = batch[i].dst;
-  }
-  ReadFromSsd(reads);
-  Status first;
-  uint64_t corrupt = 0;
-  for (const SsdReadItem& r : reads) {
-    if (r.corrupt) ++corrupt;
-    if (!r.status.ok() && first.ok()) first = r.status;
-  }
-  if (corrupt != 0) {
-    MutexLock lock(&mu_);
-    stats_.corrupt_blocks += corrupt;
-  }
-  if (options_.promote_on_load) {
-    for (const SsdReadItem& r : reads) {
-      if (r.status.ok()) PromoteCopy(r.key, r.dst);
+  for (size_t below = 0; below < from_below.size(); ++below) {
+    const std::vector<LoadItem>& all = from_below[below];
+    for (size_t base = 0; base < all.size(); base += kLoadStagingBatchMax) {
+      const size_t n = std::min<size_t>(kLoadStagingBatchMax, all.size() - base);
+      const std::span<const LoadItem> part = std::span(all).subspan(base, n);
+      std::vector<LoadItem> batch(part.begin(), part.end());
+      handle->AddTasks(layer, 1);
+      RunOnPool([this, handle, layer, below, batch = std::move(batch)] {
+        handle->TaskDone(layer, LoadFromTier(below, batch));
+      });
     }
   }
-  return first;
 }
 
-void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw, TierKind source) {
+void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw, size_t below) {
   uint32_t slot = 0;
   {
     MutexLock lock(&mu_);
@@ -285,11 +254,12 @@ void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw
     e = index_.Insert(key);
     e->slot[TierIndex(MemTier::kHost)] = slot;
     e->copy[TierIndex(MemTier::kHost)] = CopyState::kFilling;
-    // A remote copy's expiry is not known here (Redis enforces its TTL): the host copy has none.
-    if (source == TierKind::kSsd) {
-      e->on_ssd = true;
-      if (std::optional<SsdBlockInfo> info = ssd_->Lookup(key)) {
-        e->expiry_wall_us = info->expiry_wall_us;
+    // A local tier tells the block's expiry; a best-effort tier's is not asked (the tier enforces
+    // its TTL): the host copy then has none.
+    if (!tiers_[below].best_effort) {
+      TierContains c{.key = key};
+      if (tiers_[below].tier->Contains(std::span(&c, 1)).ok() && c.present) {
+        e->expiry_wall_us = c.expiry_wall_us;
       }
     }
     clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, e->expiry_wall_us != 0);

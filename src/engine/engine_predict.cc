@@ -7,9 +7,9 @@
 //     observes the access, copies the predicted sessions' chunk lists; one TrySubmit.
 //   PlanPromotion (worker): under mu_, the blocks of those chunks that no memory tier holds,
 //     while each session's prefix stays cached, up to the budget; TrySubmit per batch of 8.
-//   PromoteBatch (worker): free or clean host slots, one batched SSD read (or remote Get) into
-//     them, published as Pin's PromoteFromSsd does; marked PromotedBy so Load can count useful
-//     blocks.
+//   PromoteBatch (worker): free or clean host slots, one batched read from a tier below memory
+//     into them, published as Pin's PromoteFromBelow does; marked PromotedBy so Load can count
+//     useful blocks.
 // Nothing here blocks a caller, forces a write-back or evicts a pinned or dirty block; a full
 // worker queue, a host tier without clean slots or a block gone since the plan drops the rest.
 #include <algorithm>
@@ -134,7 +134,7 @@ bool EngineImpl::TrySubmitPromotion(std::function<void()> task) {
 }
 
 void EngineImpl::SubmitPromotion(std::vector<std::vector<Hash256>> sessions, PromotedBy by) {
-  if (ssd_ == nullptr && remote_ == nullptr) return;  // Every copy is in memory already.
+  if (tiers_.empty()) return;  // Every copy is in memory already.
   // A plan the queue refuses is dropped whole (its blocks are not known yet, so not counted).
   TrySubmitPromotion([this, sessions = std::move(sessions), by] { PlanPromotion(sessions, by); });
 }
@@ -142,52 +142,55 @@ void EngineImpl::SubmitPromotion(std::vector<std::vector<Hash256>> sessions, Pro
 void EngineImpl::PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by) {
   const size_t budget = PromotionBudget(by);
   const uint32_t layers = options_.layout.layers;
-  std::vector<BlockKey> from_ssd;
-  std::vector<BlockKey> from_remote;
+  // Per tier below memory: local tiers that contain a block, else the first best-effort tier.
+  std::vector<std::vector<BlockKey>> from(tiers_.size());
+  const size_t network = FirstBestEffort();
+  size_t planned = 0;
   {
     MutexLock lock(&mu_);
     const uint64_t now = NowWallUs();
     for (const std::vector<Hash256>& chunks : sessions) {
       for (const Hash256& chunk : chunks) {
-        const size_t ssd_before = from_ssd.size();
-        const size_t remote_before = from_remote.size();
+        std::vector<BlockKey> chunk_keys;
+        std::vector<size_t> chunk_from;
         bool cached = true;
         for (uint32_t l = 0; l < layers && cached; ++l) {
           const BlockKey key{.chunk_hash = chunk, .layer = l};
           if (ReadableTier(key, now).has_value()) continue;
-          if (ssd_ != nullptr && ssd_->Contains(key)) {
-            from_ssd.push_back(key);
-          } else if (remote_ != nullptr) {
-            from_remote.push_back(key);  // Not asked first: a miss costs one Get, off any caller.
+          size_t below = 0;
+          if (FindBelow(key, &below, nullptr)) {
+            chunk_keys.push_back(key);
+            chunk_from.push_back(below);
+          } else if (network != kFromMemory) {
+            // Not asked first: a miss costs one read, off any caller.
+            chunk_keys.push_back(key);
+            chunk_from.push_back(network);
           } else {
             cached = false;
           }
         }
         // Whole chunks only: the session's usable prefix ends at a chunk that is not cached, and
         // a chunk that does not fit the budget would be loaded from below anyway.
-        if (!cached || from_ssd.size() + from_remote.size() > budget) {
-          from_ssd.resize(ssd_before);
-          from_remote.resize(remote_before);
-          break;
-        }
+        if (!cached || planned + chunk_keys.size() > budget) break;
+        for (size_t k = 0; k < chunk_keys.size(); ++k) from[chunk_from[k]].push_back(chunk_keys[k]);
+        planned += chunk_keys.size();
       }
     }
   }
   uint64_t dropped = 0;
-  auto submit = [&](const std::vector<BlockKey>& keys, TierKind source) {
+  auto submit = [&](const std::vector<BlockKey>& keys, size_t below) {
     for (size_t base = 0; base < keys.size(); base += kLoadStagingBatchMax) {
       const size_t n = std::min<size_t>(kLoadStagingBatchMax, keys.size() - base);
       std::vector<BlockKey> batch(keys.begin() + static_cast<std::ptrdiff_t>(base),
                                   keys.begin() + static_cast<std::ptrdiff_t>(base + n));
       if (!TrySubmitPromotion(
-              [this, batch = std::move(batch), source, by] { PromoteBatch(batch, source, by); })) {
+              [this, batch = std::move(batch), below, by] { PromoteBatch(batch, below, by); })) {
         dropped += keys.size() - base;
         return;
       }
     }
   };
-  submit(from_ssd, TierKind::kSsd);
-  submit(from_remote, TierKind::kRemote);
+  for (size_t below = 0; below < from.size(); ++below) submit(from[below], below);
   if (dropped != 0) {
     MutexLock lock(&mu_);
     CountDropped(by, dropped);
@@ -198,11 +201,11 @@ void EngineImpl::CountDropped(PromotedBy by, uint64_t blocks) {
   if (by != PromotedBy::kPrefetch) stats_.prediction_dropped_blocks += blocks;
 }
 
-void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, TierKind source, PromotedBy by) {
+void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, size_t below, PromotedBy by) {
   KV_CHECK(keys.size() <= kLoadStagingBatchMax);
   KV_CHECK(by != PromotedBy::kNone);
   const size_t host = TierIndex(MemTier::kHost);
-  std::vector<SsdReadItem> items;
+  std::vector<TierReadItem> items;
   uint64_t dropped = 0;
   {
     MutexLock lock(&mu_);
@@ -213,10 +216,11 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, TierKind source, P
                            e->copy[host] != CopyState::kNone)) {
         continue;  // In memory already, or on its way (a Store, another promotion).
       }
-      std::optional<SsdBlockInfo> info;
-      if (source == TierKind::kSsd) {
-        info = ssd_->Lookup(key);
-        if (!info.has_value()) {
+      // A local tier is asked again (cheap): the block may be gone since the plan, and it
+      // tells the expiry. A best-effort tier is not (the read finds out).
+      TierContains info{.key = key};
+      if (!tiers_[below].best_effort) {
+        if (!tiers_[below].tier->Contains(std::span(&info, 1)).ok() || !info.present) {
           ++dropped;  // Reclaimed or erased since the plan.
           continue;
         }
@@ -230,24 +234,15 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, TierKind source, P
       if (e == nullptr) e = index_.Insert(key);
       e->slot[host] = *slot;
       e->copy[host] = CopyState::kFilling;
-      // A remote copy's expiry is not known here (the store enforces its TTL): none in memory.
-      if (info.has_value()) {
-        e->on_ssd = true;
-        e->expiry_wall_us = info->expiry_wall_us;
-      }
+      // A best-effort tier's expiry is not known here (it enforces its TTL): none in memory.
+      if (info.present) e->expiry_wall_us = info.expiry_wall_us;
       clocks_[host]->Assign(*slot, key, e->expiry_wall_us != 0);
       items.push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
     }
   }
-  if (!items.empty()) {
-    if (source == TierKind::kSsd) {
-      ReadFromSsd(items);
-    } else {
-      ReadFromRemote(items);
-    }
-  }
+  if (!items.empty()) ReadFromTier(below, items);
   MutexLock lock(&mu_);
-  for (const SsdReadItem& item : items) {
+  for (const TierReadItem& item : items) {
     BlockEntry* e = index_.Find(item.key);  // A filling copy is never evicted: still there.
     KV_CHECK(e != nullptr);
     if (item.corrupt) ++stats_.corrupt_blocks;

@@ -7,11 +7,12 @@
 // and returns Busy: nothing waits for space that may never come.
 //
 // The bytes are then copied (DeviceTier::Copy kHostToDevice, or a memcpy on the worker pool into
-// host/CXL slots). A worker publishes the blocks (kReady) only after the copy completed, then,
-// with write-through, encodes and writes them to the SSD before completing the handle (a remote
-// tier with write-through gets them in the same task). Every published block starts dirty when an
-// SSD exists (remote-dirty with a write-back remote tier); a successful write clears the bit, so
-// a block the SSD refused is written back again on eviction.
+// host/CXL slots). A worker publishes the blocks (kReady) only after the copy completed, then
+// encodes and writes them to each write-through tier below memory, in list order, before
+// completing the handle. Every published block starts dirty for each tier it must reach
+// (LowerTier::DirtyOnStore: every local tier, and a best-effort tier with write-back); a
+// successful write clears the tier's bit, so a block a local tier refused is written back again
+// on eviction.
 #include <cstring>
 
 #include "core/assert.h"
@@ -100,8 +101,8 @@ std::vector<StoreItem> EngineImpl::ReserveBlocks(std::span<const BlockKey> keys,
         if (e->copy[t] != CopyState::kNone) DropCopy(key, e, MemTierAt(t));
       }
       index_.Erase(key);
-    } else if (ssd_ != nullptr && ssd_->Contains(key)) {
-      continue;  // On the SSD already; a Load promotes it.
+    } else if (size_t below = 0; FindBelow(key, &below, nullptr)) {
+      continue;  // In a local tier below memory already; a Load promotes it.
     }
     BlockEntry* e = index_.Insert(key);
     KV_CHECK(e != nullptr);
@@ -237,39 +238,24 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
       }
       e->copy[TierIndex(item.tier)] = CopyState::kReady;
       e->state = BlockState::kReady;
-      e->dirty = ssd_ != nullptr;
-      e->remote_dirty = RemoteWriteBack();
-    }
-  }
-  if (!copied.ok() || ssd_ == nullptr || options_.write_policy != WritePolicy::kWriteThrough) {
-    if (copied.ok()) WriteThroughRemote(items);
-    if (copied.ok()) KickCleaner();
-    handle->Complete(copied);
-    return;
-  }
-  std::vector<SsdWriteItem> writes;
-  writes.reserve(items.size());
-  for (const StoreItem& item : items) {
-    writes.push_back(SsdWriteItem{.key = item.key, .raw = item.src});
-  }
-  {
-    MutexLock lock(&mu_);
-    for (SsdWriteItem& w : writes) {
-      if (const BlockEntry* e = index_.Find(w.key)) w.expiry_wall_us = e->expiry_wall_us;
-    }
-  }
-  const Status io = WriteToSsd(writes);
-  {
-    MutexLock lock(&mu_);
-    for (const SsdWriteItem& w : writes) {
-      BlockEntry* e = index_.Find(w.key);
-      if (e != nullptr && w.status.ok()) {
-        e->dirty = false;
-        e->on_ssd = true;
+      for (size_t below = 0; below < tiers_.size(); ++below) {
+        e->SetDirty(below, tiers_[below].DirtyOnStore());
       }
     }
   }
-  WriteThroughRemote(items);  // Never fails the store: errors are counted and logged.
+  if (!copied.ok()) {
+    handle->Complete(copied);
+    return;
+  }
+  // Write-through, in list order; the handle reports the first error of a local tier (a
+  // best-effort tier's failures are counted and logged, never returned).
+  Status io;
+  for (size_t below = 0; below < tiers_.size(); ++below) {
+    if (tiers_[below].write_policy != WritePolicy::kWriteThrough) continue;
+    const Status s = WriteThrough(below, items);
+    if (!tiers_[below].best_effort && io.ok()) io = s;
+  }
+  KickCleaner();
   handle->Complete(io);
 }
 

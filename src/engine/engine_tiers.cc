@@ -1,5 +1,6 @@
-// Slot allocation, eviction (drop, demotion, write-back) and the SSD read/write helpers of
-// EngineImpl. See engine_impl.h for the locking rules and eviction.h for victim selection.
+// Slot allocation, eviction (drop, demotion, write-back to the tiers below memory) and Pin's
+// promotion of EngineImpl. See engine_impl.h for the locking rules and eviction.h for victim
+// selection.
 #include <cstring>
 
 #include "core/assert.h"
@@ -111,8 +112,9 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
     return Status::Ok();
   }
   // The only memory copy: demote it to a lower memory tier when one has room (a cascade, like a
-  // CPU cache), and if it is dirty and cannot be demoted, write it back to the SSD before its
-  // slot is reused (docs/engine.md). A caller's thread never writes: the cleaner does.
+  // CPU cache), and if it is dirty and cannot be demoted, write it back to the tiers below memory
+  // it is dirty for before its slot is reused (docs/engine.md). A caller's thread never writes:
+  // the cleaner does.
   e->copy[i] = CopyState::kEvicting;
   Status s;
   bool left_to_cleaner = false;
@@ -122,7 +124,7 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
     bool demoted = false;
     s = Demote(key, t, *victim, &demoted);
     const BlockEntry* d = index_.Find(key);
-    left_to_cleaner = !demoted && ((ssd_ != nullptr && d->dirty) || d->remote_dirty);
+    left_to_cleaner = !demoted && d->dirty != 0;
   }
   e = index_.Find(key);
   KV_CHECK(e != nullptr);
@@ -154,7 +156,7 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
           "engine: write-back of " + key.ToString() +
               " failed, dropping it from memory: " + s.ToString());
   }
-  if (!s.ok() && !s.IsAborted() && e->dirty) ++dirty_dropped_;
+  if (!s.ok() && !s.IsAborted() && DirtyForLocal(*e)) ++dirty_dropped_;
   DropCopy(key, e, t);
   return Status::Ok();
 }
@@ -186,7 +188,7 @@ Status EngineImpl::Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* d
       return s;
     }
     e->copy[u] = CopyState::kReady;
-    if (e->dirty) ++counters_[TierIndex(t)].writebacks;
+    if (DirtyForLocal(*e)) ++counters_[TierIndex(t)].writebacks;
     *demoted = true;
     return Status::Ok();
   }
@@ -195,36 +197,42 @@ Status EngineImpl::Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* d
 
 Status EngineImpl::WriteBack(const BlockKey& key, MemTier t, uint32_t slot) {
   BlockEntry* e = index_.Find(key);
-  const bool to_ssd = ssd_ != nullptr && e->dirty;
-  const bool to_remote = e->remote_dirty;  // Only set with a write-back remote tier.
+  const uint8_t todo = e->dirty;
   // Clean, or nothing below: a cache may drop it.
-  if (!to_ssd && !to_remote) return Status::Ok();
+  if (todo == 0) return Status::Ok();
   const uint64_t expiry = e->expiry_wall_us;
   mu_.Unlock();
   // One lease for all buffers (raw copy, encoded record): never wait while holding one. A device
   // slot is copied out first; a host or CXL slot (kEvicting, so it stays put) is encoded where it
-  // is and needs only the encode buffer, the lease's last.
+  // is and needs only the encode buffer, the lease's last, which each tier's write reuses after
+  // the previous one returned (the tier copied or sent the payload).
   StagingLease lease = staging_->Acquire(t == MemTier::kDevice ? 2 : 1);
   Status copied;
-  SsdWriteItem item{
-      .key = key, .raw = RawForWrite(t, slot, lease.buffer(0), &copied), .expiry_wall_us = expiry};
-  SsdWriteItem remote_item = item;
-  Status s = copied;
-  if (s.ok() && to_ssd) s = WriteToSsd(std::span(&item, 1), lease.buffers().last(1));
-  if (s.ok() && to_ssd) s = item.status;
-  // The remote put reuses the encode buffer after the SSD write returned (it copied the payload).
-  if (copied.ok() && to_remote) WriteToRemote(std::span(&remote_item, 1), lease.buffers().last(1));
+  const std::span<const std::byte> raw = RawForWrite(t, slot, lease.buffer(0), &copied);
+  // The first error of a local tier's write; a best-effort tier's failure is never one (its
+  // write counted and logged it).
+  Status result = copied;
+  uint8_t written = 0;
+  for (size_t below = 0; below < tiers_.size() && copied.ok(); ++below) {
+    if (((todo >> below) & 1u) == 0) continue;
+    TierWriteItem item{.key = key, .raw = raw, .expiry_wall_us = expiry};
+    Status s = WriteToTier(below, std::span(&item, 1), lease.buffers().last(1));
+    if (s.ok()) s = item.status;
+    if (item.status.ok()) written = static_cast<uint8_t>(written | (1u << below));
+    if (!tiers_[below].best_effort && result.ok()) result = s;
+  }
   mu_.Lock();
   e = index_.Find(key);
-  const bool remote_ok = copied.ok() && to_remote && remote_item.status.ok();
-  if (remote_ok) e->remote_dirty = false;
-  if (to_ssd && s.ok()) {
-    e->dirty = false;
-    e->on_ssd = true;
+  e->dirty = static_cast<uint8_t>(e->dirty & ~written);
+  if (written != 0) ++counters_[TierIndex(t)].writebacks;
+  return result;
+}
+
+bool EngineImpl::DirtyForLocal(const BlockEntry& e) const {
+  for (size_t below = 0; below < tiers_.size(); ++below) {
+    if (!tiers_[below].best_effort && e.DirtyFor(below)) return true;
   }
-  if ((to_ssd && s.ok()) || remote_ok) ++counters_[TierIndex(t)].writebacks;
-  // A failed remote put is never an error here (WriteToRemote counted and logged it).
-  return to_ssd ? s : copied;
+  return false;
 }
 
 Status EngineImpl::CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst) {
@@ -249,121 +257,15 @@ std::span<const std::byte> EngineImpl::RawForWrite(MemTier t, uint32_t slot,
   return staging.first(block_bytes_);
 }
 
-void EngineImpl::ReadFromSsd(std::span<SsdReadItem> items) {
-  KV_CHECK(items.size() <= kLoadStagingBatchMax);
-  if (items.empty()) return;
-  StagingLease lease = staging_->Acquire(static_cast<uint32_t>(items.size()));
-  std::vector<SsdBlockRead> reads(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    reads[i].key = items[i].key;
-    reads[i].layout_digest = layout_digest_;
-    reads[i].buffer = lease.buffer(i);
-  }
-  const Status io = ssd_->ReadBatchSync(reads);
-  Result<CodecLease> ctx = contexts_->Acquire();
-  // Blocks the SSD holds but this engine cannot use: erased, so that Lookup stops reporting them
-  // and the next Store rewrites them (Store skips keys the SSD contains).
-  std::vector<BlockKey> unusable;
-  for (size_t i = 0; i < items.size(); ++i) {
-    SsdReadItem& item = items[i];
-    Status s = io.ok() ? reads[i].status : io;
-    bool undecodable = false;
-    if (s.ok() && reads[i].raw_bytes != block_bytes_) s = Status::Corruption("raw size differs");
-    if (s.ok() && !ctx.ok()) s = ctx.status();
-    if (s.ok()) {
-      s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
-      undecodable = !s.ok();
-    }
-    if (s.ok()) {
-      item.status = Status::Ok();
-      continue;
-    }
-    // A record that failed verification (the SSD dropped it) or did not decode: a miss, never
-    // wrong bytes, and counted as corrupt. A block reclaimed or expired since Lookup is a plain
-    // miss; a read the SSD refused (InvalidArgument: a record larger than the buffer) is unusable.
-    item.corrupt = reads[i].failed_verification || undecodable || s.IsCorruption();
-    if (io.ok() && (undecodable || s.IsCorruption() || s.IsInvalidArgument())) {
-      unusable.push_back(item.key);
-    }
-    item.status =
-        Status::NotFound("block " + item.key.ToString() + " unavailable: " + s.ToString());
-  }
-  if (unusable.empty()) return;
-  const Status erased = ssd_->Erase(unusable);
-  if (!erased.ok()) {
-    LogTo(logger_, LogLevel::kWarn, "engine: erasing unreadable SSD blocks: " + erased.ToString());
-  }
-}
-
-Status EngineImpl::WriteToSsd(std::span<SsdWriteItem> items,
-                              std::span<const std::span<std::byte>> encode_buffers) {
-  Status first;
-  Result<CodecLease> ctx = contexts_->Acquire();
-  KV_RETURN_IF_ERROR(ctx.status());
-  const uint64_t now = NowWallUs();
-  const bool given = !encode_buffers.empty();
-  KV_CHECK(!given || encode_buffers.size() >= items.size());
-  for (size_t base = 0; base < items.size(); base += kLoadStagingBatchMax) {
-    const size_t n = std::min<size_t>(kLoadStagingBatchMax, items.size() - base);
-    std::optional<StagingLease> own;
-    if (!given) own.emplace(staging_->Acquire(static_cast<uint32_t>(n)));
-    std::vector<SsdBlockWrite> writes;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < n; ++i) {
-      SsdWriteItem& item = items[base + i];
-      const uint64_t expiry = item.expiry_wall_us;
-      if (expiry != 0 && expiry <= now) {
-        item.status = Status::Ok();  // Expired: nothing worth keeping.
-        continue;
-      }
-      if (item.raw.size() != block_bytes_) {
-        item.status = Status::IoError("no bytes to write for " + item.key.ToString());
-        continue;
-      }
-      const std::span<std::byte> out = given ? encode_buffers[base + i] : own->buffer(i);
-      Result<size_t> bytes =
-          codecs::EncodeBlock(options_.ssd_codec, geometry_, item.raw, out, ctx->get());
-      if (!bytes.ok()) {
-        item.status = bytes.status();
-        continue;
-      }
-      ratio_->Record(options_.ssd_codec.codec, item.key.layer, block_bytes_, *bytes);
-      writes.push_back(SsdBlockWrite{.key = item.key,
-                                     .layout_digest = layout_digest_,
-                                     .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
-                                     .raw_bytes = static_cast<uint32_t>(block_bytes_),
-                                     .payload = out.first(*bytes),
-                                     .ttl_us = expiry == 0 ? 0 : expiry - now});
-      which.push_back(base + i);
-    }
-    const Status s = writes.empty() ? Status::Ok() : ssd_->WriteBatchSync(writes);
-    if (!s.ok() && first.ok()) first = s;
-    for (size_t w = 0; w < writes.size(); ++w) {
-      items[which[w]].status = writes[w].status;
-      items[which[w]].skipped = writes[w].skipped;
-    }
-  }
-  // Every item that is not on the SSD and was not deliberately skipped is an error, whatever
-  // the batch said (an encode failure, a copy that produced no bytes).
-  uint64_t failed = 0;
-  for (const SsdWriteItem& item : items) {
-    if (item.status.ok() || item.skipped) continue;
-    ++failed;
-    if (first.ok()) first = item.status;
-  }
-  if (failed != 0) {
-    MutexLock lock(&mu_);
-    counters_[kSsdCounters].write_failures += failed;
-  }
-  return first;
-}
-
-Status EngineImpl::PromoteFromSsd(const BlockKey& key) {
+Status EngineImpl::PromoteFromBelow(const BlockKey& key) {
   uint32_t slot = 0;
-  std::optional<SsdBlockInfo> info = ssd_ != nullptr ? ssd_->Lookup(key) : std::nullopt;
-  if (!info.has_value()) return Status::NotFound("not on SSD: " + key.ToString());
+  size_t below = 0;
+  uint64_t expiry = 0;
   {
     MutexLock lock(&mu_);
+    if (!FindBelow(key, &below, &expiry)) {
+      return Status::NotFound("in no local tier below memory: " + key.ToString());
+    }
     BlockEntry* e = index_.Find(key);
     if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting)) {
       return Status::Ok();  // Already (or about to be) in memory.
@@ -381,12 +283,11 @@ Status EngineImpl::PromoteFromSsd(const BlockKey& key) {
     if (e == nullptr) e = index_.Insert(key);
     e->slot[TierIndex(MemTier::kHost)] = slot;
     e->copy[TierIndex(MemTier::kHost)] = CopyState::kFilling;
-    e->on_ssd = true;
-    e->expiry_wall_us = info->expiry_wall_us;
+    e->expiry_wall_us = expiry;
     clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, e->expiry_wall_us != 0);
   }
-  SsdReadItem item{.key = key, .dst = {host_->SlotData(slot), block_bytes_}};
-  ReadFromSsd(std::span(&item, 1));
+  TierReadItem item{.key = key, .dst = {host_->SlotData(slot), block_bytes_}};
+  ReadFromTier(below, std::span(&item, 1));
   MutexLock lock(&mu_);
   BlockEntry* e = index_.Find(key);
   if (item.corrupt) ++stats_.corrupt_blocks;

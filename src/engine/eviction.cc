@@ -32,7 +32,7 @@ const BlockKey* SlotClock::Owner(uint32_t slot) const {
 }
 
 bool CleanToDrop(const BlockEntry& entry, MemTier tier) {
-  return (!entry.dirty && !entry.remote_dirty) || entry.ReadableBelow(tier);
+  return entry.dirty == 0 || entry.ReadableBelow(tier);
 }
 
 bool Evictable(const BlockEntry& entry, MemTier tier, VictimFilter filter) {

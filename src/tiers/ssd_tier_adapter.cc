@@ -87,7 +87,9 @@ void SsdTierAdapter::WriteBatch(std::span<TierWrite> writes, Callback done) {
 
 Status SsdTierAdapter::Contains(std::span<TierContains> items) {
   for (TierContains& item : items) {
-    item.present = ssd_->Contains(item.key);
+    const std::optional<SsdBlockInfo> info = ssd_->Lookup(item.key);
+    item.present = info.has_value();
+    item.expiry_wall_us = info.has_value() ? info->expiry_wall_us : 0;
     item.status = Status::Ok();
   }
   return Status::Ok();
@@ -101,6 +103,9 @@ TierStoreStats SsdTierAdapter::Stats() {
   const SsdTierStats s = ssd_->Stats();
   return TierStoreStats{.blocks_known = true,
                         .blocks = s.blocks,
+                        .capacity_bytes = ssd_->options().capacity_bytes,
+                        .used_bytes = s.live_bytes,
+                        .dropped = s.dropped_blocks,
                         .reads = s.reads,
                         .read_hits = s.read_hits,
                         .read_misses = s.read_misses,

@@ -34,6 +34,7 @@ class SsdTierAdapter final : public Tier {
   Status Erase(std::span<const BlockKey> keys) override;
   Status Flush() override;
   TierStoreStats Stats() override;
+  Status Close() override { return ssd_->Close(); }
 
  private:
   std::unique_ptr<SsdTier> ssd_;

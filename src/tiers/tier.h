@@ -75,6 +75,7 @@ struct TierContains {
   BlockKey key;
   bool present = false;
   Status status;
+  uint64_t expiry_wall_us = 0;  // When present: its absolute expiry, 0 for none or not known.
 };
 
 // What every tier counts, since it opened. A tier that cannot count its blocks (a shared store)
@@ -82,6 +83,8 @@ struct TierContains {
 struct TierStoreStats {
   bool blocks_known = false;
   uint64_t blocks = 0;
+  uint64_t capacity_bytes = 0, used_bytes = 0;  // 0 when not known.
+  uint64_t dropped = 0;  // Blocks the tier removed to make room (or because they expired).
   uint64_t reads = 0, read_hits = 0, read_misses = 0;
   uint64_t corrupt = 0;  // Records refused on read (failed verification, foreign key or layout).
   uint64_t writes = 0;   // Records written.
@@ -117,6 +120,9 @@ class Tier {
   // Makes every write completed before the call durable (as durable as the tier can make it).
   virtual Status Flush() = 0;
   virtual TierStoreStats Stats() = 0;
+  // Stops the tier's threads after in-flight work and makes it durable; later calls fail. The
+  // destructor closes quietly a tier not closed.
+  virtual Status Close() { return Status::Ok(); }
 
   // ReadBatch and WriteBatch, waiting for the callback. For callers that may block on the tier's
   // I/O threads: never from a completion callback, nor from a worker whose pool those callbacks

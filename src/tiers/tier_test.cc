@@ -196,6 +196,11 @@ TEST_P(TierContractTest, BatchRoundTripWithOneCallbackEach) {
     EXPECT_EQ(s.blocks, 8u);
   }
   EXPECT_TRUE(tier_->Flush().ok());
+  if (s.blocks_known) {
+    EXPECT_GT(s.capacity_bytes, 0u);
+    EXPECT_GE(s.used_bytes, 8 * kPayload);
+  }
+  EXPECT_TRUE(tier_->Close().ok());
 }
 
 TEST_P(TierContractTest, ContainsAndEraseAgreeWithReads) {
@@ -221,6 +226,12 @@ TEST_P(TierContractTest, TtlExpires) {
   WriteBlocks(0, 1, /*ttl_us=*/2'000'000);
   WriteBlocks(1, 1);
   EXPECT_TRUE(ReadBlock(0).ok());
+  TierContains c{.key = Key(0)};
+  ASSERT_TRUE(tier_->Contains(std::span(&c, 1)).ok());
+  EXPECT_TRUE(c.present);
+  if (tier_->capabilities().local_contains) {
+    EXPECT_EQ(c.expiry_wall_us, clock_.WallMicros() + 2'000'000) << "a local tier knows it";
+  }
   clock_.Advance(3'000'000);
   EXPECT_TRUE(ReadBlock(0).IsNotFound());
   EXPECT_FALSE(Present(0));

@@ -1,0 +1,435 @@
+// The tiers below memory of EngineImpl (tiers/tier.h): opening the list from the options, the
+// lookups, reads, writes, write-through, Flush and statistics that walk it
+// (docs/architecture.md, "The tier list").
+//
+// The list is ordered, fastest first: the SSD tier, then the remote tier, as configured. Every
+// algorithm here is written against the Tier interface and LowerTier's policy fields; none names
+// a tier. Rule for best-effort tiers (a tier over the network, docs/remote_tier.md): they never
+// fail an engine call. A read that does not answer or does not verify is a miss (the layer fails
+// closed), a Contains that does not answer is a miss, and a write that fails leaves the block
+// cached locally; the failure is counted in EngineStats and logged once per failure streak (not
+// per block). Every call is made without the engine mutex, except a local tier's Contains.
+#include <algorithm>
+
+#include "core/assert.h"
+#include "engine/engine_impl.h"
+#include "tiers/remote_tier_adapter.h"
+#include "tiers/ssd_record.h"
+#include "tiers/ssd_tier_adapter.h"
+
+namespace kvtier {
+
+Status RemoteTierOptions::Validate() const {
+  if (redis.has_value() == (store != nullptr)) {
+    return Status::InvalidArgument("exactly one of redis and store must be set");
+  }
+  if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
+    return Status::InvalidArgument("write_policy: unknown value");
+  }
+  if (admission != SsdAdmission::kAlways && admission != SsdAdmission::kAfterRequests) {
+    return Status::InvalidArgument("admission: unknown value");
+  }
+  if (admission == SsdAdmission::kAfterRequests && admission_slots == 0) {
+    return Status::InvalidArgument("admission_slots: must be > 0");
+  }
+  return Status::Ok();
+}
+
+// --- Open --------------------------------------------------------------------------------------
+
+namespace {
+
+LowerTier MakeLowerTier(std::unique_ptr<Tier> tier, TierKind kind, WritePolicy policy,
+                        bool promote_on_load, double dirty_fraction) {
+  LowerTier t;
+  const TierCapabilities caps = tier->capabilities();
+  t.tier = std::move(tier);
+  t.kind = kind;
+  t.write_policy = caps.write_back ? policy : WritePolicy::kWriteThrough;
+  t.promote_on_load = promote_on_load;
+  t.best_effort = !caps.local_contains;
+  t.cleaned = !t.best_effort && t.write_policy == WritePolicy::kWriteBack && dirty_fraction < 1;
+  t.failing = std::make_unique<std::atomic<bool>>(false);
+  return t;
+}
+
+}  // namespace
+
+Status EngineImpl::OpenLowerTiers() {
+  if (options_.ssd.has_value()) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(*options_.ssd, env_));
+    tiers_.push_back(MakeLowerTier(std::make_unique<SsdTierAdapter>(std::move(ssd), layout_digest_),
+                                   TierKind::kSsd, options_.write_policy, options_.promote_on_load,
+                                   options_.writeback_dirty_fraction));
+  }
+  if (options_.remote.has_value()) {
+    const RemoteTierOptions& r = *options_.remote;
+    const RemoteTierPolicy policy{
+        .admission_requests =
+            r.admission == SsdAdmission::kAfterRequests ? r.admission_requests : 0,
+        .admission_slots = r.admission_slots,
+        .write_budget_bytes_per_s = r.write_budget_bytes_per_s,
+        .write_budget_burst_bytes = r.write_budget_burst_bytes,
+        .clock = clock_};
+    std::unique_ptr<RemoteTierAdapter> adapter;
+    if (r.store != nullptr) {
+      adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
+    } else {
+      RedisStoreOptions o = *r.redis;
+      o.layout_digest = layout_digest_;
+      if (o.clock == nullptr) o.clock = clock_;
+      if (o.logger == nullptr) o.logger = logger_;
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> store, RedisStore::Open(std::move(o)));
+      adapter = std::make_unique<RemoteTierAdapter>(std::move(store), policy);
+    }
+    remote_store_ = adapter->store();
+    tiers_.push_back(MakeLowerTier(std::move(adapter), TierKind::kRemote, r.write_policy,
+                                   r.promote_on_load, 1.0));
+  }
+  KV_CHECK(tiers_.size() <= kLowerTiersMax);
+  if (tiers_.empty()) return Status::Ok();
+  // Keys do not include the codec: a block written by an engine opened with another codec
+  // (identity, then int8) must still fit a read buffer, so size for the largest any codec makes.
+  KV_ASSIGN_OR_RETURN(size_t encoded_max, codecs::MaxEncodedSizeAnyCodec(geometry_));
+  size_t buffer = block_bytes_;
+  for (const LowerTier& t : tiers_) {
+    buffer = std::max<size_t>(buffer, t.tier->ReadBufferBytes(encoded_max));
+  }
+  KV_ASSIGN_OR_RETURN(staging_, StagingPool::Create(options_.staging_buffers, buffer));
+  return Status::Ok();
+}
+
+bool EngineImpl::FindBelow(const BlockKey& key, size_t* below, uint64_t* expiry_wall_us) {
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    if (tiers_[i].best_effort) continue;
+    TierContains c{.key = key};
+    if (!tiers_[i].tier->Contains(std::span(&c, 1)).ok() || !c.status.ok() || !c.present) {
+      continue;
+    }
+    *below = i;
+    if (expiry_wall_us != nullptr) *expiry_wall_us = c.expiry_wall_us;
+    return true;
+  }
+  return false;
+}
+
+size_t EngineImpl::FirstBestEffort() const {
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    if (tiers_[i].best_effort) return i;
+  }
+  return kFromMemory;
+}
+
+void EngineImpl::NoteTierOutcome(size_t below, std::string_view what, const Status& first_error) {
+  const LowerTier& t = tiers_[below];
+  const std::string name(t.tier->name());
+  if (first_error.ok()) {
+    if (t.failing->exchange(false)) {
+      LogTo(logger_, LogLevel::kInfo, "engine: " + name + " tier answers again");
+    }
+    return;
+  }
+  if (!t.failing->exchange(true)) {
+    LogTo(logger_, LogLevel::kWarn,
+          "engine: " + name + " " + std::string(what) +
+              " failed (serving from local tiers, blocks stay cached locally): " +
+              first_error.ToString());
+  }
+}
+
+// --- Lookup ------------------------------------------------------------------------------------
+
+void EngineImpl::LookupBelow(size_t below, std::span<const BlockKey> keys,
+                             std::span<TierKind> kinds) {
+  KV_CHECK(keys.size() == kinds.size());
+  std::vector<TierContains> asks;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (kinds[i] != TierKind::kNone) continue;
+    asks.push_back(TierContains{.key = keys[i]});
+    which.push_back(i);
+  }
+  if (asks.empty()) return;
+  KV_CHECK(asks.size() <= kRemoteLookupKeysMax);
+  Status first = tiers_[below].tier->Contains(asks);
+  uint64_t errors = 0;
+  for (size_t a = 0; a < asks.size(); ++a) {
+    if (!asks[a].status.ok()) {
+      ++errors;
+      if (first.ok()) first = asks[a].status;
+      continue;
+    }
+    if (asks[a].present) kinds[which[a]] = tiers_[below].kind;
+  }
+  NoteTierOutcome(below, "lookup", first);
+  if (errors != 0) {
+    MutexLock lock(&mu_);
+    counters_[LowerCounters(below)].lookup_errors += errors;
+  }
+}
+
+// --- Reads -------------------------------------------------------------------------------------
+
+void EngineImpl::ReadFromTier(size_t below, std::span<TierReadItem> items) {
+  KV_CHECK(items.size() <= kLoadStagingBatchMax);
+  if (items.empty()) return;
+  const LowerTier& tier = tiers_[below];
+  StagingLease lease = staging_->Acquire(static_cast<uint32_t>(items.size()));
+  std::vector<TierRead> reads(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    reads[i].key = items[i].key;
+    reads[i].buffer = lease.buffer(i);
+  }
+  const Status io = tier.tier->ReadBatchSync(reads);
+  Result<CodecLease> ctx = contexts_->Acquire();
+  // Blocks a local tier holds but this engine cannot use: erased, so that Lookup stops reporting
+  // them and the next Store rewrites them (Store skips keys a local tier contains). A shared
+  // tier's records are left to their writers.
+  std::vector<BlockKey> unusable;
+  Status unanswered;
+  for (size_t i = 0; i < items.size(); ++i) {
+    TierReadItem& item = items[i];
+    Status s = io.ok() ? reads[i].status : io;
+    if (!s.ok() && !s.IsNotFound() && !s.IsCorruption() && unanswered.ok()) unanswered = s;
+    bool undecodable = false;
+    if (s.ok() && reads[i].raw_bytes != block_bytes_) s = Status::Corruption("raw size differs");
+    if (s.ok() && !ctx.ok()) s = ctx.status();
+    if (s.ok()) {
+      s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
+      undecodable = !s.ok();
+    }
+    if (s.ok()) {
+      item.status = Status::Ok();
+      continue;
+    }
+    // A record that failed verification (the tier dropped it) or did not decode: a miss, never
+    // wrong bytes, and counted as corrupt. A block reclaimed or expired since Lookup is a plain
+    // miss; a read the tier refused (InvalidArgument: a record larger than the buffer) is
+    // unusable.
+    item.corrupt = reads[i].corrupt || undecodable || s.IsCorruption();
+    if (!tier.best_effort && io.ok() &&
+        (undecodable || s.IsCorruption() || s.IsInvalidArgument())) {
+      unusable.push_back(item.key);
+    }
+    item.status = Status::NotFound("block " + item.key.ToString() + " unavailable from the " +
+                                   std::string(tier.tier->name()) + " tier: " + s.ToString());
+  }
+  if (tier.best_effort) NoteTierOutcome(below, "read", unanswered);
+  if (unusable.empty()) return;
+  const Status erased = tier.tier->Erase(unusable);
+  if (!erased.ok()) {
+    LogTo(logger_, LogLevel::kWarn,
+          "engine: erasing unreadable " + std::string(tier.tier->name()) +
+              " blocks: " + erased.ToString());
+  }
+}
+
+Status EngineImpl::LoadFromTier(size_t below, std::span<const LoadItem> batch) {
+  std::vector<TierReadItem> reads(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    reads[i].key = batch[i].key;
+    reads[i].dst = batch[i].dst;
+  }
+  ReadFromTier(below, reads);
+  Status first;
+  uint64_t corrupt = 0;
+  uint64_t hits = 0;
+  for (const TierReadItem& r : reads) {
+    if (r.corrupt) ++corrupt;
+    if (r.status.ok()) ++hits;
+    if (!r.status.ok() && first.ok()) first = r.status;
+  }
+  const LowerTier& tier = tiers_[below];
+  {
+    MutexLock lock(&mu_);
+    stats_.corrupt_blocks += corrupt;
+    // A local tier's hits were counted by Load's plan (its Contains said yes); a best-effort
+    // tier, read without asking first, counts the blocks it served.
+    if (tier.best_effort) counters_[LowerCounters(below)].hits += hits;
+  }
+  if (tier.promote_on_load) {
+    for (const TierReadItem& r : reads) {
+      if (r.status.ok()) PromoteCopy(r.key, r.dst, below);
+    }
+  }
+  return first;
+}
+
+// --- Writes ------------------------------------------------------------------------------------
+
+Status EngineImpl::WriteToTier(size_t below, std::span<TierWriteItem> items,
+                               std::span<const std::span<std::byte>> encode_buffers) {
+  const LowerTier& tier = tiers_[below];
+  Result<CodecLease> ctx = contexts_->Acquire();
+  const uint64_t now = NowWallUs();
+  const bool given = !encode_buffers.empty();
+  KV_CHECK(!given || encode_buffers.size() >= items.size());
+  Status first;
+  uint64_t written = 0, not_admitted = 0, over_budget = 0;
+  for (size_t base = 0; base < items.size(); base += kLoadStagingBatchMax) {
+    const size_t n = std::min<size_t>(kLoadStagingBatchMax, items.size() - base);
+    std::optional<StagingLease> own;
+    if (!given) own.emplace(staging_->Acquire(static_cast<uint32_t>(n)));
+    std::vector<TierWrite> writes;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < n; ++i) {
+      TierWriteItem& item = items[base + i];
+      const uint64_t expiry = item.expiry_wall_us;
+      item.status = Status::Ok();
+      item.skipped = false;
+      if (expiry != 0 && expiry <= now) continue;  // Expired: nothing worth keeping.
+      if (item.raw.size() != block_bytes_) {
+        item.status = Status::IoError("no bytes to write for " + item.key.ToString());
+        continue;
+      }
+      const std::span<std::byte> out = given ? encode_buffers[base + i] : own->buffer(i);
+      Result<size_t> bytes =
+          ctx.ok() ? codecs::EncodeBlock(options_.ssd_codec, geometry_, item.raw, out, ctx->get())
+                   : Result<size_t>(ctx.status());
+      if (!bytes.ok()) {
+        item.status = bytes.status();
+        continue;
+      }
+      // One sample per block: its local tier's write (a block also put remotely is not counted
+      // twice).
+      if (!tier.best_effort) {
+        ratio_->Record(options_.ssd_codec.codec, item.key.layer, block_bytes_, *bytes);
+      }
+      writes.push_back(TierWrite{.key = item.key,
+                                 .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
+                                 .raw_bytes = static_cast<uint32_t>(block_bytes_),
+                                 .payload = out.first(*bytes),
+                                 .ttl_us = expiry == 0 ? 0 : expiry - now});
+      which.push_back(base + i);
+    }
+    const Status s = writes.empty() ? Status::Ok() : tier.tier->WriteBatchSync(writes);
+    if (!s.ok() && first.ok()) first = s;
+    for (size_t w = 0; w < writes.size(); ++w) {
+      TierWriteItem& item = items[which[w]];
+      item.status = writes[w].status;
+      item.skipped = writes[w].skipped;
+      if (item.status.ok()) ++written;
+      if (item.skipped && item.status.IsAborted()) ++not_admitted;
+      if (item.skipped && item.status.IsBusy()) ++over_budget;
+    }
+  }
+  // Every item that is not on the tier and was not deliberately skipped is an error, whatever
+  // the batch said (an encode failure, a copy that produced no bytes).
+  uint64_t failed = 0;
+  for (const TierWriteItem& item : items) {
+    if (item.status.ok() || item.skipped) continue;
+    ++failed;
+    if (first.ok()) first = item.status;
+  }
+  if (tier.best_effort) NoteTierOutcome(below, "write", first);
+  MutexLock lock(&mu_);
+  TierCounters& c = counters_[LowerCounters(below)];
+  c.write_failures += failed;
+  c.written += written;
+  c.not_admitted += not_admitted;
+  c.over_budget += over_budget;
+  return first;
+}
+
+Status EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items) {
+  if (items.empty()) return Status::Ok();
+  std::vector<TierWriteItem> writes;
+  writes.reserve(items.size());
+  {
+    MutexLock lock(&mu_);
+    for (const StoreItem& item : items) {
+      const BlockEntry* e = index_.Find(item.key);
+      writes.push_back(TierWriteItem{.key = item.key,
+                                     .raw = item.src,
+                                     .expiry_wall_us = e != nullptr ? e->expiry_wall_us : 0});
+    }
+  }
+  // The sources are still borrowed (the handle has not completed): encode straight from them.
+  const Status io = WriteToTier(below, writes);
+  MutexLock lock(&mu_);
+  for (const TierWriteItem& w : writes) {
+    BlockEntry* e = index_.Find(w.key);
+    if (e != nullptr && w.status.ok()) e->SetDirty(below, false);
+  }
+  return io;
+}
+
+// --- Flush -------------------------------------------------------------------------------------
+
+bool EngineImpl::FlushBestEffortBatch(size_t below, std::span<const BlockKey> keys) {
+  std::vector<std::pair<BlockKey, MemTier>> todo;
+  std::vector<TierWriteItem> items;
+  const size_t n = keys.size();
+  // Raw copies in the first half, encoded values in the second: one lease, never nested.
+  StagingLease lease = staging_->Acquire(static_cast<uint32_t>(2 * n));
+  ClaimAndCopyOut(keys, below, lease, &todo, &items);
+  WriteToTier(below, items, lease.buffers().subspan(n, n)).IgnoreError();  // Counted, logged.
+  bool ok = true;
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    BlockEntry* e = index_.Find(todo[i].first);
+    e->flushing = false;
+    --e->pins;
+    if (items[i].status.ok()) e->SetDirty(below, false);
+    if (!items[i].status.ok() && !items[i].skipped) ok = false;
+  }
+  return ok;
+}
+
+void EngineImpl::FlushBestEffortTier(size_t below) {
+  std::vector<BlockKey> dirty;
+  {
+    MutexLock lock(&mu_);
+    index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+      if (e.DirtyFor(below)) dirty.push_back(key);
+    });
+  }
+  bool failed = false;
+  const size_t batch = std::min<size_t>(kLoadStagingBatchMax / 2, staging_->count() / 2);
+  for (size_t base = 0; base < dirty.size(); base += batch) {
+    const size_t n = std::min(batch, dirty.size() - base);
+    if (!FlushBestEffortBatch(below, std::span(dirty).subspan(base, n))) failed = true;
+  }
+  // Never an error of Flush: the blocks stay cached (and dirty) locally; the failed writes are
+  // counted and logged by WriteToTier.
+  if (failed) {
+    LogTo(logger_, LogLevel::kWarn,
+          "engine: flush: some blocks could not be written to the " +
+              std::string(tiers_[below].tier->name()) + " tier");
+  }
+}
+
+Status EngineImpl::FlushTier(size_t below) {
+  if (tiers_[below].best_effort) {
+    FlushBestEffortTier(below);
+    return Status::Ok();
+  }
+  return FlushLocalTier(below);
+}
+
+// --- Stats -------------------------------------------------------------------------------------
+
+void EngineImpl::AppendLowerStats(std::span<const TierStoreStats> stores, EngineStats* out) {
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    const TierCounters& c = counters_[LowerCounters(i)];
+    const TierStoreStats& s = stores[i];
+    TierStats t{.kind = tiers_[i].kind,
+                .capacity_bytes = s.capacity_bytes,
+                .used_bytes = s.used_bytes,
+                .blocks = s.blocks,
+                .hits = c.hits,
+                .evictions = s.dropped,
+                .write_failures = c.write_failures};
+    // EngineStats keeps the remote tier's own fields (engine.h): its puts are its write-backs.
+    if (tiers_[i].kind == TierKind::kRemote) {
+      t.writebacks = c.written;
+      out->remote_put_errors = c.write_failures;
+      out->remote_not_admitted = c.not_admitted;
+      out->remote_over_budget = c.over_budget;
+      out->remote_lookup_errors = c.lookup_errors;
+    }
+    out->tiers.push_back(t);
+  }
+}
+
+}  // namespace kvtier
