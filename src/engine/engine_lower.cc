@@ -14,7 +14,6 @@
 #include "core/assert.h"
 #include "engine/engine_impl.h"
 #include "tiers/remote_tier_adapter.h"
-#include "tiers/ssd_record.h"
 #include "tiers/ssd_tier_adapter.h"
 
 namespace kvtier {
