@@ -124,10 +124,16 @@ TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
   ASSERT_TRUE(StoreChunks(*a, ns, tokens, 2).ok());
   Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
   ASSERT_TRUE(hashes.ok());
-  // Flip one payload byte of (chunk 1, layer 1) in Redis.
+  // Flip one payload byte of (chunk 1, layer 1) in Redis. The byte is read first and written
+  // back changed: a fixed replacement would leave a sealed value (random nonce, so random
+  // ciphertext bytes) intact once in 256 runs.
   const std::string key =
       SealedKeyName("kvt", TestKeyring(), BlockKey{.chunk_hash = (*hashes)[1], .layer = 1});
-  ASSERT_TRUE(RedisRawCommand(server_->port(), {"SETRANGE", key, "300", "X"}).ok());
+  Result<std::string> old_byte = RedisRawCommand(server_->port(), {"GETRANGE", key, "300", "300"});
+  ASSERT_TRUE(old_byte.ok()) << old_byte.status().ToString();
+  ASSERT_EQ(old_byte->size(), 1u) << "the stored value is shorter than 301 bytes";
+  const std::string flipped(1, static_cast<char>((*old_byte)[0] ^ 0x01));
+  ASSERT_TRUE(RedisRawCommand(server_->port(), {"SETRANGE", key, "300", flipped}).ok());
 
   remote_test::ExpectOnlyTheDamagedLayerFailsClosed(*b, ns, tokens);
   const EngineStats stats = b->Stats();
