@@ -5,9 +5,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +28,8 @@ namespace {
 // a batch is sent in windows to bound that buffer (and the server's input buffer).
 constexpr size_t kWindowCommandsMax = 256;
 constexpr uint64_t kWindowBytesMax = 64 * kMiB;
+// Bytes one socket read of replies may move (RedisConnection::ReadReply).
+constexpr size_t kReplyReadBytes = 512 * kKiB;
 
 timeval ToTimeval(uint32_t ms) {
   timeval tv{};
@@ -226,6 +232,9 @@ Status RedisConnection::Connect() {
   if (context_ == nullptr) return Status::Unavailable("redis: cannot allocate a context");
   if (context_->err != 0) return ContextError("connect");
   context_->reader->fn = RedisBoundedReplyFunctions();
+  // Keep the reader's buffer between replies: freeing it after each large value and growing it
+  // again for the next costs a page fault per 4 KiB of every value.
+  context_->reader->maxbuf = 0;
   if (redisSetTimeout(context_, ToTimeval(options_.command_timeout_ms)) != REDIS_OK) {
     return ContextError("set timeout");
   }
@@ -293,33 +302,98 @@ Status RedisConnection::Execute(std::span<const RedisCommand> commands,
 Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
                                       std::span<RedisReplyPtr> replies, size_t first_index,
                                       RedisReplyObserver* observer) {
-  for (const RedisCommand& command : commands) {
-    KV_CHECK(command.argc >= 1 && command.argc <= RedisCommand::kArgsMax);
-    if (command.asking && redisAppendCommand(context_, "ASKING") != REDIS_OK) {
-      return ContextError("append");
-    }
-    std::array<const char*, RedisCommand::kArgsMax> argv{};
-    std::array<size_t, RedisCommand::kArgsMax> argv_bytes{};
-    for (uint32_t i = 0; i < command.argc; ++i) {
-      argv[i] = command.args[i].data();
-      argv_bytes[i] = command.args[i].size();
-    }
-    if (redisAppendCommandArgv(context_, static_cast<int>(command.argc), argv.data(),
-                               argv_bytes.data()) != REDIS_OK) {
-      return ContextError("append");
-    }
-  }
+  KV_RETURN_IF_ERROR(SendCommands(commands));
   for (size_t i = 0; i < commands.size(); ++i) {
     for (int part = commands[i].asking ? 2 : 1; part > 0; --part) {
       void* raw = nullptr;
-      if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
-        return ContextError("read reply");
-      }
+      KV_RETURN_IF_ERROR(ReadReply(&raw));
       replies[i].reset(static_cast<redisReply*>(raw));  // The ASKING reply is replaced.
     }
     if (observer != nullptr) observer->OnReply(first_index + i, *replies[i]);
   }
   return Status::Ok();
+}
+
+Status RedisConnection::SendCommands(std::span<const RedisCommand> commands) {
+  // RESP framing: "*<argc>\r\n" then "$<bytes>\r\n<arg>\r\n" per argument. The frames are
+  // written into one string first (its pointers must not move while the iovecs point into it),
+  // then the iovecs interleave them with the arguments, which are sent from where they are.
+  std::string& frames = send_frames_;
+  frames.clear();
+  std::vector<SendPiece>& pieces = send_pieces_;
+  pieces.clear();
+  auto add = [&](std::string_view header, std::string_view arg) {
+    const size_t begin = frames.size();
+    frames += header;
+    pieces.push_back(SendPiece{.frame_begin = begin, .frame_end = frames.size(), .arg = arg});
+  };
+  for (const RedisCommand& command : commands) {
+    KV_CHECK(command.argc >= 1 && command.argc <= RedisCommand::kArgsMax);
+    if (command.asking) add("*1\r\n$6\r\nASKING\r\n", {});
+    std::string header = "*" + std::to_string(command.argc) + "\r\n";
+    for (uint32_t i = 0; i < command.argc; ++i) {
+      header += "$" + std::to_string(command.args[i].size()) + "\r\n";
+      add(header, command.args[i]);
+      header = "\r\n";
+    }
+    add(header, {});
+  }
+  std::vector<iovec>& iov = send_iov_;
+  iov.clear();
+  for (const SendPiece& p : pieces) {
+    iov.push_back(iovec{frames.data() + p.frame_begin, p.frame_end - p.frame_begin});
+    if (!p.arg.empty()) iov.push_back(iovec{const_cast<char*>(p.arg.data()), p.arg.size()});
+  }
+  size_t next = 0;
+  while (next < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - next, IOV_MAX));
+    const ssize_t n = writev(context_->fd, iov.data() + next, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string text = "redis " + endpoint_.ToString() + ": write: " + std::strerror(errno);
+      // The socket's send timeout (redisSetTimeout: SO_SNDTIMEO) expired.
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::TimedOut(text);
+      return Status::Unavailable(text);
+    }
+    size_t left = static_cast<size_t>(n);
+    while (next < iov.size() && left >= iov[next].iov_len) left -= iov[next++].iov_len;
+    if (left != 0) {
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+      iov[next].iov_len -= left;
+    }
+  }
+  return Status::Ok();
+}
+
+Status RedisConnection::ReadReply(void** reply) {
+  *reply = nullptr;
+  if (reply_buffer_ == nullptr) reply_buffer_ = std::make_unique<char[]>(kReplyReadBytes);
+  while (true) {
+    if (redisReaderGetReply(context_->reader, reply) != REDIS_OK) {
+      const std::string why = context_->reader->errstr;
+      return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
+    }
+    if (*reply != nullptr) return Status::Ok();
+    const ssize_t n = read(context_->fd, reply_buffer_.get(), kReplyReadBytes);
+    if (n > 0) {
+      if (redisReaderFeed(context_->reader, reply_buffer_.get(), static_cast<size_t>(n)) !=
+          REDIS_OK) {
+        const std::string why = context_->reader->errstr;
+        return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
+      }
+      continue;
+    }
+    if (n == 0) {
+      return Status::Unavailable("redis " + endpoint_.ToString() +
+                                 ": read reply: the server closed the connection");
+    }
+    if (errno == EINTR) continue;
+    // The socket's receive timeout (redisSetTimeout: SO_RCVTIMEO) expired.
+    const std::string text =
+        "redis " + endpoint_.ToString() + ": read reply: " + std::strerror(errno);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::TimedOut(text);
+    return Status::Unavailable(text);
+  }
 }
 
 Status RedisConnection::ContextError(std::string_view what) const {

@@ -15,6 +15,8 @@
 // for the duration of Execute.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -119,6 +121,11 @@ class RedisConnection {
   Status ExecuteWindow(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies,
                        size_t first_index, RedisReplyObserver* observer);
   Status ContextError(std::string_view what) const;
+  // Writes the commands in RESP, the arguments straight from the caller's memory (no copy into
+  // a command buffer, as hiredis's redisAppendCommandArgv would make).
+  Status SendCommands(std::span<const RedisCommand> commands);
+  // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader.
+  Status ReadReply(void** reply);
   void Drop(const Status& why);
   void MarkUp();
 
@@ -128,6 +135,17 @@ class RedisConnection {
   redisContext* context_ = nullptr;  // Owned; freed by Drop and the destructor.
   Link link_ = Link::kNever;
   uint64_t reconnects_ = 0;
+  // Socket reads land here before hiredis's reader parses them: one read moves up to this
+  // buffer's size, where hiredis's own reads take 16 KiB (256 system calls for a 4 MiB value).
+  std::unique_ptr<char[]> reply_buffer_;
+  // SendCommands' scratch, kept between calls.
+  std::string send_frames_;
+  struct SendPiece {
+    size_t frame_begin = 0, frame_end = 0;  // The RESP framing before `arg`, in send_frames_.
+    std::string_view arg;                   // Empty after a command's last argument.
+  };
+  std::vector<SendPiece> send_pieces_;
+  std::vector<iovec> send_iov_;
 };
 
 // Classifies a reply: nullptr when it is not an error reply, otherwise its text.
