@@ -32,6 +32,13 @@ class RunCommand final : public Command {
     subcommand()->add_flag("--json", json_,
                            "Print one JSON object on stdout (the text and the statistics) "
                            "instead of streaming the text");
+    subcommand()
+        ->add_option("--repeat", repeat_,
+                     "Prefill the prompt this many times in one process: after the first run "
+                     "(generation included) each further time is timed alone, its chunks "
+                     "loaded from the tiers the first run filled (host memory first)")
+        ->check(CLI::Range(1u, 1000u))
+        ->default_val(1);
   }
 
   int Run() override {
@@ -47,10 +54,42 @@ class RunCommand final : public Command {
   // Prints one line for the first failure to store into the cache; later ones are quiet.
   void CacheFailed(const Status& s);
 
+  // The prompt prefilled again (repeat_ - 1 times) after the run: time to first token and
+  // where its chunks came from, one element per repeat.
+  Result<nlohmann::ordered_json> Repeat(LlmSession& session, std::span<const uint32_t> prompt);
+
   Status cache_error_;
   ModelFlags flags_;
   bool json_ = false;
+  uint32_t repeat_ = 1;
 };
+
+Result<nlohmann::ordered_json> RunCommand::Repeat(LlmSession& session,
+                                                  std::span<const uint32_t> prompt) {
+  nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
+  std::vector<float> logits;
+  for (uint32_t r = 2; r <= repeat_; ++r) {
+    const uint64_t t0 = SteadyNowUs();
+    KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session.Prefill(prompt, &logits));
+    const uint64_t prefill_us = SteadyNowUs() - t0;
+    if (!stats.store_status.ok()) CacheFailed(stats.store_status);
+    if (!json_) {
+      const std::string where =
+          stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
+      std::fprintf(stderr,
+                   "kvtier run: repeat %u: %zu prompt tokens loaded from the cache%s and %zu "
+                   "computed; time to first token %.2f ms\n",
+                   r, stats.cached_tokens, where.c_str(), stats.computed_tokens,
+                   MsFromUs(prefill_us));
+    }
+    nlohmann::ordered_json j = PrefillJson(stats);
+    j["ttft_ms"] = MsFromUs(prefill_us);
+    j["lookup_ms"] = MsFromUs(stats.lookup_us);
+    j["compute_ms"] = MsFromUs(stats.compute_us);
+    repeats.push_back(std::move(j));
+  }
+  return repeats;
+}
 
 Status RunCommand::Generate() {
   KV_RETURN_IF_ERROR(FinishModelFlags(&flags_));
@@ -89,6 +128,7 @@ Status RunCommand::Generate() {
   std::fwrite(prompt_text.data(), 1, prompt_text.size(), text_out);
   runtime::Sampler sampler(flags_.sampler);
   const size_t prompt_tokens = sequence.size();
+  const std::vector<uint32_t> prompt(sequence);
   const uint64_t t1 = SteadyNowUs();
   Result<LlmSession::Decoded> decoded =
       session->Decode(sequence, logits, sampler, {.max_new_tokens = flags_.steps}, text_out);
@@ -111,6 +151,7 @@ Status RunCommand::Generate() {
   Result<size_t> stored = session->StoreSequence(std::span(sequence).first(run_tokens));
   if (!stored.ok()) CacheFailed(stored.status());
   const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
+  KV_ASSIGN_OR_RETURN(nlohmann::ordered_json repeats, Repeat(*session, prompt));
   KV_RETURN_IF_ERROR(WriteMetricsFile(flags_, session->MetricsText()));
   const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
   if (json_) {
@@ -126,6 +167,7 @@ Status RunCommand::Generate() {
         {"stop", LlmSession::StopName(decoded->stop)},
         {"stored_chunks", stored_chunks},
         {"persistent", persistent},
+        {"repeats", repeats},
         {"tiers", TierActivityJson(session->Stats())},
         {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
     std::printf("%s\n", j.dump(1).c_str());

@@ -224,6 +224,30 @@ PY
 grep -q '^kvtier run: cache tiers: host [0-9]* blocks (.* MiB), [0-9]* evicted; ssd [1-9]' \
   <("$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 2 --cache-dir "$TMP/json-cache" 2>&1 >/dev/null) ||
   fail "run: no line on what the tiers hold"
+# --repeat: the prompt prefilled again in the same process loads every full chunk from host
+# memory (no --cache-dir: no SSD tier), computes only the tail, and the text is unchanged.
+"$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 8 --repeat 3 --json >"$TMP/repeat.json" 2>"$TMP/err" ||
+  fail "run --repeat: exit $?: $(cat "$TMP/err")"
+python3 - "$TMP/repeat.json" "$EXPECTED" <<'PY' || fail "run --repeat: $(cat "$TMP/repeat.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["text"].startswith(sys.argv[2]), j["text"]
+assert j["cached_tokens"] == 0, j  # The first prefill finds an empty cache.
+reps = j["repeats"]
+assert len(reps) == 2, reps
+for r in reps:
+    assert r["prompt_tokens"] == j["prompt_tokens"], r
+    assert r["cached_tokens"] > 0 and r["cached_tokens"] % 16 == 0, r
+    # A prompt of whole chunks still runs its last token (for its logits).
+    assert r["prompt_tokens"] <= r["cached_tokens"] + r["computed_tokens"] <= r["prompt_tokens"] + 1, r
+    assert 1 <= r["computed_tokens"] <= 16, r
+    assert r["cached_chunks_per_tier"] == {"host": r["cached_tokens"] // 16}, r
+    assert r["ttft_ms"] > 0 and not r["fell_back"], r
+PY
+grep -q '^kvtier run: repeat 2: [1-9][0-9]* prompt tokens loaded from the cache (chunks: [0-9]* host)' \
+  <("$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 2 --repeat 2 2>&1 >/dev/null) ||
+  fail "run --repeat: no line for the repeat"
+expect_fail repeat_zero "--repeat" run -m "$GGUF" -p x --repeat 0
 # --metrics-file: the cache's counters in the Prometheus text format, written at exit.
 "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --metrics-file "$TMP/metrics.prom" >/dev/null 2>&1 ||
   fail "run --metrics-file: exit $?"
