@@ -64,6 +64,20 @@ class RunCommand final : public Command {
   uint32_t repeat_ = 1;
 };
 
+// One stderr line on a prefill: what was loaded and computed, and the time to first token.
+void PrintPrefill(const std::string& label, const runtime::CachedPrefillStats& stats,
+                  uint64_t prefill_us) {
+  const std::string where =
+      stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
+  std::fprintf(stderr,
+               "kvtier run: %sprompt of %zu tokens: %zu loaded from the cache%s and %zu "
+               "computed%s; time to first token %.2f ms (lookup %.2f, compute %.2f)\n",
+               label.c_str(), stats.prompt_tokens, stats.cached_tokens, where.c_str(),
+               stats.computed_tokens,
+               stats.fell_back ? " (a cached block failed verification: recomputed)" : "",
+               MsFromUs(prefill_us), MsFromUs(stats.lookup_us), MsFromUs(stats.compute_us));
+}
+
 Result<nlohmann::ordered_json> RunCommand::Repeat(LlmSession& session,
                                                   std::span<const uint32_t> prompt) {
   nlohmann::ordered_json repeats = nlohmann::ordered_json::array();
@@ -73,15 +87,7 @@ Result<nlohmann::ordered_json> RunCommand::Repeat(LlmSession& session,
     KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session.Prefill(prompt, &logits));
     const uint64_t prefill_us = SteadyNowUs() - t0;
     if (!stats.store_status.ok()) CacheFailed(stats.store_status);
-    if (!json_) {
-      const std::string where =
-          stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
-      std::fprintf(stderr,
-                   "kvtier run: repeat %u: %zu prompt tokens loaded from the cache%s and %zu "
-                   "computed; time to first token %.2f ms\n",
-                   r, stats.cached_tokens, where.c_str(), stats.computed_tokens,
-                   MsFromUs(prefill_us));
-    }
+    if (!json_) PrintPrefill("repeat " + std::to_string(r) + ": ", stats, prefill_us);
     nlohmann::ordered_json j = PrefillJson(stats);
     j["ttft_ms"] = MsFromUs(prefill_us);
     j["lookup_ms"] = MsFromUs(stats.lookup_us);
@@ -108,16 +114,7 @@ Status RunCommand::Generate() {
   const uint64_t prefill_us = SteadyNowUs() - t0;
   if (!stats.store_status.ok()) CacheFailed(stats.store_status);
   const bool persistent = !flags_.session.cache_dir.empty();
-  if (!json_) {
-    const std::string where =
-        stats.cached_tokens > 0 ? " (chunks: " + CachedTierList(stats.chunk_tiers) + ")" : "";
-    std::fprintf(stderr,
-                 "kvtier run: prompt of %zu tokens: %zu loaded from the cache%s and %zu "
-                 "computed%s; time to first token %.2f ms (lookup %.2f, compute %.2f)\n",
-                 stats.prompt_tokens, stats.cached_tokens, where.c_str(), stats.computed_tokens,
-                 stats.fell_back ? " (a cached block failed verification: recomputed)" : "",
-                 MsFromUs(prefill_us), MsFromUs(stats.lookup_us), MsFromUs(stats.compute_us));
-  }
+  if (!json_) PrintPrefill("", stats, prefill_us);
 
   // With --json the text is collected (the decoder writes it to a memory stream).
   char* text_buffer = nullptr;

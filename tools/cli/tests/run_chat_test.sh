@@ -244,7 +244,7 @@ for r in reps:
     assert r["cached_chunks_per_tier"] == {"host": r["cached_tokens"] // 16}, r
     assert r["ttft_ms"] > 0 and not r["fell_back"], r
 PY
-grep -q '^kvtier run: repeat 2: [1-9][0-9]* prompt tokens loaded from the cache (chunks: [0-9]* host)' \
+grep -q '^kvtier run: repeat 2: prompt of [0-9]* tokens: [1-9][0-9]* loaded from the cache (chunks: [0-9]* host)' \
   <("$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 2 --repeat 2 2>&1 >/dev/null) ||
   fail "run --repeat: no line for the repeat"
 expect_fail repeat_zero "--repeat" run -m "$GGUF" -p x --repeat 0
