@@ -13,9 +13,10 @@ What is compared, one round each, rounds alternating the order of the two runtim
   llama.cpp after a restart (a second fresh process on that directory):
     disk_restart_hit  the first call of the new process, served from LlamaDiskCache
   kvtier (`kvtier run --steps 1 --temperature 0 --context 512 --cache-dir DIR`, its reference
-  runtime; a host-tier hit within one process is not reachable from the CLI, so the hit measured is
-  the SSD tier's after a restart):
+  runtime):
     cold        first process on an empty DIR: the whole prompt computed (and stored)
+    host_hit    the same process prefills the prompt again (`--repeat 2`): the cached chunks
+                loaded from the host tier
     ssd_restart_hit  a second process on DIR: the cached chunks loaded from the SSD tier
 TTFT for llama.cpp is the wall time of create_completion(prompt, max_tokens=1) (tokenize, prefill,
 sample). For kvtier it is the CLI's ttft_ms (--json: lookup, then the SSD loads beside the compute
@@ -201,10 +202,13 @@ def run_llama_worker(kind: str, args, prompt_file: Path, disk_dir: Path) -> dict
 # ---------------------------------------------------------------------------------------------
 # kvtier.
 
-def run_kvtier(args, prompt: str, cache_dir: Path) -> dict:
+def run_kvtier(args, prompt: str, cache_dir: Path, repeat: int = 1) -> dict:
+    """One `kvtier run`; with repeat=2 the prompt is prefilled a second time in the same process
+    (`--repeat 2`), its chunks loaded from the host tier the first prefill filled."""
     argv = ["timeout", "--kill-after=5", str(args.timeout_s), args.kvtier_cli, "run",
             "--model", args.model, "--prompt", prompt, "--steps", "1", "--temperature", "0",
-            "--context", str(CONTEXT_TOKENS), "--cache-dir", str(cache_dir), "--json"]
+            "--context", str(CONTEXT_TOKENS), "--cache-dir", str(cache_dir), "--json",
+            "--repeat", str(repeat)]
     t0 = time.perf_counter()
     r = subprocess.run(argv, capture_output=True, text=True)
     wall_ms = (time.perf_counter() - t0) * 1e3
@@ -216,7 +220,7 @@ def run_kvtier(args, prompt: str, cache_dir: Path) -> dict:
             "lookup_ms": j["lookup_ms"], "compute_ms": j["compute_ms"],
             "other_ms": j["ttft_ms"] - j["lookup_ms"] - j["compute_ms"],
             "chunks_per_tier": j["cached_chunks_per_tier"], "process_wall_ms": wall_ms,
-            "text": j["text"]}
+            "text": j["text"], "repeats": j.get("repeats", [])}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +236,8 @@ def one_round(args, r: int, prompt: str, prompt_file: Path, run_dir: Path) -> di
         out["llama_restart"] = run_llama_worker("restart", args, prompt_file, llama_dir)
 
     def kvt():
-        out["kvtier_cold"] = run_kvtier(args, prompt, kv_dir)
+        # Cold, then the same prompt again in the same process: a host-tier hit.
+        out["kvtier_cold"] = run_kvtier(args, prompt, kv_dir, repeat=2)
         out["kvtier_cache_dir_bytes"] = _dir_bytes(kv_dir)
         # The device's own time for the segment's bytes, O_DIRECT, one read in flight.
         segs = sorted(kv_dir.glob("seg-*"))
@@ -264,6 +269,7 @@ def summarize(rounds: list[dict]) -> dict:
                                           for r in rounds]),
         "kvtier_cold_ms": med([r["kvtier_cold"]["prefill_ms"] for r in rounds]),
         "kvtier_ssd_restart_hit_ms": med([r["kvtier_restart"]["prefill_ms"] for r in rounds]),
+        "kvtier_host_hit_ms": med([r["kvtier_cold"]["repeats"][0]["ttft_ms"] for r in rounds]),
     }
     parts = {
         "llama_load_state_ms": med([r["llama"]["load_state_ms"] for r in rounds]),
@@ -302,12 +308,21 @@ def summarize(rounds: list[dict]) -> dict:
         "kvtier_restart_agrees": all(r["kvtier_restart"]["text"] == r["kvtier_cold"]["text"]
                                      for r in rounds),
         "kvtier_restart_cached_tokens": [r["kvtier_restart"]["cached_tokens"] for r in rounds],
+        "kvtier_host_hit_cached_tokens": [r["kvtier_cold"]["repeats"][0]["cached_tokens"]
+                                          for r in rounds],
+        "kvtier_host_hit_only_host": all(
+            set(r["kvtier_cold"]["repeats"][0]["cached_chunks_per_tier"]) == {"host"}
+            for r in rounds),
     }
     ratios = {
         "kvtier_ssd_restart_hit_vs_llama_disk_restart_hit":
             peerlib.ratio(ttft["kvtier_ssd_restart_hit_ms"], ttft["llama_disk_restart_hit_ms"]),
         "kvtier_ssd_restart_hit_vs_llama_ram_hit":
             peerlib.ratio(ttft["kvtier_ssd_restart_hit_ms"], ttft["llama_ram_hit_ms"]),
+        "kvtier_host_hit_vs_llama_ram_hit":
+            peerlib.ratio(ttft["kvtier_host_hit_ms"], ttft["llama_ram_hit_ms"]),
+        "kvtier_host_hit_vs_llama_disk_hit":
+            peerlib.ratio(ttft["kvtier_host_hit_ms"], ttft["llama_disk_hit_ms"]),
         "kvtier_cold_vs_llama_cold": peerlib.ratio(ttft["kvtier_cold_ms"], ttft["llama_cold_ms"]),
         "kvtier_bytes_per_token_vs_llama_disk":
             peerlib.ratio(bytes_per_token["kvtier_cache_dir"],
@@ -320,7 +335,8 @@ def summarize(rounds: list[dict]) -> dict:
                 "llama_disk_restart": peerlib.ratio(ttft["llama_cold_ms"],
                                                     ttft["llama_disk_restart_hit_ms"]),
                 "kvtier_ssd_restart": peerlib.ratio(ttft["kvtier_cold_ms"],
-                                                    ttft["kvtier_ssd_restart_hit_ms"])},
+                                                    ttft["kvtier_ssd_restart_hit_ms"]),
+                "kvtier_host": peerlib.ratio(ttft["kvtier_cold_ms"], ttft["kvtier_host_hit_ms"])},
             "hit_parts_ms_median": parts, "process_wall_ms_median": wall,
             "bytes_per_token": bytes_per_token,
             "ratios": ratios, "checks": checks,
