@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/assert.h"
+#include "core/limits.h"
 #include "engine/engine_impl.h"
 
 namespace kvtier {
@@ -84,6 +85,14 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   KV_ASSIGN_OR_RETURN(e->pool_, ThreadPool::Create({.threads = options.worker_threads,
                                                     .queue_tasks_max = 4096,
                                                     .name = "kvtier-engine"}));
+  if (!e->tiers_.empty()) {
+    // One queued task per staging buffer at most (each read in flight holds one): a tier's I/O
+    // thread never waits to hand a completion over.
+    const uint32_t queue = std::min<uint32_t>(e->staging_->count() + 1, kThreadPoolQueueMax);
+    KV_ASSIGN_OR_RETURN(e->completions_, ThreadPool::Create({.threads = options.worker_threads,
+                                                             .queue_tasks_max = queue,
+                                                             .name = "kvtier-compl"}));
+  }
   e->unpinner_ = std::make_shared<PinHandle::Unpinner>(e.get());
   if (options.prediction.enabled) {
     const PredictionOptions& p = options.prediction;
@@ -133,6 +142,9 @@ EngineImpl::~EngineImpl() {
     cleaner_.join();
   }
   if (pool_ != nullptr) pool_->WaitIdle();
+  // Reads issued by the workers (promotions ahead of need) may still be in flight: their
+  // continuations use the tiers, the staging pool and the index.
+  DrainIo();
   // An engine whose Open failed half-way (a tier refused its options) holds no blocks, and may
   // lack what Flush uses (the staging pool, the thread pool).
   if (opened_ && !tiers_.empty()) {
@@ -141,6 +153,8 @@ EngineImpl::~EngineImpl() {
     if (!s.ok()) LogTo(logger_, LogLevel::kError, "engine: flush at close: " + s.ToString());
   }
   pool_.reset();
+  DrainIo();
+  completions_.reset();
   if (unpinner_ != nullptr) unpinner_->Detach();
   for (LowerTier& t : tiers_) {
     const Status s = t.tier->Close();

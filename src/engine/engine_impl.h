@@ -124,6 +124,8 @@ struct StoreItem {
 
 class LoadHandleImpl;
 class StoreHandleImpl;
+struct TierReadBatch;  // One read in flight to a tier below memory (engine_lower.cc).
+struct TierWriteCall;  // One write call in flight to a tier below memory (engine_lower.cc).
 
 // Whether an eviction may write a dirty victim to the SSD or the remote tier on this thread.
 enum class EvictWrites : uint8_t {
@@ -171,9 +173,16 @@ class EngineImpl final : public Engine {
   void HandleClosed() { live_handles_.fetch_sub(1); }
   void CountLoadFailure() KV_EXCLUDES(mu_);
   // The tiers below memory (engine_lower.cc). `below` is a position in tiers_.
-  // Reads and decodes blocks from tier `below` (at most kLoadStagingBatchMax); blocks on I/O.
+  // Reads and decodes blocks from tier `below` (at most kLoadStagingBatchMax) without waiting
+  // for the I/O: the calling thread leases staging buffers (waiting only while every one is in
+  // flight) and issues the batch; `then` runs with the items' outcomes on a completion thread
+  // (completions_) once the tier answered, after the decode and the release of the buffers.
   // A record the tier or the codec refuses is a miss (corrupt); a local tier's unusable records
   // are erased so that Lookup stops reporting them and the next Store rewrites them.
+  using ReadDone = std::function<void(std::span<TierReadItem>)>;
+  void ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then)
+      KV_EXCLUDES(mu_);
+  // ReadFromTierAsync, waiting for `then`: for callers' threads only (Pin), never a worker.
   void ReadFromTier(size_t below, std::span<TierReadItem> items) KV_EXCLUDES(mu_);
   // Encodes and writes blocks to tier `below` in batches (expired ones skipped); blocks on I/O.
   // Returns the first error of any item that did not reach the tier (I/O, NoSpace, encoding, a
@@ -182,8 +191,19 @@ class EngineImpl final : public Engine {
   // `encode_buffers`, when given, holds at least items.size() staging buffers to encode into
   // (callers that already hold staging buffers pass them so that they never wait for more while
   // holding some); else the helper leases its own, kLoadStagingBatchMax at a time.
+  // WriteToTierAsync, waiting for `then`: for the cleaner (a thread of its own) and callers'
+  // threads (Flush), never a worker of pool_.
   Status WriteToTier(size_t below, std::span<TierWriteItem> items,
                      std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
+  // WriteToTier without waiting for the I/O: the calling thread encodes the items and issues
+  // their batches (waiting only for staging buffers when it leases its own); `then` receives the
+  // call's first error and the items' outcomes on a completion thread once the tier answered
+  // every batch (or on the calling thread when it answered before the call returned).
+  // `encode_buffers`, when given, must stay leased until `then` has run.
+  using WriteDone = std::function<void(Status, std::span<const TierWriteItem>)>;
+  void WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
+                        std::span<const std::span<std::byte>> encode_buffers, WriteDone then)
+      KV_EXCLUDES(mu_);
   // Copies `key` from the first local tier below memory that has it into a host slot, evicting
   // (with write-back) if needed: Pin's synchronous promotion (ahead-of-need promotions are
   // PlanPromotion's). OK also when it is already in memory; NotFound when no local tier has it;
@@ -233,6 +253,19 @@ class EngineImpl final : public Engine {
   // Counts and logs the outcome of one call to a best-effort tier (one line per change of
   // health).
   void NoteTierOutcome(size_t below, std::string_view what, const Status& first_error);
+  // ReadFromTierAsync's continuation, on a completion thread: verifies and decodes the records
+  // into the items' destinations, erases a local tier's unusable records, releases the staging
+  // buffers, runs the batch's `then` and ends its count in flight.
+  void CompleteRead(size_t below, TierReadBatch& batch) KV_EXCLUDES(mu_, io_mu_);
+  // WriteToTierAsync's continuation, once every batch answered: counts the call in the tier's
+  // counters, releases its staging buffers, runs its `then` and ends its count in flight.
+  void CompleteWrite(size_t below, TierWriteCall& call) KV_EXCLUDES(mu_, io_mu_);
+  // Batches issued to the tiers below memory whose continuation has not finished: counted from
+  // the issue to the end of the continuation, so that the destructor can wait for all of them
+  // before it closes the tiers (no continuation may run on a destroyed engine).
+  void BeginIo() KV_EXCLUDES(io_mu_);
+  void EndIo() KV_EXCLUDES(io_mu_);
+  void DrainIo() KV_EXCLUDES(io_mu_);
 
   bool HasTier(MemTier t) const { return clocks_[TierIndex(t)].has_value(); }
   std::byte* SlotData(MemTier t, uint32_t slot);
@@ -309,8 +342,13 @@ class EngineImpl final : public Engine {
 
   // Load (engine_load.cc).
   void IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items);
-  // Reads a batch of a Load from tier `below` into the callers' buffers: the first miss.
-  Status LoadFromTier(size_t below, std::span<const LoadItem> batch) KV_EXCLUDES(mu_);
+  // Reads a batch of a Load from tier `below` into the callers' buffers (ReadFromTierAsync);
+  // `done` receives the first miss, on a completion thread.
+  void LoadFromTier(size_t below, std::span<const LoadItem> batch,
+                    std::function<void(Status)> done) KV_EXCLUDES(mu_);
+  // LoadFromTier's continuation: counts the batch's corrupt blocks (and a best-effort tier's
+  // hits), promotes its hits when the tier says so; the first miss.
+  Status FinishLoadBatch(size_t below, std::span<const TierReadItem> reads) KV_EXCLUDES(mu_);
   // Copies a block just read from tier `below` into a free or clean host slot, when there is one.
   void PromoteCopy(const BlockKey& key, std::span<const std::byte> raw, size_t below)
       KV_EXCLUDES(mu_);
@@ -342,6 +380,10 @@ class EngineImpl final : public Engine {
   // On a worker: copies `keys` (at most kLoadStagingBatchMax) from tier `below` into free or
   // clean host slots, marking them promoted by `by`.
   void PromoteBatch(std::span<const BlockKey> keys, size_t below, PromotedBy by) KV_EXCLUDES(mu_);
+  // PromoteBatch's second half, on a completion thread: publishes the blocks read (or drops
+  // their slots) and counts them; `dropped` blocks were given up before the read.
+  void FinishPromotion(std::span<const TierReadItem> items, PromotedBy by, uint64_t dropped)
+      KV_EXCLUDES(mu_);
   // Blocks a promotion by `by` gave up (prediction_dropped_blocks; Prefetch has no such counter).
   void CountDropped(PromotedBy by, uint64_t blocks) KV_REQUIRES(mu_);
   // Load served `e` from memory: counts it useful when it was promoted ahead of need, once.
@@ -361,8 +403,10 @@ class EngineImpl final : public Engine {
   // Runs on a worker: waits for the copies, publishes the blocks, writes through.
   void FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> items, CopyEvent event);
   // Write-through to tier `below` of the blocks a Store just published, encoded from the
-  // caller's buffers: the first error (WriteToTier's); a written block is no longer dirty for it.
-  Status WriteThrough(size_t below, std::span<const StoreItem> items) KV_EXCLUDES(mu_);
+  // caller's buffers (borrowed until `done` ran): `done` receives the first error (WriteToTier's)
+  // as WriteToTierAsync's `then` does; a written block is no longer dirty for it.
+  void WriteThrough(size_t below, std::span<const StoreItem> items,
+                    std::function<void(Status)> done) KV_EXCLUDES(mu_);
 
   EngineOptions options_;
   std::unique_ptr<Env> owned_env_;
@@ -387,6 +431,15 @@ class EngineImpl final : public Engine {
   std::unique_ptr<StagingPool> staging_;
   std::unique_ptr<CodecContextPool> contexts_;
   std::unique_ptr<ThreadPool> pool_;
+  // The continuations of reads from the tiers below memory (decode, copy, promotion, erase of
+  // unusable records, completion of the Load's layer). Separate from pool_ because a worker of
+  // pool_ may wait for staging buffers that only a continuation releases; its queue holds one
+  // task per staging buffer, so a tier's I/O thread never waits to submit one. Set at Open when
+  // there is a tier below memory.
+  std::unique_ptr<ThreadPool> completions_;
+  Mutex io_mu_;
+  CondVar io_drained_;  // Waited on with io_mu_; signalled when io_in_flight_ drops to 0.
+  uint64_t io_in_flight_ KV_GUARDED_BY(io_mu_) = 0;
   std::shared_ptr<PinHandle::Unpinner> unpinner_;
   // Fed by WriteToTier for local tiers; thread-safe on its own.
   std::unique_ptr<codecs::RatioMonitor> ratio_;

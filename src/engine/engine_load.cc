@@ -7,9 +7,10 @@
 // finish layer 0 first:
 //   - memory sources: DeviceTier::Copy (device slot -> dst kDeviceToDevice, host/CXL slot -> dst
 //     kHostToDevice); without a device tier, a memcpy task on the worker pool;
-//   - sources below memory, per tier: worker tasks of at most kLoadStagingBatchMax blocks read
-//     into staging buffers, the tier verifies, the codec decodes into dst; optionally promoted to
-//     host (LoadFromTier, engine_lower.cc).
+//   - sources below memory, per tier: worker tasks of at most kLoadStagingBatchMax blocks lease
+//     staging buffers and issue the read (Tier::ReadBatch) without waiting for it; when the tier
+//     answered, a completion thread checks the tier's verdict, decodes into dst, optionally
+//     promotes to host and completes the layer's task (LoadFromTier, engine_lower.cc).
 // A block that cannot be served makes its layer NotFound (fail closed: recompute it).
 #include <cstring>
 
@@ -235,8 +236,10 @@ void EngineImpl::IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<
       const std::span<const LoadItem> part = std::span(all).subspan(base, n);
       std::vector<LoadItem> batch(part.begin(), part.end());
       handle->AddTasks(layer, 1);
+      // The worker only leases staging buffers and issues the read; the layer's task completes
+      // on the completion thread that decodes the batch.
       RunOnPool([this, handle, layer, below, batch = std::move(batch)] {
-        handle->TaskDone(layer, LoadFromTier(below, batch));
+        LoadFromTier(below, batch, [handle, layer](Status s) { handle->TaskDone(layer, s); });
       });
     }
   }

@@ -169,67 +169,138 @@ void EngineImpl::LookupBelow(size_t below, std::span<const BlockKey> keys,
 
 // --- Reads -------------------------------------------------------------------------------------
 
-void EngineImpl::ReadFromTier(size_t below, std::span<TierReadItem> items) {
+// One read batch in flight: everything its continuation needs, owned by the tier's callback
+// (and then by the completion task) until the continuation has run.
+struct TierReadBatch {
+  std::vector<TierReadItem> items;
+  std::vector<TierRead> reads;  // Borrowed by the tier until its callback has run.
+  std::optional<StagingLease> lease;
+  EngineImpl::ReadDone then;
+  Status io;  // The whole call's status, from the tier's callback.
+};
+
+void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then) {
   KV_CHECK(items.size() <= kLoadStagingBatchMax);
-  if (items.empty()) return;
-  const LowerTier& tier = tiers_[below];
-  StagingLease lease = staging_->Acquire(static_cast<uint32_t>(items.size()));
-  std::vector<TierRead> reads(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    reads[i].key = items[i].key;
-    reads[i].buffer = lease.buffer(i);
+  if (items.empty()) {
+    then(items);
+    return;
   }
-  const Status io = tier.tier->ReadBatchSync(reads);
-  Result<CodecLease> ctx = contexts_->Acquire();
-  // Blocks a local tier holds but this engine cannot use: erased, so that Lookup stops reporting
-  // them and the next Store rewrites them (Store skips keys a local tier contains). A shared
-  // tier's records are left to their writers.
-  std::vector<BlockKey> unusable;
-  Status unanswered;
-  for (size_t i = 0; i < items.size(); ++i) {
-    TierReadItem& item = items[i];
-    Status s = io.ok() ? reads[i].status : io;
-    if (!s.ok() && !s.IsNotFound() && !s.IsCorruption() && unanswered.ok()) unanswered = s;
-    bool undecodable = false;
-    if (s.ok() && reads[i].raw_bytes != block_bytes_) s = Status::Corruption("raw size differs");
-    if (s.ok() && !ctx.ok()) s = ctx.status();
-    if (s.ok()) {
-      s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
-      undecodable = !s.ok();
-    }
-    if (s.ok()) {
-      item.status = Status::Ok();
-      continue;
-    }
-    // A record that failed verification (the tier dropped it) or did not decode: a miss, never
-    // wrong bytes, and counted as corrupt. A block reclaimed or expired since Lookup is a plain
-    // miss; a read the tier refused (InvalidArgument: a record larger than the buffer) is
-    // unusable.
-    item.corrupt = reads[i].corrupt || undecodable || s.IsCorruption();
-    if (!tier.best_effort && io.ok() &&
-        (undecodable || s.IsCorruption() || s.IsInvalidArgument())) {
-      unusable.push_back(item.key);
-    }
-    item.status = Status::NotFound("block " + item.key.ToString() + " unavailable from the " +
-                                   std::string(tier.tier->name()) + " tier: " + s.ToString());
+  auto batch = std::make_shared<TierReadBatch>();
+  batch->items = std::move(items);
+  batch->then = std::move(then);
+  const size_t n = batch->items.size();
+  batch->lease.emplace(staging_->Acquire(static_cast<uint32_t>(n)));
+  batch->reads.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch->reads[i].key = batch->items[i].key;
+    batch->reads[i].buffer = batch->lease->buffer(i);
   }
-  if (tier.best_effort) NoteTierOutcome(below, "read", unanswered);
-  if (unusable.empty()) return;
-  const Status erased = tier.tier->Erase(unusable);
-  if (!erased.ok()) {
-    LogTo(logger_, LogLevel::kWarn,
-          "engine: erasing unreadable " + std::string(tier.tier->name()) +
-              " blocks: " + erased.ToString());
-  }
+  BeginIo();
+  // The callback runs on the tier's I/O thread (the SSD tier) or on this thread before ReadBatch
+  // returns (the remote tier's synchronous client). Either way it only hands the batch to a
+  // completion thread: an I/O thread must not decode, erase or wait, and this thread (a worker
+  // or a caller) must not be held by a continuation.
+  tiers_[below].tier->ReadBatch(batch->reads, [this, below, batch](Status io) {
+    batch->io = std::move(io);
+    const Status queued = completions_->Submit([this, below, batch] { CompleteRead(below, *batch); });
+    if (!queued.ok()) CompleteRead(below, *batch);  // Never after Open: the pool outlives reads.
+  });
 }
 
-Status EngineImpl::LoadFromTier(size_t below, std::span<const LoadItem> batch) {
+void EngineImpl::CompleteRead(size_t below, TierReadBatch& batch) {
+  const LowerTier& tier = tiers_[below];
+  const Status& io = batch.io;
+  std::span<TierReadItem> items = batch.items;
+  std::vector<TierRead>& reads = batch.reads;
+  {
+    Result<CodecLease> ctx = contexts_->Acquire();
+    // Blocks a local tier holds but this engine cannot use: erased, so that Lookup stops
+    // reporting them and the next Store rewrites them (Store skips keys a local tier contains). A
+    // shared tier's records are left to their writers.
+    std::vector<BlockKey> unusable;
+    Status unanswered;
+    for (size_t i = 0; i < items.size(); ++i) {
+      TierReadItem& item = items[i];
+      Status s = io.ok() ? reads[i].status : io;
+      if (!s.ok() && !s.IsNotFound() && !s.IsCorruption() && unanswered.ok()) unanswered = s;
+      bool undecodable = false;
+      if (s.ok() && reads[i].raw_bytes != block_bytes_) s = Status::Corruption("raw size differs");
+      if (s.ok() && !ctx.ok()) s = ctx.status();
+      if (s.ok()) {
+        s = codecs::DecodeBlock(reads[i].payload, geometry_, item.dst, ctx->get());
+        undecodable = !s.ok();
+      }
+      if (s.ok()) {
+        item.status = Status::Ok();
+        continue;
+      }
+      // A record that failed verification (the tier dropped it) or did not decode: a miss,
+      // never wrong bytes, and counted as corrupt. A block reclaimed or expired since Lookup is a
+      // plain miss; a read the tier refused (InvalidArgument: a record larger than the buffer) is
+      // unusable.
+      item.corrupt = reads[i].corrupt || undecodable || s.IsCorruption();
+      if (!tier.best_effort && io.ok() &&
+          (undecodable || s.IsCorruption() || s.IsInvalidArgument())) {
+        unusable.push_back(item.key);
+      }
+      item.status = Status::NotFound("block " + item.key.ToString() + " unavailable from the " +
+                                     std::string(tier.tier->name()) + " tier: " + s.ToString());
+    }
+    if (tier.best_effort) NoteTierOutcome(below, "read", unanswered);
+    if (!unusable.empty()) {
+      const Status erased = tier.tier->Erase(unusable);
+      if (!erased.ok()) {
+        LogTo(logger_, LogLevel::kWarn,
+              "engine: erasing unreadable " + std::string(tier.tier->name()) +
+                  " blocks: " + erased.ToString());
+      }
+    }
+  }
+  batch.lease.reset();  // The records are decoded: the buffers serve the next batch.
+  batch.then(items);
+  EndIo();  // Last: the engine may be destroyed once the count reaches 0.
+}
+
+void EngineImpl::ReadFromTier(size_t below, std::span<TierReadItem> items) {
+  std::vector<TierReadItem> copy(items.begin(), items.end());
+  WaitForCallback([&](Tier::Callback done) {
+    ReadFromTierAsync(below, std::move(copy), [items, done](std::span<TierReadItem> out) {
+      std::copy(out.begin(), out.end(), items.begin());
+      done(Status::Ok());
+    });
+  }).IgnoreError();  // Always OK: the outcomes are the items'.
+}
+
+void EngineImpl::BeginIo() {
+  MutexLock lock(&io_mu_);
+  ++io_in_flight_;
+}
+
+void EngineImpl::EndIo() {
+  MutexLock lock(&io_mu_);
+  KV_CHECK(io_in_flight_ > 0);
+  if (--io_in_flight_ == 0) io_drained_.SignalAll();
+}
+
+void EngineImpl::DrainIo() {
+  MutexLock lock(&io_mu_);
+  while (io_in_flight_ != 0) io_drained_.Wait(&io_mu_);
+}
+
+void EngineImpl::LoadFromTier(size_t below, std::span<const LoadItem> batch,
+                              std::function<void(Status)> done) {
   std::vector<TierReadItem> reads(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     reads[i].key = batch[i].key;
     reads[i].dst = batch[i].dst;
   }
-  ReadFromTier(below, reads);
+  ReadFromTierAsync(below, std::move(reads),
+                    [this, below, done = std::move(done)](std::span<TierReadItem> out) {
+                      done(FinishLoadBatch(below, out));
+                    });
+}
+
+Status EngineImpl::FinishLoadBatch(size_t below, std::span<const TierReadItem> reads) {
   Status first;
   uint64_t corrupt = 0;
   uint64_t hits = 0;
@@ -256,23 +327,48 @@ Status EngineImpl::LoadFromTier(size_t below, std::span<const LoadItem> batch) {
 
 // --- Writes ------------------------------------------------------------------------------------
 
-Status EngineImpl::WriteToTier(size_t below, std::span<TierWriteItem> items,
-                               std::span<const std::span<std::byte>> encode_buffers) {
+// One WriteToTierAsync call: its items and the outcome its batches add up to. A batch is at most
+// kLoadStagingBatchMax items encoded into one lease (the caller's buffers or its own).
+struct TierWriteCall {
+  std::vector<TierWriteItem> items;
+  EngineImpl::WriteDone then;
+  Mutex mu;
+  uint32_t pending KV_GUARDED_BY(mu) = 1;  // Batches in flight, plus the issue itself.
+  Status first KV_GUARDED_BY(mu);  // The first whole-batch error.
+  // The lease of the batch that answered last, released when the call completes (so that a
+  // queued completion always holds a staging buffer); the others are released as they answer.
+  std::vector<StagingLease> leases KV_GUARDED_BY(mu);
+};
+
+namespace {
+
+struct TierWriteBatch {
+  std::vector<TierWrite> writes;  // Borrowed by the tier until its callback has run.
+  std::vector<size_t> which;      // The item of each write.
+  std::optional<StagingLease> own;  // The encode buffers, unless the caller gave them.
+};
+
+}  // namespace
+
+void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
+                                  std::span<const std::span<std::byte>> encode_buffers,
+                                  WriteDone then) {
   const LowerTier& tier = tiers_[below];
-  Result<CodecLease> ctx = contexts_->Acquire();
-  const uint64_t now = NowWallUs();
   const bool given = !encode_buffers.empty();
   KV_CHECK(!given || encode_buffers.size() >= items.size());
-  Status first;
-  uint64_t written = 0, not_admitted = 0, over_budget = 0;
-  for (size_t base = 0; base < items.size(); base += kLoadStagingBatchMax) {
-    const size_t n = std::min<size_t>(kLoadStagingBatchMax, items.size() - base);
-    std::optional<StagingLease> own;
-    if (!given) own.emplace(staging_->Acquire(static_cast<uint32_t>(n)));
-    std::vector<TierWrite> writes;
-    std::vector<size_t> which;
+  auto call = std::make_shared<TierWriteCall>();
+  call->items = std::move(items);
+  call->then = std::move(then);
+  BeginIo();
+  Result<CodecLease> ctx = contexts_->Acquire();
+  const uint64_t now = NowWallUs();
+  std::vector<TierWriteItem>& all = call->items;
+  for (size_t base = 0; base < all.size(); base += kLoadStagingBatchMax) {
+    const size_t n = std::min<size_t>(kLoadStagingBatchMax, all.size() - base);
+    auto batch = std::make_shared<TierWriteBatch>();
+    if (!given) batch->own.emplace(staging_->Acquire(static_cast<uint32_t>(n)));
     for (size_t i = 0; i < n; ++i) {
-      TierWriteItem& item = items[base + i];
+      TierWriteItem& item = all[base + i];
       const uint64_t expiry = item.expiry_wall_us;
       item.status = Status::Ok();
       item.skipped = false;
@@ -281,7 +377,7 @@ Status EngineImpl::WriteToTier(size_t below, std::span<TierWriteItem> items,
         item.status = Status::IoError("no bytes to write for " + item.key.ToString());
         continue;
       }
-      const std::span<std::byte> out = given ? encode_buffers[base + i] : own->buffer(i);
+      const std::span<std::byte> out = given ? encode_buffers[base + i] : batch->own->buffer(i);
       Result<size_t> bytes =
           ctx.ok() ? codecs::EncodeBlock(options_.ssd_codec, geometry_, item.raw, out, ctx->get())
                    : Result<size_t>(ctx.status());
@@ -294,44 +390,101 @@ Status EngineImpl::WriteToTier(size_t below, std::span<TierWriteItem> items,
       if (!tier.best_effort) {
         ratio_->Record(options_.ssd_codec.codec, item.key.layer, block_bytes_, *bytes);
       }
-      writes.push_back(TierWrite{.key = item.key,
-                                 .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
-                                 .raw_bytes = static_cast<uint32_t>(block_bytes_),
-                                 .payload = out.first(*bytes),
-                                 .ttl_us = expiry == 0 ? 0 : expiry - now});
-      which.push_back(base + i);
+      batch->writes.push_back(TierWrite{.key = item.key,
+                                        .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
+                                        .raw_bytes = static_cast<uint32_t>(block_bytes_),
+                                        .payload = out.first(*bytes),
+                                        .ttl_us = expiry == 0 ? 0 : expiry - now});
+      batch->which.push_back(base + i);
     }
-    const Status s = writes.empty() ? Status::Ok() : tier.tier->WriteBatchSync(writes);
-    if (!s.ok() && first.ok()) first = s;
-    for (size_t w = 0; w < writes.size(); ++w) {
-      TierWriteItem& item = items[which[w]];
-      item.status = writes[w].status;
-      item.skipped = writes[w].skipped;
-      if (item.status.ok()) ++written;
-      if (item.skipped && item.status.IsAborted()) ++not_admitted;
-      if (item.skipped && item.status.IsBusy()) ++over_budget;
+    if (batch->writes.empty()) continue;  // Its lease, unused, goes back now.
+    {
+      MutexLock lock(&call->mu);
+      ++call->pending;
     }
+    // The callback runs on the tier's I/O thread (the SSD tier) or on this thread before
+    // WriteBatch returns (the remote tier's synchronous client): it copies the outcomes and,
+    // for the call's last batch, hands the rest to a completion thread.
+    tier.tier->WriteBatch(batch->writes, [this, below, call, batch](Status s) {
+      for (size_t w = 0; w < batch->writes.size(); ++w) {
+        TierWriteItem& item = call->items[batch->which[w]];
+        item.status = batch->writes[w].status;
+        item.skipped = batch->writes[w].skipped;
+      }
+      bool last = false;
+      {
+        MutexLock lock(&call->mu);
+        if (!s.ok() && call->first.ok()) call->first = s;
+        last = --call->pending == 0;
+        if (last && batch->own.has_value()) call->leases.push_back(std::move(*batch->own));
+      }
+      // The tier is done with the payloads: the buffers serve the next batch (this call's
+      // issuer may be waiting for them).
+      batch->own.reset();
+      if (!last) return;
+      if (!completions_->Submit([this, below, call] { CompleteWrite(below, *call); }).ok()) {
+        CompleteWrite(below, *call);  // Never after Open: the pool outlives writes.
+      }
+    });
   }
-  // Every item that is not on the tier and was not deliberately skipped is an error, whatever
-  // the batch said (an encode failure, a copy that produced no bytes).
-  uint64_t failed = 0;
-  for (const TierWriteItem& item : items) {
+  bool last = false;
+  {
+    MutexLock lock(&call->mu);
+    last = --call->pending == 0;
+  }
+  // Every batch answered already (or there was none): the issuing thread completes the call.
+  if (last) CompleteWrite(below, *call);
+}
+
+void EngineImpl::CompleteWrite(size_t below, TierWriteCall& call) {
+  const LowerTier& tier = tiers_[below];
+  Status first;
+  {
+    MutexLock lock(&call.mu);
+    first = call.first;
+    call.leases.clear();
+  }
+  uint64_t written = 0, not_admitted = 0, over_budget = 0, failed = 0;
+  for (const TierWriteItem& item : call.items) {
+    if (item.status.ok()) ++written;
+    if (item.skipped && item.status.IsAborted()) ++not_admitted;
+    if (item.skipped && item.status.IsBusy()) ++over_budget;
+    // Every item that is not on the tier and was not deliberately skipped is an error, whatever
+    // the batch said (an encode failure, a copy that produced no bytes).
     if (item.status.ok() || item.skipped) continue;
     ++failed;
     if (first.ok()) first = item.status;
   }
   if (tier.best_effort) NoteTierOutcome(below, "write", first);
-  MutexLock lock(&mu_);
-  TierCounters& c = counters_[LowerCounters(below)];
-  c.write_failures += failed;
-  c.written += written;
-  c.not_admitted += not_admitted;
-  c.over_budget += over_budget;
-  return first;
+  {
+    MutexLock lock(&mu_);
+    TierCounters& c = counters_[LowerCounters(below)];
+    c.write_failures += failed;
+    c.written += written;
+    c.not_admitted += not_admitted;
+    c.over_budget += over_budget;
+  }
+  call.then(first, call.items);
+  EndIo();  // Last: the engine may be destroyed once the count reaches 0.
 }
 
-Status EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items) {
-  if (items.empty()) return Status::Ok();
+Status EngineImpl::WriteToTier(size_t below, std::span<TierWriteItem> items,
+                               std::span<const std::span<std::byte>> encode_buffers) {
+  Status result;
+  WaitForCallback([&](Tier::Callback done) {
+    WriteToTierAsync(below, std::vector<TierWriteItem>(items.begin(), items.end()),
+                     encode_buffers,
+                     [&result, items, done](Status s, std::span<const TierWriteItem> out) {
+                       std::copy(out.begin(), out.end(), items.begin());
+                       result = std::move(s);
+                       done(Status::Ok());
+                     });
+  }).IgnoreError();  // Always OK: the outcome is `result` and the items'.
+  return result;
+}
+
+void EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items,
+                              std::function<void(Status)> done) {
   std::vector<TierWriteItem> writes;
   writes.reserve(items.size());
   {
@@ -344,13 +497,18 @@ Status EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items) 
     }
   }
   // The sources are still borrowed (the handle has not completed): encode straight from them.
-  const Status io = WriteToTier(below, writes);
-  MutexLock lock(&mu_);
-  for (const TierWriteItem& w : writes) {
-    BlockEntry* e = index_.Find(w.key);
-    if (e != nullptr && w.status.ok()) e->SetDirty(below, false);
-  }
-  return io;
+  WriteToTierAsync(below, std::move(writes), {},
+                   [this, below, done = std::move(done)](Status io,
+                                                         std::span<const TierWriteItem> out) {
+                     {
+                       MutexLock lock(&mu_);
+                       for (const TierWriteItem& w : out) {
+                         BlockEntry* e = index_.Find(w.key);
+                         if (e != nullptr && w.status.ok()) e->SetDirty(below, false);
+                       }
+                     }
+                     done(io);
+                   });
 }
 
 // --- Flush -------------------------------------------------------------------------------------

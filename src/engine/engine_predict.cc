@@ -240,7 +240,23 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, size_t below, Prom
       items.push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
     }
   }
-  if (!items.empty()) ReadFromTier(below, items);
+  if (items.empty()) {
+    MutexLock lock(&mu_);
+    CountDropped(by, dropped);
+    return;
+  }
+  // Counted pending until the read's continuation has published the blocks (a promotion is
+  // pending until its blocks are in memory or given up); the worker does not wait for the read.
+  promotion_tasks_pending_.fetch_add(1);
+  ReadFromTierAsync(below, std::move(items), [this, by, dropped](std::span<TierReadItem> read) {
+    FinishPromotion(read, by, dropped);
+    promotion_tasks_pending_.fetch_sub(1);
+  });
+}
+
+void EngineImpl::FinishPromotion(std::span<const TierReadItem> items, PromotedBy by,
+                                 uint64_t dropped) {
+  const size_t host = TierIndex(MemTier::kHost);
   MutexLock lock(&mu_);
   for (const TierReadItem& item : items) {
     BlockEntry* e = index_.Find(item.key);  // A filling copy is never evicted: still there.

@@ -1,5 +1,6 @@
 // Helpers shared by the engine's remote-tier tests (engine_remote_test.cc on real Redis servers,
-// engine_fake_remote_test.cc on FakeRemoteStore): a tiny layout (3 layers, 2 KiB blocks) whose
+// engine_fake_remote_test.cc on FakeRemoteStore) and its asynchronous data path test
+// (engine_async_test.cc): a tiny layout (3 layers, 2 KiB blocks) whose
 // block bytes are derived from (chunk hash, layer), so any expected block can be recomputed, and
 // synchronous Store / Load / Lookup wrappers that check every byte that comes back.
 // Test-only (included by *_test.cc files). Not thread-safe beyond what Engine is.

@@ -8,8 +8,9 @@
 //
 // The bytes are then copied (DeviceTier::Copy kHostToDevice, or a memcpy on the worker pool into
 // host/CXL slots). A worker publishes the blocks (kReady) only after the copy completed, then
-// encodes and writes them to each write-through tier below memory, in list order, before
-// completing the handle. Every published block starts dirty for each tier it must reach
+// encodes the blocks and issues their writes to each write-through tier below memory without
+// waiting for them; the handle completes when every tier answered (on the completion thread of
+// the last answer). Every published block starts dirty for each tier it must reach
 // (LowerTier::DirtyOnStore: every local tier, and a best-effort tier with write-back); a
 // successful write clears the tier's bit, so a block a local tier refused is written back again
 // on eviction.
@@ -247,16 +248,45 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
     handle->Complete(copied);
     return;
   }
-  // Write-through, in list order; the handle reports the first error of a local tier (a
-  // best-effort tier's failures are counted and logged, never returned).
-  Status io;
+  // Write-through: issued to every write-through tier without waiting; the last to answer
+  // completes the handle (on a completion thread, or here when every tier answered before its
+  // call returned) with the first error of a local tier in list order (a best-effort tier's
+  // failures are counted and logged, never returned).
+  std::vector<size_t> through;
   for (size_t below = 0; below < tiers_.size(); ++below) {
-    if (tiers_[below].write_policy != WritePolicy::kWriteThrough) continue;
-    const Status s = WriteThrough(below, items);
-    if (!tiers_[below].best_effort && io.ok()) io = s;
+    if (tiers_[below].write_policy == WritePolicy::kWriteThrough) through.push_back(below);
   }
-  KickCleaner();
-  handle->Complete(io);
+  if (through.empty()) {
+    KickCleaner();
+    handle->Complete(Status::Ok());
+    return;
+  }
+  struct Pending {
+    Mutex mu;
+    size_t left KV_GUARDED_BY(mu) = 0;
+    std::vector<Status> local KV_GUARDED_BY(mu);  // Per tier: the error of a local tier.
+  };
+  auto pending = std::make_shared<Pending>();
+  {
+    MutexLock lock(&pending->mu);
+    pending->left = through.size();
+    pending->local.resize(tiers_.size());
+  }
+  for (const size_t below : through) {
+    WriteThrough(below, items, [this, handle, pending, below](Status s) {
+      Status io;
+      {
+        MutexLock lock(&pending->mu);
+        if (!tiers_[below].best_effort) pending->local[below] = std::move(s);
+        if (--pending->left != 0) return;
+        for (const Status& t : pending->local) {
+          if (!t.ok() && io.ok()) io = t;
+        }
+      }
+      KickCleaner();
+      handle->Complete(io);
+    });
+  }
 }
 
 }  // namespace kvtier
