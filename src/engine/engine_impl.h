@@ -3,12 +3,14 @@
 // The pieces: the memory tiers (device, host, optional CXL), an ordered list of tiers below
 // memory (tiers/tier.h: the SSD tier, then the remote tier, as configured), a BlockIndex with one
 // SlotClock per memory tier, a worker pool (memory copies without a device tier, codec work,
-// staging), a bounded staging pool for reads from below and codec contexts. Files:
+// staging, issuing reads and writes below memory), a completion pool (the continuations of those
+// reads and writes), a bounded staging pool for reads from below and codec contexts. Files:
 //   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
 //   engine_device.cc the device backend: CPU or CUDA device tier, plain or pinned host tier
 //   engine_tiers.cc  slot allocation, eviction with demotion and write-back
-//   engine_lower.cc  the tier list below memory: opening it, Contains on lookup, ReadFromTier,
-//                    WriteToTier, LoadFromTier, write-through, Flush, statistics
+//   engine_lower.cc  the tier list below memory: opening it, Contains on lookup, reads and
+//                    writes issued asynchronously with their continuations (ReadFromTierAsync,
+//                    WriteToTierAsync, LoadFromTier, write-through), Flush, statistics
 //   engine_load.cc   Load and its per-layer LoadHandle
 //   engine_store.cc  Store and its StoreHandle
 //   engine_predict.cc access prediction: sessions, the predictor, Hint, promotion ahead of need
@@ -16,7 +18,8 @@
 // Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
 // across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
 // order: engine mu_ -> tier mutexes), never the other way round. pred_mu_ guards the access
-// predictor and the session table; it is a leaf (no other lock is taken while it is held).
+// predictor and the session table; it is a leaf (no other lock is taken while it is held), and so
+// is io_mu_ (the count of batches in flight below memory).
 //
 // Thread safety: as engine.h. Ownership: the engine owns every tier, pool and thread. Load and
 // Store handles point into the engine and must be destroyed first (checked at destruction).
@@ -180,9 +183,12 @@ class EngineImpl final : public Engine {
   // A record the tier or the codec refuses is a miss (corrupt); a local tier's unusable records
   // are erased so that Lookup stops reporting them and the next Store rewrites them.
   using ReadDone = std::function<void(std::span<TierReadItem>)>;
-  void ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then)
-      KV_EXCLUDES(mu_);
-  // ReadFromTierAsync, waiting for `then`: for callers' threads only (Pin), never a worker.
+  // Where a continuation runs: empty for a completion thread; the waiting forms pass their own.
+  using Post = std::function<void(std::function<void()>)>;
+  void ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then,
+                         Post post = {}) KV_EXCLUDES(mu_);
+  // ReadFromTierAsync, waiting for `then`: for callers' threads only (Pin), never a worker. The
+  // continuation runs on the waiting thread.
   void ReadFromTier(size_t below, std::span<TierReadItem> items) KV_EXCLUDES(mu_);
   // Encodes and writes blocks to tier `below` in batches (expired ones skipped); blocks on I/O.
   // Returns the first error of any item that did not reach the tier (I/O, NoSpace, encoding, a
@@ -192,7 +198,7 @@ class EngineImpl final : public Engine {
   // (callers that already hold staging buffers pass them so that they never wait for more while
   // holding some); else the helper leases its own, kLoadStagingBatchMax at a time.
   // WriteToTierAsync, waiting for `then`: for the cleaner (a thread of its own) and callers'
-  // threads (Flush), never a worker of pool_.
+  // threads (Flush), never a worker of pool_. The continuation runs on the waiting thread.
   Status WriteToTier(size_t below, std::span<TierWriteItem> items,
                      std::span<const std::span<std::byte>> encode_buffers = {}) KV_EXCLUDES(mu_);
   // WriteToTier without waiting for the I/O: the calling thread encodes the items and issues
@@ -202,8 +208,8 @@ class EngineImpl final : public Engine {
   // `encode_buffers`, when given, must stay leased until `then` has run.
   using WriteDone = std::function<void(Status, std::span<const TierWriteItem>)>;
   void WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
-                        std::span<const std::span<std::byte>> encode_buffers, WriteDone then)
-      KV_EXCLUDES(mu_);
+                        std::span<const std::span<std::byte>> encode_buffers, WriteDone then,
+                        Post post = {}) KV_EXCLUDES(mu_);
   // Copies `key` from the first local tier below memory that has it into a host slot, evicting
   // (with write-back) if needed: Pin's synchronous promotion (ahead-of-need promotions are
   // PlanPromotion's). OK also when it is already in memory; NotFound when no local tier has it;
@@ -257,6 +263,9 @@ class EngineImpl final : public Engine {
   // into the items' destinations, erases a local tier's unusable records, releases the staging
   // buffers, runs the batch's `then` and ends its count in flight.
   void CompleteRead(size_t below, TierReadBatch& batch) KV_EXCLUDES(mu_, io_mu_);
+  // Runs `task` where `post` says, or on a completion thread when `post` is empty.
+  void PostCompletion(const Post& post, std::function<void()> task);
+  class ContinueHere;  // The waiting forms' Post (engine_lower.cc).
   // WriteToTierAsync's continuation, once every batch answered: counts the call in the tier's
   // counters, releases its staging buffers, runs its `then` and ends its count in flight.
   void CompleteWrite(size_t below, TierWriteCall& call) KV_EXCLUDES(mu_, io_mu_);

@@ -398,7 +398,8 @@ constexpr OptionSpec kTable[] = {
      }},
     {.name = "worker_threads", .type = OptionType::kUint, .default_text = "2", .min = 1,
      .max = 256, .cpp_field = "worker_threads",
-     .doc = "Encode, decode and SSD staging threads", .note = "0 in Python: the default",
+     .doc = "Encode, decode and SSD staging threads; as many again continue the tiers' I/O",
+     .note = "0 in Python: the default",
      .set = [](EngineOptions& o, const OptionValue& v) {
        o.worker_threads = U32(v);
        return Status::Ok();
