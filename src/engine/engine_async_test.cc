@@ -55,6 +55,9 @@ class EngineAsyncTest : public ::testing::Test {
   EngineOptions Options() {
     EngineOptions o = remote_test::LocalNodeOptions(kLayers, dir_->Join("ssd"));
     o.worker_threads = 1;
+    // A Load's SSD hits stay out of host memory: a promotion could evict the chunk a test keeps
+    // there for its memory-only Load.
+    o.promote_on_load = false;
     o.ssd->io_backend = IoBackend::kThreadPool;  // Reads and syncs go through File (the gates).
     o.env = gated_.get();
     return o;
