@@ -2,6 +2,11 @@
 // - the precision ladder stores old blocks as int8/int4 and the sink and recent chunks losslessly,
 //   loads them back within the codec's error, re-encodes blocks to a coarser rung as the sequence
 //   grows, and never makes a stored block finer;
+// - with quantized attention (the ladder's default) an int8/int4 block reaches the device still
+//   encoded: the device slot holds exactly the bytes the ladder stored (the host copy's and the
+//   SSD record's payload, i.e. the block encoded with its rung), nothing is decoded, its FP16
+//   equals what the dequantize mode puts on the device, the budget holds, and a block whose
+//   header is damaged on the device fails closed (Corruption naming it) instead of being read;
 // - heat (attention mass) decides which of the blocks needed equally soon leaves the device;
 // - a host tier smaller than one layer still streams the layer through (bytes exact), and blocks
 //   the host cannot take spill from the device straight to the SSD;
@@ -23,6 +28,7 @@
 #include <numeric>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "engine/offload_sequence.h"
 #include "engine/offload_test_util.h"
 
@@ -91,6 +97,7 @@ struct Config {
   uint32_t host_slots = 12;
   uint32_t depth = 1;
   std::optional<codecs::PrecisionLadderOptions> ladder;
+  LadderAttention attention = LadderAttention::kQuantized;
   bool fault_env = false;
 };
 
@@ -107,6 +114,7 @@ Harness Make(const Config& c) {
   o.sequence_id = 3;
   o.depth = {.depth_min = c.depth, .depth_max = c.depth, .depth_initial = c.depth};
   o.ladder = c.ladder;
+  o.ladder_attention = c.attention;
   Result<std::unique_ptr<OffloadedSequence>> seq = OffloadedSequence::Create(
       o, {.device = h.tiers.device.get(), .host = h.tiers.host.get(), .ssd = h.tiers.ssd.get()});
   KV_CHECK_OK(seq.status());
@@ -130,6 +138,20 @@ std::vector<uint32_t> All(uint32_t chunks) {
   return v;
 }
 
+// Walks `tokens` forward passes over `chunks` of every layer, calling check(layer, chunk) for
+// each acquired block.
+template <typename Check>
+void Walk(OffloadedSequence& seq, const std::vector<uint32_t>& chunks, uint32_t tokens,
+          const Check& check) {
+  for (uint32_t t = 0; t < tokens; ++t) {
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+      const Status acquired = seq.AcquireLayer(layer, chunks);
+      ASSERT_TRUE(acquired.ok()) << acquired.ToString();
+      for (const uint32_t c : chunks) check(layer, c);
+    }
+  }
+}
+
 codecs::PrecisionLadderOptions TestLadder() {
   codecs::PrecisionLadderOptions l;
   l.recent_window_tokens = 32;  // Chunks within 2 of the newest: lossless.
@@ -147,7 +169,11 @@ uint32_t Rank(uint8_t codec) {
 }
 
 TEST(OffloadPolicyTest, LadderStoresByAgeAndLoadsWithinCodecError) {
-  Harness h = Make({.chunks_max = 12, .budget = 14, .host_slots = 12, .ladder = TestLadder()});
+  Harness h = Make({.chunks_max = 12,
+                    .budget = 14,
+                    .host_slots = 12,
+                    .ladder = TestLadder(),
+                    .attention = LadderAttention::kDequantize});
   Write(*h.seq, 0, 8);  // Newest chunk 7.
   const std::vector<uint32_t> all = All(8);
   std::vector<uint32_t> rank(kLayers * 12, 0);
@@ -184,18 +210,11 @@ TEST(OffloadPolicyTest, LadderStoresByAgeAndLoadsWithinCodecError) {
   // The sequence grows by 3 chunks: blocks age into coarser rungs and are re-encoded when they
   // leave the device; none gets finer.
   Write(*h.seq, 8, 11);
-  const std::vector<uint32_t> grown = All(11);
-  for (uint32_t t = 0; t < 2; ++t) {
-    for (uint32_t layer = 0; layer < kLayers; ++layer) {
-      const Status acquired = h.seq->AcquireLayer(layer, grown);
-      ASSERT_TRUE(acquired.ok()) << acquired.ToString();
-      for (const uint32_t c : grown) {
-        const uint32_t age = (10 - c) * 16;
-        const double bound = (c == 0 || age < 32) ? 0.0 : 0.12;
-        EXPECT_LE(Error(h.seq->DeviceBlock(layer, c), layer, c), bound) << layer << "/" << c;
-      }
-    }
-  }
+  Walk(*h.seq, All(11), 2, [&](uint32_t layer, uint32_t c) {
+    const uint32_t age = (10 - c) * 16;
+    const double bound = (c == 0 || age < 32) ? 0.0 : 0.12;
+    EXPECT_LE(Error(h.seq->DeviceBlock(layer, c), layer, c), bound) << layer << "/" << c;
+  });
   EXPECT_GT(h.seq->Stats().blocks_reencoded, 0u);
   for (uint32_t layer = 0; layer < kLayers; ++layer) {
     for (uint32_t c = 0; c < 8; ++c) {
@@ -206,6 +225,122 @@ TEST(OffloadPolicyTest, LadderStoresByAgeAndLoadsWithinCodecError) {
       }
     }
   }
+}
+
+// The rung the test ladder stores chunk c at when the newest chunk is `newest` (0 raw).
+uint32_t RankByAge(uint32_t c, uint32_t newest) {
+  const uint32_t age = (newest - c) * 16;
+  return (c == 0 || age < 32) ? 0 : (age >= 80 ? 2 : 1);
+}
+
+TEST(OffloadPolicyTest, LadderKeepsQuantizedBlocksEncodedOnTheDevice) {
+  // Budget below the blocks written, so that blocks go down and come back; the same walk in the
+  // dequantize mode gives the FP16 the quantized blocks must decode to.
+  const Config base{.chunks_max = 12, .budget = 12, .host_slots = 12, .ladder = TestLadder()};
+  Config dequant_config = base;
+  dequant_config.attention = LadderAttention::kDequantize;
+  Harness h = Make(base);
+  Harness dequant = Make(dequant_config);
+  Write(*h.seq, 0, 8);
+  Write(*dequant.seq, 0, 8);
+  const codecs::BlockGeometry g{.tokens = 16, .kv_heads = 2, .head_dim = 16, .dtype = DType::kF16};
+  Result<codecs::CodecContext> ctx = codecs::CodecContext::Create();
+  ASSERT_TRUE(ctx.ok());
+  std::vector<std::byte> raw(Layout().BlockBytes()), encoded(4096), decoded(raw.size());
+  const std::vector<uint32_t> all = All(8);
+  uint32_t quantized = 0;
+  for (uint32_t t = 0; t < 2; ++t) {
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+      ASSERT_TRUE(h.seq->AcquireLayer(layer, all).ok());
+      ASSERT_TRUE(dequant.seq->AcquireLayer(layer, all).ok());
+      for (const uint32_t c : all) {
+        Result<DeviceBlockView> v = h.seq->DeviceView(layer, c);
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
+        // Never coarser than its age calls for; a block not yet stored lossy is exact.
+        const uint32_t rank = Rank(v->codec);
+        ASSERT_LE(rank, RankByAge(c, 7)) << layer << "/" << c;
+        if (rank == 0) {
+          EXPECT_EQ(Error(v->bytes, layer, c), 0.0) << layer << "/" << c;
+          continue;
+        }
+        ++quantized;
+        // The stored bytes: the written block encoded with its rung (int4: from the block or from
+        // its int8 copy, when it aged through int8), header included.
+        Fill(raw, layer, c);
+        Result<size_t> n = codecs::EncodeBlock(TestLadder().int8, g, raw, encoded, &*ctx);
+        ASSERT_TRUE(n.ok());
+        const auto same = [&](size_t bytes) {
+          return v->bytes.size() == bytes &&
+                 std::memcmp(v->bytes.data(), encoded.data(), bytes) == 0;
+        };
+        bool stored = rank == 1 && same(*n);
+        if (rank == 2) {
+          ASSERT_TRUE(codecs::DecodeBlock(std::span(encoded).first(*n), g, decoded, &*ctx).ok());
+          for (const std::span<const std::byte> from : {std::span<const std::byte>(raw),
+                                                        std::span<const std::byte>(decoded)}) {
+            n = codecs::EncodeBlock(TestLadder().int4, g, from, encoded, &*ctx);
+            ASSERT_TRUE(n.ok());
+            stored = stored || same(*n);
+          }
+        }
+        EXPECT_TRUE(stored) << layer << "/" << c;
+        EXPECT_EQ(v->params.bits(), rank == 1 ? 8u : 4u);
+        const BlockPlacement p = h.seq->Placement(layer, c);
+        if (p.ssd) {
+          EXPECT_EQ(p.ssd_codec, v->codec);
+        }
+        // Decoded, it is what the dequantize mode holds.
+        ASSERT_TRUE(codecs::DecodeBlock(v->bytes, g, decoded, &*ctx).ok());
+        const std::span<const std::byte> fp16 = dequant.seq->DeviceBlock(layer, c);
+        EXPECT_EQ(std::memcmp(decoded.data(), fp16.data(), fp16.size()), 0) << layer << "/" << c;
+      }
+      ASSERT_TRUE(h.seq->CheckInvariants().ok()) << h.seq->CheckInvariants().ToString();
+      ASSERT_LE(h.seq->Stats().device_blocks, 12u);
+    }
+  }
+  EXPECT_GT(quantized, 0u);
+  const OffloadStats s = h.seq->Stats();
+  EXPECT_GT(s.blocks_promoted_encoded, 0u);
+  EXPECT_EQ(s.blocks_decoded, 0u);
+  EXPECT_LT(s.bytes_host_to_device, dequant.seq->Stats().bytes_host_to_device);
+  // The sequence grows: blocks age into int4 and are re-encoded from their encoded device copies;
+  // a rewritten old chunk comes back raw for its writer.
+  Write(*h.seq, 8, 11);
+  Result<std::span<std::byte>> rewritten = h.seq->MutableBlock(1, 3);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status().ToString();
+  EXPECT_LT(Error(*rewritten, 1, 3), 0.12);
+  Fill(*rewritten, 1, 3, 1);
+  Walk(*h.seq, All(11), 2, [&](uint32_t layer, uint32_t c) {
+    Result<DeviceBlockView> v = h.seq->DeviceView(layer, c);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    const bool rewrite = layer == 1 && c == 3;
+    std::span<const std::byte> block = v->bytes;
+    if (v->codec != 0) {
+      ASSERT_TRUE(codecs::DecodeBlock(v->bytes, g, decoded, &*ctx).ok());
+      block = decoded;
+    }
+    const double bound = RankByAge(c, 10) == 0 ? 0.0 : 0.12;
+    EXPECT_LE(Error(block, layer, c, rewrite ? 1 : 0), bound) << layer << "/" << c;
+  });
+  EXPECT_GT(h.seq->Stats().blocks_reencoded, 0u);
+}
+
+TEST(OffloadPolicyTest, DamagedEncodedDeviceBlockFailsClosed) {
+  Harness h = Make({.chunks_max = 8, .budget = 10, .host_slots = 12, .ladder = TestLadder()});
+  Write(*h.seq, 0, 8);
+  const std::vector<uint32_t> all = All(8);
+  ASSERT_TRUE(h.seq->AcquireLayer(0, all).ok());
+  ASSERT_TRUE(h.seq->AcquireLayer(1, all).ok());  // Layer 1's old chunks come back encoded.
+  Result<DeviceBlockView> v = h.seq->DeviceView(1, 2);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_NE(v->codec, 0u);
+  // A flipped bit in the device copy's header (the group size field).
+  const_cast<std::byte*>(v->bytes.data())[10] ^= std::byte{0x01};
+  const Result<DeviceBlockView> damaged = h.seq->DeviceView(1, 2);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kCorruption) << damaged.status().ToString();
+  EXPECT_NE(damaged.status().message().find("(layer 1, chunk 2)"), std::string::npos)
+      << damaged.status().ToString();
 }
 
 TEST(OffloadPolicyTest, HotChunksStayOnTheDevice) {

@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 
+#include "codecs/block_format.h"
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "engine/offload_sequence_internal.h"
@@ -85,6 +87,17 @@ Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
   if (tiers.host->slot_bytes() <
       HostSlotBytes(options.layout, tiers.ssd != nullptr, options.ladder)) {
     return Status::InvalidArgument("OffloadTiers: host slot_bytes below HostSlotBytes()");
+  }
+  if (options.ladder.has_value() && options.ladder_attention == LadderAttention::kQuantized) {
+    const codecs::BlockGeometry g = offload_internal::GeometryOf(options.layout);
+    for (const codecs::CodecParams& p : {options.ladder->int8, options.ladder->int4}) {
+      const Result<size_t> bytes = codecs::MaxEncodedSize(p, g);
+      if (bytes.ok() && *bytes > tiers.device->slot_bytes()) {
+        return Status::InvalidArgument(
+            "OffloadTiers: device slot_bytes below the ladder's encoded block (" + p.ToString() +
+            ")");
+      }
+    }
   }
   if (tiers.device->slots() < options.device_blocks_max) {
     return Status::InvalidArgument("device_blocks_max exceeds the device tier's slots");
@@ -224,7 +237,7 @@ Status OffloadedSequence::EvictDevice(size_t index, bool may_evict_host) {
   KV_RETURN_IF_ERROR(e.device_event.Wait());
   if (!DeviceCopyClean(index)) {
     KV_RETURN_IF_ERROR(DemoteToHost(index, may_evict_host));
-  } else if (e.host_slot == kNoSlot && e.read == kNoRead &&
+  } else if (e.host_slot == kNoSlot && e.read == kNoRead && e.device_codec == 0 &&
              RungFor(index).codec == codecs::CodecId::kIdentity) {
     // Only a plain copy is worth it: re-encoding a clean block costs more CPU than reading its
     // encoded record back.
@@ -243,6 +256,7 @@ Status OffloadedSequence::EvictDevice(size_t index, bool may_evict_host) {
   e.fresh = false;
   tiers_.device->Free(e.device_slot);
   e.device_slot = kNoSlot;
+  e.device_codec = 0;
   e.device_event = CopyEvent();
   TrackDevice(index, false);
   ++stats_.device_evictions;
@@ -364,7 +378,8 @@ void OffloadedSequence::ReleaseHostCopies() {
 }
 
 // Starts host -> device transfers of `indexes` (blocks current on the host): plain copies for
-// raw host copies, decodes for encoded ones. Blocks that get no slot set *pressure and are
+// raw host copies and for encoded ones the device keeps encoded (KeepsEncoded), decodes for the
+// other encoded ones. Blocks that get no slot set *pressure and are
 // skipped (prefetch: distance_min > 0, clean victims only) or fail the call (distance_min 0).
 Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t distance_min,
                                        bool* pressure) {
@@ -390,12 +405,18 @@ Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t
     TrackDevice(i, true);
     status = e.host_event.Wait();  // A write-back into the host slot finished.
     if (!status.ok()) break;
-    if (e.host_codec == 0) {
+    const bool copy = e.host_codec == 0 || KeepsEncoded(e.host_codec);
+    e.device_codec = copy ? e.host_codec : 0;
+    e.device_bytes = e.device_codec != 0 ? e.host_bytes : static_cast<uint32_t>(block_bytes_);
+    if (copy) {
       regions_.push_back(
-          {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), block_bytes_});
+          {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), e.device_bytes});
       raw_scratch_.push_back(i);
+      stats_.bytes_host_to_device += e.device_bytes;
+      if (e.device_codec != 0) ++stats_.blocks_promoted_encoded;
     } else {
       decode_scratch_.push_back(i);
+      stats_.bytes_host_to_device += block_bytes_;
     }
   }
   for (const size_t i : indexes) entries_[i].loading = false;
@@ -407,7 +428,6 @@ Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t
     const CopyEvent event = DecodeToDevice(decode_scratch_);
     for (const size_t i : decode_scratch_) entries_[i].device_event = event;
   }
-  stats_.bytes_host_to_device += (raw_scratch_.size() + decode_scratch_.size()) * block_bytes_;
   return status;
 }
 
@@ -578,6 +598,8 @@ Result<std::span<std::byte>> OffloadedSequence::MutableBlock(uint32_t layer, uin
       Result<uint32_t> slot = AllocateDevice(0, false);
       if (slot.ok()) {
         e.device_slot = *slot;
+        e.device_codec = 0;
+        e.device_bytes = static_cast<uint32_t>(block_bytes_);
         TrackDevice(i, true);
         std::memset(tiers_.device->SlotData(e.device_slot), 0, block_bytes_);
       } else {
@@ -592,6 +614,7 @@ Result<std::span<std::byte>> OffloadedSequence::MutableBlock(uint32_t layer, uin
     }
   }
   KV_RETURN_IF_ERROR(e.device_event.Wait());
+  KV_RETURN_IF_ERROR(MakeDeviceRaw(i));  // The caller writes raw bytes.
   if (e.host_slot != kNoSlot) {
     if (e.read != kNoRead) KV_RETURN_IF_ERROR(WaitRead(i));
     KV_RETURN_IF_ERROR(e.host_event.Wait());
@@ -612,13 +635,77 @@ std::span<const std::byte> OffloadedSequence::DeviceBlock(uint32_t layer, uint32
   KV_CHECK(e.pinned);
   KV_CHECK(e.device_slot != kNoSlot);
   KV_CHECK(e.device_event.Ready());
+  KV_CHECK(e.device_codec == 0);
   return {tiers_.device->SlotData(e.device_slot), block_bytes_};
+}
+
+Result<DeviceBlockView> OffloadedSequence::DeviceView(uint32_t layer, uint32_t chunk) const {
+  const Entry& e = entries_[Index(layer, chunk)];
+  KV_CHECK(e.pinned);
+  KV_CHECK(e.device_slot != kNoSlot);
+  KV_CHECK(e.device_event.Ready());
+  const std::span<const std::byte> bytes(tiers_.device->SlotData(e.device_slot), e.device_bytes);
+  if (e.device_codec == 0) return DeviceBlockView{.bytes = bytes};
+  Result<codecs::BlockHeader> h = codecs::DecodeBlockHeader(bytes);
+  const auto fail = [&](const std::string& why) {
+    return Status::Corruption("offloaded block (layer " + std::to_string(layer) + ", chunk " +
+                              std::to_string(chunk) + ") on the device does not verify: " + why);
+  };
+  if (!h.ok()) return fail(h.status().message());
+  const codecs::BlockGeometry& g = h->geometry;
+  if (static_cast<uint8_t>(h->params.codec) != e.device_codec || g.tokens != geometry_.tokens ||
+      g.kv_heads != geometry_.kv_heads || g.head_dim != geometry_.head_dim ||
+      g.dtype != geometry_.dtype || h->encoded_bytes() > bytes.size()) {
+    return fail("header says " + h->params.ToString() + " " + g.ToString());
+  }
+  return DeviceBlockView{.codec = e.device_codec, .params = h->params, .bytes = bytes};
 }
 
 std::span<const std::byte> OffloadedSequence::PeekDeviceBlock(uint32_t layer, uint32_t chunk) {
   const Entry& e = entries_[Index(layer, chunk)];
-  if (!e.written || e.device_slot == kNoSlot || !e.device_event.Ready()) return {};
+  if (!e.written || e.device_slot == kNoSlot || !e.device_event.Ready() || e.device_codec != 0) {
+    return {};
+  }
   return {tiers_.device->SlotData(e.device_slot), block_bytes_};
+}
+
+bool OffloadedSequence::KeepsEncoded(uint8_t codec) const {
+  if (!ladder_.has_value() || options_.ladder_attention != LadderAttention::kQuantized) {
+    return false;
+  }
+  switch (static_cast<codecs::CodecId>(codec)) {
+    case codecs::CodecId::kInt8:
+      return !options_.ladder->int8.uses_zstd();
+    case codecs::CodecId::kInt4:
+      return !options_.ladder->int4.uses_zstd();
+    default:
+      return false;
+  }
+}
+
+Result<std::span<const std::byte>> OffloadedSequence::RawDeviceBytes(size_t index) {
+  const Entry& e = entries_[index];
+  const std::span<const std::byte> slot(tiers_.device->SlotData(e.device_slot), e.device_bytes);
+  if (e.device_codec == 0) return slot;
+  const Status s = codecs::DecodeBlock(slot, geometry_, raw_.span().first(block_bytes_),
+                                       caller_codec_.get());
+  if (!s.ok()) {
+    return Status::Corruption("offloaded block (layer " + std::to_string(LayerOf(index)) +
+                              ", chunk " + std::to_string(ChunkOf(index)) +
+                              ") on the device does not decode: " + s.message());
+  }
+  return std::span<const std::byte>(raw_.span().first(block_bytes_));
+}
+
+Status OffloadedSequence::MakeDeviceRaw(size_t index) {
+  Entry& e = entries_[index];
+  if (e.device_codec == 0) return Status::Ok();
+  KV_ASSIGN_OR_RETURN(const std::span<const std::byte> raw, RawDeviceBytes(index));
+  std::memcpy(tiers_.device->SlotData(e.device_slot), raw.data(), block_bytes_);
+  e.device_codec = 0;
+  e.device_bytes = static_cast<uint32_t>(block_bytes_);
+  ++stats_.blocks_decoded;
+  return Status::Ok();
 }
 
 void OffloadedSequence::PlanLayer(uint32_t layer, std::span<const uint32_t> chunks) {

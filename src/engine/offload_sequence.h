@@ -19,8 +19,11 @@
 // Precision ladder (options.ladder): below the device tier a block is stored with the rung the
 // ladder chooses for its age (distance from the newest chunk): full precision for the sink chunk
 // and the recent window, int8, then int4 for the oldest. Its host copy and SSD record carry the
-// encoded bytes, so the SSD reads and the host holds fewer bytes per block; promotion to the
-// device decodes (on the sequence's codec threads, signalled like a copy). As the sequence grows,
+// encoded bytes, so the SSD reads and the host holds fewer bytes per block. Promotion to the
+// device (ladder_attention) keeps an int8/int4 block encoded: the device slot holds the encoded
+// block, which the runtime attends straight from its codes (DeviceView, runtime/quant_attention.h);
+// or, with LadderAttention::kDequantize, decodes it to the raw layout (on the sequence's codec
+// threads, signalled like a copy). Lossless codecs other than raw are always decoded. As it grows,
 // a block whose stored rung is finer than its age now calls for is re-encoded the next time it
 // leaves the device (precision only ever goes down). Without a ladder every copy is raw (lossless,
 // no codec work: the host -> device step is a plain copy).
@@ -71,6 +74,12 @@ inline constexpr uint32_t kOffloadCodecThreadsMax = 16;
 static_assert(kOffloadSsdReadsInFlightMax <= kSsdBatchEntriesMax);
 static_assert(kOffloadSsdReadsInFlightMax % kOffloadReadBatchBlocks == 0);
 
+// How a ladder's int8/int4 blocks reach the device tier.
+enum class LadderAttention : uint8_t {
+  kQuantized = 0,   // Copied encoded; the device slot holds the encoded block (DeviceView).
+  kDequantize = 1,  // Decoded to the raw layout on the codec threads (DeviceBlock).
+};
+
 struct OffloadSequenceOptions {
   KvLayout layout;                 // Geometry of every block (FP16/BF16/F32; see ladder).
   uint32_t chunks_max = 0;         // Chunks per layer this sequence may hold.
@@ -81,6 +90,9 @@ struct OffloadSequenceOptions {
   // Encoding below the device tier by age (codecs/precision_ladder.h, Tier::kHost rungs: the
   // host copy and the SSD record share the bytes). nullopt: raw, lossless copies.
   std::optional<codecs::PrecisionLadderOptions> ladder;
+  // With a ladder: int8/int4 blocks stay encoded on the device (kQuantized; their MaxEncodedSize
+  // must fit a device slot) or are decoded there (kDequantize). zstd-compressed rungs are decoded.
+  LadderAttention ladder_attention = LadderAttention::kQuantized;
   uint32_t codec_threads = 1;  // Decoders for host -> device promotion with a ladder.
   // Heat (attention mass) halves every this many layer steps; 0 = 4 tokens (4 * layers).
   uint32_t heat_half_life_steps = 0;
@@ -119,14 +131,24 @@ struct BlockPlacement {
   uint8_t ssd_codec = 0;   // ... of the SSD record.
 };
 
+// A pinned device block as it is stored in its slot: raw (codec 0; `bytes` is the block in the
+// layout) or an int8/int4 block still encoded (`bytes` is the whole encoded block, codecs header
+// included; `params` from that header, which DeviceView verified).
+struct DeviceBlockView {
+  uint8_t codec = 0;  // 0 raw, else codecs::CodecId::kInt8 / kInt4.
+  codecs::CodecParams params;
+  std::span<const std::byte> bytes;
+};
+
 struct OffloadStats {
   uint64_t layers_acquired = 0;
   uint64_t stall_us = 0;       // Total time AcquireLayer waited for data.
   uint64_t last_stall_us = 0;  // Of the latest AcquireLayer.
   uint32_t depth = 0;          // Current prefetch depth.
   uint32_t depth_grows = 0, depth_shrinks = 0;
-  // Bytes moved. Device <-> host count raw block bytes; SSD counts record bytes on disk (with a
-  // ladder: encoded, header and padding included).
+  // Bytes moved. Device <-> host count the bytes copied or decoded into the device (raw block
+  // bytes, or the encoded size of a block promoted encoded) and copied back; SSD counts record
+  // bytes on disk (with a ladder: encoded, header and padding included).
   uint64_t bytes_host_to_device = 0, bytes_device_to_host = 0;
   uint64_t bytes_ssd_read = 0, bytes_ssd_written = 0;
   uint64_t blocks_prefetched = 0;  // Loads started ahead of their layer.
@@ -137,6 +159,8 @@ struct OffloadStats {
   // Ladder: blocks encoded on demotion, of which re-encoded to a coarser rung as they aged, and
   // blocks decoded on promotion; encoded blocks per rung (int8 / int4 / lossless codec).
   uint64_t blocks_encoded = 0, blocks_reencoded = 0, blocks_decoded = 0;
+  // Ladder, LadderAttention::kQuantized: int8/int4 blocks promoted to the device still encoded.
+  uint64_t blocks_promoted_encoded = 0;
   uint64_t blocks_spilled = 0;  // Demoted device -> SSD directly (host full of needed blocks).
   uint64_t encoded_int8 = 0, encoded_int4 = 0, encoded_lossless = 0;
   uint32_t device_blocks = 0, device_blocks_peak = 0, host_blocks = 0;
@@ -170,10 +194,15 @@ class OffloadedSequence {
   // (saying so) when the device budget cannot hold them or the host cannot stage one of them;
   // Corruption/IoError from the SSD or a codec (never wrong bytes).
   Status AcquireLayer(uint32_t layer, std::span<const uint32_t> chunks);
-  // A block pinned by the latest AcquireLayer (programmer error otherwise). Valid until the next
-  // non-const call.
+  // A block pinned by the latest AcquireLayer and held raw (programmer error otherwise; an
+  // encoded device block is read through DeviceView). Valid until the next non-const call.
   std::span<const std::byte> DeviceBlock(uint32_t layer, uint32_t chunk) const;
-  // A device-resident block whose copies completed, or an empty span (for summaries).
+  // A block pinned by the latest AcquireLayer, raw or encoded. An encoded block's header is
+  // verified first (codecs::DecodeBlockHeader, its codec and geometry against the sequence's):
+  // Corruption naming the block when it does not verify, so a damaged block is never attended.
+  // Valid until the next non-const call.
+  Result<DeviceBlockView> DeviceView(uint32_t layer, uint32_t chunk) const;
+  // A device-resident raw block whose copies completed, or an empty span (for summaries).
   std::span<const std::byte> PeekDeviceBlock(uint32_t layer, uint32_t chunk);
 
   // What a future AcquireLayer(layer) will ask for, so prefetch loads only that. Without a plan
@@ -244,6 +273,11 @@ class OffloadedSequence {
   Status TakeReadError(size_t index);
   void OnBatchDone(uint32_t batch, Status status) KV_EXCLUDES(mu_);
   CopyEvent DecodeToDevice(std::span<const size_t> indexes);
+  bool KeepsEncoded(uint8_t codec) const;  // Promoted without decoding (LadderAttention).
+  // The raw bytes of the block's device copy: the slot itself, or an encoded copy decoded into
+  // raw_ (Corruption when it does not decode).
+  Result<std::span<const std::byte>> RawDeviceBytes(size_t index);
+  Status MakeDeviceRaw(size_t index);  // Decodes an encoded device copy in its slot.
 
   OffloadSequenceOptions options_;
   OffloadTiers tiers_;
@@ -278,6 +312,7 @@ class OffloadedSequence {
   std::vector<CopyRegion> regions_;
   std::unique_ptr<codecs::CodecContext> caller_codec_;  // Encodes on the caller's thread.
   AlignedBuffer spill_;  // One SSD record: device -> SSD demotion when the host is full.
+  AlignedBuffer raw_;    // One raw block: an encoded device copy decoded (ladder only).
   std::unique_ptr<CodecPool> codec_pool_;  // Decodes (ladder only).
 
   Mutex mu_;

@@ -83,12 +83,14 @@ struct OffloadedSequence::Entry {
   CopyEvent host_event;    // Last copy into the host slot.
   int32_t read = offload_internal::kNoRead;  // ReadBatch in flight into the host slot.
   uint32_t ssd_generation = 0;
-  uint32_t host_bytes = 0;  // Payload bytes of the host copy.
+  uint32_t host_bytes = 0;    // Payload bytes of the host copy.
+  uint32_t device_bytes = 0;  // Bytes of the device copy (the block size when raw).
   uint64_t last_use = 0;
   uint64_t heat_step = 0;
   float heat = 0.0f;
   uint8_t host_codec = 0;
   uint8_t ssd_codec = 0;
+  uint8_t device_codec = 0;  // 0 raw; int8/int4 when promoted encoded (LadderAttention).
   bool written = false;
   bool host_current = false;
   bool ssd_current = false;

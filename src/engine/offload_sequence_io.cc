@@ -66,6 +66,7 @@ Status OffloadedSequence::Init() {
     KV_RETURN_IF_ERROR(ctx.Reserve(geometry_));
     caller_codec_ = std::make_unique<codecs::CodecContext>(std::move(ctx));
     KV_ASSIGN_OR_RETURN(codec_pool_, CodecPool::Create(options_.codec_threads, geometry_));
+    KV_ASSIGN_OR_RETURN(raw_, AlignedBuffer::Allocate(AlignUp(block_bytes_, kDirectIoAlignment)));
   }
   if (tiers_.ssd != nullptr) {
     KV_ASSIGN_OR_RETURN(spill_, AlignedBuffer::Allocate(tiers_.host->slot_bytes()));
@@ -112,13 +113,14 @@ codecs::CodecParams OffloadedSequence::RungFor(size_t index) const {
 
 // Writes the device copy into `out`: a plain device -> host copy for identity, else encoded with
 // `rung` (a lossy rung the block cannot take, e.g. non-finite values, falls back to the raw
-// copy: full precision always works). *codec and *bytes describe the result.
+// copy: full precision always works). A device copy held encoded is decoded first.
+// *codec and *bytes describe the result.
 Status OffloadedSequence::EncodeInto(size_t index, const codecs::CodecParams& rung,
                                      std::span<std::byte> out, uint8_t* codec, uint32_t* bytes) {
   Entry& e = entries_[index];
   KV_CHECK(e.device_slot != kNoSlot);
+  KV_ASSIGN_OR_RETURN(const std::span<const std::byte> src, RawDeviceBytes(index));
   if (rung.codec != codecs::CodecId::kIdentity) {
-    const std::span<const std::byte> src(tiers_.device->SlotData(e.device_slot), block_bytes_);
     const Result<size_t> n = codecs::EncodeBlock(rung, geometry_, src, out, caller_codec_.get());
     if (n.ok()) {
       *codec = static_cast<uint8_t>(rung.codec);
@@ -135,7 +137,7 @@ Status OffloadedSequence::EncodeInto(size_t index, const codecs::CodecParams& ru
     }
   }
   KV_CHECK(out.size() >= block_bytes_);
-  const CopyRegion region{out.data(), tiers_.device->SlotData(e.device_slot), block_bytes_};
+  const CopyRegion region{out.data(), src.data(), block_bytes_};
   KV_RETURN_IF_ERROR(tiers_.device->Copy(CopyKind::kDeviceToHost, std::span(&region, 1)).Wait());
   *codec = 0;
   *bytes = static_cast<uint32_t>(block_bytes_);

@@ -18,6 +18,8 @@ Status KvBlockSource::SelectChunks(uint32_t /*layer*/, std::span<const float> /*
 void KvBlockSource::ObserveAttention(uint32_t /*layer*/, std::span<const uint32_t> /*chunks*/,
                                      std::span<const float> /*mass*/) {}
 
+Result<bool> KvBlockSource::AttendDecode(const DecodeAttention& /*attention*/) { return false; }
+
 InMemoryKvBlocks::InMemoryKvBlocks(const KvLayout& layout, uint32_t chunks_max)
     : layout_(layout), chunks_max_(chunks_max) {}
 

@@ -27,6 +27,23 @@
 
 namespace kvtier::runtime {
 
+struct AttentionKernels;
+
+// One decoded token's attention over the chunks of one layer, offered to the source
+// (KvBlockSource::AttendDecode). The token attends rows [c * block_tokens, context_tokens) of
+// each chunk c in `chunks`, as the model would with the blocks Block() hands out.
+struct DecodeAttention {
+  uint32_t layer = 0;
+  std::span<const uint32_t> chunks;  // Ascending, as SelectChunks left them; the last is the
+                                     // chunk holding the token.
+  uint32_t context_tokens = 0;       // Positions attended (the token's position + 1).
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const float* q = nullptr;                   // [n_heads][head_dim], scaled by 1/sqrt(head_dim).
+  const AttentionKernels* kernels = nullptr;  // For the FP16 blocks.
+  float* out = nullptr;                       // [n_heads][head_dim]
+  float* chunk_mass = nullptr;  // [chunks.size()]: as AttendArgs::run_mass (kernels.h).
+};
+
 class KvBlockSource {
  public:
   virtual ~KvBlockSource() = default;
@@ -55,6 +72,14 @@ class KvBlockSource {
   // that place blocks by heat use it; the default ignores it.
   virtual void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
                                 std::span<const float> mass);
+
+  // Decode attention by the source (optional). When the model decodes one token it offers the
+  // layer's attention here after SelectChunks and before any Block(layer, ...) call. A source
+  // that holds blocks in a form Block() would have to convert (quantized blocks: it attends them
+  // from their codes, runtime/quant_attention.h) computes the attention and the chunk masses and
+  // returns true; false (the default) leaves it to the model, which then reads FP16 blocks
+  // through Block(). An error fails the forward pass (a block that does not verify: Corruption).
+  virtual Result<bool> AttendDecode(const DecodeAttention& attention);
 };
 
 // A source that forwards every call to another one: the base of decorators that add to a
@@ -79,6 +104,9 @@ class ForwardingKvBlocks : public KvBlockSource {
   void ObserveAttention(uint32_t layer, std::span<const uint32_t> chunks,
                         std::span<const float> mass) override {
     inner_->ObserveAttention(layer, chunks, mass);
+  }
+  Result<bool> AttendDecode(const DecodeAttention& attention) override {
+    return inner_->AttendDecode(attention);
   }
 
  protected:

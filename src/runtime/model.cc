@@ -177,8 +177,9 @@ Status Model::AttentionBlock(uint32_t layer, uint32_t n_tokens, uint32_t start_p
                 inv_freq_.data());
   }
   KV_RETURN_IF_ERROR(StoreKv(layer, n_tokens, start_pos, kv, kernels));
-  KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv));
-  Attend(n_tokens, start_pos, kernels);
+  bool attended = false;
+  KV_RETURN_IF_ERROR(GatherBlocks(layer, start_pos + n_tokens, n_tokens, kv, kernels, &attended));
+  if (!attended) Attend(n_tokens, start_pos, kernels);
   // A cancelled prefill leaves the attention output half computed: nothing may use it.
   if (Cancelled()) return Status::Aborted("forward pass cancelled");
   if (n_tokens == 1) kv.ObserveAttention(layer, selected_, chunk_mass_);
@@ -217,8 +218,10 @@ Status Model::StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvB
   return Status::Ok();
 }
 
-Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv) {
+Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv,
+                           const AttentionKernels& kernels, bool* attended) {
   const uint32_t block_tokens = kv.Layout().block_tokens;
+  *attended = false;
   const uint32_t chunks = (end_pos + block_tokens - 1) / block_tokens;
   if (n_tokens == 1) {
     // Decode: the source may narrow attention to some chunks (attention-guided selection).
@@ -233,6 +236,23 @@ Status Model::GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, 
     if (selected_.empty() || selected_.back() != chunks - 1) {
       return Status::InvalidArgument("SelectChunks must keep the last chunk");
     }
+    // The source may attend itself (blocks it holds quantized), with the query scaled as
+    // PrepareToken scales it.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    q_scaled_.resize(c.q_dim());
+    for (size_t d = 0; d < c.q_dim(); ++d) q_scaled_[d] = q_[d] * scale;
+    chunk_mass_.assign(selected_.size(), 0.0f);
+    KV_ASSIGN_OR_RETURN(*attended, kv.AttendDecode({.layer = layer,
+                                                    .chunks = selected_,
+                                                    .context_tokens = end_pos,
+                                                    .n_heads = c.n_heads,
+                                                    .n_kv_heads = c.n_kv_heads,
+                                                    .head_dim = c.head_dim,
+                                                    .q = q_scaled_.data(),
+                                                    .kernels = &kernels,
+                                                    .out = att_.data(),
+                                                    .chunk_mass = chunk_mass_.data()}));
+    if (*attended) return Status::Ok();
   } else {
     selected_.resize(chunks);
     std::iota(selected_.begin(), selected_.end(), 0u);

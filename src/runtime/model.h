@@ -101,7 +101,10 @@ class Model {
                         const AttentionKernels& kernels);
   Status StoreKv(uint32_t layer, uint32_t n_tokens, uint32_t start_pos, KvBlockSource& kv,
                  const AttentionKernels& kernels);
-  Status GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv);
+  // Selects the chunks the tokens attend to and reads their blocks, unless the source attended a
+  // decoded token itself (KvBlockSource::AttendDecode: *attended, att_ and chunk_mass_ written).
+  Status GatherBlocks(uint32_t layer, uint32_t end_pos, uint32_t n_tokens, KvBlockSource& kv,
+                      const AttentionKernels& kernels, bool* attended);
   // One thread's working set for attention: the runs of the token it handles, the kernel's
   // scratch, and (helper) the output and log-sum-exps of its part of a decode.
   struct AttendShare {
@@ -137,6 +140,7 @@ class Model {
   std::vector<float> k_;                           // [chunk][kv_dim]
   std::vector<float> v_;                           // [chunk][kv_dim]
   std::vector<float> att_;                         // [chunk][q_dim] attention output.
+  std::vector<float> q_scaled_;                    // [q_dim] decode query offered to the source.
   std::vector<float> hb_;                          // [chunk][hidden]
   std::vector<float> hb2_;                         // [chunk][hidden]
   AttendShare shares_[kAttentionThreadsMax];       // [0] the calling thread's, [1] the helper's.

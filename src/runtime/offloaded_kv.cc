@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "core/assert.h"
-#include "runtime/kernels.h"
 
 namespace kvtier::runtime {
 namespace {
@@ -41,25 +41,169 @@ Result<std::unique_ptr<OffloadedKvBlocks>> OffloadedKvBlocks::Create(OffloadedSe
   return std::unique_ptr<OffloadedKvBlocks>(new OffloadedKvBlocks(seq, quest));
 }
 
+Status OffloadedKvBlocks::AcquireFor(uint32_t layer) {
+  if (acquired_layer_ == layer) return Status::Ok();
+  if (has_selection_[layer] != 0) {
+    acquire_chunks_ = selection_[layer];
+    has_selection_[layer] = 0;
+  } else {
+    acquire_chunks_.resize(seq_->chunks_written(layer));
+    std::iota(acquire_chunks_.begin(), acquire_chunks_.end(), 0u);
+  }
+  KV_RETURN_IF_ERROR(seq_->AcquireLayer(layer, acquire_chunks_));
+  acquired_layer_ = layer;
+  decoded_used_ = 0;
+  return Status::Ok();
+}
+
 Result<std::span<const uint16_t>> OffloadedKvBlocks::Block(uint32_t layer, uint32_t chunk_index) {
   if (layer >= seq_->layout().layers || chunk_index >= seq_->chunks_written(layer)) {
     return Status::NotFound("OffloadedKvBlocks: chunk never written");
   }
-  if (acquired_layer_ != layer) {
-    if (has_selection_[layer] != 0) {
-      acquire_chunks_ = selection_[layer];
-      has_selection_[layer] = 0;
-    } else {
-      acquire_chunks_.resize(seq_->chunks_written(layer));
-      std::iota(acquire_chunks_.begin(), acquire_chunks_.end(), 0u);
-    }
-    KV_RETURN_IF_ERROR(seq_->AcquireLayer(layer, acquire_chunks_));
-    acquired_layer_ = layer;
-  }
+  KV_RETURN_IF_ERROR(AcquireFor(layer));
   if (!std::binary_search(acquire_chunks_.begin(), acquire_chunks_.end(), chunk_index)) {
     return Status::InvalidArgument("OffloadedKvBlocks: Block of a chunk outside the selection");
   }
-  return AsHalves(seq_->DeviceBlock(layer, chunk_index));
+  KV_ASSIGN_OR_RETURN(const DeviceBlockView view, seq_->DeviceView(layer, chunk_index));
+  if (view.codec == 0) return AsHalves(view.bytes);
+  // Held quantized: an FP16 copy for this layer's readers.
+  const KvLayout& l = seq_->layout();
+  const codecs::BlockGeometry g{
+      .tokens = l.block_tokens, .kv_heads = l.kv_heads, .head_dim = l.head_dim, .dtype = l.dtype};
+  if (codec_ == nullptr) {
+    KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());
+    codec_ = std::make_unique<codecs::CodecContext>(std::move(ctx));
+  }
+  if (decoded_used_ == decoded_.size()) {
+    KV_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(l.BlockBytes()));
+    decoded_.push_back(std::move(buffer));
+  }
+  const std::span<std::byte> out = decoded_[decoded_used_++].span().first(l.BlockBytes());
+  const Status s = codecs::DecodeBlock(view.bytes, g, out, codec_.get());
+  if (!s.ok()) {
+    return Status::Corruption("offloaded block (layer " + std::to_string(layer) + ", chunk " +
+                              std::to_string(chunk_index) + ") does not decode: " + s.message());
+  }
+  return AsHalves(out);
+}
+
+OffloadedKvBlocks::Part& OffloadedKvBlocks::PartFor(uint32_t bits, uint32_t group_size) {
+  for (size_t k = 0; k < parts_used_; ++k) {
+    if (parts_[k].bits == bits && parts_[k].group_size == group_size) return parts_[k];
+  }
+  if (parts_used_ == parts_.size()) parts_.emplace_back();
+  Part& p = parts_[parts_used_++];
+  p.bits = bits;
+  p.group_size = group_size;
+  p.raw.clear();
+  p.quant.clear();
+  p.position.clear();
+  return p;
+}
+
+void OffloadedKvBlocks::AttendPart(const DecodeAttention& a, Part& p, float* out,
+                                   float* head_lse) {
+  const size_t runs = p.position.size();
+  part_run_lse_.resize(runs * a.n_heads);
+  if (p.bits == 0) {
+    scratch_.resize(std::max(scratch_.size(), AttendScratchFloats(a.n_heads, runs)));
+    const AttentionKernels& k = a.kernels != nullptr ? *a.kernels : GetAttentionKernels();
+    k.attend_f16({.n_heads = a.n_heads,
+                  .n_kv_heads = a.n_kv_heads,
+                  .head_dim = a.head_dim,
+                  .q = a.q,
+                  .runs = p.raw.data(),
+                  .n_runs = runs,
+                  .out = out,
+                  .head_lse = head_lse,
+                  .run_lse = part_run_lse_.data(),
+                  .scratch = scratch_.data()});
+  } else {
+    QuantAttendArgs qa{.n_heads = a.n_heads,
+                       .n_kv_heads = a.n_kv_heads,
+                       .head_dim = a.head_dim,
+                       .bits = p.bits,
+                       .group_size = p.group_size,
+                       .q = a.q,
+                       .runs = p.quant.data(),
+                       .n_runs = runs,
+                       .out = out,
+                       .head_lse = head_lse,
+                       .run_lse = part_run_lse_.data()};
+    scratch_.resize(std::max(scratch_.size(), QuantAttendScratchFloats(qa)));
+    qa.scratch = scratch_.data();
+    const bool scalar = a.kernels != nullptr && a.kernels->isa == KernelIsa::kScalar;
+    GetQuantAttentionKernels(scalar ? QuantKernelIsa::kScalar : QuantKernelIsa::kAuto)
+        .attend_quant(qa);
+  }
+  for (size_t r = 0; r < runs; ++r) {
+    std::copy_n(part_run_lse_.data() + r * a.n_heads, a.n_heads,
+                run_lse_.data() + size_t{p.position[r]} * a.n_heads);
+  }
+}
+
+Result<bool> OffloadedKvBlocks::AttendDecode(const DecodeAttention& a) {
+  const KvLayout& l = seq_->layout();
+  if (a.layer >= l.layers || a.chunks.empty()) return false;
+  KV_RETURN_IF_ERROR(AcquireFor(a.layer));
+  const size_t kv_dim = size_t{l.kv_heads} * l.head_dim;
+  const uint32_t bt = l.block_tokens;
+  parts_used_ = 0;
+  DecodeAttentionStats read;
+  size_t n = 0;  // Chunks with rows before context_tokens (a prefix of a.chunks).
+  for (; n < a.chunks.size() && uint64_t{a.chunks[n]} * bt < a.context_tokens; ++n) {
+    const uint32_t c = a.chunks[n];
+    if (!std::binary_search(acquire_chunks_.begin(), acquire_chunks_.end(), c)) {
+      return Status::InvalidArgument("OffloadedKvBlocks: attention over a chunk outside the "
+                                     "selection");
+    }
+    const auto rows = static_cast<uint32_t>(std::min<uint64_t>(bt, a.context_tokens - c * bt));
+    KV_ASSIGN_OR_RETURN(const DeviceBlockView view, seq_->DeviceView(a.layer, c));
+    if (view.codec == 0) {
+      const std::span<const uint16_t> h = AsHalves(view.bytes);
+      Part& p = PartFor(0, 0);
+      p.raw.push_back({.k = h.data(), .v = h.data() + size_t{bt} * kv_dim, .rows = rows});
+      p.position.push_back(static_cast<uint32_t>(n));
+      ++read.raw_blocks;
+      read.raw_bytes += view.bytes.size();
+      continue;
+    }
+    const uint32_t bits = view.params.bits();
+    Result<QuantKvRun> run = QuantRunFromEncodedBlock(view.bytes, a.n_kv_heads, a.head_dim, bits,
+                                                      view.params.group_size, rows);
+    if (!run.ok()) {
+      return Status::Corruption("offloaded block (layer " + std::to_string(a.layer) + ", chunk " +
+                                std::to_string(c) +
+                                ") cannot be attended quantized: " + run.status().message());
+    }
+    Part& p = PartFor(bits, view.params.group_size);
+    p.quant.push_back(*run);
+    p.position.push_back(static_cast<uint32_t>(n));
+    ++read.quantized_blocks;
+    read.quantized_bytes += view.bytes.size();
+  }
+  if (read.quantized_blocks == 0) return false;  // All FP16: the model attends as always.
+  const size_t q_dim = size_t{a.n_heads} * a.head_dim;
+  run_lse_.resize(n * a.n_heads);
+  head_lse_.resize(a.n_heads);
+  part_out_.resize(q_dim);
+  part_lse_.resize(a.n_heads);
+  for (size_t k = 0; k < parts_used_; ++k) {
+    if (k == 0) {
+      AttendPart(a, parts_[k], a.out, head_lse_.data());
+      continue;
+    }
+    AttendPart(a, parts_[k], part_out_.data(), part_lse_.data());
+    MergeAttendParts(a.n_heads, a.head_dim, part_out_.data(), part_lse_.data(), a.out,
+                     head_lse_.data());
+  }
+  RunMassFromLse(a.n_heads, n, run_lse_.data(), head_lse_.data(), a.chunk_mass);
+  ++attention_stats_.layers_attended;
+  attention_stats_.quantized_blocks += read.quantized_blocks;
+  attention_stats_.raw_blocks += read.raw_blocks;
+  attention_stats_.quantized_bytes += read.quantized_bytes;
+  attention_stats_.raw_bytes += read.raw_bytes;
+  return true;
 }
 
 Result<std::span<uint16_t>> OffloadedKvBlocks::MutableBlock(uint32_t layer, uint32_t chunk_index) {
