@@ -36,10 +36,14 @@ constexpr ConfigName kConfigNames[] = {
     {DecodeConfig::kResident, "resident"}, {DecodeConfig::kResidentTopk, "resident-topk"},
     {DecodeConfig::kOffload, "offload"},   {DecodeConfig::kLadder, "ladder"},
     {DecodeConfig::kTopk, "topk"},         {DecodeConfig::kReference, "reference"},
+    {DecodeConfig::kLadderDequant, "ladder-dequant"},
 };
 
+bool IsLadder(DecodeConfig c) {
+  return c == DecodeConfig::kLadder || c == DecodeConfig::kLadderDequant;
+}
 bool IsOffloaded(DecodeConfig c) {
-  return c == DecodeConfig::kOffload || c == DecodeConfig::kLadder || c == DecodeConfig::kTopk;
+  return c == DecodeConfig::kOffload || IsLadder(c) || c == DecodeConfig::kTopk;
 }
 bool IsTopk(DecodeConfig c) { return c == DecodeConfig::kTopk || c == DecodeConfig::kResidentTopk; }
 
@@ -277,7 +281,7 @@ struct Budget {
 
 std::optional<codecs::PrecisionLadderOptions> LadderOf(const DecodeBenchOptions& o,
                                                        DecodeConfig config) {
-  if (config != DecodeConfig::kLadder) return std::nullopt;
+  if (!IsLadder(config)) return std::nullopt;
   return o.ladder;
 }
 
@@ -398,6 +402,8 @@ Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeC
   so2.sequence_id = static_cast<uint64_t>(config) + 1;
   so2.depth = {.depth_min = 1, .depth_max = 4, .depth_initial = 1};
   so2.ladder = LadderOf(o, config);
+  so2.ladder_attention = config == DecodeConfig::kLadderDequant ? LadderAttention::kDequantize
+                                                                : LadderAttention::kQuantized;
   so2.codec_threads = o.codec_threads;
   KV_ASSIGN_OR_RETURN(rig->seq, OffloadedSequence::Create(so2, {.device = rig->device.get(),
                                                                 .host = rig->host.get(),
@@ -611,6 +617,11 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
     KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), rig->dir, &r));
     if (IsTopk(config)) r.chunks_attended = Attended(rig->kv->quest_stats());
+    const DecodeAttentionStats& a = rig->kv->attention_stats();
+    const double decoded = o.warmup_tokens + o.tokens;
+    r.quantized_attention = a.quantized_blocks > 0;
+    r.quantized_attention_bytes_per_token = static_cast<double>(a.quantized_bytes) / decoded;
+    r.fp16_attention_bytes_per_token = static_cast<double>(a.raw_bytes) / decoded;
   }
   r.peak_rss_bytes = PeakRssBytes();
   if (!have_reference) {

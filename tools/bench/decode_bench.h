@@ -11,6 +11,10 @@
 //   offload        OffloadedSequence over a CPU device tier (budget: two layers' working sets
 //                  plus the tails), a host tier and the SSD tier, full attention, lossless;
 //   ladder         offload with the INT8/INT4 precision ladder by age below the device tier;
+//                  int8/int4 blocks stay encoded on the device and decode attends them from
+//                  their codes (quantized attention, LadderAttention::kQuantized);
+//   ladder-dequant the same ladder with blocks decoded to FP16 on promotion (the codec threads)
+//                  and attended as FP16 (LadderAttention::kDequantize), for comparison;
 //   topk           offload with Quest selection of top_k chunks and a device budget of KV / 8;
 //   reference      GeneratedKvBlocks: all-resident bytes regenerated on demand (one layer in
 //                  memory), for correctness checks of runs too large for resident memory.
@@ -50,6 +54,7 @@ enum class DecodeConfig : uint8_t {
   kLadder = 3,
   kTopk = 4,
   kReference = 5,
+  kLadderDequant = 6,
 };
 std::string_view DecodeConfigName(DecodeConfig config);
 // InvalidArgument listing the known names.
@@ -89,7 +94,7 @@ struct DecodeBenchOptions {
   // for the sink and the recent window, int8, int4 from int4_age_tokens; no zstd (it does not
   // shrink quantized KV enough to pay for its decode time).
   codecs::PrecisionLadderOptions ladder = DefaultDecodeLadder();
-  uint32_t codec_threads = 2;      // Decoders of the ladder configuration (both cores here).
+  uint32_t codec_threads = 2;      // Decoders of the ladder configurations (both cores here).
   uint32_t attention_threads = 1;  // ForwardOptions::attention_threads of every configuration.
   std::string dir = "/var/tmp/kvtier-bench-decode";  // SSD tier files (removed at the end).
   SyntheticKvOptions context;  // Synthetic models; context_tokens is set from above.
@@ -132,6 +137,12 @@ struct DecodeConfigReport {
   // Share of the blocks acquired in the measured tokens that were on the device already.
   double prefetch_coverage = 0;
   double chunks_attended = 1;  // Fraction of chunks attended (selection).
+  // Quantized attention (ladder): whether decode attended blocks straight from their int8/int4
+  // codes, and the bytes of the blocks it attended per decoded token (mean over all decoded
+  // tokens, warmup included): quantized blocks at their encoded size, FP16 ones at theirs.
+  bool quantized_attention = false;
+  double quantized_attention_bytes_per_token = 0;
+  double fp16_attention_bytes_per_token = 0;
   // Against the reference configuration (itself: exact).
   bool logits_identical = true;
   double greedy_agreement = 1;  // Fraction of tokens whose argmax equals the reference's.

@@ -1,6 +1,8 @@
 // Goal: the decode benchmark's configurations are correct, not only timed: the offloaded
 // lossless run gives logits identical to all-resident (and to the regenerated reference when no
-// resident run is asked for), the ladder and top-k runs stay close to full attention, top-k
+// resident run is asked for), the ladder and top-k runs stay close to full attention (the ladder
+// attending its int8/int4 blocks from their codes, as the report's quantized_attention says, and
+// ladder-dequant decoding them to FP16 first, not attending quantized), top-k
 // selection keeps >= 99 % of greedy tokens on the real stories260K model, the report's accounting
 // is consistent (budgets, roofline from the probe, stall within the token time), and a device
 // budget below one layer's working set is a clear NoSpace error, not a hang; so is a context
@@ -49,10 +51,10 @@ TEST(DecodeBenchTest, ConfigurationsAreCorrectAndAccounted) {
   testing::TempDir dir;
   DecodeBenchOptions o = Small(dir);
   o.configs = {DecodeConfig::kResident, DecodeConfig::kResidentTopk, DecodeConfig::kOffload,
-               DecodeConfig::kLadder, DecodeConfig::kTopk};
+               DecodeConfig::kLadder,   DecodeConfig::kLadderDequant, DecodeConfig::kTopk};
   Result<DecodeBenchReport> r = RunDecodeBench(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ(r->configs.size(), 5u);
+  ASSERT_EQ(r->configs.size(), 6u);
   EXPECT_EQ(r->reference, DecodeConfig::kResident);
   const DecodeConfigReport* resident = r->Find(DecodeConfig::kResident);
   const DecodeConfigReport* offload = r->Find(DecodeConfig::kOffload);
@@ -64,11 +66,27 @@ TEST(DecodeBenchTest, ConfigurationsAreCorrectAndAccounted) {
   EXPECT_EQ(offload->greedy_agreement, 1.0);
   EXPECT_GT(ladder->attention_cosine_mean, 0.99);
   EXPECT_GE(ladder->greedy_agreement, 0.8);
+  const DecodeConfigReport* dequant = r->Find(DecodeConfig::kLadderDequant);
+  ASSERT_NE(dequant, nullptr);
+  EXPECT_GT(dequant->attention_cosine_mean, 0.99);
+  EXPECT_GE(dequant->greedy_agreement, 0.8);
+  // Only the ladder attends quantized blocks, and they are fewer bytes than FP16 would be.
+  EXPECT_TRUE(ladder->quantized_attention);
+  EXPECT_GT(ladder->quantized_attention_bytes_per_token, 0.0);
+  EXPECT_GT(ladder->fp16_attention_bytes_per_token, 0.0);  // Sink and recent window.
+  EXPECT_FALSE(dequant->quantized_attention);
+  EXPECT_EQ(dequant->quantized_attention_bytes_per_token, 0.0);
+  for (const DecodeConfigReport* c : {resident, offload, topk}) {
+    EXPECT_FALSE(c->quantized_attention) << DecodeConfigName(c->config);
+  }
+  const double kv_per_token = static_cast<double>(r->kv_bytes);
+  EXPECT_LT(ladder->quantized_attention_bytes_per_token + ladder->fp16_attention_bytes_per_token,
+            0.75 * kv_per_token);
   EXPECT_LT(topk->chunks_attended, 0.5);
   // Selection is the same computation resident or offloaded.
   EXPECT_EQ(topk->greedy_agreement, resident_topk->greedy_agreement);
   EXPECT_EQ(topk->attention_cosine_min, resident_topk->attention_cosine_min);
-  for (const DecodeConfigReport* c : {offload, ladder, topk}) {
+  for (const DecodeConfigReport* c : {offload, ladder, dequant, topk}) {
     EXPECT_EQ(c->ms_per_token.size(), o.tokens);
     EXPECT_LE(c->stall_ms_per_token, c->ms_per_token_max);
     EXPECT_GT(c->ssd_read_bytes_per_token, 0.0) << DecodeConfigName(c->config);

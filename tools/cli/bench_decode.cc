@@ -102,6 +102,9 @@ nlohmann::ordered_json ConfigJson(const runtime::DecodeConfigReport& r) {
   j["blocks_demand"] = r.blocks_demand;
   j["prefetch_coverage"] = r.prefetch_coverage;
   j["chunks_attended"] = r.chunks_attended;
+  j["quantized_attention"] = r.quantized_attention;
+  j["quantized_attention_bytes_per_token"] = r.quantized_attention_bytes_per_token;
+  j["fp16_attention_bytes_per_token"] = r.fp16_attention_bytes_per_token;
   j["logits_identical"] = r.logits_identical;
   j["greedy_agreement"] = r.greedy_agreement;
   j["attention_cosine_min"] = r.attention_cosine_min;
@@ -135,6 +138,7 @@ void PrintJson(const runtime::DecodeBenchReport& report) {
               {DecodeConfig::kResidentTopk, "resident_topk_ms_per_token"},
               {DecodeConfig::kOffload, "offload_ms_per_token"},
               {DecodeConfig::kLadder, "ladder_ms_per_token"},
+              {DecodeConfig::kLadderDequant, "ladder_dequant_ms_per_token"},
               {DecodeConfig::kTopk, "topk_ms_per_token"},
               {DecodeConfig::kReference, "reference_ms_per_token"}};
   for (const auto& k : keys) {
@@ -158,6 +162,27 @@ void PrintJson(const runtime::DecodeBenchReport& report) {
       rt != nullptr && topk != nullptr) {
     j["topk_over_resident_topk"] = topk->ms_per_token_median / rt->ms_per_token_median;
   }
+  const runtime::DecodeConfigReport* ladder = report.Find(DecodeConfig::kLadder);
+  if (ladder != nullptr && offload != nullptr) {
+    j["ladder_over_offload"] = ladder->ms_per_token_median / offload->ms_per_token_median;
+  }
+  if (ladder != nullptr && ladder->roofline_ms_per_token > 0) {
+    j["ladder_over_roofline"] = ladder->over_roofline;
+  }
+  if (const runtime::DecodeConfigReport* dq = report.Find(DecodeConfig::kLadderDequant);
+      ladder != nullptr && dq != nullptr) {
+    j["ladder_over_ladder_dequant"] = ladder->ms_per_token_median / dq->ms_per_token_median;
+  }
+  // Per configuration: whether decode attended int8/int4 blocks from their codes, over how many
+  // bytes per token.
+  nlohmann::ordered_json quantized = nlohmann::ordered_json::object();
+  for (const runtime::DecodeConfigReport& r : report.configs) {
+    quantized[std::string(runtime::DecodeConfigName(r.config))] = {
+        {"attended_quantized", r.quantized_attention},
+        {"quantized_bytes_per_token", r.quantized_attention_bytes_per_token},
+        {"fp16_bytes_per_token", r.fp16_attention_bytes_per_token}};
+  }
+  j["quantized_attention"] = quantized;
   nlohmann::ordered_json configs = nlohmann::ordered_json::array();
   for (const runtime::DecodeConfigReport& r : report.configs) configs.push_back(ConfigJson(r));
   j["configs"] = configs;
@@ -177,8 +202,22 @@ void PrintText(const runtime::DecodeBenchReport& report) {
                   r.stall_ms_per_token, r.ssd_read_bytes_per_token / double(kMiB),
                   r.roofline_ms_per_token, r.depth);
     }
-    std::printf("  agree %.3f  cos min %.4f%s\n", r.greedy_agreement, r.attention_cosine_min,
+    std::printf("  agree %.3f  cos min %.4f%s", r.greedy_agreement, r.attention_cosine_min,
                 r.logits_identical ? "  logits identical" : "");
+    if (r.quantized_attention) {
+      std::printf("  quantized attention %.0f MiB/token",
+                  r.quantized_attention_bytes_per_token / double(kMiB));
+    }
+    std::printf("\n");
+  }
+  const runtime::DecodeConfigReport* ladder = report.Find(runtime::DecodeConfig::kLadder);
+  const runtime::DecodeConfigReport* offload = report.Find(runtime::DecodeConfig::kOffload);
+  if (ladder != nullptr && offload != nullptr) {
+    std::printf("ladder/offload %.3f", ladder->ms_per_token_median / offload->ms_per_token_median);
+    if (ladder->roofline_ms_per_token > 0) {
+      std::printf("  ladder over roofline %.3f", ladder->over_roofline);
+    }
+    std::printf("\n");
   }
 }
 
@@ -207,7 +246,8 @@ BenchDecode::BenchDecode(CLI::App* bench)
                    "Synthetic context: heavy-hitter tokens per layer (0 = spread attention)");
   app_->add_option("--salient-scale", salient_scale_, "Synthetic context: their key norm");
   app_->add_option("--configs", configs_,
-                   "resident, resident-topk, offload, ladder, topk, reference (comma list)")
+                   "resident, resident-topk, offload, ladder, ladder-dequant, topk, reference "
+                   "(comma list)")
       ->delimiter(',');
   app_->add_option("--dir", dir_, "Directory for the SSD tier and the fio probe");
   app_->add_option("--seed", seed_, "Weights and context seed");
