@@ -229,6 +229,14 @@ expect_ok bench_decode "\"resident_ms_per_token\"" "\"offload_ms_per_token\"" \
   bench decode --model synthetic:tinyllama-1.1b --layers 2 --dim 64 --context 1024 \
   --block-tokens 16 --tokens 2 --top-k 8 --dir "$TMP/decode" --json
 [[ -z "$(ls "$TMP/decode")" ]] || fail "bench decode left files behind: $(ls "$TMP/decode")"
+# The ladder attends its int8/int4 blocks (older than 2,048 tokens; 4 layers, so that the device
+# budget of two layers' working sets sends blocks down) quantized, ladder-dequant decodes them.
+expect_ok bench_decode_ladder "\"quantized_attention\"" "\"attended_quantized\": true" \
+  "\"attended_quantized\": false" "\"ladder_dequant_ms_per_token\"" "\"ladder_over_offload\"" \
+  "\"ladder_over_roofline\"" -- \
+  bench decode --model synthetic:tinyllama-1.1b --layers 4 --dim 64 --context 4096 \
+  --block-tokens 16 --tokens 2 --configs resident,offload,ladder,ladder-dequant \
+  --dir "$TMP/decode" --json
 expect_fail decode_model "unknown" bench decode --model synthetic:nope --dir "$TMP/decode"
 expect_fail decode_file "$TMP/nope.bin" bench decode --model "$TMP/nope.bin" --dir "$TMP/decode"
 expect_fail decode_config "unknown configuration 'fast'" bench decode --configs resident,fast \
