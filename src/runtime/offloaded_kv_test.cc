@@ -15,7 +15,8 @@
 // keeps cosine >= 0.999 (all old blocks int8) or >= 0.99 (int4) at every decoded token, and the
 // greedy tokens agree on every step; decode attention then goes through the source
 // (DecodeAttentionStats) and nothing is decoded on the codec threads. A device block whose header
-// is damaged fails the attention with Corruption naming it, and so does Block() of it.
+// is damaged fails the attention with Corruption naming it, and so does Block() of it. With top-k
+// selection the selected quantized chunks are attended quantized, matching the dequantize mode.
 #include "runtime/offloaded_kv.h"
 
 #include <gtest/gtest.h>
@@ -236,57 +237,85 @@ codecs::PrecisionLadderOptions TestLadder(bool int4) {
   return l;
 }
 
+struct ModeComparison {
+  Offloaded quant, dequant;
+  double cos_min = 1;
+  uint32_t agree = 0;
+};
+
+constexpr uint32_t kLadderSteps = 8;
+
+// Prefills the same ladder sequence in the quantized and the dequantize mode and decodes
+// kLadderSteps tokens (the dequantized run's greedy tokens) in both, comparing every layer's
+// attention output and the greedy token.
+void CompareLadderModes(Model& model, bool int4, const QuestOptions& quest, ModeComparison* r) {
+  const std::vector<uint32_t> prompt = Prompt(model.config().vocab_size);
+  r->quant = MakeOffloaded(model, kBudget, 1, quest, 0, {.ladder = TestLadder(int4)});
+  const LadderSetup dequant{.ladder = TestLadder(int4), .attention = LadderAttention::kDequantize};
+  r->dequant = MakeOffloaded(model, kBudget, 1, quest, 0, dequant);
+  std::vector<float> want, got;
+  KV_CHECK_OK(model.Forward(prompt, 0, *r->dequant.kv, {.chunk_tokens = 256}, &want));
+  KV_CHECK_OK(model.Forward(prompt, 0, *r->quant.kv, {.chunk_tokens = 256}, &got));
+  for (uint32_t s = 0; s < kLadderSteps; ++s) {
+    const uint32_t token = Argmax(want);
+    Outputs a, b;
+    KV_CHECK_OK(
+        model.Forward(std::span(&token, 1), kContext + s, *r->dequant.kv, {.probe = &a}, &want));
+    KV_CHECK_OK(
+        model.Forward(std::span(&token, 1), kContext + s, *r->quant.kv, {.probe = &b}, &got));
+    ASSERT_EQ(a.rows.size(), b.rows.size());
+    for (size_t l = 0; l < a.rows.size(); ++l) {
+      r->cos_min = std::min(r->cos_min, Cosine(a.rows[l], b.rows[l]));
+    }
+    r->agree += Argmax(got) == Argmax(want) ? 1u : 0u;
+  }
+}
+
 TEST(OffloadedKvTest, QuantizedAttentionMatchesDequantizedWithinTolerance) {
   std::unique_ptr<Model> model = TestModel();
-  const std::vector<uint32_t> prompt = Prompt(model->config().vocab_size);
   for (const bool int4 : {false, true}) {
-    Offloaded quant = MakeOffloaded(*model, kBudget, 1, {}, 0, {.ladder = TestLadder(int4)});
-    Offloaded dequant =
-        MakeOffloaded(*model, kBudget, 1, {}, 0,
-                      {.ladder = TestLadder(int4), .attention = LadderAttention::kDequantize});
-    std::vector<float> want, got;
-    KV_CHECK_OK(model->Forward(prompt, 0, *dequant.kv, {.chunk_tokens = 256}, &want));
-    KV_CHECK_OK(model->Forward(prompt, 0, *quant.kv, {.chunk_tokens = 256}, &got));
-    double cos_min = 1;
-    uint32_t agree = 0;
-    constexpr uint32_t kSteps = 8;
-    for (uint32_t s = 0; s < kSteps; ++s) {
-      const uint32_t token = Argmax(want);  // Both decode the dequantized run's greedy tokens.
-      Outputs a, b;
-      KV_CHECK_OK(model->Forward(std::span(&token, 1), kContext + s, *dequant.kv, {.probe = &a},
-                                 &want));
-      KV_CHECK_OK(model->Forward(std::span(&token, 1), kContext + s, *quant.kv, {.probe = &b},
-                                 &got));
-      ASSERT_EQ(a.rows.size(), b.rows.size());
-      for (size_t l = 0; l < a.rows.size(); ++l) {
-        cos_min = std::min(cos_min, Cosine(a.rows[l], b.rows[l]));
-      }
-      agree += Argmax(got) == Argmax(want) ? 1u : 0u;
-    }
+    ModeComparison r;
+    CompareLadderModes(*model, int4, {}, &r);
     std::printf("%s: attention output cosine min %.9f, greedy agreement %u/%u\n",
-                int4 ? "int4" : "int8", cos_min, agree, kSteps);
-    EXPECT_GE(cos_min, int4 ? 0.99 : 0.999);
-    EXPECT_EQ(agree, kSteps);
-    const DecodeAttentionStats& st = quant.kv->attention_stats();
-    EXPECT_EQ(st.layers_attended, uint64_t{kSteps} * model->config().n_layers);
+                int4 ? "int4" : "int8", r.cos_min, r.agree, kLadderSteps);
+    EXPECT_GE(r.cos_min, int4 ? 0.99 : 0.999);
+    EXPECT_EQ(r.agree, kLadderSteps);
+    const DecodeAttentionStats& st = r.quant.kv->attention_stats();
+    EXPECT_EQ(st.layers_attended, uint64_t{kLadderSteps} * model->config().n_layers);
     EXPECT_GT(st.quantized_blocks, 0u);
     EXPECT_GT(st.raw_blocks, 0u);  // The sink and the recent window.
     // An int8 block of 16 tokens in groups of 16 is 0.63x of FP16, an int4 one 0.38x: the int4
     // ladder attends mostly int4 codes.
     const double block_share = static_cast<double>(st.quantized_bytes) /
                                static_cast<double>(st.quantized_blocks) /
-                               static_cast<double>(quant.seq->layout().BlockBytes());
+                               static_cast<double>(r.quant.seq->layout().BlockBytes());
     if (int4) {
       EXPECT_LT(block_share, 0.45);
     } else {
       EXPECT_NEAR(block_share, 0.63, 0.01);
     }
-    EXPECT_EQ(dequant.kv->attention_stats().layers_attended, 0u);
-    EXPECT_EQ(quant.seq->Stats().blocks_decoded, 0u);
-    EXPECT_GT(quant.seq->Stats().blocks_promoted_encoded, 0u);
-    EXPECT_LE(quant.seq->Stats().device_blocks_peak, kBudget);
-    EXPECT_LT(quant.seq->Stats().bytes_host_to_device, dequant.seq->Stats().bytes_host_to_device);
+    const OffloadStats q = r.quant.seq->Stats();
+    EXPECT_EQ(r.dequant.kv->attention_stats().layers_attended, 0u);
+    EXPECT_EQ(q.blocks_decoded, 0u);
+    EXPECT_GT(q.blocks_promoted_encoded, 0u);
+    EXPECT_LE(q.device_blocks_peak, kBudget);
+    EXPECT_LT(q.bytes_host_to_device, r.dequant.seq->Stats().bytes_host_to_device);
   }
+}
+
+TEST(OffloadedKvTest, QuantizedAttentionFollowsTheSelection) {
+  // Top-k selection over a ladder sequence: the selected quantized chunks are attended quantized,
+  // and the outputs match the dequantize mode's selection of the same chunks.
+  std::unique_ptr<Model> model = TestModel();
+  ModeComparison r;
+  CompareLadderModes(*model, false, {.top_k = 8}, &r);
+  std::printf("top-8 int8: attention output cosine min %.9f, greedy agreement %u/%u\n", r.cos_min,
+              r.agree, kLadderSteps);
+  EXPECT_GE(r.cos_min, 0.999);
+  EXPECT_EQ(r.agree, kLadderSteps);
+  const QuestStats& q = r.quant.kv->quest_stats();
+  EXPECT_LT(q.chunks_selected, q.chunks_considered);
+  EXPECT_GT(r.quant.kv->attention_stats().quantized_blocks, 0u);
 }
 
 TEST(OffloadedKvTest, DamagedQuantizedDeviceBlockFailsClosed) {
