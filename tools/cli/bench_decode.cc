@@ -195,7 +195,7 @@ void PrintText(const runtime::DecodeBenchReport& report) {
               report.layout.head_dim, report.context_tokens,
               static_cast<double>(report.kv_bytes) / double(kMiB), report.tokens);
   for (const runtime::DecodeConfigReport& r : report.configs) {
-    std::printf("%-13s %8.1f ms/token (%.1f-%.1f)", std::string(DecodeConfigName(r.config)).c_str(),
+    std::printf("%-14s %8.1f ms/token (%.1f-%.1f)", std::string(DecodeConfigName(r.config)).c_str(),
                 r.ms_per_token_median, r.ms_per_token_min, r.ms_per_token_max);
     if (r.device_budget_bytes != 0) {
       std::printf("  stall %.1f  ssd %.0f MiB/token  roofline %.1f ms  depth %u",
