@@ -166,7 +166,8 @@ def plot_ssd(plt, report):
 # decode: kvtier bench decode --json.
 
 DECODE_TITLES = {"resident": "resident", "resident-topk": "resident\ntop-k",
-                 "offload": "offload", "ladder": "ladder\n(int8/int4)", "topk": "top-k",
+                 "offload": "offload", "ladder": "ladder\n(int8/int4)",
+                 "ladder-dequant": "ladder\n(to FP16)", "topk": "top-k",
                  "reference": "reference"}
 
 
