@@ -402,12 +402,16 @@ Status OffloadedSequence::LoadToDevice(std::span<const size_t> indexes, uint32_t
       break;
     }
     e.device_slot = *slot;
+    e.device_codec = 0;
+    e.device_bytes = static_cast<uint32_t>(block_bytes_);
     TrackDevice(i, true);
     status = e.host_event.Wait();  // A write-back into the host slot finished.
     if (!status.ok()) break;
     const bool copy = e.host_codec == 0 || KeepsEncoded(e.host_codec);
-    e.device_codec = copy ? e.host_codec : 0;
-    e.device_bytes = e.device_codec != 0 ? e.host_bytes : static_cast<uint32_t>(block_bytes_);
+    if (copy && e.host_codec != 0) {
+      e.device_codec = e.host_codec;
+      e.device_bytes = e.host_bytes;
+    }
     if (copy) {
       regions_.push_back(
           {tiers_.device->SlotData(e.device_slot), HostData(e.host_slot), e.device_bytes});
