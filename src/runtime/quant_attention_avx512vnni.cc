@@ -381,28 +381,17 @@ struct Vec16Vnni : Vec16 {
                                            size_t run_rows_left, const qattn::Geometry& g,
                                            const qattn::Scratch& sc) {
     const IntValues v = CarveIntValues(a, g, sc.int_values);
-    // The next step's value parameters, which QuantizeWeights reads first thing (without this
-    // they came from DRAM at the start of every step).
-    const size_t next_rows = std::min(qattn::kStep, run_rows_left - n);
-    const size_t next = 2 * (r0 + n) * g.value_groups;
-    qattn::PrefetchBytes<Vec16>(view.v_scale + next, 2 * next_rows * g.value_groups);
-    qattn::PrefetchBytes<Vec16>(view.v_zero + next, 2 * next_rows * g.value_groups);
     QuantizeWeights<Bits>(a, view, r0, n, g, sc, v);
     const uint8_t* codes = view.v_codes + r0 * g.channels * Bits / 8;
     constexpr size_t kRows = 8;
-    // Codes are prefetched two row groups ahead: with integer weights a row group takes less
-    // time than with float ones (INT4 on MHA: 2.19x of FP16 one group ahead, 2.26x two ahead,
-    // 2.23x three, interleaved on the shared machine; INT8 the same within its noise).
-    constexpr size_t kAheadGroups = 2;
     constexpr size_t kMaxTile = Bits == 8 ? 4 : 2;
     for (size_t r = 0; r < n; r += kRows) {
       const size_t quads = (std::min(kRows, n - r) + 3) / 4;
-      const size_t target = r + kAheadGroups * kRows;
-      const size_t ahead = std::min(kRows, run_rows_left - std::min(run_rows_left, target));
+      const size_t ahead = std::min(kRows, run_rows_left - std::min(run_rows_left, r + kRows));
       for (uint32_t kv = 0; kv < g.n_kv_heads; ++kv) {
         const size_t c0 = size_t{kv} * g.head_dim;
         for (size_t k = 0; k < ahead; ++k) {
-          qattn::PrefetchCodes<Bits>(codes, (target + k) * g.channels + c0, g.head_dim);
+          qattn::PrefetchCodes<Bits>(codes, (r + kRows + k) * g.channels + c0, g.head_dim);
         }
         size_t h = size_t{kv} * g.group;
         const size_t h_end = h + g.group;

@@ -20,29 +20,15 @@
 //       INT8 >= 0.99999, INT4 >= 0.998). On zero-mean noise, where outputs are averages of noise
 //       as small as their averaged quantization error, INT8 still gives >= 0.9998 while INT4
 //       gives 0.975-0.986, so that case is held to 0.97 (the codec's limit, not the kernel's).
-//   (c) AVX2 and AVX-512 against the scalar reference, and AVX-512 VNNI against the integer
-//       reference (ref::AttendQuantQ15P8: integer scores and weights): outputs within 1e-4,
-//       log-sum-exps within 1e-5 relative, run masses within 1e-5, the masses summing to 1.
+//   (c) AVX2 and AVX-512 against the scalar reference, and AVX-512 VNNI against the integer-score
+//       reference (ref::AttendQuantQ15): outputs within 1e-4, log-sum-exps within 1e-5 relative,
+//       run masses within 1e-5, the masses summing to 1.
 //   (d) Integer scores: with one row a head's log-sum-exp is its score, which must be the 15-bit
 //       query's integer dot product with the codes, scaled, plus q . k_zero (computed here from
 //       the block's codes and parameters), and differ from the float reference's score. (b)
 //       holds for the integer-score reference and for the dispatched kernel (VNNI where the CPU
 //       has it), also on MHA with head_dim 128 (measured INT8 >= 0.99999 structured, >= 0.99985
 //       on noise; INT4 >= 0.998 structured, 0.975-0.988 on noise).
-//   (e) Integer weights: over one step, ref::AttendQuantQ15P8's outputs are the contract's
-//       (quant_attention.h) computed here from the codes, scales and zero points (within 1e-5;
-//       measured 1.6e-7), and the float P.V of ref::AttendQuantQ15 is not (measured 9e-3 away).
-//   (f) The VNNI kernel against ref::AttendQuantQ15P8 on 40 random shapes (1-4 KV heads, GQA
-//       groups 1-8, head_dim 64/80/128/256, group sizes 16-256, blocks of 16-256 tokens, partial
-//       last blocks, INT8 and INT4, structured, noise and extreme data: value scales 10^6 apart
-//       within a step, peaked softmax): outputs within 1e-5 of 1 + |out| but where a weight
-//       sits on a rounding tie (the kernel's e_t = p_t / p_max differs from exp(score - max) in
-//       the last bit, so w_t may be one off): at most 1 % of outputs (measured 0.4 %), each
-//       within 2e-3 (measured <= 6.1e-4); and nearer to it than to the float P.V wherever those
-//       differ by 1e-5. The cosines of (b) hold for the dispatched (VNNI) kernel and for
-//       ref::AttendQuantQ15P8 (measured INT8 >= 0.99997 structured, >= 0.99982 noise; INT4
-//       >= 0.9979 structured, >= 0.9750 noise; with float P.V, ref::AttendQuantQ15: 0.99999,
-//       0.99985, 0.9980, 0.9753).
 // Shapes: head_dim 64, 80 and 128 (and 24, 40 and 8, which the wider versions hand down), MHA and
 // GQA groups of 2, 3 and 4, group sizes 8, 24, 32 and 64, runs of partial blocks (the last block's
 // rows < its tokens, blocks of 48 and 256 tokens), one-row runs; attention split into two
