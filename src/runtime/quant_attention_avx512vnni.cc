@@ -75,10 +75,9 @@ struct IntValues {
   int32_t* grel;       // [pairs_padded] group - gbase.
   int32_t* hbase;      // [windows]
   int32_t* gbase;      // [windows]
-  float* pmax;         // [n_heads] the step's largest weight (read 16 from a window's first head).
+  float* pmax;         // [n_heads] the step's largest weight.
   int32_t* lane_pair;  // [4][16] per chunk (INT8) or half chunk (INT4, 2 per chunk): each lane's
                        // pair - the pair of the chunk's first channel.
-  int32_t* block_pair;  // [16] pair of the 16 channels from 16 b of a head - pair of its first.
 };
 
 inline IntValues CarveIntValues(const QuantAttendArgs& a, const qattn::Geometry& g,
@@ -106,7 +105,6 @@ inline IntValues CarveIntValues(const QuantAttendArgs& a, const qattn::Geometry&
   v.pmax = p;
   p += a.n_heads;
   v.lane_pair = reinterpret_cast<int32_t*>(p);
-  v.block_pair = v.lane_pair + 64;
   return v;
 }
 
@@ -194,7 +192,6 @@ struct Vec16Vnni : Vec16 {
         v.lane_pair[16 * vec + lane] = static_cast<int32_t>((d0 + block) / hc - d0 / hc);
       }
     }
-    for (size_t b = 0; b < 16; ++b) v.block_pair[b] = static_cast<int32_t>(16 * b / hc);
   }
 
   // A step's quantized weights (IntValues: wt, kk, f, zt, wsum), from its weights p in sc.s.
@@ -206,6 +203,7 @@ struct Vec16Vnni : Vec16 {
     const size_t gv = g.value_groups;
     const size_t quads = (n + 3) / 4;
     const size_t pp = v.l.pairs_padded;
+    const size_t gph = v.l.groups_per_head;
     // The largest value scale of each group over the step's rows.
     for (size_t g0 = 0; g0 < gv; g0 += 16) {
       const __mmask16 mask = gv - g0 >= 16 ? __mmask16{0xffff} : __mmask16((1u << (gv - g0)) - 1);
@@ -217,33 +215,15 @@ struct Vec16Vnni : Vec16 {
       _mm512_storeu_ps(v.sigma + g0, m);
     }
     for (size_t h = 0; h < a.n_heads; ++h) {
-      v.pmax[h] = qattn::MaxN<Vec16>(sc.s + h * qattn::kStep, n);
+      const float* p = sc.s + h * qattn::kStep;
+      v.pmax[h] = qattn::MaxN<Vec16>(p, n);
+      for (size_t t = 0; t < 4 * quads; ++t) v.pt[t * v.l.pt_stride + h] = t < n ? p[t] : 0.0f;
     }
-    // pt[t][h] = s[h][t] (0 past n), 16 heads at a time.
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (size_t h0 = 0; h0 < a.n_heads; h0 += 16) {
-      const size_t heads = std::min<size_t>(16, a.n_heads - h0);
-      const auto mask = static_cast<__mmask16>((1u << heads) - 1);
-      const __m512i rows = _mm512_mullo_epi32(lane, _mm512_set1_epi32(qattn::kStep));
-      const float* base = sc.s + h0 * qattn::kStep;
-      for (size_t t = 0; t < 4 * quads; ++t) {
-        const __m512 p = t < n ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, rows,
-                                                          base + t, 4)
-                               : _mm512_setzero_ps();
-        _mm512_storeu_ps(v.pt + t * v.l.pt_stride + h0, p);
-      }
-    }
-    // Per pair: kk = 255 / (largest weight * sigma), 0 where that is 0 and past the pairs.
-    for (size_t w = 0; w < v.windows; ++w) {
-      const __m512 pmax = _mm512_permutexvar_ps(_mm512_loadu_si512(v.hrel + 16 * w),
-                                                _mm512_loadu_ps(v.pmax + v.hbase[w]));
-      const __m512 sigma = _mm512_permutexvar_ps(_mm512_loadu_si512(v.grel + 16 * w),
-                                                 _mm512_loadu_ps(v.sigma + v.gbase[w]));
-      const size_t real = std::min<size_t>(16, v.l.pairs - 16 * w);
-      const __m512 d = _mm512_maskz_mul_ps(static_cast<__mmask16>((1u << real) - 1), pmax, sigma);
-      const __mmask16 positive = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ);
-      _mm512_storeu_ps(v.kk + 16 * w, _mm512_maskz_div_ps(positive, _mm512_set1_ps(255.0f), d));
-      _mm512_storeu_ps(v.f + 16 * w, _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 255.0f)));
+    for (size_t k = 0; k < pp; ++k) {
+      const size_t w = k / 16;
+      const float d = k < v.l.pairs ? v.pmax[k / gph] * v.sigma[v.gbase[w] + v.grel[k]] : 0.0f;
+      v.kk[k] = d > 0.0f ? 255.0f / d : 0.0f;
+      v.f[k] = d / 255.0f;
     }
     constexpr float kMid = Bits == 8 ? 128.0f : 8.0f;
     for (size_t w = 0; w < v.windows; ++w) {
@@ -294,9 +274,8 @@ struct Vec16Vnni : Vec16 {
     for (size_t i = 0; i < H; ++i) {
 #pragma GCC unroll 8
       for (size_t k = 0; k < kAcc; ++k) {
-        acc[i * kAcc + k] = r == 0 ? _mm512_setzero_si512()
-                                   : _mm512_loadu_si512(v.acc + (h + i) * v.l.acc_stride +
-                                                        chunk * 16 * kAcc + 16 * k);
+        acc[i * kAcc + k] =
+            _mm512_loadu_si512(v.acc + (h + i) * v.l.acc_stride + chunk * 16 * kAcc + 16 * k);
       }
     }
     const size_t bytes_left = (g.head_dim - d0) * Bits / 8;
@@ -308,21 +287,14 @@ struct Vec16Vnni : Vec16 {
     size_t pair0[H];
 #pragma GCC unroll 4
     for (size_t i = 0; i < H; ++i) {
-      pair0[i] = (h + i) * v.l.groups_per_head + static_cast<size_t>(v.block_pair[d0 / 16]);
+      pair0[i] = (h + i) * v.l.groups_per_head + d0 / v.l.head_channels;
     }
-    const size_t row_bytes = g.channels * Bits / 8;
-    const uint8_t* first = codes + (r * g.channels + c0 + d0) * Bits / 8;
     for (size_t quad = 0; quad < quads; ++quad) {
       __m512i rows[4], t[4];
-      const uint8_t* quad_rows = first + 4 * quad * row_bytes;
-      size_t offset[4] = {0, row_bytes, 2 * row_bytes, 3 * row_bytes};
-      const size_t valid = n - r - 4 * quad;
-      if (valid < 4) {  // The last quad of a step: rows past n repeat row n - 1 (they weigh 0).
-        for (size_t i = valid; i < 4; ++i) offset[i] = (valid - 1) * row_bytes;
-      }
 #pragma GCC unroll 4
       for (size_t i = 0; i < 4; ++i) {
-        rows[i] = _mm512_maskz_loadu_epi8(mask, quad_rows + offset[i]);
+        const size_t row = std::min(r + 4 * quad + i, n - 1);  // Rows past n weigh 0.
+        rows[i] = _mm512_maskz_loadu_epi8(mask, codes + (row * g.channels + c0 + d0) * Bits / 8);
         if constexpr (Bits == 8) {  // code - 128 as int8.
           rows[i] = _mm512_xor_si512(rows[i], _mm512_set1_epi8(static_cast<char>(0x80)));
         }
@@ -382,6 +354,7 @@ struct Vec16Vnni : Vec16 {
                                            const qattn::Scratch& sc) {
     const IntValues v = CarveIntValues(a, g, sc.int_values);
     QuantizeWeights<Bits>(a, view, r0, n, g, sc, v);
+    std::fill_n(v.acc, a.n_heads * v.l.acc_stride, 0);
     const uint8_t* codes = view.v_codes + r0 * g.channels * Bits / 8;
     constexpr size_t kRows = 8;
     constexpr size_t kMaxTile = Bits == 8 ? 4 : 2;
@@ -436,8 +409,7 @@ struct Vec16Vnni : Vec16 {
           }
         }
         for (size_t m = 0; m < kAcc && d0 + 16 * m < g.head_dim; ++m) {
-          const size_t k =
-              h * v.l.groups_per_head + static_cast<size_t>(v.block_pair[d0 / 16 + m]);
+          const size_t k = h * v.l.groups_per_head + (d0 + 16 * m) / v.l.head_channels;
           __m512i sums = x[m];
           if constexpr (Bits == 4) {  // Codes 0..15 were summed: A = sum w (code - 8).
             sums = _mm512_sub_epi32(sums, _mm512_set1_epi32(8 * v.wsum[k]));

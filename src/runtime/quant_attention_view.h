@@ -52,10 +52,10 @@ inline IntValueLayout IntValueLayoutOf(size_t n_heads, size_t head_dim, size_t c
   l.pt_stride = n_heads + 16;
   // Accumulators; the weights of kStep / 4 token quads and 8 per-pair arrays; the transposed
   // weights; the step's largest value scale per group; each head's largest weight; 4 index
-  // vectors and a table of 16.
+  // vectors.
   l.floats = n_heads * l.acc_stride + (kQuantAttendStepRows / 4 + 8) * l.pairs_padded +
              kQuantAttendStepRows * l.pt_stride + ValueGroups(channels, group_size) + 16 +
-             n_heads + 80;
+             n_heads + 64;
   return l;
 }
 
