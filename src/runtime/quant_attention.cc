@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <vector>
 
 #include "codecs/block_format.h"
 #include "codecs/kernels.h"
@@ -48,10 +47,8 @@ size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
   // The integer-score version adds each head's query as two int8 halves (each head_dim rounded
   // up to 128 bytes) and its scale.
   const size_t query_bytes = (size_t{a.head_dim} + 127) / 128 * 128;
-  // The integer P.V version adds its own part (qattn::IntValueLayout).
   return n_heads * (4 + kQuantAttendStepRows + a.head_dim + a.n_runs) + 2 * 8 * value_groups +
-         channels / 8 + n_heads * (2 * query_bytes / sizeof(float) + 1) +
-         qattn::IntValueLayoutOf(n_heads, a.head_dim, channels, a.group_size).floats;
+         channels / 8 + n_heads * (2 * query_bytes / sizeof(float) + 1);
 }
 
 Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
@@ -136,43 +133,7 @@ float Q15Score(const Dequantizer& b, size_t row, const float* q, size_t c0, size
   return static_cast<float>(dot) * (m / 16256.0f) + bias;
 }
 
-// One head's weighted values over one step of a run (rows [r0, r0 + n), the integer P.V
-// contract, quant_attention.h): out[d] += lift * (float(A_d) * sigma_g / 255 + z_g) with
-// e_t = exp(score_t - step max), w_t = round-to-nearest-even(e_t * s_tg * (255 / sigma_g)),
-// A_d = sum_t w_t * (code_td - mid) (exact int32) and z_g = sum_t e_t * (zero_tg + mid * s_tg).
-void AddStepValuesP8(const Dequantizer& b, size_t r0, size_t n, const float* scores, float lift,
-                     size_t c0, size_t head_dim, float* out) {
-  const float step_max = *std::max_element(scores, scores + n);
-  const size_t value_groups = qattn::ValueGroups(b.channels, b.group_size);
-  const int32_t mid = b.bits == 8 ? 128 : 8;
-  for (size_t d = 0; d < head_dim; ++d) {
-    const size_t c = c0 + d;
-    const size_t group = c / b.group_size;
-    auto param = [&](const std::byte* base, size_t t) {
-      return F16At(base, (r0 + t) * value_groups + group);
-    };
-    float sigma = 0.0f;
-    for (size_t t = 0; t < n; ++t) sigma = std::max(sigma, param(b.view.v_scale, t));
-    const float inv = sigma > 0.0f ? 255.0f / sigma : 0.0f;
-    int32_t dot = 0;
-    float zero = 0.0f;
-    for (size_t t = 0; t < n; ++t) {
-      const float e = std::exp(scores[t] - step_max);
-      const float scale = param(b.view.v_scale, t);
-      const auto w = static_cast<int32_t>(std::nearbyint(e * scale * inv));
-      const auto code = static_cast<int32_t>(CodeAt(b.view.v_codes, (r0 + t) * b.channels + c,
-                                                    b.bits));
-      dot += w * (code - mid);
-      zero += e * (param(b.view.v_zero, t) + static_cast<float>(mid) * scale);
-    }
-    out[d] += lift * (static_cast<float>(dot) * (sigma / 255.0f) + zero);
-  }
-}
-
-enum class Mode : uint8_t { kFloat, kQ15, kQ15P8 };
-
-void Attend(const QuantAttendArgs& a, Mode mode) {
-  const bool int8_query = mode != Mode::kFloat;
+void Attend(const QuantAttendArgs& a, bool int8_query) {
   const size_t head_dim = a.head_dim;
   const size_t channels = size_t{a.n_kv_heads} * head_dim;
   const uint32_t group = a.n_heads / a.n_kv_heads;
@@ -210,23 +171,8 @@ void Attend(const QuantAttendArgs& a, Mode mode) {
       float run_sum = 0.0f;
       for (size_t j = 0; j < a.runs[i].rows; ++j) {
         const float e = std::exp(score(b, j) - max_score);
-        if (mode != Mode::kQ15P8) {
-          for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * b.Value(j, c0 + d);
-        }
+        for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * b.Value(j, c0 + d);
         run_sum += e;
-      }
-      if (mode == Mode::kQ15P8) {
-        // The kernels' steps: at most kQuantAttendStepRows rows inside one key group.
-        const size_t rows = a.runs[i].rows;
-        std::vector<float> scores(kQuantAttendStepRows);
-        for (size_t r0 = 0, n = 0; r0 < rows; r0 += n) {
-          const size_t key_group_end = (r0 / a.group_size + 1) * a.group_size;
-          n = std::min({kQuantAttendStepRows, rows - r0, key_group_end - r0});
-          for (size_t t = 0; t < n; ++t) scores[t] = score(b, r0 + t);
-          const float step_max = *std::max_element(scores.data(), scores.data() + n);
-          AddStepValuesP8(b, r0, n, scores.data(), std::exp(step_max - max_score) / sum, c0,
-                          head_dim, out);
-        }
       }
       if (a.run_mass != nullptr) a.run_mass[i] += run_sum / sum / static_cast<float>(a.n_heads);
       if (a.run_lse != nullptr) a.run_lse[i * a.n_heads + h] = max_score + std::log(run_sum);
@@ -236,9 +182,8 @@ void Attend(const QuantAttendArgs& a, Mode mode) {
 
 }  // namespace
 
-void AttendQuant(const QuantAttendArgs& a) { Attend(a, Mode::kFloat); }
-void AttendQuantQ15(const QuantAttendArgs& a) { Attend(a, Mode::kQ15); }
-void AttendQuantQ15P8(const QuantAttendArgs& a) { Attend(a, Mode::kQ15P8); }
+void AttendQuant(const QuantAttendArgs& a) { Attend(a, false); }
+void AttendQuantQ15(const QuantAttendArgs& a) { Attend(a, true); }
 
 }  // namespace ref
 
@@ -257,7 +202,7 @@ constexpr QuantAttentionKernels kAvx512QuantKernels = {.isa = QuantKernelIsa::kA
 constexpr QuantAttentionKernels kAvx512VnniQuantKernels = {
     .isa = QuantKernelIsa::kAvx512Vnni,
     .attend_quant = avx512vnni::AttendQuant,
-    .reference = ref::AttendQuantQ15P8};
+    .reference = ref::AttendQuantQ15};
 #endif
 
 bool DetectAvx512F() {

@@ -32,35 +32,12 @@
 // once: score = float(code . q15) * (m / 16256) + q . k_zero. The kernel splits q15 into two
 // int8 halves (q15 = 128 hi + lo, lo in [-64, 63]) and dots the codes with each (vpdpbusd: 64
 // multiply-adds per instruction). ref::AttendQuantQ15 is that contract in scalar code (the same
-// passes as ref::AttendQuant, only the scores differ); the VNNI version has these scores and
-// integer weights (below). Beyond head_dim 256 the int32 sum could overflow. The query's
-// rounding error is at most m / 32512 per channel. An 8-bit query (one dot product instead of
-// two) was measured too coarse: where a few key channels are 12x the others, output cosine
-// against FP16 fell to 0.95 (INT8).
-//
-// Integer weights (AVX-512 VNNI): the values are summed as integer dot products too. V is
-// quantized per token and group of G channels (v = code * s_tg + z_tg), so the scale cannot leave
-// the sum over tokens; it goes into the weight instead. Per step (at most kQuantAttendStepRows
-// rows of one run inside one key group), head and value group: e_t = exp(score_t - step max) in
-// (0, 1], sigma = the step's largest s_tg, w_t = round-to-nearest-even(e_t * s_tg * (255 /
-// sigma)) in [0, 255] (unsigned 8 bits), A_c = sum_t w_t * (code_tc - mid) exact in int32 (mid
-// = 128 for INT8, 8 for INT4), and the step adds float(A_c) * sigma / 255 + sum_t e_t * (z_tg +
-// mid * s_tg) to channel c, in float with the step's weight as ref::AttendQuant weighs rows.
-// Centring the codes on mid makes a weight's rounding error move the output around the group's
-// middle, not towards its zero point (a tiny weight rounded to 0 loses (code - mid) * s, not
-// code * s); the zero points and the softmax sum stay in float. vpdpbusd pairs the u8 weights of
-// four tokens with the s8 codes of four tokens of one channel (rows interleaved in registers;
-// INT8 codes xor 0x80 = code - 128, INT4 codes 0..15 with sum_t w_t * 8 subtracted afterwards),
-// 64 products per instruction, and the weights are shared by a KV head's query heads. Why 8
-// bits per weight, per step: e_t is relative to the step's own max, so every step uses the
-// whole range, and a weight's rounding error (at most sigma / 510 of the output unit) is far
-// below INT8's own quantization step of the values (s / 2 per element); measured output cosine
-// against FP16 attention is the same as with float weights to 5 digits (docs/benchmarks.md).
-// ref::AttendQuantQ15P8 is that contract in scalar code (scores as ref::AttendQuantQ15); the VNNI
-// version matches it up to summation order and a weight one off where e_t * s_tg * 255 / sigma
-// is within float rounding of a half (the kernel computes e_t as p_t / p_max of the running
-// softmax). It hands shapes it does not take (head_dim or G not a multiple of 16, head_dim not a
-// multiple of G nor G of head_dim, head_dim over 256) to ref::AttendQuantQ15P8.
+// passes as ref::AttendQuant, only the scores differ); the VNNI version matches it up to
+// summation order and hands shapes it does not take (head_dim or group size not a multiple of
+// 16, head_dim over 256, where the int32 sum could overflow) to it. The query's rounding error
+// is at most m / 32512 per channel. An 8-bit query (one dot product instead of two) was
+// measured too coarse: where a few key channels are 12x the others, output cosine against FP16
+// fell to 0.95 (INT8).
 //
 // Preconditions (programmer errors, not checked): pointers valid for the stated counts; payloads
 // are int8/int4 stage-1 payloads of `block_tokens` tokens with this geometry, bits and group size
@@ -83,8 +60,8 @@ enum class QuantKernelIsa : uint8_t {
   kScalar = 1,
   kAvx2 = 2,    // AVX2/F16C/FMA; scalar when the CPU lacks them.
   kAvx512 = 3,  // AVX-512F (+ AVX2/F16C/FMA); AVX2 when the CPU lacks it.
-  // AVX-512F/BW/VL/VNNI/VBMI, integer scores and weights (ref::AttendQuantQ15P8 semantics);
-  // kAvx512 when the CPU lacks them.
+  // AVX-512F/BW/VL/VNNI/VBMI, integer scores (ref::AttendQuantQ15 semantics); kAvx512 when the CPU
+  // lacks them.
   kAvx512Vnni = 4,
 };
 
@@ -135,9 +112,6 @@ void AttendQuant(const QuantAttendArgs& args);
 // As AttendQuant, with the scores of the integer-score versions (the query quantized to 15 bits
 // per head and key group, above).
 void AttendQuantQ15(const QuantAttendArgs& args);
-// As AttendQuantQ15, with the weighted values of the integer P.V version (the step's weights
-// quantized to 8 bits per head and value group, above).
-void AttendQuantQ15P8(const QuantAttendArgs& args);
 }  // namespace ref
 
 // Defined on x86-64 only; call only where the CPU has the features (GetQuantAttentionKernels
@@ -155,8 +129,8 @@ void AttendQuant(const QuantAttendArgs& args);
 struct QuantAttentionKernels {
   QuantKernelIsa isa;  // kScalar, kAvx2, kAvx512 or kAvx512Vnni: the set actually selected.
   void (*attend_quant)(const QuantAttendArgs& args);
-  // The scalar version attend_quant matches: ref::AttendQuant, or ref::AttendQuantQ15P8 for
-  // integer scores and weights.
+  // The scalar version attend_quant matches: ref::AttendQuant, or ref::AttendQuantQ15 for integer
+  // scores.
   void (*reference)(const QuantAttendArgs& args);
 };
 

@@ -11,9 +11,7 @@
 // Fold8 (to 8 lanes with the same sum), HSum, HMax; RoundNearest, Pow2 (2^n for integral n) and
 // ZeroBelow (e where x >= limit or NaN, else 0). kIntScores: the scores are integer dot products
 // (quant_attention.h), and V also provides QuantizeQuery<Bits> (a head's scaled query to two
-// int8 halves and its scale) and DotTileInt<Bits, H, R> (the integer DotTile). kIntValues: the
-// weighted values are integer dot products too (quant_attention.h), and V provides
-// IntValueSetUp (once per call) and IntValueStep<Bits> (a step's whole value pass).
+// int8 halves and its scale) and DotTileInt<Bits, H, R> (the integer DotTile).
 //
 // A step is at most kQuantAttendStepRows rows of one run inside one key group. It scales the
 // query by the group's key scales when the group begins (qs[h][d] = q[h][d] * k_scale[c], bias[h]
@@ -113,7 +111,6 @@ struct Scratch {
   int8_t* qint;      // [n_heads][hi, lo][query_bytes] integer scores: qs quantized (q15 =
                      // 128 hi + lo), zero-padded.
   float* qscale;     // [n_heads] integer scores: the scale of q15.
-  float* int_values;  // Integer P.V: qattn::IntValueLayout.
 };
 
 template <class V, uint32_t Bits>
@@ -449,7 +446,6 @@ inline Scratch Carve(const QuantAttendArgs& a, const Geometry& g) {
   float* qint = sc.vec_group + g.channels / 8;
   sc.qint = reinterpret_cast<int8_t*>(qint);
   sc.qscale = qint + n_heads * 2 * g.query_bytes / sizeof(float);
-  sc.int_values = sc.qscale + n_heads;
   return sc;
 }
 
@@ -475,12 +471,8 @@ KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
     StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g, sc,
                                      a.out);
     SoftmaxStep<V>(a.n_heads, g.head_dim, n, sc, a.out);
-    if constexpr (V::kIntValues) {
-      V::template IntValueStep<Bits>(a, view, r0, n, run.rows - r0, g, sc);
-    } else {
-      StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, run.rows - r0, g,
-                                        sc, a.out);
-    }
+    StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, run.rows - r0, g, sc,
+                                      a.out);
   }
 }
 
@@ -503,7 +495,6 @@ KV_QATTN_TARGET void Attend(const QuantAttendArgs& a) {
     static_assert(sizeof(bits) == sizeof(float));
     std::memcpy(sc.vec_group + v, &bits, sizeof(bits));
   }
-  if constexpr (V::kIntValues) V::IntValueSetUp(a, g, sc);
   std::fill_n(sc.max, n_heads, -INFINITY);
   std::fill_n(sc.sum, n_heads, 0.0f);
   std::fill_n(a.out, n_heads * g.head_dim, 0.0f);
