@@ -132,13 +132,12 @@ void OffloadedKvBlocks::AttendPart(const DecodeAttention& a, Part& p, float* out
                        .run_lse = part_run_lse_.data()};
     scratch_.resize(std::max(scratch_.size(), QuantAttendScratchFloats(qa)));
     qa.scratch = scratch_.data();
-    // Float weights (AVX-512F, else AVX2, else scalar), not the integer weights of kAvx512Vnni:
-    // u8 weights per step (ref::AttendQuantQ15P8) keep full attention's output (cosine 0.999994
-    // here) but not a part merged with others under top-k selection (cosine 0.938 against
-    // dequantize-then-AttendF16 in OffloadedKvTest.QuantizedAttentionFollowsTheSelection; the
-    // float kernels give 0.99999997).
+    // The widest kernel the CPU has (integer scores on AVX-512 VNNI, float weights for P.V).
+    // Integer (u8) weights for P.V were tried and withdrawn: they kept a whole attention's output
+    // but not a part merged with others under top-k selection (cosine 0.938 against
+    // dequantize-then-AttendF16 in OffloadedKvTest.QuantizedAttentionFollowsTheSelection).
     const bool scalar = a.kernels != nullptr && a.kernels->isa == KernelIsa::kScalar;
-    GetQuantAttentionKernels(scalar ? QuantKernelIsa::kScalar : QuantKernelIsa::kAvx512)
+    GetQuantAttentionKernels(scalar ? QuantKernelIsa::kScalar : QuantKernelIsa::kAuto)
         .attend_quant(qa);
   }
   for (size_t r = 0; r < runs; ++r) {

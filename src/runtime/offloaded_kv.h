@@ -18,9 +18,8 @@
 //
 // Quantized blocks (a sequence with a precision ladder and LadderAttention::kQuantized keeps its
 // int8/int4 blocks encoded on the device): AttendDecode attends the layer's raw chunks with
-// AttendF16 and its quantized chunks with AttendQuant (GetQuantAttentionKernels up to AVX-512F
-// float weights, not the VNNI kernel's integer weights, which lose accuracy in a merged part; one
-// call per bit width), each part giving per-run and per-head log-sum-exps, and
+// AttendF16 and its quantized chunks with AttendQuant (GetQuantAttentionKernels: the widest the
+// CPU has; one call per bit width), each part giving per-run and per-head log-sum-exps, and
 // merges the parts exactly (MergeAttendParts; chunk masses from RunMassFromLse). Every quantized
 // block's header is verified first (DeviceView, QuantRunFromEncodedBlock): one that does not
 // verify fails the token with Corruption and is never attended. When no chunk of the layer is
