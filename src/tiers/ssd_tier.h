@@ -361,6 +361,16 @@ class SsdTier {
   bool closed_ KV_GUARDED_BY(mu_) = false;
   uint64_t writes_in_flight_ KV_GUARDED_BY(mu_) = 0;
   std::multiset<uint64_t> inflight_sequences_ KV_GUARDED_BY(mu_);
+  // kPerBatch: batches that completed while a write with a lower sequence was still in flight.
+  // Their callbacks wait here until every lower sequence has completed: a crash before then would
+  // leave the lower write's place in its segment a hole, recovery's scan stops at the first hole,
+  // and a record past it would be lost although its batch had been acknowledged as durable.
+  struct DeferredAck {
+    uint64_t max_sequence = 0;  // The batch's highest fresh sequence.
+    Callback done;
+    Status status;
+  };
+  std::vector<DeferredAck> deferred_acks_ KV_GUARDED_BY(mu_);
   SsdTierStats stats_ KV_GUARDED_BY(mu_);
 
   uint64_t sync_failures_ KV_GUARDED_BY(mu_) = 0;  // Sync passes that failed.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -305,6 +306,9 @@ uint64_t SsdTier::DurableCandidateLocked() const {
 
 void SsdTier::FinishWrites(WriteState& state) {
   Status first_error;
+  uint64_t max_fresh = 0;  // The batch's highest fresh sequence (0: none).
+  bool deferred = false;
+  std::vector<DeferredAck> ready;
   {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < state.writes.size(); ++i) {
@@ -323,7 +327,10 @@ void SsdTier::FinishWrites(WriteState& state) {
       auto seg = segments_.find(p.segment_id);
       KV_CHECK(seg != segments_.end());  // A segment with writes in flight is never reclaimed.
       seg->second.in_flight.erase(seg->second.in_flight.find(p.offset));
-      if (p.fresh_sequence) inflight_sequences_.erase(inflight_sequences_.find(p.sequence));
+      if (p.fresh_sequence) {
+        inflight_sequences_.erase(inflight_sequences_.find(p.sequence));
+        max_fresh = std::max(max_fresh, p.sequence);
+      }
       --writes_in_flight_;
       if (!w.status.ok()) {
         // A hole: the scan would stop here, so seal the segment and checkpoint what follows.
@@ -345,9 +352,26 @@ void SsdTier::FinishWrites(WriteState& state) {
       const uint64_t durable = DurableCandidateLocked();
       if (durable > durable_sequence_.load()) durable_sequence_.store(durable);
     }
+    if (options_.sync == SsdSyncMode::kPerBatch) {
+      // Acknowledged means recoverable: a batch whose records lie past a write still in flight
+      // answers only once that write has completed (see deferred_acks_).
+      const uint64_t complete = DurableCandidateLocked();
+      if (max_fresh > complete) {
+        deferred_acks_.push_back(
+            DeferredAck{.max_sequence = max_fresh, .done = std::move(state.done),
+                        .status = first_error});
+        deferred = true;
+      }
+      auto waiting = std::partition(
+          deferred_acks_.begin(), deferred_acks_.end(),
+          [complete](const DeferredAck& a) { return a.max_sequence > complete; });
+      std::move(waiting, deferred_acks_.end(), std::back_inserter(ready));
+      deferred_acks_.erase(waiting, deferred_acks_.end());
+    }
     changed_.SignalAll();
   }
-  state.done(first_error);
+  for (DeferredAck& a : ready) a.done(a.status);
+  if (!deferred) state.done(first_error);
 }
 
 // Makes a completed record visible: a block in the index, a tombstone in tombstones_.

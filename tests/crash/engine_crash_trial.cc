@@ -402,7 +402,9 @@ uint32_t CheckSequence(Engine& engine, const Namespace& ns, uint32_t seq, uint32
   if (!h.ok()) return 0;
   uint32_t intact = matched;
   for (uint32_t l = 0; l < kLayers; ++l) {
-    if (!(*h)->WaitLayer(l).ok()) {
+    const Status s = (*h)->WaitLayer(l);
+    if (!s.ok()) {
+      std::printf("  seq %u layer %u: %s\n", seq, l, s.ToString().c_str());
       intact = 0;  // A refused or vanished block: a miss, never wrong data.
       continue;
     }
