@@ -7,21 +7,28 @@
 # layer's library exports an include directory that holds a single link, <layer> -> its folder,
 # so a target sees the headers of exactly the layers it links. An include of a higher layer from a lower one therefore fails to
 # compile instead of silently creating a cycle.
+#
+# A layer may be split into several libraries that share its folder and include view: TARGET
+# names the library (default kvtier_<layer>), e.g. the tiers layer's kvtier_tier_memory,
+# kvtier_tier_ssd and kvtier_tier_remote (docs/architecture.md, "Packages").
 
 function(kvtier_layer name)
-  cmake_parse_arguments(L "" "DIR" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(L "" "DIR;TARGET" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   if(NOT L_DIR)
     set(L_DIR "src/${name}")
+  endif()
+  if(NOT L_TARGET)
+    set(L_TARGET "kvtier_${name}")
   endif()
   set(view "${CMAKE_BINARY_DIR}/layer_views/${name}")
   file(MAKE_DIRECTORY "${view}")
   if(NOT EXISTS "${view}/${name}")
     file(CREATE_LINK "${CMAKE_SOURCE_DIR}/${L_DIR}" "${view}/${name}" SYMBOLIC)
   endif()
-  add_library(kvtier_${name} STATIC ${L_SOURCES})
-  target_include_directories(kvtier_${name} PUBLIC
+  add_library(${L_TARGET} STATIC ${L_SOURCES})
+  target_include_directories(${L_TARGET} PUBLIC
     "$<BUILD_INTERFACE:${view}>" "$<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>")
-  target_link_libraries(kvtier_${name} PUBLIC ${L_DEPS} PRIVATE kvtier_flags ${L_PRIVATE_DEPS})
+  target_link_libraries(${L_TARGET} PUBLIC ${L_DEPS} PRIVATE kvtier_flags ${L_PRIVATE_DEPS})
 endfunction()
 
 # kvtier_shared_models_dir(<var>): the shared model files beside the repository

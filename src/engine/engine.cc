@@ -48,23 +48,25 @@ void PinHandle::Unpinner::Detach() {
 
 // --- Open and close ----------------------------------------------------------------------------
 
-Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine, EngineImpl::Create(options));
+// Engine::Open(options), with the standard tiers below memory, is in lower_tier_factory.cc.
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options,
+                                             const LowerTierFactory* lower) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine, EngineImpl::Create(options, lower));
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
 EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {}
 
-Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options) {
+Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options,
+                                                       const LowerTierFactory* lower) {
   KV_RETURN_IF_ERROR(options.Validate());
+  KV_RETURN_IF_ERROR(lower != nullptr ? lower->Validate(options) : NoLowerTiers(options));
   std::unique_ptr<EngineImpl> e(new EngineImpl(options));
-  if (options.env == nullptr) {
-    e->owned_env_ = NewPosixEnv({.logger = options.logger});
-    e->env_ = e->owned_env_.get();
-  } else {
-    e->env_ = options.env;
-  }
-  e->clock_ = e->env_->clock();
+  e->lower_factory_ = lower;
+  // Without an Env the memory tiers need only a clock; a factory whose tiers need files creates
+  // its own Env (OpenLowerTiers keeps it).
+  e->env_ = options.env;
+  e->clock_ = e->env_ != nullptr ? e->env_->clock() : SystemClock();
   e->logger_ = options.logger;
   e->layout_digest_ = LayoutDigest(options.layout);
   e->block_bytes_ = options.layout.BlockBytes();

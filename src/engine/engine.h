@@ -185,7 +185,8 @@ struct EngineOptions {
   Env* env = nullptr;        // Borrowed; nullptr: a PosixEnv owned by the engine.
   Logger* logger = nullptr;  // Borrowed; nullptr: silent.
 
-  // InvalidArgument naming the first bad field (units included).
+  // InvalidArgument naming the first bad field (units included). The SSD tier's own options
+  // (ssd's fields) are checked by the tier factory at Open (engine/lower_tier_factory.h).
   Status Validate() const;
 };
 
@@ -329,9 +330,18 @@ struct EngineStats {
   uint64_t prediction_tasks_pending = 0;  // Gauge: promotion tasks queued or running.
 };
 
+class LowerTierFactory;  // engine/lower_tier_factory.h
+
 class Engine {
  public:
+  // With the SSD and remote tiers the options ask for (StandardLowerTiers(); kvtier_engine).
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  // With the tiers below memory that `lower` constructs (borrowed for the call). nullptr: memory
+  // tiers only; options that ask for an SSD or remote tier are then refused with NotSupported
+  // naming the library that provides it. The engine core (kvtier_engine_core) has only this one:
+  // it links neither the SSD tier (liburing) nor the remote tier (hiredis).
+  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options,
+                                              const LowerTierFactory* lower);
   virtual ~Engine() = default;
 
   // The namespace of a tenant: salt and extra keys (LoRA id, media hashes) enter every key.

@@ -41,6 +41,7 @@
 #include "engine/block_index.h"
 #include "engine/engine.h"
 #include "engine/eviction.h"
+#include "engine/lower_tier_factory.h"
 #include "engine/session_table.h"
 #include "engine/staging.h"
 #include "policies/access_predictor.h"
@@ -148,7 +149,9 @@ constexpr size_t LowerCounters(size_t below) { return kMemTiers + below; }
 
 class EngineImpl final : public Engine {
  public:
-  static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options);
+  // `lower` constructs the tiers below memory (nullptr: none; options asking for one are refused).
+  static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options,
+                                                    const LowerTierFactory* lower);
   ~EngineImpl() override;
 
   Result<Namespace> MakeNamespace(std::string_view salt,
@@ -230,8 +233,8 @@ class EngineImpl final : public Engine {
   // The device (when device.capacity_bytes > 0) and host tiers of the resolved backend, with one
   // log line naming them (engine_device.cc).
   Status OpenMemoryTiers();
-  // The tiers below memory, in order, from the options (engine_lower.cc), and the staging pool
-  // their reads and writes use.
+  // The tiers below memory, in order, from the options through lower_factory_ (engine_lower.cc),
+  // and the staging pool their reads and writes use.
   Status OpenLowerTiers();
   // Whether the block in `e` is in a local tier below memory (checked under mu_, in list order);
   // *below receives the first such tier and *expiry_wall_us its expiry there (0: none).
@@ -418,8 +421,9 @@ class EngineImpl final : public Engine {
                     std::function<void(Status)> done) KV_EXCLUDES(mu_);
 
   EngineOptions options_;
-  std::unique_ptr<Env> owned_env_;
-  Env* env_ = nullptr;
+  const LowerTierFactory* lower_factory_ = nullptr;  // Borrowed; used at Open only.
+  std::unique_ptr<Env> owned_env_;  // An Env the factory created for its tiers (options.env null).
+  Env* env_ = nullptr;              // options.env, else owned_env_ (null without either).
   Clock* clock_ = nullptr;
   Logger* logger_ = nullptr;
   Hash256 layout_digest_{};

@@ -13,8 +13,6 @@
 
 #include "core/assert.h"
 #include "engine/engine_impl.h"
-#include "tiers/remote_tier_adapter.h"
-#include "tiers/ssd_tier_adapter.h"
 
 namespace kvtier {
 
@@ -38,16 +36,16 @@ Status RemoteTierOptions::Validate() const {
 
 namespace {
 
-LowerTier MakeLowerTier(std::unique_ptr<Tier> tier, TierKind kind, WritePolicy policy,
-                        bool promote_on_load, double dirty_fraction) {
+LowerTier MakeLowerTier(OpenedLowerTier opened) {
   LowerTier t;
-  const TierCapabilities caps = tier->capabilities();
-  t.tier = std::move(tier);
-  t.kind = kind;
-  t.write_policy = caps.write_back ? policy : WritePolicy::kWriteThrough;
-  t.promote_on_load = promote_on_load;
+  const TierCapabilities caps = opened.tier->capabilities();
+  t.tier = std::move(opened.tier);
+  t.kind = opened.kind;
+  t.write_policy = caps.write_back ? opened.write_policy : WritePolicy::kWriteThrough;
+  t.promote_on_load = opened.promote_on_load;
   t.best_effort = !caps.local_contains;
-  t.cleaned = !t.best_effort && t.write_policy == WritePolicy::kWriteBack && dirty_fraction < 1;
+  t.cleaned = !t.best_effort && t.write_policy == WritePolicy::kWriteBack &&
+              opened.dirty_fraction < 1;
   t.failing = std::make_unique<std::atomic<bool>>(false);
   return t;
 }
@@ -55,35 +53,21 @@ LowerTier MakeLowerTier(std::unique_ptr<Tier> tier, TierKind kind, WritePolicy p
 }  // namespace
 
 Status EngineImpl::OpenLowerTiers() {
-  if (options_.ssd.has_value()) {
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(*options_.ssd, env_));
-    tiers_.push_back(MakeLowerTier(std::make_unique<SsdTierAdapter>(std::move(ssd), layout_digest_),
-                                   TierKind::kSsd, options_.write_policy, options_.promote_on_load,
-                                   options_.writeback_dirty_fraction));
+  // The tiers are constructed by the factory handed to Open (lower_tier_factory.h); without one,
+  // Create has refused options that ask for any.
+  if (lower_factory_ == nullptr) return Status::Ok();
+  KV_ASSIGN_OR_RETURN(OpenedLowerTiers opened,
+                      lower_factory_->Open(options_, {.env = env_,
+                                                      .clock = clock_,
+                                                      .logger = logger_,
+                                                      .layout_digest = layout_digest_}));
+  if (opened.owned_env != nullptr) {
+    owned_env_ = std::move(opened.owned_env);
+    env_ = owned_env_.get();
   }
-  if (options_.remote.has_value()) {
-    const RemoteTierOptions& r = *options_.remote;
-    const RemoteTierPolicy policy{
-        .admission_requests =
-            r.admission == SsdAdmission::kAfterRequests ? r.admission_requests : 0,
-        .admission_slots = r.admission_slots,
-        .write_budget_bytes_per_s = r.write_budget_bytes_per_s,
-        .write_budget_burst_bytes = r.write_budget_burst_bytes,
-        .clock = clock_};
-    std::unique_ptr<RemoteTierAdapter> adapter;
-    if (r.store != nullptr) {
-      adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
-    } else {
-      RedisStoreOptions o = *r.redis;
-      o.layout_digest = layout_digest_;
-      if (o.clock == nullptr) o.clock = clock_;
-      if (o.logger == nullptr) o.logger = logger_;
-      KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> store, RedisStore::Open(std::move(o)));
-      adapter = std::make_unique<RemoteTierAdapter>(std::move(store), policy);
-    }
-    remote_store_ = adapter->store();
-    tiers_.push_back(MakeLowerTier(std::move(adapter), TierKind::kRemote, r.write_policy,
-                                   r.promote_on_load, 1.0));
+  for (OpenedLowerTier& t : opened.tiers) {
+    if (t.remote_store != nullptr) remote_store_ = t.remote_store;
+    tiers_.push_back(MakeLowerTier(std::move(t)));
   }
   KV_CHECK(tiers_.size() <= kLowerTiersMax);
   if (tiers_.empty()) return Status::Ok();

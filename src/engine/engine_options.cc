@@ -1,8 +1,10 @@
-// EngineOptions::Validate, PredictionOptions::Validate, TierKindName and DeviceBackendName.
+// EngineOptions::Validate, PredictionOptions::Validate, NoLowerTiers, TierKindName and
+// DeviceBackendName.
 #include <string>
 
 #include "core/limits.h"
 #include "engine/engine.h"
+#include "engine/lower_tier_factory.h"
 #include "engine/staging.h"
 #include "policies/access_predictor.h"
 
@@ -99,7 +101,6 @@ Status EngineOptions::Validate() const {
   if (cxl.has_value()) {
     KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
   }
-  if (ssd.has_value()) KV_RETURN_IF_ERROR(WithField(ssd->Validate(), "ssd"));
   KV_RETURN_IF_ERROR(WithField(ssd_codec.Validate(), "ssd_codec"));
   if (remote.has_value()) KV_RETURN_IF_ERROR(WithField(remote->Validate(), "remote"));
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
@@ -124,6 +125,20 @@ Status EngineOptions::Validate() const {
   if (default_ttl_ms > kTtlMsMax) {
     return Status::InvalidArgument("default_ttl_ms=" + std::to_string(default_ttl_ms) +
                                    ": at most " + std::to_string(kTtlMsMax) + " ms");
+  }
+  return Status::Ok();
+}
+
+Status NoLowerTiers(const EngineOptions& options) {
+  if (options.ssd.has_value()) {
+    return Status::NotSupported(
+        "ssd: this engine was opened without tiers below memory and has no SSD tier (open it "
+        "with Engine::Open(options) from kvtier_engine, which links kvtier_tier_ssd)");
+  }
+  if (options.remote.has_value()) {
+    return Status::NotSupported(
+        "remote: this engine was opened without tiers below memory and has no remote tier (open "
+        "it with Engine::Open(options) from kvtier_engine, which links kvtier_tier_remote)");
   }
   return Status::Ok();
 }
