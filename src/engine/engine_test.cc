@@ -240,6 +240,24 @@ TEST_F(EngineTest, ArgumentsAreValidated) {
                   .IsInvalidArgument());  // Two chunks of buffers, one chunk of tokens.
 }
 
+// The tier factory opens the SSD (on a PosixEnv of its own: no Env in the options), then the
+// remote store refuses its options: Open fails with that error, and the SSD closes before the
+// Env it runs on goes.
+TEST_F(EngineTest, ARemoteRefusedAfterTheSsdOpenedFailsOpenCleanly) {
+  EngineOptions o = Options(0, 16, true);
+  o.env = nullptr;
+  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{
+                                   .endpoints = {"127.0.0.1:1"}, .user = "u",
+                                   .insecure_plaintext = true}};
+  Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(e.status().IsInvalidArgument()) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("password"), std::string::npos) << e.status().ToString();
+  // The SSD directory was left closed: it opens again.
+  o.remote.reset();
+  EXPECT_NE(OpenOrDie(o), nullptr);
+}
+
 TEST_F(EngineTest, OptionsValidationNamesTheField) {
   EngineOptions o = Options(0, 16, false);
   o.host.capacity_bytes = 0;

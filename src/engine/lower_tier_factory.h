@@ -46,8 +46,10 @@ struct LowerTierContext {
 };
 
 struct OpenedLowerTiers {
+  // An Env the tiers borrow; the engine keeps it alive. Declared first so that it is destroyed
+  // last: a tier opened before a later one failed closes on it.
+  std::unique_ptr<Env> owned_env;
   std::vector<OpenedLowerTier> tiers;  // Fastest first.
-  std::unique_ptr<Env> owned_env;      // An Env the tiers borrow; the engine keeps it alive.
 };
 
 class LowerTierFactory {

@@ -104,9 +104,8 @@ struct Config {
 Harness Make(const Config& c) {
   Harness h;
   const KvLayout layout = Layout();
-  const auto slot = static_cast<uint32_t>(layout.BlockBytes());
   const uint32_t host_slot = OffloadedSequence::HostSlotBytes(layout, true, c.ladder);
-  h.tiers = OpenTestTiers(slot, c.budget, c.host_slots, true, 0, host_slot, c.fault_env);
+  h.tiers = OpenTestTiers(layout, c.budget, c.host_slots, true, 0, host_slot, c.fault_env);
   OffloadSequenceOptions o;
   o.layout = layout;
   o.chunks_max = c.chunks_max;

@@ -99,6 +99,13 @@ Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
       }
     }
   }
+  if (tiers.ssd != nullptr &&
+      tiers.ssd->batch_max() < std::max(kOffloadReadBatchBlocks, kOffloadWriteBatchBlocks)) {
+    return Status::InvalidArgument("OffloadTiers: the SSD tier's batch_max() is below " +
+                                   std::to_string(std::max(kOffloadReadBatchBlocks,
+                                                           kOffloadWriteBatchBlocks)) +
+                                   " blocks");
+  }
   if (tiers.device->slots() < options.device_blocks_max) {
     return Status::InvalidArgument("device_blocks_max exceeds the device tier's slots");
   }
@@ -121,8 +128,9 @@ OffloadedSequence::~OffloadedSequence() {
     if (e.host_slot != kNoSlot) tiers_.host->Free(e.host_slot);
     if (e.ssd_current && tiers_.ssd != nullptr) erase.push_back(SsdKey(i));
   }
-  for (size_t i = 0; i < erase.size(); i += kSsdBatchEntriesMax) {
-    const size_t n = std::min<size_t>(kSsdBatchEntriesMax, erase.size() - i);
+  const size_t erase_max = tiers_.ssd != nullptr ? tiers_.ssd->batch_max() : 1;
+  for (size_t i = 0; i < erase.size(); i += erase_max) {
+    const size_t n = std::min<size_t>(erase_max, erase.size() - i);
     tiers_.ssd->Erase(std::span(erase).subspan(i, n)).IgnoreError();
   }
 }

@@ -61,7 +61,7 @@
 #include "kvtier/result.h"
 #include "policies/offload_depth.h"
 #include "tiers/memory_tier.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/tier.h"
 
 namespace kvtier {
 
@@ -71,7 +71,6 @@ inline constexpr uint32_t kOffloadSsdReadsInFlightMax = 1024;  // SSD -> host re
 inline constexpr uint32_t kOffloadReadBatchBlocks = 8;         // Reads per SSD batch (one job).
 inline constexpr uint32_t kOffloadWriteBatchBlocks = 8;        // Dirty host victims per write.
 inline constexpr uint32_t kOffloadCodecThreadsMax = 16;
-static_assert(kOffloadSsdReadsInFlightMax <= kSsdBatchEntriesMax);
 static_assert(kOffloadSsdReadsInFlightMax % kOffloadReadBatchBlocks == 0);
 
 // How a ladder's int8/int4 blocks reach the device tier.
@@ -115,10 +114,14 @@ class OffloadObserver {
 // host slot_bytes >= OffloadedSequence::HostSlotBytes() (with an SSD a host slot holds a whole
 // SSD record, so reads land in it directly: no staging buffer, no copy). ssd may be null, and
 // then the host tier must hold whatever the device budget does not.
+// ssd is the SSD tier through the Tier interface (tiers/tier.h): the SsdTierAdapter of an
+// SsdTier (tiers/ssd_tier_adapter.h, in kvtier_tier_ssd), opened with LayoutDigest(layout), which
+// verifies every record against it. Its reads must place the payload where the SSD does
+// (ssd::kRecordPayloadOffset into the buffer); a read that does not is refused as corrupt.
 struct OffloadTiers {
   DeviceTier* device = nullptr;
   HostTier* host = nullptr;
-  SsdTier* ssd = nullptr;
+  Tier* ssd = nullptr;
 };
 
 // Where a block's current copies are (a block may be current in several tiers at once).
@@ -284,7 +287,6 @@ class OffloadedSequence {
   OffloadObserver* observer_ = nullptr;
   uint64_t block_bytes_;
   size_t host_offset_;  // Of the block in a host slot: the SSD record's payload offset.
-  Hash256 layout_digest_{};
   codecs::BlockGeometry geometry_;
   std::optional<codecs::PrecisionLadder> ladder_;
   std::vector<Entry> entries_;  // [layer * chunks_max + chunk].

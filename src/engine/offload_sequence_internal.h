@@ -101,7 +101,7 @@ struct OffloadedSequence::Entry {
 
 // Up to kOffloadReadBatchBlocks SSD -> host reads submitted as one batch with one completion.
 struct OffloadedSequence::ReadBatch {
-  std::vector<SsdBlockRead> reads;  // Each reads straight into its block's host slot.
+  std::vector<TierRead> reads;  // Each reads straight into its block's host slot.
   std::vector<size_t> indexes;
 };
 

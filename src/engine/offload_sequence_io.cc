@@ -53,7 +53,6 @@ Status OffloadedSequence::Init() {
   chunks_written_.assign(l.layers, 0);
   plans_.resize(l.layers);
   has_plan_.assign(l.layers, 0);
-  layout_digest_ = LayoutDigest(l);
   heat_half_life_steps_ = options_.heat_half_life_steps != 0
                               ? static_cast<double>(options_.heat_half_life_steps)
                               : 4.0 * l.layers;
@@ -164,9 +163,8 @@ Status OffloadedSequence::SpillToSsd(size_t index) {
   const std::span<std::byte> out = spill_.span().subspan(ssd::kRecordPayloadOffset);
   KV_RETURN_IF_ERROR(EncodeInto(index, RungFor(index), out, &codec, &bytes));
   ++e.ssd_generation;
-  SsdBlockWrite w;
+  TierWrite w;
   w.key = SsdKey(index);
-  w.layout_digest = layout_digest_;
   w.codec_id = codec;
   w.raw_bytes = static_cast<uint32_t>(block_bytes_);
   w.payload = out.first(bytes);
@@ -185,14 +183,13 @@ Status OffloadedSequence::SpillToSsd(size_t index) {
 
 Status OffloadedSequence::WriteToSsd(std::span<const size_t> indexes) {
   if (tiers_.ssd == nullptr) return Status::NoSpace("host tier full and no SSD tier");
-  std::vector<SsdBlockWrite> writes(indexes.size());
+  std::vector<TierWrite> writes(indexes.size());
   for (size_t k = 0; k < indexes.size(); ++k) {
     Entry& e = entries_[indexes[k]];
     KV_CHECK(e.host_current);
     ++e.ssd_generation;
-    SsdBlockWrite& w = writes[k];
+    TierWrite& w = writes[k];
     w.key = SsdKey(indexes[k]);
-    w.layout_digest = layout_digest_;
     w.codec_id = e.host_codec;
     w.raw_bytes = static_cast<uint32_t>(block_bytes_);
     w.payload = std::span<const std::byte>(HostData(e.host_slot), e.host_bytes);
@@ -270,9 +267,8 @@ Status OffloadedSequence::StartReads(std::span<const size_t> indexes, uint32_t d
       TrackHost(i, true);
     }
     ReadBatch& rb = batches_[static_cast<size_t>(batch)];
-    SsdBlockRead r;
+    TierRead r;
     r.key = SsdKey(i);
-    r.layout_digest = layout_digest_;
     r.buffer = std::span<std::byte>(tiers_.host->SlotData(e.host_slot), tiers_.host->slot_bytes());
     rb.reads.push_back(r);
     rb.indexes.push_back(i);
@@ -305,7 +301,7 @@ Status OffloadedSequence::FinishBatch(uint32_t batch) {
   for (size_t k = 0; k < rb.indexes.size(); ++k) {
     const size_t i = rb.indexes[k];
     Entry& e = entries_[i];
-    const SsdBlockRead& r = rb.reads[k];
+    const TierRead& r = rb.reads[k];
     e.read = kNoRead;
     Status s = io.ok() ? r.status : io;
     const size_t capacity = tiers_.host->slot_bytes() - host_offset_;

@@ -54,8 +54,7 @@ Harness Make(uint32_t budget, uint32_t host_slots, uint32_t depth, size_t delay_
              bool adaptive = false) {
   Harness h;
   const KvLayout layout = TestLayout();
-  const auto slot_bytes = static_cast<uint32_t>(layout.BlockBytes());
-  h.tiers = OpenTestTiers(slot_bytes, budget + 4, host_slots, true, delay_bytes);
+  h.tiers = OpenTestTiers(layout, budget + 4, host_slots, true, delay_bytes);
   OffloadSequenceOptions o;
   o.layout = layout;
   o.chunks_max = kChunks;
@@ -230,7 +229,8 @@ TEST(OffloadSequenceTest, RandomizedSelectionsKeepBytesAndInvariants) {
 }
 
 TEST(OffloadSequenceTest, CreateValidates) {
-  OffloadTestTiers t = OpenTestTiers(4096, 4, 4, false);
+  OffloadTestTiers t = OpenTestTiers(TestLayout(), 4, 4, false, 0,
+                                     OffloadedSequence::HostSlotBytes(TestLayout(), false));
   OffloadSequenceOptions o;
   o.layout = TestLayout();
   o.chunks_max = kChunks;

@@ -19,6 +19,7 @@
 #include "testing/test_util.h"
 #include "tiers/memory_tier.h"
 #include "tiers/ssd_tier.h"
+#include "tiers/ssd_tier_adapter.h"
 
 namespace kvtier::offload_test {
 
@@ -82,19 +83,21 @@ struct OffloadTestTiers {
   std::unique_ptr<FaultInjectionEnv> faults;  // Under the SSD tier when asked for.
   std::unique_ptr<DeviceTier> device;
   std::unique_ptr<HostTier> host;
-  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<SsdTierAdapter> ssd;  // The SSD tier as the sequence sees it (tiers/tier.h).
 };
 
-// Device tier of `device_slots` slots (slow copies when delay_bytes > 0), host tier of
-// `host_slots`, and an SSD tier unless with_ssd is false.
+// Device tier of `device_slots` slots of layout.BlockBytes() (slow copies when delay_bytes > 0),
+// host tier of `host_slots`, and an SSD tier unless with_ssd is false (as a Tier: its adapter,
+// opened with LayoutDigest(layout)).
 // `host_slot_bytes_override` (non-zero) sizes host slots, e.g. OffloadedSequence::HostSlotBytes
 // with a ladder.
 // `fault_env`: the SSD tier runs on a FaultInjectionEnv (tiers.faults) over the posix env.
-inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots,
+inline OffloadTestTiers OpenTestTiers(const KvLayout& layout, uint32_t device_slots,
                                       uint32_t host_slots, bool with_ssd, size_t delay_bytes = 0,
                                       uint32_t host_slot_bytes_override = 0,
                                       bool fault_env = false) {
   OffloadTestTiers t;
+  const auto slot_bytes = static_cast<uint32_t>(layout.BlockBytes());
   Result<std::unique_ptr<DeviceTier>> device = DeviceTier::OpenCpu(
       {.capacity_bytes = uint64_t{slot_bytes} * device_slots, .slot_bytes = slot_bytes});
   KV_CHECK_OK(device.status());
@@ -131,7 +134,7 @@ inline OffloadTestTiers OpenTestTiers(uint32_t slot_bytes, uint32_t device_slots
     Result<std::unique_ptr<SsdTier>> ssd =
         SsdTier::Open(o, fault_env ? static_cast<Env*>(t.faults.get()) : t.env.get());
     KV_CHECK_OK(ssd.status());
-    t.ssd = std::move(ssd).value();
+    t.ssd = std::make_unique<SsdTierAdapter>(std::move(ssd).value(), LayoutDigest(layout));
   }
   return t;
 }

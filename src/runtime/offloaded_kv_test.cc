@@ -81,8 +81,7 @@ Offloaded MakeOffloaded(const Model& model, uint32_t budget, uint32_t depth, Que
                         size_t delay_bytes = 0, const LadderSetup& ladder = {}) {
   Offloaded o;
   const KvLayout layout = model.config().KvLayoutFor(kBlockTokens);
-  const auto slot_bytes = static_cast<uint32_t>(layout.BlockBytes());
-  o.tiers = offload_test::OpenTestTiers(slot_bytes, budget, 60, true, delay_bytes,
+  o.tiers = offload_test::OpenTestTiers(layout, budget, 60, true, delay_bytes,
                                         OffloadedSequence::HostSlotBytes(layout, true,
                                                                          ladder.ladder));
   OffloadSequenceOptions so;

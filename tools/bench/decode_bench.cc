@@ -22,6 +22,8 @@
 #include "runtime/offloaded_kv.h"
 #include "runtime/quest.h"
 #include "runtime/synthetic.h"
+#include "tiers/ssd_tier.h"
+#include "tiers/ssd_tier_adapter.h"
 
 namespace kvtier::runtime {
 namespace {
@@ -257,7 +259,7 @@ double Attended(const QuestStats& q) {
 // Tiers and sequence of one offloaded configuration; removes its SSD files when destroyed.
 struct OffloadRig {
   std::unique_ptr<Env> env;
-  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<SsdTierAdapter> ssd;  // The SSD tier as the sequence sees it (tiers/tier.h).
   std::unique_ptr<DeviceTier> device;
   std::unique_ptr<HostTier> host;
   std::unique_ptr<OffloadedSequence> seq;
@@ -386,7 +388,8 @@ Result<std::unique_ptr<OffloadRig>> MakeRig(const DecodeBenchOptions& o, DecodeC
   so.sync = SsdSyncMode::kNone;
   so.queue_jobs_max = 256;
   so.io_depth = 64;  // Reads of several layers are in flight at once.
-  KV_ASSIGN_OR_RETURN(rig->ssd, SsdTier::Open(so, rig->env.get()));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(so, rig->env.get()));
+  rig->ssd = std::make_unique<SsdTierAdapter>(std::move(ssd), LayoutDigest(layout));
   KV_ASSIGN_OR_RETURN(rig->device,
                       DeviceTier::OpenCpu({.capacity_bytes = block * budget.device_blocks,
                                            .slot_bytes = static_cast<uint32_t>(block)}));
