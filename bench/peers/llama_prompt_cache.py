@@ -383,7 +383,7 @@ def main() -> None:
     s = summarize(rounds)
     report = {"benchmark": "llama_prompt_cache",
               "versions": {"llama-cpp-python": peerlib.package_version("llama-cpp-python"),
-                           "kvtier_cli": args.kvtier_cli},
+                           "kvtier_cli": peerlib.report_path(args.kvtier_cli)},
               "config": {"rounds": args.rounds, "model": Path(args.model).name,
                          "prompt_tokens_cut": args.prompt_tokens,
                          "context_tokens": CONTEXT_TOKENS, "prompt_words": args.prompt_words,

@@ -32,6 +32,14 @@ KVTIER_PYTHON_DEFAULT = REPO / "build" / "python"
 KVTIER_CLI_DEFAULT = REPO / "build" / "tools" / "cli" / "kvtier"
 MODELS_DIR = REPO.parent / "shared" / "models"  # ../shared/models, relative to the repository root
 
+
+def report_path(path: str) -> str:
+    """A path as a report records it: relative to the repository root when it lies inside it, so
+    that a report kept in docs/data/ names no machine's directories."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else Path(path).name
+
+
 KIB = 1024
 MIB = 1024 * KIB
 
