@@ -208,6 +208,12 @@ class OffloadedSequence {
   // A device-resident raw block whose copies completed, or an empty span (for summaries).
   std::span<const std::byte> PeekDeviceBlock(uint32_t layer, uint32_t chunk);
 
+  // Writes every block that no tier below holds yet (written on the device and still there, or
+  // demoted to the host) down to the SSD and keeps its copy where it is, now clean. For when the
+  // sequence is idle, after prefill: decode then evicts those copies without writing them, so a
+  // decoded token does not pay for the prefill's write-back. A no-op without an SSD tier.
+  Status WriteBack();
+
   // What a future AcquireLayer(layer) will ask for, so prefetch loads only that. Without a plan
   // prefetch assumes every written chunk.
   void PlanLayer(uint32_t layer, std::span<const uint32_t> chunks);
@@ -267,6 +273,8 @@ class OffloadedSequence {
                     uint8_t* codec, uint32_t* bytes);
   Status EncodeToHost(size_t index, const codecs::CodecParams& rung);
   Status SpillToSsd(size_t index);
+  // Writes the device copy of `index` to the SSD through the spill buffer (the device copy stays).
+  Status WriteDeviceToSsd(size_t index);
   Status WriteToSsd(std::span<const size_t> indexes);
   Status StartReads(std::span<const size_t> indexes, uint32_t distance_min, size_t* started);
   Status FinishBatch(uint32_t batch);

@@ -1,8 +1,10 @@
 // OffloadedSequence: SSD reads (batched, completed on the SSD tier's I/O thread), SSD writes,
 // and the codec work of the precision ladder (encode on demotion, decode on promotion).
 #include <algorithm>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
@@ -156,6 +158,12 @@ Status OffloadedSequence::EncodeToHost(size_t index, const codecs::CodecParams& 
 // Demotes a device block straight to the SSD through the sequence's spill buffer, for when the
 // host tier is full of blocks that must stay (the layer being loaded).
 Status OffloadedSequence::SpillToSsd(size_t index) {
+  KV_RETURN_IF_ERROR(WriteDeviceToSsd(index));
+  ++stats_.blocks_spilled;
+  return Status::Ok();
+}
+
+Status OffloadedSequence::WriteDeviceToSsd(size_t index) {
   Entry& e = entries_[index];
   KV_CHECK(tiers_.ssd != nullptr);
   uint8_t codec = 0;
@@ -176,8 +184,36 @@ Status OffloadedSequence::SpillToSsd(size_t index) {
   e.ssd_codec = codec;
   e.host_current = false;
   ++stats_.ssd_writes;
-  ++stats_.blocks_spilled;
   stats_.bytes_ssd_written += AlignUp(ssd::kRecordPayloadOffset + bytes, kDirectIoAlignment);
+  return Status::Ok();
+}
+
+Status OffloadedSequence::WriteBack() {
+  if (tiers_.ssd == nullptr) return Status::Ok();
+  std::vector<size_t> device_only, host_dirty;
+  for (const size_t i : device_list_) {
+    const Entry& e = entries_[i];
+    if (e.written && e.device_codec == 0 && e.host_slot == kNoSlot && !e.ssd_current &&
+        e.read == kNoRead && !e.loading) {
+      device_only.push_back(i);
+    }
+  }
+  for (const size_t i : host_list_) {
+    const Entry& e = entries_[i];
+    if (e.host_current && !e.ssd_current && !e.loading && e.read == kNoRead) {
+      host_dirty.push_back(i);
+    }
+  }
+  for (const size_t i : device_only) {
+    KV_RETURN_IF_ERROR(entries_[i].device_event.Wait());
+    KV_RETURN_IF_ERROR(WriteDeviceToSsd(i));
+  }
+  for (size_t first = 0; first < host_dirty.size(); first += kOffloadWriteBatchBlocks) {
+    const std::span<const size_t> batch = std::span<const size_t>(host_dirty).subspan(
+        first, std::min<size_t>(kOffloadWriteBatchBlocks, host_dirty.size() - first));
+    for (const size_t i : batch) KV_RETURN_IF_ERROR(entries_[i].host_event.Wait());
+    KV_RETURN_IF_ERROR(WriteToSsd(batch));
+  }
   return Status::Ok();
 }
 

@@ -122,6 +122,47 @@ TEST(OffloadSequenceTest, BlocksSpreadOverTiersAndReadBackExactly) {
   EXPECT_GT(s.blocks_prefetched, 0u);
 }
 
+// After prefill the device and host tiers hold written blocks the SSD does not have yet;
+// WriteBack writes exactly those, keeps every copy where it was, and the bytes still read back
+// exactly.
+TEST(OffloadSequenceTest, WriteBackLeavesEveryBlockOnTheSsd) {
+  const uint32_t budget = kChunks + 2;
+  Harness h = Make(budget, 10, 1);
+  WriteAll(*h.seq, 0);
+  struct Count {
+    uint32_t device = 0, host = 0, not_on_ssd = 0;
+  };
+  const auto count = [&h] {
+    Count n;
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+      for (uint32_t c = 0; c < kChunks; ++c) {
+        const BlockPlacement p = h.seq->Placement(layer, c);
+        n.device += p.device ? 1 : 0;
+        n.host += p.host ? 1 : 0;
+        n.not_on_ssd += p.ssd ? 0 : 1;
+      }
+    }
+    return n;
+  };
+  const Count before = count();
+  ASSERT_GT(before.not_on_ssd, 0u);
+  ASSERT_GT(before.device, 0u);
+  const OffloadStats stats = h.seq->Stats();
+  ASSERT_TRUE(h.seq->WriteBack().ok());
+  const Count after = count();
+  EXPECT_EQ(after.device, before.device);
+  EXPECT_EQ(after.host, before.host);
+  EXPECT_EQ(after.not_on_ssd, 0u);
+  EXPECT_EQ(h.seq->Stats().ssd_writes - stats.ssd_writes, before.not_on_ssd);
+  ASSERT_TRUE(h.seq->CheckInvariants().ok()) << h.seq->CheckInvariants().ToString();
+  // Nothing left to write: a second call writes nothing.
+  ASSERT_TRUE(h.seq->WriteBack().ok());
+  EXPECT_EQ(h.seq->Stats().ssd_writes - stats.ssd_writes, before.not_on_ssd);
+  WalkLayers(*h.seq, 2, budget);
+  // The walk only reads: no block needed writing again.
+  EXPECT_EQ(h.seq->Stats().ssd_writes - stats.ssd_writes, before.not_on_ssd);
+}
+
 TEST(OffloadSequenceTest, DepthZeroLoadsOnDemandOnly) {
   const uint32_t budget = kChunks + 2;
   Harness h = Make(budget, 10, 0);

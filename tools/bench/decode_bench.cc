@@ -617,6 +617,11 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     r.host_budget_bytes = uint64_t{budget.host_slots} * HostSlot(o, config, layout);
     KV_ASSIGN_OR_RETURN(std::unique_ptr<OffloadRig> rig, MakeRig(o, config, layout, budget));
     KV_RETURN_IF_ERROR(Fill(config, *rig->kv));
+    // The prefill's write-back (blocks written on the device and those demoted to the host) is
+    // done before decode, as an engine does while the sequence waits for its first decode step:
+    // otherwise the decoded tokens would pay for writing the context (top-k touches few chunks
+    // per token, so it meets those blocks over many tokens).
+    KV_RETURN_IF_ERROR(rig->seq->WriteBack());
     Progress("config " + std::string(DecodeConfigName(config)) + ": decoding");
     KV_RETURN_IF_ERROR(Decode(config, *rig->kv, rig->seq.get(), rig->dir, &r));
     if (IsTopk(config)) r.chunks_attended = Attended(rig->kv->quest_stats());
