@@ -292,7 +292,7 @@ Status EngineImpl::PinChunk(const Hash256& chunk) {
       {
         MutexLock lock(&mu_);
         if (ReadableTier(key, NowWallUs()).has_value()) {
-          ++index_.Find(key)->pins;
+          table_.Pin(key);
           s = Status::Ok();
           break;
         }
@@ -324,11 +324,7 @@ Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t>
 void EngineImpl::Unpin(std::span<const BlockKey> keys) {
   MutexLock lock(&mu_);
   for (const BlockKey& key : keys) {
-    BlockEntry* e = index_.Find(key);
-    KV_CHECK(e != nullptr);  // A pinned entry is never erased.
-    KV_CHECK(e->pins > 0);
-    --e->pins;
-    index_.EraseIfEmpty(key);
+    table_.Unpin(key);  // A pinned entry is never erased: the table checks it is there.
   }
 }
 
@@ -351,20 +347,21 @@ void EngineImpl::ClaimAndCopyOut(std::span<const BlockKey> keys, size_t below, S
   {
     MutexLock lock(&mu_);
     for (const BlockKey& key : keys) {
-      BlockEntry* e = index_.Find(key);
+      const BlockEntry* e = table_.Find(key);
       MemTier t;
-      if (e == nullptr || !e->DirtyFor(below) || e->flushing || !e->FastestReadable(&t)) continue;
-      e->flushing = true;
-      ++e->pins;
+      if (e == nullptr || !e->DirtyFor(below) || e->flushing() || !e->FastestReadable(&t)) {
+        continue;
+      }
+      table_.BeginFlush(key);
       todo->emplace_back(key, t);
-      items->push_back({.key = key, .expiry_wall_us = e->expiry_wall_us});
+      items->push_back({.key = key, .expiry_wall_us = e->expiry_wall_us()});
     }
   }
   for (size_t i = 0; i < todo->size(); ++i) {
     // Pinned, so the slot stays put while it is encoded (host, CXL) or copied out (device).
     const uint32_t slot = [&] {
       MutexLock lock(&mu_);
-      return index_.Find((*todo)[i].first)->slot[TierIndex((*todo)[i].second)];
+      return table_.Find((*todo)[i].first)->slot((*todo)[i].second);
     }();
     Status copied;
     (*items)[i].raw = RawForWrite((*todo)[i].second, slot, lease.buffer(i), &copied);
@@ -387,11 +384,8 @@ Status EngineImpl::FlushBatch(size_t below, std::span<const BlockKey> keys, bool
   flushed_cv_.SignalAll();  // A Flush may be waiting for these blocks.
   for (size_t i = 0; i < todo.size(); ++i) {
     if (claimed != nullptr) claimed->push_back(todo[i].first);
-    BlockEntry* e = index_.Find(todo[i].first);
-    e->flushing = false;
-    --e->pins;
+    table_.EndFlush(todo[i].first, below, /*written=*/items[i].status.ok());
     if (items[i].status.ok()) {
-      e->SetDirty(below, false);
       if (background) {
         ++counters_[TierIndex(todo[i].second)].writebacks;
         ++stats_.background_writebacks;
@@ -410,10 +404,10 @@ void EngineImpl::SortFlushPending(size_t below, std::span<const BlockKey> pendin
                                   std::vector<BlockKey>* mine, std::vector<BlockKey>* theirs) {
   MutexLock lock(&mu_);
   for (const BlockKey& key : pending) {
-    const BlockEntry* e = index_.Find(key);
+    const BlockEntry* e = table_.Find(key);
     MemTier t;
     if (e == nullptr || !e->DirtyFor(below) || tried.count(key) != 0) continue;
-    (e->flushing || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
+    (e->flushing() || !e->FastestReadable(&t) ? theirs : mine)->push_back(key);
   }
 }
 
@@ -433,7 +427,7 @@ Status EngineImpl::FlushLocalTier(size_t below) {
   {
     MutexLock lock(&mu_);
     dropped_before = dirty_dropped_;
-    index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+    table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
       if (e.DirtyFor(below)) pending.push_back(key);
     });
   }
@@ -498,12 +492,14 @@ std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_
   std::array<size_t, kMemTiers> dirty{};
   std::array<std::vector<BlockKey>, kMemTiers> candidates;
   const uint64_t now = NowWallUs();
-  index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+  table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
     MemTier t;
     if (!e.DirtyFor(below) || !e.FastestReadable(&t)) return;
     const size_t i = TierIndex(t);
     ++dirty[i];
-    if (e.flushing || e.pins != 0 || e.state != BlockState::kReady || e.Expired(now)) return;
+    if (e.flushing() || e.pins() != 0 || e.state() != BlockState::kReady || e.Expired(now)) {
+      return;
+    }
     if (candidates[i].size() < max) candidates[i].push_back(key);
   });
   for (size_t i = 0; i < kMemTiers; ++i) {

@@ -1,10 +1,11 @@
 // EngineImpl: the Engine of engine.h (internal header; only src/engine includes it).
 //
 // The pieces: the memory tiers (device, host, optional CXL), an ordered list of tiers below
-// memory (tiers/tier.h: the SSD tier, then the remote tier, as configured), a BlockIndex with one
-// SlotClock per memory tier, a worker pool (memory copies without a device tier, codec work,
-// staging, issuing reads and writes below memory), a completion pool (the continuations of those
-// reads and writes), a bounded staging pool for reads from below and codec contexts. Files:
+// memory (tiers/tier.h: the SSD tier, then the remote tier, as configured), a BlockTable (the one
+// mutation point of the per-block metadata, block_table.h) with one SlotClock per memory tier, a
+// worker pool (memory copies without a device tier, codec work, staging, issuing reads and writes
+// below memory), a completion pool (the continuations of those reads and writes), a bounded
+// staging pool for reads from below and codec contexts. Files:
 //   engine.cc        Open, namespaces, Lookup, Pin, Prefetch, Flush, Stats
 //   engine_device.cc the device backend: CPU or CUDA device tier, plain or pinned host tier
 //   engine_tiers.cc  slot allocation, eviction with demotion and write-back
@@ -15,8 +16,8 @@
 //   engine_store.cc  Store and its StoreHandle
 //   engine_predict.cc access prediction: sessions, the predictor, Hint, promotion ahead of need
 //
-// Locking: one mutex (mu_) guards the index, the slot clocks and the statistics. It is never held
-// across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
+// Locking: one mutex (mu_) guards the block table, the slot clocks and the statistics. It is never
+// held across I/O, codec work or a wait for a copy; the tiers' own locks are taken inside it (lock
 // order: engine mu_ -> tier mutexes), never the other way round. pred_mu_ guards the access
 // predictor and the session table; it is a leaf (no other lock is taken while it is held), and so
 // is io_mu_ (the count of batches in flight below memory).
@@ -38,7 +39,7 @@
 #include "codecs/ratio_monitor.h"
 #include "core/mutex.h"
 #include "core/thread_pool.h"
-#include "engine/block_index.h"
+#include "engine/block_table.h"
 #include "engine/engine.h"
 #include "engine/eviction.h"
 #include "engine/lower_tier_factory.h"
@@ -82,8 +83,9 @@ struct TierReadItem {
 
 // A LoadItem's source when it is a memory copy.
 inline constexpr size_t kFromMemory = SIZE_MAX;
-// Tiers below memory at most (BlockEntry::dirty has one bit per tier).
+// Tiers below memory at most (BlockEntry::dirty() has one bit per tier).
 inline constexpr size_t kLowerTiersMax = 8;
+static_assert(kLowerTiersMax <= kDirtyBits);
 
 // One tier of the list below memory and how the engine uses it. Everything the engine's
 // algorithms need to know about a tier is here, decided once at Open from the options and the
@@ -312,8 +314,9 @@ class EngineImpl final : public Engine {
   // kCleanOnly or kCleanNotAhead); never drops mu_.
   Result<uint32_t> AllocateClean(MemTier t, VictimFilter filter = VictimFilter::kCleanOnly)
       KV_REQUIRES(mu_);
-  // Drops `entry`'s copy in `t` (no write); erases the entry when nothing is left. Never drops mu_.
-  void DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) KV_REQUIRES(mu_);
+  // Frees `slot` of `t`, which a table transition that ended a copy (Abort, Drop,
+  // EndEviction(kept = false)) returned, and counts the eviction. Never drops mu_.
+  void FreeSlot(MemTier t, uint32_t slot) KV_REQUIRES(mu_);
   // Copies a memory slot's bytes to host memory `dst`; waits for the copy.
   Status CopySlotToHost(MemTier t, uint32_t slot, std::byte* dst);
   // The raw bytes of slot `slot` of `t` for a write below memory: the slot itself when it is
@@ -398,18 +401,20 @@ class EngineImpl final : public Engine {
       KV_EXCLUDES(mu_);
   // Blocks a promotion by `by` gave up (prediction_dropped_blocks; Prefetch has no such counter).
   void CountDropped(PromotedBy by, uint64_t blocks) KV_REQUIRES(mu_);
-  // Load served `e` from memory: counts it useful when it was promoted ahead of need, once.
-  void CountUsefulPromotion(BlockEntry* e) KV_REQUIRES(mu_);
+  // Load served `key` from memory: counts it useful when it was promoted ahead of need, once.
+  void CountUsefulPromotion(const BlockKey& key) KV_REQUIRES(mu_);
   // TrySubmit that keeps prediction_tasks_pending; false when the queue is full.
   bool TrySubmitPromotion(std::function<void()> task);
   // Adds the predictor's counters and gauges to *out.
   void AppendPredictionStats(EngineStats* out) KV_EXCLUDES(pred_mu_);
 
   // Store (engine_store.cc).
-  // Reserves index entries for the absent blocks among `keys` (pinned while the store runs).
+  // Claims table entries for the absent blocks among `keys` (pinned while the store runs).
   std::vector<StoreItem> ReserveBlocks(std::span<const BlockKey> keys,
                                        std::span<const std::span<const std::byte>> src,
                                        const StoreOptions& options) KV_REQUIRES(mu_);
+  // Reserves a slot for each item (its copy kFilling). May drop and retake mu_ (AllocateSlot):
+  // the items' entries are Claimed (pinned, kWriting), which no one else touches meanwhile.
   Status AllocateForStore(std::span<StoreItem> items) KV_REQUIRES(mu_);
   void AbortStore(std::span<const StoreItem> items) KV_REQUIRES(mu_);
   // Runs on a worker: waits for the copies, publishes the blocks, writes through.
@@ -461,7 +466,7 @@ class EngineImpl final : public Engine {
   std::atomic<int64_t> live_handles_{0};
 
   Mutex mu_;
-  BlockIndex index_ KV_GUARDED_BY(mu_);
+  BlockTable table_ KV_GUARDED_BY(mu_);
   std::array<std::optional<SlotClock>, kMemTiers> clocks_;  // Set at Open; contents under mu_.
   // Memory tiers, then the tiers below memory (LowerCounters).
   std::array<TierCounters, kMemTiers + kLowerTiersMax> counters_ KV_GUARDED_BY(mu_);

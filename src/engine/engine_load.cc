@@ -169,14 +169,13 @@ Result<std::unique_ptr<LoadHandle>> EngineImpl::Load(const Namespace& ns,
         LoadItem item{.key = {.chunk_hash = chunks[c], .layer = l}, .dst = dst[c * layers + l]};
         std::optional<MemTier> t = ReadableTier(item.key, now);
         if (t.has_value()) {
-          BlockEntry* e = index_.Find(item.key);
-          ++e->pins;
-          e->referenced[TierIndex(*t)] = true;
+          table_.Pin(item.key);
+          table_.Touch(item.key, *t);
           item.tier = *t;
-          item.slot = e->slot[TierIndex(*t)];
+          item.slot = table_.Find(item.key)->slot(*t);
           handle->pinned.push_back(item.key);
           ++counters_[TierIndex(*t)].hits;
-          CountUsefulPromotion(e);
+          CountUsefulPromotion(item.key);
         } else if (FindBelow(item.key, &item.below, nullptr)) {
           ++counters_[LowerCounters(item.below)].hits;
         } else if (network != kFromMemory) {
@@ -249,29 +248,26 @@ void EngineImpl::PromoteCopy(const BlockKey& key, std::span<const std::byte> raw
   uint32_t slot = 0;
   {
     MutexLock lock(&mu_);
-    BlockEntry* e = index_.Find(key);
-    if (e != nullptr) return;  // In memory already, or on its way there.
+    if (table_.Find(key) != nullptr) return;  // In memory already, or on its way there.
     Result<uint32_t> s = AllocateClean(MemTier::kHost);
     if (!s.ok()) return;  // Promotion is optional: never force a write-back for it.
     slot = *s;
-    e = index_.Insert(key);
-    e->slot[TierIndex(MemTier::kHost)] = slot;
-    e->copy[TierIndex(MemTier::kHost)] = CopyState::kFilling;
+    table_.Reserve(key, MemTier::kHost, slot);
     // A local tier tells the block's expiry; a best-effort tier's is not asked (the tier enforces
     // its TTL): the host copy then has none.
+    uint64_t expiry = 0;
     if (!tiers_[below].best_effort) {
       TierContains c{.key = key};
       if (tiers_[below].tier->Contains(std::span(&c, 1)).ok() && c.present) {
-        e->expiry_wall_us = c.expiry_wall_us;
+        expiry = c.expiry_wall_us;
+        table_.SetExpiry(key, expiry);
       }
     }
-    clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, e->expiry_wall_us != 0);
+    clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, expiry != 0);
   }
   std::memcpy(host_->SlotData(slot), raw.data(), block_bytes_);
   MutexLock lock(&mu_);
-  BlockEntry* e = index_.Find(key);
-  e->copy[TierIndex(MemTier::kHost)] = CopyState::kReady;
-  e->state = BlockState::kReady;
+  table_.Publish(key, MemTier::kHost);
   ++counters_[TierIndex(MemTier::kHost)].promotions;
 }
 

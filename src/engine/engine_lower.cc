@@ -526,10 +526,10 @@ void EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items,
   {
     MutexLock lock(&mu_);
     for (const StoreItem& item : items) {
-      const BlockEntry* e = index_.Find(item.key);
+      const BlockEntry* e = table_.Find(item.key);
       writes.push_back(TierWriteItem{.key = item.key,
                                      .raw = item.src,
-                                     .expiry_wall_us = e != nullptr ? e->expiry_wall_us : 0});
+                                     .expiry_wall_us = e != nullptr ? e->expiry_wall_us() : 0});
     }
   }
   // The sources are still borrowed (the handle has not completed): encode straight from them.
@@ -539,8 +539,9 @@ void EngineImpl::WriteThrough(size_t below, std::span<const StoreItem> items,
                      {
                        MutexLock lock(&mu_);
                        for (const TierWriteItem& w : out) {
-                         BlockEntry* e = index_.Find(w.key);
-                         if (e != nullptr && w.status.ok()) e->SetDirty(below, false);
+                         if (w.status.ok() && table_.Find(w.key) != nullptr) {
+                           table_.MarkClean(w.key, below);
+                         }
                        }
                      }
                      done(io);
@@ -560,10 +561,7 @@ bool EngineImpl::FlushBestEffortBatch(size_t below, std::span<const BlockKey> ke
   bool ok = true;
   MutexLock lock(&mu_);
   for (size_t i = 0; i < todo.size(); ++i) {
-    BlockEntry* e = index_.Find(todo[i].first);
-    e->flushing = false;
-    --e->pins;
-    if (items[i].status.ok()) e->SetDirty(below, false);
+    table_.EndFlush(todo[i].first, below, /*written=*/items[i].status.ok());
     if (!items[i].status.ok() && !items[i].skipped) ok = false;
   }
   return ok;
@@ -573,7 +571,7 @@ void EngineImpl::FlushBestEffortTier(size_t below) {
   std::vector<BlockKey> dirty;
   {
     MutexLock lock(&mu_);
-    index_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+    table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
       if (e.DirtyFor(below)) dirty.push_back(key);
     });
   }

@@ -211,9 +211,9 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, size_t below, Prom
     MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); ++i) {
       const BlockKey& key = keys[i];
-      BlockEntry* e = index_.Find(key);
-      if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting ||
-                           e->copy[host] != CopyState::kNone)) {
+      const BlockEntry* e = table_.Find(key);
+      if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting ||
+                           e->copy(MemTier::kHost) != CopyState::kNone)) {
         continue;  // In memory already, or on its way (a Store, another promotion).
       }
       // A local tier is asked again (cheap): the block may be gone since the plan, and it
@@ -230,13 +230,10 @@ void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, size_t below, Prom
         dropped += keys.size() - i;  // Every host slot is dirty, pinned or in flight.
         break;
       }
-      e = index_.Find(key);
-      if (e == nullptr) e = index_.Insert(key);
-      e->slot[host] = *slot;
-      e->copy[host] = CopyState::kFilling;
+      e = table_.Reserve(key, MemTier::kHost, *slot);
       // A best-effort tier's expiry is not known here (it enforces its TTL): none in memory.
-      if (info.present) e->expiry_wall_us = info.expiry_wall_us;
-      clocks_[host]->Assign(*slot, key, e->expiry_wall_us != 0);
+      if (info.present) table_.SetExpiry(key, info.expiry_wall_us);
+      clocks_[host]->Assign(*slot, key, e->expiry_wall_us() != 0);
       items.push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
     }
   }
@@ -259,20 +256,16 @@ void EngineImpl::FinishPromotion(std::span<const TierReadItem> items, PromotedBy
   const size_t host = TierIndex(MemTier::kHost);
   MutexLock lock(&mu_);
   for (const TierReadItem& item : items) {
-    BlockEntry* e = index_.Find(item.key);  // A filling copy is never evicted: still there.
-    KV_CHECK(e != nullptr);
+    // A filling copy is never evicted: its entry is still there (the table checks).
     if (item.corrupt) ++stats_.corrupt_blocks;
     if (!item.status.ok()) {
-      DropCopy(item.key, e, MemTier::kHost);
+      FreeSlot(MemTier::kHost, table_.Abort(item.key, MemTier::kHost));
       ++dropped;
       continue;
     }
-    e->copy[host] = CopyState::kReady;
-    e->state = BlockState::kReady;
     // Other promotions ahead of need leave it alone until a Load used it (kCleanNotAhead); a
-    // second chance protects it a little from the rest.
-    e->referenced[host] = true;
-    e->promoted_by = by;
+    // second chance (its reference bit) protects it a little from the rest.
+    table_.PublishPromoted(item.key, MemTier::kHost, by);
     ++counters_[host].promotions;
     switch (by) {
       case PromotedBy::kPrediction:
@@ -289,10 +282,12 @@ void EngineImpl::FinishPromotion(std::span<const TierReadItem> items, PromotedBy
   CountDropped(by, dropped);
 }
 
-void EngineImpl::CountUsefulPromotion(BlockEntry* e) {
-  if (e->promoted_by == PromotedBy::kPrediction) ++stats_.prediction_useful_blocks;
-  if (e->promoted_by == PromotedBy::kHint) ++stats_.hint_useful_blocks;
-  e->promoted_by = PromotedBy::kNone;
+void EngineImpl::CountUsefulPromotion(const BlockKey& key) {
+  const PromotedBy by = table_.Find(key)->promoted_by();
+  if (by == PromotedBy::kNone) return;
+  if (by == PromotedBy::kPrediction) ++stats_.prediction_useful_blocks;
+  if (by == PromotedBy::kHint) ++stats_.hint_useful_blocks;
+  table_.ClearPromotedBy(key);
 }
 
 void EngineImpl::AppendPredictionStats(EngineStats* out) {

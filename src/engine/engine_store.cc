@@ -91,29 +91,30 @@ std::vector<StoreItem> EngineImpl::ReserveBlocks(std::span<const BlockKey> keys,
   std::vector<StoreItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
     const BlockKey& key = keys[i];
-    if (BlockEntry* e = index_.Find(key); e != nullptr) {
-      bool replaceable = e->Expired(now) && e->pins == 0 && !e->flushing;
+    if (const BlockEntry* e = table_.Find(key); e != nullptr) {
+      bool replaceable = e->Expired(now) && e->pins() == 0 && !e->flushing();
       for (size_t t = 0; t < kMemTiers && replaceable; ++t) {
-        replaceable = e->copy[t] == CopyState::kNone || e->copy[t] == CopyState::kReady;
+        const CopyState c = e->copy(MemTierAt(t));
+        replaceable = c == CopyState::kNone || c == CopyState::kReady;
       }
       if (!replaceable) continue;  // Present (or being written by another Store): skip it.
-      ++e->pins;                   // Keeps DropCopy from erasing the entry under this loop.
+      table_.Pin(key);             // Keeps Drop from erasing the entry under this loop.
       for (size_t t = 0; t < kMemTiers; ++t) {
-        if (e->copy[t] != CopyState::kNone) DropCopy(key, e, MemTierAt(t));
+        if (e->copy(MemTierAt(t)) != CopyState::kNone) {
+          FreeSlot(MemTierAt(t), table_.Drop(key, MemTierAt(t)));
+        }
       }
-      index_.Erase(key);
+      table_.Unpin(key);  // Empty and unpinned now: erased.
     } else if (size_t below = 0; FindBelow(key, &below, nullptr)) {
       continue;  // In a local tier below memory already; a Load promotes it.
     }
-    BlockEntry* e = index_.Insert(key);
-    KV_CHECK(e != nullptr);
-    e->pins = 1;  // The store's own reservation: never erased or evicted while it runs.
     const size_t chunk = i / options_.layout.layers;
-    e->priority = options.priority;
-    if (chunk < options_.sink_chunks && e->priority < BlockPriority::kHigh) {
-      e->priority = BlockPriority::kHigh;
+    BlockPriority priority = options.priority;
+    if (chunk < options_.sink_chunks && priority < BlockPriority::kHigh) {
+      priority = BlockPriority::kHigh;
     }
-    e->expiry_wall_us = ttl_ms == 0 ? 0 : now + ttl_ms * 1000;
+    // The store's own reservation (a pin): never erased or evicted while it runs.
+    table_.Claim(key, priority, ttl_ms == 0 ? 0 : now + ttl_ms * 1000);
     items.push_back(StoreItem{.key = key, .src = src[i]});
   }
   return items;
@@ -131,10 +132,8 @@ Status EngineImpl::AllocateForStore(std::span<StoreItem> items) {
         last = slot.status();
         continue;
       }
-      BlockEntry* e = index_.Find(item.key);
-      e->slot[t] = *slot;
-      e->copy[t] = CopyState::kFilling;
-      clocks_[t]->Assign(*slot, item.key, e->expiry_wall_us != 0);
+      const BlockEntry* e = table_.Reserve(item.key, MemTierAt(t), *slot);
+      clocks_[t]->Assign(*slot, item.key, e->expiry_wall_us() != 0);
       item.tier = MemTierAt(t);
       item.slot = *slot;
     }
@@ -154,12 +153,8 @@ Status EngineImpl::AllocateForStore(std::span<StoreItem> items) {
 
 void EngineImpl::AbortStore(std::span<const StoreItem> items) {
   for (const StoreItem& item : items) {
-    BlockEntry* e = index_.Find(item.key);
-    KV_CHECK(e != nullptr);
-    if (item.slot != kNoSlot) DropCopy(item.key, e, item.tier);
-    e = index_.Find(item.key);
-    --e->pins;
-    index_.EraseIfEmpty(item.key);
+    if (item.slot != kNoSlot) FreeSlot(item.tier, table_.Abort(item.key, item.tier));
+    table_.Unpin(item.key);
   }
 }
 
@@ -230,17 +225,18 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
   {
     MutexLock lock(&mu_);
     for (const StoreItem& item : items) {
-      BlockEntry* e = index_.Find(item.key);
-      KV_CHECK(e != nullptr);
-      --e->pins;
+      table_.Unpin(item.key);  // Its filling copy keeps the entry.
       if (!copied.ok()) {
-        DropCopy(item.key, e, item.tier);
+        FreeSlot(item.tier, table_.Abort(item.key, item.tier));
         continue;
       }
-      e->copy[TierIndex(item.tier)] = CopyState::kReady;
-      e->state = BlockState::kReady;
+      table_.Publish(item.key, item.tier);
       for (size_t below = 0; below < tiers_.size(); ++below) {
-        e->SetDirty(below, tiers_[below].DirtyOnStore());
+        if (tiers_[below].DirtyOnStore()) {
+          table_.MarkDirty(item.key, below);
+        } else {
+          table_.MarkClean(item.key, below);
+        }
       }
     }
   }

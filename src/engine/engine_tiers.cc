@@ -53,23 +53,19 @@ Result<uint32_t> EngineImpl::AllocateRaw(MemTier t) {
 }
 
 std::optional<MemTier> EngineImpl::ReadableTier(const BlockKey& key, uint64_t now_wall_us) {
-  BlockEntry* e = index_.Find(key);
+  const BlockEntry* e = table_.Find(key);
   if (e == nullptr || e->Expired(now_wall_us)) return std::nullopt;
   MemTier t;
   if (!e->FastestReadable(&t)) return std::nullopt;
   return t;
 }
 
-void EngineImpl::DropCopy(const BlockKey& key, BlockEntry* entry, MemTier t) {
+void EngineImpl::FreeSlot(MemTier t, uint32_t slot) {
   const size_t i = TierIndex(t);
-  KV_CHECK(entry->slot[i] != kNoSlot);
-  clocks_[i]->Release(entry->slot[i]);
-  FreeRaw(t, entry->slot[i]);
-  entry->slot[i] = kNoSlot;
-  entry->copy[i] = CopyState::kNone;
-  entry->referenced[i] = false;
+  KV_CHECK(slot != kNoSlot);
+  clocks_[i]->Release(slot);
+  FreeRaw(t, slot);
   ++counters_[i].evictions;
-  index_.EraseIfEmpty(key);
 }
 
 Result<uint32_t> EngineImpl::AllocateClean(MemTier t, VictimFilter filter) {
@@ -78,10 +74,10 @@ Result<uint32_t> EngineImpl::AllocateClean(MemTier t, VictimFilter filter) {
   Result<uint32_t> slot = AllocateRaw(t);
   if (slot.ok()) return slot;
   std::optional<uint32_t> victim =
-      clocks_[TierIndex(t)]->PickVictim(t, &index_, NowWallUs(), filter);
+      clocks_[TierIndex(t)]->PickVictim(t, &table_, NowWallUs(), filter);
   if (!victim.has_value()) return Status::Busy("no clean slot");
   const BlockKey key = *clocks_[TierIndex(t)]->Owner(*victim);
-  DropCopy(key, index_.Find(key), t);
+  FreeSlot(t, table_.Drop(key, t));
   return AllocateRaw(t);
 }
 
@@ -97,25 +93,25 @@ Result<uint32_t> EngineImpl::AllocateSlot(MemTier t, VictimFilter filter, EvictW
 
 Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) {
   const size_t i = TierIndex(t);
-  std::optional<uint32_t> victim = clocks_[i]->PickVictim(t, &index_, NowWallUs(), filter);
+  std::optional<uint32_t> victim = clocks_[i]->PickVictim(t, &table_, NowWallUs(), filter);
   if (!victim.has_value()) {
     return Status::Busy(std::string(TierKindName(ToTierKind(t))) +
                         " tier: every slot is pinned, being written or being evicted");
   }
   const BlockKey key = *clocks_[i]->Owner(*victim);
-  BlockEntry* e = index_.Find(key);
+  const BlockEntry* e = table_.Find(key);
   bool lower_tier = false;
   for (size_t u = i + 1; u < kMemTiers; ++u) lower_tier = lower_tier || HasTier(MemTierAt(u));
   const bool demote = !e->ReadableBelow(t) && lower_tier;
   if (e->Expired(NowWallUs()) || (CleanToDrop(*e, t) && !demote)) {
-    DropCopy(key, e, t);
+    FreeSlot(t, table_.Drop(key, t));
     return Status::Ok();
   }
   // The only memory copy: demote it to a lower memory tier when one has room (a cascade, like a
   // CPU cache), and if it is dirty and cannot be demoted, write it back to the tiers below memory
   // it is dirty for before its slot is reused (docs/engine.md). A caller's thread never writes:
   // the cleaner does.
-  e->copy[i] = CopyState::kEvicting;
+  table_.BeginEviction(key, t);
   Status s;
   bool left_to_cleaner = false;
   if (writes == EvictWrites::kHere) {
@@ -123,13 +119,16 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
   } else {
     bool demoted = false;
     s = Demote(key, t, *victim, &demoted);
-    const BlockEntry* d = index_.Find(key);
-    left_to_cleaner = !demoted && d->dirty != 0;
+    const BlockEntry* d = table_.Find(key);
+    left_to_cleaner = !demoted && d->dirty() != 0;
   }
-  e = index_.Find(key);
+  // Still there and still kEvicting: a kEvicting copy is never chosen again, and its entry is
+  // never erased while it has one.
+  e = table_.Find(key);
   KV_CHECK(e != nullptr);
-  KV_CHECK(e->copy[i] == CopyState::kEvicting);
-  e->copy[i] = CopyState::kReady;
+  if (left_to_cleaner || e->pins() != 0) {
+    table_.EndEviction(key, t, /*kept=*/true);
+  }
   if (left_to_cleaner) {
     // The cleaner evicts it (or another victim) with its write-back; this caller takes a clean
     // victim if there is one, else gets Busy and tries again later.
@@ -139,17 +138,17 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
       cleaner_cv_.Signal();
     }
     std::optional<uint32_t> clean =
-        clocks_[i]->PickVictim(t, &index_, NowWallUs(), VictimFilter::kCleanOnly);
+        clocks_[i]->PickVictim(t, &table_, NowWallUs(), VictimFilter::kCleanOnly);
     if (!clean.has_value()) {
       return Status::Busy(std::string(TierKindName(ToTierKind(t))) +
                           " tier: every evictable block must be written back first; the cleaner "
                           "is writing them, try again");
     }
     const BlockKey owner = *clocks_[i]->Owner(*clean);
-    DropCopy(owner, index_.Find(owner), t);
+    FreeSlot(t, table_.Drop(owner, t));
     return Status::Ok();
   }
-  if (e->pins != 0) return Status::Ok();  // A Load took it meanwhile; the caller retries.
+  if (e->pins() != 0) return Status::Ok();  // A Load took it meanwhile; the caller retries.
   // Refusals by the admission filter or the write budget are policy, not faults: no log line.
   if (!s.ok() && !s.IsAborted() && !s.IsBusy()) {
     LogTo(logger_, LogLevel::kWarn,
@@ -157,7 +156,7 @@ Status EngineImpl::EvictOne(MemTier t, VictimFilter filter, EvictWrites writes) 
               " failed, dropping it from memory: " + s.ToString());
   }
   if (!s.ok() && !s.IsAborted() && DirtyForLocal(*e)) ++dirty_dropped_;
-  DropCopy(key, e, t);
+  FreeSlot(t, table_.EndEviction(key, t, /*kept=*/false));
   return Status::Ok();
 }
 
@@ -175,20 +174,17 @@ Status EngineImpl::Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* d
     const MemTier lower = MemTierAt(u);
     Result<uint32_t> dst = AllocateClean(lower);
     if (!dst.ok()) continue;
-    BlockEntry* e = index_.Find(key);
-    e->slot[u] = *dst;
-    e->copy[u] = CopyState::kFilling;
-    clocks_[u]->Assign(*dst, key, e->expiry_wall_us != 0);
+    const BlockEntry* e = table_.Reserve(key, lower, *dst);
+    clocks_[u]->Assign(*dst, key, e->expiry_wall_us() != 0);
     mu_.Unlock();
     const Status s = CopySlotToHost(t, slot, SlotData(lower, *dst));
     mu_.Lock();
-    e = index_.Find(key);
     if (!s.ok()) {
-      DropCopy(key, e, lower);
+      FreeSlot(lower, table_.Abort(key, lower));
       return s;
     }
-    e->copy[u] = CopyState::kReady;
-    if (DirtyForLocal(*e)) ++counters_[TierIndex(t)].writebacks;
+    table_.Publish(key, lower);
+    if (DirtyForLocal(*table_.Find(key))) ++counters_[TierIndex(t)].writebacks;
     *demoted = true;
     return Status::Ok();
   }
@@ -196,11 +192,11 @@ Status EngineImpl::Demote(const BlockKey& key, MemTier t, uint32_t slot, bool* d
 }
 
 Status EngineImpl::WriteBack(const BlockKey& key, MemTier t, uint32_t slot) {
-  BlockEntry* e = index_.Find(key);
-  const uint8_t todo = e->dirty;
+  const BlockEntry* e = table_.Find(key);
+  const uint8_t todo = e->dirty();
   // Clean, or nothing below: a cache may drop it.
   if (todo == 0) return Status::Ok();
-  const uint64_t expiry = e->expiry_wall_us;
+  const uint64_t expiry = e->expiry_wall_us();
   mu_.Unlock();
   // One lease for all buffers (raw copy, encoded record): never wait while holding one. A device
   // slot is copied out first; a host or CXL slot (kEvicting, so it stays put) is encoded where it
@@ -222,8 +218,9 @@ Status EngineImpl::WriteBack(const BlockKey& key, MemTier t, uint32_t slot) {
     if (!tiers_[below].best_effort && result.ok()) result = s;
   }
   mu_.Lock();
-  e = index_.Find(key);
-  e->dirty = static_cast<uint8_t>(e->dirty & ~written);
+  for (size_t below = 0; below < tiers_.size(); ++below) {
+    if (((written >> below) & 1u) != 0) table_.MarkClean(key, below);
+  }
   if (written != 0) ++counters_[TierIndex(t)].writebacks;
   return result;
 }
@@ -266,37 +263,33 @@ Status EngineImpl::PromoteFromBelow(const BlockKey& key) {
     if (!FindBelow(key, &below, &expiry)) {
       return Status::NotFound("in no local tier below memory: " + key.ToString());
     }
-    BlockEntry* e = index_.Find(key);
-    if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting)) {
+    const BlockEntry* e = table_.Find(key);
+    if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting)) {
       return Status::Ok();  // Already (or about to be) in memory.
     }
     KV_ASSIGN_OR_RETURN(slot,
                         AllocateSlot(MemTier::kHost, VictimFilter::kAny, EvictWrites::kToCleaner));
-    e = index_.Find(key);
-    if (e != nullptr && (e->AnyReadable() || e->state == BlockState::kWriting ||
-                         e->copy[TierIndex(MemTier::kHost)] != CopyState::kNone)) {
+    e = table_.Find(key);
+    if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting ||
+                         e->copy(MemTier::kHost) != CopyState::kNone)) {
       // While the lock was dropped another promotion or a Store took the key: theirs wins (a
       // reserved entry's slots belong to its writer).
       host_->Free(slot);
       return Status::Ok();
     }
-    if (e == nullptr) e = index_.Insert(key);
-    e->slot[TierIndex(MemTier::kHost)] = slot;
-    e->copy[TierIndex(MemTier::kHost)] = CopyState::kFilling;
-    e->expiry_wall_us = expiry;
-    clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, e->expiry_wall_us != 0);
+    table_.Reserve(key, MemTier::kHost, slot);
+    table_.SetExpiry(key, expiry);
+    clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, expiry != 0);
   }
   TierReadItem item{.key = key, .dst = {host_->SlotData(slot), block_bytes_}};
   ReadFromTier(below, std::span(&item, 1));
   MutexLock lock(&mu_);
-  BlockEntry* e = index_.Find(key);
   if (item.corrupt) ++stats_.corrupt_blocks;
   if (!item.status.ok()) {
-    DropCopy(key, e, MemTier::kHost);
+    FreeSlot(MemTier::kHost, table_.Abort(key, MemTier::kHost));
     return item.status;
   }
-  e->copy[TierIndex(MemTier::kHost)] = CopyState::kReady;
-  e->state = BlockState::kReady;
+  table_.Publish(key, MemTier::kHost);
   ++counters_[TierIndex(MemTier::kHost)].promotions;
   return Status::Ok();
 }

@@ -32,28 +32,27 @@ const BlockKey* SlotClock::Owner(uint32_t slot) const {
 }
 
 bool CleanToDrop(const BlockEntry& entry, MemTier tier) {
-  return entry.dirty == 0 || entry.ReadableBelow(tier);
+  return entry.dirty() == 0 || entry.ReadableBelow(tier);
 }
 
 bool Evictable(const BlockEntry& entry, MemTier tier, VictimFilter filter) {
-  if (entry.copy[TierIndex(tier)] != CopyState::kReady) return false;
-  if (entry.pins != 0 || entry.flushing) return false;
+  if (entry.copy(tier) != CopyState::kReady) return false;
+  if (entry.pins() != 0 || entry.flushing()) return false;
   if (filter != VictimFilter::kAny && !CleanToDrop(entry, tier)) return false;
-  if (filter == VictimFilter::kCleanNotAhead && entry.promoted_by != PromotedBy::kNone)
+  if (filter == VictimFilter::kCleanNotAhead && entry.promoted_by() != PromotedBy::kNone)
     return false;
   return true;
 }
 
-std::optional<uint32_t> SlotClock::PickVictim(MemTier tier, BlockIndex* index, uint64_t now_wall_us,
+std::optional<uint32_t> SlotClock::PickVictim(MemTier tier, BlockTable* table, uint64_t now_wall_us,
                                               VictimFilter filter) {
   const uint32_t n = slots();
   if (n == 0) return std::nullopt;
   std::optional<uint32_t> best;
   BlockPriority best_priority = BlockPriority::kPinnedPrompt;
-  const size_t t = TierIndex(tier);
   for (uint32_t slot = 0; slot < n && ttl_count_ != 0; ++slot) {
     if (!used_[slot] || !has_ttl_[slot]) continue;
-    const BlockEntry* e = index->Find(owner_[slot]);
+    const BlockEntry* e = table->Find(owner_[slot]);
     KV_CHECK(e != nullptr);  // A used slot always has its entry.
     if (Evictable(*e, tier, filter) && e->Expired(now_wall_us)) return slot;
   }
@@ -61,18 +60,18 @@ std::optional<uint32_t> SlotClock::PickVictim(MemTier tier, BlockIndex* index, u
     const uint32_t slot = hand_;
     hand_ = (hand_ + 1) % n;
     if (!used_[slot]) continue;
-    BlockEntry* e = index->Find(owner_[slot]);
+    const BlockEntry* e = table->Find(owner_[slot]);
     KV_CHECK(e != nullptr);  // A used slot always has its entry.
     if (!Evictable(*e, tier, filter)) continue;
     if (e->Expired(now_wall_us)) return slot;
-    if (e->referenced[t]) {
-      e->referenced[t] = false;
+    if (e->referenced(tier)) {
+      table->ClearReference(owner_[slot], tier);
       continue;
     }
-    if (e->priority == BlockPriority::kNormal) return slot;
-    if (!best.has_value() || e->priority < best_priority) {
+    if (e->priority() == BlockPriority::kNormal) return slot;
+    if (!best.has_value() || e->priority() < best_priority) {
       best = slot;
-      best_priority = e->priority;
+      best_priority = e->priority();
     }
   }
   return best;

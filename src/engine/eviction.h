@@ -15,7 +15,7 @@
 // Choosing is separate from acting: the engine decides whether a victim is dropped (clean, or a
 // copy exists below), demoted to the next memory tier, or written back to the SSD first (dirty).
 //
-// Thread safety: none; the engine's mutex guards a SlotClock together with the BlockIndex.
+// Thread safety: none; the engine's mutex guards a SlotClock together with the BlockTable.
 // Ownership: the clock stores keys by value; it never touches slot memory.
 #pragma once
 
@@ -23,7 +23,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/block_index.h"
+#include "engine/block_table.h"
 
 namespace kvtier {
 
@@ -49,9 +49,9 @@ class SlotClock {
   uint32_t used() const { return used_count_; }
   uint32_t slots() const { return static_cast<uint32_t>(owner_.size()); }
 
-  // Chooses a victim among this tier's slots (see the file comment). Clears reference bits it
-  // passes. nullopt when no slot is evictable.
-  std::optional<uint32_t> PickVictim(MemTier tier, BlockIndex* index, uint64_t now_wall_us,
+  // Chooses a victim among this tier's slots (see the file comment). Clears the reference bits it
+  // passes (BlockTable::ClearReference). nullopt when no slot is evictable.
+  std::optional<uint32_t> PickVictim(MemTier tier, BlockTable* table, uint64_t now_wall_us,
                                      VictimFilter filter);
 
  private:
