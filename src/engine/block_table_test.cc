@@ -5,10 +5,14 @@
 // eviction, and the dirty bits and the flush claim change only through their transitions. Also
 // that the copy-state readers say which copy may be read (kReady and kEvicting, never kFilling).
 // Method: direct calls on a BlockTable with hand-made keys and slots; no tiers involved. Refusals
-// are death tests (KV_CHECK aborts with "check failed").
+// are death tests (KV_CHECK aborts with "check failed"); that no code outside the table can write
+// an entry is checked at compile time (static_assert below).
 #include "engine/block_table.h"
 
 #include <gtest/gtest.h>
+
+#include <type_traits>
+#include <utility>
 
 #include "engine/eviction.h"
 
@@ -25,6 +29,24 @@ BlockKey Key(uint8_t b, uint32_t layer = 0) {
   k.layer = layer;
   return k;
 }
+
+// The table is the one mutation point: outside it an entry is reachable only as const, and its
+// fields are private (a write from elsewhere does not compile; these fail if that changes).
+template <typename E>
+concept AnyFieldReachable =
+    requires(E& e) { e.state_; } || requires(E& e) { e.slot_; } || requires(E& e) { e.copy_; } ||
+    requires(E& e) { e.referenced_; } || requires(E& e) { e.dirty_; } ||
+    requires(E& e) { e.flushing_; } || requires(E& e) { e.pins_; } ||
+    requires(E& e) { e.expiry_wall_us_; } || requires(E& e) { e.priority_; } ||
+    requires(E& e) { e.promoted_by_; };
+static_assert(!AnyFieldReachable<BlockEntry>);
+static_assert(std::is_same_v<decltype(std::declval<const BlockTable&>().Find(BlockKey{})),
+                             const BlockEntry*>);
+static_assert(std::is_same_v<decltype(std::declval<BlockTable&>().Reserve(BlockKey{}, kHost, 0)),
+                             const BlockEntry*>);
+static_assert(
+    std::is_same_v<decltype(std::declval<BlockTable&>().Claim(BlockKey{}, BlockPriority{}, 0)),
+                   const BlockEntry*>);
 
 // A table holding Key(1) with a kReady host copy at slot 7.
 BlockTable ReadyTable() {
