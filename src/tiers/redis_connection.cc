@@ -1,6 +1,11 @@
 // See redis_connection.h.
 #include "tiers/redis_connection.h"
 
+// The reader's buffer is an sds string (TrimReaderBuffer). hiredis 0.14's sds.h has no C++ guard
+// and hiredis.h includes it outside its own, so it comes first, with C linkage.
+extern "C" {
+#include <hiredis/sds.h>
+}
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
@@ -233,7 +238,8 @@ Status RedisConnection::Connect() {
   if (context_->err != 0) return ContextError("connect");
   context_->reader->fn = RedisBoundedReplyFunctions();
   // Keep the reader's buffer between replies: freeing it after each large value and growing it
-  // again for the next costs a page fault per 4 KiB of every value.
+  // again for the next costs a page fault per 4 KiB of every value. TrimReaderBuffer bounds
+  // what is kept.
   context_->reader->maxbuf = 0;
   if (redisSetTimeout(context_, ToTimeval(options_.command_timeout_ms)) != REDIS_OK) {
     return ContextError("set timeout");
@@ -373,7 +379,10 @@ Status RedisConnection::ReadReply(void** reply) {
       const std::string why = context_->reader->errstr;
       return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
     }
-    if (*reply != nullptr) return Status::Ok();
+    if (*reply != nullptr) {
+      TrimReaderBuffer();
+      return Status::Ok();
+    }
     const ssize_t n = read(context_->fd, reply_buffer_.get(), kReplyReadBytes);
     if (n > 0) {
       if (redisReaderFeed(context_->reader, reply_buffer_.get(), static_cast<size_t>(n)) !=
@@ -394,6 +403,26 @@ Status RedisConnection::ReadReply(void** reply) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::TimedOut(text);
     return Status::Unavailable(text);
   }
+}
+
+void RedisConnection::TrimReaderBuffer() {
+  redisReader* r = context_->reader;
+  // Unparsed bytes (later replies of the pipeline) stay; the next reply retries.
+  if (r->pos != r->len) return;
+  if (sdsalloc(r->buf) <= options_.reader_buffer_retain_bytes) return;
+  sds fresh = sdsempty();
+  if (fresh == nullptr) return;  // Out of memory: keep the old one until the next reply.
+  sdsfree(r->buf);
+  r->buf = fresh;
+  r->pos = 0;
+  r->len = 0;
+}
+
+uint64_t RedisConnection::reader_buffer_bytes() const {
+  if (context_ == nullptr || context_->reader == nullptr || context_->reader->buf == nullptr) {
+    return 0;
+  }
+  return sdsalloc(context_->reader->buf);
 }
 
 Status RedisConnection::ContextError(std::string_view what) const {

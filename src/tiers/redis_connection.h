@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/limits.h"
 #include "core/logger.h"
 #include "kvtier/result.h"
 
@@ -48,11 +49,18 @@ Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text);
 // ("a:1,,b:2", a trailing comma) is InvalidArgument.
 Result<std::vector<std::string>> SplitRedisEndpoints(std::string_view list);
 
+// hiredis's reader buffer is kept between replies (growing it again for every large value costs
+// a page fault per 4 KiB), but only up to this size: after a reply, once nothing unread is left
+// in it, a buffer grown larger (one huge reply of a hostile or misconfigured server) is released,
+// so a connection never pins more than this between calls. It holds a 4 MiB value many times over.
+inline constexpr uint64_t kRedisReaderBufferRetainBytes = 64 * kMiB;
+
 struct RedisConnectionOptions {
   uint32_t connect_timeout_ms = 200;
   uint32_t command_timeout_ms = 500;  // Per socket read or write, not per batch.
   std::string user;                   // Empty: AUTH with the password only (the default user).
   std::string password;               // Empty: no AUTH.
+  uint64_t reader_buffer_retain_bytes = kRedisReaderBufferRetainBytes;
 };
 
 // Elements a reply array may declare. hiredis 0.14 allocates an array's element table as soon as
@@ -112,6 +120,8 @@ class RedisConnection {
   const RedisEndpoint& endpoint() const { return endpoint_; }
   bool connected() const { return context_ != nullptr; }
   uint64_t reconnects() const { return reconnects_; }  // Times the link came back after a loss.
+  // The bytes hiredis's reader buffer holds allocated now (0 when not connected).
+  uint64_t reader_buffer_bytes() const;
 
  private:
   enum class Link : uint8_t { kNever = 0, kUp = 1, kLost = 2 };
@@ -126,6 +136,8 @@ class RedisConnection {
   Status SendCommands(std::span<const RedisCommand> commands);
   // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader.
   Status ReadReply(void** reply);
+  // Releases the reader's buffer when it is empty and above reader_buffer_retain_bytes.
+  void TrimReaderBuffer();
   void Drop(const Status& why);
   void MarkUp();
 

@@ -2,9 +2,10 @@
 // memory, replies read in large reads and parsed by hiredis's reader) is byte-exact and fails
 // clearly: pipelined arguments that are empty, binary (NUL, CR, LF) and several MiB (larger than
 // a socket buffer, so writes are partial) arrive exactly and come back exactly, also with an
-// ASKING prefix; a reply that breaks the protocol is Unavailable naming the parse error, a server
-// that closes in the middle of a value is Unavailable saying so, and either leaves the
-// connection reconnectable.
+// ASKING prefix; hiredis's reader buffer is kept between replies only up to a bound, so one
+// huge reply does not pin its size to the connection; a reply that breaks the protocol is
+// Unavailable naming the parse error, a server that closes in the middle of a value is
+// Unavailable saying so, and either leaves the connection reconnectable.
 // Method: a real redis-server (redis_test_util.h) for the round trips; for the failures, a
 // loopback socket in a thread that answers the connection's PING and then writes the bytes the
 // test gives it. Skipped when redis-server is not installed.
@@ -79,6 +80,53 @@ TEST(RedisConnectionTest, PipelinedBinaryAndMultiMiBArgumentsRoundTripExactly) {
   ASSERT_TRUE(conn.Execute(again, replies2).ok());
   EXPECT_TRUE(std::string(replies2[0]->str, replies2[0]->len) == values[3]);
   EXPECT_TRUE(std::string(replies2[1]->str, replies2[1]->len) == values[2]);
+}
+
+// hiredis's reader buffer is kept between replies up to reader_buffer_retain_bytes: a reply
+// larger than that (as a hostile server could send) does not leave its buffer pinned to the
+// connection, a smaller one does (no page faults to grow it again for the next value).
+TEST(RedisConnectionTest, AHugeReplyDoesNotLeaveItsBufferRetained) {
+  if (!RedisServerInstalled()) GTEST_SKIP() << "redis-server is not installed; skipping";
+  Result<std::unique_ptr<RedisServer>> server = RedisServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  constexpr uint64_t kRetain = 1 * kMiB;
+  RedisConnection conn(RedisEndpoint{.host = "127.0.0.1", .port = (*server)->port()},
+                       RedisConnectionOptions{.command_timeout_ms = 5000,
+                                              .reader_buffer_retain_bytes = kRetain},
+                       nullptr);
+  const std::string huge = Binary(9 * kMiB, 5);
+  const std::string small = Binary(200 * 1024, 6);  // Its buffer: at most twice that.
+  std::vector<RedisCommand> puts = {Command({"SET", "huge", huge}),
+                                    Command({"SET", "small", small})};
+  std::vector<RedisReplyPtr> put_replies(puts.size());
+  ASSERT_TRUE(conn.Execute(puts, put_replies).ok());
+
+  std::vector<RedisCommand> get_small = {Command({"GET", "small"})};
+  std::vector<RedisReplyPtr> small_reply(1);
+  ASSERT_TRUE(conn.Execute(get_small, small_reply).ok());
+  EXPECT_TRUE(std::string(small_reply[0]->str, small_reply[0]->len) == small);
+  EXPECT_GE(conn.reader_buffer_bytes(), small.size()) << "a buffer under the limit is kept";
+
+  std::vector<RedisCommand> get_huge = {Command({"GET", "huge"})};
+  std::vector<RedisReplyPtr> huge_reply(1);
+  ASSERT_TRUE(conn.Execute(get_huge, huge_reply).ok());
+  EXPECT_TRUE(std::string(huge_reply[0]->str, huge_reply[0]->len) == huge);
+  EXPECT_LE(conn.reader_buffer_bytes(), kRetain) << "the huge reply's buffer was released";
+
+  // A pipeline whose earlier reply is huge: released once the last reply is read.
+  std::vector<RedisCommand> both = {Command({"GET", "huge"}), Command({"GET", "small"})};
+  std::vector<RedisReplyPtr> both_replies(both.size());
+  ASSERT_TRUE(conn.Execute(both, both_replies).ok());
+  EXPECT_TRUE(std::string(both_replies[0]->str, both_replies[0]->len) == huge);
+  EXPECT_TRUE(std::string(both_replies[1]->str, both_replies[1]->len) == small);
+  EXPECT_LE(conn.reader_buffer_bytes(), kRetain);
+
+  // The default limit keeps a multi-MiB value's buffer (the fast path of large values).
+  RedisConnection keeps(RedisEndpoint{.host = "127.0.0.1", .port = (*server)->port()},
+                        RedisConnectionOptions{.command_timeout_ms = 5000}, nullptr);
+  std::vector<RedisReplyPtr> kept_reply(1);
+  ASSERT_TRUE(keeps.Execute(get_huge, kept_reply).ok());
+  EXPECT_GE(keeps.reader_buffer_bytes(), huge.size());
 }
 
 // A loopback server that answers PING with +PONG and then sends `answer` and closes.
