@@ -278,6 +278,9 @@ typedef struct kvtier_engine_options_s {
   uint64_t remote_write_budget_bytes_per_s;     /* 0 (default): unlimited. */
   uint64_t remote_write_budget_burst_bytes;     /* 0 (default): one second of budget. */
   uint32_t remote_promote_on_load; /* Bool, default 1: remote hits are cached in host memory. */
+  /* Appended: threads that run the remote tier's reads and writes, so that the engine's workers
+   * never wait for the network; [1, 64], 0: default (2). */
+  uint32_t remote_io_threads;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

@@ -186,6 +186,7 @@ struct RemoteTierOptions {
   uint64_t write_budget_bytes_per_s = 0;  // Encoded bytes put per second; 0: unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0: one second of budget.
   bool promote_on_load = true;            // Remote hits served by Load are also cached in host.
+  uint32_t io_threads = 2;  // Threads that run the tier's reads and writes; [1, 64].
 
   friend bool operator==(const RemoteTierOptions&, const RemoteTierOptions&) = default;
 };

@@ -46,10 +46,15 @@ inline constexpr uint64_t kSsdCheckpointBytesMax = 4 * kGiB;
 // Thread pools.
 inline constexpr uint32_t kThreadPoolThreadsMax = 256;
 inline constexpr uint32_t kThreadPoolQueueMax = 1u << 16;
+// The remote tier's I/O threads (RemoteTierAdapter): each keeps one store connection busy.
+inline constexpr uint32_t kRemoteIoThreadsDefault = 2;
+inline constexpr uint32_t kRemoteIoThreadsMax = 64;
 
 static_assert(kBlockTokensMax % kBlockTokensMultiple == 0);
 static_assert(kBlockTokensMin % kBlockTokensMultiple == 0);
 static_assert(kIoBatchMax <= kIoDepthMax);
+static_assert(kRemoteIoThreadsDefault >= 1 && kRemoteIoThreadsDefault <= kRemoteIoThreadsMax);
+static_assert(kRemoteIoThreadsMax <= kThreadPoolThreadsMax);
 static_assert(kIoRequestBytesMax % kDirectIoAlignment == 0);
 
 }  // namespace kvtier

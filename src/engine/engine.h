@@ -45,6 +45,7 @@
 #include "codecs/codec_params.h"
 #include "core/block_key.h"
 #include "core/kv_layout.h"
+#include "core/limits.h"
 #include "env/env.h"
 #include "tiers/memory_tier.h"
 #include "tiers/redis_store.h"
@@ -116,6 +117,9 @@ struct RemoteTierOptions {
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   // Remote hits served by Load are also copied into a free or clean host slot.
   bool promote_on_load = true;
+  // The remote tier's I/O threads: reads and writes are handed to them, so no engine worker
+  // waits for the network; [1, kRemoteIoThreadsMax].
+  uint32_t io_threads = kRemoteIoThreadsDefault;
 
   Status Validate() const;
 };

@@ -29,6 +29,10 @@ Status RemoteTierOptions::Validate() const {
   if (admission == SsdAdmission::kAfterRequests && admission_slots == 0) {
     return Status::InvalidArgument("admission_slots: must be > 0");
   }
+  if (io_threads == 0 || io_threads > kRemoteIoThreadsMax) {
+    return Status::InvalidArgument("io_threads: must be from 1 to " +
+                                   std::to_string(kRemoteIoThreadsMax));
+  }
   return Status::Ok();
 }
 
@@ -221,10 +225,9 @@ void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items
     batch->reads[i].buffer = batch->lease->buffer(i);
   }
   BeginIo();
-  // The callback runs on the tier's I/O thread (the SSD tier) or on this thread before ReadBatch
-  // returns (the remote tier's synchronous client). Either way it only hands the batch over, to
-  // a completion thread or to the thread waiting in ReadFromTier: an I/O thread must not decode,
-  // erase or wait, and this thread (a worker or a caller) must not be held by a continuation.
+  // The callback runs on the tier's I/O thread (the SSD tier's, the remote tier's pool). It only
+  // hands the batch over, to a completion thread or to the thread waiting in ReadFromTier: an I/O
+  // thread must not decode, erase or wait.
   tiers_[below].tier->ReadBatch(batch->reads, [this, below, batch, post](Status io) {
     batch->io = std::move(io);
     PostCompletion(post, [this, below, batch] { CompleteRead(below, *batch); });
@@ -438,10 +441,9 @@ void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items
       MutexLock lock(&call->mu);
       ++call->pending;
     }
-    // The callback runs on the tier's I/O thread (the SSD tier) or on this thread before
-    // WriteBatch returns (the remote tier's synchronous client): it copies the outcomes and,
-    // for the call's last batch, hands the rest to a completion thread (or to the thread waiting
-    // in WriteToTier).
+    // The callback runs on the tier's I/O thread (after Close: on this thread, before WriteBatch
+    // returns): it copies the outcomes and, for the call's last batch, hands the rest to a
+    // completion thread (or to the thread waiting in WriteToTier).
     tier.tier->WriteBatch(batch->writes, [this, below, call, batch, post](Status s) {
       for (size_t w = 0; w < batch->writes.size(); ++w) {
         TierWriteItem& item = call->items[batch->which[w]];

@@ -58,7 +58,8 @@ class StandardFactory final : public LowerTierFactory {
         .admission_slots = r.admission_slots,
         .write_budget_bytes_per_s = r.write_budget_bytes_per_s,
         .write_budget_burst_bytes = r.write_budget_burst_bytes,
-        .clock = context.clock};
+        .clock = context.clock,
+        .io_threads = r.io_threads};
     std::unique_ptr<RemoteTierAdapter> adapter;
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "codecs/codec_params.h"
+#include "core/limits.h"
 
 namespace kvtier {
 namespace {
@@ -560,6 +561,12 @@ constexpr OptionSpec kTable[] = {
      .doc = "Remote hits served by a load are also cached in host",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnRemote(o, [&](RemoteTierOptions& r) { r.promote_on_load = B(v); });
+     }},
+    {.name = "remote_io_threads", .type = OptionType::kUint, .default_text = "2", .min = 1,
+     .max = kRemoteIoThreadsMax, .cpp_field = "remote.io_threads",
+     .doc = "Threads that run remote reads and writes (workers never wait for the network)",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnRemote(o, [&](RemoteTierOptions& r) { r.io_threads = U32(v); });
      }},
     // ---- Access prediction ----
     {.name = "prediction_enabled", .type = OptionType::kBool, .default_text = "false",

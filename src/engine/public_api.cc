@@ -162,6 +162,7 @@ Result<RemoteTierOptions> ConvertRemote(const api::RemoteTierOptions& in) {
   out.write_budget_bytes_per_s = in.write_budget_bytes_per_s;
   out.write_budget_burst_bytes = in.write_budget_burst_bytes;
   out.promote_on_load = in.promote_on_load;
+  out.io_threads = in.io_threads;
   return out;
 }
 

@@ -47,7 +47,7 @@ static_assert(PublicFieldCount<api::Layout>() == 5);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
 static_assert(PublicFieldCount<api::SsdTierOptions>() == 20);
-static_assert(PublicFieldCount<api::RemoteTierOptions>() == 20);
+static_assert(PublicFieldCount<api::RemoteTierOptions>() == 21);
 static_assert(PublicFieldCount<api::PredictionOptions>() == 7);
 static_assert(PublicFieldCount<api::CodecOptions>() == 3);
 static_assert(PublicFieldCount<api::Keyring>() == 2);
@@ -120,6 +120,7 @@ void ExpectRemoteEq(const RemoteTierOptions& a, const RemoteTierOptions& b) {
   EXPECT_EQ(a.write_budget_bytes_per_s, b.write_budget_bytes_per_s);
   EXPECT_EQ(a.write_budget_burst_bytes, b.write_budget_burst_bytes);
   EXPECT_EQ(a.promote_on_load, b.promote_on_load);
+  EXPECT_EQ(a.io_threads, b.io_threads);
 }
 
 void ExpectPredictionEq(const PredictionOptions& a, const PredictionOptions& b) {
@@ -267,7 +268,8 @@ api::RemoteTierOptions PublicRemote(const std::string& key_text) {
           .admission_slots = 27,
           .write_budget_bytes_per_s = 28,
           .write_budget_burst_bytes = 29,
-          .promote_on_load = false};
+          .promote_on_load = false,
+          .io_threads = 5};
 }
 
 RemoteTierOptions InternalRemote(RemoteKeyring keys) {
@@ -290,7 +292,8 @@ RemoteTierOptions InternalRemote(RemoteKeyring keys) {
           .admission_slots = 27,
           .write_budget_bytes_per_s = 28,
           .write_budget_burst_bytes = 29,
-          .promote_on_load = false};
+          .promote_on_load = false,
+          .io_threads = 5};
 }
 
 api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::string& remote_keys) {

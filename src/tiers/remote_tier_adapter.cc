@@ -1,5 +1,6 @@
 // RemoteTierAdapter (tiers/remote_tier_adapter.h): Tier batches translated to RemoteStore calls,
-// with the tier's admission filter and write budget in front of Put.
+// with the tier's admission filter and write budget in front of Put, run on the adapter's I/O
+// threads.
 #include "tiers/remote_tier_adapter.h"
 
 #include <utility>
@@ -12,6 +13,10 @@ namespace kvtier {
 RemoteTierAdapter::RemoteTierAdapter(RemoteStore* store, const RemoteTierPolicy& policy)
     : store_(store), clock_(policy.clock) {
   KV_CHECK(store_ != nullptr);
+  Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(
+      {.threads = policy.io_threads, .queue_tasks_max = 1024, .name = "kvtier-remote"});
+  KV_CHECK(pool.ok());  // Only a thread count out of range fails: callers validate it.
+  pool_ = std::move(*pool);
   if (policy.admission_requests > 1) {
     admission_ =
         std::make_unique<ssd::AdmissionFilter>(policy.admission_requests, policy.admission_slots);
@@ -30,12 +35,84 @@ RemoteTierAdapter::RemoteTierAdapter(std::unique_ptr<RemoteStore> store,
   owned_ = std::move(store);
 }
 
+RemoteTierAdapter::~RemoteTierAdapter() { Close().IgnoreError(); }
+
+Status RemoteTierAdapter::Close() {
+  std::unique_ptr<ThreadPool> pool;
+  {
+    MutexLock lock(&pool_mu_);
+    closed_.store(true, std::memory_order_release);
+    pool = std::move(pool_);
+  }
+  // Runs every queued batch (each refused: closed_ is set) and joins the threads; a batch a
+  // thread is running completes first.
+  pool.reset();
+  return Status::Ok();
+}
+
+void RemoteTierAdapter::Submit(std::function<void()> run, std::function<void()> refuse) {
+  {
+    MutexLock lock(&pool_mu_);
+    if (pool_ != nullptr) {
+      // Waits while the queue is full. A pool in pool_ is not shutting down, so this queues.
+      const Status queued =
+          pool_->Submit([this, run = std::move(run), refuse = std::move(refuse)] {
+            if (closed_.load(std::memory_order_acquire)) {
+              refuse();
+            } else {
+              run();
+            }
+          });
+      KV_CHECK(queued.ok());
+      return;
+    }
+  }
+  refuse();
+}
+
 TierCapabilities RemoteTierAdapter::capabilities() const {
   return TierCapabilities{
       .persistent = true, .shared = true, .local_contains = false, .write_back = true};
 }
 
+namespace {
+
+Status Closed() { return Status::Unavailable("remote tier closed"); }
+
+// An item of a batch refused because the adapter is closed.
+void MarkClosed(TierRead& r) {
+  r.status = Closed();
+  r.corrupt = false;
+  r.payload = {};
+}
+void MarkClosed(TierWrite& w) {
+  w.status = Closed();
+  w.skipped = false;
+}
+
+}  // namespace
+
+template <typename Item>
+void RemoteTierAdapter::SubmitBatch(std::span<Item> items, Callback done,
+                                    void (RemoteTierAdapter::*run)(std::span<Item>,
+                                                                   const Callback&)) {
+  auto shared = std::make_shared<Callback>(std::move(done));
+  Submit([this, items, shared, run] { (this->*run)(items, *shared); },
+         [items, shared] {
+           for (Item& item : items) MarkClosed(item);
+           (*shared)(Closed());
+         });
+}
+
 void RemoteTierAdapter::ReadBatch(std::span<TierRead> reads, Callback done) {
+  SubmitBatch(reads, std::move(done), &RemoteTierAdapter::RunReads);
+}
+
+void RemoteTierAdapter::WriteBatch(std::span<TierWrite> writes, Callback done) {
+  SubmitBatch(writes, std::move(done), &RemoteTierAdapter::RunWrites);
+}
+
+void RemoteTierAdapter::RunReads(std::span<TierRead> reads, const Callback& done) {
   std::vector<RemoteGet> gets(reads.size());
   for (size_t i = 0; i < reads.size(); ++i) {
     gets[i].key = reads[i].key;
@@ -57,7 +134,7 @@ void RemoteTierAdapter::ReadBatch(std::span<TierRead> reads, Callback done) {
   done(call);
 }
 
-void RemoteTierAdapter::WriteBatch(std::span<TierWrite> writes, Callback done) {
+void RemoteTierAdapter::RunWrites(std::span<TierWrite> writes, const Callback& done) {
   std::vector<RemotePut> puts;
   std::vector<size_t> which;
   uint64_t not_admitted = 0, over_budget = 0;

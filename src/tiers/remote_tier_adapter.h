@@ -2,20 +2,35 @@
 // store of the tests) as a Tier (tiers/tier.h), named "remote".
 //
 // Shared between processes and persistent beyond this process; Contains is one batched Exists
-// call that may fail per key (Unavailable, TimedOut). The store's client is synchronous, so every
-// callback runs on the calling thread before the call returns. The tier's admission filter and
+// call that may fail per key (Unavailable, TimedOut). The store's client is synchronous, so the
+// adapter gives ReadBatch and WriteBatch to a small pool of I/O threads of its own
+// (RemoteTierPolicy::io_threads): the call queues the batch and returns, the store is called and
+// the callback runs on an I/O thread, and the issuing thread (an engine worker) never waits for
+// the network. A call blocks only while the pool's queue is full (back-pressure). Contains and
+// Erase stay synchronous: they call the store on the calling thread (Lookup needs Contains's
+// answer before it returns; Erase is rare). The tier's admission filter and
 // write budget live here (the store has none): a write the filter does not admit is skipped with
 // Aborted, one over the budget with Busy, and a key Contains finds absent counts as a request
 // for the filter, as a miss does for the SSD tier's. A value that fails verification is a miss
 // with `corrupt` set.
 //
-// Thread safety: safe for concurrent calls. Ownership: the store is owned or borrowed (it must
-// then outlive the adapter); the clock is borrowed.
+// Shutdown: Close (and the destructor, for an adapter not closed) stops the I/O threads. A batch
+// an I/O thread is running completes as usual; every batch still queued completes too, without
+// calling the store, each item Unavailable ("remote tier closed"); a batch given after Close
+// completes the same way on the calling thread. No callback is lost or run twice.
+//
+// Thread safety: safe for concurrent calls; callbacks run on the adapter's I/O threads (or on the
+// calling thread after Close) and must not call back into the adapter. Ownership: the store is
+// owned or borrowed (it must then outlive the adapter); the clock is borrowed.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
+#include "core/limits.h"
+#include "core/mutex.h"
+#include "core/thread_pool.h"
 #include "env/env.h"
 #include "tiers/remote_store.h"
 #include "policies/ssd_policy.h"
@@ -31,6 +46,9 @@ struct RemoteTierPolicy {
   uint64_t write_budget_bytes_per_s = 0;  // 0 = unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   Clock* clock = nullptr;                 // The write budget's; required with a budget.
+  // Threads that call the store for ReadBatch and WriteBatch; [1, kRemoteIoThreadsMax]. Each
+  // holds one connection of the store busy at a time.
+  uint32_t io_threads = kRemoteIoThreadsDefault;
 };
 
 class RemoteTierAdapter final : public Tier {
@@ -39,6 +57,8 @@ class RemoteTierAdapter final : public Tier {
   RemoteTierAdapter(RemoteStore* store, const RemoteTierPolicy& policy);
   // Owns `store`.
   RemoteTierAdapter(std::unique_ptr<RemoteStore> store, const RemoteTierPolicy& policy);
+  // Closes (see "Shutdown" above), then releases an owned store.
+  ~RemoteTierAdapter() override;
 
   RemoteStore* store() { return store_; }
 
@@ -54,8 +74,20 @@ class RemoteTierAdapter final : public Tier {
   // Nothing to do: a put is complete when the store acknowledged it.
   Status Flush() override { return Status::Ok(); }
   TierStoreStats Stats() override;
+  // Stops the I/O threads: queued batches complete Unavailable, later ones on the calling thread.
+  Status Close() override KV_EXCLUDES(pool_mu_);
 
  private:
+  // Queues `run` on an I/O thread; when the adapter is closed (or closes before the batch starts)
+  // `refuse` runs instead. Exactly one of them runs, once.
+  void Submit(std::function<void()> run, std::function<void()> refuse) KV_EXCLUDES(pool_mu_);
+  // Submits `items` to be run by `run` (RunReads, RunWrites), or refused item by item.
+  template <typename Item>
+  void SubmitBatch(std::span<Item> items, Callback done,
+                   void (RemoteTierAdapter::*run)(std::span<Item>, const Callback&));
+  void RunReads(std::span<TierRead> reads, const Callback& done);
+  void RunWrites(std::span<TierWrite> writes, const Callback& done);
+
   std::unique_ptr<RemoteStore> owned_;
   RemoteStore* const store_;
   Clock* const clock_;  // The write budget's; null without one.
@@ -63,6 +95,10 @@ class RemoteTierAdapter final : public Tier {
   std::unique_ptr<ssd::WriteBudget> budget_;         // Null: unlimited.
   std::atomic<uint64_t> not_admitted_{0};
   std::atomic<uint64_t> over_budget_{0};
+  std::atomic<bool> closed_{false};  // Set by Close: queued batches are refused.
+  Mutex pool_mu_;
+  // The I/O threads; null once closed. Declared last: destroyed (joined) first.
+  std::unique_ptr<ThreadPool> pool_ KV_GUARDED_BY(pool_mu_);
 };
 
 }  // namespace kvtier

@@ -14,9 +14,13 @@
 // Write statuses: OK; Aborted (not admitted) or Busy (over the write budget) with `skipped` set,
 // which are refusals and not errors; anything else is an error.
 //
-// Thread safety: implementations are safe for concurrent calls. Completion callbacks run either
-// on the calling thread before the call returns (a tier whose client is synchronous) or on an
-// internal I/O thread; they must be short and must not call back into the tier.
+// Thread safety: implementations are safe for concurrent calls. ReadBatch and WriteBatch only
+// queue the batch (waiting at most for back-pressure) and return; their completion callbacks run
+// on an internal I/O thread of the tier (the SSD tier's, the remote tier's pool), so no caller
+// waits for a device or the network. A tier whose client is synchronous runs it on threads of its
+// own (RemoteTierAdapter). Callbacks must be short and must not call back into the tier. Contains
+// and Erase are synchronous: they answer on the calling thread. A tier that is closed (or
+// closing) completes the batches still queued without running them, each item Unavailable.
 //
 // Ownership: items and the buffers they point to are borrowed until the batch's callback has
 // run; write payloads may be reused once the callback has run.

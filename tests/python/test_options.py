@@ -63,7 +63,7 @@ NON_DEFAULTS = dict(
     remote_insecure_plaintext=True, remote_write_policy="back", remote_admission="after_requests",
     remote_admission_requests=3, remote_admission_slots=1024,
     remote_write_budget_bytes_per_s=1 << 20, remote_write_budget_burst_bytes=1 << 20,
-    remote_promote_on_load=False, prediction_enabled=True, prediction_window=3,
+    remote_promote_on_load=False, remote_io_threads=3, prediction_enabled=True, prediction_window=3,
     prediction_successors_max=4, prediction_sessions_max=16, prediction_session_chunks_max=8,
     prediction_predict_k=2, prediction_blocks_max=32)
 # Set elsewhere in this test (the tiers' switches, required ones) or by test_remote/test_engine
