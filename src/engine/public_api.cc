@@ -1,6 +1,8 @@
 // The public C++ API (include/kvtier/engine.h) over the internal Engine (engine/engine.h): options
 // converted once at Open, every call forwarded, results converted back. Behaviour is the internal
-// engine's; this file adds no logic beyond the conversions and the shared ownership below.
+// engine's; this file adds no logic beyond the conversions and the shared ownership below. How
+// the engine is opened and keys are read differs per library: public_api_tiers.cc (libkvtier)
+// and public_api_host.cc (libkvtier_host).
 #include "engine/public_api.h"
 
 #include <cstring>
@@ -12,7 +14,6 @@
 #include "codecs/codec_params.h"
 #include "core/block_key.h"
 #include "engine/stats_fields.h"
-#include "tiers/remote_crypto.h"
 
 namespace kvtier {
 namespace {
@@ -64,25 +65,6 @@ Status CastEnum(From value, From min, From max, std::string_view field, To* out)
   return Status::Ok();
 }
 
-Status ConvertKeys(const api::Keyring& in, const std::string& field,
-                   std::optional<RemoteKeyring>* out) {
-  if (!in.file.empty() && !in.text.empty()) {
-    return Status::InvalidArgument(field + ": set file or text, not both");
-  }
-  Result<RemoteKeyring> ring = Status::NotFound("no keys");
-  if (!in.file.empty()) {
-    ring = RemoteKeyring::LoadFile(in.file);
-  } else if (!in.text.empty()) {
-    ring = RemoteKeyring::Parse(in.text);
-  } else {
-    out->reset();
-    return Status::Ok();
-  }
-  if (!ring.ok()) return ring.status().WithContext(field);
-  *out = std::move(ring).value();
-  return Status::Ok();
-}
-
 Result<HostTierOptions> ConvertHost(const api::HostTierOptions& in, const std::string& field) {
   HostTierOptions out;
   out.name = field;
@@ -125,7 +107,7 @@ Result<SsdTierOptions> ConvertSsd(const api::SsdTierOptions& in) {
   out.staging_buffers = in.staging_buffers;
   out.write_stall_ms_max = in.write_stall_ms_max;
   KV_RETURN_IF_ERROR(ConvertSsdAdmission(in, &out));
-  KV_RETURN_IF_ERROR(ConvertKeys(in.keys, "ssd.keys", &out.keyring));
+  KV_RETURN_IF_ERROR(public_api::ConvertKeys(in.keys, "ssd.keys", &out.keyring));
   out.file_mode = in.file_mode;
   return out;
 }
@@ -144,7 +126,7 @@ Result<RedisStoreOptions> ConvertRedis(const api::RemoteTierOptions& in) {
   out.redirects_max = in.redirects_max;
   out.topology_refresh_interval_us = in.topology_refresh_interval_us;
   out.key_prefix = in.key_prefix;
-  KV_RETURN_IF_ERROR(ConvertKeys(in.keys, "remote.keys", &out.keyring));
+  KV_RETURN_IF_ERROR(public_api::ConvertKeys(in.keys, "remote.keys", &out.keyring));
   out.insecure_plaintext = in.insecure_plaintext;
   return out;
 }
@@ -374,7 +356,7 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   if (options.log) core->logger = std::make_unique<public_api::FunctionLogger>(options.log);
   KV_ASSIGN_OR_RETURN(kvtier::EngineOptions internal,
                       public_api::ToEngineOptions(options, core->logger.get()));
-  KV_ASSIGN_OR_RETURN(core->engine, kvtier::Engine::Open(internal));
+  KV_ASSIGN_OR_RETURN(core->engine, public_api::OpenEngine(internal));
   core->layout = options.layout;
   return std::make_unique<Engine>(std::make_unique<Impl>(Impl{.core = std::move(core)}));
 }

@@ -9,6 +9,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "core/kv_layout.h"
@@ -18,6 +21,7 @@
 #include "kvtier/options.h"
 #include "kvtier/result.h"
 #include "kvtier/stats.h"
+#include "tiers/remote_crypto.h"
 
 namespace kvtier::public_api {
 
@@ -42,5 +46,17 @@ api::Layout FromKvLayout(const KvLayout& layout);
 Result<EngineOptions> ToEngineOptions(const api::EngineOptions& options, Logger* logger);
 
 api::EngineStats FromEngineStats(const EngineStats& stats);
+
+// What the two builds of the public API differ in, each defined once per library:
+// public_api_tiers.cc (libkvtier: the SSD and remote tiers, sealed with deployment keys) and
+// public_api_host.cc (libkvtier_host: memory tiers only, no liburing, hiredis or libipsec-mb).
+//
+// The internal engine opened from converted options.
+Result<std::unique_ptr<Engine>> OpenEngine(const EngineOptions& options);
+// The keys `in` names (a file or text) into *out, reset when it names none; InvalidArgument
+// naming `field` for both or for keys that do not load. The host-only build refuses keys with
+// NotSupported (they only seal the SSD and remote tiers, which it does not have).
+Status ConvertKeys(const api::Keyring& in, const std::string& field,
+                   std::optional<RemoteKeyring>* out);
 
 }  // namespace kvtier::public_api

@@ -6,7 +6,9 @@
 # run without LD_LIBRARY_PATH, and no internal symbol leaks from libkvtier.so.
 # Method: install the already-built tree into a temporary prefix; check the files and links; build
 # examples/consumer against the prefix with CMake (find_package(kvtier) -> kvtier::kvtier: the C
-# API from C and C++, and the C++ API) and with pkg-config (plain cc and c++), then against the
+# API from C and C++, and the C++ API; kvtier::kvtier_host: the C++ API over a host-only engine,
+# whose program and library need neither liburing nor hiredis nor libipsec-mb: readelf -d, ldd)
+# and with pkg-config (plain cc and c++), then against the
 # build tree (kvtier_DIR and PKG_CONFIG_PATH pointing into <build>/src/capi); run every program
 # (each opens an engine, stores and loads a block); run <prefix>/bin/kvtier --version; import the
 # Python module from the prefix alone and store and load a block through it.
@@ -30,6 +32,8 @@ for f in include/kvtier/c_api.h include/kvtier/status.h include/kvtier/result.h 
   test -f "$prefix/$f" || fail "missing $f"
 done
 lib=$(find "$prefix" -name 'libkvtier.so' | head -n1)
+host_lib=$(find "$prefix" -name 'libkvtier_host.so' | head -n1)
+test -n "$host_lib" || fail "libkvtier_host.so not installed"
 test -n "$lib" || fail "libkvtier.so not installed"
 libdir=$(dirname "$lib")
 version=$(grep -o '"[0-9.]*"' "$prefix/include/kvtier/version.h" | tr -d '"')
@@ -58,6 +62,25 @@ if [ -n "$leaked" ]; then
   echo "unexpected exported symbols:"; echo "$leaked" | head -n 20; exit 1
 fi
 
+echo "== libkvtier_host.so: the C++ API only, and no SSD or remote tier dependency"
+leaked=$(nm -D --defined-only "$host_lib" | awk '{print $3}' |
+         grep -v '^_ZN6kvtier6Status\|^_ZNK6kvtier6Status\|^_ZN6kvtier14StatusCodeName' |
+         grep -v '^_ZN6kvtier3api\|^_ZNK6kvtier3api' | grep -v '^KVTIER_HOST_1$' || true)
+if [ -n "$leaked" ]; then
+  echo "unexpected exported symbols in libkvtier_host.so:"; echo "$leaked" | head -n 20; exit 1
+fi
+# The host-only program and library: nothing of the SSD tier (liburing), the remote tier (hiredis)
+# or their crypto (libipsec-mb, libssl) among their needed libraries, direct or indirect.
+host_banned='lib(uring|hiredis|hiredis_ssl|IPSec_MB|ssl)\.so'
+check_host_only() {
+  local needed
+  needed=$(readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  test -n "$needed" || fail "readelf -d $1 lists no NEEDED libraries"
+  if echo "$needed" | grep -E "$host_banned"; then fail "$1 needs an SSD or remote tier library"; fi
+  if ldd "$1" | grep -E "$host_banned"; then fail "$1 loads an SSD or remote tier library"; fi
+}
+check_host_only "$host_lib"
+
 echo "== the installed command"
 test -x "$prefix/bin/kvtier" || fail "bin/kvtier not installed"
 out=$("$prefix/bin/kvtier" --version)
@@ -70,6 +93,10 @@ echo "== find_package(kvtier) from the prefix"
 "$work/build/kvtier_consumer" "$work/data-cmake"
 "$work/build/kvtier_consumer_cxx" "$work/data-cmake-cxx"
 "$work/build/kvtier_consumer_api" "$work/data-cmake-api"
+"$work/build/kvtier_consumer_host"
+check_host_only "$work/build/kvtier_consumer_host"
+readelf -d "$work/build/kvtier_consumer_host" | grep -q 'NEEDED.*\[libkvtier_host\.so' ||
+  fail "kvtier_consumer_host does not link libkvtier_host.so"
 
 echo "== pkg-config from the prefix"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
@@ -93,6 +120,8 @@ echo "== the build tree's package (not installed)"
 "$work/build-tree/kvtier_consumer" "$work/data-tree"
 "$work/build-tree/kvtier_consumer_cxx" "$work/data-tree-cxx"
 "$work/build-tree/kvtier_consumer_api" "$work/data-tree-api"
+"$work/build-tree/kvtier_consumer_host"
+check_host_only "$work/build-tree/kvtier_consumer_host"
 export PKG_CONFIG_PATH="$build_dir/src/capi"
 test "$(pkg-config --modversion kvtier)" = "$version" || fail "the build tree's kvtier.pc differs"
 # shellcheck disable=SC2046

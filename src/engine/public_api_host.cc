@@ -1,0 +1,23 @@
+// The public C++ API's host-only engine (libkvtier_host; engine/public_api.h): memory tiers only,
+// opened without a tier factory, so options asking for an SSD or remote tier are refused with
+// NotSupported naming the library that has them; nothing here reads keys (kvtier_tier_crypto).
+#include "engine/public_api.h"
+
+namespace kvtier::public_api {
+
+Result<std::unique_ptr<Engine>> OpenEngine(const EngineOptions& options) {
+  return Engine::Open(options, /*lower=*/nullptr);
+}
+
+Status ConvertKeys(const api::Keyring& in, const std::string& field,
+                   std::optional<RemoteKeyring>* out) {
+  if (in.file.empty() && in.text.empty()) {
+    out->reset();
+    return Status::Ok();
+  }
+  return Status::NotSupported(field +
+                              ": keys seal the SSD and remote tiers, which libkvtier_host does "
+                              "not have (link libkvtier)");
+}
+
+}  // namespace kvtier::public_api
