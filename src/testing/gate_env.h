@@ -1,6 +1,7 @@
-// GateEnv: a test-only Env decorator whose segment files (".kvs") can hold their next Sync or
-// ReadAt at a Gate until the test releases it (and then fail it), so that a chosen interleaving
-// of a tier's threads happens on every run instead of by luck.
+// GateEnv: a test-only Env decorator whose segment files (".kvs") can hold their next Sync,
+// ReadAt or WriteAt at a Gate until the test releases it (and then fail it), so that a chosen
+// interleaving of a tier's threads happens on every run instead of by luck. A held WriteAt has
+// written nothing yet: until it is released, its place in the file is a hole.
 //
 // Thread safety: gates may be armed, passed and released from any thread. Ownership: the base
 // Env is borrowed and must outlive this env and its files. Everything but the segment files'
@@ -62,12 +63,14 @@ class Gate {
   Status result_ KV_GUARDED_BY(mu_);
 };
 
-// Decorator over any Env: segment files (".kvs") pass their Sync and ReadAt through gates.
+// Decorator over any Env: segment files (".kvs") pass their Sync, ReadAt and WriteAt through
+// gates.
 class GateEnv final : public EnvWrapper {
  public:
   explicit GateEnv(Env* base) : EnvWrapper(base) {}
   Gate sync_gate;
   Gate read_gate;
+  Gate write_gate;
 
   Result<std::unique_ptr<File>> OpenFile(const std::string& path,
                                          const FileOptions& options) override {
@@ -84,6 +87,11 @@ class GateEnv final : public EnvWrapper {
       std::optional<Status> gated = env_->read_gate.Pass();
       if (gated.has_value() && !gated->ok()) return *gated;
       return FileWrapper::ReadAt(offset, dst, read_bytes);
+    }
+    Status WriteAt(uint64_t offset, std::span<const std::byte> src) override {
+      std::optional<Status> gated = env_->write_gate.Pass();
+      if (gated.has_value() && !gated->ok()) return *gated;
+      return FileWrapper::WriteAt(offset, src);
     }
     Status Sync() override {
       std::optional<Status> gated = env_->sync_gate.Pass();

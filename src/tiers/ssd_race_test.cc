@@ -1,10 +1,12 @@
 // Goal: show that the SSD tier stays correct when its own threads interleave: a Flush never
 // returns OK while an fsync that covers its writes is still running or has failed (F1), an erased
 // block never comes back after a crash however reclaim, erase and re-append interleave, with
-// several directories whose segment ids are not in write order (F3), and a write batch that
-// cannot get space gives up after one stall period, not one per record (F4).
-// Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync or a read
-// until the test releases it (and then fail it), so a chosen interleaving happens every run;
+// several directories whose segment ids are not in write order (F3), a write batch that
+// cannot get space gives up after one stall period, not one per record (F4), and with kPerBatch
+// a batch is not acknowledged while a write placed before it is still in flight (F5).
+// Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync, a read or
+// a write until the test releases it (and then fail it), so a chosen interleaving happens every
+// run;
 // ReclaimOldestSegment called directly; a crash simulated by opening a second instance on the
 // same directories while the first, which never wrote a checkpoint, is idle (its LOCKs released
 // as the crash would release them).
@@ -256,6 +258,63 @@ TEST_F(SsdRaceTest, StalledBatchGivesUpAfterOneStallPeriod) {
   EXPECT_TRUE(s.IsBusy()) << s.ToString();
   for (const SsdBlockWrite& w : writes) EXPECT_TRUE(w.status.IsBusy()) << w.status.ToString();
   EXPECT_LT(took_ms, 3 * 400) << "each record of the batch stalled on its own";
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+
+// F5: batch A's record write is held (its place in the segment is still a hole) while batch B,
+// placed after it in the same segment, is written and synced. A crash now would lose B (recovery's
+// scan stops at the hole: shown by opening a second instance), so B must not be acknowledged
+// until A's write has completed.
+TEST_F(SsdRaceTest, BatchIsNotAcknowledgedWhileAnEarlierWriteIsInFlight) {
+  SsdTierOptions o = Options(1);
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(Put(*tier, 0, 1, kBlock).ok());  // Segment 1 exists: its header is written.
+  std::vector<std::byte> pa = ssd_test::Payload(1, kBlock);
+  std::vector<std::byte> pb = ssd_test::Payload(2, kBlock);
+  SsdBlockWrite a{.key = ssd_test::Key(1), .layout_digest = ssd_test::Layout(), .codec_id = 3,
+                  .raw_bytes = static_cast<uint32_t>(2 * kBlock), .payload = pa};
+  SsdBlockWrite b{.key = ssd_test::Key(2), .layout_digest = ssd_test::Layout(), .codec_id = 3,
+                  .raw_bytes = static_cast<uint32_t>(2 * kBlock), .payload = pb};
+  std::atomic<bool> a_released{false}, a_done{false}, b_done{false}, b_answered_before_a{false};
+  Status a_status, b_status;
+  env_->write_gate.Arm(Status::Ok());
+  tier->WriteBatch(std::span(&a, 1), [&](Status s) {
+    a_status = s;
+    a_done = true;
+  });
+  ASSERT_TRUE(env_->write_gate.WaitEntered());
+  tier->WriteBatch(std::span(&b, 1), [&](Status s) {
+    b_status = s;
+    if (!a_released.load()) b_answered_before_a = true;
+    b_done = true;
+  });
+  // B's write and fsync complete (it is installed in the index) while A's write is held.
+  for (int i = 0; i < 1000 && !tier->Contains(b.key); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(tier->Contains(b.key));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(b_done.load()) << "B was acknowledged while A's write before it was a hole";
+  {
+    // What a crash now would leave: the scan stops at A's hole and never reaches B.
+    tier->ReleaseLocksForTesting();
+    auto after = OpenOrDie(o, base_.get());
+    EXPECT_TRUE(Get(*after, 0, kBlock).ok());
+    EXPECT_TRUE(Get(*after, 2, kBlock).IsNotFound());
+    ASSERT_TRUE(after->Close().ok());
+  }
+  a_released = true;
+  env_->write_gate.Release();
+  for (int i = 0; i < 1000 && !(a_done.load() && b_done.load()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(a_done.load() && b_done.load());
+  EXPECT_FALSE(b_answered_before_a.load());
+  EXPECT_TRUE(a_status.ok()) << a_status.ToString();
+  EXPECT_TRUE(b_status.ok()) << b_status.ToString();
+  EXPECT_TRUE(Get(*tier, 1, kBlock).ok());
+  EXPECT_TRUE(Get(*tier, 2, kBlock).ok());
   ASSERT_TRUE(tier->Close().ok());
 }
 
