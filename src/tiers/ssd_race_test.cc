@@ -2,8 +2,9 @@
 // returns OK while an fsync that covers its writes is still running or has failed (F1), an erased
 // block never comes back after a crash however reclaim, erase and re-append interleave, with
 // several directories whose segment ids are not in write order (F3), a write batch that
-// cannot get space gives up after one stall period, not one per record (F4), and with kPerBatch
-// a batch is not acknowledged while a write placed before it is still in flight (F5).
+// cannot get space gives up after one stall period, not one per record (F4), with kPerBatch
+// a batch is not acknowledged while a write placed before it is still in flight (F5), and
+// writers that waited for reclaim do not each make a segment of their own (F6).
 // Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync, a read or
 // a write until the test releases it (and then fail it), so a chosen interleaving happens every
 // run;
@@ -17,10 +18,12 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "core/mutex.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
+#include "tiers/ssd_record.h"
 #include "tiers/ssd_test_util.h"
 #include "tiers/ssd_tier.h"
 
@@ -315,6 +318,41 @@ TEST_F(SsdRaceTest, BatchIsNotAcknowledgedWhileAnEarlierWriteIsInFlight) {
   EXPECT_TRUE(b_status.ok()) << b_status.ToString();
   EXPECT_TRUE(Get(*tier, 1, kBlock).ok());
   EXPECT_TRUE(Get(*tier, 2, kBlock).ok());
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+
+// F6: at the segment limit, two writers that need a new segment wait for reclaim (held reading
+// the one referenced block of segment 1). The reclaim, allowed past the limit, rolls segment 5
+// for its copy; the writers must then write into segment 5, which has room, instead of each
+// rolling a segment of its own: that left segment 5 behind with room, took the cache over its
+// capacity, and put records into a segment older than the newest file in the directory (a
+// block stored then was reclaimed with that older segment while newer, near-empty ones stayed).
+// Neither writer may give up (Busy) meanwhile: waiters used to wake each other and count every
+// wake-up as 10 ms of write_stall_ms_max, so two of them gave up within milliseconds.
+TEST_F(SsdRaceTest, WritersThatWaitedForReclaimUseItsSegment) {
+  SsdTierOptions o = Options(1);
+  o.capacity_bytes = 4 * kMiB;  // 4 segments; reclaim starts at 4.
+  auto tier = OpenOrDie(o, env_.get());
+  ASSERT_TRUE(Put(*tier, 0, 15, kBlock).ok());  // Segment 1, full.
+  ASSERT_TRUE(Get(*tier, 0, kBlock).ok());      // Referenced: the reclaim copies (reads) it.
+  env_->read_gate.Arm(Status::Ok());
+  ASSERT_TRUE(Put(*tier, 100, 45, kBlock).ok());  // Segments 2..4, full: at the limit.
+  ASSERT_TRUE(env_->read_gate.WaitEntered());
+  Status s1, s2;
+  std::thread w1([&] { s1 = Put(*tier, 200, 1, kBlock); });
+  std::thread w2([&] { s2 = Put(*tier, 201, 1, kBlock); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Both wait for a segment.
+  env_->read_gate.Release();
+  w1.join();
+  w2.join();
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ASSERT_TRUE(s2.ok()) << s2.ToString();
+  EXPECT_FALSE(base_->FileExists(o.dirs[0] + "/" + ssd::SegmentFileName(6)))
+      << "a writer rolled a new segment while the reclaim's segment 5 had room";
+  EXPECT_TRUE(Get(*tier, 0, kBlock).ok());
+  EXPECT_TRUE(Get(*tier, 200, kBlock).ok());
+  EXPECT_TRUE(Get(*tier, 201, kBlock).ok());
   ASSERT_TRUE(tier->Close().ok());
 }
 
