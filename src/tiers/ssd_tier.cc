@@ -3,7 +3,6 @@
 #include "tiers/ssd_tier.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -212,24 +211,17 @@ Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, ui
   return std::shared_ptr<File>(std::move(file));
 }
 
-Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint64_t* stalled_us) {
-  // The stall is time on the steady clock, not the Env's (a ManualClock would stall a writer
-  // forever), and not a count of wake-ups: every completed write wakes the waiters, and waiters
-  // that each woke the others to kick the maintenance thread gave up within milliseconds.
-  constexpr auto kWait = std::chrono::milliseconds(10);
-  bool kicked = false;
+Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) {
+  // Counted in waits rather than clock time so that a ManualClock cannot stall a writer forever.
+  constexpr uint32_t kWaitMs = 10;
   while (SegmentLimitReachedLocked(over_capacity)) {
     if (stopping_) return Status::Aborted("ssd: closing");
-    if (*stalled_us >= uint64_t{options_.write_stall_ms_max} * 1000) {
+    if (*stalled_ms >= options_.write_stall_ms_max) {
       return Status::Busy("ssd: no segment free after waiting for reclaim");
     }
-    if (!kicked) changed_.SignalAll();  // Wakes the maintenance thread to reclaim (it also ticks).
-    kicked = true;
-    const auto before = std::chrono::steady_clock::now();
-    changed_.WaitFor(kWait);
-    *stalled_us += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                             std::chrono::steady_clock::now() - before)
-                                             .count());
+    changed_.SignalAll();  // Wakes the maintenance thread to reclaim.
+    changed_.WaitFor(std::chrono::milliseconds(kWaitMs));
+    *stalled_ms += kWaitMs;
     // The wait released mu_: another writer (often a reclaim, allowed past the limit) may have
     // rolled this directory meanwhile, or be rolling it. Its segment takes this writer's records
     // too (Reserve looks again). Rolling anyway would make two segments at once: the first left
@@ -258,7 +250,7 @@ Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint64_t* stalled_
 }
 
 Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
-                        uint64_t* stalled_us, Placement* out) {
+                        uint32_t* stalled_ms, Placement* out) {
   const uint32_t dir = next_dir_;
   next_dir_ = static_cast<uint32_t>((next_dir_ + 1) % options_.dirs.size());
   while (true) {
@@ -297,7 +289,7 @@ Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, 
       changed_.Wait();
       continue;
     }
-    KV_RETURN_IF_ERROR(RollSegment(dir, mode.over_capacity, stalled_us));
+    KV_RETURN_IF_ERROR(RollSegment(dir, mode.over_capacity, stalled_ms));
   }
 }
 

@@ -278,16 +278,16 @@ class SsdTier {
   Status Start(ssd::RecoveredState* recovered);
   void WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Callback done);
   std::vector<bool> ApplyPolicies(std::span<SsdBlockWrite> writes, const WriteMode& mode);
-  // Places entry `i` (key `key`) of a batch written with `mode`. `stalled_us` counts the wait for
-  // reclaim over the whole batch (steady-clock microseconds), which gets one write_stall_ms_max.
-  // Aborted for a re-append that is no longer current (StillCurrentLocked).
+  // Places entry `i` (key `key`) of a batch written with `mode`. `stalled_ms` counts the wait for
+  // reclaim over the whole batch, which gets one write_stall_ms_max. Aborted for a re-append
+  // that is no longer current (StillCurrentLocked).
   Status Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
-                 uint64_t* stalled_us, Placement* out) KV_REQUIRES(mu_);
+                 uint32_t* stalled_ms, Placement* out) KV_REQUIRES(mu_);
   // Makes a new open segment for `dir`, waiting (mu_ released) while the segment limit is
   // reached. Returns OK without making one when another writer rolled `dir` or is rolling it
   // after such a wait: the caller looks again, so a directory has at most one roll at a time and
   // its segment ids follow write order.
-  Status RollSegment(uint32_t dir, bool over_capacity, uint64_t* stalled_us) KV_REQUIRES(mu_);
+  Status RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) KV_REQUIRES(mu_);
   bool StillCurrentLocked(const WriteMode& mode, size_t i, const BlockKey& key) const
       KV_REQUIRES(mu_);
   Result<std::shared_ptr<File>> CreateSegmentFile(uint64_t segment_id, uint32_t dir);

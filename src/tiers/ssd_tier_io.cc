@@ -232,7 +232,7 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
     MutexLock lock(&mu_);
     // One stall allowance for the whole batch: once a record gave up waiting for space (Busy) or
     // the tier is closing (Aborted), the rest fail the same way at once.
-    uint64_t stalled_us = 0;
+    uint32_t stalled_ms = 0;
     Status give_up;
     for (size_t i = 0; i < writes.size(); ++i) {
       if (!admitted[i]) continue;
@@ -248,7 +248,7 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
           static_cast<uint32_t>(RecordBytesForPayload(state->payload[i].size()));
       const uint64_t expiry = state->placements[i].expiry_wall_us;
       Status s =
-          Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_us, &state->placements[i]);
+          Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_ms, &state->placements[i]);
       state->placements[i].expiry_wall_us = expiry;
       if (!s.ok()) writes[i].status = s;
       // Aborted while not closing: a re-append superseded by a newer write or erase, which is
