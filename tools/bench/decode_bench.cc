@@ -618,7 +618,7 @@ Result<DecodeConfigReport> Runner::Run(DecodeConfig config) {
     KV_ASSIGN_OR_RETURN(std::unique_ptr<OffloadRig> rig, MakeRig(o, config, layout, budget));
     KV_RETURN_IF_ERROR(Fill(config, *rig->kv));
     // The prefill's write-back (blocks written on the device and those demoted to the host) is
-    // done before decode, as an engine does while the sequence waits for its first decode step:
+    // done before decode, where a serving engine would run it (between prefill and the first step):
     // otherwise the decoded tokens would pay for writing the context (top-k touches few chunks
     // per token, so it meets those blocks over many tokens).
     KV_RETURN_IF_ERROR(rig->seq->WriteBack());
