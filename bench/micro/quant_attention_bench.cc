@@ -1,18 +1,23 @@
 // Goal: show what reading INT8/INT4 KV blocks in place (runtime/quant_attention.h) gains over
-// FP16 attention at 32k context on one core, and how close each comes to the machine's memory
-// read rate for the bytes it reads.
+// FP16 attention at 32k context, on one core and on two, and how close each comes to the
+// machine's memory read rate for the bytes it reads.
 //
 // Method: one 1 GiB arena of seeded random FP16 (Gaussian, a few key channels 8x larger) holds
 // layers of 32,768 tokens in 256-token blocks ([k|v][token][kv_head][head_dim]); for the preset
 // being measured, every block is also encoded with the int8 and int4 codecs (group 32, no zstd:
-// header + payload, as a tier stores it). Each iteration attends one query token over one layer,
-// cycling through the layers, so the bytes come from DRAM. Presets: llama2-7b (32 KV heads, MHA,
-// 512 MiB a layer in FP16) and llama3-8b (8 KV heads under 32 query heads, 128 MiB). Variants,
-// all on one thread:
+// header + payload, as a tier stores it). The arena and the encoded blocks are on transparent
+// huge pages where the system allows them, as the memory tiers hold blocks. Each iteration
+// attends one query token over one layer, cycling through the layers, so the bytes come from
+// DRAM. Presets: llama2-7b (32 KV heads, MHA, 512 MiB a layer in FP16) and llama3-8b (8 KV
+// heads under 32 query heads, 128 MiB). Variants, on one thread unless named otherwise:
 //   BM_Read/<preset>/<fp16|int8|int4>      an AVX2 read of the layer's bytes: the limit;
 //   BM_AttendF16/<preset>                  AttendF16 (AVX2) over the FP16 layer;
 //   BM_AttendQuant/<preset>/<int8|int4>/<avx512vnni|avx512|avx2>  AttendQuant over the
 //                                          encoded blocks (avx512vnni: integer scores);
+//   .../2-threads (AttendF16, and AttendQuant avx512vnni/avx512)  the layer's runs split in
+//                                          halves over two threads and merged
+//                                          (MergeAttendParts), as Model splits a layer's
+//                                          attention with attention_threads = 2;
 //   BM_DequantAttend/<preset>/<int8|int4>  today's path: each block decoded to FP16
 //                                          (codecs::DecodeBlock), then AttendF16 over it, the
 //                                          blocks merged with MergeAttendParts;
@@ -23,17 +28,19 @@
 // context counted as FP16 bytes. The machine is shared and noisy: run with
 // --benchmark_repetitions=9 and compare medians of the same run.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codecs/codec.h"
-#include "core/aligned_buffer.h"
 #include "runtime/kernels.h"
 #include "runtime/quant_attention.h"
 #include "runtime/synthetic.h"
@@ -64,13 +71,28 @@ Geometry GeometryOf(const std::string& preset) {
   return {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim};
 }
 
+// `bytes` of zeroed anonymous memory on transparent huge pages where the system allows them
+// (MADV_HUGEPAGE before the first touch), as the memory tiers hold blocks (tiers/slot_pool.h):
+// with 4 KiB pages a 256-token INT8 row of llama2-7b is one page, and every row a new TLB entry.
+struct Unmap {
+  size_t bytes = 0;
+  void operator()(std::byte* p) const { ::munmap(p, bytes); }
+};
+using HugePages = std::unique_ptr<std::byte, Unmap>;
+
+HugePages HugePageBuffer(size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  (void)::madvise(p, bytes, MADV_HUGEPAGE);
+  return HugePages(static_cast<std::byte*>(p), Unmap{bytes});
+}
+
 // The FP16 arena, filled once: a Gaussian from a xorshift generator (sum of four uniforms), every
 // 64th element of a row 8x larger, so that some channels are outliers as in real keys.
 const uint16_t* Fp16Arena() {
-  static const AlignedBuffer arena = [] {
-    Result<AlignedBuffer> b = AlignedBuffer::Allocate(kArenaBytes);
-    if (!b.ok()) std::abort();
-    auto* h = reinterpret_cast<uint16_t*>(b->data());
+  static const HugePages arena = [] {
+    HugePages b = HugePageBuffer(kArenaBytes);
+    auto* h = reinterpret_cast<uint16_t*>(b.get());
     std::vector<float> chunk(1 << 16);
     uint64_t x = 0x2545F4914F6CDD1Dull;
     auto uniform = [&x] {
@@ -86,15 +108,16 @@ const uint16_t* Fp16Arena() {
       }
       GetAttentionKernels().float_to_half(chunk.data(), chunk.size(), h + done);
     }
-    return std::move(b).value();
+    return b;
   }();
-  return reinterpret_cast<const uint16_t*>(arena.data());
+  return reinterpret_cast<const uint16_t*>(arena.get());
 }
 
 // Every block of every layer of the FP16 arena, encoded with one codec for one geometry, back
 // to back (each block at a 64-byte boundary).
 struct EncodedLayers {
-  std::vector<std::byte> bytes;
+  HugePages buffer;
+  std::span<std::byte> bytes;
   std::vector<size_t> block_offset;  // [layer * kBlocks + block]
   std::vector<size_t> block_bytes;
   size_t layer_bytes = 0;  // Of the first layer (all are the same size without zstd).
@@ -111,7 +134,8 @@ EncodedLayers Encode(const Geometry& g, uint32_t bits) {
   const size_t slot = (*max + 63) / 64 * 64;
   EncodedLayers e;
   const size_t blocks = size_t{g.Layers()} * kBlocks;
-  e.bytes.resize(blocks * slot);
+  e.buffer = HugePageBuffer(blocks * slot);
+  e.bytes = std::span(e.buffer.get(), blocks * slot);
   for (size_t i = 0; i < blocks; ++i) {
     const uint16_t* raw = Fp16Arena() + i * g.BlockElems();
     Result<size_t> size = codecs::EncodeBlock(
@@ -217,18 +241,44 @@ void BM_Read(benchmark::State& state, std::string preset, uint32_t bits) {
   Finish(state, g, bytes);
 }
 
-void BM_AttendF16(benchmark::State& state, std::string preset) {
+// Attention split over `threads` threads as Model does it with attention_threads = 2: a second
+// thread takes the second half of the runs and the halves merge (MergeAttendParts). The thread is
+// started per iteration (tens of microseconds, under 1 % of an iteration). `attend(runs, out,
+// lse, run_lse, scratch index)` attends a part.
+template <class Attend>
+void AttendSplit(const Geometry& g, uint32_t threads, size_t n_runs, std::vector<float>& out,
+                 std::vector<float>& lse, std::vector<float>& run_lse, const Attend& attend) {
+  if (threads == 1) {
+    attend(size_t{0}, n_runs, out.data(), lse.data(), run_lse.data(), size_t{0});
+    return;
+  }
+  const size_t half = n_runs / 2;
+  std::vector<float> out_b(out.size()), lse_b(lse.size());
+  std::thread other([&] {
+    attend(half, n_runs - half, out_b.data(), lse_b.data(), run_lse.data() + half * g.n_heads,
+           size_t{1});
+  });
+  attend(size_t{0}, half, out.data(), lse.data(), run_lse.data(), size_t{0});
+  other.join();
+  MergeAttendParts(g.n_heads, g.head_dim, out_b.data(), lse_b.data(), out.data(), lse.data());
+}
+
+void BM_AttendF16(benchmark::State& state, std::string preset, uint32_t threads) {
   const Geometry g = GeometryOf(preset);
   const std::vector<float> q = Query(g);
   std::vector<float> out(q.size()), lse(g.n_heads), run_lse(size_t{kBlocks} * g.n_heads);
-  std::vector<float> scratch(AttendScratchFloats(g.n_heads, kBlocks));
+  std::vector<std::vector<float>> scratch(
+      threads, std::vector<float>(AttendScratchFloats(g.n_heads, kBlocks)));
   uint32_t layer = 0;
   for (auto _ : state) {
     const std::vector<KvRun> runs = Fp16Runs(g, layer);
-    avx2::AttendF16({.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads, .head_dim = g.head_dim,
-                     .q = q.data(), .runs = runs.data(), .n_runs = runs.size(),
-                     .out = out.data(), .head_lse = lse.data(), .run_lse = run_lse.data(),
-                     .scratch = scratch.data()});
+    AttendSplit(g, threads, runs.size(), out, lse, run_lse,
+                [&](size_t first, size_t count, float* o, float* l, float* rl, size_t t) {
+                  avx2::AttendF16({.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads,
+                                   .head_dim = g.head_dim, .q = q.data(),
+                                   .runs = runs.data() + first, .n_runs = count, .out = o,
+                                   .head_lse = l, .run_lse = rl, .scratch = scratch[t].data()});
+                });
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % g.Layers();
   }
@@ -236,7 +286,7 @@ void BM_AttendF16(benchmark::State& state, std::string preset) {
 }
 
 void BM_AttendQuant(benchmark::State& state, std::string preset, uint32_t bits,
-                    QuantKernelIsa isa) {
+                    QuantKernelIsa isa, uint32_t threads) {
   const QuantAttentionKernels& kernels = GetQuantAttentionKernels(isa);
   if (kernels.isa != isa) {
     state.SkipWithError("CPU lacks the ISA");
@@ -246,17 +296,25 @@ void BM_AttendQuant(benchmark::State& state, std::string preset, uint32_t bits,
   const EncodedLayers& e = Encoded(preset, bits);
   const std::vector<float> q = Query(g);
   std::vector<float> out(q.size()), lse(g.n_heads), run_lse(size_t{kBlocks} * g.n_heads);
-  QuantAttendArgs args = {.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads,
-                          .head_dim = g.head_dim, .bits = bits, .group_size = kGroupSize,
-                          .q = q.data(), .n_runs = kBlocks, .out = out.data(),
-                          .head_lse = lse.data(), .run_lse = run_lse.data()};
-  std::vector<float> scratch(QuantAttendScratchFloats(args));
-  args.scratch = scratch.data();
+  const QuantAttendArgs shape = {.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads,
+                                 .head_dim = g.head_dim, .bits = bits, .group_size = kGroupSize,
+                                 .q = q.data(), .n_runs = kBlocks};
+  std::vector<std::vector<float>> scratch(
+      threads, std::vector<float>(QuantAttendScratchFloats(shape)));
   uint32_t layer = 0;
   for (auto _ : state) {
     const std::vector<QuantKvRun> runs = QuantRuns(g, e, bits, layer);
-    args.runs = runs.data();
-    kernels.attend_quant(args);
+    AttendSplit(g, threads, runs.size(), out, lse, run_lse,
+                [&](size_t first, size_t count, float* o, float* l, float* rl, size_t t) {
+                  QuantAttendArgs args = shape;
+                  args.runs = runs.data() + first;
+                  args.n_runs = count;
+                  args.out = o;
+                  args.head_lse = l;
+                  args.run_lse = rl;
+                  args.scratch = scratch[t].data();
+                  kernels.attend_quant(args);
+                });
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % g.Layers();
   }
@@ -361,7 +419,8 @@ void Register() {
     add("BM_Read/" + preset + "/fp16", BM_Read, 16u);
     add("BM_Read/" + preset + "/int8", BM_Read, 8u);
     add("BM_Read/" + preset + "/int4", BM_Read, 4u);
-    add("BM_AttendF16/" + preset, BM_AttendF16);
+    add("BM_AttendF16/" + preset, BM_AttendF16, 1u);
+    add("BM_AttendF16/" + preset + "/2-threads", BM_AttendF16, 2u);
     struct Isa {
       const char* name;
       QuantKernelIsa isa;
@@ -374,7 +433,11 @@ void Register() {
       const std::string codec = bits == 8 ? "int8" : "int4";
       for (const Isa& isa : isas) {
         add("BM_AttendQuant/" + preset + "/" + codec + "/" + isa.name, BM_AttendQuant, bits,
-            isa.isa);
+            isa.isa, 1u);
+        if (isa.hot) {
+          add("BM_AttendQuant/" + preset + "/" + codec + "/" + isa.name + "/2-threads",
+              BM_AttendQuant, bits, isa.isa, 2u);
+        }
       }
       add("BM_DequantAttend/" + preset + "/" + codec, BM_DequantAttend, bits);
     }
