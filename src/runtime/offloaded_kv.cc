@@ -132,10 +132,11 @@ void OffloadedKvBlocks::AttendPart(const DecodeAttention& a, Part& p, float* out
                        .run_lse = part_run_lse_.data()};
     scratch_.resize(std::max(scratch_.size(), QuantAttendScratchFloats(qa)));
     qa.scratch = scratch_.data();
-    // The widest kernel the CPU has (integer scores on AVX-512 VNNI, float weights for P.V).
-    // Integer (u8) weights for P.V were tried and withdrawn: they kept a whole attention's output
-    // but not a part merged with others under top-k selection (cosine 0.938 against
-    // dequantize-then-AttendF16 in OffloadedKvTest.QuantizedAttentionFollowsTheSelection).
+    // The widest kernel the CPU has (on AVX-512 VNNI integer scores, and integer weights for P.V
+    // of 15 bits per step, head and value group). 8-bit weights were tried and withdrawn: they
+    // kept a whole attention's output but not a part merged with others under top-k selection
+    // (cosine 0.938 against dequantize-then-AttendF16 in
+    // OffloadedKvTest.QuantizedAttentionFollowsTheSelection; 15 bits keep 0.99999997).
     const bool scalar = a.kernels != nullptr && a.kernels->isa == KernelIsa::kScalar;
     GetQuantAttentionKernels(scalar ? QuantKernelIsa::kScalar : QuantKernelIsa::kAuto)
         .attend_quant(qa);

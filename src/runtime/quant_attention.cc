@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "codecs/block_format.h"
 #include "codecs/kernels.h"
@@ -34,6 +35,69 @@ QuantBlockView ViewOf(const QuantKvRun& run, size_t channels, uint32_t bits, uin
           .v_codes = reinterpret_cast<const uint8_t*>(p + l.v_codes_offset)};
 }
 
+namespace {
+
+// The parts of IntValueLayout in order, as float counts.
+struct IntValueParts {
+  size_t wq, ws, wscale, wzero, whi, wlo, acc, tile_index, tile_base, chunk_index;
+  size_t Total() const {
+    return wq + ws + wscale + wzero + whi + wlo + acc + tile_index + tile_base + chunk_index;
+  }
+};
+
+IntValueParts PartsOf(const IntValueLayout& l) {
+  if (l.head_groups == 0) return {};
+  const size_t sets = kQuantAttendStepRows / 4;
+  return {.wq = l.group * kQuantAttendStepRows * l.wq_stride,
+          .ws = l.group * kQuantAttendStepRows * l.gv_pad,
+          .wscale = l.group * l.gv_pad,
+          .wzero = l.group * l.gv_pad,
+          .whi = l.group * sets * l.gv_pad,
+          .wlo = l.group * sets * l.gv_pad,
+          .acc = l.group * l.n_kv_heads * 2 * l.acc_pad,
+          .tile_index = l.tiles * 16,
+          .tile_base = l.tiles,
+          .chunk_index = 4 * 4 * 16};
+}
+
+}  // namespace
+
+IntValueLayout IntValueLayout::Of(size_t n_kv_heads, size_t group, size_t head_dim,
+                                  uint32_t group_size, float* base) {
+  IntValueLayout l{};
+  l.group = group;
+  l.n_kv_heads = n_kv_heads;
+  l.head_dim = head_dim;
+  if (group_size == 0 || head_dim % group_size != 0) return l;
+  l.head_groups = head_dim / group_size;
+  l.value_groups = n_kv_heads * l.head_groups;
+  l.gv_pad = (l.value_groups + 15) / 16 * 16 + 16;
+  l.wq_stride = n_kv_heads + 16;
+  l.acc_pad = (head_dim + 127) / 128 * 128;
+  l.tiles = (l.value_groups + 15) / 16;
+  if (base == nullptr) return l;
+  const IntValueParts parts = PartsOf(l);
+  float* p = base;
+  auto take = [&p](size_t n) {
+    float* part = p;
+    p += n;
+    return part;
+  };
+  l.wq = take(parts.wq);
+  l.ws = take(parts.ws);
+  l.wscale = take(parts.wscale);
+  l.wzero = take(parts.wzero);
+  l.whi = reinterpret_cast<int32_t*>(take(parts.whi));
+  l.wlo = reinterpret_cast<int32_t*>(take(parts.wlo));
+  l.acc = reinterpret_cast<int32_t*>(take(parts.acc));
+  l.tile_index = reinterpret_cast<int32_t*>(take(parts.tile_index));
+  l.tile_base = reinterpret_cast<int32_t*>(take(parts.tile_base));
+  l.chunk_index = reinterpret_cast<int32_t*>(take(parts.chunk_index));
+  return l;
+}
+
+size_t IntValueLayout::Floats() const { return PartsOf(*this).Total(); }
+
 }  // namespace qattn
 
 size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
@@ -46,9 +110,15 @@ size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
   const size_t value_groups = qattn::ValueGroups(channels, a.group_size);
   // The integer-score version adds each head's query as two int8 halves (each head_dim rounded
   // up to 128 bytes) and its scale.
+  // And the integer-weight version, its tables (qattn::IntValueLayout).
   const size_t query_bytes = (size_t{a.head_dim} + 127) / 128 * 128;
+  const size_t int_values =
+      a.n_kv_heads == 0 ? 0
+                        : qattn::IntValueLayout::Of(a.n_kv_heads, a.n_heads / a.n_kv_heads,
+                                                    a.head_dim, a.group_size, nullptr)
+                              .Floats();
   return n_heads * (4 + kQuantAttendStepRows + a.head_dim + a.n_runs) + 2 * 8 * value_groups +
-         channels / 8 + n_heads * (2 * query_bytes / sizeof(float) + 1);
+         channels / 8 + n_heads * (2 * query_bytes / sizeof(float) + 1) + int_values;
 }
 
 Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
@@ -103,6 +173,9 @@ struct Dequantizer {
   float KeyScale(size_t key_group, size_t channel) const {
     return F16At(view.k_scale, key_group * channels + channel);
   }
+  size_t ValueParam(size_t token, size_t value_group) const {
+    return token * qattn::ValueGroups(channels, group_size) + value_group;
+  }
   float Value(size_t token, size_t channel) const {
     const size_t param = token * qattn::ValueGroups(channels, group_size) + channel / group_size;
     const float x = static_cast<float>(CodeAt(view.v_codes, token * channels + channel, bits)) *
@@ -131,6 +204,60 @@ float Q15Score(const Dequantizer& b, size_t row, const float* q, size_t c0, size
     bias += q[d] * F16At(b.view.k_zero, key_group * b.channels + c);
   }
   return static_cast<float>(dot) * (m / 16256.0f) + bias;
+}
+
+// round-to-nearest-even(x), 0 where it is not a finite int32 (a corrupt scale gives NaN or wrong
+// outputs, never undefined behaviour).
+int32_t RoundToInt(float x) {
+  const float r = std::nearbyint(x);
+  return std::abs(r) < 2147483520.0f ? static_cast<int32_t>(r) : 0;
+}
+
+// The integer-weight contract (quant_attention.h, "Integer weights"): a run's rows in steps (a
+// step ends at every kQuantAttendStepRows rows and at every key group boundary, as the SIMD
+// versions' steps do); in each step, per value group g overlapping the head's channels, the
+// weights times the group's value scales, p_r = e_r * v_scale[r][g], are quantized to 15 bits
+// with one scale (m = max_r |p_r|, q_r = rne(p_r * (16256 / m)), 0 when m is 0), and the step
+// adds (float(sum_r q_r * code_r[c]) * (m / 16256) + sum_r e_r * v_zero[r][g]) / sum to out[c].
+// Returns the run's sum of e_r.
+template <class Weight>
+float Q15Values(const Dequantizer& b, size_t rows, size_t c0, size_t head_dim,
+                const Weight& weight, float sum, float* out) {
+  const uint32_t g_size = b.group_size;
+  std::vector<float> e;
+  float run_sum = 0.0f;
+  size_t n = 0;
+  for (size_t r0 = 0; r0 < rows; r0 += n) {
+    const size_t key_group = r0 / g_size;
+    n = std::min({size_t{kQuantAttendStepRows}, rows - r0, (key_group + 1) * g_size - r0});
+    e.resize(n);
+    for (size_t j = 0; j < n; ++j) {
+      e[j] = weight(r0 + j);
+      run_sum += e[j];
+    }
+    for (size_t vg = c0 / g_size; vg * g_size < c0 + head_dim; ++vg) {
+      float m = 0.0f;
+      float zero = 0.0f;
+      for (size_t j = 0; j < n; ++j) {
+        const size_t param = b.ValueParam(r0 + j, vg);
+        m = std::max(m, std::abs(e[j] * F16At(b.view.v_scale, param)));
+        zero += e[j] * F16At(b.view.v_zero, param);
+      }
+      const float inv = m > 0.0f ? 16256.0f / m : 0.0f;
+      const size_t c_end = std::min(c0 + head_dim, (vg + 1) * g_size);
+      for (size_t c = std::max(c0, vg * g_size); c < c_end; ++c) {
+        int64_t dot = 0;
+        for (size_t j = 0; j < n; ++j) {
+          const size_t row = r0 + j;
+          const int64_t q =
+              RoundToInt(e[j] * F16At(b.view.v_scale, b.ValueParam(row, vg)) * inv);
+          dot += q * CodeAt(b.view.v_codes, row * b.channels + c, b.bits);
+        }
+        out[c - c0] += (static_cast<float>(dot) * (m / 16256.0f) + zero) / sum;
+      }
+    }
+  }
+  return run_sum;
 }
 
 void Attend(const QuantAttendArgs& a, bool int8_query) {
@@ -169,10 +296,16 @@ void Attend(const QuantAttendArgs& a, bool int8_query) {
     for (size_t i = 0; i < a.n_runs; ++i) {
       const Dequantizer b = blocks(i);
       float run_sum = 0.0f;
-      for (size_t j = 0; j < a.runs[i].rows; ++j) {
-        const float e = std::exp(score(b, j) - max_score);
-        for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * b.Value(j, c0 + d);
-        run_sum += e;
+      if (int8_query) {
+        run_sum = Q15Values(b, a.runs[i].rows, c0, head_dim,
+                            [&](size_t row) { return std::exp(score(b, row) - max_score); },
+                            sum, out);
+      } else {
+        for (size_t j = 0; j < a.runs[i].rows; ++j) {
+          const float e = std::exp(score(b, j) - max_score);
+          for (size_t d = 0; d < head_dim; ++d) out[d] += e / sum * b.Value(j, c0 + d);
+          run_sum += e;
+        }
       }
       if (a.run_mass != nullptr) a.run_mass[i] += run_sum / sum / static_cast<float>(a.n_heads);
       if (a.run_lse != nullptr) a.run_lse[i * a.n_heads + h] = max_score + std::log(run_sum);

@@ -39,6 +39,19 @@
 // measured too coarse: where a few key channels are 12x the others, output cosine against FP16
 // fell to 0.95 (INT8).
 //
+// Integer weights (AVX-512 VNNI, where G divides head_dim): the weighted sum of values is an
+// integer dot product too. A run's rows go in steps (a step ends at every kQuantAttendStepRows
+// rows and at every key group boundary). In each step, for every query head and value group g of
+// its KV head, the softmax weights times the group's value scales, p_r = e_r * v_scale[r][g], are
+// quantized to 15 bits with one scale (m = max_r |p_r|, q_r = round-to-nearest-even(p_r * (16256
+// / m)), 0 when m is 0), and the step adds float(sum_r q_r * code_r[c]) * (m / 16256) + sum_r e_r
+// * v_zero[r][g] to channel c's output (before the division by the sum of weights). The kernel
+// interleaves the codes of four rows so that a 32-bit lane holds one channel's four codes and
+// dots them with the weights' two int8 halves (q15 = 128 hi + lo) by vpdpbusd. The weights keep
+// 15 bits relative to the largest in their step and group, so a part attended apart (a run set
+// under top-k selection) keeps its precision when merged; 8-bit weights did not (quant_attention
+// benchmarks, docs/benchmarks.md). ref::AttendQuantQ15 includes this too.
+//
 // Preconditions (programmer errors, not checked): pointers valid for the stated counts; payloads
 // are int8/int4 stage-1 payloads of `block_tokens` tokens with this geometry, bits and group size
 // (QuantRunFromEncodedBlock checks an encoded block's header); outputs do not overlap inputs.
@@ -60,8 +73,8 @@ enum class QuantKernelIsa : uint8_t {
   kScalar = 1,
   kAvx2 = 2,    // AVX2/F16C/FMA; scalar when the CPU lacks them.
   kAvx512 = 3,  // AVX-512F (+ AVX2/F16C/FMA); AVX2 when the CPU lacks it.
-  // AVX-512F/BW/VL/VNNI/VBMI, integer scores (ref::AttendQuantQ15 semantics); kAvx512 when the CPU
-  // lacks them.
+  // AVX-512F/BW/VL/VNNI/VBMI, integer scores and weights (ref::AttendQuantQ15 semantics);
+  // kAvx512 when the CPU lacks them.
   kAvx512Vnni = 4,
 };
 
@@ -109,8 +122,9 @@ Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
 
 namespace ref {
 void AttendQuant(const QuantAttendArgs& args);
-// As AttendQuant, with the scores of the integer-score versions (the query quantized to 15 bits
-// per head and key group, above).
+// As AttendQuant, with the scores and the weights of the integer versions (the query quantized
+// to 15 bits per head and key group, the weights times the value scales to 15 bits per step,
+// head and value group, above).
 void AttendQuantQ15(const QuantAttendArgs& args);
 }  // namespace ref
 

@@ -16,7 +16,7 @@ struct Vec8 {
   using F = __m256;
   static constexpr size_t kLanes = 8;
   static constexpr bool kIntScores = false;
-  static constexpr bool kU4Biased = false;
+  static constexpr bool kIntValues = false;
 
   static KV_QATTN_TARGET KV_QATTN_INLINE F Zero() { return _mm256_setzero_ps(); }
   static KV_QATTN_TARGET KV_QATTN_INLINE F Set1(float x) { return _mm256_set1_ps(x); }

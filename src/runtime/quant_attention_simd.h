@@ -7,11 +7,13 @@
 //
 // V provides: F (the float vector), kLanes; Zero, Set1, Load, Store, Fma, Mul, Add, Sub, Max;
 // LoadU8 (kLanes INT8 codes as floats), LoadU4 (kLanes INT4 codes from kLanes / 2 bytes, as
-// floats, or as 1 + code / 16 where kU4Biased), LoadHalf (kLanes FP16 values from any address);
+// floats), LoadHalf (kLanes FP16 values from any address);
 // Fold8 (to 8 lanes with the same sum), HSum, HMax; RoundNearest, Pow2 (2^n for integral n) and
 // ZeroBelow (e where x >= limit or NaN, else 0). kIntScores: the scores are integer dot products
 // (quant_attention.h), and V also provides QuantizeQuery<Bits> (a head's scaled query to two
-// int8 halves and its scale) and DotTileInt<Bits, H, R> (the integer DotTile).
+// int8 halves and its scale) and DotTileInt<Bits, H, R> (the integer DotTile). kIntValues: the
+// weighted sum of values is integer too (quant_attention.h, "Integer weights"), and V provides
+// InitIntValues (once per call) and IntValueStep<Bits> (a step's value pass).
 //
 // A step is at most kQuantAttendStepRows rows of one run inside one key group. It scales the
 // query by the group's key scales when the group begins (qs[h][d] = q[h][d] * k_scale[c], bias[h]
@@ -111,6 +113,9 @@ struct Scratch {
   int8_t* qint;      // [n_heads][hi, lo][query_bytes] integer scores: qs quantized (q15 =
                      // 128 hi + lo), zero-padded.
   float* qscale;     // [n_heads] integer scores: the scale of q15.
+  float* int_values;  // Integer weights: IntValueLayout's tables.
+  const uint8_t* value_codes;  // Integer weights: the current run's value codes (prefetched by
+                               // the score pass).
 };
 
 template <class V, uint32_t Bits>
@@ -287,13 +292,14 @@ KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchBytes(const std::byte* p, size_t by
   }
 }
 
-// Asks for one KV head's codes of one row ahead of their use.
-template <uint32_t Bits>
+// Asks for one KV head's codes of one row ahead of their use: into L1 (T0) for the next row
+// group, into L2 (T1) for a whole pass ahead.
+template <uint32_t Bits, int Hint = _MM_HINT_T0>
 KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchCodes(const uint8_t* codes, size_t element,
                                                    size_t head_dim) {
   const auto* begin = reinterpret_cast<const char*>(codes + element * Bits / 8);
   for (size_t offset = 0; offset < head_dim * Bits / 8; offset += 64) {
-    _mm_prefetch(begin + offset, _MM_HINT_T0);
+    _mm_prefetch(begin + offset, static_cast<_mm_hint>(Hint));
   }
 }
 
@@ -308,20 +314,6 @@ KV_QATTN_TARGET void RowGroup(const uint8_t* codes, const std::byte* v_scale,
   if constexpr (P == Pass::kWeights) {
     HalvesToFloats<V>(v_scale + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_scale);
     HalvesToFloats<V>(v_zero + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_zero);
-    if constexpr (Bits == 4 && V::kU4Biased) {
-      // Codes load as f = 1 + code / 16: code * s + z = f * (16 s) + (z - 16 s).
-      const size_t n = Rows * g.value_groups;
-      size_t i = 0;
-      for (; i + V::kLanes <= n; i += V::kLanes) {
-        const typename V::F scale = V::Mul(V::Load(sc.v_scale + i), V::Set1(16.0f));
-        V::Store(sc.v_scale + i, scale);
-        V::Store(sc.v_zero + i, V::Sub(V::Load(sc.v_zero + i), scale));
-      }
-      for (; i < n; ++i) {
-        sc.v_scale[i] *= 16.0f;
-        sc.v_zero[i] -= sc.v_scale[i];
-      }
-    }
     if (r + 2 * Rows <= run_rows_left) {  // The next group's parameters.
       PrefetchBytes<V>(v_scale + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
       PrefetchBytes<V>(v_zero + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
@@ -335,6 +327,15 @@ KV_QATTN_TARGET void RowGroup(const uint8_t* codes, const std::byte* v_scale,
     for (size_t k = 0; k < ahead; ++k) {
       PrefetchCodes<Bits>(codes, e0 + (r + Rows + k) * g.channels + kv_head * g.head_dim,
                           g.head_dim);
+    }
+    if constexpr (P == Pass::kScores && V::kIntValues) {
+      // The integer value pass runs faster than the codes arrive one row group ahead: its rows
+      // are asked for a whole pass ahead, while the same rows' keys are scored.
+      for (size_t k = 0; k < Rows; ++k) {
+        PrefetchCodes<Bits, _MM_HINT_T1>(sc.value_codes,
+                                         e0 + (r + k) * g.channels + kv_head * g.head_dim,
+                                         g.head_dim);
+      }
     }
     KvHeadRows<V, Bits, P, Rows>(kv_head, codes, e0 + r * g.channels, g, sc, out, r);
   }
@@ -446,6 +447,7 @@ inline Scratch Carve(const QuantAttendArgs& a, const Geometry& g) {
   float* qint = sc.vec_group + g.channels / 8;
   sc.qint = reinterpret_cast<int8_t*>(qint);
   sc.qscale = qint + n_heads * 2 * g.query_bytes / sizeof(float);
+  sc.int_values = sc.qscale + n_heads;
   return sc;
 }
 
@@ -454,6 +456,8 @@ template <class V, uint32_t Bits>
 KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
                                const Geometry& g, const Scratch& sc) {
   const QuantBlockView view = ViewOf(run, g.channels, Bits, g.quant_group);
+  Scratch run_sc = sc;
+  run_sc.value_codes = view.v_codes;
   size_t n = 0;
   for (size_t r0 = 0; r0 < run.rows; r0 += n) {
     const size_t key_group = r0 / g.quant_group;
@@ -468,11 +472,16 @@ KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
     const size_t e0 = r0 * g.channels;
     const std::byte* v_scale = view.v_scale + 2 * r0 * g.value_groups;
     const std::byte* v_zero = view.v_zero + 2 * r0 * g.value_groups;
-    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g, sc,
+    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g, run_sc,
                                      a.out);
     SoftmaxStep<V>(a.n_heads, g.head_dim, n, sc, a.out);
-    StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, run.rows - r0, g, sc,
-                                      a.out);
+    if constexpr (V::kIntValues) {
+      V::template IntValueStep<Bits>(view.k_codes, view.v_codes, v_scale, v_zero, e0, n,
+                                     run.rows - r0, g, sc, a.out);
+    } else {
+      StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, run.rows - r0, g,
+                                        sc, a.out);
+    }
   }
 }
 
@@ -495,6 +504,7 @@ KV_QATTN_TARGET void Attend(const QuantAttendArgs& a) {
     static_assert(sizeof(bits) == sizeof(float));
     std::memcpy(sc.vec_group + v, &bits, sizeof(bits));
   }
+  if constexpr (V::kIntValues) V::template InitIntValues<Bits>(g, sc);
   std::fill_n(sc.max, n_heads, -INFINITY);
   std::fill_n(sc.sum, n_heads, 0.0f);
   std::fill_n(a.out, n_heads * g.head_dim, 0.0f);

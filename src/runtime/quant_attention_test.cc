@@ -20,15 +20,19 @@
 //       INT8 >= 0.99999, INT4 >= 0.998). On zero-mean noise, where outputs are averages of noise
 //       as small as their averaged quantization error, INT8 still gives >= 0.9998 while INT4
 //       gives 0.975-0.986, so that case is held to 0.97 (the codec's limit, not the kernel's).
-//   (c) AVX2 and AVX-512 against the scalar reference, and AVX-512 VNNI against the integer-score
-//       reference (ref::AttendQuantQ15): outputs within 1e-4, log-sum-exps within 1e-5 relative,
-//       run masses within 1e-5, the masses summing to 1.
+//   (c) AVX2 and AVX-512 against the scalar reference, and AVX-512 VNNI against the integer
+//       reference (ref::AttendQuantQ15: integer scores and weights): outputs within 1e-4,
+//       log-sum-exps within 1e-5 relative, run masses within 1e-5, the masses summing to 1.
 //   (d) Integer scores: with one row a head's log-sum-exp is its score, which must be the 15-bit
 //       query's integer dot product with the codes, scaled, plus q . k_zero (computed here from
 //       the block's codes and parameters), and differ from the float reference's score. (b)
 //       holds for the integer-score reference and for the dispatched kernel (VNNI where the CPU
 //       has it), also on MHA with head_dim 128 (measured INT8 >= 0.99999 structured, >= 0.99985
 //       on noise; INT4 >= 0.998 structured, 0.975-0.988 on noise).
+//   (e) Integer weights: with MHA and GQA, INT8 and INT4, over three steps, the integer versions'
+//       output is the contract's weighted sum (weights times value scales quantized to 15 bits
+//       per step and value group, zero points summed in float), computed here from the block,
+//       within 2e-5 of 1 + |out|, and differs from the float-weight sum of the same scores.
 // Shapes: head_dim 64, 80 and 128 (and 24, 40 and 8, which the wider versions hand down), MHA and
 // GQA groups of 2, 3 and 4, group sizes 8, 24, 32 and 64, runs of partial blocks (the last block's
 // rows < its tokens, blocks of 48 and 256 tokens), one-row runs; attention split into two
@@ -474,6 +478,102 @@ TEST(QuantAttentionTest, IntegerScoreIsTheQuantizedQueryDotProduct) {
       largest_difference = std::max(largest_difference, std::abs(exact.head_lse[h] - want[h]));
     }
     EXPECT_GT(largest_difference, 1e-7f) << "int" << bits;
+  }
+}
+
+// (e) Integer weights: the output of the integer versions is the contract's (quant_attention.h,
+// "Integer weights") computed here step by step from the block's codes and parameters, and not
+// the float-weight sum of the same scores. MHA (sums in registers) and GQA (sums in scratch),
+// INT8 and INT4, group 16 (three steps: two whole key groups and a partial one).
+TEST(QuantAttentionTest, IntegerWeightsFollowTheContract) {
+  const uint64_t seed = 5151;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto half = [](const std::byte* base, size_t i) {
+    return codecs::F16ToF32(DecodeFixed16(base + 2 * i));
+  };
+  for (uint32_t bits : {8u, 4u}) {
+    for (uint32_t n_heads : {1u, 2u}) {
+      const Shape s = {.n_heads = n_heads, .n_kv_heads = 1, .head_dim = 32, .group_size = 16,
+                       .block_tokens = 48, .rows = {40}};
+      const Blocks b = MakeBlocks(s, bits, seed + n_heads, KvData::kStructured);
+      const size_t channels = s.head_dim;
+      const size_t value_groups = channels / s.group_size;
+      const qattn::QuantBlockView view = qattn::ViewOf(b.quant_runs[0], channels, bits,
+                                                       s.group_size);
+      auto code = [&](const uint8_t* codes, size_t e) -> uint32_t {
+        return bits == 8 ? codes[e] : (codes[e / 2] >> (4 * (e & 1))) & 0xfu;
+      };
+      const size_t rows = s.rows[0];
+      std::vector<float> want(size_t{n_heads} * s.head_dim, 0.0f);
+      std::vector<float> float_weights(want.size(), 0.0f);
+      for (uint32_t h = 0; h < n_heads; ++h) {
+        const float* q = b.q.data() + size_t{h} * s.head_dim;
+        std::vector<float> score(rows);
+        for (size_t t = 0; t < rows; ++t) {
+          const size_t kg = t / s.group_size;
+          float m = 0.0f;
+          for (size_t d = 0; d < s.head_dim; ++d) {
+            m = std::max(m, std::abs(q[d] * half(view.k_scale, kg * channels + d)));
+          }
+          int64_t dot = 0;
+          float bias = 0.0f;
+          for (size_t d = 0; d < s.head_dim; ++d) {
+            const auto q15 = static_cast<int64_t>(std::nearbyint(
+                q[d] * half(view.k_scale, kg * channels + d) * (127.0f / m) * 128.0f));
+            dot += q15 * code(view.k_codes, t * channels + d);
+            bias += q[d] * half(view.k_zero, kg * channels + d);
+          }
+          score[t] = static_cast<float>(dot) * (m / 16256.0f) + bias;
+        }
+        const float max = *std::max_element(score.begin(), score.end());
+        std::vector<float> e(rows);
+        float sum = 0.0f;
+        for (size_t t = 0; t < rows; ++t) sum += e[t] = std::exp(score[t] - max);
+        float* out = want.data() + size_t{h} * s.head_dim;
+        float* exact = float_weights.data() + size_t{h} * s.head_dim;
+        for (size_t r0 = 0; r0 < rows; r0 += s.group_size) {  // Steps: one key group each.
+          const size_t r1 = std::min<size_t>(rows, r0 + s.group_size);
+          for (size_t g = 0; g < value_groups; ++g) {
+            float m = 0.0f;
+            float zero = 0.0f;
+            for (size_t t = r0; t < r1; ++t) {
+              m = std::max(m, std::abs(e[t] * half(view.v_scale, t * value_groups + g)));
+              zero += e[t] * half(view.v_zero, t * value_groups + g);
+            }
+            for (size_t d = g * s.group_size; d < (g + 1) * s.group_size; ++d) {
+              int64_t dot = 0;
+              float exact_sum = 0.0f;
+              for (size_t t = r0; t < r1; ++t) {
+                const float p = e[t] * half(view.v_scale, t * value_groups + g);
+                const auto q15 = static_cast<int64_t>(std::nearbyint(p * (16256.0f / m)));
+                ASSERT_LE(std::abs(q15), 16256);
+                dot += q15 * code(view.v_codes, t * channels + d);
+                exact_sum += p * static_cast<float>(code(view.v_codes, t * channels + d));
+              }
+              out[d] += (static_cast<float>(dot) * (m / 16256.0f) + zero) / sum;
+              exact[d] += (exact_sum + zero) / sum;
+            }
+          }
+        }
+      }
+      std::vector<std::pair<const char*, void (*)(const QuantAttendArgs&)>> versions = {
+          {"ref-q15", ref::AttendQuantQ15}};
+      if (GetQuantAttentionKernels().reference == ref::AttendQuantQ15) {
+        versions.emplace_back("vnni", GetQuantAttentionKernels().attend_quant);
+      }
+      for (const auto& [name, attend] : versions) {
+        const Outputs o = RunQuant(attend, s, bits, b);
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_NEAR(o.out[i], want[i], 2e-5f * (1.0f + std::abs(want[i])))
+              << name << " int" << bits << " heads " << n_heads << " out[" << i << "]";
+        }
+      }
+      float largest_difference = 0.0f;
+      for (size_t i = 0; i < want.size(); ++i) {
+        largest_difference = std::max(largest_difference, std::abs(want[i] - float_weights[i]));
+      }
+      EXPECT_GT(largest_difference, 1e-7f) << "int" << bits << " heads " << n_heads;
+    }
   }
 }
 

@@ -16,7 +16,7 @@ struct Vec16 {
   using F = __m512;
   static constexpr size_t kLanes = 16;
   static constexpr bool kIntScores = false;
-  static constexpr bool kU4Biased = false;
+  static constexpr bool kIntValues = false;
 
   static KV_QATTN_TARGET KV_QATTN_INLINE F Zero() { return _mm512_setzero_ps(); }
   static KV_QATTN_TARGET KV_QATTN_INLINE F Set1(float x) { return _mm512_set1_ps(x); }
