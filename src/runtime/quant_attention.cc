@@ -109,8 +109,8 @@ size_t QuantAttendScratchFloats(const QuantAttendArgs& a) {
   const size_t channels = size_t{a.n_kv_heads} * a.head_dim;
   const size_t value_groups = qattn::ValueGroups(channels, a.group_size);
   // The integer-score version adds each head's query as two int8 halves (each head_dim rounded
-  // up to 128 bytes) and its scale.
-  // And the integer-weight version, its tables (qattn::IntValueLayout).
+  // up to 128 bytes) and its scale, and the integer-weight version its tables
+  // (qattn::IntValueLayout).
   const size_t query_bytes = (size_t{a.head_dim} + 127) / 128 * 128;
   const size_t int_values =
       a.n_kv_heads == 0 ? 0

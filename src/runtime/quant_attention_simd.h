@@ -472,8 +472,8 @@ KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
     const size_t e0 = r0 * g.channels;
     const std::byte* v_scale = view.v_scale + 2 * r0 * g.value_groups;
     const std::byte* v_zero = view.v_zero + 2 * r0 * g.value_groups;
-    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g, run_sc,
-                                     a.out);
+    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g,
+                                     run_sc, a.out);
     SoftmaxStep<V>(a.n_heads, g.head_dim, n, sc, a.out);
     if constexpr (V::kIntValues) {
       V::template IntValueStep<Bits>(view.k_codes, view.v_codes, v_scale, v_zero, e0, n,
