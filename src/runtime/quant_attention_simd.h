@@ -292,14 +292,16 @@ KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchBytes(const std::byte* p, size_t by
   }
 }
 
-// Asks for one KV head's codes of one row ahead of their use: into L1 (T0) for the next row
-// group, into L2 (T1) for a whole pass ahead.
+// Asks for one KV head's codes of one row ahead of their use: into L1 (_MM_HINT_T0) for the next
+// row group, into L2 (_MM_HINT_T1) for a whole pass ahead. (__builtin_prefetch: GCC's
+// _mm_prefetch takes an enum that Clang does not declare; the hint's low two bits are the
+// locality in both.)
 template <uint32_t Bits, int Hint = _MM_HINT_T0>
 KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchCodes(const uint8_t* codes, size_t element,
                                                    size_t head_dim) {
   const auto* begin = reinterpret_cast<const char*>(codes + element * Bits / 8);
   for (size_t offset = 0; offset < head_dim * Bits / 8; offset += 64) {
-    _mm_prefetch(begin + offset, static_cast<_mm_hint>(Hint));
+    __builtin_prefetch(begin + offset, 0, Hint & 3);
   }
 }
 
