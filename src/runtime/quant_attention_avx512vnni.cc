@@ -200,7 +200,9 @@ struct Vec16Vnni : Vec16 {
   static KV_QATTN_TARGET void InitIntValues(const qattn::Geometry& g, const qattn::Scratch& sc) {
     const qattn::IntValueLayout l = Layout(g, sc);
     std::fill_n(l.wq, l.group * qattn::kStep * l.wq_stride, 0.0f);
-    std::fill_n(l.acc, l.group * l.n_kv_heads * 2 * l.acc_pad, 0);
+    // GQA's sums live in acc between row groups (FlushSums zeroes them after each step); MHA
+    // keeps them in registers.
+    if (l.group > 1) std::fill_n(l.acc, l.group * l.n_kv_heads * 2 * l.acc_pad, 0);
     for (size_t t = 0; t < l.tiles; ++t) {
       const size_t base = 16 * t / l.head_groups;
       l.tile_base[t] = static_cast<int32_t>(base);
@@ -323,6 +325,34 @@ struct Vec16Vnni : Vec16 {
     x[3] = _mm512_unpackhi_epi16(t1, t3);
   }
 
+  // Interleave4 of four rows' INT8 codes at p[u] + offset (the first min(64, ...) bytes of mask).
+  static KV_QATTN_TARGET KV_QATTN_INLINE void LoadInterleaved(const uint8_t* const* p,
+                                                              size_t offset, __mmask64 mask,
+                                                              __m512i* x) {
+    Interleave4(_mm512_maskz_loadu_epi8(mask, p[0] + offset),
+                _mm512_maskz_loadu_epi8(mask, p[1] + offset),
+                _mm512_maskz_loadu_epi8(mask, p[2] + offset),
+                _mm512_maskz_loadu_epi8(mask, p[3] + offset), x);
+  }
+
+  // The same for the 128 INT4 codes of 64 bytes: the low nibbles (even elements) to `even`, the
+  // high ones (odd elements) to `odd`.
+  static KV_QATTN_TARGET KV_QATTN_INLINE void LoadInterleavedNibbles(const uint8_t* const* p,
+                                                                     size_t offset,
+                                                                     __mmask64 mask,
+                                                                     __m512i* even, __m512i* odd) {
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    __m512i e[4], o[4];
+#pragma GCC unroll 4
+    for (size_t u = 0; u < 4; ++u) {
+      const __m512i bytes = _mm512_maskz_loadu_epi8(mask, p[u] + offset);
+      e[u] = _mm512_and_si512(bytes, nibble);
+      o[u] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+    }
+    Interleave4(e[0], e[1], e[2], e[3], even);
+    Interleave4(o[0], o[1], o[2], o[3], odd);
+  }
+
   // The weights of query head qi for sets set0 and set0 + 1 of KV head kv, spread over the
   // lanes of chunk index `index`.
   static KV_QATTN_TARGET KV_QATTN_INLINE void Weights(const qattn::IntValueLayout& l, size_t qi,
@@ -357,12 +387,7 @@ struct Vec16Vnni : Vec16 {
         const __mmask64 mask = FirstBytes(l.head_dim - d0);
         __m512i x[2][4];
 #pragma GCC unroll 2
-        for (size_t s = 0; s < 2; ++s) {
-          Interleave4(_mm512_maskz_loadu_epi8(mask, row[4 * s] + d0),
-                      _mm512_maskz_loadu_epi8(mask, row[4 * s + 1] + d0),
-                      _mm512_maskz_loadu_epi8(mask, row[4 * s + 2] + d0),
-                      _mm512_maskz_loadu_epi8(mask, row[4 * s + 3] + d0), x[s]);
-        }
+        for (size_t s = 0; s < 2; ++s) LoadInterleaved(row + 4 * s, d0, mask, x[s]);
         const __m512i index = _mm512_loadu_si512(l.chunk_index + d0 / 64 * 4 * 16);
         for (size_t qi = 0; qi < l.group; ++qi) {
           int32_t* acc = l.acc + (kv * l.group + qi) * 2 * l.acc_pad + d0;
@@ -373,21 +398,12 @@ struct Vec16Vnni : Vec16 {
         }
       }
     } else {
-      const __m512i nibble = _mm512_set1_epi8(0x0f);
       for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
         const __mmask64 mask = FirstBytes((l.head_dim - d0) / 2);
         __m512i even[2][4], odd[2][4];
 #pragma GCC unroll 2
         for (size_t s = 0; s < 2; ++s) {
-          __m512i e[4], o[4];
-#pragma GCC unroll 4
-          for (size_t u = 0; u < 4; ++u) {
-            const __m512i bytes = _mm512_maskz_loadu_epi8(mask, row[4 * s + u] + d0 / 2);
-            e[u] = _mm512_and_si512(bytes, nibble);
-            o[u] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
-          }
-          Interleave4(e[0], e[1], e[2], e[3], even[s]);
-          Interleave4(o[0], o[1], o[2], o[3], odd[s]);
+          LoadInterleavedNibbles(row + 4 * s, d0 / 2, mask, even[s], odd[s]);
         }
         const int32_t* chunk_index = l.chunk_index + d0 / 128 * 4 * 16;
         for (size_t qi = 0; qi < l.group; ++qi) {
@@ -421,11 +437,15 @@ struct Vec16Vnni : Vec16 {
     y[3] = _mm512_shuffle_i32x4(t2, t3, 0xdd);
   }
 
-  // 128 hi + lo of four accumulator vectors at acc (lo at acc + acc_pad), zeroing them.
+  // The sums of the two weight halves joined: 128 hi + lo.
+  static KV_QATTN_TARGET KV_QATTN_INLINE __m512i Joined(__m512i hi, __m512i lo) {
+    return _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
+  }
+
+  // Joined sums of four accumulator vectors at acc (lo at acc + acc_pad), zeroing them.
   static KV_QATTN_TARGET KV_QATTN_INLINE void TakeSums(int32_t* acc, size_t acc_pad, __m512i* a) {
     for (size_t x = 0; x < 4; ++x) {
-      a[x] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512(acc + 16 * x), 7),
-                              _mm512_loadu_si512(acc + acc_pad + 16 * x));
+      a[x] = Joined(_mm512_loadu_si512(acc + 16 * x), _mm512_loadu_si512(acc + acc_pad + 16 * x));
       _mm512_storeu_si512(acc + 16 * x, _mm512_setzero_si512());
       _mm512_storeu_si512(acc + acc_pad + 16 * x, _mm512_setzero_si512());
     }
@@ -441,14 +461,48 @@ struct Vec16Vnni : Vec16 {
                                                             _mm512_set1_ps(zero[vg]))));
   }
 
-  // The step's integer sums into out, in element order.
-  template <uint32_t Bits>
-  static KV_QATTN_TARGET void FlushSums(const qattn::IntValueLayout& l, const qattn::Geometry& g,
-                                        float* out) {
+  // The joined sums of an INT8 chunk (elements d0 + 16 L + 4 x + 0..3 in lane L of a[x]) into
+  // out in element order, up to head_dim.
+  static KV_QATTN_TARGET KV_QATTN_INLINE void AddInt8Sums(float* out, size_t d0, const __m512i* a,
+                                                          const float* scale, const float* zero,
+                                                          size_t group_size, size_t head_dim) {
+    __m512i y[4];
+    TransposeLanes(a, y);
+    for (size_t lane = 0; lane < 4 && d0 + 16 * lane < head_dim; ++lane) {
+      AddSums(out, d0 + 16 * lane, y[lane], scale, zero, group_size);
+    }
+  }
+
+  // The joined sums of an INT4 chunk (even and odd elements apart, each ordered as an INT8
+  // chunk's) into out in element order, up to head_dim.
+  static KV_QATTN_TARGET KV_QATTN_INLINE void AddInt4Sums(float* out, size_t d0,
+                                                          const __m512i* even_sums,
+                                                          const __m512i* odd_sums,
+                                                          const float* scale, const float* zero,
+                                                          size_t group_size, size_t head_dim) {
     const __m512i evens_first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
                                                   22, 7, 23);
     const __m512i evens_last = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
                                                  14, 30, 15, 31);
+    __m512i even[4], odd[4];
+    TransposeLanes(even_sums, even);
+    TransposeLanes(odd_sums, odd);
+    for (size_t lane = 0; lane < 4; ++lane) {
+      const size_t d = d0 + 32 * lane;
+      if (d >= head_dim) break;
+      AddSums(out, d, _mm512_permutex2var_epi32(even[lane], evens_first, odd[lane]), scale, zero,
+              group_size);
+      if (d + 16 < head_dim) {
+        AddSums(out, d + 16, _mm512_permutex2var_epi32(even[lane], evens_last, odd[lane]), scale,
+                zero, group_size);
+      }
+    }
+  }
+
+  // The step's integer sums into out, in element order.
+  template <uint32_t Bits>
+  static KV_QATTN_TARGET void FlushSums(const qattn::IntValueLayout& l, const qattn::Geometry& g,
+                                        float* out) {
     for (size_t h = 0; h < l.group * l.n_kv_heads; ++h) {
       const size_t qi = h % l.group;
       const size_t kv = h / l.group;
@@ -458,30 +512,16 @@ struct Vec16Vnni : Vec16 {
       float* o = out + h * l.head_dim;
       if constexpr (Bits == 8) {
         for (size_t d0 = 0; d0 < l.head_dim; d0 += 64) {
-          __m512i a[4], y[4];
+          __m512i a[4];
           TakeSums(acc + d0, l.acc_pad, a);
-          TransposeLanes(a, y);
-          for (size_t lane = 0; lane < 4 && d0 + 16 * lane < l.head_dim; ++lane) {
-            AddSums(o, d0 + 16 * lane, y[lane], scale, zero, g.quant_group);
-          }
+          AddInt8Sums(o, d0, a, scale, zero, g.quant_group, l.head_dim);
         }
       } else {
         for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
-          __m512i a[4], even[4], odd[4];
-          TakeSums(acc + d0, l.acc_pad, a);
-          TransposeLanes(a, even);
-          TakeSums(acc + d0 + 64, l.acc_pad, a);
-          TransposeLanes(a, odd);
-          for (size_t lane = 0; lane < 4; ++lane) {
-            const size_t d = d0 + 32 * lane;
-            if (d >= l.head_dim) break;
-            AddSums(o, d, _mm512_permutex2var_epi32(even[lane], evens_first, odd[lane]), scale,
-                    zero, g.quant_group);
-            if (d + 16 < l.head_dim) {
-              AddSums(o, d + 16, _mm512_permutex2var_epi32(even[lane], evens_last, odd[lane]),
-                      scale, zero, g.quant_group);
-            }
-          }
+          __m512i even[4], odd[4];
+          TakeSums(acc + d0, l.acc_pad, even);
+          TakeSums(acc + d0 + 64, l.acc_pad, odd);
+          AddInt4Sums(o, d0, even, odd, scale, zero, g.quant_group, l.head_dim);
         }
       }
     }
@@ -522,10 +562,7 @@ struct Vec16Vnni : Vec16 {
             const __mmask64 mask = c == 0 ? mask0 : mask1;
             const size_t d = d0 + 64 * c;
             __m512i x[4];
-            Interleave4(_mm512_maskz_loadu_epi8(mask, p[0] + d),
-                        _mm512_maskz_loadu_epi8(mask, p[1] + d),
-                        _mm512_maskz_loadu_epi8(mask, p[2] + d),
-                        _mm512_maskz_loadu_epi8(mask, p[3] + d), x);
+            LoadInterleaved(p, d, mask, x);
             const __m512i index = c == 0 ? index0 : index1;
             const __m512i wh = _mm512_permutexvar_epi32(index, wrow_hi);
             const __m512i wl = _mm512_permutexvar_epi32(index, wrow_lo);
@@ -539,18 +576,12 @@ struct Vec16Vnni : Vec16 {
         for (size_t c = 0; c < 2; ++c) {
           const size_t d = d0 + 64 * c;
           if (d >= l.head_dim) break;
-          __m512i a[4], y[4];
-          for (size_t x = 0; x < 4; ++x) {
-            a[x] = _mm512_add_epi32(_mm512_slli_epi32(hi[c][x], 7), lo[c][x]);
-          }
-          TransposeLanes(a, y);
-          for (size_t lane = 0; lane < 4 && d + 16 * lane < l.head_dim; ++lane) {
-            AddSums(o, d + 16 * lane, y[lane], scale, zero, group_size);
-          }
+          __m512i a[4];
+          for (size_t x = 0; x < 4; ++x) a[x] = Joined(hi[c][x], lo[c][x]);
+          AddInt8Sums(o, d, a, scale, zero, group_size, l.head_dim);
         }
       }
     } else {
-      const __m512i nibble = _mm512_set1_epi8(0x0f);
       for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
         const __mmask64 mask = FirstBytes((l.head_dim - d0) / 2);
         const int32_t* chunk_index = l.chunk_index + d0 / 128 * 4 * 16;
@@ -562,16 +593,9 @@ struct Vec16Vnni : Vec16 {
         for (size_t j = 0; j < sets; ++j) {
           const __m512i wrow_hi = _mm512_loadu_si512(l.whi + j * l.gv_pad + kv * l.head_groups);
           const __m512i wrow_lo = _mm512_loadu_si512(l.wlo + j * l.gv_pad + kv * l.head_groups);
-          __m512i e[4], od[4];
-#pragma GCC unroll 4
-          for (size_t u = 0; u < 4; ++u) {
-            const __m512i bytes = _mm512_maskz_loadu_epi8(mask, row(j, u) + d0 / 2);
-            e[u] = _mm512_and_si512(bytes, nibble);
-            od[u] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
-          }
+          const uint8_t* p[4] = {row(j, 0), row(j, 1), row(j, 2), row(j, 3)};
           __m512i xe[4], xo[4];
-          Interleave4(e[0], e[1], e[2], e[3], xe);
-          Interleave4(od[0], od[1], od[2], od[3], xo);
+          LoadInterleavedNibbles(p, d0 / 2, mask, xe, xo);
           __m512i wh = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_hi);
           __m512i wl = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_lo);
 #pragma GCC unroll 4
@@ -587,29 +611,12 @@ struct Vec16Vnni : Vec16 {
             olo[xi] = _mm512_dpbusd_epi32(olo[xi], xo[xi], wl);
           }
         }
-        __m512i a[4], even[4], odd[4];
+        __m512i even[4], odd[4];
         for (size_t x = 0; x < 4; ++x) {
-          a[x] = _mm512_add_epi32(_mm512_slli_epi32(ehi[x], 7), elo[x]);
+          even[x] = Joined(ehi[x], elo[x]);
+          odd[x] = Joined(ohi[x], olo[x]);
         }
-        TransposeLanes(a, even);
-        for (size_t x = 0; x < 4; ++x) {
-          a[x] = _mm512_add_epi32(_mm512_slli_epi32(ohi[x], 7), olo[x]);
-        }
-        TransposeLanes(a, odd);
-        const __m512i evens_first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
-                                                      6, 22, 7, 23);
-        const __m512i evens_last = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
-                                                     29, 14, 30, 15, 31);
-        for (size_t lane = 0; lane < 4; ++lane) {
-          const size_t d = d0 + 32 * lane;
-          if (d >= l.head_dim) break;
-          AddSums(o, d, _mm512_permutex2var_epi32(even[lane], evens_first, odd[lane]), scale,
-                  zero, group_size);
-          if (d + 16 < l.head_dim) {
-            AddSums(o, d + 16, _mm512_permutex2var_epi32(even[lane], evens_last, odd[lane]),
-                    scale, zero, group_size);
-          }
-        }
+        AddInt4Sums(o, d0, even, odd, scale, zero, group_size, l.head_dim);
       }
     }
   }
