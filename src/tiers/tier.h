@@ -20,7 +20,8 @@
 // waits for a device or the network. A tier whose client is synchronous runs it on threads of its
 // own (RemoteTierAdapter). Callbacks must be short and must not call back into the tier. Contains
 // and Erase are synchronous: they answer on the calling thread. A tier that is closed (or
-// closing) completes the batches still queued without running them, each item Unavailable.
+// closing) completes the batches still queued without running them, each item Unavailable; a
+// batch given after Close may complete that way on the calling thread.
 //
 // Ownership: items and the buffers they point to are borrowed until the batch's callback has
 // run; write payloads may be reused once the callback has run.
