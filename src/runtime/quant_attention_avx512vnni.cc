@@ -20,9 +20,8 @@
 // levels (a 32-bit lane holds one channel's four codes; the order of the channels is undone
 // once per step), and dots them with both halves by vpdpbusd into int32 sums. MHA keeps one KV
 // head's sums in registers over the whole step (HeadInRegisters); GQA goes through the rows in
-// groups of eight and keeps every query head's sums in scratch (AccumulateRows, FlushSums). The
-// score pass asks for the step's value codes into L2 while it reads the keys, and the value
-// pass for the next step's keys.
+// groups of eight and keeps every query head's sums in scratch (AccumulateRows, FlushSums). Both
+// passes ask for the next step's bytes as they go (StepAhead, quant_attention_simd.h).
 //
 // Shapes whose head_dim or group size is not a multiple of 16, or whose group size does not
 // divide head_dim, go to ref::AttendQuantQ15, so every shape has the integer semantics; so does
@@ -336,21 +335,20 @@ struct Vec16Vnni : Vec16 {
   }
 
   // The same for the 128 INT4 codes of 64 bytes: the low nibbles (even elements) to `even`, the
-  // high ones (odd elements) to `odd`.
+  // high ones (odd elements) to `odd`. The bytes are interleaved before their nibbles are split
+  // (a byte move commutes with the split), so the four rows take half the unpacks.
   static KV_QATTN_TARGET KV_QATTN_INLINE void LoadInterleavedNibbles(const uint8_t* const* p,
                                                                      size_t offset,
                                                                      __mmask64 mask,
                                                                      __m512i* even, __m512i* odd) {
     const __m512i nibble = _mm512_set1_epi8(0x0f);
-    __m512i e[4], o[4];
+    __m512i x[4];
+    LoadInterleaved(p, offset, mask, x);
 #pragma GCC unroll 4
-    for (size_t u = 0; u < 4; ++u) {
-      const __m512i bytes = _mm512_maskz_loadu_epi8(mask, p[u] + offset);
-      e[u] = _mm512_and_si512(bytes, nibble);
-      o[u] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+    for (size_t k = 0; k < 4; ++k) {
+      even[k] = _mm512_and_si512(x[k], nibble);
+      odd[k] = _mm512_and_si512(_mm512_srli_epi16(x[k], 4), nibble);
     }
-    Interleave4(e[0], e[1], e[2], e[3], even);
-    Interleave4(o[0], o[1], o[2], o[3], odd);
   }
 
   // The weights of query head qi for sets set0 and set0 + 1 of KV head kv, spread over the
@@ -622,36 +620,19 @@ struct Vec16Vnni : Vec16 {
   }
 
   // A step's value pass: weights quantized, rows in groups of eight (the last group's missing
-  // rows read the step's last row with weight 0), KV head by KV head with the next group's rows
-  // prefetched, then the sums into out.
+  // rows read the step's last row with weight 0), KV head by KV head, each followed by its share
+  // of the next step's lines (StepAhead), then the sums into out.
   template <uint32_t Bits>
-  static KV_QATTN_TARGET void IntValueStep(const uint8_t* keys, const uint8_t* codes,
-                                           const std::byte* v_scale,
+  static KV_QATTN_TARGET void IntValueStep(const uint8_t* codes, const std::byte* v_scale,
                                            const std::byte* v_zero, size_t e0, size_t n,
-                                           size_t run_rows_left, const qattn::Geometry& g,
-                                           const qattn::Scratch& sc, float* out) {
+                                           const qattn::Geometry& g, const qattn::Scratch& sc,
+                                           float* out) {
     const qattn::IntValueLayout l = Layout(g, sc);
     PrepareWeights(l, sc, n, v_scale, v_zero);
-    // The next step's value parameters (its rows are at most kStep of those left in the run).
-    const size_t next_rows = std::min(qattn::kStep, run_rows_left - n);
-    qattn::PrefetchBytes<Vec16>(v_scale + 2 * n * l.value_groups, 2 * next_rows * l.value_groups);
-    qattn::PrefetchBytes<Vec16>(v_zero + 2 * n * l.value_groups, 2 * next_rows * l.value_groups);
     const bool uniform_x = g.quant_group % 32 == 0;
     const size_t row_bytes = g.channels * Bits / 8;
     if (g.group == 1) {
       for (uint32_t kv = 0; kv < g.n_kv_heads; ++kv) {
-        // The next KV head's rows into L1 (the score pass asked for them into L2), and this KV
-        // head's keys of the next step into L2.
-        if (kv + 1 < g.n_kv_heads) {
-          for (size_t r = 0; r < n; ++r) {
-            qattn::PrefetchCodes<Bits>(codes, e0 + r * g.channels + (kv + 1) * g.head_dim,
-                                       g.head_dim);
-          }
-        }
-        for (size_t r = 0; r < next_rows; ++r) {
-          qattn::PrefetchCodes<Bits, _MM_HINT_T1>(keys, e0 + (n + r) * g.channels + kv * g.head_dim,
-                                                  g.head_dim);
-        }
         const uint8_t* first = codes + (e0 + size_t{kv} * g.head_dim) * Bits / 8;
         float* o = out + size_t{kv} * g.head_dim;
         if (Bits == 8 || uniform_x) {
@@ -659,23 +640,12 @@ struct Vec16Vnni : Vec16 {
         } else {
           HeadInRegisters<Bits, false>(first, row_bytes, n, kv, l, g.quant_group, o);
         }
+        qattn::AdvanceAhead<Vec16>(sc.ahead, n);
       }
       return;
     }
     for (size_t r = 0; r < n; r += 8) {
-      const size_t ahead = std::min<size_t>(8, n - std::min(n, r + 8));
-      const size_t ahead_keys = std::min<size_t>(8, next_rows - std::min(next_rows, r));
       for (uint32_t kv = 0; kv < g.n_kv_heads; ++kv) {
-        // The score pass asked for this pass's rows into L2; the next row group's come into
-        // L1 here, and the next step's keys into L2, a pass ahead.
-        for (size_t k = 0; k < ahead; ++k) {
-          qattn::PrefetchCodes<Bits>(codes, e0 + (r + 8 + k) * g.channels + kv * g.head_dim,
-                                     g.head_dim);
-        }
-        for (size_t k = 0; k < ahead_keys; ++k) {
-          qattn::PrefetchCodes<Bits, _MM_HINT_T1>(
-              keys, e0 + (n + r + k) * g.channels + kv * g.head_dim, g.head_dim);
-        }
         const uint8_t* first = codes + (e0 + r * g.channels + size_t{kv} * g.head_dim) * Bits / 8;
         const uint8_t* row[8];
         if (r + 8 <= n) {
@@ -692,6 +662,7 @@ struct Vec16Vnni : Vec16 {
         } else {
           AccumulateRows<Bits, false>(row, kv, r / 4, l);
         }
+        qattn::AdvanceAhead<Vec16>(sc.ahead, std::min<size_t>(8, n - r));
       }
     }
     FlushSums<Bits>(l, g, out);

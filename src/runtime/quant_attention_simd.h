@@ -22,7 +22,8 @@
 // registers, code * v_scale + v_zero, and multiply-added into every query head of its KV head).
 // Both passes walk the rows in small groups in address order and serve every KV head inside a
 // group, with register tiles of 4, 2 or 1 query heads, like AttendF16 (kernels_avx2.cc). A
-// value's group index is looked up per vector from a table built once per call.
+// value's group index is looked up per vector from a table built once per call. While a step
+// computes, both passes ask for the next step's bytes (StepAhead).
 #pragma once
 
 #include <immintrin.h>
@@ -97,6 +98,27 @@ struct Geometry {
   uint32_t quant_group;  // G.
 };
 
+// The bytes of the step after the current one, asked for in address order a few cache lines
+// at a time while the current step's two passes compute: its key parameters (when it begins a
+// key group), key codes, value parameters and value codes. After every KV head a pass finishes
+// it calls AdvanceAhead with the rows it covered, so the lines go out in proportion to the work
+// done, the last of them by the end of the step (FinishAhead issues any left). The passes then
+// find their rows in cache, and DRAM serves the next step in long sequential runs while they
+// compute. (Asking for each row group's rows just before their use, KV head by KV head, took
+// over a quarter of the score pass in prefetch loops, and the integer kernel ran ~25 % slower
+// from DRAM: docs/benchmarks.md.)
+struct StepAhead {
+  struct Range {
+    const char* p;    // The next line to ask for (64-byte aligned).
+    const char* end;
+  };
+  Range ranges[6];
+  size_t n_ranges = 0;
+  size_t at = 0;        // The range being issued.
+  uint64_t per_unit = 0;  // Lines per (row x KV head) of work, 16.16 fixed point.
+  uint64_t credit = 0;    // Lines owed, 16.16.
+};
+
 // The scratch (QuantAttendScratchFloats), carved.
 struct Scratch {
   float* max;        // [n_heads] running max of the scores seen.
@@ -114,8 +136,7 @@ struct Scratch {
                      // 128 hi + lo), zero-padded.
   float* qscale;     // [n_heads] integer scores: the scale of q15.
   float* int_values;  // Integer weights: IntValueLayout's tables.
-  const uint8_t* value_codes;  // Integer weights: the current run's value codes (prefetched by
-                               // the score pass).
+  StepAhead* ahead;    // The next step's bytes, asked for while this step computes.
 };
 
 template <class V, uint32_t Bits>
@@ -283,92 +304,110 @@ KV_QATTN_TARGET KV_QATTN_INLINE void KvHeadRows(uint32_t kv_head, const uint8_t*
   if (h < h_end) HeadTile<V, Bits, P, 1, Rows>(h, kv_head, codes, e0, g, sc, out, r_in_step);
 }
 
-// Asks for `bytes` bytes at `p` ahead of their use (into L2: they are used after a whole step or
-// row group).
+// The locality hint of StepAhead's prefetches (__builtin_prefetch: GCC's _mm_prefetch takes an
+// enum that Clang does not declare). 3 is prefetcht0: on the AMD EPYC cores measured (48 KiB
+// L1D, 1 MiB L2) it ran INT8 MHA from DRAM ~10 % faster than prefetcht1 (2), although a step
+// ahead is more than L1 holds; asking for only every second or fourth line (leaving the rest to
+// the hardware prefetchers) ran 1.3-3x slower.
+inline constexpr int kAheadLocality = 3;
+
+// Plans the step of `n` rows from row r0 of `view` (n = 0: nothing ahead), whose lines go out
+// over `units` (row x KV head) of work of the current step.
+template <class V, uint32_t Bits>
+KV_QATTN_TARGET void PlanAhead(const QuantBlockView& view, size_t r0, size_t n, size_t units,
+                               const Geometry& g, StepAhead* ahead) {
+  *ahead = StepAhead{};
+  if (n == 0) return;
+  auto add = [&](const void* begin, size_t bytes) {
+    const auto first = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{63};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
+    ahead->ranges[ahead->n_ranges++] = {reinterpret_cast<const char*>(first),
+                                        reinterpret_cast<const char*>(end)};
+    return (end - first + 63) / 64;
+  };
+  size_t lines = 0;
+  if (r0 % g.quant_group == 0) {
+    lines += add(view.k_scale + 2 * (r0 / g.quant_group) * g.channels, 2 * g.channels);
+    lines += add(view.k_zero + 2 * (r0 / g.quant_group) * g.channels, 2 * g.channels);
+  }
+  const size_t code_bytes = n * g.channels * Bits / 8;
+  lines += add(view.k_codes + r0 * g.channels * Bits / 8, code_bytes);
+  lines += add(view.v_scale + 2 * r0 * g.value_groups, 2 * n * g.value_groups);
+  lines += add(view.v_zero + 2 * r0 * g.value_groups, 2 * n * g.value_groups);
+  lines += add(view.v_codes + r0 * g.channels * Bits / 8, code_bytes);
+  ahead->per_unit = ((uint64_t{lines} << 16) + units - 1) / std::max<size_t>(units, 1);
+}
+
+// Asks for `lines` more lines of the planned step (fewer when it runs out).
 template <class V>
-KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchBytes(const std::byte* p, size_t bytes) {
-  for (size_t offset = 0; offset < bytes; offset += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
+KV_QATTN_TARGET KV_QATTN_INLINE void IssueAhead(StepAhead* ahead, uint64_t lines) {
+  while (lines > 0 && ahead->at < ahead->n_ranges) {
+    StepAhead::Range& range = ahead->ranges[ahead->at];
+    const auto left = static_cast<uint64_t>((range.end - range.p + 63) / 64);
+    const uint64_t k = std::min(lines, left);
+    for (uint64_t i = 0; i < k; ++i) __builtin_prefetch(range.p + 64 * i, 0, kAheadLocality);
+    range.p += 64 * k;
+    lines -= k;
+    if (k == left) ++ahead->at;
   }
 }
 
-// Asks for one KV head's codes of one row ahead of their use: into L1 (_MM_HINT_T0) for the next
-// row group, into L2 (_MM_HINT_T1) for a whole pass ahead. (__builtin_prefetch: GCC's
-// _mm_prefetch takes an enum that Clang does not declare; the hint's low two bits are the
-// locality in both.)
-template <uint32_t Bits, int Hint = _MM_HINT_T0>
-KV_QATTN_TARGET KV_QATTN_INLINE void PrefetchCodes(const uint8_t* codes, size_t element,
-                                                   size_t head_dim) {
-  const auto* begin = reinterpret_cast<const char*>(codes + element * Bits / 8);
-  for (size_t offset = 0; offset < head_dim * Bits / 8; offset += 64) {
-    __builtin_prefetch(begin + offset, 0, Hint & 3);
-  }
+// After `units` (row x KV head) of the current step's work: their share of the next step's lines.
+template <class V>
+KV_QATTN_TARGET KV_QATTN_INLINE void AdvanceAhead(StepAhead* ahead, size_t units) {
+  ahead->credit += ahead->per_unit * units;
+  const uint64_t lines = ahead->credit >> 16;
+  ahead->credit &= 0xffff;
+  IssueAhead<V>(ahead, lines);
+}
+
+// At the end of the current step: whatever is left.
+template <class V>
+KV_QATTN_TARGET void FinishAhead(StepAhead* ahead) {
+  IssueAhead<V>(ahead, ~uint64_t{0});
 }
 
 // One pass over rows [0, n) of a step (first row at element e0 of the run's codes; value
 // parameters of the step's first row at v_scale/v_zero), rows in groups of `Rows`, then the
-// rest one by one. A group's value parameters are converted once for all KV heads, and the rows
-// of the next group are prefetched KV head by KV head (with its parameters).
+// rest one by one. A group's value parameters are converted once for all KV heads; after each KV
+// head, the next step's share of lines is asked for.
 template <class V, uint32_t Bits, Pass P, size_t Rows>
 KV_QATTN_TARGET void RowGroup(const uint8_t* codes, const std::byte* v_scale,
-                              const std::byte* v_zero, size_t e0, size_t r, size_t run_rows_left,
-                              const Geometry& g, const Scratch& sc, float* out) {
+                              const std::byte* v_zero, size_t e0, size_t r, const Geometry& g,
+                              const Scratch& sc, float* out) {
   if constexpr (P == Pass::kWeights) {
     HalvesToFloats<V>(v_scale + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_scale);
     HalvesToFloats<V>(v_zero + 2 * r * g.value_groups, Rows * g.value_groups, sc.v_zero);
-    if (r + 2 * Rows <= run_rows_left) {  // The next group's parameters.
-      PrefetchBytes<V>(v_scale + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
-      PrefetchBytes<V>(v_zero + 2 * (r + Rows) * g.value_groups, 2 * Rows * g.value_groups);
-    }
   }
-  // Every row of the next group, KV head by KV head: with only its first row (as AttendF16
-  // does) MHA ran ~30 % slower from DRAM; two groups ahead measured the same as one.
-  const size_t rows_after = run_rows_left - std::min(run_rows_left, r + Rows);
-  const size_t ahead = Rows > 1 ? std::min(Rows, rows_after) : 0;
   for (uint32_t kv_head = 0; kv_head < g.n_kv_heads; ++kv_head) {
-    for (size_t k = 0; k < ahead; ++k) {
-      PrefetchCodes<Bits>(codes, e0 + (r + Rows + k) * g.channels + kv_head * g.head_dim,
-                          g.head_dim);
-    }
-    if constexpr (P == Pass::kScores && V::kIntValues) {
-      // The integer value pass runs faster than the codes arrive one row group ahead: its rows
-      // are asked for a whole pass ahead, while the same rows' keys are scored.
-      for (size_t k = 0; k < Rows; ++k) {
-        PrefetchCodes<Bits, _MM_HINT_T1>(sc.value_codes,
-                                         e0 + (r + k) * g.channels + kv_head * g.head_dim,
-                                         g.head_dim);
-      }
-    }
     KvHeadRows<V, Bits, P, Rows>(kv_head, codes, e0 + r * g.channels, g, sc, out, r);
+    AdvanceAhead<V>(sc.ahead, Rows);
   }
 }
 
 template <class V, uint32_t Bits, Pass P, size_t Rows>
 KV_QATTN_TARGET void PassInGroups(const uint8_t* codes, const std::byte* v_scale,
                                   const std::byte* v_zero, size_t e0, size_t n,
-                                  size_t run_rows_left, const Geometry& g, const Scratch& sc,
-                                  float* out) {
+                                  const Geometry& g, const Scratch& sc, float* out) {
   size_t r = 0;
   for (; r + Rows <= n; r += Rows) {
-    RowGroup<V, Bits, P, Rows>(codes, v_scale, v_zero, e0, r, run_rows_left, g, sc, out);
+    RowGroup<V, Bits, P, Rows>(codes, v_scale, v_zero, e0, r, g, sc, out);
   }
-  for (; r < n; ++r) {
-    RowGroup<V, Bits, P, 1>(codes, v_scale, v_zero, e0, r, run_rows_left, g, sc, out);
-  }
+  for (; r < n; ++r) RowGroup<V, Bits, P, 1>(codes, v_scale, v_zero, e0, r, g, sc, out);
 }
 
 // Row groups as small as the head tiles allow (2 rows under 4-head tiles, 4 under 2-head tiles,
 // else 8), so a pass reads memory as a few interleaved ascending streams.
 template <class V, uint32_t Bits, Pass P>
 KV_QATTN_TARGET void StepPass(const uint8_t* codes, const std::byte* v_scale,
-                              const std::byte* v_zero, size_t e0, size_t n, size_t run_rows_left,
-                              const Geometry& g, const Scratch& sc, float* out) {
+                              const std::byte* v_zero, size_t e0, size_t n, const Geometry& g,
+                              const Scratch& sc, float* out) {
   if (g.group % 4 == 0) {
-    PassInGroups<V, Bits, P, 2>(codes, v_scale, v_zero, e0, n, run_rows_left, g, sc, out);
+    PassInGroups<V, Bits, P, 2>(codes, v_scale, v_zero, e0, n, g, sc, out);
   } else if (g.group % 2 == 0) {
-    PassInGroups<V, Bits, P, 4>(codes, v_scale, v_zero, e0, n, run_rows_left, g, sc, out);
+    PassInGroups<V, Bits, P, 4>(codes, v_scale, v_zero, e0, n, g, sc, out);
   } else {
-    PassInGroups<V, Bits, P, 8>(codes, v_scale, v_zero, e0, n, run_rows_left, g, sc, out);
+    PassInGroups<V, Bits, P, 8>(codes, v_scale, v_zero, e0, n, g, sc, out);
   }
 }
 
@@ -453,37 +492,47 @@ inline Scratch Carve(const QuantAttendArgs& a, const Geometry& g) {
   return sc;
 }
 
-// One run's steps.
+// The rows of the step that begins at row r0 of a run of `rows` rows: at most kStep, and none
+// past the key group's end.
+inline size_t StepRows(size_t r0, size_t rows, size_t quant_group) {
+  return std::min({kStep, rows - r0, (r0 / quant_group + 1) * quant_group - r0});
+}
+
+// One run's steps; `next` is the run after it (its first step is asked for during this run's
+// last), or nullptr.
 template <class V, uint32_t Bits>
 KV_QATTN_TARGET void AttendRun(const QuantAttendArgs& a, const QuantKvRun& run,
-                               const Geometry& g, const Scratch& sc) {
+                               const QuantKvRun* next, const Geometry& g, const Scratch& sc) {
   const QuantBlockView view = ViewOf(run, g.channels, Bits, g.quant_group);
-  Scratch run_sc = sc;
-  run_sc.value_codes = view.v_codes;
   size_t n = 0;
   for (size_t r0 = 0; r0 < run.rows; r0 += n) {
     const size_t key_group = r0 / g.quant_group;
-    n = std::min({kStep, run.rows - r0, (key_group + 1) * g.quant_group - r0});
+    n = StepRows(r0, run.rows, g.quant_group);
+    // Both passes cover n rows of every KV head.
+    const size_t units = 2 * n * g.n_kv_heads;
+    if (r0 + n < run.rows) {
+      PlanAhead<V, Bits>(view, r0 + n, StepRows(r0 + n, run.rows, g.quant_group), units, g,
+                         sc.ahead);
+    } else if (next != nullptr) {
+      PlanAhead<V, Bits>(ViewOf(*next, g.channels, Bits, g.quant_group), 0,
+                         StepRows(0, next->rows, g.quant_group), units, g, sc.ahead);
+    } else {
+      PlanAhead<V, Bits>(view, 0, 0, units, g, sc.ahead);
+    }
     if (r0 == key_group * g.quant_group) {
       ScaleQueries<V, Bits>(a.q, view, key_group, g, sc, a.n_heads);
-      if ((key_group + 1) * g.quant_group < run.rows) {  // The next key group's parameters.
-        PrefetchBytes<V>(view.k_scale + 2 * (key_group + 1) * g.channels, 2 * g.channels);
-        PrefetchBytes<V>(view.k_zero + 2 * (key_group + 1) * g.channels, 2 * g.channels);
-      }
     }
     const size_t e0 = r0 * g.channels;
     const std::byte* v_scale = view.v_scale + 2 * r0 * g.value_groups;
     const std::byte* v_zero = view.v_zero + 2 * r0 * g.value_groups;
-    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, run.rows - r0, g,
-                                     run_sc, a.out);
+    StepPass<V, Bits, Pass::kScores>(view.k_codes, v_scale, v_zero, e0, n, g, sc, a.out);
     SoftmaxStep<V>(a.n_heads, g.head_dim, n, sc, a.out);
     if constexpr (V::kIntValues) {
-      V::template IntValueStep<Bits>(view.k_codes, view.v_codes, v_scale, v_zero, e0, n,
-                                     run.rows - r0, g, sc, a.out);
+      V::template IntValueStep<Bits>(view.v_codes, v_scale, v_zero, e0, n, g, sc, a.out);
     } else {
-      StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, run.rows - r0, g,
-                                        sc, a.out);
+      StepPass<V, Bits, Pass::kWeights>(view.v_codes, v_scale, v_zero, e0, n, g, sc, a.out);
     }
+    FinishAhead<V>(sc.ahead);
   }
 }
 
@@ -498,7 +547,9 @@ KV_QATTN_TARGET void Attend(const QuantAttendArgs& a) {
                       .n_kv_heads = a.n_kv_heads,
                       .quant_group = a.group_size};
   const size_t n_heads = a.n_heads;
-  const Scratch sc = Carve(a, g);
+  StepAhead ahead;
+  Scratch sc = Carve(a, g);
+  sc.ahead = &ahead;
   // Per-run log-sum-exps: asked for, or needed for the run masses.
   float* run_lse = a.run_lse != nullptr ? a.run_lse : sc.run_lse;
   for (size_t v = 0; v < g.channels / V::kLanes; ++v) {
@@ -512,7 +563,7 @@ KV_QATTN_TARGET void Attend(const QuantAttendArgs& a) {
   std::fill_n(a.out, n_heads * g.head_dim, 0.0f);
   for (size_t i = 0; i < a.n_runs; ++i) {
     std::fill_n(sc.run_sum, n_heads, 0.0f);
-    AttendRun<V, Bits>(a, a.runs[i], g, sc);
+    AttendRun<V, Bits>(a, a.runs[i], i + 1 < a.n_runs ? &a.runs[i + 1] : nullptr, g, sc);
     for (size_t h = 0; h < n_heads; ++h) {
       run_lse[i * n_heads + h] = sc.max[h] + std::log(sc.run_sum[h]);
     }
