@@ -24,6 +24,14 @@
 //   BM_AttendHot/<preset>/fp16, .../<int8|int4>/<avx512vnni|avx512>  the kernel over runs that
 //                                          alias 64 rows of one block, in cache: the compute
 //                                          ceiling.
+//   BM_SpeedUp/<preset>/<int8|int4>/avx512vnni  AttendF16 and AttendQuant over the same layer
+//                                          in every iteration, one right after the other (in
+//                                          alternating order), each timed: counters f16_ms and
+//                                          quant_ms (medians over the iterations) and speedup
+//                                          (the median of the iterations' f16_ms / quant_ms), a
+//                                          ratio from which the machine's slower swings of load
+//                                          cancel out (separate benchmarks meet them minutes
+//                                          apart).
 // Counters: GB/s is bytes of the representation read per second (10^9 B/s); fp16_GB/s the same
 // context counted as FP16 bytes. The machine is shared and noisy: run with
 // --benchmark_repetitions=9 and compare medians of the same run.
@@ -32,6 +40,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -367,6 +376,81 @@ void BM_AttendHot(benchmark::State& state, std::string preset, uint32_t bits,
       benchmark::Counter::kIsRate);
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2.0;
+}
+
+// Milliseconds `fn` takes.
+template <class Fn>
+double TimeMs(const Fn& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// BM_AttendF16 and BM_AttendQuant (one thread) on the same layer in each iteration, paired.
+void BM_SpeedUp(benchmark::State& state, std::string preset, uint32_t bits, QuantKernelIsa isa) {
+  const QuantAttentionKernels& kernels = GetQuantAttentionKernels(isa);
+  if (kernels.isa != isa) {
+    state.SkipWithError("CPU lacks the ISA");
+    return;
+  }
+  const Geometry g = GeometryOf(preset);
+  const EncodedLayers& e = Encoded(preset, bits);
+  const std::vector<float> q = Query(g);
+  std::vector<float> out(q.size()), lse(g.n_heads), run_lse(size_t{kBlocks} * g.n_heads);
+  QuantAttendArgs args = {.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads,
+                          .head_dim = g.head_dim, .bits = bits, .group_size = kGroupSize,
+                          .q = q.data(), .n_runs = kBlocks, .out = out.data(),
+                          .head_lse = lse.data(), .run_lse = run_lse.data()};
+  std::vector<float> scratch(std::max(QuantAttendScratchFloats(args),
+                                      AttendScratchFloats(g.n_heads, kBlocks)));
+  args.scratch = scratch.data();
+  std::vector<double> f16_ms, quant_ms, ratio;
+  uint32_t layer = 0;
+  bool f16_first = true;
+  for (auto _ : state) {
+    const std::vector<KvRun> runs = Fp16Runs(g, layer);
+    const std::vector<QuantKvRun> quant_runs = QuantRuns(g, e, bits, layer);
+    args.runs = quant_runs.data();
+    const auto f16 = [&] {
+      return TimeMs([&] {
+        avx2::AttendF16({.n_heads = g.n_heads, .n_kv_heads = g.n_kv_heads,
+                         .head_dim = g.head_dim, .q = q.data(), .runs = runs.data(),
+                         .n_runs = runs.size(), .out = out.data(), .head_lse = lse.data(),
+                         .run_lse = run_lse.data(), .scratch = scratch.data()});
+        benchmark::DoNotOptimize(out.data());
+      });
+    };
+    const auto quant = [&] {
+      return TimeMs([&] {
+        kernels.attend_quant(args);
+        benchmark::DoNotOptimize(out.data());
+      });
+    };
+    double f = 0.0;
+    double qt = 0.0;
+    if (f16_first) {
+      f = f16();
+      qt = quant();
+    } else {
+      qt = quant();
+      f = f16();
+    }
+    f16_first = !f16_first;
+    f16_ms.push_back(f);
+    quant_ms.push_back(qt);
+    ratio.push_back(f / qt);
+    layer = (layer + 1) % g.Layers();
+  }
+  state.counters["f16_ms"] = Median(f16_ms);
+  state.counters["quant_ms"] = Median(quant_ms);
+  state.counters["speedup"] = Median(ratio);
+}
+
 // Today's path, at its best: one block decoded into a buffer that stays in cache, attended, and
 // merged into the running result.
 void BM_DequantAttend(benchmark::State& state, std::string preset, uint32_t bits) {
@@ -440,6 +524,10 @@ void Register() {
         }
       }
       add("BM_DequantAttend/" + preset + "/" + codec, BM_DequantAttend, bits);
+    }
+    for (uint32_t bits : {8u, 4u}) {
+      add(std::string("BM_SpeedUp/") + preset + (bits == 8 ? "/int8" : "/int4") + "/avx512vnni",
+          BM_SpeedUp, bits, QuantKernelIsa::kAvx512Vnni);
     }
     add("BM_AttendHot/" + preset + "/fp16", BM_AttendHot, 16u, QuantKernelIsa::kAuto);
     for (uint32_t bits : {8u, 4u}) {

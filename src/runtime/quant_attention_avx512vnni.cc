@@ -527,10 +527,14 @@ struct Vec16Vnni : Vec16 {
 
   // One query head per KV head (MHA): one KV head's rows of the step at a time, its sums in
   // registers (no accumulator traffic), then into out. Rows past n read row n - 1 with weight 0.
+  // After every four rows, their share of the next step's lines goes out (AdvanceAhead). With
+  // a KV head's share at once (about 72 prefetches in one burst for INT8), this pass's own loads
+  // waited longer, and INT8 from DRAM took 10-27 % longer (docs/benchmarks.md).
   template <uint32_t Bits, bool UniformX>
   static KV_QATTN_TARGET void HeadInRegisters(const uint8_t* first, size_t row_bytes, size_t n,
                                               size_t kv, const qattn::IntValueLayout& l,
-                                              uint32_t group_size, float* o) {
+                                              uint32_t group_size, float* o,
+                                              qattn::StepAhead* ahead) {
     const size_t sets = (n + 3) / 4;
     auto row = [&](size_t j, size_t u) {
       const size_t r = 4 * j + u;
@@ -570,6 +574,7 @@ struct Vec16Vnni : Vec16 {
               lo[c][xi] = _mm512_dpbusd_epi32(lo[c][xi], x[xi], wl);
             }
           }
+          if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
         }
         for (size_t c = 0; c < 2; ++c) {
           const size_t d = d0 + 64 * c;
@@ -608,6 +613,7 @@ struct Vec16Vnni : Vec16 {
             ohi[xi] = _mm512_dpbusd_epi32(ohi[xi], xo[xi], wh);
             olo[xi] = _mm512_dpbusd_epi32(olo[xi], xo[xi], wl);
           }
+          if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
         }
         __m512i even[4], odd[4];
         for (size_t x = 0; x < 4; ++x) {
@@ -619,9 +625,10 @@ struct Vec16Vnni : Vec16 {
     }
   }
 
-  // A step's value pass: weights quantized, rows in groups of eight (the last group's missing
-  // rows read the step's last row with weight 0), KV head by KV head, each followed by its share
-  // of the next step's lines (StepAhead), then the sums into out.
+  // A step's value pass: weights quantized, then KV head by KV head: MHA in HeadInRegisters;
+  // GQA in groups of eight rows (the last group's missing rows read the step's last row with
+  // weight 0), each followed by its share of the next step's lines (StepAhead), then the sums
+  // into out.
   template <uint32_t Bits>
   static KV_QATTN_TARGET void IntValueStep(const uint8_t* codes, const std::byte* v_scale,
                                            const std::byte* v_zero, size_t e0, size_t n,
@@ -636,11 +643,10 @@ struct Vec16Vnni : Vec16 {
         const uint8_t* first = codes + (e0 + size_t{kv} * g.head_dim) * Bits / 8;
         float* o = out + size_t{kv} * g.head_dim;
         if (Bits == 8 || uniform_x) {
-          HeadInRegisters<Bits, true>(first, row_bytes, n, kv, l, g.quant_group, o);
+          HeadInRegisters<Bits, true>(first, row_bytes, n, kv, l, g.quant_group, o, sc.ahead);
         } else {
-          HeadInRegisters<Bits, false>(first, row_bytes, n, kv, l, g.quant_group, o);
+          HeadInRegisters<Bits, false>(first, row_bytes, n, kv, l, g.quant_group, o, sc.ahead);
         }
-        qattn::AdvanceAhead<Vec16>(sc.ahead, n);
       }
       return;
     }

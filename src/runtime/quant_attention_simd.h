@@ -101,12 +101,13 @@ struct Geometry {
 // The bytes of the step after the current one, asked for in address order a few cache lines
 // at a time while the current step's two passes compute: its key parameters (when it begins a
 // key group), key codes, value parameters and value codes. After every KV head a pass finishes
-// it calls AdvanceAhead with the rows it covered, so the lines go out in proportion to the work
-// done, the last of them by the end of the step (FinishAhead issues any left). The passes then
-// find their rows in cache, and DRAM serves the next step in long sequential runs while they
-// compute. (Asking for each row group's rows just before their use, KV head by KV head, took
-// over a quarter of the score pass in prefetch loops, and the integer kernel ran 16 % (INT8) and
-// 27 % (INT4) slower from DRAM on MHA: docs/benchmarks.md.)
+// (the MHA integer value pass: after every four rows of one) it calls AdvanceAhead with the rows
+// it covered, so the lines go out in proportion to the work done, a few at a time, the last of
+// them by the end of the step (FinishAhead issues any left). The passes then find their rows in
+// cache, and DRAM serves the next step in long sequential runs while they compute. (Asking for
+// each row group's rows just before their use, KV head by KV head, took over a quarter of the
+// score pass in prefetch loops, and the integer kernel ran 16 % (INT8) and 27 % (INT4) slower
+// from DRAM on MHA: docs/benchmarks.md.)
 struct StepAhead {
   struct Range {
     const char* p;    // The next line to ask for (64-byte aligned).
