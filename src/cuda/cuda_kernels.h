@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "codecs/block_geometry.h"
 #include "cuda/kernel_launch.h"
@@ -58,6 +59,45 @@ struct QuantBatch {
 Status QuantizeBlocks(const QuantBatch& batch, cudaStream_t stream);
 Status DequantizeBlocks(const QuantBatch& batch, cudaStream_t stream);
 
+// Decode attention over INT8/INT4 blocks read in place on the GPU (quant_attention_kernels.cu):
+// the contract of runtime/quant_attention.h's AttendQuant (its reference semantics: each code
+// dequantized as code * scale + zero in float, in registers, never written out). One query
+// token, GQA, outputs defined exactly as there:
+//   out[h * head_dim + d], run_mass[i], head_lse[h], run_lse[i * n_heads + h].
+// q, out, the optional outputs and every payload are device addresses; `runs` is a host array,
+// copied into the scratch by the call (which returns once it is copied). A first version: one
+// thread per index and pass, as the codec kernels, unmeasured on a GPU so far (docs/cuda.md).
+struct QuantAttendRunRef {
+  const std::byte* payload = nullptr;  // An encoded int8/int4 block's stage payload (the bytes
+                                       // after its header; codecs' QuantLayout), no zstd.
+  uint32_t block_tokens = 0;           // Tokens the block was encoded with.
+  uint32_t rows = 0;                   // 1..block_tokens: the run is the first `rows` tokens.
+};
+
+struct QuantAttendBatch {
+  uint32_t n_heads = 0;     // Query heads; a multiple of n_kv_heads.
+  uint32_t n_kv_heads = 0;  // >= 1.
+  uint32_t head_dim = 0;    // >= 1; n_kv_heads * head_dim even for INT4.
+  uint32_t bits = 8;        // 8 or 4.
+  uint32_t group_size = 32;  // The codec's group size (codecs::kQuantGroupSizeMin..Max).
+  const float* q = nullptr;  // [n_heads][head_dim], scaled by the caller.
+  std::span<const QuantAttendRunRef> runs;  // >= 1 run.
+  float* out = nullptr;       // [n_heads][head_dim]
+  float* run_mass = nullptr;  // [n_runs], or nullptr.
+  float* head_lse = nullptr;  // [n_heads], or nullptr.
+  float* run_lse = nullptr;   // [n_runs][n_heads], or nullptr.
+  // QuantAttendScratchBytes(*this) bytes of device memory, 256-byte aligned, used by nothing
+  // else until the stream has passed this call.
+  std::byte* scratch = nullptr;
+};
+
+// Scratch bytes AttendQuantRuns needs for `batch` (its shape and its runs' rows).
+size_t QuantAttendScratchBytes(const QuantAttendBatch& batch);
+
+// InvalidArgument (before anything is queued) for a bad shape, bits, group size, run or null
+// pointer; a CUDA error names the call.
+Status AttendQuantRuns(const QuantAttendBatch& batch, cudaStream_t stream);
+
 // The Status the CPU codec would have returned for a block, from its flag (copied to the host
 // after the stream finished): InvalidArgument for input the quantizer refuses, Corruption for
 // an invalid stored scale or zero point.
@@ -67,6 +107,14 @@ namespace internal {
 // The kernels' arguments for `batch` (offsets from codecs' ComputeQuantLayout); InvalidArgument
 // for a bad geometry, bits, group size or block count. Exposed for the host-run tests.
 Result<QuantArgs> MakeQuantArgs(const QuantBatch& batch);
+
+// AttendQuantRuns' validated arguments: the launch (its arrays carved from batch.scratch, the
+// run table at its start) and the run table to copy there. Exposed for the host-run tests.
+struct QuantAttendPlan {
+  QuantAttendLaunch launch;
+  std::vector<QuantAttendRun> runs;
+};
+Result<QuantAttendPlan> PlanQuantAttend(const QuantAttendBatch& batch);
 }  // namespace internal
 
 }  // namespace kvtier::cuda

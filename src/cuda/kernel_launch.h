@@ -44,6 +44,43 @@ struct QuantArgs {
   uint32_t* flags = nullptr;  // [count]; the caller zeroes them before quantize/dequantize.
 };
 
+// One run of the quantized attention kernels (quant_attention_kernels.cu): the first `rows`
+// tokens of a block's int8/int4 stage payload, laid out for `block_tokens` tokens (codecs'
+// QuantLayout; offsets in bytes from `payload`).
+struct QuantAttendRun {
+  const std::byte* payload = nullptr;
+  uint32_t block_tokens = 0;
+  uint32_t rows = 0;
+  uint64_t k_scale_offset = 0;
+  uint64_t k_zero_offset = 0;
+  uint64_t v_scale_offset = 0;
+  uint64_t v_zero_offset = 0;
+  uint64_t k_codes_offset = 0;
+  uint64_t v_codes_offset = 0;
+};
+
+// The quantized attention of one query token (quant_attention_math.h), every array in the
+// memory the kernels run on.
+struct QuantAttendLaunch {
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t bits = 8;
+  uint32_t group_size = 0;
+  uint32_t channels = 0;      // n_kv_heads * head_dim.
+  uint32_t value_groups = 0;  // ceil(channels / group_size): value parameters per token.
+  uint32_t n_runs = 0;
+  uint32_t max_rows = 0;  // The longest run: the row stride of `scores`.
+  const float* q = nullptr;               // [n_heads][head_dim]
+  const QuantAttendRun* runs = nullptr;   // [n_runs]
+  float* scores = nullptr;    // [n_runs][n_heads][max_rows]
+  float* partial = nullptr;   // [n_runs][n_heads][head_dim]
+  float* run_lse = nullptr;   // [n_runs][n_heads]
+  float* head_lse = nullptr;  // [n_heads]
+  float* out = nullptr;       // [n_heads][head_dim]
+  float* run_mass = nullptr;  // [n_runs], or nullptr.
+};
+
 cudaError_t LaunchPagedTransfer(const PagedTransfer& transfer, TransferDirection direction,
                                 cudaStream_t stream);
 // Byte planes of `n` elements of `elem_bytes` (2 or 4); `inverse` undoes them.
@@ -51,5 +88,6 @@ cudaError_t LaunchShuffle(const std::byte* src, std::byte* dst, uint64_t n, uint
                           bool inverse, cudaStream_t stream);
 cudaError_t LaunchQuantize(const QuantArgs& args, cudaStream_t stream);
 cudaError_t LaunchDequantize(const QuantArgs& args, cudaStream_t stream);
+cudaError_t LaunchQuantAttend(const QuantAttendLaunch& args, cudaStream_t stream);
 
 }  // namespace kvtier::cuda::internal

@@ -23,7 +23,9 @@
 // the semantics; AVX2/F16C/FMA (8 lanes) and AVX-512F (16 lanes) versions that take the factored
 // form and differ from it only in rounding. A SIMD version needs head_dim and group_size to be
 // multiples of its lane count; it hands other shapes to the next narrower version (AVX-512 ->
-// AVX2 -> scalar), so every version accepts every valid shape.
+// AVX2 -> scalar), so every version accepts every valid shape. The GPU version of the same
+// contract, with the reference's semantics, is the CUDA layer's AttendQuantRuns
+// (cuda/cuda_kernels.h), over device copies of the blocks.
 //
 // Integer scores (AVX-512 VNNI): the scaled query of each head and key group, qs[d] = q[d] *
 // k_scale[c], is quantized to 15-bit integers with its own symmetric scale (m = max_d |qs[d]|,

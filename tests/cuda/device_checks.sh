@@ -26,7 +26,8 @@ log "configure (${build_dir})"
 cmake -S . -B "${build_dir}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_WITH_CUDA=ON \
   -DKVTIER_BUILD_BENCH=OFF >/dev/null
 
-tests=(cuda_layout_test cuda_quant_math_test cuda_gds_test cuda_tier_test cuda_kernels_test)
+tests=(cuda_layout_test cuda_quant_math_test cuda_gds_test cuda_tier_test cuda_kernels_test
+  cuda_quant_attention_test)
 log "build: kvtier_cuda ${tests[*]} cuda_bench"
 ninja -C "${build_dir}" -j "${jobs}" kvtier_cuda "${tests[@]}" cuda_bench >&2
 
