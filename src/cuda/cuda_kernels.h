@@ -67,6 +67,10 @@ Status DequantizeBlocks(const QuantBatch& batch, cudaStream_t stream);
 // q, out, the optional outputs and every payload are device addresses; `runs` is a host array,
 // copied into the scratch by the call (which returns once it is copied). A first version: one
 // thread per index and pass, as the codec kernels, unmeasured on a GPU so far (docs/cuda.md).
+// Preconditions (not checkable on the host): each payload holds its block's whole stage payload
+// (QuantLayout for block_tokens tokens; runtime's QuantRunFromEncodedBlock checks an encoded
+// block's header on the CPU). Scales and zero points are trusted, as on the CPU: a corrupt one
+// gives NaN or wrong outputs, never an access outside the payload (the codes index nothing).
 struct QuantAttendRunRef {
   const std::byte* payload = nullptr;  // An encoded int8/int4 block's stage payload (the bytes
                                        // after its header; codecs' QuantLayout), no zstd.
