@@ -30,8 +30,8 @@
 //                                          quant_ms (medians over the iterations) and speedup
 //                                          (the median of the iterations' f16_ms / quant_ms), a
 //                                          ratio from which the machine's slower swings of load
-//                                          cancel out (separate benchmarks meet them minutes
-//                                          apart).
+//                                          cancel out (separate benchmarks meet them tens of
+//                                          seconds apart).
 // Counters: GB/s is bytes of the representation read per second (10^9 B/s); fp16_GB/s the same
 // context counted as FP16 bytes. The machine is shared and noisy: run with
 // --benchmark_repetitions=9 and compare medians of the same run.
