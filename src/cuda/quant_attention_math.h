@@ -19,7 +19,7 @@
 //
 // Rounding: float throughout, every product and sum one IEEE round-to-nearest operation (the _rn
 // intrinsics on the device, -ffp-contract=off on the host); e^x and log x are expf/logf on the
-// device and std::exp/std::log on the host, which may differ in the last bit.
+// device and std::exp/std::log on the host, which may differ in the last bits.
 //
 // Thread safety: pure functions over caller-owned memory (a body writes only its own outputs).
 #pragma once
