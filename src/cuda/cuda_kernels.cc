@@ -6,6 +6,7 @@
 
 #include "codecs/block_format.h"
 #include "codecs/codec_params.h"
+#include "core/aligned_buffer.h"
 #include "cuda/cuda_status.h"
 #include "cuda/kernel_launch.h"
 
@@ -115,9 +116,10 @@ Status DequantizeBlocks(const QuantBatch& batch, cudaStream_t stream) {
 
 namespace {
 
+// Each array of the scratch starts on a 256-byte boundary, as cudaMalloc's allocations do.
 constexpr size_t kScratchAlign = 256;
 
-size_t AlignUp(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+size_t AlignUp(size_t n) { return kvtier::AlignUp(n, kScratchAlign); }
 
 // The longest run's rows, 0 for none.
 uint32_t MaxRows(std::span<const QuantAttendRunRef> runs) {
@@ -165,6 +167,9 @@ Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBat
   if (b.q == nullptr || b.out == nullptr || b.scratch == nullptr) {
     return QuantAttendError("null q, out or scratch");
   }
+  if (reinterpret_cast<uintptr_t>(b.scratch) % alignof(internal::QuantAttendRun) != 0) {
+    return QuantAttendError("scratch is not 8-byte aligned");
+  }
   if (b.runs.empty()) return QuantAttendError("no runs");
   if (b.runs.size() > std::numeric_limits<uint32_t>::max()) {
     return QuantAttendError("too many runs");
@@ -178,14 +183,15 @@ Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBat
     if (Status st = g.Validate(); !st.ok()) {
       return QuantAttendError("run " + std::to_string(i) + ": " + st.message());
     }
-    if (r.payload == nullptr || r.rows == 0 || r.rows > r.block_tokens) {
-      return QuantAttendError("run " + std::to_string(i) + " has a null payload or rows " +
-                              std::to_string(r.rows) + " outside 1.." +
-                              std::to_string(r.block_tokens));
+    if (r.payload == nullptr || reinterpret_cast<uintptr_t>(r.payload) % 2 != 0) {
+      return QuantAttendError("run " + std::to_string(i) + " has a null or odd payload address");
+    }
+    if (r.rows == 0 || r.rows > r.block_tokens) {
+      return QuantAttendError("run " + std::to_string(i) + " has rows " + std::to_string(r.rows) +
+                              " outside 1.." + std::to_string(r.block_tokens));
     }
     const codecs::QuantLayout l = codecs::ComputeQuantLayout(g, b.bits, b.group_size);
     plan.runs.push_back({.payload = r.payload,
-                         .block_tokens = r.block_tokens,
                          .rows = r.rows,
                          .k_scale_offset = l.k_scale_offset,
                          .k_zero_offset = l.k_zero_offset,
@@ -204,6 +210,10 @@ Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBat
   const uint64_t partials = uint64_t{b.runs.size()} * b.n_heads * b.head_dim;
   if (scores > kMaxThreads || partials > kMaxThreads) return QuantAttendError("too large");
   const ScratchLayout s = LayOut(b);
+  if (b.scratch_bytes < s.total) {
+    return QuantAttendError("scratch of " + std::to_string(b.scratch_bytes) + " bytes, " +
+                            std::to_string(s.total) + " needed (QuantAttendScratchBytes)");
+  }
   auto at = [&](size_t offset) { return reinterpret_cast<float*>(b.scratch + offset); };
   plan.launch = internal::QuantAttendLaunch{
       .n_heads = b.n_heads,

@@ -73,7 +73,8 @@ Status DequantizeBlocks(const QuantBatch& batch, cudaStream_t stream);
 // gives NaN or wrong outputs, never an access outside the payload (the codes index nothing).
 struct QuantAttendRunRef {
   const std::byte* payload = nullptr;  // An encoded int8/int4 block's stage payload (the bytes
-                                       // after its header; codecs' QuantLayout), no zstd.
+                                       // after its header; codecs' QuantLayout), no zstd;
+                                       // 2-byte aligned.
   uint32_t block_tokens = 0;           // Tokens the block was encoded with.
   uint32_t rows = 0;                   // 1..block_tokens: the run is the first `rows` tokens.
 };
@@ -90,16 +91,18 @@ struct QuantAttendBatch {
   float* run_mass = nullptr;  // [n_runs], or nullptr.
   float* head_lse = nullptr;  // [n_heads], or nullptr.
   float* run_lse = nullptr;   // [n_runs][n_heads], or nullptr.
-  // QuantAttendScratchBytes(*this) bytes of device memory, 256-byte aligned, used by nothing
-  // else until the stream has passed this call.
+  // At least QuantAttendScratchBytes(*this) bytes of device memory, 8-byte aligned (cudaMalloc's
+  // 256 is), used by nothing else until the stream has passed this call.
   std::byte* scratch = nullptr;
+  size_t scratch_bytes = 0;  // Its size: a smaller scratch is refused.
 };
 
 // Scratch bytes AttendQuantRuns needs for `batch` (its shape and its runs' rows).
 size_t QuantAttendScratchBytes(const QuantAttendBatch& batch);
 
-// InvalidArgument (before anything is queued) for a bad shape, bits, group size, run or null
-// pointer; a CUDA error names the call.
+// InvalidArgument (before anything is queued) for a bad shape, bits, group size or run, a null
+// or misaligned pointer, or a scratch smaller than QuantAttendScratchBytes; a CUDA error names
+// the call.
 Status AttendQuantRuns(const QuantAttendBatch& batch, cudaStream_t stream);
 
 // The Status the CPU codec would have returned for a block, from its flag (copied to the host

@@ -45,11 +45,10 @@ struct QuantArgs {
 };
 
 // One run of the quantized attention kernels (quant_attention_kernels.cu): the first `rows`
-// tokens of a block's int8/int4 stage payload, laid out for `block_tokens` tokens (codecs'
-// QuantLayout; offsets in bytes from `payload`).
+// tokens of a block's int8/int4 stage payload (2-byte aligned; the offsets, in bytes from
+// `payload`, are codecs' QuantLayout for the block's token count).
 struct QuantAttendRun {
   const std::byte* payload = nullptr;
-  uint32_t block_tokens = 0;
   uint32_t rows = 0;
   uint64_t k_scale_offset = 0;
   uint64_t k_zero_offset = 0;

@@ -10,9 +10,9 @@ void QuantAttendHost(const QuantAttendLaunch& a) {
   const uint64_t lses = uint64_t{a.n_runs} * a.n_heads;
   for (uint64_t x = 0; x < scores; ++x) ScoreAt(a, x);
   for (uint64_t x = 0; x < lses; ++x) RunLseAt(a, x);
-  for (uint32_t h = 0; h < a.n_heads; ++h) HeadLseAt(a, h);
+  for (uint64_t h = 0; h < a.n_heads; ++h) HeadLseAt(a, h);
   if (a.run_mass != nullptr) {
-    for (uint32_t i = 0; i < a.n_runs; ++i) RunMassAt(a, i);
+    for (uint64_t i = 0; i < a.n_runs; ++i) RunMassAt(a, i);
   }
   for (uint64_t x = 0; x < scores; ++x) WeightAt(a, x);
   for (uint64_t x = 0; x < lses * a.head_dim; ++x) PartialAt(a, x);

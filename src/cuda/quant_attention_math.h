@@ -40,37 +40,24 @@ inline float Exp(float x) { return std::exp(x); }
 inline float Log(float x) { return std::log(x); }
 #endif
 
-// The FP16 parameter `index` at `offset` of a run's payload.
-KV_HOST_DEVICE inline float ParamAt(const QuantAttendRun& r, uint64_t offset, uint64_t index) {
-  const auto* p = reinterpret_cast<const uint8_t*>(r.payload + offset) + 2 * index;
-  return F16ToF32(static_cast<uint16_t>(p[0] | (uint32_t{p[1]} << 8)));
-}
-
-// The code of element e (token * channels + channel) of one half (codes at `offset`).
-KV_HOST_DEVICE inline uint32_t CodeAt(const QuantAttendRun& r, uint64_t offset, uint32_t bits,
-                                      uint64_t e) {
-  const auto* codes = reinterpret_cast<const uint8_t*>(r.payload + offset);
-  if (bits == 8) return codes[e];
-  const uint32_t byte = codes[e / 2];
-  return e % 2 == 0 ? (byte & 0x0fu) : (byte >> 4);
-}
-
 // Key (t, c) of run r: code * k_scale + k_zero of key group t / group_size.
 KV_HOST_DEVICE inline float KeyAt(const QuantAttendLaunch& a, const QuantAttendRun& r, uint32_t t,
                                   uint32_t c) {
   const uint64_t param = uint64_t{t / a.group_size} * a.channels + c;
-  const uint32_t code = CodeAt(r, r.k_codes_offset, a.bits, uint64_t{t} * a.channels + c);
-  return Add(Mul(static_cast<float>(code), ParamAt(r, r.k_scale_offset, param)),
-             ParamAt(r, r.k_zero_offset, param));
+  const auto* codes = reinterpret_cast<const uint8_t*>(r.payload + r.k_codes_offset);
+  const uint32_t code = CodeOf(codes, a.bits, uint64_t{t} * a.channels + c);
+  return Add(Mul(static_cast<float>(code), ParamF32(r.payload, r.k_scale_offset, param)),
+             ParamF32(r.payload, r.k_zero_offset, param));
 }
 
 // Value (t, c) of run r: code * v_scale + v_zero of value group c / group_size of token t.
 KV_HOST_DEVICE inline float ValueAt(const QuantAttendLaunch& a, const QuantAttendRun& r,
                                     uint32_t t, uint32_t c) {
   const uint64_t param = uint64_t{t} * a.value_groups + c / a.group_size;
-  const uint32_t code = CodeAt(r, r.v_codes_offset, a.bits, uint64_t{t} * a.channels + c);
-  return Add(Mul(static_cast<float>(code), ParamAt(r, r.v_scale_offset, param)),
-             ParamAt(r, r.v_zero_offset, param));
+  const auto* codes = reinterpret_cast<const uint8_t*>(r.payload + r.v_codes_offset);
+  const uint32_t code = CodeOf(codes, a.bits, uint64_t{t} * a.channels + c);
+  return Add(Mul(static_cast<float>(code), ParamF32(r.payload, r.v_scale_offset, param)),
+             ParamF32(r.payload, r.v_zero_offset, param));
 }
 
 KV_HOST_DEVICE inline uint32_t KvHeadOf(const QuantAttendLaunch& a, uint32_t h) {
@@ -110,25 +97,24 @@ KV_HOST_DEVICE inline void RunLseAt(const QuantAttendLaunch& a, uint64_t x) {
   a.run_lse[x] = Add(m, Log(l));
 }
 
-// 3a. Head h: head_lse[h], the log-sum-exp of its runs' log-sum-exps.
-KV_HOST_DEVICE inline void HeadLseAt(const QuantAttendLaunch& a, uint32_t h) {
+// 3a. Index h of n_heads: head_lse[h], the log-sum-exp of its runs' log-sum-exps.
+KV_HOST_DEVICE inline void HeadLseAt(const QuantAttendLaunch& a, uint64_t h) {
   float m = a.run_lse[h];
-  for (uint32_t i = 1; i < a.n_runs; ++i) {
-    const float v = a.run_lse[uint64_t{i} * a.n_heads + h];
+  for (uint64_t i = 1; i < a.n_runs; ++i) {
+    const float v = a.run_lse[i * a.n_heads + h];
     m = v > m ? v : m;
   }
   float l = 0.0f;
-  for (uint32_t i = 0; i < a.n_runs; ++i) {
-    l = Add(l, Exp(Sub(a.run_lse[uint64_t{i} * a.n_heads + h], m)));
-  }
+  for (uint64_t i = 0; i < a.n_runs; ++i) l = Add(l, Exp(Sub(a.run_lse[i * a.n_heads + h], m)));
   a.head_lse[h] = Add(m, Log(l));
 }
 
-// 3b. Run i: run_mass[i] = (1 / n_heads) sum_h e^(run_lse[i][h] - head_lse[h]) (after 3a).
-KV_HOST_DEVICE inline void RunMassAt(const QuantAttendLaunch& a, uint32_t i) {
+// 3b. Index i of n_runs: run_mass[i] = (1 / n_heads) sum_h e^(run_lse[i][h] - head_lse[h])
+// (after 3a).
+KV_HOST_DEVICE inline void RunMassAt(const QuantAttendLaunch& a, uint64_t i) {
   float mass = 0.0f;
   for (uint32_t h = 0; h < a.n_heads; ++h) {
-    mass = Add(mass, Exp(Sub(a.run_lse[uint64_t{i} * a.n_heads + h], a.head_lse[h])));
+    mass = Add(mass, Exp(Sub(a.run_lse[i * a.n_heads + h], a.head_lse[h])));
   }
   a.run_mass[i] = Div(mass, static_cast<float>(a.n_heads));
 }

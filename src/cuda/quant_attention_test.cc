@@ -13,7 +13,8 @@
 //       arithmetic and layout the GPU runs are checked without a GPU;
 //   (b) on the GPU: AttendQuantRuns on device copies; skips with the reason when no GPU is
 //       usable (tests/cuda/device_checks.sh counts a skip as a failure on a GPU machine);
-//   (c) argument errors: InvalidArgument from AttendQuantRuns with a null stream and no GPU.
+//   (c) argument errors: InvalidArgument from AttendQuantRuns with a null stream and no GPU,
+//       among them a scratch one byte short, a misaligned scratch and an odd payload address.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -167,8 +169,9 @@ TEST(CudaQuantAttentionTest, KernelBodiesOnTheHostMatchTheCpuReference) {
       b.run_mass = got.run_mass.data();
       b.head_lse = got.head_lse.data();
       b.run_lse = got.run_lse.data();
-      std::vector<float> scratch((QuantAttendScratchBytes(b) + sizeof(float) - 1) / sizeof(float));
+      std::vector<uint64_t> scratch((QuantAttendScratchBytes(b) + 7) / 8);
       b.scratch = reinterpret_cast<std::byte*>(scratch.data());
+      b.scratch_bytes = scratch.size() * 8;
       Result<internal::QuantAttendPlan> plan = internal::PlanQuantAttend(b);
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
       std::memcpy(b.scratch, plan->runs.data(), plan->runs.size() * sizeof(plan->runs[0]));
@@ -231,7 +234,8 @@ TEST(CudaQuantAttentionTest, GpuMatchesTheCpuReference) {
       b.run_mass = reinterpret_cast<float*>(mass->data());
       b.head_lse = reinterpret_cast<float*>(hl->data());
       b.run_lse = reinterpret_cast<float*>(rl->data());
-      Result<DeviceBuffer> scratch = DeviceBuffer::Allocate(QuantAttendScratchBytes(b));
+      b.scratch_bytes = QuantAttendScratchBytes(b);
+      Result<DeviceBuffer> scratch = DeviceBuffer::Allocate(b.scratch_bytes);
       ASSERT_TRUE(scratch.ok());
       b.scratch = scratch->data();
       ASSERT_TRUE(AttendQuantRuns(b, nullptr).ok());
@@ -254,36 +258,46 @@ TEST(CudaQuantAttentionTest, ArgumentErrorsAreRefusedBeforeLaunch) {
     refs.push_back({.payload = r.payload, .block_tokens = r.block_tokens, .rows = r.rows});
   }
   std::vector<float> out(size_t{s.n_heads} * s.head_dim);
-  std::vector<std::byte> scratch(1);
+  std::vector<uint64_t> scratch;
   const QuantAttendBatch good = [&] {
     QuantAttendBatch b = BatchOf(s, 8, c.q.data(), refs);
     b.out = out.data();
-    b.scratch = scratch.data();
+    scratch.resize((QuantAttendScratchBytes(b) + 7) / 8);
+    b.scratch = reinterpret_cast<std::byte*>(scratch.data());
+    b.scratch_bytes = scratch.size() * 8;
     return b;
   }();
   ASSERT_TRUE(internal::PlanQuantAttend(good).ok());
+  // Refused as InvalidArgument with a message that names the problem (`what` in it).
   auto refused = [&](QuantAttendBatch b, const char* what) {
     const Status st = AttendQuantRuns(b, nullptr);
     EXPECT_TRUE(st.IsInvalidArgument()) << what << ": " << st.ToString();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
   };
   QuantAttendBatch b = good;
   b.n_kv_heads = 3;  // 4 query heads are not a multiple of 3.
-  refused(b, "heads");
+  refused(b, "not a positive multiple of n_kv_heads");
   b = good;
   b.n_heads = 0;
-  refused(b, "no heads");
+  refused(b, "n_heads 0");
   b = good;
   b.bits = 2;
-  refused(b, "bits");
+  refused(b, "bits must be 8 or 4");
   b = good;
   b.group_size = 4;
-  refused(b, "group size");
+  refused(b, "group_size 4 out of range");
   b = good;
   b.q = nullptr;
-  refused(b, "null q");
+  refused(b, "null q, out or scratch");
   b = good;
   b.scratch = nullptr;
-  refused(b, "null scratch");
+  refused(b, "null q, out or scratch");
+  b = good;
+  b.scratch_bytes = QuantAttendScratchBytes(good) - 1;
+  refused(b, "needed (QuantAttendScratchBytes)");
+  b = good;
+  b.scratch += 4;  // Its size stays large enough: only the alignment is wrong.
+  refused(b, "not 8-byte aligned");
   b = good;
   b.runs = {};
   refused(b, "no runs");
@@ -291,24 +305,28 @@ TEST(CudaQuantAttentionTest, ArgumentErrorsAreRefusedBeforeLaunch) {
   bad[1].rows = bad[1].block_tokens + 1;
   b = good;
   b.runs = bad;
-  refused(b, "rows beyond the block");
+  refused(b, "run 1 has rows 33 outside 1..32");
   bad = refs;
   bad[2].rows = 0;
   b.runs = bad;
-  refused(b, "zero rows");
+  refused(b, "run 2 has rows 0");
   bad = refs;
   bad[0].payload = nullptr;
   b.runs = bad;
-  refused(b, "null payload");
+  refused(b, "run 0 has a null or odd payload address");
+  bad = refs;
+  bad[1].payload += 1;
+  b.runs = bad;
+  refused(b, "run 1 has a null or odd payload address");
   bad = refs;
   bad[0].block_tokens = 0;
   b.runs = bad;
-  refused(b, "empty block");
+  refused(b, "run 0: block tokens out of range");
   b = good;
   b.bits = 4;
   b.n_heads = b.n_kv_heads = 1;
   b.head_dim = 33;  // One KV head of 33 channels: odd, which INT4 does not take.
-  refused(b, "odd INT4 channels");
+  refused(b, "INT4 needs an even n_kv_heads * head_dim");
 }
 
 }  // namespace

@@ -190,11 +190,23 @@ KV_HOST_DEVICE inline uint64_t ParamIndex(const QuantArgs& a, uint32_t half, uin
   return t * a.value_groups + c / a.group_size;
 }
 
+// The stored f16 parameter `index` of the array at `offset` of a stage payload, as a float.
+KV_HOST_DEVICE inline float ParamF32(const std::byte* stage, uint64_t offset, uint64_t index) {
+  return F16ToF32(reinterpret_cast<const uint16_t*>(stage + offset)[index]);
+}
+
 KV_HOST_DEVICE inline void ReadParams(const QuantArgs& a, std::byte* stage, uint32_t half,
                                       uint64_t e, float* scale, float* zero) {
   const uint64_t p = ParamIndex(a, half, e);
-  *scale = F16ToF32(*Param(stage, half == 0 ? a.k_scale_offset : a.v_scale_offset, p));
-  *zero = F16ToF32(*Param(stage, half == 0 ? a.k_zero_offset : a.v_zero_offset, p));
+  *scale = ParamF32(stage, half == 0 ? a.k_scale_offset : a.v_scale_offset, p);
+  *zero = ParamF32(stage, half == 0 ? a.k_zero_offset : a.v_zero_offset, p);
+}
+
+// The code of element e of one half's codes: a byte (int8), or a nibble, low for even e (int4).
+KV_HOST_DEVICE inline uint32_t CodeOf(const uint8_t* codes, uint32_t bits, uint64_t e) {
+  if (bits == 8) return codes[e];
+  const uint32_t byte = codes[e / 2];
+  return e % 2 == 0 ? (byte & 0x0fu) : (byte >> 4);
 }
 
 KV_HOST_DEVICE inline uint32_t QuantizeElement(const QuantArgs& a, uint32_t b, uint32_t half,
@@ -235,8 +247,7 @@ KV_HOST_DEVICE inline uint32_t DequantizeAt(const QuantArgs& a, uint32_t b, uint
   const bool bad = !Finite(scale) || !Finite(zero) || scale < 0.0f;
   const auto* codes =
       reinterpret_cast<const uint8_t*>(stage + (half == 0 ? a.k_codes_offset : a.v_codes_offset));
-  uint32_t code = a.bits == 8 ? codes[e] : codes[e / 2];
-  if (a.bits == 4) code = (e % 2 == 0) ? (code & 0x0fu) : (code >> 4);
+  const uint32_t code = CodeOf(codes, a.bits, e);
   Store(a.raw[b] + half * HalfBytes(a), e, a.elem, Add(Mul(static_cast<float>(code), scale), zero));
   return bad ? kFlagBadParams : 0u;
 }
