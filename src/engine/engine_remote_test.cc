@@ -9,7 +9,8 @@
 // (3 layers, 2 KiB blocks) whose bytes are derived from (chunk hash, layer) so any expected block
 // can be recomputed, node A with an SSD in a temp dir and node B without one, short store
 // timeouts, and a ManualClock driving the breakers' cool-down. Skipped when redis-server is not
-// installed.
+// installed. Also: a Redis that trickles its replies makes a lookup a miss within the command
+// deadline (a fake server: runs without redis-server).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -259,6 +260,42 @@ TEST(EngineRemoteOptionsTest, ExactlyOneStoreSourceAndKnownPolicies) {
   const Status s = e.Validate();
   EXPECT_TRUE(s.IsInvalidArgument());
   EXPECT_NE(s.message().find("remote: admission_slots"), std::string::npos) << s.ToString();
+}
+
+// A Redis that trickles its EXISTS replies (a byte every 100 ms, as a hostile or broken server
+// could) costs a lookup its command deadline, not a stall: the lookup is a miss, the node's
+// breaker opens after failures_to_open such lookups and the next lookup is a miss without the
+// network. A fake server (tiers/redis_test_util.h): no redis-server needed.
+TEST(EngineRemoteHostileTest, TrickledRemoteLookupIsAMissWithinTheDeadline) {
+  using Answer = FakeRedisServer::Answer;
+  FakeRedisServer server("127.0.0.1", [](const std::vector<std::string>& args) -> Answer {
+    if (args[0] == "PING") return {"+PONG\r\n"};
+    if (args[0] == "EXISTS") return {"$1000000\r\n", FakeRedisServer::Tail::kTrickle};
+    return {"+OK\r\n"};
+  });
+  ManualClock clock;  // Never advanced: an open breaker stays open.
+  EngineOptions o = remote_test::LocalNodeOptions(64, "");
+  o.remote = RemoteTierOptions{
+      .redis = RedisStoreOptions{.endpoints = {server.endpoint()},
+                                 .connect_timeout_ms = 300,
+                                 .command_timeout_ms = 300,
+                                 .breaker = {.failures_to_open = 2, .open_cooldown_us = 60'000'000},
+                                 .keyring = TestKeyring(),
+                                 .clock = &clock}};
+  std::unique_ptr<Engine> e = remote_test::OpenEngine(o);
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = Ns(*e, "t");
+  for (uint32_t i = 0; i < 3; ++i) {
+    const auto start = steady_clock::now();
+    EXPECT_EQ(Matched(*e, ns, Tokens(40 + i, 2 * kBlockTokens)), 0u);
+    EXPECT_LT(MillisSince(start), 5000) << "lookup " << i << " waited for the trickled reply";
+  }
+  const EngineStats stats = e->Stats();
+  ASSERT_TRUE(stats.remote.has_value());
+  EXPECT_GE(stats.remote->timeouts, 1u);
+  EXPECT_EQ(stats.remote->breaker_state, BreakerState::kOpen);
+  EXPECT_GT(stats.remote_lookup_errors, 0u);
+  EXPECT_LE(server.accepted(), 2) << "the open breaker still let connections through";
 }
 
 }  // namespace

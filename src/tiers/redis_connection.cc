@@ -7,8 +7,10 @@ extern "C" {
 #include <hiredis/sds.h>
 }
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -35,6 +37,50 @@ constexpr size_t kWindowCommandsMax = 256;
 constexpr uint64_t kWindowBytesMax = 64 * kMiB;
 // Bytes one socket read of replies may move (RedisConnection::ReadReply).
 constexpr size_t kReplyReadBytes = 512 * kKiB;
+// A status, error or integer line longer than this is refused: kvtier's are a few dozen bytes.
+constexpr uint64_t kReplyLineBytesMax = 64 * kKiB;
+static_assert(kRedisReplyBytesMax >= 2 * kReplyReadBytes);
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The read task hiredis's reader is in the middle of, or nullptr between replies. hiredis 1.x
+// keeps a growable stack of pointers where 0.14 has a fixed array.
+const redisReadTask* CurrentTask(const redisReader* r) {
+  if (r->ridx < 0) return nullptr;
+#if HIREDIS_MAJOR >= 1
+  return r->task[r->ridx];
+#else
+  return &r->rstack[r->ridx];
+#endif
+}
+
+// The length a bulk string declares whose bytes the reader is still waiting for, or -1. hiredis
+// consumes an item's type byte first and leaves its length line unparsed in the buffer (at pos)
+// until the whole string has arrived; this reads that line as soon as it is complete.
+long long PendingBulkBytes(const redisReader* r) {
+  const redisReadTask* task = CurrentTask(r);
+  if (task == nullptr || task->type != REDIS_REPLY_STRING || r->pos >= r->len) return -1;
+  const char* begin = r->buf + r->pos;
+  const char* end = r->buf + r->len;
+  const char* cr =
+      static_cast<const char*>(std::memchr(begin, '\r', static_cast<size_t>(end - begin)));
+  if (cr == nullptr) return -1;
+  long long bytes = -1;
+  const auto [last, ec] = std::from_chars(begin, cr, bytes);
+  if (ec != std::errc() || last != cr) return -1;  // The reader reports the bad header itself.
+  return bytes;
+}
+
+// True while the reader waits for the end of a status, error or integer line.
+bool InLine(const redisReader* r) {
+  const redisReadTask* task = CurrentTask(r);
+  return task != nullptr && (task->type == REDIS_REPLY_STATUS || task->type == REDIS_REPLY_ERROR ||
+                             task->type == REDIS_REPLY_INTEGER);
+}
 
 timeval ToTimeval(uint32_t ms) {
   timeval tv{};
@@ -127,8 +173,38 @@ void* CreateString(const redisReadTask* task, char* str, size_t len) {
   return Attach(task, r);
 }
 
+// Records why an array was refused (when the reader has a budget) and refuses it: hiredis then
+// fails the read with an out-of-memory error.
+void* Refuse(RedisReplyBudget* budget, std::string why) {
+  if (budget != nullptr && budget->refused.empty()) budget->refused = std::move(why);
+  return nullptr;
+}
+
+// Arrays are charged to the reader's budget as they are declared, before their element table is
+// allocated, so the declared counts of a whole reply (nested arrays included) are bounded.
 void* CreateArray(const redisReadTask* task, int elements) {
-  if (elements < 0 || elements > kRedisReplyElementsMax) return nullptr;  // Refused: "OOM".
+  auto* budget = static_cast<RedisReplyBudget*>(task->privdata);
+  if (elements < 0 || elements > kRedisReplyElementsMax) {
+    return Refuse(budget, "an array of " + std::to_string(elements) + " elements (at most " +
+                              std::to_string(kRedisReplyElementsMax) + ")");
+  }
+  int depth = 1;
+  for (const redisReadTask* p = task->parent; p != nullptr && depth <= kRedisReplyDepthMax;
+       p = p->parent) {
+    ++depth;
+  }
+  if (depth > kRedisReplyDepthMax) {
+    return Refuse(budget, "arrays nested more than " + std::to_string(kRedisReplyDepthMax) +
+                              " deep");
+  }
+  if (budget != nullptr) {
+    if (budget->elements_max == 0) return Refuse(budget, "an array reply to this command");
+    if (static_cast<uint64_t>(elements) > budget->elements_left) {
+      return Refuse(budget, "arrays of more than " + std::to_string(budget->elements_max) +
+                                " elements in all");
+    }
+    budget->elements_left -= static_cast<uint64_t>(elements);
+  }
   redisReply* r = NewReply(REDIS_REPLY_ARRAY);
   if (r == nullptr) return nullptr;
   if (elements > 0) {
@@ -169,6 +245,10 @@ uint64_t CommandBytes(const RedisCommand& command) {
 // hiredis takes a non-const pointer but never writes through it.
 redisReplyObjectFunctions* RedisBoundedReplyFunctions() {
   return const_cast<redisReplyObjectFunctions*>(&kBoundedReplyFunctions);
+}
+
+void RedisReaderSetBudget(redisReader* reader, RedisReplyBudget* budget) {
+  reader->privdata = budget;
 }
 
 std::string RedisEndpoint::ToString() const { return host + ":" + std::to_string(port); }
@@ -237,17 +317,35 @@ Status RedisConnection::Connect() {
   if (context_ == nullptr) return Status::Unavailable("redis: cannot allocate a context");
   if (context_->err != 0) return ContextError("connect");
   context_->reader->fn = RedisBoundedReplyFunctions();
+  RedisReaderSetBudget(context_->reader, &budget_);
+#if HIREDIS_MAJOR >= 1
+  context_->reader->maxelements = kRedisReplyElementsMax;
+#endif
   // Keep the reader's buffer between replies: freeing it after each large value and growing it
   // again for the next costs a page fault per 4 KiB of every value. TrimReaderBuffer bounds
   // what is kept.
   context_->reader->maxbuf = 0;
-  if (redisSetTimeout(context_, ToTimeval(options_.command_timeout_ms)) != REDIS_OK) {
-    return ContextError("set timeout");
+  // AUTH (when configured) and PING, pipelined, each under its own deadline like any command:
+  // hiredis's blocking redisCommand would bound each socket read, not the reply.
+  std::array<RedisCommand, 2> commands{};
+  size_t count = 0;
+  if (!options_.password.empty()) {
+    RedisCommand& auth = commands[count++];
+    auth.args[auth.argc++] = "AUTH";
+    if (!options_.user.empty()) auth.args[auth.argc++] = options_.user;
+    auth.args[auth.argc++] = options_.password;
   }
-  KV_RETURN_IF_ERROR(Authenticate());
-  RedisReplyPtr pong(static_cast<redisReply*>(redisCommand(context_, "PING")));
-  if (pong == nullptr) return ContextError("PING");
-  if (const char* error = RedisErrorText(pong.get()); error != nullptr) {
+  RedisCommand& ping = commands[count++];
+  ping.args[ping.argc++] = "PING";
+  std::array<RedisReplyPtr, 2> replies;
+  KV_RETURN_IF_ERROR(ExecuteWindow(std::span(commands.data(), count),
+                                   std::span(replies.data(), count), 0, nullptr));
+  if (count == 2) KV_RETURN_IF_ERROR(CheckAuthReply(replies[0].get()));
+  return CheckPingReply(replies[count - 1].get());
+}
+
+Status RedisConnection::CheckPingReply(const redisReply* pong) const {
+  if (const char* error = RedisErrorText(pong); error != nullptr) {
     const std::string text = error;
     if (text.rfind("NOAUTH", 0) == 0) {
       return Status::InvalidArgument("redis " + endpoint_.ToString() +
@@ -259,19 +357,8 @@ Status RedisConnection::Connect() {
   return Status::Ok();
 }
 
-Status RedisConnection::Authenticate() {
-  if (options_.password.empty()) return Status::Ok();
-  RedisReplyPtr reply;
-  if (options_.user.empty()) {
-    reply.reset(static_cast<redisReply*>(
-        redisCommand(context_, "AUTH %b", options_.password.data(), options_.password.size())));
-  } else {
-    reply.reset(static_cast<redisReply*>(
-        redisCommand(context_, "AUTH %b %b", options_.user.data(), options_.user.size(),
-                     options_.password.data(), options_.password.size())));
-  }
-  if (reply == nullptr) return ContextError("AUTH");
-  if (const char* error = RedisErrorText(reply.get()); error != nullptr) {
+Status RedisConnection::CheckAuthReply(const redisReply* reply) const {
+  if (const char* error = RedisErrorText(reply); error != nullptr) {
     const std::string who =
         options_.user.empty() ? "the default user" : "user '" + options_.user + "'";
     return Status::InvalidArgument("redis " + endpoint_.ToString() + ": AUTH as " + who +
@@ -312,7 +399,8 @@ Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
   for (size_t i = 0; i < commands.size(); ++i) {
     for (int part = commands[i].asking ? 2 : 1; part > 0; --part) {
       void* raw = nullptr;
-      KV_RETURN_IF_ERROR(ReadReply(&raw));
+      // ASKING's own reply (part 2) is a status line.
+      KV_RETURN_IF_ERROR(ReadReply(part == 1 ? commands[i].reply_elements_max : 0, &raw));
       replies[i].reset(static_cast<redisReply*>(raw));  // The ASKING reply is replaced.
     }
     if (observer != nullptr) observer->OnReply(first_index + i, *replies[i]);
@@ -328,10 +416,11 @@ Status RedisConnection::SendCommands(std::span<const RedisCommand> commands) {
   frames.clear();
   std::vector<SendPiece>& pieces = send_pieces_;
   pieces.clear();
-  auto add = [&](std::string_view header, std::string_view arg) {
+  auto add = [&](std::string_view header, std::string_view arg, bool last = false) {
     const size_t begin = frames.size();
     frames += header;
-    pieces.push_back(SendPiece{.frame_begin = begin, .frame_end = frames.size(), .arg = arg});
+    pieces.push_back(
+        SendPiece{.frame_begin = begin, .frame_end = frames.size(), .arg = arg, .last = last});
   };
   for (const RedisCommand& command : commands) {
     KV_CHECK(command.argc >= 1 && command.argc <= RedisCommand::kArgsMax);
@@ -342,24 +431,38 @@ Status RedisConnection::SendCommands(std::span<const RedisCommand> commands) {
       add(header, command.args[i]);
       header = "\r\n";
     }
-    add(header, {});
+    add(header, {}, /*last=*/true);
   }
   std::vector<iovec>& iov = send_iov_;
   iov.clear();
+  send_command_ends_.clear();
   for (const SendPiece& p : pieces) {
     iov.push_back(iovec{frames.data() + p.frame_begin, p.frame_end - p.frame_begin});
     if (!p.arg.empty()) iov.push_back(iovec{const_cast<char*>(p.arg.data()), p.arg.size()});
+    if (p.last) send_command_ends_.push_back(iov.size());
   }
+  return WriteIov();
+}
+
+Status RedisConnection::WriteIov() {
+  std::vector<iovec>& iov = send_iov_;
+  const int64_t timeout_ns = int64_t{options_.command_timeout_ms} * 1'000'000;
+  int64_t deadline_ns = NowNs() + timeout_ns;  // Of the command being written.
   size_t next = 0;
+  size_t command = 0;
   while (next < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - next, IOV_MAX));
-    const ssize_t n = writev(context_->fd, iov.data() + next, count);
+    msghdr msg{};
+    msg.msg_iov = iov.data() + next;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - next, IOV_MAX);
+    const ssize_t n = sendmsg(context_->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string text = "redis " + endpoint_.ToString() + ": write: " + std::strerror(errno);
-      // The socket's send timeout (redisSetTimeout: SO_SNDTIMEO) expired.
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::TimedOut(text);
-      return Status::Unavailable(text);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        KV_RETURN_IF_ERROR(WaitReady(POLLOUT, deadline_ns, "write"));
+        continue;
+      }
+      return Status::Unavailable("redis " + endpoint_.ToString() + ": write: " +
+                                 std::strerror(errno));
     }
     size_t left = static_cast<size_t>(n);
     while (next < iov.size() && left >= iov[next].iov_len) left -= iov[next++].iov_len;
@@ -367,24 +470,75 @@ Status RedisConnection::SendCommands(std::span<const RedisCommand> commands) {
       iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
       iov[next].iov_len -= left;
     }
+    // Each command written in full starts the next one's deadline.
+    while (command < send_command_ends_.size() && next >= send_command_ends_[command]) {
+      ++command;
+      deadline_ns = NowNs() + timeout_ns;
+    }
   }
   return Status::Ok();
 }
 
-Status RedisConnection::ReadReply(void** reply) {
+Status RedisConnection::WaitReady(short events, int64_t deadline_ns, std::string_view what) const {
+  while (true) {
+    const int64_t left_ns = deadline_ns - NowNs();
+    if (left_ns <= 0) break;
+    pollfd p{.fd = context_->fd, .events = events, .revents = 0};
+    const int ms = static_cast<int>((left_ns + 999'999) / 1'000'000);  // Rounded up.
+    const int ready = poll(&p, 1, ms);
+    if (ready > 0) return Status::Ok();  // Readable, writable, or an error the I/O will name.
+    if (ready < 0 && errno != EINTR) {
+      return Status::Unavailable("redis " + endpoint_.ToString() + ": poll: " +
+                                 std::strerror(errno));
+    }
+  }
+  return Status::TimedOut("redis " + endpoint_.ToString() + ": " + std::string(what) +
+                          ": not done within command_timeout_ms (" +
+                          std::to_string(options_.command_timeout_ms) + " ms)");
+}
+
+Status RedisConnection::CheckReplyBytes(uint64_t received) const {
+  const redisReader* r = context_->reader;
+  const uint64_t cap = options_.reply_bytes_max;
+  const long long declared = PendingBulkBytes(r);
+  std::string why;
+  if (declared >= 0 && static_cast<uint64_t>(declared) > cap) {
+    why = "a bulk string of " + std::to_string(declared) + " bytes";
+  } else if (received > cap) {
+    why = "more than " + std::to_string(cap) + " bytes without ending";
+  } else if (InLine(r) && r->len - r->pos > kReplyLineBytesMax) {
+    why = "a status or error line of more than " + std::to_string(kReplyLineBytesMax) + " bytes";
+  } else {
+    return Status::Ok();
+  }
+  return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: refused " + why +
+                             " (one reply holds at most " + std::to_string(cap) + " bytes)");
+}
+
+Status RedisConnection::ReadReply(uint32_t elements_max, void** reply) {
   *reply = nullptr;
   if (reply_buffer_ == nullptr) reply_buffer_ = std::make_unique<char[]>(kReplyReadBytes);
+  budget_.elements_max = elements_max;
+  budget_.elements_left = elements_max;
+  budget_.refused.clear();
+  const int64_t deadline_ns = NowNs() + int64_t{options_.command_timeout_ms} * 1'000'000;
+  uint64_t received = 0;  // Bytes fed to the reader for this reply (and at most one read more).
   while (true) {
     if (redisReaderGetReply(context_->reader, reply) != REDIS_OK) {
-      const std::string why = context_->reader->errstr;
+      const std::string why =
+          budget_.refused.empty() ? context_->reader->errstr : "refused " + budget_.refused;
       return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
     }
     if (*reply != nullptr) {
       TrimReaderBuffer();
       return Status::Ok();
     }
-    const ssize_t n = read(context_->fd, reply_buffer_.get(), kReplyReadBytes);
+    KV_RETURN_IF_ERROR(CheckReplyBytes(received));
+    // Past the deadline even while bytes keep coming: WaitReady says TimedOut at once.
+    if (NowNs() >= deadline_ns) return WaitReady(POLLIN, deadline_ns, "read reply");
+    const ssize_t n = recv(context_->fd, reply_buffer_.get(), kReplyReadBytes, MSG_DONTWAIT);
     if (n > 0) {
+      received += static_cast<uint64_t>(n);
       if (redisReaderFeed(context_->reader, reply_buffer_.get(), static_cast<size_t>(n)) !=
           REDIS_OK) {
         const std::string why = context_->reader->errstr;
@@ -397,11 +551,12 @@ Status RedisConnection::ReadReply(void** reply) {
                                  ": read reply: the server closed the connection");
     }
     if (errno == EINTR) continue;
-    // The socket's receive timeout (redisSetTimeout: SO_RCVTIMEO) expired.
-    const std::string text =
-        "redis " + endpoint_.ToString() + ": read reply: " + std::strerror(errno);
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::TimedOut(text);
-    return Status::Unavailable(text);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      KV_RETURN_IF_ERROR(WaitReady(POLLIN, deadline_ns, "read reply"));
+      continue;
+    }
+    return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " +
+                               std::strerror(errno));
   }
 }
 

@@ -2,10 +2,18 @@
 // command timeouts, AUTH (ACL user + password), pipelined execution of a batch of commands, and
 // automatic reconnection on the next call after any connection-level failure.
 //
-// Failures are classified once, here: a socket timeout is TimedOut, anything else that breaks
-// the connection (refused, reset, EOF, protocol error) is Unavailable, and a rejected AUTH is
-// InvalidArgument (a configuration error, with the server's message). After any of them the
-// hiredis context is freed: a blocking hiredis context is unusable after an I/O error.
+// Failures are classified once, here: a command whose reply is not complete within its deadline
+// is TimedOut, anything else that breaks the connection (refused, reset, EOF, protocol error, a
+// reply over its bounds) is Unavailable, and a rejected AUTH is InvalidArgument (a configuration
+// error, with the server's message). After any of them the hiredis context is freed: a blocking
+// hiredis context is unusable after an I/O error.
+//
+// A server is not trusted to be quick or well-behaved (docs/remote_tier.md, "Hostile or slow
+// servers"): each command has a deadline (command_timeout_ms) for writing it and, separately,
+// for its whole reply, however slowly the bytes trickle in; one reply may hold at most
+// reply_bytes_max bytes (a longer declared bulk string is refused at its header, before its
+// bytes arrive); and it may declare at most RedisCommand::reply_elements_max array elements in
+// all, nested at most kRedisReplyDepthMax deep.
 //
 // Logging: one line per link state change: "connected", "connection lost (<why>)",
 // "connection restored". Repeated failures while the link is down log nothing more.
@@ -32,6 +40,7 @@
 struct redisContext;  // hiredis; kept out of this header so only redis_*.cc see hiredis.
 struct redisReply;
 struct redisReplyObjectFunctions;
+struct redisReader;
 
 namespace kvtier {
 
@@ -55,24 +64,55 @@ Result<std::vector<std::string>> SplitRedisEndpoints(std::string_view list);
 // so a connection never pins more than this between calls. It holds a 4 MiB value many times over.
 inline constexpr uint64_t kRedisReaderBufferRetainBytes = 64 * kMiB;
 
+// The most bytes one reply may hold (RESP framing included), by default: the largest value the
+// remote tier ever stores (a sealed value of kRemoteValueBytesMax payload bytes, its header and
+// sealing overhead) plus its bulk-string framing, rounded up to the next MiB. A reply that
+// declares or brings more is refused (Unavailable) as soon as it does.
+inline constexpr uint64_t kRedisReplyBytesMax = kBlockBytesMax + kMiB;
+
 struct RedisConnectionOptions {
   uint32_t connect_timeout_ms = 200;
-  uint32_t command_timeout_ms = 500;  // Per socket read or write, not per batch.
-  std::string user;                   // Empty: AUTH with the password only (the default user).
-  std::string password;               // Empty: no AUTH.
+  // The deadline of one command: its bytes must be written, and then its whole reply read,
+  // within this long each (a server that trickles a reply fails the command when it passes).
+  uint32_t command_timeout_ms = 500;
+  std::string user;      // Empty: AUTH with the password only (the default user).
+  std::string password;  // Empty: no AUTH.
   uint64_t reader_buffer_retain_bytes = kRedisReaderBufferRetainBytes;
+  uint64_t reply_bytes_max = kRedisReplyBytesMax;  // Bytes one reply may hold; >= 1 MiB.
 };
 
-// Elements a reply array may declare. hiredis 0.14 allocates an array's element table as soon as
-// it reads "*<count>", so without a bound a hostile or broken server could make a 400-byte reply
-// cost gigabytes. kvtier's largest arrays are CLUSTER SLOTS answers (at most one entry per slot).
+// Elements one reply array may declare. hiredis 0.14 allocates an array's element table as soon
+// as it reads "*<count>", so without a bound a hostile or broken server could make a 400-byte
+// reply cost gigabytes. kvtier's largest arrays are CLUSTER SLOTS answers: at most one entry per
+// slot, and a few nodes per entry.
 inline constexpr int kRedisReplyElementsMax = 1 << 16;
+// Elements all the arrays of one CLUSTER SLOTS reply may declare together: 16384 single-slot
+// ranges of a master and a replica with their ids and hostnames (about 15 elements each) fit.
+// Each element costs about 72 bytes of reply objects, so such a reply holds at most ~19 MiB.
+inline constexpr uint32_t kRedisClusterSlotsElementsMax = 1u << 18;
+// How deep arrays may nest in a reply: CLUSTER SLOTS is reply > range > node > node metadata.
+// (hiredis itself stops at 7.)
+inline constexpr int kRedisReplyDepthMax = 4;
+
+// What the reply being parsed may still declare; hiredis's reader passes it to the reply
+// constructors (as its privdata). `refused` holds why a reply was refused, for the error.
+struct RedisReplyBudget {
+  uint64_t elements_max = 0;  // 0: the reply may not be an array at all.
+  uint64_t elements_left = 0;
+  std::string refused;
+};
 
 // Reply constructors for hiredis's reader that build the same redisReply objects as its defaults
-// (freeReplyObject frees them) but refuse an array of more than kRedisReplyElementsMax elements:
-// the reader then fails with an out-of-memory error and the call fails like any protocol error.
-// Every connection of the remote tier reads with them.
+// (freeReplyObject frees them) but refuse an array of more than kRedisReplyElementsMax elements,
+// more elements than the reader's budget has left (when it has one: RedisReaderSetBudget), or
+// one nested deeper than kRedisReplyDepthMax: the reader then fails with an out-of-memory error
+// and the call fails like any protocol error. Every connection of the remote tier reads with
+// them.
 redisReplyObjectFunctions* RedisBoundedReplyFunctions();
+
+// Makes the reply constructors charge `budget` (borrowed; it must outlive the reader's use, or
+// be detached with nullptr). Without a budget only the per-array and depth bounds apply.
+void RedisReaderSetBudget(redisReader* reader, RedisReplyBudget* budget);
 
 struct RedisReplyDeleter {
   void operator()(redisReply* reply) const;
@@ -80,12 +120,14 @@ struct RedisReplyDeleter {
 using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 
 // One command: up to 6 borrowed arguments. `asking` sends ASKING first (for an ASK redirect);
-// its reply is consumed here.
+// its reply is consumed here. `reply_elements_max` is how many array elements its reply may
+// declare in all: 0 (every command kvtier sends but CLUSTER SLOTS) refuses any array reply.
 struct RedisCommand {
   static constexpr size_t kArgsMax = 6;
   std::array<std::string_view, kArgsMax> args{};
   uint32_t argc = 0;
   bool asking = false;
+  uint32_t reply_elements_max = 0;
 };
 
 // Told of each reply of a pipeline as soon as it has been read, while the later replies may
@@ -127,15 +169,27 @@ class RedisConnection {
   enum class Link : uint8_t { kNever = 0, kUp = 1, kLost = 2 };
 
   Status Connect();
-  Status Authenticate();
+  // The replies of the handshake's AUTH and PING, as Connect classifies them.
+  Status CheckAuthReply(const redisReply* reply) const;
+  Status CheckPingReply(const redisReply* reply) const;
   Status ExecuteWindow(std::span<const RedisCommand> commands, std::span<RedisReplyPtr> replies,
                        size_t first_index, RedisReplyObserver* observer);
   Status ContextError(std::string_view what) const;
   // Writes the commands in RESP, the arguments straight from the caller's memory (no copy into
-  // a command buffer, as hiredis's redisAppendCommandArgv would make).
+  // a command buffer, as hiredis's redisAppendCommandArgv would make). Each command's bytes must
+  // be written within command_timeout_ms.
   Status SendCommands(std::span<const RedisCommand> commands);
-  // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader.
-  Status ReadReply(void** reply);
+  // Writes send_iov_ (non-blocking writes, waiting for the socket under each command's deadline).
+  Status WriteIov();
+  // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader, within
+  // command_timeout_ms from now, at most reply_bytes_max bytes and `elements_max` elements.
+  Status ReadReply(uint32_t elements_max, void** reply);
+  // Refuses the reply being read once it holds, or its bulk string being read declares, more
+  // than reply_bytes_max bytes. `received` counts the reply's bytes fed to the reader so far.
+  Status CheckReplyBytes(uint64_t received) const;
+  // Waits until the socket is ready for `events` (POLLIN/POLLOUT) or `deadline_ns` (on
+  // CLOCK_MONOTONIC) passes: TimedOut then, naming `what`.
+  Status WaitReady(short events, int64_t deadline_ns, std::string_view what) const;
   // Releases the reader's buffer when it is empty and above reader_buffer_retain_bytes.
   void TrimReaderBuffer();
   void Drop(const Status& why);
@@ -155,9 +209,12 @@ class RedisConnection {
   struct SendPiece {
     size_t frame_begin = 0, frame_end = 0;  // The RESP framing before `arg`, in send_frames_.
     std::string_view arg;                   // Empty after a command's last argument.
+    bool last = false;                      // The command's final piece.
   };
   std::vector<SendPiece> send_pieces_;
   std::vector<iovec> send_iov_;
+  std::vector<size_t> send_command_ends_;  // Per command: the iovec index just past its bytes.
+  RedisReplyBudget budget_;                // The reply being read; the reader points at it.
 };
 
 // Classifies a reply: nullptr when it is not an error reply, otherwise its text.

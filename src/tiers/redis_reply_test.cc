@@ -3,9 +3,13 @@
 // parser of replies sees the same trees, and that a reply declaring a huge array is refused with
 // an error before anything of its size is allocated (hiredis 0.14 would allocate 8 bytes per
 // declared element at once: a few bytes from a hostile server, gigabytes of memory).
+// Also that arrays are charged to the reply's element budget as they are declared (16 arrays of
+// 65536 small integers, 4 MiB sent, would otherwise cost ~75 MiB of reply objects), that a reply
+// to a command that expects no array may not be one, and that nesting is bounded.
 // Method: the same bytes fed to a default reader and to one with RedisBoundedReplyFunctions(),
 // the trees compared field by field; then a reply declaring 10^9 elements, and one just at the
-// bound, checked against the heap's count of mmapped bytes (mallinfo2).
+// bound, checked against the heap's count of mmapped bytes (mallinfo2); the budget's refusals
+// against the heap's bytes in use (mapped and not).
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <malloc.h>
@@ -89,6 +93,54 @@ TEST(RedisReplyTest, HugeArrayIsRefusedWithoutAllocatingIt) {
   RedisReplyPtr ok = Parse(at_bound.get(), bytes, &error);
   ASSERT_NE(ok, nullptr) << error;
   EXPECT_EQ(ok->elements, static_cast<size_t>(kRedisReplyElementsMax));
+}
+
+// Bytes the heap holds for the program now, mmapped chunks included.
+size_t HeapBytesInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+TEST(RedisReplyTest, NestedArraysAreChargedToTheReplysBudget) {
+  std::string wide = "*16\r\n";
+  for (int i = 0; i < 16; ++i) {
+    wide += "*65536\r\n";
+    for (int k = 0; k < 65536; ++k) wide += ":1\r\n";
+  }
+  Reader reader(redisReaderCreateWithFunctions(RedisBoundedReplyFunctions()));
+  RedisReplyBudget budget{.elements_max = kRedisClusterSlotsElementsMax,
+                          .elements_left = kRedisClusterSlotsElementsMax};
+  RedisReaderSetBudget(reader.get(), &budget);
+  const size_t before = HeapBytesInUse();
+  std::string error;
+  RedisReplyPtr reply = Parse(reader.get(), wide, &error);  // Held while the heap is measured.
+  EXPECT_EQ(reply, nullptr);
+  // The reader's copy of the 4 MiB sent, not 2^20 reply objects (~75 MiB).
+  EXPECT_LT(HeapBytesInUse(), before + (24u << 20)) << "reply objects past the budget";
+  EXPECT_NE(budget.refused.find("elements in all"), std::string::npos) << budget.refused;
+
+  // Within the budget, the same shape is read as usual.
+  Reader fits(redisReaderCreateWithFunctions(RedisBoundedReplyFunctions()));
+  RedisReplyBudget enough{.elements_max = 2 + 2 * 3, .elements_left = 2 + 2 * 3};
+  RedisReaderSetBudget(fits.get(), &enough);
+  RedisReplyPtr ok =
+      Parse(fits.get(), "*2\r\n*3\r\n:1\r\n:2\r\n:3\r\n*3\r\n:4\r\n:5\r\n:6\r\n", &error);
+  ASSERT_NE(ok, nullptr) << error;
+  EXPECT_EQ(enough.elements_left, 0u);
+}
+
+TEST(RedisReplyTest, ArraysRefusedWhereNoneIsExpectedOrNestedTooDeep) {
+  Reader scalar(redisReaderCreateWithFunctions(RedisBoundedReplyFunctions()));
+  RedisReplyBudget none;  // elements_max 0: the command's reply is never an array.
+  RedisReaderSetBudget(scalar.get(), &none);
+  std::string error;
+  EXPECT_EQ(Parse(scalar.get(), "*0\r\n", &error), nullptr);
+  EXPECT_NE(none.refused.find("an array reply"), std::string::npos) << none.refused;
+
+  Reader deep(redisReaderCreateWithFunctions(RedisBoundedReplyFunctions()));
+  EXPECT_EQ(Parse(deep.get(), "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", &error), nullptr);
+  Reader at_depth(redisReaderCreateWithFunctions(RedisBoundedReplyFunctions()));
+  EXPECT_NE(Parse(at_depth.get(), "*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", &error), nullptr) << error;
 }
 
 }  // namespace

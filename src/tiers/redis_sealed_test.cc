@@ -457,7 +457,9 @@ class FakeClusterNode {
 };
 
 TEST(RedisRedirectTest, MovedOutsideTheSlotMapIsRefusedWithoutConnecting) {
-  // The host a hostile node would send us (and our password) to: another loopback address.
+  // The host a hostile node would send us (and our password) to: another loopback address,
+  // allowed here so that the slot map's own check is what refuses it (redis_hostile_test.cc
+  // refuses hosts that are not allowed).
   FakeClusterNode trap("127.0.0.2", "127.0.0.9:1");
   FakeClusterNode node("127.0.0.1", "127.0.0.2:" + std::to_string(trap.port()));
   CapturingLogger logger;
@@ -466,6 +468,7 @@ TEST(RedisRedirectTest, MovedOutsideTheSlotMapIsRefusedWithoutConnecting) {
                         .mode = RedisMode::kCluster,
                         .password = "secret",
                         .topology_refresh_interval_us = 0,
+                        .cluster_allowed_hosts = {"127.0.0.2"},
                         .keyring = Ring(kKey1),
                         .logger = &logger});
   ASSERT_TRUE(store.ok()) << store.status().ToString();

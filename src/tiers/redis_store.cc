@@ -5,9 +5,13 @@
 // just before Get.
 #include "tiers/redis_store.h"
 
+#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cstring>
 #include <optional>
@@ -19,6 +23,11 @@
 #include "tiers/redis_open_worker.h"
 
 namespace kvtier {
+
+// One reply holds the largest value the tier stores: a sealed value of kRemoteValueBytesMax
+// payload bytes, with its header, its sealing and the bulk string's framing.
+static_assert(kRedisReplyBytesMax >=
+              kRemoteValueBytesMax + kRemoteValueHeaderBytes + kSealedOverheadBytes + 64);
 
 struct RedisOp {
   RedisCommand command;
@@ -46,6 +55,7 @@ struct RedisStoreCounters {
   std::atomic<uint64_t> redirects_moved{0};
   std::atomic<uint64_t> redirects_ask{0};
   std::atomic<uint64_t> redirects_refused{0};
+  std::atomic<uint64_t> endpoints_refused{0};
   std::atomic<uint64_t> topology_refreshes{0};
 };
 
@@ -77,6 +87,16 @@ Status CheckOptions(const RedisStoreOptions& o) {
       o.key_prefix.find_first_of("{}") != std::string::npos) {
     return Status::InvalidArgument(
         "redis: key_prefix must be 1..64 bytes without braces (they would change the hash tag)");
+  }
+  if (o.cluster_allowed_hosts.size() > kRedisNodesMax) {
+    return Status::InvalidArgument("redis: more than kRedisNodesMax cluster_allowed_hosts");
+  }
+  for (const std::string& host : o.cluster_allowed_hosts) {
+    if (host.empty() || host.size() > 255 ||
+        std::any_of(host.begin(), host.end(), [](char c) { return c <= ' ' || c == ','; })) {
+      return Status::InvalidArgument("redis: cluster_allowed_hosts: '" + host +
+                                     "' is not a host name or address");
+    }
   }
   if (o.redirects_max > kRedisRedirectsMax) {
     return Status::InvalidArgument("redis: redirects_max above kRedisRedirectsMax");
@@ -142,6 +162,42 @@ void CountFailure(RedisStoreCounters* c, const Status& s) {
   }
 }
 
+// A host as compared with the allowed hosts: an IP address in its canonical text (so "::1" and
+// "0::1" match), a name in lower case.
+std::string CanonicalHost(std::string_view host) {
+  const std::string text(host);
+  std::array<unsigned char, sizeof(in6_addr)> addr{};
+  std::array<char, INET6_ADDRSTRLEN> out{};
+  for (const int family : {AF_INET, AF_INET6}) {
+    if (inet_pton(family, text.c_str(), addr.data()) == 1 &&
+        inet_ntop(family, addr.data(), out.data(), out.size()) != nullptr) {
+      return std::string(out.data());
+    }
+  }
+  std::string lower = text;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+// `host` and the addresses it resolves to now (a name's; an address resolves to itself).
+void AddHostAndAddresses(const std::string& host, std::set<std::string>* hosts) {
+  constexpr int kAddressesMax = 64;
+  hosts->insert(CanonicalHost(host));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return;  // Unresolvable now.
+  int count = 0;
+  for (const addrinfo* a = found; a != nullptr && count < kAddressesMax; a = a->ai_next, ++count) {
+    std::array<char, NI_MAXHOST> text{};
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, text.data(), text.size(), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      hosts->insert(CanonicalHost(text.data()));
+    }
+  }
+  freeaddrinfo(found);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RedisStore>> RedisStore::Open(RedisStoreOptions options) {
@@ -193,6 +249,10 @@ Status RedisStore::Init() {
     KV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisEndpoint(text));
     KV_RETURN_IF_ERROR(NodeFor(endpoint).status());
     trusted_endpoints_.insert(endpoint.ToString());
+    AddHostAndAddresses(endpoint.host, &allowed_hosts_);
+  }
+  for (const std::string& host : options_.cluster_allowed_hosts) {
+    AddHostAndAddresses(host, &allowed_hosts_);
   }
   for (std::unique_ptr<Node>& node : nodes_) {
     Status s = node->connection.EnsureConnected();
@@ -335,6 +395,15 @@ void RedisStore::TakeReply(RedisOp* op, RedisReplyPtr reply) {
     op->done = true;
     return;
   }
+  if (!HostAllowed(redirect.target.host)) {
+    counters_->redirects_refused.fetch_add(1, std::memory_order_relaxed);
+    RefuseEndpoint(redirect.target, error);
+    op->status = Status::Unavailable("redis cluster: refused a redirect to " +
+                                     redirect.target.ToString() +
+                                     ": its host is neither a seed's nor an allowed host");
+    op->done = true;
+    return;
+  }
   if (!TrustedRedirect(redirect.target)) {
     counters_->redirects_refused.fetch_add(1, std::memory_order_relaxed);
     op->status = Status::Unavailable("redis cluster: refused a redirect to " +
@@ -374,6 +443,7 @@ Status RedisStore::RefreshTopology() {
   Status last = Status::Unavailable("redis cluster: no node answered CLUSTER SLOTS");
   RedisCommand command;
   SetArgs(&command, {"CLUSTER", "SLOTS"});
+  command.reply_elements_max = kRedisClusterSlotsElementsMax;  // The only array reply.
   // Bounded by the node count at entry; ApplyTopology may append nodes.
   const size_t count = nodes_.size();
   for (size_t i = 0; i < count; ++i) {
@@ -405,6 +475,24 @@ Status RedisStore::ApplyTopology(const redisReply* reply, const RedisEndpoint& f
   }
   KV_ASSIGN_OR_RETURN(std::vector<RedisSlotRange> ranges, ParseClusterSlots(reply, from.host));
   if (ranges.empty()) return Status::Unavailable("redis cluster: no slot is assigned yet");
+  // Ranges served by a foreign host are left without an owner (their entries fail as misses):
+  // the map never makes the client connect, or send the password, where the seeds did not say.
+  std::vector<RedisSlotRange> allowed;
+  allowed.reserve(ranges.size());
+  for (RedisSlotRange& range : ranges) {
+    if (HostAllowed(range.master.host)) {
+      allowed.push_back(std::move(range));
+    } else {
+      RefuseEndpoint(range.master, "CLUSTER SLOTS from " + from.ToString());
+    }
+  }
+  if (allowed.empty()) {
+    return Status::Unavailable("redis cluster: CLUSTER SLOTS from " + from.ToString() + " named " +
+                               std::to_string(ranges.size()) +
+                               " slot range(s), all on hosts that are neither a seed's nor "
+                               "allowed (remote_cluster_allowed_hosts)");
+  }
+  ranges = std::move(allowed);
   slots_.Clear();
   std::set<std::string> trusted;
   for (const std::string& seed : options_.endpoints) {
@@ -417,6 +505,21 @@ Status RedisStore::ApplyTopology(const redisReply* reply, const RedisEndpoint& f
   }
   trusted_endpoints_ = std::move(trusted);
   return Status::Ok();
+}
+
+bool RedisStore::HostAllowed(const std::string& host) const {
+  return allowed_hosts_.count(CanonicalHost(host)) != 0;
+}
+
+void RedisStore::RefuseEndpoint(const RedisEndpoint& endpoint, std::string_view learned_from) {
+  constexpr size_t kLoggedRefusedMax = 64;
+  counters_->endpoints_refused.fetch_add(1, std::memory_order_relaxed);
+  const std::string name = endpoint.ToString();
+  if (logged_refused_.size() >= kLoggedRefusedMax || !logged_refused_.insert(name).second) return;
+  LogTo(options_.logger, LogLevel::kWarn,
+        "redis cluster: refused " + name + " (named by " + std::string(learned_from) +
+            "): its host is neither a seed's nor in remote_cluster_allowed_hosts; not connecting "
+            "(logged once per endpoint)");
 }
 
 bool RedisStore::TrustedRedirect(const RedisEndpoint& endpoint) {
@@ -791,6 +894,7 @@ RemoteStoreStats RedisStore::Stats() const {
           .redirects_moved = load(c.redirects_moved),
           .redirects_ask = load(c.redirects_ask),
           .redirects_refused = load(c.redirects_refused),
+          .endpoints_refused = load(c.endpoints_refused),
           .topology_refreshes = load(c.topology_refreshes)};
 }
 

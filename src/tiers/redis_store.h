@@ -4,9 +4,12 @@
 // them by node (by hash slot in cluster mode) and sends each group as a pipeline. MOVED updates
 // the slot map and schedules a CLUSTER SLOTS refresh; ASK re-sends that one command with ASKING;
 // both are retried on the new node at most `redirects_max` times. Connection errors also schedule
-// a refresh. Each node has its own connection (reconnected automatically) and circuit breaker, so
-// a dead node turns only its own entries into fast Unavailable results while the others are
-// served. See docs/remote_tier.md.
+// a refresh. An endpoint learned from CLUSTER SLOTS, MOVED or ASK is used only when its host is a
+// seed's host (or one of its addresses) or listed in `cluster_allowed_hosts`: any other is
+// refused and counted (endpoints_refused), never connected to, never sent the password. Each
+// node has its own connection (reconnected automatically) and circuit breaker, so a dead, stalled
+// or hostile node turns only its own entries into fast Unavailable / TimedOut results while the
+// others are served. See docs/remote_tier.md.
 //
 // With a keyring, a Get opens (authenticates and decrypts) each large value on the store's open
 // worker thread as soon as its reply has been read, while the later replies of the pipeline are
@@ -69,10 +72,16 @@ struct RedisStoreOptions {
   std::string user;      // ACL user; empty = the default user.
   std::string password;  // Empty = no AUTH.
   uint32_t connect_timeout_ms = 200;
-  uint32_t command_timeout_ms = 500;  // Per socket read/write; a stalled server fails after this.
+  // The deadline of one command's write and, apart, of its whole reply: a stalled or trickling
+  // server fails the command (TimedOut) when it passes (RedisConnectionOptions).
+  uint32_t command_timeout_ms = 500;
   CircuitBreakerOptions breaker;      // Per node.
   uint32_t redirects_max = 5;         // MOVED/ASK hops per entry; at most kRedisRedirectsMax.
   uint64_t topology_refresh_interval_us = 100'000;  // Minimum time between CLUSTER SLOTS.
+  // Cluster mode: hosts besides the seeds' that CLUSTER SLOTS, MOVED and ASK may name (host
+  // names or IP addresses, compared without the port; a name also allows the addresses it
+  // resolves to at open). Empty: only the seeds' hosts. At most kRedisNodesMax.
+  std::vector<std::string> cluster_allowed_hosts;
   std::string key_prefix = "kvt";
   // Values are sealed with AES-256-GCM and key names are keyed hashes under these keys
   // (remote_crypto.h, docs/security.md). Required unless insecure_plaintext is set.
@@ -149,6 +158,14 @@ class RedisStore final : public RemoteStore {
   std::set<std::string> trusted_endpoints_ KV_GUARDED_BY(mu_);
   // Whether `endpoint` may receive commands; refreshes the map once from a known node first.
   bool TrustedRedirect(const RedisEndpoint& endpoint) KV_REQUIRES(mu_);
+  // The hosts learned endpoints may name (canonical forms): the seeds' and cluster_allowed_hosts,
+  // with the addresses they resolve to. Set by Init, then read-only.
+  std::set<std::string> allowed_hosts_;
+  bool HostAllowed(const std::string& host) const;
+  // Counts an endpoint refused for its host, and logs it once (at most 64 endpoints are logged).
+  void RefuseEndpoint(const RedisEndpoint& endpoint, std::string_view learned_from)
+      KV_REQUIRES(mu_);
+  std::set<std::string> logged_refused_ KV_GUARDED_BY(mu_);
   std::unique_ptr<RedisStoreCounters> counters_;  // Atomics; read by Stats().
   Mutex log_mu_;
   std::set<uint32_t> logged_key_ids_ KV_GUARDED_BY(log_mu_);

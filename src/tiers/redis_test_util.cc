@@ -6,16 +6,20 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <thread>
+
+#include "core/assert.h"
 
 namespace kvtier {
 namespace {
@@ -264,6 +268,153 @@ size_t RedisCluster::IndexOfPort(uint16_t port) const {
     if (nodes_[i]->port() == port) return i;
   }
   return nodes_.size();
+}
+
+namespace {
+
+// Parses one complete command (a RESP array of bulk strings) at in[*pos]; false when it has not
+// all arrived (or is not such a command).
+bool ParseRespCommand(const std::string& in, size_t* pos, std::vector<std::string>* args) {
+  const auto line = [&](std::string* text) {
+    const size_t end = in.find("\r\n", *pos);
+    if (end == std::string::npos) return false;
+    *text = in.substr(*pos, end - *pos);
+    *pos = end + 2;
+    return true;
+  };
+  std::string head;
+  if (!line(&head) || head.size() < 2 || head[0] != '*') return false;
+  const int n = std::atoi(head.c_str() + 1);
+  for (int i = 0; i < n; ++i) {
+    std::string len;
+    if (!line(&len) || len.size() < 2 || len[0] != '$') return false;
+    const size_t bytes = std::strtoul(len.c_str() + 1, nullptr, 10);
+    if (in.size() < *pos + bytes + 2) return false;
+    args->push_back(in.substr(*pos, bytes));
+    *pos += bytes + 2;
+  }
+  return true;
+}
+
+// Writes all of `bytes` unless the client hangs up or `stop` is set; false then.
+bool WriteAll(int fd, std::string_view bytes, const std::atomic<bool>& stop) {
+  while (!bytes.empty()) {
+    if (stop.load()) return false;
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+FakeRedisServer::FakeRedisServer(const std::string& address, Handler handler)
+    : FakeRedisServer(address, std::move(handler), Options{}) {}
+
+FakeRedisServer::FakeRedisServer(const std::string& address, Handler handler, Options options)
+    : address_(address), handler_(std::move(handler)), options_(options) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  KV_CHECK(listen_fd_ >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  KV_CHECK(::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) == 1);
+  KV_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  KV_CHECK(::listen(listen_fd_, 8) == 0);
+  socklen_t len = sizeof(sa);
+  KV_CHECK(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  port_ = ntohs(sa.sin_port);
+  thread_ = std::thread([this] { Serve(); });
+}
+
+FakeRedisServer::~FakeRedisServer() {
+  stop_ = true;
+  thread_.join();
+  ::close(listen_fd_);
+}
+
+int FakeRedisServer::commands(const std::string& name) const {
+  MutexLock lock(&seen_mu_);
+  int n = 0;
+  for (const std::string& s : seen_) n += s == name ? 1 : 0;
+  return n;
+}
+
+void FakeRedisServer::Serve() {
+  std::vector<std::thread> clients;  // One thread per connection, joined when stopping.
+  while (!stop_) {
+    pollfd p{.fd = listen_fd_, .events = POLLIN, .revents = 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    const int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0) continue;
+    ++accepted_;
+    // Sends give up after 100 ms so a client that neither reads nor hangs up cannot wedge a
+    // thread past stop_.
+    const timeval tv{.tv_sec = 0, .tv_usec = 100'000};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    clients.emplace_back([this, fd] {
+      ServeClient(fd);
+      ::close(fd);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+}
+
+void FakeRedisServer::ServeClient(int fd) {
+  std::string in;
+  while (!stop_) {
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return;  // The client hung up.
+    in.append(buf, static_cast<size_t>(n));
+    size_t pos = 0;
+    std::vector<std::string> args;
+    while (ParseRespCommand(in, &pos, &args)) {
+      in.erase(0, pos);
+      pos = 0;
+      {
+        MutexLock lock(&seen_mu_);
+        seen_.push_back(args.empty() ? "" : args[0]);
+      }
+      Answer answer;
+      if (handler_) {
+        answer = handler_(args);
+      } else {
+        answer.bytes = !args.empty() && args[0] == "PING" ? "+PONG\r\n" : "+OK\r\n";
+      }
+      args.clear();
+      if (!WriteAll(fd, answer.bytes, stop_)) return;
+      if (answer.tail != Tail::kNone) {
+        SendTail(fd, answer.tail);
+        return;  // The connection closes after a tail.
+      }
+    }
+  }
+}
+
+void FakeRedisServer::SendTail(int fd, Tail tail) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string chunk(tail == Tail::kTrickle ? 1 : 64 * 1024, 'x');
+  uint64_t sent = 0;
+  while (!stop_ && sent < options_.tail_bytes_max &&
+         std::chrono::steady_clock::now() - start <
+             std::chrono::milliseconds(options_.tail_ms_max)) {
+    if (tail == Tail::kTrickle) SleepMs(static_cast<int>(options_.trickle_interval_ms));
+    const ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<uint64_t>(n);
+      tail_bytes_ += static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    return;  // The client hung up.
+  }
 }
 
 }  // namespace kvtier

@@ -1,20 +1,28 @@
 // Test-only helpers for the Redis store tests: run real redis-server processes on free loopback
 // ports in temporary directories (killed when the helper is destroyed, and by the kernel if the
 // test process dies first), form a Redis Cluster with redis-cli, and talk to a server with a raw
-// hiredis connection (to plant garbage values, migrate slots, sleep the server).
+// hiredis connection (to plant garbage values, migrate slots, sleep the server); and
+// FakeRedisServer, a scripted RESP server on a loopback address that plays a slow or hostile
+// node (trickled, endless or oversized replies, a slot map or redirects of its choice).
 //
 // Test-only: linked into test binaries, never into the engine.
-// Thread safety: none; one test thread drives a helper.
-// Ownership: RedisServer owns its process and directory; RedisCluster owns its servers.
+// Thread safety: none, except FakeRedisServer's counters (read from the test thread while its
+// own thread serves).
+// Ownership: RedisServer owns its process and directory; RedisCluster owns its servers;
+// FakeRedisServer owns its socket and thread (stopped and joined by its destructor).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "kvtier/result.h"
 #include "testing/test_util.h"
 
@@ -73,6 +81,58 @@ class RedisCluster {
 
  private:
   std::vector<std::unique_ptr<RedisServer>> nodes_;
+};
+
+// A scripted Redis on `address` (a loopback address such as "127.0.0.2") and a free port. It
+// serves each connection on its own thread: each complete command (a RESP array of bulk strings) is
+// answered with what the handler returns for its arguments, then, by the answer's tail, with
+// nothing more, a byte every trickle_interval_ms, or an endless stream of 'x'. A trickle or a
+// stream ends (and the connection is closed) when the client hangs up, after tail_bytes_max
+// bytes or tail_ms_max, or when the server is destroyed. Without a handler every command gets
+// +OK (PING gets +PONG).
+class FakeRedisServer {
+ public:
+  enum class Tail : uint8_t { kNone = 0, kTrickle = 1, kEndless = 2 };
+  struct Answer {
+    std::string bytes;
+    Tail tail = Tail::kNone;
+  };
+  // Called on the connections' threads, possibly concurrently.
+  using Handler = std::function<Answer(const std::vector<std::string>& args)>;
+  struct Options {
+    uint32_t trickle_interval_ms = 100;
+    uint64_t tail_bytes_max = 64ull << 20;
+    uint32_t tail_ms_max = 10'000;
+  };
+
+  FakeRedisServer(const std::string& address, Handler handler);
+  FakeRedisServer(const std::string& address, Handler handler, Options options);
+  ~FakeRedisServer();
+  FakeRedisServer(const FakeRedisServer&) = delete;
+  FakeRedisServer& operator=(const FakeRedisServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string endpoint() const { return address_ + ":" + std::to_string(port_); }
+  int accepted() const { return accepted_.load(); }           // Connections accepted.
+  int commands(const std::string& name) const KV_EXCLUDES(seen_mu_);  // Received, by name.
+  uint64_t tail_bytes_sent() const { return tail_bytes_.load(); }  // Over all tails so far.
+
+ private:
+  void Serve();
+  void ServeClient(int fd);
+  void SendTail(int fd, Tail tail);
+
+  const std::string address_;
+  const Handler handler_;
+  const Options options_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::atomic<uint64_t> tail_bytes_{0};
+  mutable Mutex seen_mu_;
+  std::vector<std::string> seen_ KV_GUARDED_BY(seen_mu_);  // Each command's first argument.
+  std::thread thread_;
 };
 
 }  // namespace kvtier

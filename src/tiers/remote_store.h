@@ -95,7 +95,10 @@ struct RemoteStoreStats {
   BreakerState breaker_state = BreakerState::kClosed;  // The worst state over all nodes.
   uint64_t redirects_moved = 0;
   uint64_t redirects_ask = 0;
-  uint64_t redirects_refused = 0;  // MOVED/ASK to a host outside the cluster's slot map.
+  uint64_t redirects_refused = 0;  // MOVED/ASK refused: a foreign host, or outside the slot map.
+  // Endpoints named by CLUSTER SLOTS, MOVED or ASK whose host is neither a seed's nor allowed
+  // (RedisStoreOptions::cluster_allowed_hosts): never connected to.
+  uint64_t endpoints_refused = 0;
   uint64_t topology_refreshes = 0;
 };
 
