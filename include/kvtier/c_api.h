@@ -203,7 +203,7 @@ typedef struct kvtier_engine_options_s {
   const char* remote_password;               /* NULL: no AUTH. Borrowed during open. */
   const char* remote_key_prefix;             /* NULL: "kvt". Borrowed during open. */
   uint32_t remote_connect_timeout_ms;        /* 0: default (200). */
-  uint32_t remote_command_timeout_ms;        /* 0: default (500). */
+  uint32_t remote_command_timeout_ms;        /* Per command and per reply; 0: default (500). */
   /* Appended: access prediction (docs/engine.md, "Access prediction"): sessions' next requests
    * are predicted from their order and their blocks promoted from SSD / remote into host memory
    * in the background. Off by default. 0 in a numeric field: its default. */
@@ -281,6 +281,10 @@ typedef struct kvtier_engine_options_s {
   /* Appended: threads that run the remote tier's reads and writes, so that the engine's workers
    * never wait for the network; [1, 64], 0: default (2). */
   uint32_t remote_io_threads;
+  /* Appended: Redis Cluster hosts besides the seeds' that CLUSTER SLOTS, MOVED and ASK may name,
+   * "host[,host...]" (docs/security.md); an endpoint on any other host is refused, never
+   * connected to. NULL (default): the seeds' hosts only. Borrowed during open. */
+  const char* remote_cluster_allowed_hosts;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

@@ -166,11 +166,14 @@ struct RemoteTierOptions {
   std::string user;      // ACL user; empty: the default user.
   std::string password;  // Empty: no AUTH.
   uint32_t connect_timeout_ms = 200;
-  uint32_t command_timeout_ms = 500;  // Per socket read or write.
+  uint32_t command_timeout_ms = 500;  // Deadline of one command's write, and of its whole reply.
   uint32_t breaker_failures_to_open = 3;          // Consecutive failures opening a node's breaker.
   uint64_t breaker_open_cooldown_us = 1'000'000;  // Time open before one probe goes through.
   uint32_t redirects_max = 5;                     // MOVED/ASK hops per entry; at most 16.
   uint64_t topology_refresh_interval_us = 100'000;  // Minimum time between CLUSTER SLOTS.
+  // Cluster: hosts besides the seeds' that CLUSTER SLOTS, MOVED and ASK may send the client to
+  // (docs/security.md); an endpoint on any other host is refused and counted.
+  std::vector<std::string> cluster_allowed_hosts;
   std::string key_prefix = "kvt";
   // Values sealed and key names hashed under these keys. Required unless insecure_plaintext.
   Keyring keys;

@@ -48,6 +48,9 @@ struct RemoteStats {
   BreakerState breaker_state = BreakerState::kClosed;  // Gauge: the worst over all nodes.
   uint64_t redirects_moved = 0, redirects_ask = 0, redirects_refused = 0;
   uint64_t topology_refreshes = 0;
+  // Endpoints named by CLUSTER SLOTS, MOVED or ASK on a host that is neither a seed's nor in
+  // cluster_allowed_hosts: refused, never connected to.
+  uint64_t endpoints_refused = 0;
 };
 
 struct EngineStats {

@@ -257,6 +257,11 @@ Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engin
   if (in.remote_key_prefix != nullptr) redis.key_prefix = in.remote_key_prefix;
   if (in.remote_connect_timeout_ms != 0) redis.connect_timeout_ms = in.remote_connect_timeout_ms;
   if (in.remote_command_timeout_ms != 0) redis.command_timeout_ms = in.remote_command_timeout_ms;
+  if (in.remote_cluster_allowed_hosts != nullptr) {
+    Result<std::vector<std::string>> hosts = SplitRedisEndpoints(in.remote_cluster_allowed_hosts);
+    if (!hosts.ok()) return hosts.status().WithContext("remote_cluster_allowed_hosts");
+    redis.cluster_allowed_hosts = std::move(*hosts);
+  }
   KV_RETURN_IF_ERROR(ConvertRemoteKeys(in, &redis));
   RemoteTierOptions remote{.redis = std::move(redis)};
   const int32_t policy = RawEnum(in.remote_write_policy);

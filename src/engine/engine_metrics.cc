@@ -110,7 +110,11 @@ std::string MetricsText(const EngineStats& s) {
     w.One("remote_breakers_open", "gauge", "Remote nodes whose breaker is not closed.",
           D(r.breakers_open));
     w.One("remote_redirects_refused_total", "counter",
-          "MOVED/ASK redirects to hosts outside the cluster's slot map.", D(r.redirects_refused));
+          "MOVED/ASK redirects refused (a foreign host, or outside the cluster's slot map).",
+          D(r.redirects_refused));
+    w.One("remote_endpoints_refused_total", "counter",
+          "Cluster endpoints refused: a host that is neither a seed's nor allowed.",
+          D(r.endpoints_refused));
   }
   w.One("ratio_samples_total", "counter", "Blocks the SSD codec's ratio monitor sampled.",
         D(s.ratio_samples));

@@ -473,7 +473,7 @@ constexpr OptionSpec kTable[] = {
      }},
     {.name = "remote_command_timeout_ms", .type = OptionType::kUint, .default_text = "500",
      .min = 1, .max = 600000, .unit = "ms", .cpp_field = "remote.command_timeout_ms",
-     .doc = "Redis timeout per socket read or write",
+     .doc = "Deadline of one Redis command's write, and of its whole reply",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnRedis(o, [&](RedisStoreOptions& r) { r.command_timeout_ms = U32(v); });
      }},
@@ -501,6 +501,15 @@ constexpr OptionSpec kTable[] = {
      .doc = "Minimum time between CLUSTER SLOTS refreshes",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnRedis(o, [&](RedisStoreOptions& r) { r.topology_refresh_interval_us = U(v); });
+     }},
+    {.name = "remote_cluster_allowed_hosts", .type = OptionType::kStrings, .default_text = "none",
+     .cpp_field = "remote.cluster_allowed_hosts",
+     .doc = "Hosts besides the seeds' that CLUSTER SLOTS, MOVED and ASK may name",
+     .note = "C: one comma-separated string",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnRedis(o, [&](RedisStoreOptions& r) {
+         r.cluster_allowed_hosts = std::get<std::vector<std::string>>(v);
+       });
      }},
     {.name = "remote_key_file", .type = OptionType::kString, .default_text = "none",
      .cpp_field = "remote.keys.file",

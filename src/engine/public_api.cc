@@ -125,6 +125,7 @@ Result<RedisStoreOptions> ConvertRedis(const api::RemoteTierOptions& in) {
   out.breaker.open_cooldown_us = in.breaker_open_cooldown_us;
   out.redirects_max = in.redirects_max;
   out.topology_refresh_interval_us = in.topology_refresh_interval_us;
+  out.cluster_allowed_hosts = in.cluster_allowed_hosts;
   out.key_prefix = in.key_prefix;
   KV_RETURN_IF_ERROR(public_api::ConvertKeys(in.keys, "remote.keys", &out.keyring));
   out.insecure_plaintext = in.insecure_plaintext;
@@ -196,7 +197,8 @@ api::RemoteStats FromRemoteStats(const RemoteStoreStats& in) {
                           .redirects_moved = in.redirects_moved,
                           .redirects_ask = in.redirects_ask,
                           .redirects_refused = in.redirects_refused,
-                          .topology_refreshes = in.topology_refreshes};
+                          .topology_refreshes = in.topology_refreshes,
+                          .endpoints_refused = in.endpoints_refused};
 }
 
 }  // namespace

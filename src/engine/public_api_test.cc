@@ -47,7 +47,7 @@ static_assert(PublicFieldCount<api::Layout>() == 5);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
 static_assert(PublicFieldCount<api::SsdTierOptions>() == 20);
-static_assert(PublicFieldCount<api::RemoteTierOptions>() == 21);
+static_assert(PublicFieldCount<api::RemoteTierOptions>() == 22);
 static_assert(PublicFieldCount<api::PredictionOptions>() == 7);
 static_assert(PublicFieldCount<api::CodecOptions>() == 3);
 static_assert(PublicFieldCount<api::Keyring>() == 2);
@@ -109,6 +109,7 @@ void ExpectRemoteEq(const RemoteTierOptions& a, const RemoteTierOptions& b) {
   EXPECT_EQ(ra.breaker.open_cooldown_us, rb.breaker.open_cooldown_us);
   EXPECT_EQ(ra.redirects_max, rb.redirects_max);
   EXPECT_EQ(ra.topology_refresh_interval_us, rb.topology_refresh_interval_us);
+  EXPECT_EQ(ra.cluster_allowed_hosts, rb.cluster_allowed_hosts);
   EXPECT_EQ(ra.key_prefix, rb.key_prefix);
   ExpectKeyringEq(ra.keyring, rb.keyring);
   EXPECT_EQ(ra.insecure_plaintext, rb.insecure_plaintext);
@@ -259,6 +260,7 @@ api::RemoteTierOptions PublicRemote(const std::string& key_text) {
           .breaker_open_cooldown_us = 24,
           .redirects_max = 3,
           .topology_refresh_interval_us = 25,
+          .cluster_allowed_hosts = {"h1", "10.0.0.2"},
           .key_prefix = "kp",
           .keys = {.text = key_text},
           .insecure_plaintext = true,
@@ -282,6 +284,7 @@ RemoteTierOptions InternalRemote(RemoteKeyring keys) {
                           .breaker = {.failures_to_open = 23, .open_cooldown_us = 24},
                           .redirects_max = 3,
                           .topology_refresh_interval_us = 25,
+                          .cluster_allowed_hosts = {"h1", "10.0.0.2"},
                           .key_prefix = "kp",
                           .keyring = std::move(keys),
                           .insecure_plaintext = true};

@@ -403,6 +403,10 @@ static void TestRemoteOptions(void) {
   CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
   CHECK(strstr(err.message, "remote_endpoints") != NULL);
   o.remote_endpoints = "127.0.0.1:1";
+  o.remote_cluster_allowed_hosts = "10.0.0.9,,10.0.0.10"; /* An empty item: refused, named. */
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "remote_cluster_allowed_hosts") != NULL);
+  o.remote_cluster_allowed_hosts = "10.0.0.9,10.0.0.10";
   o.remote_connect_timeout_ms = 100;
   o.remote_command_timeout_ms = 100;
   /* Neither a key nor the explicit plaintext choice: refused, naming the choice. */

@@ -60,6 +60,7 @@ NON_DEFAULTS = dict(
     remote_connect_timeout_ms=50, remote_command_timeout_ms=60,
     remote_breaker_failures_to_open=2, remote_breaker_open_cooldown_us=500000,
     remote_redirects_max=3, remote_topology_refresh_interval_us=200000,
+    remote_cluster_allowed_hosts=["10.0.0.9"],
     remote_insecure_plaintext=True, remote_write_policy="back", remote_admission="after_requests",
     remote_admission_requests=3, remote_admission_slots=1024,
     remote_write_budget_bytes_per_s=1 << 20, remote_write_budget_burst_bytes=1 << 20,
