@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cctype>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -249,10 +249,12 @@ Status RedisStore::Init() {
     KV_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisEndpoint(text));
     KV_RETURN_IF_ERROR(NodeFor(endpoint).status());
     trusted_endpoints_.insert(endpoint.ToString());
-    AddHostAndAddresses(endpoint.host, &allowed_hosts_);
+    if (options_.mode == RedisMode::kCluster) AddHostAndAddresses(endpoint.host, &allowed_hosts_);
   }
-  for (const std::string& host : options_.cluster_allowed_hosts) {
-    AddHostAndAddresses(host, &allowed_hosts_);
+  if (options_.mode == RedisMode::kCluster) {
+    for (const std::string& host : options_.cluster_allowed_hosts) {
+      AddHostAndAddresses(host, &allowed_hosts_);
+    }
   }
   for (std::unique_ptr<Node>& node : nodes_) {
     Status s = node->connection.EnsureConnected();
