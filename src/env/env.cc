@@ -2,10 +2,12 @@
 // RunToCompletion, and the path and range helpers.
 #include "env/env.h"
 
+#include <sys/random.h>
 #include <sys/types.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <limits>
 #include <string>
@@ -102,6 +104,28 @@ Status ValidateIoRequest(const IoRequest& r) {
     }
   }
   return Status::Ok();
+}
+
+Result<std::string> UniqueTempPath(const std::string& path) {
+  std::array<unsigned char, 8> bytes{};
+  size_t got = 0;
+  // Bounded: each round either gets bytes or retries an EINTR; 8 bytes never come back short
+  // from getrandom(2) once the pool is ready, but the loop does not rely on it.
+  while (got < bytes.size()) {
+    const ssize_t n = ::getrandom(bytes.data() + got, bytes.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "getrandom for a temporary name beside " + path);
+    }
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = path + ".";
+  for (const unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 0xf]);
+  }
+  return out;
 }
 
 std::string DirName(const std::string& path) {

@@ -83,12 +83,22 @@ enum class FileKind : uint8_t {
   kRegular = 1,
 };
 
+// What OpenFile does when the last component of the path is a symbolic link.
+enum class Links : uint8_t {
+  kFollow = 0,  // Opens what the link names: files the user names (models, prompts, keys).
+  // O_NOFOLLOW: a link fails with InvalidArgument "<path> is a symbolic link ...", whether it
+  // dangles or not, and nothing it names is opened, created or truncated. Every file kvtier opens
+  // in a cache directory uses it, so a link planted there cannot redirect a write elsewhere.
+  kRefuse = 1,
+};
+
 struct FileOptions {
   OpenMode mode = OpenMode::kReadOnly;
   DirectIo direct = DirectIo::kOff;
   FileKind kind = FileKind::kAny;
   // Permission bits of a file the open creates (before the process umask); ignored otherwise.
   uint32_t create_mode = 0644;
+  Links links = Links::kFollow;
 };
 
 // A file accessed by position. With O_DIRECT in effect (direct() is true), buffers, offsets and
@@ -206,6 +216,12 @@ std::string DescribeFileRange(std::string_view what, const std::string& path, ui
 // multiples of kDirectIoAlignment. InvalidArgument naming `what`, the path and the offset.
 Status CheckFileRange(std::string_view what, const std::string& path, bool direct, uint64_t offset,
                       const void* buffer, size_t len);
+
+// "<path>.<16 hex digits>" with the digits from getrandom(2): the name of a temporary that
+// nobody can predict, so nobody can plant a link or file under it beforehand. Create it with
+// OpenMode::kCreateExclusive and Links::kRefuse, then rename it into place. IoError when the
+// kernel has no randomness to give.
+Result<std::string> UniqueTempPath(const std::string& path);
 
 // The walk of Env::CreateDirs: runs `make_dir` on each parent of `path`, shortest first (empty
 // components as in "a//b" skipped), then on `path` itself, and stops at the first error.

@@ -229,7 +229,9 @@ Result<std::unique_ptr<File>> PosixEnv::OpenFile(const std::string& path,
   // O_DIRECT is set with fcntl after a buffered open rather than passed to open(2): a refused
   // O_DIRECT open may already have created the file, so a retry with O_EXCL would then fail.
   const bool regular = options.kind == FileKind::kRegular;
-  const int flags = OpenFlags(options.mode) | O_CLOEXEC | (regular ? O_NONBLOCK | O_NOCTTY : 0);
+  const bool no_follow = options.links == Links::kRefuse;
+  const int flags = OpenFlags(options.mode) | O_CLOEXEC | (regular ? O_NONBLOCK | O_NOCTTY : 0) |
+                    (no_follow ? O_NOFOLLOW : 0);
   int fd = -1;
   do {
     fd = ::open(path.c_str(), flags, static_cast<mode_t>(options.create_mode));
@@ -237,6 +239,10 @@ Result<std::unique_ptr<File>> PosixEnv::OpenFile(const std::string& path,
   if (fd < 0) {
     if (errno == EEXIST && options.mode == OpenMode::kCreateExclusive) {
       return Status::InvalidArgument("open " + path + ": the file already exists");
+    }
+    // O_NOFOLLOW reports a link as the last component with ELOOP, dangling or not.
+    if (no_follow && errno == ELOOP) {
+      return Status::InvalidArgument(path + " is a symbolic link: refusing to follow it");
     }
     // A directory opened for writing, or a FIFO without a reader, fails before fstat can tell.
     if (regular && (errno == EISDIR || errno == ENXIO)) {

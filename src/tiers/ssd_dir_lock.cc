@@ -2,6 +2,7 @@
 #include "tiers/ssd_dir_lock.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "core/logger.h"
+#include "env/dir_trust.h"
 
 namespace kvtier::ssd {
 namespace {
@@ -20,23 +22,68 @@ constexpr size_t kLockTextBytesMax = 32;
 
 bool ReadOnlyDirError(int err) { return err == EACCES || err == EROFS || err == EPERM; }
 
-// Opens <dir>/LOCK, creating it with `file_mode` when missing and the directory allows it.
-// An invalid fd (and OK) when it is missing and cannot be created in a read-only directory.
-Result<UniqueFd> OpenLockFile(const std::string& path, DirLockMode mode, uint32_t file_mode) {
+// open(2) relative to the checked directory's descriptor, retrying EINTR.
+int OpenAt(int dir_fd, int flags, mode_t mode) {
+  int fd = -1;
+  do {
+    fd = ::openat(dir_fd, kLockFileName, flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// Opens LOCK in the directory `dir_fd`, creating it with `file_mode` when missing and the
+// directory allows it. O_NOFOLLOW: a link named LOCK (to a file elsewhere, or dangling) is refused
+// and nothing it names is opened, created or truncated. An invalid fd (and OK) when LOCK is
+// missing and cannot be created in a read-only directory.
+Result<UniqueFd> OpenLockFile(int dir_fd, const std::string& path, DirLockMode mode,
+                              uint32_t file_mode) {
   // O_NONBLOCK: a FIFO named LOCK must not hang the open; it then fails the S_ISREG check.
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
-                  static_cast<mode_t>(file_mode));
+  constexpr int kFlags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW;
+  int fd = OpenAt(dir_fd, O_RDWR | O_CREAT | kFlags, static_cast<mode_t>(file_mode));
   if (fd < 0 && ReadOnlyDirError(errno) && mode == DirLockMode::kShared) {
     // A reader of a directory it cannot write: an existing LOCK still excludes a writer.
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    fd = OpenAt(dir_fd, O_RDONLY | kFlags, 0);
     if (fd < 0 && errno == ENOENT) return UniqueFd();
+  }
+  if (fd < 0 && errno == ELOOP) {
+    return Status::InvalidArgument(path + " is a symbolic link: refusing to follow it (remove " +
+                                   "it; LOCK is recreated at the next open)");
   }
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
   UniqueFd owned(fd);
   struct stat st {};
   if (::fstat(owned.get(), &st) != 0) return Status::FromErrno(errno, "fstat " + path);
   if (!S_ISREG(st.st_mode)) return Status::IoError(path + " is not a regular file");
+  // A hard link shares its inode with a file elsewhere, which writing the pid would truncate.
+  if (st.st_nlink > 1) {
+    return Status::InvalidArgument(path + " has " + std::to_string(st.st_nlink) +
+                                   " hard links: refusing a LOCK that is also a file elsewhere");
+  }
   return owned;
+}
+
+// The GroupWrite rule for `dir`: from `file_mode` when the caller knows it; for the tools
+// (kFileModeOfCache), the group may write the directory when the cache's LOCK, which a tier
+// creates with its file_mode, is group-writable.
+GroupWrite GroupWriteFor(int dir_fd, uint32_t file_mode) {
+  if (file_mode != kFileModeOfCache) {
+    return (file_mode & S_IWGRP) != 0 ? GroupWrite::kAllow : GroupWrite::kRefuse;
+  }
+  struct stat lock {};
+  if (::fstatat(dir_fd, kLockFileName, &lock, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(lock.st_mode) &&
+      (lock.st_mode & S_IWGRP) != 0) {
+    return GroupWrite::kAllow;
+  }
+  return GroupWrite::kRefuse;
+}
+
+// Opens `dir` without following a link and checks that this user may trust it (dir_trust.h).
+Result<UniqueFd> OpenCheckedDir(const std::string& dir, uint32_t file_mode) {
+  KV_ASSIGN_OR_RETURN(UniqueFd dir_fd, OpenDirNoFollow(dir));
+  struct stat st {};
+  if (::fstat(dir_fd.get(), &st) != 0) return Status::FromErrno(errno, "fstat " + dir);
+  KV_RETURN_IF_ERROR(CheckDirTrust(dir, st, ::geteuid(), GroupWriteFor(dir_fd.get(), file_mode)));
+  return dir_fd;
 }
 
 // What the exclusive holder wrote into LOCK, or "" when there is nothing readable.
@@ -50,6 +97,14 @@ std::string HolderPid(int fd) {
   return std::to_string(pid);
 }
 
+// True when `pid` (HolderPid's text) names no process this one can see.
+bool ProcessGone(const std::string& pid) {
+  int32_t value = 0;
+  const auto [end, ec] = std::from_chars(pid.data(), pid.data() + pid.size(), value);
+  if (ec != std::errc() || end != pid.data() + pid.size() || value <= 0) return false;
+  return ::kill(static_cast<pid_t>(value), 0) != 0 && errno == ESRCH;
+}
+
 // The Busy status for a conflict on `fd`, after a failed non-blocking flock in `mode`.
 Status BusyStatus(const std::string& dir, int fd, DirLockMode mode) {
   if (mode == DirLockMode::kExclusive && ::flock(fd, LOCK_SH | LOCK_NB) == 0) {
@@ -58,9 +113,29 @@ Status BusyStatus(const std::string& dir, int fd, DirLockMode mode) {
     return Status::Busy(dir + " is in use by a reader (shared LOCK held)");
   }
   const std::string pid = HolderPid(fd);
+  if (ProcessGone(pid)) {
+    // flock belongs to the open file description: a child the holder forked (without exec)
+    // keeps the lock after the holder is gone. It is not taken over: from another pid namespace
+    // a live holder looks the same.
+    return Status::Busy(dir + " is locked by a process that inherited LOCK from process " + pid +
+                        ", which is not running (or is in another pid namespace): end the " +
+                        "processes it forked, then retry");
+  }
   return Status::Busy(dir + " is in use by " +
                       (pid.empty() ? std::string("another process") : "process " + pid) +
                       " (LOCK held)");
+}
+
+// Called with the exclusive lock just taken: a pid still in LOCK belongs to a holder that ended
+// without releasing it (a clean release empties LOCK first), such as a worker killed by SIGKILL.
+// The kernel dropped its flock when it died, so the directory is simply taken over; the log line
+// says whose it was.
+void NoteStaleHolder(Env* env, const std::string& dir, int fd) {
+  const std::string pid = HolderPid(fd);
+  if (pid.empty() || pid == std::to_string(::getpid())) return;
+  LogTo(env != nullptr ? env->logger() : nullptr, LogLevel::kWarn,
+        "ssd: " + dir + "/" + kLockFileName + " was left by process " + pid +
+            ", which ended without releasing it; taking the directory over");
 }
 
 Status WritePid(int fd, const std::string& path) {
@@ -107,13 +182,15 @@ void DirLock::Release() {
 }
 
 Result<DirLock> DirLock::Acquire(Env* env, const std::string& dir, DirLockMode mode) {
-  return Acquire(env, dir, mode, 0600);
+  return Acquire(env, dir, mode, kFileModeOfCache);
 }
 
 Result<DirLock> DirLock::Acquire(Env* env, const std::string& dir, DirLockMode mode,
                                  uint32_t file_mode) {
   const std::string path = dir + "/" + kLockFileName;
-  KV_ASSIGN_OR_RETURN(UniqueFd fd, OpenLockFile(path, mode, file_mode));
+  KV_ASSIGN_OR_RETURN(UniqueFd dir_fd, OpenCheckedDir(dir, file_mode));
+  const uint32_t create_mode = file_mode == kFileModeOfCache ? 0600 : file_mode;
+  KV_ASSIGN_OR_RETURN(UniqueFd fd, OpenLockFile(dir_fd.get(), path, mode, create_mode));
   if (!fd.valid()) {
     LogTo(env != nullptr ? env->logger() : nullptr, LogLevel::kInfo,
           "ssd: " + dir + " is read-only and has no LOCK; reading it unlocked");
@@ -128,13 +205,16 @@ Result<DirLock> DirLock::Acquire(Env* env, const std::string& dir, DirLockMode m
     if (errno == EWOULDBLOCK) return BusyStatus(dir, fd.get(), mode);
     return Status::FromErrno(errno, "flock " + path);
   }
-  if (mode == DirLockMode::kExclusive) KV_RETURN_IF_ERROR(WritePid(fd.get(), path));
+  if (mode == DirLockMode::kExclusive) {
+    NoteStaleHolder(env, dir, fd.get());
+    KV_RETURN_IF_ERROR(WritePid(fd.get(), path));
+  }
   return DirLock(dir, std::move(fd), mode);
 }
 
 Result<std::vector<DirLock>> AcquireAll(Env* env, const std::vector<std::string>& dirs,
                                         DirLockMode mode) {
-  return AcquireAll(env, dirs, mode, 0600);
+  return AcquireAll(env, dirs, mode, kFileModeOfCache);
 }
 
 Result<std::vector<DirLock>> AcquireAll(Env* env, const std::vector<std::string>& dirs,

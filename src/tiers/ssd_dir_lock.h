@@ -29,6 +29,11 @@ namespace kvtier::ssd {
 
 inline constexpr const char* kLockFileName = "LOCK";
 
+// The file_mode the cache tools pass, which do not know the tier's: LOCK is created 0600 when
+// missing, and the directory may be group-writable only when its LOCK is (a tier with
+// file_mode 0660 made it).
+inline constexpr uint32_t kFileModeOfCache = 0;
+
 enum class DirLockMode : uint8_t { kExclusive = 0, kShared = 1 };
 
 // Holds flock on <dir>/LOCK for its lifetime (move-only RAII).
@@ -43,6 +48,11 @@ class DirLock {
   // kShared is what read-only tools take: it excludes an exclusive holder (a running tier) and
   // repair, but allows other readers. Creates LOCK (mode 0600) if missing, unless the
   // directory is not writable, in which case kShared on a dir without LOCK succeeds unlocked.
+  // First opens `dir` without following a link and refuses (InvalidArgument naming owner and
+  // mode) a directory this user does not own or others can write (env/dir_trust.h); LOCK is
+  // opened relative to that directory with O_NOFOLLOW, so a link named LOCK is refused, as is a
+  // LOCK with several hard links. A pid left in LOCK by a holder that died without releasing it
+  // is taken over with a warning that names it.
   static Result<DirLock> Acquire(Env* env, const std::string& dir, DirLockMode mode);
   // As above, creating a missing LOCK with `file_mode` (SsdTierOptions::file_mode) instead.
   static Result<DirLock> Acquire(Env* env, const std::string& dir, DirLockMode mode,

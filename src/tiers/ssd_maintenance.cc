@@ -9,6 +9,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "tiers/ssd_manifest.h"
 #include "tiers/ssd_record.h"
 #include "tiers/ssd_tier.h"
 
@@ -144,17 +145,8 @@ Status SsdTier::WriteCheckpoint() {
   // including entries whose fsync another pass was running when the snapshot was taken.
   KV_RETURN_IF_ERROR(SyncSegmentsSince(failures));
   const std::string bytes = ssd::EncodeCheckpoint(ck);
-  const std::string dir = DirPath(0);
-  const std::string tmp = dir + "/" + ssd::kCheckpointTempName;
-  KV_ASSIGN_OR_RETURN(
-      std::unique_ptr<File> f,
-      env_->OpenFile(tmp, {.mode = OpenMode::kTruncate, .create_mode = options_.file_mode}));
-  KV_RETURN_IF_ERROR(
-      f->WriteAt(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
-  KV_RETURN_IF_ERROR(f->Sync());
-  KV_RETURN_IF_ERROR(f->Close());
-  KV_RETURN_IF_ERROR(env_->RenameFile(tmp, dir + "/" + ssd::kCheckpointName));
-  KV_RETURN_IF_ERROR(env_->SyncDir(dir));
+  KV_RETURN_IF_ERROR(ssd::ReplaceFileDurably(env_, DirPath(0), ssd::kCheckpointName,
+                                             ssd::kCheckpointTempName, bytes, options_.file_mode));
   MutexLock lock(&mu_);
   ++stats_.checkpoints;
   return Status::Ok();

@@ -172,7 +172,9 @@ Result<Manifest> ReadManifest(Env* env, const std::string& dir) {
   const std::string path = ManifestPath(dir);
   if (!env->FileExists(path)) return Status::NotFound(path);
   Result<std::unique_ptr<File>> f =
-      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .kind = FileKind::kRegular});
+      env->OpenFile(path, {.mode = OpenMode::kReadOnly,
+                           .kind = FileKind::kRegular,
+                           .links = Links::kRefuse});
   if (!f.ok() && f.status().IsInvalidArgument()) return Status::Corruption(f.status().message());
   if (!f.ok()) return f.status();
   KV_ASSIGN_OR_RETURN(const uint64_t size, (*f)->Size());
@@ -188,18 +190,30 @@ Result<Manifest> ReadManifest(Env* env, const std::string& dir) {
   return m;
 }
 
+Status ReplaceFileDurably(Env* env, const std::string& dir, std::string_view name,
+                          std::string_view temp_base, std::string_view bytes, uint32_t file_mode) {
+  KV_ASSIGN_OR_RETURN(const std::string tmp, UniqueTempPath(dir + "/" + std::string(temp_base)));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
+                      env->OpenFile(tmp, {.mode = OpenMode::kCreateExclusive,
+                                          .create_mode = file_mode,
+                                          .links = Links::kRefuse}));
+  Status s =
+      f->WriteAt(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+  if (s.ok()) s = f->Sync();
+  if (s.ok()) s = f->Close();
+  if (s.ok()) s = env->RenameFile(tmp, dir + "/" + std::string(name));
+  if (!s.ok()) {
+    f.reset();
+    env->RemoveFile(tmp).IgnoreError();  // Best effort: a leftover is removed at the next open.
+    return s;
+  }
+  return env->SyncDir(dir);
+}
+
 Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest,
                      uint32_t file_mode) {
-  const std::string bytes = EncodeManifest(manifest);
-  const std::string tmp = dir + "/" + kManifestTempName;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
-                      env->OpenFile(tmp, {.mode = OpenMode::kTruncate, .create_mode = file_mode}));
-  KV_RETURN_IF_ERROR(
-      f->WriteAt(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
-  KV_RETURN_IF_ERROR(f->Sync());
-  KV_RETURN_IF_ERROR(f->Close());
-  KV_RETURN_IF_ERROR(env->RenameFile(tmp, ManifestPath(dir)));
-  return env->SyncDir(dir);
+  return ReplaceFileDurably(env, dir, kManifestName, kManifestTempName, EncodeManifest(manifest),
+                            file_mode);
 }
 
 Status CheckManifestSet(Env* env, const std::vector<std::string>& dirs) {

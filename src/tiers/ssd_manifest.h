@@ -49,6 +49,13 @@ Result<Manifest> DecodeManifest(std::span<const std::byte> bytes);
 
 // NotFound when the dir has no MANIFEST; Corruption naming the problem when it is damaged.
 Result<Manifest> ReadManifest(Env* env, const std::string& dir);
+// Writes `bytes` to <dir>/<name> the way every metadata file of a cache is written: into a fresh
+// temporary "<dir>/<temp_base>.<16 random hex digits>" created O_EXCL|O_NOFOLLOW with `file_mode`
+// (so no planted link or leftover is followed or truncated), fdatasync, rename over <dir>/<name>,
+// fsync of the directory. The temporary is removed when a step before the rename fails.
+Status ReplaceFileDurably(Env* env, const std::string& dir, std::string_view name,
+                          std::string_view temp_base, std::string_view bytes, uint32_t file_mode);
+
 // Writes <dir>/MANIFEST through a temporary and a rename, syncing both the file and the directory.
 Status WriteManifest(Env* env, const std::string& dir, const Manifest& manifest,
                      uint32_t file_mode = 0600);

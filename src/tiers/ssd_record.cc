@@ -196,6 +196,14 @@ std::string SegmentFileName(uint64_t segment_id) {
   return buf;
 }
 
+bool IsTempFileName(std::string_view name, std::string_view base) {
+  if (name == base) return true;
+  if (name.size() != base.size() + 17 || name.substr(0, base.size()) != base) return false;
+  if (name[base.size()] != '.') return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(base.size()) + 1, name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id) {
   const std::string_view prefix = kSegmentPrefix;
   const std::string_view suffix = kSegmentSuffix;

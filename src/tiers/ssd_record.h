@@ -111,5 +111,9 @@ Result<SegmentHeader> DecodeSegmentHeader(std::span<const std::byte> src);
 std::string SegmentFileName(uint64_t segment_id);
 // Parses a name made by SegmentFileName; false for any other name.
 bool ParseSegmentFileName(std::string_view name, uint64_t* segment_id);
+// True for the temporaries written beside `base` (kCheckpointTempName, kManifestTempName):
+// "<base>.<16 hex digits>" as UniqueTempPath makes them, and `base` itself, the fixed name
+// earlier versions used.
+bool IsTempFileName(std::string_view name, std::string_view base);
 
 }  // namespace kvtier::ssd

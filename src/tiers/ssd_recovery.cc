@@ -31,7 +31,10 @@ Status ReadFull(File& file, uint64_t offset, std::span<std::byte> dst, bool* com
 
 Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFile* seg) {
   Result<std::unique_ptr<File>> opened = env->OpenFile(
-      path, {.mode = OpenMode::kReadOnly, .direct = direct, .kind = FileKind::kRegular});
+      path, {.mode = OpenMode::kReadOnly,
+             .direct = direct,
+             .kind = FileKind::kRegular,
+             .links = Links::kRefuse});
   if (!opened.ok() && opened.status().IsInvalidArgument()) {
     seg->bad = Status::Corruption(opened.status().message());  // Not a regular file.
     return Status::Ok();
@@ -284,8 +287,8 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
     for (const std::string& name : names) {
       SegmentFile seg;
       if (!ParseSegmentFileName(name, &seg.segment_id)) {
-        if (name != kCheckpointName && name != kManifestName && name != kManifestTempName &&
-            name != kLockFileName) {
+        if (name != kCheckpointName && name != kManifestName &&
+            !IsTempFileName(name, kManifestTempName) && name != kLockFileName) {
           listing.other_files.push_back(JoinPath(dirs[d], name));
         }
         continue;
@@ -304,9 +307,11 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
 Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path, uint64_t max_bytes) {
   if (!env->FileExists(path)) return Status::NotFound(path);
   Result<std::unique_ptr<File>> opened =
-      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .kind = FileKind::kRegular});
+      env->OpenFile(path, {.mode = OpenMode::kReadOnly,
+                           .kind = FileKind::kRegular,
+                           .links = Links::kRefuse});
   if (!opened.ok() && opened.status().IsInvalidArgument()) {
-    return Status::Corruption(opened.status().message());  // A FIFO, directory, ...
+    return Status::Corruption(opened.status().message());  // A FIFO, directory, link, ...
   }
   if (!opened.ok()) return opened.status();
   File& f = **opened;
@@ -334,15 +339,30 @@ Result<Checkpoint> ReadCheckpointFile(Env* env, const std::string& path, uint64_
   return ck;
 }
 
+namespace {
+
+// Removes the temporaries a crash left (checkpoints and manifests being written). unlink(2)
+// removes a link itself, never what it names. Not fatal: a leftover that cannot be removed (a
+// directory of that name) is logged and ignored; new temporaries never reuse its name.
+Status RemoveLeftoverTemps(Env* env, const std::vector<std::string>& dirs, Logger* logger) {
+  for (const std::string& dir : dirs) {
+    KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(dir));
+    for (const std::string& name : names) {
+      if (!IsTempFileName(name, kCheckpointTempName) && !IsTempFileName(name, kManifestTempName)) {
+        continue;
+      }
+      Status removed = env->RemoveFile(JoinPath(dir, name));
+      if (!removed.ok()) LogTo(logger, LogLevel::kWarn, "ssd: " + removed.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<RecoveredState> Recover(Env* env, const RecoverOptions& o, Logger* logger) {
   KV_CHECK(!o.dirs.empty());
-  const std::string tmp = JoinPath(o.dirs[0], kCheckpointTempName);
-  if (env->FileExists(tmp)) {
-    // Not fatal: a leftover that cannot be removed (a directory of that name) only means the
-    // next checkpoint fails to write.
-    Status removed = env->RemoveFile(tmp);
-    if (!removed.ok()) LogTo(logger, LogLevel::kWarn, "ssd: " + removed.ToString());
-  }
+  KV_RETURN_IF_ERROR(RemoveLeftoverTemps(env, o.dirs, logger));
   KV_ASSIGN_OR_RETURN(DirListing listing, ListSegments(env, o.dirs, o.direct));
   for (const std::string& other : listing.other_files) {
     LogTo(logger, LogLevel::kInfo, "ssd: ignoring foreign file " + other);

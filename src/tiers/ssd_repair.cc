@@ -13,6 +13,7 @@
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "tiers/ssd_dir_lock.h"
+#include "tiers/ssd_manifest.h"
 #include "tiers/ssd_record.h"
 #include "tiers/ssd_recovery.h"
 #include "tiers/ssd_tools.h"
@@ -47,8 +48,9 @@ struct CopyTarget {
 // and payloads, each placed at its new segment id and offset. Syncs the new file.
 Status CopyRecords(Env* env, const SegmentFile& seg, const SegmentCheck& check,
                    const CopyTarget& to) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> out,
-                      env->OpenFile(to.path, {.mode = OpenMode::kCreateExclusive}));
+  KV_ASSIGN_OR_RETURN(
+      std::unique_ptr<File> out,
+      env->OpenFile(to.path, {.mode = OpenMode::kCreateExclusive, .links = Links::kRefuse}));
   KV_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(kSegmentHeaderBytes));
   EncodeSegmentHeader({.segment_id = to.segment_id,
                        .segment_bytes = to.segment_bytes,
@@ -153,14 +155,8 @@ Result<uint64_t> WriteFreshCheckpoint(Env* env, const std::vector<std::string>& 
   ck.entries.assign(st.index.begin(), st.index.end());
   ck.tombstones.assign(st.tombstones.begin(), st.tombstones.end());
   const std::string bytes = EncodeCheckpoint(ck);
-  const std::string tmp = dirs[0] + "/" + kCheckpointTempName;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->OpenFile(tmp, {.mode = OpenMode::kTruncate}));
   KV_RETURN_IF_ERROR(
-      f->WriteAt(0, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
-  KV_RETURN_IF_ERROR(f->Sync());
-  KV_RETURN_IF_ERROR(f->Close());
-  KV_RETURN_IF_ERROR(env->RenameFile(tmp, dirs[0] + "/" + kCheckpointName));
-  KV_RETURN_IF_ERROR(env->SyncDir(dirs[0]));
+      ReplaceFileDurably(env, dirs[0], kCheckpointName, kCheckpointTempName, bytes, 0600));
   return ck.entries.size();
 }
 

@@ -194,7 +194,8 @@ Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, ui
       std::unique_ptr<File> file,
       env_->OpenFile(path, {.mode = OpenMode::kCreateExclusive,
                             .direct = options_.direct_io,
-                            .create_mode = options_.file_mode}));
+                            .create_mode = options_.file_mode,
+                            .links = Links::kRefuse}));
   KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(ssd::kSegmentHeaderBytes));
   ssd::EncodeSegmentHeader({.segment_id = segment_id,
                             .segment_bytes = options_.segment_bytes,

@@ -170,10 +170,11 @@ Result<std::vector<std::string>> MakeBenchDirs(const std::vector<std::string>& p
 
 // Whether O_DIRECT works in `dir` (a probe file, removed again).
 Result<bool> ProbeDirectIo(Env* env, const std::string& dir) {
-  const std::string probe = dir + "/direct-probe";
-  KV_ASSIGN_OR_RETURN(
-      std::unique_ptr<File> file,
-      env->OpenFile(probe, {.mode = OpenMode::kTruncate, .direct = DirectIo::kPreferred}));
+  KV_ASSIGN_OR_RETURN(const std::string probe, UniqueTempPath(dir + "/direct-probe"));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                      env->OpenFile(probe, {.mode = OpenMode::kCreateExclusive,
+                                            .direct = DirectIo::kPreferred,
+                                            .links = Links::kRefuse}));
   const bool direct = file->direct();
   KV_RETURN_IF_ERROR(file->Close());
   KV_RETURN_IF_ERROR(env->RemoveFile(probe));

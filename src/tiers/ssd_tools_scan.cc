@@ -136,13 +136,16 @@ bool IsCacheFileName(std::string_view name) {
     name = name.substr(0, bad);
   }
   uint64_t id = 0;
-  return ParseSegmentFileName(name, &id) || name == kCheckpointName || name == kCheckpointTempName;
+  return ParseSegmentFileName(name, &id) || name == kCheckpointName ||
+         IsTempFileName(name, kCheckpointTempName);
 }
 
 Status CheckRegularFile(Env* env, const std::string& path) {
   KV_ASSIGN_OR_RETURN(
       std::unique_ptr<File> file,
-      env->OpenFile(path, {.mode = OpenMode::kReadOnly, .kind = FileKind::kRegular}));
+      env->OpenFile(path, {.mode = OpenMode::kReadOnly,
+                           .kind = FileKind::kRegular,
+                           .links = Links::kRefuse}));
   return file->Close();
 }
 
@@ -196,7 +199,7 @@ Result<ToolListing> ListCache(Env* env, const std::vector<std::string>& dirs) {
   listing.segments = std::move(found.segments);
   for (std::string& path : found.other_files) {
     const std::string_view name = std::string_view(path).substr(path.rfind('/') + 1);
-    if (name == kCheckpointTempName) {
+    if (IsTempFileName(name, kCheckpointTempName)) {
       listing.temp_files.push_back(std::move(path));
     } else {
       listing.other_files.push_back(std::move(path));

@@ -28,12 +28,13 @@
 
 namespace kvtier::ssd {
 
-// OK when `path` names a regular file (symlinks followed), checked through the Env with
-// FileKind::kRegular, so a FIFO or device is never waited on; InvalidArgument "<path> is not a
-// regular file (<what it is>)" otherwise, NotFound when it does not exist.
+// OK when `path` names a regular file, checked through the Env with FileKind::kRegular and
+// Links::kRefuse, so a FIFO or device is never waited on and a link is never followed;
+// InvalidArgument "<path> is not a regular file (<what it is>)" or "<path> is a symbolic link"
+// otherwise, NotFound when it does not exist.
 Status CheckRegularFile(Env* env, const std::string& path);
 
-// True for the names kvtier writes in a cache directory (segments, index.ckpt, index.ckpt.tmp)
+// True for the names kvtier writes in a cache directory (segments, index.ckpt, its temporaries)
 // and for the "<name>.bad" and "<name>.bad.<n>" names RepairDir renames them to.
 bool IsCacheFileName(std::string_view name);
 

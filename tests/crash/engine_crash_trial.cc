@@ -10,7 +10,7 @@
 // each Store whose durability was promised (docs/engine.md): write-through when StoreHandle::Wait
 // returned OK, write-back when a Flush that began after the Store's Wait returned OK. The parent
 // SIGKILLs the child at a random moment, or right when the cache directory shows a segment reclaim
-// (a segment file deleted), a checkpoint being written or installed (index.ckpt.tmp created,
+// (a segment file deleted), a checkpoint being written or installed (index.ckpt.tmp.<hex> created,
 // renamed over index.ckpt) or a segment roll (watched with inotify), then reopens the cache with a
 // new Engine and checks every sequence the child attempted: whatever Lookup reports is loaded and
 // must be byte-identical, and every acknowledged chunk must be found unless reclaim may have
@@ -307,7 +307,8 @@ bool Matches(KillAt kind, const inotify_event& e) {
   switch (kind) {
     case KillAt::kTimer: return false;
     case KillAt::kReclaim: return segment && (e.mask & IN_DELETE) != 0;
-    case KillAt::kCheckpointWrite: return name == "index.ckpt.tmp" && (e.mask & IN_CREATE) != 0;
+    case KillAt::kCheckpointWrite:  // "index.ckpt.tmp.<random hex>".
+      return name.rfind("index.ckpt.tmp", 0) == 0 && (e.mask & IN_CREATE) != 0;
     case KillAt::kCheckpointInstall: return name == "index.ckpt" && (e.mask & IN_MOVED_TO) != 0;
     case KillAt::kRoll: return segment && (e.mask & IN_CREATE) != 0;
   }

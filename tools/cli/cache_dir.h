@@ -13,8 +13,9 @@
 
 namespace kvtier::cli {
 
-// Creates `dir` (and missing parents, mode 0700) when missing, then writes, syncs and removes a
-// probe file of 4 KiB in it, and checks that its filesystem has at least `free_bytes_min` bytes
+// Creates `dir` (and missing parents, mode 0700) when missing, refuses it when it is a symbolic
+// link, another user's or writable by others (env/dir_trust.h), then writes, syncs and removes
+// a probe file of 4 KiB in it (an unpredictable name, created O_EXCL|O_NOFOLLOW), and checks that its filesystem has at least `free_bytes_min` bytes
 // free. The error names the directory and the reason: "cache directory D cannot be used: ...",
 // with the errno's code kept (NoSpace for a full disk, IoError for a read-only one,
 // InvalidArgument when D is not a directory).

@@ -12,6 +12,7 @@
 
 #include "byte_size.h"
 #include "command.h"
+#include "env/dir_trust.h"
 #include "prompt_source.h"
 
 namespace kvtier::cli {
@@ -370,16 +371,8 @@ std::shared_ptr<CLI::Config> SnakeCaseConfig() { return std::make_shared<SnakeCa
 
 Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
   if (f.metrics_file.empty()) return Status::Ok();
-  const std::string tmp = f.metrics_file + ".tmp";
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (out == nullptr) return Status::FromErrno(errno, "--metrics-file " + tmp);
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), out) == text.size();
-  const bool closed = std::fclose(out) == 0;
-  if (!wrote || !closed) return Status::FromErrno(errno, "--metrics-file " + tmp);
-  if (std::rename(tmp.c_str(), f.metrics_file.c_str()) != 0) {
-    return Status::FromErrno(errno, "--metrics-file " + f.metrics_file);
-  }
-  return Status::Ok();
+  // Through an unpredictable O_EXCL|O_NOFOLLOW temporary; a FIFO, device or link is refused.
+  return ReplaceRegularFile("--metrics-file", f.metrics_file, text, 0644);
 }
 
 Status FinishModelFlags(ModelFlags* f) {

@@ -73,7 +73,9 @@ void AddModelCacheFlags(CLI::App* c, ModelFlags* flags);
 Status FinishModelFlags(ModelFlags* flags);
 
 // Writes `text` to flags.metrics_file (when set) through a temporary file and a rename, so a
-// collector never reads half a file.
+// collector never reads half a file. The temporary has an unpredictable name and is created
+// O_EXCL|O_NOFOLLOW; a metrics file that is a FIFO, device, directory or link is refused
+// (env/dir_trust.h ReplaceRegularFile).
 Status WriteMetricsFile(const ModelFlags& flags, const std::string& text);
 
 }  // namespace kvtier::cli

@@ -69,6 +69,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from vllm.logger import init_logger
 
 import kvtier
+from kvtier.files import replace_regular_file
 
 logger = init_logger(__name__)
 
@@ -666,10 +667,15 @@ class KvtierConnector(KVConnectorBase_V1):
         if not force and snapshot == self._stats_written:
             return
         self._stats_written = snapshot
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.stats(), f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        # An O_EXCL|O_NOFOLLOW temporary with a random name, renamed over the file. A stats_file
+        # that is a FIFO, device, directory or link is refused: logged once, never raised into
+        # vLLM's step loop.
+        try:
+            replace_regular_file(path, json.dumps(self.stats(), indent=1, sort_keys=True))
+        except (OSError, ValueError) as e:
+            if getattr(self, "_stats_file_error", None) != str(e):
+                self._stats_file_error = str(e)
+                logger.warning("kvtier: stats_file not written: %s", e)
 
     def get_kv_connector_stats(self):
         if self._role != KVConnectorRole.WORKER:

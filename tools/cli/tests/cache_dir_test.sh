@@ -40,7 +40,8 @@ expect_unusable() {
   [[ ! -s "$TMP/out" ]] || fail "$name: generated text although the cache cannot be used"
 }
 
-# mount_tmpfs <dir> <options>: 0 when mounted.
+# mount_tmpfs <dir> <options>: 0 when mounted. The options give mode=0700: a tmpfs root is 1777
+# by default, and kvtier refuses a cache directory that others can write.
 mount_tmpfs() {
   mkdir -p "$1"
   mount -t tmpfs -o "$2" tmpfs "$1" 2>/dev/null || return 1
@@ -51,13 +52,13 @@ mount_tmpfs() {
 expect_unusable not_a_directory "$TMP/plain-file"
 expect_unusable proc /proc/self/kvtier-cache
 
-if mount_tmpfs "$TMP/ro" "size=4m,ro"; then
+if mount_tmpfs "$TMP/ro" "size=4m,ro,mode=0700"; then
   expect_unusable read_only "$TMP/ro"
 else
   echo "SKIP: read_only (no tmpfs mount: not root?)"
 fi
 
-if mount_tmpfs "$TMP/small" "size=8m"; then
+if mount_tmpfs "$TMP/small" "size=8m,mode=0700"; then
   expect_unusable no_room "$TMP/small"
   grep -q "no space left on device" "$TMP/err" || fail "no_room: not reported as no space: $(cat "$TMP/err")"
 else
@@ -66,7 +67,7 @@ fi
 
 # A disk that fills between two chat turns: turn 2's store fails, the reply is still printed,
 # one error line says why, and the exit status is 1.
-if mount_tmpfs "$TMP/filling" "size=24m"; then
+if mount_tmpfs "$TMP/filling" "size=24m,mode=0700"; then
   mkfifo "$TMP/turns"
   rc_file="$TMP/chat-rc"
   ( rc=0
