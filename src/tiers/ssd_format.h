@@ -65,6 +65,13 @@ inline constexpr uint64_t kSegmentBytesDefault = 64 * kMiB;
 inline constexpr uint64_t kSegmentBytesMin = 1 * kMiB;
 inline constexpr uint64_t kSegmentBytesMax = 1 * kGiB;  // Offsets fit in u32.
 
+// Segment ids (docs/ssd_format.md §1): from 1 to kSegmentIdMax. A file named like a segment with
+// an id outside that range is a bad segment (never read, never counted into the next id), and the
+// tier never gives out an id above it, so the counter cannot wrap: at one segment per microsecond
+// the range lasts 292,000 years.
+inline constexpr uint64_t kSegmentIdMin = 1;
+inline constexpr uint64_t kSegmentIdMax = (uint64_t{1} << 63) - 1;
+
 // File names.
 inline constexpr const char* kSegmentPrefix = "seg-";
 inline constexpr const char* kSegmentSuffix = ".kvs";

@@ -107,6 +107,11 @@ void EncodeSegmentHeader(const SegmentHeader& header, std::span<std::byte> dst);
 // Checks magic, version, reserved and CRC of src[0, 36); Corruption otherwise.
 Result<SegmentHeader> DecodeSegmentHeader(std::span<const std::byte> src);
 
+// Whether `segment_id` is one a cache gives out: [kSegmentIdMin, kSegmentIdMax].
+constexpr bool SegmentIdInRange(uint64_t segment_id) {
+  return segment_id >= kSegmentIdMin && segment_id <= kSegmentIdMax;
+}
+
 // "seg-<16 hex digits>.kvs".
 std::string SegmentFileName(uint64_t segment_id);
 // Parses a name made by SegmentFileName; false for any other name.

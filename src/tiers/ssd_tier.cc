@@ -229,6 +229,10 @@ Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_
     // written into a segment older than the newest one on disk (docs/ssd_format.md §7).
     if (open_segment_[dir] != 0 || rolling_[dir]) return Status::Ok();
   }
+  if (next_segment_id_ > ssd::kSegmentIdMax) {
+    // Unreachable in practice (§1), but the counter must never wrap onto ids in use.
+    return Status::NoSpace("ssd: every segment id up to 2^63-1 has been used");
+  }
   rolling_[dir] = true;
   const uint64_t id = next_segment_id_++;
   mu_.Unlock();
