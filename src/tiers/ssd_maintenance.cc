@@ -168,6 +168,7 @@ Status SsdTier::ReclaimOldestSegment() {
   MutexLock lock(&mu_);
   // The reclaim's segments past the limit take every writer's records again.
   for (auto& [id, seg] : segments_) seg.reclaim_only = false;
+  reclaim_bytes_left_ = 0;
   if (s.ok()) {
     last_reclaim_error_ = Status::Ok();
   } else if (!s.IsNotFound() && s.message() != kOldestInFlight) {
@@ -194,6 +195,8 @@ Status SsdTier::ReclaimOldestLocked() {
     if (open_segment_[seg.dir] == id) open_segment_[seg.dir] = 0;
     file = seg.file;
     CollectReclaimLocked(id, &keep, &tombs);
+    reclaim_bytes_left_ = tombs.size() * ssd::RecordBytesForPayload(0);
+    for (const auto& [key, e] : keep) reclaim_bytes_left_ += e.record_bytes();
   }
   KV_RETURN_IF_ERROR(Reappend(keep, file));
   KV_RETURN_IF_ERROR(ReappendTombstones(id, tombs));

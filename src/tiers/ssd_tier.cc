@@ -284,6 +284,7 @@ void SsdTier::PlaceLocked(uint64_t id, uint32_t record_bytes, const WriteMode& m
   // durable_sequence() speaks of fresh sequences; a kept one was counted when first written.
   if (fresh) inflight_sequences_.insert(out->sequence);
   ++writes_in_flight_;
+  if (mode.over_capacity) reclaim_bytes_left_ -= std::min<uint64_t>(reclaim_bytes_left_, record_bytes);
 }
 
 Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
@@ -301,9 +302,9 @@ Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, 
     bool wait_for_reclaim = false;
     if (id != 0) {
       Segment& seg = segments_.at(id);
-      if (seg.reclaim_only && !mode.over_capacity) {
-        wait_for_reclaim = true;
-      } else if (!seg.sealed && seg.append_offset + record_bytes <= options_.segment_bytes) {
+      // In a reclaim's segment, others leave room for every copy the reclaim has yet to place.
+      const uint64_t keep_free = seg.reclaim_only && !mode.over_capacity ? reclaim_bytes_left_ : 0;
+      if (!seg.sealed && seg.append_offset + record_bytes + keep_free <= options_.segment_bytes) {
         // Checked here, where the sequence is taken, with no unlock of mu_ in between (waiting
         // for a roll unlocks it): an erase either happened before (skip the copy) or gets a
         // larger sequence than the copy.
@@ -312,6 +313,8 @@ Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, 
         }
         PlaceLocked(id, record_bytes, mode, i, out);
         return Status::Ok();
+      } else if (keep_free != 0) {
+        wait_for_reclaim = true;  // Not sealed: the reclaim's copies go there.
       } else {
         seg.sealed = true;
         open_segment_[dir] = 0;

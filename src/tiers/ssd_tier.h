@@ -94,7 +94,9 @@ struct SsdTierOptions {
   // Memory: directories x buffers x bytes, touched at open (32 MiB per directory by default).
   uint64_t staging_buffer_bytes = kMiB;  // Multiple of 4 KiB, 4 KiB..64 MiB.
   uint32_t staging_buffers = 0;          // Per directory; 0 = min(io_depth, 64). At most 4096.
-  uint32_t write_stall_ms_max = 10'000;  // A writer waiting for reclaim gives up (Busy) after.
+  // A writer waiting for reclaim gives up (Busy) when reclaim freed no segment for this long
+  // (the Env's clock; docs/ssd_format.md §7, "Waiting for reclaim").
+  uint32_t write_stall_ms_max = 10'000;
   SsdAdmission admission = SsdAdmission::kAlways;
   uint32_t admission_requests = 2;
   uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
@@ -245,8 +247,9 @@ class SsdTier {
     // Keys of the records written into it (data and tombstones; stale ones too), so a reclaim
     // visits its own records instead of the whole index. At most segment_bytes / 4096.
     std::vector<BlockKey> keys;
-    // Rolled by a reclaim past the segment limit for its copies: only the reclaim writes into it
-    // until it ends (ordinary writers wait), so that its copies always fit (docs/ssd_format.md §7).
+    // Rolled by a reclaim past the segment limit for its copies: until the reclaim ends, other
+    // writers leave room in it for the copies the reclaim has yet to place (reclaim_bytes_left_),
+    // waiting when they would not, so that its copies always fit (docs/ssd_format.md §7).
     bool reclaim_only = false;
   };
   struct Placement {
@@ -400,6 +403,9 @@ class SsdTier {
   // Segments reclaim has freed, and why the last reclaim that failed did (OK: none failed since
   // one succeeded): what writers waiting for a segment go by.
   uint64_t segments_freed_ KV_GUARDED_BY(mu_) = 0;
+  // Record bytes the running reclaim has yet to place (an upper bound: copies it skips are not
+  // taken off); 0 when none runs.
+  uint64_t reclaim_bytes_left_ KV_GUARDED_BY(mu_) = 0;
   Status last_reclaim_error_ KV_GUARDED_BY(mu_);
   bool checkpoint_wanted_ KV_GUARDED_BY(mu_) = false;
   bool stopping_ KV_GUARDED_BY(mu_) = false;
