@@ -226,7 +226,9 @@ Status SsdTier::WaitForReclaimLocked(ReclaimWait* wait) {
   if (now - wait->since_us >= uint64_t{options_.write_stall_ms_max} * 1000) {
     std::string why = "ssd: no segment free: reclaim freed none in " +
                       std::to_string(options_.write_stall_ms_max) + " ms";
-    if (!last_reclaim_error_.ok()) why += " (reclaim failed: " + last_reclaim_error_.ToString() + ")";
+    if (!last_reclaim_error_.ok()) {
+      why += " (reclaim failed: " + last_reclaim_error_.ToString() + ")";
+    }
     return Status::Busy(why);
   }
   if (!wait->kicked) {
@@ -284,7 +286,9 @@ void SsdTier::PlaceLocked(uint64_t id, uint32_t record_bytes, const WriteMode& m
   // durable_sequence() speaks of fresh sequences; a kept one was counted when first written.
   if (fresh) inflight_sequences_.insert(out->sequence);
   ++writes_in_flight_;
-  if (mode.over_capacity) reclaim_bytes_left_ -= std::min<uint64_t>(reclaim_bytes_left_, record_bytes);
+  if (mode.over_capacity) {
+    reclaim_bytes_left_ -= std::min<uint64_t>(reclaim_bytes_left_, record_bytes);
+  }
 }
 
 Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
@@ -326,7 +330,9 @@ Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, 
     } else if (SegmentLimitReachedLocked(mode.over_capacity)) {
       // The reclaim cannot wait for a reclaim (its copies fit one new segment per directory, so
       // this is not expected): it fails, and is tried again later.
-      if (mode.over_capacity) return Status::Busy("ssd: reclaim needs a segment past its allowance");
+      if (mode.over_capacity) {
+        return Status::Busy("ssd: reclaim needs a segment past its allowance");
+      }
       wait_for_reclaim = true;
     }
     if (!wait_for_reclaim) {

@@ -62,8 +62,8 @@ struct SsdTier::ReadState {
 };
 
 // Encodes one directory's records of a part of a batch (part->order[begin, end)) into staging
-// buffers of its pool, one write request per buffer, and hands them to its IoWorker. Records that are
-// contiguous in a segment share buffers; a record larger than a buffer spans several requests.
+// buffers of its pool, one write request per buffer, and hands them to its IoWorker. Records that
+// are contiguous in a segment share buffers; a record larger than a buffer spans several requests.
 // The job so far is submitted early when the pool runs dry, so its completions free buffers.
 class SsdTier::WriteStager {
  public:
