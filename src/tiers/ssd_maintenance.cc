@@ -305,7 +305,8 @@ Status SsdTier::Reappend(const std::vector<std::pair<BlockKey, IndexEntry>>& ent
               ? ssd::DecodeRecord(buf.span(), e.segment_id, e.segment_offset, ssd::kSegmentBytesMax,
                                   &payload)
               : Result<ssd::RecordHeader>(Status::IoError("short read"));
-      if (!h.ok() || h->key != key || h->sequence != e.sequence) {
+      if (!h.ok() || h->key != key || h->sequence != e.sequence ||
+          h->expiry_wall_us != e.expiry_wall_us) {
         MutexLock lock(&mu_);
         ++stats_.corrupt_records;
         continue;  // Dropped with the segment.

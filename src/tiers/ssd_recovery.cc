@@ -67,6 +67,7 @@ Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFi
 // A re-appended tombstone keeps its sequence, so an equal sequence is a copy of one tombstone.
 void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st) {
   ++st->stats.records_scanned;
+  if (h.sealed()) ++st->stats.sealed_records;
   st->next_sequence = std::max(st->next_sequence, h.sequence + 1);
   auto tomb = st->tombstones.find(h.key);
   if (tomb != st->tombstones.end() && tomb->second.sequence > h.sequence) return;

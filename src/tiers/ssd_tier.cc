@@ -79,9 +79,10 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, En
   KV_ASSIGN_OR_RETURN(std::vector<ssd::DirLock> locks,
                       ssd::AcquireAll(env, options.dirs, ssd::DirLockMode::kExclusive,
                                       options.file_mode));
+  const bool sealed = options.keyring.has_value();
   KV_ASSIGN_OR_RETURN(std::vector<ssd::Manifest> manifests,
                       ssd::EnsureManifestSet(env, options.dirs, options.segment_bytes,
-                                             options.file_mode));
+                                             options.file_mode, sealed));
   KV_ASSIGN_OR_RETURN(ssd::RecoveredState recovered,
                       ssd::Recover(env,
                                    {.dirs = options.dirs,
@@ -90,6 +91,18 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, En
                                     .direct = options.direct_io,
                                     .cache_id = manifests[0].cache_id},
                                    env->logger()));
+  if (!sealed && recovered.stats.sealed_records > 0) {
+    // Sealed by a build that did not mark its MANIFEST: marked now, so that the next open is
+    // refused at once even where a checkpoint spares it the scan (docs/ssd_format.md §8).
+    KV_RETURN_IF_ERROR(ssd::EnsureManifestSet(env, options.dirs, options.segment_bytes,
+                                              options.file_mode, /*sealed=*/true)
+                           .status());
+    return Status::InvalidArgument(
+        "dir " + options.dirs[0] + " holds a sealed cache (" +
+        std::to_string(recovered.stats.sealed_records) +
+        " records encrypted at rest were found) and no key is configured: give the cache's keys " +
+        "(ssd_key_file or ssd_key_env), or use another directory");
+  }
   std::unique_ptr<SsdTier> tier(new SsdTier(options, env));
   {
     MutexLock lock(&tier->mu_);

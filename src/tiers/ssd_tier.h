@@ -104,8 +104,9 @@ struct SsdTierOptions {
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   // Records sealed at rest with AES-256-GCM under these keys (tiers/remote_crypto.h;
   // docs/ssd_format.md §3, "Sealed records"): for NVMe shared by tenants of one host. With keys,
-  // a record that is not sealed, or that fails authentication, is a miss; without them a sealed
-  // record is a miss. 32 bytes per record.
+  // a record that is not sealed, or that fails authentication, is a miss, and the cache's
+  // MANIFEST is marked sealed; a sealed cache is refused without them (§8). The seal covers the
+  // block's identity and its expiry. 32 bytes per record.
   std::optional<RemoteKeyring> keyring;
   // Permission bits of the files the tier creates (segments, checkpoint, MANIFEST, LOCK):
   // private to the owner by default; 0640 or 0660 share the cache with the file's group.
@@ -185,8 +186,9 @@ class SsdTier {
   // Creates missing directories (dir_mode()), takes each directory's LOCK (Busy "<dir> is in use
   // by process <pid> (LOCK held)" while another tier, in this process or another, has it),
   // checks or writes the MANIFESTs (InvalidArgument naming the mismatch for directories that
-  // are not one cache in this order, count and segment size), recovers the index, starts the
-  // I/O and maintenance threads. The locks are held until Close or destruction.
+  // are not one cache in this order, count and segment size, or saying that a sealed cache was
+  // opened without keys), recovers the index, starts the I/O and maintenance threads. The locks
+  // are held until Close or destruction.
   static Result<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options, Env* env);
   // Close()s quietly if not closed.
   ~SsdTier();

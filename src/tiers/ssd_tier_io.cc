@@ -561,15 +561,20 @@ void SsdTier::SealPayloads(WriteState& state, std::vector<bool>& admitted) {
     SsdBlockWrite& w = state.writes[i];
     std::vector<std::byte>& out = state.sealed[i];
     out.resize(w.payload.size() + ssd::kSealedRecordOverheadBytes);
-    const auto aad = ssd::SealedRecordAad(w.key, w.layout_digest, w.codec_id, w.raw_bytes);
-    const Status s = SealRecordPayload(*options_.keyring, aad, w.payload, out);
+    // The expiry is sealed with the block's identity: changed without the key, it fails
+    // authentication instead of serving an expired block again (docs/ssd_format.md §3).
+    constexpr uint8_t kFlags = ssd::kRecordFlagSealed | ssd::kRecordFlagSealedExpiry;
+    const ssd::SealedAad aad = ssd::SealedRecordAad(w.key, w.layout_digest, w.codec_id,
+                                                    w.raw_bytes, kFlags,
+                                                    state.placements[i].expiry_wall_us);
+    const Status s = SealRecordPayload(*options_.keyring, aad.span(), w.payload, out);
     if (!s.ok()) {
       w.status = s;
       admitted[i] = false;
       continue;
     }
     state.payload[i] = out;
-    state.flags[i] = ssd::kRecordFlagSealed;
+    state.flags[i] = kFlags;
   }
 }
 
@@ -585,10 +590,11 @@ Status SsdTier::OpenPayload(const ssd::RecordHeader& h, std::span<std::byte> buf
   }
   if (!h.sealed()) return Status::Ok();
   std::span<std::byte> region = buffer.subspan(ssd::kRecordPayloadOffset, h.payload_bytes);
-  const auto aad = ssd::SealedRecordAad(h.key, h.layout_digest, h.codec_id, h.raw_bytes);
+  const ssd::SealedAad aad = ssd::SealedRecordAad(h.key, h.layout_digest, h.codec_id, h.raw_bytes,
+                                                  h.flags, h.expiry_wall_us);
   size_t plain_bytes = 0;
   uint32_t key_id = 0;
-  const Status s = OpenRecordPayload(*options_.keyring, aad, region, &plain_bytes, &key_id);
+  const Status s = OpenRecordPayload(*options_.keyring, aad.span(), region, &plain_bytes, &key_id);
   if (s.IsNotFound()) *mismatch = true;  // Another key: a miss, not damage.
   if (!s.ok()) return s;
   *payload = region.first(plain_bytes);
@@ -611,6 +617,10 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
     verdict = Status::Corruption("record holds another block");
   } else if (h.ok() && h->layout_digest != read.layout_digest) {
     verdict = Status::Corruption("layout digest mismatch");
+  } else if (h.ok() && h->expiry_wall_us != expect.expiry_wall_us) {
+    // The index's expiry (from a checkpoint, or the record when scanned) and the record's
+    // (authenticated when sealed) must agree: an edited one would serve an expired block.
+    verdict = Status::Corruption("expiry differs from the index's");
   }
   bool mismatch = false;
   if (verdict.ok()) verdict = OpenPayload(*h, read.buffer, &payload, &mismatch);
@@ -618,6 +628,13 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
   if (mismatch) {
     read.status = verdict;
     ++stats_.read_misses;
+    return;
+  }
+  if (verdict.ok() && expect.Expired(clock_->WallMicros())) {  // It expired during the read.
+    read.status = Status::NotFound("ssd: expired");
+    ++stats_.expired;
+    ++stats_.read_misses;
+    DropEntryLocked(read.key, expect.sequence);
     return;
   }
   if (!verdict.ok()) {
