@@ -124,7 +124,8 @@ std::string EncodeManifest(const Manifest& m) {
   PutFixed32(&out, m.stripe_count);
   PutFixed64(&out, m.segment_bytes);
   PutFixed32(&out, m.format_digest);
-  KV_DCHECK(m.format_version == Manifest::VersionFor(m.flags));
+  // Version 1 has no flags; a version 2 file without one (no writer makes it) is kept as read.
+  KV_DCHECK(m.format_version == kManifestVersionFlags || m.flags == 0);
   PutFixed32(&out, m.flags);  // Version 1: reserved, 0.
   out.append(kManifestCrcOffset - out.size(), '\0');  // Reserved.
   const auto* p = reinterpret_cast<const std::byte*>(out.data());

@@ -49,7 +49,8 @@ std::string CacheIdHex(const std::array<uint8_t, 16>& cache_id);
 // The digest this build writes and expects (docs/ssd_format.md §8).
 uint32_t ManifestFormatDigest();
 
-// The whole file, CRC included. `format_version` must be VersionFor(flags).
+// The whole file, CRC included, as `format_version` says (writers use VersionFor(flags); a
+// version 1 manifest has no flags).
 std::string EncodeManifest(const Manifest& manifest);
 // Checks size, magic, CRC, version (1 or 2), reserved fields and flags, stripe_index <
 // stripe_count, the segment size and the format digest. Corruption naming the first problem.
