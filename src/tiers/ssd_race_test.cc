@@ -3,12 +3,15 @@
 // block never comes back after a crash however reclaim, erase and re-append interleave, with
 // several directories whose segment ids are not in write order (F3), a write batch that
 // cannot get space gives up after one stall period, not one per record (F4), with kPerBatch
-// a batch is not acknowledged while a write placed before it is still in flight (F5), and
-// writers that waited for reclaim do not each make a segment of their own (F6).
+// a batch is not acknowledged while a write placed before it is still in flight (F5),
+// writers that waited for reclaim do not each make a segment of their own (F6), writers do not
+// give up while a slow reclaim can still free a segment (F7), and a batch that waits for reclaim
+// does not hold reserved records the reclaim's copies would wait for (F8).
 // Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync, a read or
 // a write until the test releases it (and then fail it), so a chosen interleaving happens every
 // run;
-// ReclaimOldestSegment called directly; a crash simulated by opening a second instance on the
+// ReclaimOldestSegment called directly; a ManualClock that never moves, so that only the reclaim
+// can end a writer's wait (F7, F8); a crash simulated by opening a second instance on the
 // same directories while the first, which never wrote a checkpoint, is idle (its LOCKs released
 // as the crash would release them).
 #include <gtest/gtest.h>
@@ -329,8 +332,7 @@ TEST_F(SsdRaceTest, BatchIsNotAcknowledgedWhileAnEarlierWriteIsInFlight) {
 // rolling a segment of its own: that left segment 5 behind with room, took the cache over its
 // capacity, and put records into a segment older than the newest file in the directory (a
 // block stored then was reclaimed with that older segment while newer, near-empty ones stayed).
-// (Waiters wake each other and count each wake-up as 10 ms of write_stall_ms_max: the allowance
-// is made large enough that neither gives up while the reclaim is held.)
+// (The allowance is made large enough that neither gives up while the reclaim is held.)
 TEST_F(SsdRaceTest, WritersThatWaitedForReclaimUseItsSegment) {
   SsdTierOptions o = Options(1);
   o.capacity_bytes = 4 * kMiB;  // 4 segments; reclaim starts at 4.

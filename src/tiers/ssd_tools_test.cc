@@ -4,7 +4,9 @@
 // between the checkpoint and the segments; that FIFOs and directories named like cache files are
 // reported, never waited on; that directories of two caches are refused, and so is a cache a
 // tier holds; that RepairDir leaves a cache that verifies and from which a reopened tier reads
-// every undamaged block byte for byte; that ClearDir removes only kvtier's files; that
+// every undamaged block byte for byte; that a segment named with an id outside [1, 2^63-1] is a
+// bad segment the counter never wraps on, which repair moves aside; that ClearDir removes only
+// kvtier's files; that
 // CheckCacheDirs tells cache directories from others; that BenchSsd and BenchReopen measure a
 // real tier, read every block back intact, and clean up after themselves; that they report
 // progress up to the whole run and stop with Aborted, cleaned up, once cancelled; that their
