@@ -240,6 +240,11 @@ Result<Checkpoint> DecodeCheckpoint(std::span<const std::byte> bytes) {
       c.segment_bytes % kDirectIoAlignment != 0) {
     return Status::Corruption("checkpoint: bad segment_bytes " + std::to_string(c.segment_bytes));
   }
+  // At most one past the last id (§1): anything larger would take the counter out of the range.
+  if (c.next_segment_id < kSegmentIdMin || c.next_segment_id > kSegmentIdMax + 1) {
+    return Status::Corruption("checkpoint: next_segment_id " + std::to_string(c.next_segment_id) +
+                              " outside [1, 2^63]");
+  }
   ByteReader r(bytes.subspan(h.prefix_bytes, body - h.prefix_bytes));
   c.segments.resize(h.segment_count);
   KV_ASSIGN_OR_RETURN(const std::vector<uint64_t> ids, GetSegments(&r, &c));

@@ -31,11 +31,18 @@ inline constexpr uint8_t kRecordFlagTombstone = 0x01;
 // The payload is sealed (AES-256-GCM): ciphertext, then a 16-byte tag, the key id (u32) and the
 // 12-byte nonce; payload_bytes counts all of it (docs/ssd_format.md §3, "Sealed records").
 inline constexpr uint8_t kRecordFlagSealed = 0x02;
-inline constexpr uint8_t kRecordFlagsKnown = kRecordFlagTombstone | kRecordFlagSealed;
+// Set with kRecordFlagSealed: the seal's associated data includes expiry_wall_us (label
+// "kvtier-ssd-rec-2"), so an expiry changed without the key fails authentication. Records sealed
+// before it existed have bit 1 alone (label "kvtier-ssd-rec-1", expiry not authenticated).
+inline constexpr uint8_t kRecordFlagSealedExpiry = 0x04;
+inline constexpr uint8_t kRecordFlagsKnown =
+    kRecordFlagTombstone | kRecordFlagSealed | kRecordFlagSealedExpiry;
 inline constexpr size_t kSealedRecordOverheadBytes = 32;
 // Associated data of a sealed record: a label, the chunk hash, the layer, the layout digest, the
-// codec id and raw_bytes (the record's identity; not its place, so reclaim can move it as is).
-inline constexpr size_t kSealedRecordAadBytes = 16 + 32 + 4 + 32 + 1 + 4;
+// codec id and raw_bytes (the record's identity; not its place, so reclaim can move it as is),
+// then with kRecordFlagSealedExpiry the expiry (reclaim keeps it).
+inline constexpr size_t kSealedRecordAadBytesV1 = 16 + 32 + 4 + 32 + 1 + 4;
+inline constexpr size_t kSealedRecordAadBytes = kSealedRecordAadBytesV1 + 8;
 
 // Checkpoint (docs/ssd_format.md §4).
 inline constexpr uint32_t kCheckpointMagic = 0x4B43564Bu;  // "KVCK".
@@ -53,9 +60,17 @@ inline constexpr uint16_t kCheckpointVersionCacheId = 3;  // The first with a ca
 inline constexpr size_t kCheckpointCacheIdBytes = 16;     // Right after the 64-byte header.
 inline constexpr size_t kCheckpointTombstoneEntryBytes = 56;
 
-// Manifest (docs/ssd_format.md §8): one 64-byte file per directory.
+// Manifest (docs/ssd_format.md §8): one 64-byte file per directory. Version 2 gave the first 4
+// reserved bytes (offset 44) a meaning: flags, bit 0 = the cache is sealed. A manifest without
+// flags is written as version 1 (so a build that knows only version 1 still opens the cache), one
+// with flags as version 2 (so such a build refuses a sealed cache instead of writing plain
+// records into it); both versions are read.
 inline constexpr uint32_t kManifestMagic = 0x464D564Bu;  // "KVMF".
-inline constexpr uint16_t kManifestVersion = 1;
+inline constexpr uint16_t kManifestVersion = 1;       // Written when flags are 0.
+inline constexpr uint16_t kManifestVersionFlags = 2;  // Written when a flag is set.
+inline constexpr uint32_t kManifestFlagSealed = 0x1;  // Records are sealed (SsdTierOptions::keyring)
+inline constexpr uint32_t kManifestFlagsKnown = kManifestFlagSealed;
+inline constexpr size_t kManifestFlagsOffset = 44;
 inline constexpr size_t kManifestBytes = 64;
 inline constexpr size_t kManifestCrcOffset = 60;  // CRC covers [0, 60).
 inline constexpr size_t kCacheIdBytes = 16;
@@ -64,6 +79,13 @@ inline constexpr size_t kCacheIdBytes = 16;
 inline constexpr uint64_t kSegmentBytesDefault = 64 * kMiB;
 inline constexpr uint64_t kSegmentBytesMin = 1 * kMiB;
 inline constexpr uint64_t kSegmentBytesMax = 1 * kGiB;  // Offsets fit in u32.
+
+// Segment ids (docs/ssd_format.md §1): from 1 to kSegmentIdMax. A file named like a segment with
+// an id outside that range is a bad segment (never read, never counted into the next id), and the
+// tier never gives out an id above it, so the counter cannot wrap: at one segment per microsecond
+// the range lasts 292,000 years.
+inline constexpr uint64_t kSegmentIdMin = 1;
+inline constexpr uint64_t kSegmentIdMax = (uint64_t{1} << 63) - 1;
 
 // File names.
 inline constexpr const char* kSegmentPrefix = "seg-";

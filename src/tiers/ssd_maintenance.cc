@@ -20,6 +20,8 @@ using ssd::IndexEntry;
 namespace {
 constexpr uint32_t kMaintenanceTickMs = 20;
 constexpr size_t kReappendBatch = 64;
+// Not a failure: the oldest segment's writes complete by themselves and the next tick retries.
+constexpr const char* kOldestInFlight = "ssd: oldest segment has writes in flight";
 }  // namespace
 
 bool SsdTier::ReclaimNeededLocked() const {
@@ -154,6 +156,21 @@ Status SsdTier::WriteCheckpoint() {
 
 Status SsdTier::ReclaimOldestSegment() {
   MutexLock serial(&checkpoint_mu_);
+  const Status s = ReclaimOldestLocked();
+  MutexLock lock(&mu_);
+  // The reclaim's segments past the limit take every writer's records again.
+  for (auto& [id, seg] : segments_) seg.reclaim_only = false;
+  reclaim_bytes_left_ = 0;
+  if (s.ok()) {
+    last_reclaim_error_ = Status::Ok();
+  } else if (!s.IsNotFound() && s.message() != kOldestInFlight) {
+    last_reclaim_error_ = s;  // Told to writers that give up waiting for a segment.
+  }
+  changed_.SignalAll();
+  return s;
+}
+
+Status SsdTier::ReclaimOldestLocked() {
   uint64_t id = 0;
   std::shared_ptr<File> file;
   std::vector<std::pair<BlockKey, IndexEntry>> keep;
@@ -164,12 +181,14 @@ Status SsdTier::ReclaimOldestSegment() {
     auto oldest = segments_.begin();
     id = oldest->first;
     Segment& seg = oldest->second;
-    if (!seg.in_flight.empty()) return Status::Busy("ssd: oldest segment has writes in flight");
+    if (!seg.in_flight.empty()) return Status::Busy(kOldestInFlight);
     reclaim_limit_ = segments_.size() + options_.dirs.size();
     seg.sealed = true;
     if (open_segment_[seg.dir] == id) open_segment_[seg.dir] = 0;
     file = seg.file;
     CollectReclaimLocked(id, &keep, &tombs);
+    reclaim_bytes_left_ = tombs.size() * ssd::RecordBytesForPayload(0);
+    for (const auto& [key, e] : keep) reclaim_bytes_left_ += e.record_bytes();
   }
   KV_RETURN_IF_ERROR(Reappend(keep, file));
   KV_RETURN_IF_ERROR(ReappendTombstones(id, tombs));
@@ -182,6 +201,7 @@ Status SsdTier::ReclaimOldestSegment() {
     dir = segments_.at(id).dir;
     DropSegmentLocked(id);
     ++stats_.reclaimed_segments;
+    ++segments_freed_;
     changed_.SignalAll();
   }
   const std::string path = DirPath(dir) + "/" + ssd::SegmentFileName(id);
@@ -277,7 +297,8 @@ Status SsdTier::Reappend(const std::vector<std::pair<BlockKey, IndexEntry>>& ent
               ? ssd::DecodeRecord(buf.span(), e.segment_id, e.segment_offset, ssd::kSegmentBytesMax,
                                   &payload)
               : Result<ssd::RecordHeader>(Status::IoError("short read"));
-      if (!h.ok() || h->key != key || h->sequence != e.sequence) {
+      if (!h.ok() || h->key != key || h->sequence != e.sequence ||
+          h->expiry_wall_us != e.expiry_wall_us) {
         MutexLock lock(&mu_);
         ++stats_.corrupt_records;
         continue;  // Dropped with the segment.

@@ -124,6 +124,9 @@ std::string EncodeManifest(const Manifest& m) {
   PutFixed32(&out, m.stripe_count);
   PutFixed64(&out, m.segment_bytes);
   PutFixed32(&out, m.format_digest);
+  // Version 1 has no flags; a version 2 file without one (no writer makes it) is kept as read.
+  KV_DCHECK(m.format_version == kManifestVersionFlags || m.flags == 0);
+  PutFixed32(&out, m.flags);  // Version 1: reserved, 0.
   out.append(kManifestCrcOffset - out.size(), '\0');  // Reserved.
   const auto* p = reinterpret_cast<const std::byte*>(out.data());
   PutFixed32(&out, MaskedCrc(p, kManifestCrcOffset));
@@ -146,10 +149,19 @@ Result<Manifest> DecodeManifest(std::span<const std::byte> bytes) {
   }
   Manifest m;
   m.format_version = DecodeFixed16(p + 4);
-  if (m.format_version != kManifestVersion) return Status::Corruption("manifest: unknown version");
+  if (m.format_version != kManifestVersion && m.format_version != kManifestVersionFlags) {
+    return Status::Corruption("manifest: unknown version " + std::to_string(m.format_version));
+  }
+  // Version 1 has no flags: its bytes at 44 are reserved like the rest.
+  const size_t reserved_from =
+      m.format_version == kManifestVersion ? kManifestFlagsOffset : kManifestFlagsOffset + 4;
   bool reserved_zero = DecodeFixed16(p + 6) == 0;
-  for (size_t i = 44; i < kManifestCrcOffset; ++i) reserved_zero &= p[i] == std::byte{0};
+  for (size_t i = reserved_from; i < kManifestCrcOffset; ++i) reserved_zero &= p[i] == std::byte{0};
   if (!reserved_zero) return Status::Corruption("manifest: reserved field set");
+  if (m.format_version == kManifestVersionFlags) {
+    m.flags = DecodeFixed32(p + kManifestFlagsOffset);
+    if ((m.flags & ~kManifestFlagsKnown) != 0) return Status::Corruption("manifest: unknown flags");
+  }
   for (size_t i = 0; i < kCacheIdBytes; ++i) m.cache_id[i] = DecodeFixed8(p + 8 + i);
   m.stripe_index = DecodeFixed32(p + 24);
   m.stripe_count = DecodeFixed32(p + 28);
@@ -231,7 +243,8 @@ Status CheckManifestSet(Env* env, const std::vector<std::string>& dirs) {
 }
 
 Result<std::vector<Manifest>> EnsureManifestSet(Env* env, const std::vector<std::string>& dirs,
-                                                uint64_t segment_bytes, uint32_t file_mode) {
+                                                uint64_t segment_bytes, uint32_t file_mode,
+                                                bool sealed) {
   KV_ASSIGN_OR_RETURN(std::vector<std::optional<Manifest>> found, ReadAndCheckSet(env, dirs));
   std::array<uint8_t, 16> cache_id = RandomCacheId();
   for (size_t i = 0; i < dirs.size(); ++i) {
@@ -242,18 +255,27 @@ Result<std::vector<Manifest>> EnsureManifestSet(Env* env, const std::vector<std:
                                      std::to_string(found[i]->segment_bytes) +
                                      ", the options say " + std::to_string(segment_bytes));
     }
+    if (found[i]->sealed() && !sealed) {
+      return Status::InvalidArgument(
+          "dir " + dirs[i] + " holds a sealed cache (its MANIFEST says its records are encrypted " +
+          "at rest) and no key is configured: give the cache's keys (ssd_key_file or " +
+          "ssd_key_env), or use another directory");
+    }
   }
+  const uint32_t flags = sealed ? kManifestFlagSealed : 0;
   std::vector<Manifest> out;
   out.reserve(dirs.size());
   for (size_t i = 0; i < dirs.size(); ++i) {
-    if (!found[i].has_value()) {
-      // A new directory, one whose creation was cut short, or one made before manifests.
-      const Manifest m{.format_version = kManifestVersion,
+    // A new directory, one whose creation was cut short, or one made before manifests; or (with
+    // keys) one not yet marked sealed.
+    if (!found[i].has_value() || (sealed && !found[i]->sealed())) {
+      const Manifest m{.format_version = Manifest::VersionFor(flags),
                        .cache_id = cache_id,
                        .stripe_index = static_cast<uint32_t>(i),
                        .stripe_count = static_cast<uint32_t>(dirs.size()),
                        .segment_bytes = segment_bytes,
-                       .format_digest = ManifestFormatDigest()};
+                       .format_digest = ManifestFormatDigest(),
+                       .flags = flags};
       KV_RETURN_IF_ERROR(WriteManifest(env, dirs[i], m, file_mode));
       found[i] = m;
     }

@@ -18,6 +18,7 @@
 
 #include "env/env.h"
 #include "kvtier/result.h"
+#include "tiers/ssd_format.h"
 
 namespace kvtier::ssd {
 
@@ -31,6 +32,13 @@ struct Manifest {
   uint64_t segment_bytes = 0;
   // CRC32C of the format constants a reader must share (ManifestFormatDigest()).
   uint32_t format_digest = 0;
+  uint32_t flags = 0;  // kManifestFlag*; version 2 only (0 in version 1).
+
+  bool sealed() const { return (flags & kManifestFlagSealed) != 0; }
+  // The version a manifest with these flags is written as.
+  static uint16_t VersionFor(uint32_t flags) {
+    return flags == 0 ? kManifestVersion : kManifestVersionFlags;
+  }
   friend bool operator==(const Manifest&, const Manifest&) = default;
 };
 
@@ -41,10 +49,11 @@ std::string CacheIdHex(const std::array<uint8_t, 16>& cache_id);
 // The digest this build writes and expects (docs/ssd_format.md §8).
 uint32_t ManifestFormatDigest();
 
-// The whole file, CRC included.
+// The whole file, CRC included, as `format_version` says (writers use VersionFor(flags); a
+// version 1 manifest has no flags).
 std::string EncodeManifest(const Manifest& manifest);
-// Checks size, magic, CRC, version, reserved fields, stripe_index < stripe_count, the segment size
-// and the format digest. Corruption naming the first problem.
+// Checks size, magic, CRC, version (1 or 2), reserved fields and flags, stripe_index <
+// stripe_count, the segment size and the format digest. Corruption naming the first problem.
 Result<Manifest> DecodeManifest(std::span<const std::byte> bytes);
 
 // NotFound when the dir has no MANIFEST; Corruption naming the problem when it is damaged.
@@ -68,8 +77,12 @@ Status CheckManifestSet(Env* env, const std::vector<std::string>& dirs);
 // What SsdTier::Open does: checks the set as CheckManifestSet does and also that every manifest
 // has `segment_bytes`, then writes a manifest into every directory that has none (a new cache, or
 // one made before manifests existed) with the cache id of the others or a fresh random one.
-// Returns the set's manifests in directory order.
+// `sealed`: the opener seals records (it has keys). A set in which any manifest says sealed is
+// refused without keys (InvalidArgument naming the directory, before anything is written); with
+// keys, every manifest of the set is made to say sealed (a cache once opened with keys stays
+// sealed). Returns the set's manifests in directory order.
 Result<std::vector<Manifest>> EnsureManifestSet(Env* env, const std::vector<std::string>& dirs,
-                                                uint64_t segment_bytes, uint32_t file_mode);
+                                                uint64_t segment_bytes, uint32_t file_mode,
+                                                bool sealed = false);
 
 }  // namespace kvtier::ssd

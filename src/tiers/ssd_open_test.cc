@@ -4,7 +4,8 @@
 // regular file (FIFO, directory, symlink to a FIFO) is skipped without hanging; a second opener,
 // in this process or a forked child, gets Busy naming the holder's pid; MANIFESTs refuse a set
 // of directories that is not one cache (other cache, order, count, segment size) and bind the
-// checkpoint to its cache; files and directories are private (0600/0700) unless widened.
+// checkpoint to its cache, and both manifest versions (1, and 2 with flags) are read; files and
+// directories are private (0600/0700) unless widened.
 // Method: real files in a temporary directory through the posix Env (FaultInjectionEnv to count
 // reads of the checkpoint), edits of the files with the decoder and encoder the tier uses, mkfifo,
 // fork for a second process, and stat for permissions with the umask set by the test.
@@ -383,6 +384,52 @@ TEST_F(SsdOpenTest, NewCacheWritesOneManifestPerDirectory) {
   EXPECT_EQ(ssd::CacheIdHex(*first).size(), 32u);
   EXPECT_TRUE(ssd::CheckManifestSet(env_.get(), o.dirs).ok());
   EXPECT_TRUE(ssd::ReadManifest(env_.get(), dir_->path()).status().IsNotFound());
+}
+
+// Manifest versions (docs/ssd_format.md §8): a manifest without flags is written and read as
+// version 1 (so older builds open the cache); the sealed flag makes it version 2; a version 1
+// manifest with its flag bytes set, a version 2 one with an unknown flag, and version 3 are
+// Corruption.
+TEST(SsdManifestTest, VersionOneAndTwoAreRead) {
+  ssd::Manifest m{.format_version = ssd::kManifestVersion,
+                  .stripe_index = 0,
+                  .stripe_count = 1,
+                  .segment_bytes = ssd::kSegmentBytesDefault,
+                  .format_digest = ssd::ManifestFormatDigest()};
+  auto decode = [](const std::string& bytes) {
+    return ssd::DecodeManifest(std::span<const std::byte>(
+        reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+  };
+  // Re-encodes bytes [0, 60) with a fresh CRC, as a crafted file would have.
+  auto recrc = [](std::string bytes) {
+    const uint32_t crc = crc32c::Mask(crc32c::Value(bytes.data(), ssd::kManifestCrcOffset));
+    for (size_t b = 0; b < 4; ++b) {
+      bytes[ssd::kManifestCrcOffset + b] = static_cast<char>(crc >> (8 * b));
+    }
+    return bytes;
+  };
+  const std::string v1 = ssd::EncodeManifest(m);
+  EXPECT_EQ(v1[4], 1);
+  Result<ssd::Manifest> back = decode(v1);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->sealed());
+  m.flags = ssd::kManifestFlagSealed;
+  m.format_version = ssd::Manifest::VersionFor(m.flags);
+  const std::string v2 = ssd::EncodeManifest(m);
+  EXPECT_EQ(v2[4], 2);
+  back = decode(v2);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->sealed());
+  EXPECT_EQ(*back, m);
+  std::string flags_in_v1 = v2;
+  flags_in_v1[4] = 1;
+  EXPECT_TRUE(decode(recrc(flags_in_v1)).status().IsCorruption());
+  std::string unknown_flag = v2;
+  unknown_flag[ssd::kManifestFlagsOffset] = 3;
+  EXPECT_TRUE(decode(recrc(unknown_flag)).status().IsCorruption());
+  std::string v3 = v2;
+  v3[4] = 3;
+  EXPECT_TRUE(decode(recrc(v3)).status().IsCorruption());
 }
 
 TEST_F(SsdOpenTest, DirectoriesInAnotherOrderAreRefused) {

@@ -3,12 +3,15 @@
 // block never comes back after a crash however reclaim, erase and re-append interleave, with
 // several directories whose segment ids are not in write order (F3), a write batch that
 // cannot get space gives up after one stall period, not one per record (F4), with kPerBatch
-// a batch is not acknowledged while a write placed before it is still in flight (F5), and
-// writers that waited for reclaim do not each make a segment of their own (F6).
+// a batch is not acknowledged while a write placed before it is still in flight (F5),
+// writers that waited for reclaim do not each make a segment of their own (F6), writers do not
+// give up while a slow reclaim can still free a segment (F7), and a batch that waits for reclaim
+// does not hold reserved records the reclaim's copies would wait for (F8).
 // Method: a test-only Env decorator (GateEnv) whose segment files can hold an fsync, a read or
 // a write until the test releases it (and then fail it), so a chosen interleaving happens every
 // run;
-// ReclaimOldestSegment called directly; a crash simulated by opening a second instance on the
+// ReclaimOldestSegment called directly; a ManualClock that never moves, so that only the reclaim
+// can end a writer's wait (F7, F8); a crash simulated by opening a second instance on the
 // same directories while the first, which never wrote a checkpoint, is idle (its LOCKs released
 // as the crash would release them).
 #include <gtest/gtest.h>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "env/env_wrapper.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
 #include "tiers/ssd_record.h"
@@ -328,8 +332,7 @@ TEST_F(SsdRaceTest, BatchIsNotAcknowledgedWhileAnEarlierWriteIsInFlight) {
 // rolling a segment of its own: that left segment 5 behind with room, took the cache over its
 // capacity, and put records into a segment older than the newest file in the directory (a
 // block stored then was reclaimed with that older segment while newer, near-empty ones stayed).
-// (Waiters wake each other and count each wake-up as 10 ms of write_stall_ms_max: the allowance
-// is made large enough that neither gives up while the reclaim is held.)
+// (The allowance is made large enough that neither gives up while the reclaim is held.)
 TEST_F(SsdRaceTest, WritersThatWaitedForReclaimUseItsSegment) {
   SsdTierOptions o = Options(1);
   o.capacity_bytes = 4 * kMiB;  // 4 segments; reclaim starts at 4.
@@ -351,6 +354,96 @@ TEST_F(SsdRaceTest, WritersThatWaitedForReclaimUseItsSegment) {
   ASSERT_TRUE(s2.ok()) << s2.ToString();
   EXPECT_FALSE(base_->FileExists(o.dirs[0] + "/" + ssd::SegmentFileName(6)))
       << "a writer rolled a new segment while the reclaim's segment 5 had room";
+  EXPECT_TRUE(Get(*tier, 0, kBlock).ok());
+  EXPECT_TRUE(Get(*tier, 200, kBlock).ok());
+  EXPECT_TRUE(Get(*tier, 201, kBlock).ok());
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+// The Env of the tests below: GateEnv's files with a ManualClock the test never advances, so a
+// writer's stall allowance (write_stall_ms_max of the Env's clock without a segment freed) cannot
+// run out however long the machine takes: whatever a writer does depends only on the reclaim.
+class FrozenClockEnv final : public EnvWrapper {
+ public:
+  explicit FrozenClockEnv(Env* base) : EnvWrapper(base) {}
+  Clock* clock() override { return &clock_; }
+
+ private:
+  ManualClock clock_{1'000'000'000};
+};
+
+// F7: at the segment limit, with the reclaim held (reading the one referenced block of segment
+// 1), three writers need a new segment. None may give up (Busy) while the reclaim can still free
+// one: they waited on a count of wake-ups (10 ms each, and they woke each other), so they gave up
+// within milliseconds of a slow reclaim, whatever the time. Here their allowance is 50 ms of a
+// clock that does not move; the test watches them for up to 2 s, then lets the reclaim finish, and
+// every write must succeed.
+TEST_F(SsdRaceTest, WritersWaitForASlowReclaimInsteadOfGivingUp) {
+  FrozenClockEnv env(env_.get());
+  SsdTierOptions o = Options(1);
+  o.capacity_bytes = 4 * kMiB;  // 4 segments; reclaim starts at 4.
+  o.write_stall_ms_max = 50;
+  auto tier = OpenOrDie(o, &env);
+  ASSERT_TRUE(Put(*tier, 0, 15, kBlock).ok());  // Segment 1, full.
+  ASSERT_TRUE(Get(*tier, 0, kBlock).ok());      // Referenced: the reclaim copies (reads) it.
+  env_->read_gate.Arm(Status::Ok());
+  ASSERT_TRUE(Put(*tier, 100, 45, kBlock).ok());  // Segments 2..4, full: at the limit.
+  ASSERT_TRUE(env_->read_gate.WaitEntered());
+  constexpr int kWriters = 3;
+  std::vector<Status> status(kWriters);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      status[static_cast<size_t>(w)] = Put(*tier, 200 + static_cast<uint64_t>(w), 1, kBlock);
+      ++finished;
+    });
+  }
+  for (int i = 0; i < 200 && finished.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(finished.load(), 0) << "a writer gave up while the reclaim could still free a segment";
+  env_->read_gate.Release();
+  for (std::thread& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) {
+    EXPECT_TRUE(status[static_cast<size_t>(w)].ok()) << status[static_cast<size_t>(w)].ToString();
+    EXPECT_TRUE(Get(*tier, 200 + static_cast<uint64_t>(w), kBlock).ok()) << w;
+  }
+  EXPECT_TRUE(Get(*tier, 0, kBlock).ok());
+  EXPECT_GE(tier->Stats().reclaimed_segments, 1u);
+  ASSERT_TRUE(tier->Close().ok());
+}
+
+// F8: a batch whose first record fits the last room of the open segment and whose second needs a
+// new segment, at the limit. Its first record is reserved (a hole until written) while it waits
+// for the reclaim, and the reclaim's copy, placed after that hole, may not be acknowledged before
+// the hole is written (F5): the batch must hand its reserved records to the I/O threads before it
+// waits, or writer and reclaim wait for each other until the writer's allowance runs out (never,
+// with this clock). Both records and the copy must land.
+TEST_F(SsdRaceTest, ABatchDoesNotWaitForReclaimWhileHoldingAReservedRecord) {
+  FrozenClockEnv env(env_.get());
+  SsdTierOptions o = Options(1);
+  o.capacity_bytes = 4 * kMiB;
+  auto tier = OpenOrDie(o, &env);
+  ASSERT_TRUE(Put(*tier, 0, 15, kBlock).ok());  // Segment 1, full.
+  ASSERT_TRUE(Get(*tier, 0, kBlock).ok());      // Referenced: the reclaim copies it.
+  env_->read_gate.Arm(Status::Ok());
+  ASSERT_TRUE(Put(*tier, 100, 44, kBlock).ok());  // Segments 2..4; one record of room left in 4.
+  ASSERT_TRUE(env_->read_gate.WaitEntered());
+  std::atomic<bool> done{false};
+  Status batch;
+  std::thread writer([&] {
+    batch = Put(*tier, 200, 2, kBlock);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // The writer reaches its wait.
+  env_->read_gate.Release();
+  for (int i = 0; i < 1000 && !done.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(done.load()) << "the batch and the reclaim waited for each other";
+  writer.join();
+  EXPECT_TRUE(batch.ok()) << batch.ToString();
   EXPECT_TRUE(Get(*tier, 0, kBlock).ok());
   EXPECT_TRUE(Get(*tier, 200, kBlock).ok());
   EXPECT_TRUE(Get(*tier, 201, kBlock).ok());

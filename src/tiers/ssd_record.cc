@@ -24,18 +24,23 @@ uint32_t MaskedCrc(const std::byte* data, size_t n) { return crc32c::Mask(crc32c
 
 }  // namespace
 
-std::array<std::byte, kSealedRecordAadBytes> SealedRecordAad(const BlockKey& key,
-                                                             const Hash256& layout_digest,
-                                                             uint8_t codec_id, uint32_t raw_bytes) {
-  std::array<std::byte, kSealedRecordAadBytes> aad{};
-  std::byte* p = aad.data();
-  static constexpr char kLabel[17] = "kvtier-ssd-rec-1";
-  std::memcpy(p, kLabel, 16);
+SealedAad SealedRecordAad(const BlockKey& key, const Hash256& layout_digest, uint8_t codec_id,
+                          uint32_t raw_bytes, uint8_t flags, uint64_t expiry_wall_us) {
+  SealedAad aad;
+  std::byte* p = aad.bytes.data();
+  const bool with_expiry = (flags & kRecordFlagSealedExpiry) != 0;
+  // The label differs too, so that the two layouts can never be taken for each other.
+  std::memcpy(p, with_expiry ? "kvtier-ssd-rec-2" : "kvtier-ssd-rec-1", 16);
   std::memcpy(p + 16, key.chunk_hash.data(), 32);
   EncodeFixed32(p + 48, key.layer);
   std::memcpy(p + 52, layout_digest.data(), 32);
   p[84] = std::byte{codec_id};
   EncodeFixed32(p + 85, raw_bytes);
+  aad.size = kSealedRecordAadBytesV1;
+  if (with_expiry) {
+    EncodeFixed64(p + kSealedRecordAadBytesV1, expiry_wall_us);
+    aad.size = kSealedRecordAadBytes;
+  }
   return aad;
 }
 
@@ -93,6 +98,9 @@ Result<RecordHeader> DecodeRecordHeader(std::span<const std::byte> src) {
   h.payload_crc = crc32c::Unmask(DecodeFixed32(p + 116));
   if (h.sealed() && (h.tombstone() || h.payload_bytes < kSealedRecordOverheadBytes)) {
     return Status::Corruption("record header: sealed record without room for its seal");
+  }
+  if (h.expiry_sealed() && !h.sealed()) {
+    return Status::Corruption("record header: sealed expiry on a record that is not sealed");
   }
   if (h.tombstone() && h.payload_bytes != 0) {
     return Status::Corruption("record header: tombstone with payload");

@@ -40,6 +40,7 @@ struct RecordHeader {
 
   bool tombstone() const { return (flags & kRecordFlagTombstone) != 0; }
   bool sealed() const { return (flags & kRecordFlagSealed) != 0; }
+  bool expiry_sealed() const { return (flags & kRecordFlagSealedExpiry) != 0; }
   friend bool operator==(const RecordHeader&, const RecordHeader&) = default;
 };
 
@@ -57,10 +58,15 @@ constexpr uint64_t PayloadBytesMax(uint64_t segment_bytes) {
 
 uint32_t PayloadCrc(std::span<const std::byte> payload);
 
-// The associated data that binds a sealed record's payload to the block it holds.
-std::array<std::byte, kSealedRecordAadBytes> SealedRecordAad(const BlockKey& key,
-                                                             const Hash256& layout_digest,
-                                                             uint8_t codec_id, uint32_t raw_bytes);
+// The associated data that binds a sealed record's payload to the block it holds, and (with
+// kRecordFlagSealedExpiry in `flags`) to its expiry: docs/ssd_format.md §3, "Sealed records".
+struct SealedAad {
+  std::array<std::byte, kSealedRecordAadBytes> bytes{};
+  size_t size = 0;
+  std::span<const std::byte> span() const { return std::span(bytes).first(size); }
+};
+SealedAad SealedRecordAad(const BlockKey& key, const Hash256& layout_digest, uint8_t codec_id,
+                          uint32_t raw_bytes, uint8_t flags, uint64_t expiry_wall_us);
 
 // Writes the 128-byte header (computing the header CRC) into dst[0, 128). `header.payload_crc`
 // must already be set.
@@ -106,6 +112,11 @@ struct SegmentHeader {
 void EncodeSegmentHeader(const SegmentHeader& header, std::span<std::byte> dst);
 // Checks magic, version, reserved and CRC of src[0, 36); Corruption otherwise.
 Result<SegmentHeader> DecodeSegmentHeader(std::span<const std::byte> src);
+
+// Whether `segment_id` is one a cache gives out: [kSegmentIdMin, kSegmentIdMax].
+constexpr bool SegmentIdInRange(uint64_t segment_id) {
+  return segment_id >= kSegmentIdMin && segment_id <= kSegmentIdMax;
+}
 
 // "seg-<16 hex digits>.kvs".
 std::string SegmentFileName(uint64_t segment_id);

@@ -90,6 +90,7 @@ TEST(SsdRecordTest, RoundTripsRandomHeaders) {
     h.codec_id = static_cast<uint8_t>(rng());
     h.flags = static_cast<uint8_t>(rng() & kRecordFlagsKnown);
     if (h.tombstone()) h.flags = kRecordFlagTombstone;  // A tombstone is never sealed.
+    if (!h.sealed()) h.flags &= static_cast<uint8_t>(~kRecordFlagSealedExpiry);
     for (auto& b : h.layout_digest) b = static_cast<uint8_t>(rng());
     for (auto& b : h.key.chunk_hash) b = static_cast<uint8_t>(rng());
     h.key.layer = static_cast<uint32_t>(rng());
@@ -115,7 +116,8 @@ TEST(SsdRecordTest, RoundTripsRandomHeaders) {
 TEST(SsdRecordTest, SealedFlagNeedsAPayloadWithItsSeal) {
   for (const auto& [flags, payload_bytes] :
        {std::pair<uint8_t, uint32_t>{kRecordFlagSealed | kRecordFlagTombstone, 0},
-        {kRecordFlagSealed, 31}}) {
+        {kRecordFlagSealed, 31},
+        {kRecordFlagSealedExpiry, 64}}) {  // An expiry sealed on a record that is not.
     RecordHeader h;
     h.flags = flags;
     h.payload_bytes = payload_bytes;

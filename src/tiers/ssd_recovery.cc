@@ -70,6 +70,7 @@ Status OpenSegment(Env* env, const std::string& path, DirectIo direct, SegmentFi
 // A re-appended tombstone keeps its sequence, so an equal sequence is a copy of one tombstone.
 void Apply(const RecordHeader& h, uint64_t offset, RecoveredState* st) {
   ++st->stats.records_scanned;
+  if (h.sealed()) ++st->stats.sealed_records;
   st->next_sequence = std::max(st->next_sequence, h.sequence + 1);
   auto tomb = st->tombstones.find(h.key);
   if (tomb != st->tombstones.end() && tomb->second.sequence > h.sequence) return;
@@ -295,6 +296,13 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
       }
       seg.dir_index = static_cast<uint32_t>(d);
       seg.path = JoinPath(dirs[d], name);
+      if (!SegmentIdInRange(seg.segment_id)) {
+        // Never made by a tier (ids stay in range), so it is not opened: a bad segment (§1).
+        seg.bad = Status::Corruption(seg.path + ": segment id " + std::to_string(seg.segment_id) +
+                                     " is outside [1, 2^63-1], the ids a cache gives out");
+        listing.segments.push_back(std::move(seg));
+        continue;
+      }
       KV_RETURN_IF_ERROR(OpenSegment(env, seg.path, direct, &seg));
       listing.segments.push_back(std::move(seg));
     }
@@ -371,7 +379,11 @@ Result<RecoveredState> Recover(Env* env, const RecoverOptions& o, Logger* logger
   std::unordered_map<uint64_t, uint64_t> scan_from = LoadCheckpoint(env, o, listing, &st, logger);
   AlignedBuffer scratch;  // One scan window for every segment.
   for (SegmentFile& seg : listing.segments) {
-    st.next_segment_id = std::max(st.next_segment_id, seg.segment_id + 1);
+    // A bad segment in range may be one whose creation was cut short: its id stays taken. One out
+    // of range never counts, so that the next id can neither wrap nor leave the range.
+    if (SegmentIdInRange(seg.segment_id)) {
+      st.next_segment_id = std::max(st.next_segment_id, seg.segment_id + 1);
+    }
     if (!seg.bad.ok()) {
       ++st.stats.corrupt_segments;
       LogTo(logger, LogLevel::kWarn, "ssd: bad segment, skipped: " + seg.bad.ToString());

@@ -79,6 +79,9 @@ struct RecoveryStats {
   uint64_t torn_or_corrupt_tails = 0;
   uint64_t corrupt_segments = 0;
   uint64_t checkpoint_entries = 0;
+  // Sealed records the scan met (docs/ssd_format.md §3): a cache sealed by a build whose MANIFEST
+  // had no sealed flag is still known as sealed when one is scanned.
+  uint64_t sealed_records = 0;
   bool checkpoint_used = false;
   bool checkpoint_rejected = false;
 };

@@ -179,6 +179,7 @@ Result<RepairReport> RepairDir(Env* env, const std::vector<std::string>& dirs) {
                                  : kSegmentBytesDefault;
   uint64_t next_segment_id = a.checkpoint.has_value() ? a.checkpoint->next_segment_id : 1;
   for (const SegmentFile& s : a.listing.segments) {
+    if (!SegmentIdInRange(s.segment_id)) continue;  // A bad segment that never counts (§1).
     next_segment_id = std::max(next_segment_id, s.segment_id + 1);
   }
   KV_RETURN_IF_ERROR(RepairSegments(env, dirs, next_segment_id, a, &rep.actions));

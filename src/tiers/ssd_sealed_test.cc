@@ -1,9 +1,13 @@
 // Goal: show that an SSD tier with keys keeps records sealed at rest and serves only what a key
 // holder wrote for that block: segment files hold no run of a stored block; a byte flipped in the
 // ciphertext (CRC recomputed, as an attacker would) is a miss; a plain record planted in the cache
-// is a miss; a cache reopened without keys, or with a keyring that lacks the record's key, misses
-// without losing the records (the right keys read them again); records survive a restart by the
-// scan alone and a reclaim that moves them; keys rotate.
+// is a miss; a cache with a keyring that lacks the record's key misses without losing the records
+// (the right keys read them again); records survive a restart by the scan alone and a reclaim that
+// moves them; keys rotate. A sealed cache stays sealed: its MANIFEST says so (version 2), opening
+// it without keys is refused before anything is written (also when only its records tell, for a
+// cache sealed by an older build), and an unsealed cache opened with keys becomes sealed. A
+// record's expiry is sealed with it: an expiry cleared in the record or in the checkpoint, CRCs
+// recomputed as an attacker would, is a miss counted as corruption, never an expired block served.
 // Method: real files in a temporary directory; records edited in place with pwrite after the
 // tier is closed (header and payload CRCs recomputed with the project's own codec).
 #include <fcntl.h>
@@ -13,6 +17,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +25,9 @@
 #include "core/assert.h"
 #include "testing/test_util.h"
 #include "tiers/remote_crypto.h"
+#include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd_manifest.h"
+#include "tiers/ssd_recovery.h"
 #include "tiers/ssd_record.h"
 #include "tiers/ssd_test_util.h"
 #include "tiers/ssd_tier.h"
@@ -47,7 +55,7 @@ class SsdSealedTest : public ::testing::Test {
     Result<ScopedTempDir> d = ScopedTempDir::Create();
     ASSERT_TRUE(d.ok());
     dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
-    env_ = NewPosixEnv();
+    env_ = NewPosixEnv({.clock = &clock_});
   }
   SsdTierOptions Options(std::optional<RemoteKeyring> keyring) const {
     SsdTierOptions o;
@@ -89,6 +97,20 @@ class SsdSealedTest : public ::testing::Test {
     out.write(file.data(), static_cast<std::streamsize>(file.size()));
   }
 
+  // Every file of the cache directory with its bytes.
+  std::map<std::string, std::string> Files() const {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir_->Join("d0"))) {
+      out[e.path().filename().string()] = ReadFile(e.path().string());
+    }
+    return out;
+  }
+  static void WriteFile(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  ManualClock clock_{1'000'000'000};
   std::unique_ptr<ScopedTempDir> dir_;
   std::unique_ptr<Env> env_;
 };
@@ -140,11 +162,6 @@ TEST_F(SsdSealedTest, WithoutTheRightKeyRecordsAreMissesAndStayForTheRightKey) {
     ASSERT_TRUE(tier->Close().ok());
   }
   {
-    auto none = Open(Options(std::nullopt));
-    EXPECT_TRUE(Get(*none, 0, kBlock).IsNotFound());
-    ASSERT_TRUE(none->Close().ok());
-  }
-  {
     auto other = Open(Options(Ring(kKey2)));
     EXPECT_TRUE(Get(*other, 1, kBlock).IsNotFound());
     ASSERT_TRUE(other->Close().ok());
@@ -170,5 +187,117 @@ TEST_F(SsdSealedTest, ReclaimMovesSealedRecordsAndKeysRotate) {
   EXPECT_TRUE(Get(*old_only, 3, kBlock).ok());
 }
 
+// A sealed cache reopened without keys used to be written in plain records beside its sealed
+// ones. Its MANIFEST now says it is sealed, and the open is refused, naming the problem, before
+// anything in the directory changes; the keys open it again.
+TEST_F(SsdSealedTest, SealedCacheReopenedWithoutKeysIsRefused) {
+  {
+    auto tier = Open(Options(Ring(kKey1)));
+    ASSERT_TRUE(Put(*tier, 0, 3, kBlock).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  Result<ssd::Manifest> m = ssd::ReadManifest(env_.get(), dir_->Join("d0"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->sealed());
+  EXPECT_EQ(m->format_version, ssd::kManifestVersionFlags);
+  const std::map<std::string, std::string> before = Files();
+  Result<std::unique_ptr<SsdTier>> none = SsdTier::Open(Options(std::nullopt), env_.get());
+  ASSERT_TRUE(none.status().IsInvalidArgument()) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("holds a sealed cache"), std::string::npos)
+      << none.status().ToString();
+  EXPECT_NE(none.status().message().find("no key is configured"), std::string::npos);
+  EXPECT_EQ(Files(), before) << "the refused open changed the cache directory";
+  auto tier = Open(Options(Ring(kKey1)));
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).ok()) << i;
+}
+
+// An unsealed cache (version 1 MANIFEST, as every build writes for one) opened with keys becomes
+// sealed for good: its MANIFEST is rewritten as version 2 with the sealed flag.
+TEST_F(SsdSealedTest, UnsealedCacheOpenedWithKeysBecomesSealed) {
+  {
+    auto plain = Open(Options(std::nullopt));
+    ASSERT_TRUE(Put(*plain, 0, 2, kBlock).ok());
+    ASSERT_TRUE(plain->Close().ok());
+  }
+  Result<ssd::Manifest> m = ssd::ReadManifest(env_.get(), dir_->Join("d0"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->sealed());
+  EXPECT_EQ(m->format_version, ssd::kManifestVersion);
+  {
+    auto sealed = Open(Options(Ring(kKey1)));
+    EXPECT_TRUE(Get(*sealed, 0, kBlock).IsNotFound());  // A plain record, as before: a miss.
+    ASSERT_TRUE(Put(*sealed, 10, 1, kBlock).ok());
+    ASSERT_TRUE(sealed->Close().ok());
+  }
+  m = ssd::ReadManifest(env_.get(), dir_->Join("d0"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->sealed());
+  EXPECT_TRUE(SsdTier::Open(Options(std::nullopt), env_.get()).status().IsInvalidArgument());
+}
+
+// A cache sealed by a build whose MANIFEST had no sealed flag (simulated: its manifest rewritten
+// as version 1, its checkpoint removed so that the records are scanned) is refused without keys
+// too, and its MANIFEST is marked, so the next open is refused even when a checkpoint spares it
+// the scan.
+TEST_F(SsdSealedTest, CacheSealedByAnOlderBuildIsKnownByItsRecords) {
+  {
+    auto tier = Open(Options(Ring(kKey1)));
+    ASSERT_TRUE(Put(*tier, 0, 3, kBlock).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+  Result<ssd::Manifest> m = ssd::ReadManifest(env_.get(), dir_->Join("d0"));
+  ASSERT_TRUE(m.ok());
+  ssd::Manifest old = *m;
+  old.flags = 0;
+  old.format_version = ssd::kManifestVersion;
+  WriteFile(dir_->Join("d0") + "/MANIFEST", ssd::EncodeManifest(old));
+  ASSERT_EQ(::unlink((dir_->Join("d0") + "/index.ckpt").c_str()), 0);
+  Result<std::unique_ptr<SsdTier>> none = SsdTier::Open(Options(std::nullopt), env_.get());
+  ASSERT_TRUE(none.status().IsInvalidArgument()) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("3 records encrypted at rest"), std::string::npos)
+      << none.status().ToString();
+  m = ssd::ReadManifest(env_.get(), dir_->Join("d0"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->sealed());
+  auto tier = Open(Options(Ring(kKey1)));
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(Get(*tier, i, kBlock).ok()) << i;
+}
+
+// A record with a 1 s TTL, its expiry then cleared on disk without the key (CRCs recomputed, as
+// an attacker would): in the record header (the scan installs the cleared expiry; the seal, which
+// covers the expiry, fails), or in the checkpoint's entry (the record's expiry no longer agrees).
+// After the TTL, either is a miss counted as corruption; it used to be served again.
+TEST_F(SsdSealedTest, TamperedExpiryIsAMissCountedAsCorruption) {
+  for (const bool in_checkpoint : {false, true}) {
+    SCOPED_TRACE(in_checkpoint ? "checkpoint" : "record");
+    std::filesystem::remove_all(dir_->Join("d0"));
+    {
+      auto tier = Open(Options(Ring(kKey1)));
+      ASSERT_TRUE(Put(*tier, 0, 1, kBlock, /*ttl_us=*/1'000'000).ok());
+      ASSERT_TRUE(Put(*tier, 1, 1, kBlock).ok());  // No TTL: untouched.
+      ASSERT_TRUE(tier->Close().ok());
+    }
+    const std::string ckpt = dir_->Join("d0") + "/index.ckpt";
+    if (in_checkpoint) {
+      Result<ssd::Checkpoint> ck = ssd::ReadCheckpointFile(env_.get(), ckpt);
+      ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+      for (auto& [key, e] : ck->entries) e.expiry_wall_us = 0;
+      WriteFile(ckpt, ssd::EncodeCheckpoint(*ck));
+    } else {
+      EditRecord(4096, [](ssd::RecordHeader& h, std::span<std::byte>) { h.expiry_wall_us = 0; });
+      ASSERT_EQ(::unlink(ckpt.c_str()), 0);
+    }
+    clock_.Advance(2'000'000);  // Past the TTL.
+    auto tier = Open(Options(Ring(kKey1)));
+    EXPECT_TRUE(tier->Lookup(ssd_test::Key(0)).has_value());  // The index was fooled...
+    EXPECT_TRUE(Get(*tier, 0, kBlock).IsNotFound());          // ...the read is not.
+    EXPECT_EQ(tier->Stats().corrupt_records, 1u);
+    EXPECT_FALSE(tier->Lookup(ssd_test::Key(0)).has_value());  // Dropped.
+    EXPECT_TRUE(Get(*tier, 1, kBlock).ok());
+    ASSERT_TRUE(tier->Close().ok());
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
+

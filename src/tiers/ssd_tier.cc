@@ -3,6 +3,7 @@
 #include "tiers/ssd_tier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -78,9 +79,10 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, En
   KV_ASSIGN_OR_RETURN(std::vector<ssd::DirLock> locks,
                       ssd::AcquireAll(env, options.dirs, ssd::DirLockMode::kExclusive,
                                       options.file_mode));
+  const bool sealed = options.keyring.has_value();
   KV_ASSIGN_OR_RETURN(std::vector<ssd::Manifest> manifests,
                       ssd::EnsureManifestSet(env, options.dirs, options.segment_bytes,
-                                             options.file_mode));
+                                             options.file_mode, sealed));
   KV_ASSIGN_OR_RETURN(ssd::RecoveredState recovered,
                       ssd::Recover(env,
                                    {.dirs = options.dirs,
@@ -89,6 +91,18 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(const SsdTierOptions& options, En
                                     .direct = options.direct_io,
                                     .cache_id = manifests[0].cache_id},
                                    env->logger()));
+  if (!sealed && recovered.stats.sealed_records > 0) {
+    // Sealed by a build that did not mark its MANIFEST: marked now, so that the next open is
+    // refused at once even where a checkpoint spares it the scan (docs/ssd_format.md §8).
+    KV_RETURN_IF_ERROR(ssd::EnsureManifestSet(env, options.dirs, options.segment_bytes,
+                                              options.file_mode, /*sealed=*/true)
+                           .status());
+    return Status::InvalidArgument(
+        "dir " + options.dirs[0] + " holds a sealed cache (" +
+        std::to_string(recovered.stats.sealed_records) +
+        " records encrypted at rest were found) and no key is configured: give the cache's keys " +
+        "(ssd_key_file or ssd_key_env), or use another directory");
+  }
   std::unique_ptr<SsdTier> tier(new SsdTier(options, env));
   {
     MutexLock lock(&tier->mu_);
@@ -212,24 +226,42 @@ Result<std::shared_ptr<File>> SsdTier::CreateSegmentFile(uint64_t segment_id, ui
   return std::shared_ptr<File>(std::move(file));
 }
 
-Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) {
-  // Counted in waits rather than clock time so that a ManualClock cannot stall a writer forever.
-  constexpr uint32_t kWaitMs = 10;
-  while (SegmentLimitReachedLocked(over_capacity)) {
-    if (stopping_) return Status::Aborted("ssd: closing");
-    if (*stalled_ms >= options_.write_stall_ms_max) {
-      return Status::Busy("ssd: no segment free after waiting for reclaim");
-    }
-    changed_.SignalAll();  // Wakes the maintenance thread to reclaim.
-    changed_.WaitFor(std::chrono::milliseconds(kWaitMs));
-    *stalled_ms += kWaitMs;
-    // The wait released mu_: another writer (often a reclaim, allowed past the limit) may have
-    // rolled this directory meanwhile, or be rolling it. Its segment takes this writer's records
-    // too (Reserve looks again). Rolling anyway would make two segments at once: the first left
-    // behind with room and never written again, the cache over its capacity, and a record
-    // written into a segment older than the newest one on disk (docs/ssd_format.md §7).
-    if (open_segment_[dir] != 0 || rolling_[dir]) return Status::Ok();
+Status SsdTier::WaitForReclaimLocked(ReclaimWait* wait) {
+  // Polled: the allowance is the Env's clock (a ManualClock in tests only ever ends it by being
+  // advanced), and the wait is not counted in wake-ups: every completed write wakes the waiters,
+  // so a count ran out within milliseconds while reclaim was still working.
+  constexpr auto kReclaimPoll = std::chrono::milliseconds(10);
+  if (stopping_) return Status::Aborted("ssd: closing");
+  const uint64_t now = clock_->NowMicros();
+  if (!wait->waiting || wait->freed_seen != segments_freed_) {
+    *wait = {.waiting = true, .since_us = now, .freed_seen = segments_freed_,
+             .kicked = wait->kicked};
   }
+  if (now - wait->since_us >= uint64_t{options_.write_stall_ms_max} * 1000) {
+    std::string why = "ssd: no segment free: reclaim freed none in " +
+                      std::to_string(options_.write_stall_ms_max) + " ms";
+    if (!last_reclaim_error_.ok()) {
+      why += " (reclaim failed: " + last_reclaim_error_.ToString() + ")";
+    }
+    return Status::Busy(why);
+  }
+  if (!wait->kicked) {
+    wait->kicked = true;
+    changed_.SignalAll();  // The maintenance thread reclaims at once instead of at its next tick.
+  }
+  changed_.WaitFor(kReclaimPoll);
+  return Status::Ok();
+}
+
+Status SsdTier::RollSegment(uint32_t dir, bool over_capacity) {
+  KV_DCHECK(!rolling_[dir] && open_segment_[dir] == 0);
+  if (next_segment_id_ > ssd::kSegmentIdMax) {
+    // Unreachable in practice (§1), but the counter must never wrap onto ids in use.
+    return Status::NoSpace("ssd: every segment id up to 2^63-1 has been used");
+  }
+  // A reclaim's segment past the limit is its own until it ends: writers that took its room
+  // would make it roll again, past its allowance, with nobody but itself to free a segment.
+  const bool reclaim_only = over_capacity && SegmentLimitReachedLocked(false);
   rolling_[dir] = true;
   const uint64_t id = next_segment_id_++;
   mu_.Unlock();
@@ -245,52 +277,87 @@ Status SsdTier::RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_
   seg.dir = dir;
   seg.file = std::move(file).value();
   seg.append_offset = ssd::kSegmentHeaderBytes;
+  seg.reclaim_only = reclaim_only;
   segments_.emplace(id, std::move(seg));
   open_segment_[dir] = id;
   return Status::Ok();
 }
 
+void SsdTier::PlaceLocked(uint64_t id, uint32_t record_bytes, const WriteMode& mode, size_t i,
+                          Placement* out) {
+  Segment& seg = segments_.at(id);
+  const uint64_t keep = mode.keep_sequence.empty() ? 0 : mode.keep_sequence[i];
+  const bool fresh = keep == 0;
+  *out = {.segment_id = id,
+          .offset = seg.append_offset,
+          .sequence = fresh ? next_sequence_++ : keep,
+          .fresh_sequence = fresh,
+          .file = seg.file,
+          .dir = seg.dir};
+  seg.append_offset += record_bytes;
+  seg.in_flight.insert(out->offset);
+  if (!mode.tombstone) seg.min_sequence = std::min(seg.min_sequence, out->sequence);
+  // durable_sequence() speaks of fresh sequences; a kept one was counted when first written.
+  if (fresh) inflight_sequences_.insert(out->sequence);
+  ++writes_in_flight_;
+  if (mode.over_capacity) {
+    reclaim_bytes_left_ -= std::min<uint64_t>(reclaim_bytes_left_, record_bytes);
+  }
+}
+
 Status SsdTier::Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
-                        uint32_t* stalled_ms, Placement* out) {
+                        bool holding, ReclaimWait* wait, Placement* out, bool* must_submit) {
   const uint32_t dir = next_dir_;
   next_dir_ = static_cast<uint32_t>((next_dir_ + 1) % options_.dirs.size());
+  *must_submit = false;
   while (true) {
     if (stopping_) return Status::Aborted("ssd: closing");
     const uint64_t id = open_segment_[dir];
+    // Whether this record must wait for reclaim: the directory's open segment is a reclaim's,
+    // or it has none and the segment limit is reached. A writer looks again after each wait:
+    // another writer, or the reclaim, may have rolled the directory meanwhile (one roll per
+    // directory, docs/ssd_format.md §7).
+    bool wait_for_reclaim = false;
     if (id != 0) {
       Segment& seg = segments_.at(id);
-      if (!seg.sealed && seg.append_offset + record_bytes <= options_.segment_bytes) {
+      // In a reclaim's segment, others leave room for every copy the reclaim has yet to place.
+      const uint64_t keep_free = seg.reclaim_only && !mode.over_capacity ? reclaim_bytes_left_ : 0;
+      if (!seg.sealed && seg.append_offset + record_bytes + keep_free <= options_.segment_bytes) {
         // Checked here, where the sequence is taken, with no unlock of mu_ in between (waiting
         // for a roll unlocks it): an erase either happened before (skip the copy) or gets a
         // larger sequence than the copy.
         if (!StillCurrentLocked(mode, i, key)) {
           return Status::Aborted("ssd: superseded before its re-append");
         }
-        const uint64_t keep = mode.keep_sequence.empty() ? 0 : mode.keep_sequence[i];
-        const bool fresh = keep == 0;
-        *out = {.segment_id = id,
-                .offset = seg.append_offset,
-                .sequence = fresh ? next_sequence_++ : keep,
-                .fresh_sequence = fresh,
-                .file = seg.file,
-                .dir = dir};
-        seg.append_offset += record_bytes;
-        seg.in_flight.insert(out->offset);
-        if (!mode.tombstone) seg.min_sequence = std::min(seg.min_sequence, out->sequence);
-        // durable_sequence() speaks of fresh sequences; a kept one was counted when first written.
-        if (fresh) inflight_sequences_.insert(out->sequence);
-        ++writes_in_flight_;
+        PlaceLocked(id, record_bytes, mode, i, out);
         return Status::Ok();
+      } else if (keep_free != 0) {
+        wait_for_reclaim = true;  // Not sealed: the reclaim's copies go there.
+      } else {
+        seg.sealed = true;
+        open_segment_[dir] = 0;
+        continue;
       }
-      seg.sealed = true;
-      open_segment_[dir] = 0;
+    } else if (rolling_[dir]) {
+      changed_.Wait();  // Another writer's roll ends by itself.
+      continue;
+    } else if (SegmentLimitReachedLocked(mode.over_capacity)) {
+      // The reclaim cannot wait for a reclaim (its copies fit one new segment per directory, so
+      // this is not expected): it fails, and is tried again later.
+      if (mode.over_capacity) {
+        return Status::Busy("ssd: reclaim needs a segment past its allowance");
+      }
+      wait_for_reclaim = true;
+    }
+    if (!wait_for_reclaim) {
+      KV_RETURN_IF_ERROR(RollSegment(dir, mode.over_capacity));
       continue;
     }
-    if (rolling_[dir]) {
-      changed_.Wait();
-      continue;
+    if (holding) {
+      *must_submit = true;
+      return Status::Ok();
     }
-    KV_RETURN_IF_ERROR(RollSegment(dir, mode.over_capacity, stalled_ms));
+    KV_RETURN_IF_ERROR(WaitForReclaimLocked(wait));
   }
 }
 

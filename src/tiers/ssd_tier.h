@@ -94,7 +94,9 @@ struct SsdTierOptions {
   // Memory: directories x buffers x bytes, touched at open (32 MiB per directory by default).
   uint64_t staging_buffer_bytes = kMiB;  // Multiple of 4 KiB, 4 KiB..64 MiB.
   uint32_t staging_buffers = 0;          // Per directory; 0 = min(io_depth, 64). At most 4096.
-  uint32_t write_stall_ms_max = 10'000;  // A writer waiting for reclaim gives up (Busy) after.
+  // A writer waiting for reclaim gives up (Busy) when reclaim freed no segment for this long
+  // (the Env's clock; docs/ssd_format.md §7, "Waiting for reclaim").
+  uint32_t write_stall_ms_max = 10'000;
   SsdAdmission admission = SsdAdmission::kAlways;
   uint32_t admission_requests = 2;
   uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
@@ -102,8 +104,9 @@ struct SsdTierOptions {
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   // Records sealed at rest with AES-256-GCM under these keys (tiers/remote_crypto.h;
   // docs/ssd_format.md §3, "Sealed records"): for NVMe shared by tenants of one host. With keys,
-  // a record that is not sealed, or that fails authentication, is a miss; without them a sealed
-  // record is a miss. 32 bytes per record.
+  // a record that is not sealed, or that fails authentication, is a miss, and the cache's
+  // MANIFEST is marked sealed; a sealed cache is refused without them (§8). The seal covers the
+  // block's identity and its expiry. 32 bytes per record.
   std::optional<RemoteKeyring> keyring;
   // Permission bits of the files the tier creates (segments, checkpoint, MANIFEST, LOCK):
   // private to the owner by default; 0640 or 0660 share the cache with the file's group.
@@ -183,8 +186,9 @@ class SsdTier {
   // Creates missing directories (dir_mode()), takes each directory's LOCK (Busy "<dir> is in use
   // by process <pid> (LOCK held)" while another tier, in this process or another, has it),
   // checks or writes the MANIFESTs (InvalidArgument naming the mismatch for directories that
-  // are not one cache in this order, count and segment size), recovers the index, starts the
-  // I/O and maintenance threads. The locks are held until Close or destruction.
+  // are not one cache in this order, count and segment size, or saying that a sealed cache was
+  // opened without keys), recovers the index, starts the I/O and maintenance threads. The locks
+  // are held until Close or destruction.
   static Result<std::unique_ptr<SsdTier>> Open(const SsdTierOptions& options, Env* env);
   // Close()s quietly if not closed.
   ~SsdTier();
@@ -245,6 +249,10 @@ class SsdTier {
     // Keys of the records written into it (data and tombstones; stale ones too), so a reclaim
     // visits its own records instead of the whole index. At most segment_bytes / 4096.
     std::vector<BlockKey> keys;
+    // Rolled by a reclaim past the segment limit for its copies: until the reclaim ends, other
+    // writers leave room in it for the copies the reclaim has yet to place (reclaim_bytes_left_),
+    // waiting when they would not, so that its copies always fit (docs/ssd_format.md §7).
+    bool reclaim_only = false;
   };
   struct Placement {
     uint64_t segment_id = 0;
@@ -256,13 +264,15 @@ class SsdTier {
     uint64_t expiry_wall_us = 0;  // Written into the record and the index entry.
   };
   struct WriteState;
+  struct WritePart;
   class WriteStager;
   struct ReadState;
   // How an internal write differs from a caller's.
   struct WriteMode {
     bool bypass_policy = false;  // Reclaim re-appends and tombstones skip admission and budget.
     // Reclaim may exceed the segment limit by one per directory, counted from the segments that
-    // existed when it began (reclaim_limit_).
+    // existed when it began (reclaim_limit_). Such a write never waits for reclaim (it is the
+    // reclaim): it fails with Busy where an ordinary write would wait.
     bool over_capacity = false;
     bool tombstone = false;
     std::vector<uint64_t> expiry_wall_us;   // Absolute expiries (re-appends keep theirs).
@@ -278,20 +288,51 @@ class SsdTier {
   Status Start(ssd::RecoveredState* recovered);
   void WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Callback done);
   std::vector<bool> ApplyPolicies(std::span<SsdBlockWrite> writes, const WriteMode& mode);
-  // Places entry `i` (key `key`) of a batch written with `mode`. `stalled_ms` counts the wait for
-  // reclaim over the whole batch, which gets one write_stall_ms_max. Aborted for a re-append
-  // that is no longer current (StillCurrentLocked).
+  // A batch's wait for reclaim: one allowance for the whole batch (write_stall_ms_max of the
+  // Env's clock), which starts again whenever reclaim frees a segment.
+  struct ReclaimWait {
+    bool waiting = false;     // Has waited once: since_us and freed_seen are set.
+    uint64_t since_us = 0;    // When the current allowance began.
+    uint64_t freed_seen = 0;  // segments_freed_ then.
+    bool kicked = false;      // The maintenance thread was woken for it.
+  };
+  // Places entry `i` (key `key`) of a batch written with `mode`. When it must wait for reclaim
+  // (the segment limit is reached, or the open segment is a reclaim's) and `holding` (the batch
+  // has reserved records not yet handed to the I/O threads), it places nothing and sets
+  // *must_submit: the caller submits them and asks again. A wait while holding would deadlock
+  // with kPerBatch, where the reclaim's copies, placed after those holes, are not acknowledged
+  // before the holes are written. Aborted for a re-append that is no longer current
+  // (StillCurrentLocked); Busy when the wait's allowance ran out; Aborted when closing.
   Status Reserve(uint32_t record_bytes, const WriteMode& mode, size_t i, const BlockKey& key,
-                 uint32_t* stalled_ms, Placement* out) KV_REQUIRES(mu_);
-  // Makes a new open segment for `dir`, waiting (mu_ released) while the segment limit is
-  // reached. Returns OK without making one when another writer rolled `dir` or is rolling it
-  // after such a wait: the caller looks again, so a directory has at most one roll at a time and
-  // its segment ids follow write order.
-  Status RollSegment(uint32_t dir, bool over_capacity, uint32_t* stalled_ms) KV_REQUIRES(mu_);
+                 bool holding, ReclaimWait* wait, Placement* out, bool* must_submit)
+      KV_REQUIRES(mu_);
+  // Appends a record of `record_bytes` at the end of open segment `id` (entry `i` of a batch).
+  void PlaceLocked(uint64_t id, uint32_t record_bytes, const WriteMode& mode, size_t i,
+                   Placement* out) KV_REQUIRES(mu_);
+  // Waits (mu_ released, at most 10 ms) for anything that may let a writer that needs a
+  // segment go on. Busy when no segment was freed for write_stall_ms_max of the Env's clock
+  // since the batch began to wait, or since reclaim last freed one: the cache is full and reclaim
+  // cannot free a segment (it is failing, or stuck). Aborted when closing.
+  Status WaitForReclaimLocked(ReclaimWait* wait) KV_REQUIRES(mu_);
+  // Makes a new open segment for `dir` (mu_ released while the file is made, rolling_[dir] set,
+  // so a directory has at most one roll at a time and its segment ids follow write order). The
+  // caller checked the segment limit.
+  Status RollSegment(uint32_t dir, bool over_capacity) KV_REQUIRES(mu_);
+  // Reserves entries [begin, ...) of a batch; stops before an entry that must wait for reclaim
+  // while entries it reserved are not yet submitted. Returns the first entry not looked at
+  // (writes.size() when done).
+  size_t ReserveBatchLocked(WriteState& state, size_t begin, ReclaimWait* wait, Status* give_up)
+      KV_REQUIRES(mu_);
   bool StillCurrentLocked(const WriteMode& mode, size_t i, const BlockKey& key) const
       KV_REQUIRES(mu_);
   Result<std::shared_ptr<File>> CreateSegmentFile(uint64_t segment_id, uint32_t dir);
-  void SubmitWrites(std::shared_ptr<WriteState> state);
+  // Hands the placed entries among [begin, end) to the I/O threads. FinishSubmitting after the
+  // last call lets the batch complete.
+  void SubmitWrites(const std::shared_ptr<WriteState>& state, size_t begin, size_t end);
+  void FinishSubmitting(WriteState& state);
+  // Completes a part whose jobs all completed: its records leave the in-flight sets and are
+  // installed. FinishWrites runs once every part and the submitter are done: the batch's ack.
+  void FinishPart(WriteState& state, const WritePart& part);
   void FinishWrites(WriteState& state);
   void InstallLocked(const SsdBlockWrite& w, uint32_t payload_bytes, const Placement& p,
                      const WriteMode& mode, size_t i, Segment& seg) KV_REQUIRES(mu_);
@@ -314,7 +355,8 @@ class SsdTier {
   Status SyncSegmentsSince(uint64_t failures) KV_EXCLUDES(mu_, sync_mu_);
   uint64_t DurableCandidateLocked() const KV_REQUIRES(mu_);
   Status WriteCheckpoint();
-  Status ReclaimSegment(uint64_t segment_id);
+  // ReclaimOldestSegment's work, with checkpoint_mu_ held.
+  Status ReclaimOldestLocked() KV_REQUIRES(checkpoint_mu_);
   Status Reappend(const std::vector<std::pair<BlockKey, ssd::IndexEntry>>& entries,
                   const std::shared_ptr<File>& file);
   // Copies the live tombstones of segment `id` (keeping their sequences) before it goes.
@@ -360,6 +402,13 @@ class SsdTier {
   uint64_t live_bytes_ KV_GUARDED_BY(mu_) = 0;
   // Segments the running reclaim may grow the tier to: those at its start plus one per directory.
   uint64_t reclaim_limit_ KV_GUARDED_BY(mu_) = 0;
+  // Segments reclaim has freed, and why the last reclaim that failed did (OK: none failed since
+  // one succeeded): what writers waiting for a segment go by.
+  uint64_t segments_freed_ KV_GUARDED_BY(mu_) = 0;
+  // Record bytes the running reclaim has yet to place (an upper bound: copies it skips are not
+  // taken off); 0 when none runs.
+  uint64_t reclaim_bytes_left_ KV_GUARDED_BY(mu_) = 0;
+  Status last_reclaim_error_ KV_GUARDED_BY(mu_);
   bool checkpoint_wanted_ KV_GUARDED_BY(mu_) = false;
   bool stopping_ KV_GUARDED_BY(mu_) = false;
   bool closed_ KV_GUARDED_BY(mu_) = false;
@@ -375,6 +424,8 @@ class SsdTier {
     Status status;
   };
   std::vector<DeferredAck> deferred_acks_ KV_GUARDED_BY(mu_);
+  // Moves the deferred acks whose sequences are all complete now into *ready (kPerBatch).
+  void TakeReadyAcksLocked(std::vector<DeferredAck>* ready) KV_REQUIRES(mu_);
   SsdTierStats stats_ KV_GUARDED_BY(mu_);
 
   uint64_t sync_failures_ KV_GUARDED_BY(mu_) = 0;  // Sync passes that failed.

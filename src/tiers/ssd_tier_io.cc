@@ -27,13 +27,26 @@ struct SsdTier::WriteState {
   WriteMode mode;
   Callback done;
   std::vector<Placement> placements;  // segment_id 0: not placed.
-  std::vector<size_t> order;          // Placed entries by (directory, segment, offset).
   // What each entry writes: the caller's payload, or its sealed copy in `sealed`; and the
   // record's flags.
   std::vector<std::span<const std::byte>> payload;
   std::vector<uint8_t> flags;
   std::vector<std::vector<std::byte>> sealed;
-  // Jobs submitted and not completed, plus one held by the submitter until all are submitted.
+  std::vector<bool> admitted;  // Entries to place (the policies and the seal let them through).
+  // Parts (SubmitWrites calls) not completed, plus one held by the submitter until all are
+  // submitted.
+  std::atomic<uint32_t> parts_left{1};
+  // Accumulated by the parts as they complete; guarded by the tier's mu_.
+  Status first_error;
+  uint64_t max_fresh = 0;  // The batch's highest fresh sequence (0: none).
+};
+
+// The entries of one SubmitWrites call: completed (installed, no longer in flight) as soon as
+// their own jobs are, not when the whole batch is, since a batch that waits for reclaim between
+// parts must not keep the reclaim's copies unacknowledged (Reserve).
+struct SsdTier::WritePart {
+  std::vector<size_t> order;  // Placed entries by (directory, segment, offset).
+  // Jobs submitted and not completed, plus one held by SubmitWrites until all are submitted.
   std::atomic<uint32_t> jobs_left{1};
 };
 
@@ -48,15 +61,17 @@ struct SsdTier::ReadState {
   Status first_error KV_GUARDED_BY(mu);
 };
 
-// Encodes one directory's records of a batch (state->order[begin, end)) into staging buffers of
-// its pool, one write request per buffer, and hands them to its IoWorker. Records that are
-// contiguous in a segment share buffers; a record larger than a buffer spans several requests.
+// Encodes one directory's records of a part of a batch (part->order[begin, end)) into staging
+// buffers of its pool, one write request per buffer, and hands them to its IoWorker. Records that
+// are contiguous in a segment share buffers; a record larger than a buffer spans several requests.
 // The job so far is submitted early when the pool runs dry, so its completions free buffers.
 class SsdTier::WriteStager {
  public:
-  WriteStager(SsdTier* tier, std::shared_ptr<WriteState> state, uint32_t dir)
+  WriteStager(SsdTier* tier, std::shared_ptr<WriteState> state, std::shared_ptr<WritePart> part,
+              uint32_t dir)
       : tier_(tier),
         state_(std::move(state)),
+        part_(std::move(part)),
         pool_(tier->staging_[dir].get()),
         worker_(tier->workers_[dir].get()) {}
 
@@ -79,6 +94,7 @@ class SsdTier::WriteStager {
 
   SsdTier* const tier_;
   const std::shared_ptr<WriteState> state_;
+  const std::shared_ptr<WritePart> part_;
   ssd::StagingPool* const pool_;
   ssd::IoWorker* const worker_;
   std::unique_ptr<ssd::IoJob> job_;
@@ -92,7 +108,7 @@ class SsdTier::WriteStager {
 };
 
 void SsdTier::WriteStager::Add(size_t pos) {
-  const size_t i = state_->order[pos];
+  const size_t i = part_->order[pos];
   const SsdBlockWrite& w = state_->writes[i];
   const std::span<const std::byte> payload = state_->payload[i];
   const Placement& p = state_->placements[i];
@@ -187,22 +203,23 @@ static void SetError(Status* status, const Status& error) {
 
 void SsdTier::WriteStager::SubmitJob() {
   if (job_ == nullptr) return;
-  job_->done = [tier = tier_, state = state_, pool = pool_,
+  job_->done = [tier = tier_, state = state_, part = part_, pool = pool_,
                 staged = std::move(staged_)](std::vector<IoCompletion>& done) {
     WriteState& st = *state;
+    const std::vector<size_t>& order = part->order;
     Status sync_error;
     for (size_t k = staged.size(); k < done.size(); ++k) SetError(&sync_error, done[k].status);
     for (size_t r = 0; r < staged.size(); ++r) {
       pool->Release(staged[r].buffer);
       for (size_t pos = staged[r].first_pos; pos <= staged[r].last_pos; ++pos) {
-        SetError(&st.writes[st.order[pos]].status, done[r].status);
-        SetError(&st.writes[st.order[pos]].status, sync_error);
+        SetError(&st.writes[order[pos]].status, done[r].status);
+        SetError(&st.writes[order[pos]].status, sync_error);
       }
     }
-    if (st.jobs_left.fetch_sub(1) == 1) tier->FinishWrites(st);
+    if (part->jobs_left.fetch_sub(1) == 1) tier->FinishPart(st, *part);
   };
   staged_ = {};
-  state_->jobs_left.fetch_add(1);
+  part_->jobs_left.fetch_add(1);
   worker_->Submit(std::move(job_));
 }
 
@@ -220,44 +237,62 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
   state->mode = std::move(mode);
   state->payload.resize(writes.size());
   state->flags.resize(writes.size());
+  const uint64_t now_wall = clock_->WallMicros();
   for (size_t i = 0; i < writes.size(); ++i) {
     state->payload[i] = writes[i].payload;
     state->flags[i] = state->mode.tombstone          ? ssd::kRecordFlagTombstone
                       : state->mode.record_flags.empty() ? uint8_t{0}
                                                        : state->mode.record_flags[i];
+    state->placements[i].expiry_wall_us = !state->mode.expiry_wall_us.empty()
+                                              ? state->mode.expiry_wall_us[i]
+                                          : writes[i].ttl_us != 0 ? now_wall + writes[i].ttl_us
+                                                                  : 0;
   }
   SealPayloads(*state, admitted);
-  const uint64_t now_wall = clock_->WallMicros();
-  {
-    MutexLock lock(&mu_);
-    // One stall allowance for the whole batch: once a record gave up waiting for space (Busy) or
-    // the tier is closing (Aborted), the rest fail the same way at once.
-    uint32_t stalled_ms = 0;
-    Status give_up;
-    for (size_t i = 0; i < writes.size(); ++i) {
-      if (!admitted[i]) continue;
-      if (!give_up.ok()) {
-        writes[i].status = give_up;
-        continue;
-      }
-      state->placements[i].expiry_wall_us = !state->mode.expiry_wall_us.empty()
-                                                ? state->mode.expiry_wall_us[i]
-                                            : writes[i].ttl_us != 0 ? now_wall + writes[i].ttl_us
-                                                                    : 0;
-      const auto record_bytes =
-          static_cast<uint32_t>(RecordBytesForPayload(state->payload[i].size()));
-      const uint64_t expiry = state->placements[i].expiry_wall_us;
-      Status s =
-          Reserve(record_bytes, state->mode, i, writes[i].key, &stalled_ms, &state->placements[i]);
-      state->placements[i].expiry_wall_us = expiry;
-      if (!s.ok()) writes[i].status = s;
-      // Aborted while not closing: a re-append superseded by a newer write or erase, which is
-      // not an error (the block's newer state is elsewhere).
-      if (s.IsAborted() && !stopping_) writes[i].skipped = true;
-      if (s.IsBusy() || (s.IsAborted() && stopping_)) give_up = s;
+  state->admitted = std::move(admitted);
+  // Reserved records are handed to the I/O threads before the batch waits for reclaim (Reserve),
+  // so the batch is submitted in as many parts as it waited.
+  ReclaimWait wait;
+  Status give_up;
+  for (size_t begin = 0; begin < writes.size();) {
+    size_t end = 0;
+    {
+      MutexLock lock(&mu_);
+      end = ReserveBatchLocked(*state, begin, &wait, &give_up);
     }
+    SubmitWrites(state, begin, end);
+    begin = end;
   }
-  SubmitWrites(std::move(state));
+  FinishSubmitting(*state);
+}
+
+size_t SsdTier::ReserveBatchLocked(WriteState& state, size_t begin, ReclaimWait* wait,
+                                   Status* give_up) {
+  std::span<SsdBlockWrite> writes = state.writes;
+  bool holding = false;  // Entries of [begin, i) were placed (and are not yet submitted).
+  for (size_t i = begin; i < writes.size(); ++i) {
+    if (!state.admitted[i]) continue;
+    // Once a record gave up waiting for space (Busy) or the tier is closing (Aborted), the rest
+    // of the batch fails the same way at once: one stall allowance for the whole batch.
+    if (!give_up->ok()) {
+      writes[i].status = *give_up;
+      continue;
+    }
+    const auto record_bytes = static_cast<uint32_t>(RecordBytesForPayload(state.payload[i].size()));
+    const uint64_t expiry = state.placements[i].expiry_wall_us;
+    bool must_submit = false;
+    Status s = Reserve(record_bytes, state.mode, i, writes[i].key, holding, wait,
+                       &state.placements[i], &must_submit);
+    state.placements[i].expiry_wall_us = expiry;
+    if (must_submit) return i;
+    if (!s.ok()) writes[i].status = s;
+    holding = holding || state.placements[i].segment_id != 0;
+    // Aborted while not closing: a re-append superseded by a newer write or erase, which is
+    // not an error (the block's newer state is elsewhere).
+    if (s.IsAborted() && !stopping_) writes[i].skipped = true;
+    if (s.IsBusy() || (s.IsAborted() && stopping_)) *give_up = s;
+  }
+  return writes.size();
 }
 
 // A re-append of an entry that was erased or rewritten since the reclaim's snapshot, or of a
@@ -274,14 +309,16 @@ bool SsdTier::StillCurrentLocked(const WriteMode& mode, size_t i, const BlockKey
   return true;
 }
 
-void SsdTier::SubmitWrites(std::shared_ptr<WriteState> state) {
+void SsdTier::SubmitWrites(const std::shared_ptr<WriteState>& state, size_t begin, size_t end) {
   std::span<SsdBlockWrite> writes = state->writes;
-  std::vector<size_t>& order = state->order;
-  for (size_t i = 0; i < writes.size(); ++i) {
+  auto part = std::make_shared<WritePart>();
+  std::vector<size_t>& order = part->order;
+  for (size_t i = begin; i < end; ++i) {
     if (state->placements[i].segment_id == 0) continue;
     order.push_back(i);
     writes[i].status = Status::Ok();  // Until a request or sync of the entry fails.
   }
+  if (order.empty()) return;
   // Records reserved back to back in a segment become one request.
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const Placement& pa = state->placements[a];
@@ -289,47 +326,39 @@ void SsdTier::SubmitWrites(std::shared_ptr<WriteState> state) {
     return std::tuple(pa.dir, pa.segment_id, pa.offset) <
            std::tuple(pb.dir, pb.segment_id, pb.offset);
   });
-  for (size_t begin = 0; begin < order.size();) {
-    const uint32_t dir = state->placements[order[begin]].dir;
-    WriteStager stager(this, state, dir);
-    size_t pos = begin;
+  state->parts_left.fetch_add(1);
+  for (size_t first = 0; first < order.size();) {
+    const uint32_t dir = state->placements[order[first]].dir;
+    WriteStager stager(this, state, part, dir);
+    size_t pos = first;
     for (; pos < order.size() && state->placements[order[pos]].dir == dir; ++pos) stager.Add(pos);
     stager.Finish();
-    begin = pos;
+    first = pos;
   }
-  if (state->jobs_left.fetch_sub(1) == 1) FinishWrites(*state);
+  if (part->jobs_left.fetch_sub(1) == 1) FinishPart(*state, *part);
+}
+
+void SsdTier::FinishSubmitting(WriteState& state) {
+  if (state.parts_left.fetch_sub(1) == 1) FinishWrites(state);
 }
 
 uint64_t SsdTier::DurableCandidateLocked() const {
   return inflight_sequences_.empty() ? next_sequence_ - 1 : *inflight_sequences_.begin() - 1;
 }
 
-void SsdTier::FinishWrites(WriteState& state) {
-  Status first_error;
-  uint64_t max_fresh = 0;  // The batch's highest fresh sequence (0: none).
-  bool deferred = false;
+void SsdTier::FinishPart(WriteState& state, const WritePart& part) {
   std::vector<DeferredAck> ready;
   {
     MutexLock lock(&mu_);
-    for (size_t i = 0; i < state.writes.size(); ++i) {
+    for (const size_t i : part.order) {
       const Placement& p = state.placements[i];
       SsdBlockWrite& w = state.writes[i];
-      if (p.segment_id == 0) {
-        // Never placed: skipped by a policy, or failed before any I/O (no segment could be
-        // created, a stall on reclaim, closing). A failure is the batch's error too, so that no
-        // caller reads OK for a block that is not on the SSD.
-        if (!w.status.ok() && !w.skipped) {
-          ++stats_.failed_writes;
-          if (first_error.ok()) first_error = w.status;
-        }
-        continue;
-      }
       auto seg = segments_.find(p.segment_id);
       KV_CHECK(seg != segments_.end());  // A segment with writes in flight is never reclaimed.
       seg->second.in_flight.erase(seg->second.in_flight.find(p.offset));
       if (p.fresh_sequence) {
         inflight_sequences_.erase(inflight_sequences_.find(p.sequence));
-        max_fresh = std::max(max_fresh, p.sequence);
+        state.max_fresh = std::max(state.max_fresh, p.sequence);
       }
       --writes_in_flight_;
       if (!w.status.ok()) {
@@ -339,7 +368,7 @@ void SsdTier::FinishWrites(WriteState& state) {
         seg->second.sealed = true;
         if (open_segment_[p.dir] == p.segment_id) open_segment_[p.dir] = 0;
         checkpoint_wanted_ = true;
-        if (first_error.ok()) first_error = w.status;
+        if (state.first_error.ok()) state.first_error = w.status;
         continue;
       }
       if (options_.sync != SsdSyncMode::kPerBatch) seg->second.unsynced = true;
@@ -348,26 +377,51 @@ void SsdTier::FinishWrites(WriteState& state) {
       InstallLocked(w, static_cast<uint32_t>(state.payload[i].size()), p, state.mode, i,
                     seg->second);
     }
+    TakeReadyAcksLocked(&ready);  // Other batches may have waited for these records.
+    changed_.SignalAll();
+  }
+  for (DeferredAck& a : ready) a.done(a.status);
+  if (state.parts_left.fetch_sub(1) == 1) FinishWrites(state);
+}
+
+void SsdTier::TakeReadyAcksLocked(std::vector<DeferredAck>* ready) {
+  if (options_.sync != SsdSyncMode::kPerBatch) return;
+  const uint64_t complete = DurableCandidateLocked();
+  auto waiting =
+      std::partition(deferred_acks_.begin(), deferred_acks_.end(),
+                     [complete](const DeferredAck& a) { return a.max_sequence > complete; });
+  std::move(waiting, deferred_acks_.end(), std::back_inserter(*ready));
+  deferred_acks_.erase(waiting, deferred_acks_.end());
+}
+
+void SsdTier::FinishWrites(WriteState& state) {
+  bool deferred = false;
+  std::vector<DeferredAck> ready;
+  Status first_error;
+  {
+    MutexLock lock(&mu_);
+    first_error = state.first_error;
+    for (size_t i = 0; i < state.writes.size(); ++i) {
+      const SsdBlockWrite& w = state.writes[i];
+      // Never placed: skipped by a policy, or failed before any I/O (no segment could be
+      // created, a stall on reclaim, closing). A failure is the batch's error too, so that no
+      // caller reads OK for a block that is not on the SSD.
+      if (state.placements[i].segment_id != 0 || w.status.ok() || w.skipped) continue;
+      ++stats_.failed_writes;
+      if (first_error.ok()) first_error = w.status;
+    }
     if (options_.sync == SsdSyncMode::kPerBatch && first_error.ok()) {
       const uint64_t durable = DurableCandidateLocked();
       if (durable > durable_sequence_.load()) durable_sequence_.store(durable);
     }
-    if (options_.sync == SsdSyncMode::kPerBatch) {
-      // Acknowledged means recoverable: a batch whose records lie past a write still in flight
-      // answers only once that write has completed (see deferred_acks_).
-      const uint64_t complete = DurableCandidateLocked();
-      if (max_fresh > complete) {
-        deferred_acks_.push_back(
-            DeferredAck{.max_sequence = max_fresh, .done = std::move(state.done),
-                        .status = first_error});
-        deferred = true;
-      }
-      auto waiting = std::partition(
-          deferred_acks_.begin(), deferred_acks_.end(),
-          [complete](const DeferredAck& a) { return a.max_sequence > complete; });
-      std::move(waiting, deferred_acks_.end(), std::back_inserter(ready));
-      deferred_acks_.erase(waiting, deferred_acks_.end());
+    // Acknowledged means recoverable: with kPerBatch, a batch whose records lie past a write
+    // still in flight answers only once that write has completed (see deferred_acks_).
+    if (options_.sync == SsdSyncMode::kPerBatch && state.max_fresh > DurableCandidateLocked()) {
+      deferred_acks_.push_back(DeferredAck{
+          .max_sequence = state.max_fresh, .done = std::move(state.done), .status = first_error});
+      deferred = true;
     }
+    TakeReadyAcksLocked(&ready);
     changed_.SignalAll();
   }
   for (DeferredAck& a : ready) a.done(a.status);
@@ -507,15 +561,20 @@ void SsdTier::SealPayloads(WriteState& state, std::vector<bool>& admitted) {
     SsdBlockWrite& w = state.writes[i];
     std::vector<std::byte>& out = state.sealed[i];
     out.resize(w.payload.size() + ssd::kSealedRecordOverheadBytes);
-    const auto aad = ssd::SealedRecordAad(w.key, w.layout_digest, w.codec_id, w.raw_bytes);
-    const Status s = SealRecordPayload(*options_.keyring, aad, w.payload, out);
+    // The expiry is sealed with the block's identity: changed without the key, it fails
+    // authentication instead of serving an expired block again (docs/ssd_format.md §3).
+    constexpr uint8_t kFlags = ssd::kRecordFlagSealed | ssd::kRecordFlagSealedExpiry;
+    const ssd::SealedAad aad = ssd::SealedRecordAad(w.key, w.layout_digest, w.codec_id,
+                                                    w.raw_bytes, kFlags,
+                                                    state.placements[i].expiry_wall_us);
+    const Status s = SealRecordPayload(*options_.keyring, aad.span(), w.payload, out);
     if (!s.ok()) {
       w.status = s;
       admitted[i] = false;
       continue;
     }
     state.payload[i] = out;
-    state.flags[i] = ssd::kRecordFlagSealed;
+    state.flags[i] = kFlags;
   }
 }
 
@@ -531,10 +590,11 @@ Status SsdTier::OpenPayload(const ssd::RecordHeader& h, std::span<std::byte> buf
   }
   if (!h.sealed()) return Status::Ok();
   std::span<std::byte> region = buffer.subspan(ssd::kRecordPayloadOffset, h.payload_bytes);
-  const auto aad = ssd::SealedRecordAad(h.key, h.layout_digest, h.codec_id, h.raw_bytes);
+  const ssd::SealedAad aad = ssd::SealedRecordAad(h.key, h.layout_digest, h.codec_id, h.raw_bytes,
+                                                  h.flags, h.expiry_wall_us);
   size_t plain_bytes = 0;
   uint32_t key_id = 0;
-  const Status s = OpenRecordPayload(*options_.keyring, aad, region, &plain_bytes, &key_id);
+  const Status s = OpenRecordPayload(*options_.keyring, aad.span(), region, &plain_bytes, &key_id);
   if (s.IsNotFound()) *mismatch = true;  // Another key: a miss, not damage.
   if (!s.ok()) return s;
   *payload = region.first(plain_bytes);
@@ -557,6 +617,10 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
     verdict = Status::Corruption("record holds another block");
   } else if (h.ok() && h->layout_digest != read.layout_digest) {
     verdict = Status::Corruption("layout digest mismatch");
+  } else if (h.ok() && h->expiry_wall_us != expect.expiry_wall_us) {
+    // The index's expiry (from a checkpoint, or the record when scanned) and the record's
+    // (authenticated when sealed) must agree: an edited one would serve an expired block.
+    verdict = Status::Corruption("expiry differs from the index's");
   }
   bool mismatch = false;
   if (verdict.ok()) verdict = OpenPayload(*h, read.buffer, &payload, &mismatch);
@@ -564,6 +628,13 @@ void SsdTier::FinishRead(SsdBlockRead& read, const IndexEntry& expect, const IoC
   if (mismatch) {
     read.status = verdict;
     ++stats_.read_misses;
+    return;
+  }
+  if (verdict.ok() && expect.Expired(clock_->WallMicros())) {  // It expired during the read.
+    read.status = Status::NotFound("ssd: expired");
+    ++stats_.expired;
+    ++stats_.read_misses;
+    DropEntryLocked(read.key, expect.sequence);
     return;
   }
   if (!verdict.ok()) {

@@ -4,7 +4,9 @@
 // between the checkpoint and the segments; that FIFOs and directories named like cache files are
 // reported, never waited on; that directories of two caches are refused, and so is a cache a
 // tier holds; that RepairDir leaves a cache that verifies and from which a reopened tier reads
-// every undamaged block byte for byte; that ClearDir removes only kvtier's files; that
+// every undamaged block byte for byte; that a segment named with an id outside [1, 2^63-1] is a
+// bad segment the counter never wraps on, which repair moves aside; that ClearDir removes only
+// kvtier's files; that
 // CheckCacheDirs tells cache directories from others; that BenchSsd and BenchReopen measure a
 // real tier, read every block back intact, and clean up after themselves; that they report
 // progress up to the whole run and stop with Aborted, cleaned up, once cancelled; that their
@@ -509,6 +511,67 @@ TEST(SsdToolsTest, RepairKeepsEveryIntactBlock) {
     }
   }
   ASSERT_TRUE((*tier)->Close().ok());
+}
+
+// A file named like a segment whose id is 0 or at the top of the id range (here with a valid
+// header naming that id, as a crafted file would have) is a bad segment: the tier never takes it
+// as a segment nor lets it move its segment counter (seg-ffffffffffffffff.kvs used to wrap it, and
+// every checkpoint written after was rejected), verify reports it, repair moves it aside, and
+// stats accepts the repaired cache.
+TEST(SsdToolsTest, SegmentIdsOutsideTheRangeAreBadSegments) {
+  for (const uint64_t id : {~uint64_t{0}, ssd::kSegmentIdMax + 1, uint64_t{0}}) {
+    SCOPED_TRACE(id);
+    Result<ScopedTempDir> dir = ScopedTempDir::Create();
+    ASSERT_TRUE(dir.ok());
+    std::unique_ptr<Env> env = NewPosixEnv();
+    const SsdTierOptions o = SmallTier({dir->Join("d0")});
+    MakeCache(env.get(), o, 20);
+    const std::string crafted = o.dirs[0] + "/" + ssd::SegmentFileName(id);
+    {
+      std::vector<std::byte> block(ssd::kSegmentHeaderBytes);
+      ssd::EncodeSegmentHeader({.segment_id = id, .segment_bytes = o.segment_bytes}, block);
+      std::ofstream(crafted, std::ios::binary)
+          .write(reinterpret_cast<const char*>(block.data()),
+                 static_cast<std::streamsize>(block.size()));
+    }
+    for (int round = 0; round < 2; ++round) {  // The second open uses the first's checkpoint.
+      Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, env.get());
+      ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+      const SsdTierStats st = (*tier)->Stats();
+      EXPECT_EQ(st.corrupt_segments, 1u);
+      EXPECT_EQ(st.segments, 2u + static_cast<uint64_t>(round));  // A reopen starts a segment.
+      EXPECT_FALSE(st.checkpoint_rejected) << "round " << round;
+      EXPECT_TRUE(st.checkpoint_used) << "round " << round;
+      ASSERT_TRUE(ssd_test::Put(**tier, 100 + static_cast<uint64_t>(round), 1, kPayload).ok());
+      ASSERT_TRUE((*tier)->Close().ok());
+    }
+    for (const std::string& seg : Segments(o.dirs[0])) {
+      uint64_t seen = 0;
+      ASSERT_TRUE(ssd::ParseSegmentFileName(seg.substr(seg.rfind('/') + 1), &seen));
+      EXPECT_TRUE(seen == id || (seen >= 1 && seen <= 4)) << seg << ": the counter wrapped";
+    }
+    Result<ssd::VerifyReport> v = ssd::VerifyDir(env.get(), o.dirs);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_EQ(v->problems.size(), 1u) << Dump(*v);
+    EXPECT_EQ(v->problems[0].path, crafted);
+    EXPECT_TRUE(HasProblem(*v, "segment id")) << Dump(*v);
+    Result<ssd::StatsReport> refused = ssd::StatsDir(env.get(), o.dirs, 0);
+    EXPECT_TRUE(refused.status().IsCorruption()) << refused.status().ToString();
+    Result<ssd::RepairReport> rep = ssd::RepairDir(env.get(), o.dirs);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_TRUE(rep->after.problems.empty()) << Dump(rep->after);
+    EXPECT_TRUE(std::filesystem::exists(crafted + ".bad"));
+    EXPECT_EQ(rep->blocks_indexed, 22u);
+    Result<ssd::StatsReport> stats = ssd::StatsDir(env.get(), o.dirs, 0);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->blocks, 22u);
+    Result<std::unique_ptr<SsdTier>> tier = SsdTier::Open(o, env.get());
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    EXPECT_TRUE((*tier)->Stats().checkpoint_used);
+    EXPECT_EQ((*tier)->Stats().corrupt_segments, 0u);
+    for (uint64_t i = 0; i < 20; ++i) EXPECT_TRUE(ssd_test::Get(**tier, i, kPayload).ok()) << i;
+    ASSERT_TRUE((*tier)->Close().ok());
+  }
 }
 
 // Clear removes segments, the checkpoint and repair's ".bad" files, and nothing else; a directory
