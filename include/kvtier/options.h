@@ -145,7 +145,7 @@ struct SsdTierOptions {
   uint32_t queue_jobs_max = 64;                  // Queued jobs per directory before callers wait.
   uint64_t staging_buffer_bytes = 1ull << 20;    // Per write request; multiple of 4 KiB.
   uint32_t staging_buffers = 0;                  // Per directory; 0: min(io_depth, 64).
-  uint32_t write_stall_ms_max = 10'000;          // A writer waiting for space gives up (Busy).
+  uint32_t write_stall_ms_max = 10'000;  // Busy when reclaim frees no segment this long.
   Admission admission = Admission::kAlways;
   uint32_t admission_requests = 2;               // Admission::kAfterRequests only.
   uint32_t admission_slots = 1u << 16;           // Counters of the admission sketch (1 B each).

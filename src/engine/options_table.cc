@@ -307,7 +307,7 @@ constexpr OptionSpec kTable[] = {
      }},
     {.name = "ssd_write_stall_ms_max", .type = OptionType::kUint, .default_text = "10000",
      .min = 0, .max = kMsHour, .unit = "ms", .cpp_field = "ssd.write_stall_ms_max",
-     .doc = "A writer waiting for space gives up (Busy) after this long",
+     .doc = "A writer waiting for space gets Busy when reclaim frees no segment for this long",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnSsd(o, [&](SsdTierOptions& t) { t.write_stall_ms_max = U32(v); });
      }},
