@@ -281,6 +281,9 @@ typedef struct kvtier_engine_options_s {
   /* Appended: threads that run the remote tier's reads and writes, so that the engine's workers
    * never wait for the network; [1, 64], 0: default (2). */
   uint32_t remote_io_threads;
+  /* Appended: write-back only, a stored block reaches the SSD at most this many milliseconds
+   * after its store completed (docs/reliability.md); 0: write-through; default 1000. */
+  uint32_t writeback_age_ms_max;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */
