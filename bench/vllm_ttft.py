@@ -5,7 +5,8 @@ Goal: show what a user of the vLLM connector gets, in the numbers that matter to
 prompt of 1k-4k tokens waits for its first token when its KV (a) is computed, (b) comes from
 vLLM's own in-memory prefix cache (the upper bound), (c) comes from kvtier's host tier in the same
 vLLM process, (d) comes from kvtier's SSD tier after vLLM restarted (a fresh process on the same
-cache directory, the host tier empty), which vLLM alone cannot do. Plus the bytes kvtier moved and
+cache directory, the host tier empty), which vLLM alone cannot do, and (e) the same through the
+server users run: `vllm serve` stopped with Ctrl-C and started again. Plus the bytes kvtier moved and
 the machine's own limits (memcpy of the KV size, fio on the cache directory) measured in the same
 run, since the machine may be shared.
 
@@ -28,7 +29,15 @@ everywhere) so that vLLM's first-request costs are not charged to a mode.
       flushed its host tier to the SSD tier at shutdown. Promotion on load puts what one document
       loaded into the host tier, so a later document of the same process gets the shared first
       part from there: the per-tier hits say how much.
-The processes run in the order b, c, d, a, d, d..., so that a burst of other load on a shared
+  (e) kvtier SSD after a `vllm serve` restart: tests/vllm/vllm_server.py starts `vllm serve` (the
+      OpenAI API server, connector on an empty cache directory of its own) and sends each
+      document once over HTTP (/v1/completions, max_tokens=1: "serve_cold", computed and
+      stored), then stops it as Ctrl-C does (SIGINT to its process group; the connector's worker
+      flushes on the signal; --shutdown-timeout 30, so that vLLM does not kill the worker before
+      the flush is done); then --repeats times: a new server on that directory, two warmup
+      requests, and each document once (the order rotates), measured as the wall time of the
+      HTTP request, then Ctrl-C again. The first token is compared with serve_cold's.
+The processes run in the order b, c, d, a, d, d..., then e, so that a burst of other load on a shared
 machine does not fall on one mode only; each process records the load average.
 A hit in (b), (c) and (d) covers the prompt's whole pages but the one holding its last token
 (the engine must compute at least one token), so all three compute the same last page.
@@ -38,11 +47,12 @@ every mode is compared with (a)'s.
 
   .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
       [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
+      [--modes offline,serve]    (offline: a-d, serve: e; default both)
 
 The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py ttft.
 
-Not a test and not run in CI: one run with the defaults took 9 minutes on two cores
-(docs/benchmarks.md).
+Not a test and not run in CI: modes a-d with the defaults took 9 minutes on two cores; mode e
+with --lengths 1024,2048 --repeats 2 took 6 minutes, on a loaded machine (docs/benchmarks.md).
 """
 
 import argparse
@@ -61,6 +71,10 @@ REPO = Path(__file__).resolve().parent.parent
 BLOCK_TOKENS = 32
 SHARED_TOKENS = 256
 MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart")
+SERVE_MODES = ("serve_cold", "kvtier_ssd_serve_restart")
+# vllm serve --shutdown-timeout: with vLLM's default 0 the worker is force-killed right after
+# Ctrl-C, before its flush of the documents just stored (README, "Use with vLLM").
+SERVE_SHUTDOWN_TIMEOUT_S = 30
 RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restart": 10.0}
 
 
@@ -230,6 +244,64 @@ def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
     return processes
 
 
+def measure_serve(args, work: Path, docs: dict[int, list[int]]) -> dict:
+    """Mode (e): the same documents through `vllm serve`, stopped with Ctrl-C and restarted."""
+    import signal
+
+    sys.path.insert(0, str(REPO / "tests" / "vllm"))
+    from vllm_server import VllmServer
+
+    lengths = sorted(docs)
+    runtime = work / "run_serve"
+    runtime.mkdir(mode=0o700)
+    cache = work / "cache_serve"
+    processes = {}
+
+    def serve(name, requests):
+        stats_file = work / f"{name}.stats.json"
+        server = VllmServer(args.model_dir, work / f"{name}.log",
+                            connector=connector_config(cache, runtime, stats_file),
+                            block_size=BLOCK_TOKENS, max_model_len=args.max_model_len,
+                            env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_space_gib)},
+                            extra_args=["--shutdown-timeout", str(SERVE_SHUTDOWN_TIMEOUT_S)])
+        log(f"{name}: vllm serve, {len(requests)} requests")
+        t0 = time.perf_counter()
+        try:
+            server.wait_ready(timeout_s=args.process_timeout_s)
+            startup_s = time.perf_counter() - t0
+            loadavg_start = os.getloadavg()[0]
+            results = []
+            for request in requests:
+                out = server.complete(request["tokens"], max_tokens=1)
+                snapshot = json.loads(stats_file.read_text()) if stats_file.exists() else None
+                results.append({"label": request["label"], "length": request["length"],
+                                "ttft_s": out["wall_s"], "first_token": out["text"],
+                                "stats": snapshot})
+            server.stop(signal.SIGINT)
+        finally:
+            server.close()
+        log(f"{name}: done in {time.perf_counter() - t0:.0f} s (startup {startup_s:.0f} s)")
+        result = {"startup_s": startup_s, "requests": results, "wall_s": time.perf_counter() - t0,
+                  "loadavg_1m": [loadavg_start, os.getloadavg()[0]]}
+        if stats_file.exists():
+            result["final_stats"] = json.loads(stats_file.read_text())
+        return result
+
+    def doc(label, n):
+        return {"label": label, "length": n, "tokens": docs[n]}
+
+    processes["serve_cold"] = serve("serve_cold", warmup_requests(10) +
+                                    [doc("serve_cold", n) for n in lengths])
+    for i in range(args.repeats):
+        order = lengths[i % len(lengths):] + lengths[:i % len(lengths)]
+        name = f"kvtier_ssd_serve_restart_{i + 1}"
+        processes[name] = serve(name, warmup_requests(11 + i) +
+                                [doc("kvtier_ssd_serve_restart", n) for n in order])
+    for p in processes.values():
+        add_deltas(p["requests"])
+    return processes
+
+
 def machine_limits(work: Path, kv_bytes: int) -> dict:
     """memcpy of the largest document's KV, and fio sequential O_DIRECT reads on the cache
     directory's filesystem, for context: the floors a load could reach on this machine."""
@@ -272,19 +344,35 @@ def machine_limits(work: Path, kv_bytes: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Summary.
 
+RATIOS = {  # name: (numerator mode, denominator mode)
+    "ssd_restart_over_vllm_prefix": ("kvtier_ssd_restart", "vllm_prefix"),
+    "recompute_over_ssd_restart": ("no_cache", "kvtier_ssd_restart"),
+    "host_over_vllm_prefix": ("kvtier_host", "vllm_prefix"),
+    "serve_recompute_over_serve_restart": ("serve_cold", "kvtier_ssd_serve_restart"),
+    "serve_restart_over_offline_restart": ("kvtier_ssd_serve_restart", "kvtier_ssd_restart"),
+}
+
+
 def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> dict:
     lengths = sorted(docs)
     requests = [r for p in processes.values() for r in p["requests"]]
-    reference = {n: next(r["first_token"] for r in processes["no_cache"]["requests"]
-                         if r["label"] == "no_cache" and r["length"] == n) for n in lengths}
+    present = [m for m in MODES + SERVE_MODES if any(r["label"] == m for r in requests)]
+
+    def first_token(label, n):
+        return next((r["first_token"] for r in requests
+                     if r["label"] == label and r["length"] == n), None)
+
     table = {}
     for n in lengths:
         row = {"kv_bytes": n * kv_bytes_token}
-        for mode in MODES:
+        for mode in present:
+            # Through the server the first token is text: compared with the server's own cold run.
+            reference = first_token("serve_cold" if mode in SERVE_MODES else "no_cache", n)
             mine = [r for r in requests if r["label"] == mode and r["length"] == n]
             ttfts = [r["ttft_s"] for r in mine]
             entry = {"ttft_s_median": statistics.median(ttfts), "ttft_s": ttfts,
-                     "first_token_matches": sum(r["first_token"] == reference[n] for r in mine),
+                     "first_token_matches": None if reference is None else
+                     sum(r["first_token"] == reference for r in mine),
                      "requests": len(mine)}
             moved = [r["connector"] for r in mine if r["connector"]]
             if moved:
@@ -300,63 +388,62 @@ def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> 
         row["kvtier_store_first_request_ttft_s"] = cold[0]["ttft_s"] if cold else None
         table[str(n)] = row
 
-    def ratio(n, top, bottom):
-        return table[str(n)][top]["ttft_s_median"] / table[str(n)][bottom]["ttft_s_median"]
-
-    ratios = {str(n): {"ssd_restart_over_vllm_prefix": ratio(n, "kvtier_ssd_restart",
-                                                             "vllm_prefix"),
-                       "recompute_over_ssd_restart": ratio(n, "no_cache", "kvtier_ssd_restart"),
-                       "host_over_vllm_prefix": ratio(n, "kvtier_host", "vllm_prefix")}
+    ratios = {str(n): {name: table[str(n)][top]["ttft_s_median"] /
+                       table[str(n)][bottom]["ttft_s_median"]
+                       for name, (top, bottom) in RATIOS.items()
+                       if top in present and bottom in present}
               for n in lengths}
     key = "4096" if "4096" in ratios else str(lengths[-1])
-    verdict = {"at_length": int(key),
-               "ssd_restart_over_vllm_prefix": {
-                   "value": ratios[key]["ssd_restart_over_vllm_prefix"], "target_max": 1.5,
-                   "met": ratios[key]["ssd_restart_over_vllm_prefix"] <= 1.5},
-               "recompute_over_ssd_restart": {
-                   "value": ratios[key]["recompute_over_ssd_restart"], "target_min": 10.0,
-                   "met": ratios[key]["recompute_over_ssd_restart"] >= 10.0}}
+    verdict = {"at_length": int(key)}
+    for name, bound, op in (("ssd_restart_over_vllm_prefix", 1.5, "max"),
+                            ("recompute_over_ssd_restart", 10.0, "min")):
+        if name in ratios[key]:
+            value = ratios[key][name]
+            verdict[name] = {"value": value, f"target_{op}": bound,
+                             "met": value <= bound if op == "max" else value >= bound}
     totals = {}
     for name, p in processes.items():
         if p.get("final_stats"):
             f = p["final_stats"]
             totals[name] = {**flat_counters(f), "tiers": f.get("tiers")}
-    return {"table": table, "ratios": ratios, "targets": verdict, "connector_totals": totals}
+    return {"modes": present, "table": table, "ratios": ratios, "targets": verdict,
+            "connector_totals": totals}
 
 
 def render_text(report: dict) -> str:
     s = report["setup"]
+    present = report["modes"]
     lines = [f"vLLM TTFT, {s['model']}; {s['layers']} layers; documents "
              f"{', '.join(str(n) for n in s['lengths'])} tokens sharing their first "
              f"{SHARED_TOKENS}; medians per mode and length over the requests counted below; "
              f"{s['cpus']} CPUs, load average {s['loadavg_1m_start']:.2f} at start"]
     if s["layers"] != 22:
         lines.append(f"NOTE: {s['layers']} layers instead of TinyLlama-1.1B's 22 (--layers).")
-    header = f"{'tokens':>7} {'KV MB':>7}" + "".join(f" {m:>20}" for m in MODES)
+    header = f"{'tokens':>7} {'KV MB':>7}" + "".join(f" {m:>24}" for m in present)
     lines += ["", "TTFT median, seconds (requests)", header]
     for n, row in report["table"].items():
         lines.append(f"{n:>7} {row['kv_bytes'] / 1e6:>7.1f}" + "".join(
-            f" {row[m]['ttft_s_median']:>15.3f} ({row[m]['requests']:>2})" for m in MODES))
+            f" {row[m]['ttft_s_median']:>19.3f} ({row[m]['requests']:>2})" for m in present))
     lines += ["", "kvtier per request: medians of loaded MB, load stall (time vLLM waited for a "
               "layer), pages gathered for a save; pages hit in each tier, request by request"]
     for n, row in report["table"].items():
-        for m in ("kvtier_host", "kvtier_ssd_restart"):
+        for m in ("kvtier_host", "kvtier_ssd_restart", "kvtier_ssd_serve_restart"):
+            if m not in present:
+                continue
             e = row[m]
-            lines.append(f"{n:>7} {m:<19} loaded {e.get('loaded_bytes_median', 0) / 1e6:6.1f}"
+            lines.append(f"{n:>7} {m:<24} loaded {e.get('loaded_bytes_median', 0) / 1e6:6.1f}"
                          f" MB  stall {e.get('load_stall_s_median', 0):6.3f} s  saved pages "
                          f"{e.get('saved_chunks_median', 0):3.0f}  host hits "
                          f"{e.get('host_hit_pages')}  ssd hits {e.get('ssd_hit_pages')}")
     lines += ["", "Ratios of medians"]
     for n, r in report["ratios"].items():
-        lines.append(f"{n:>7} SSD-after-restart / vLLM prefix "
-                     f"{r['ssd_restart_over_vllm_prefix']:5.2f}   recompute / SSD-after-restart "
-                     f"{r['recompute_over_ssd_restart']:7.1f}"
-                     f"   host / vLLM prefix {r['host_over_vllm_prefix']:5.2f}")
+        lines.append(f"{n:>7} " + "   ".join(f"{name} {v:.2f}" for name, v in r.items()))
     t = report["targets"]
-    a, b = t["ssd_restart_over_vllm_prefix"], t["recompute_over_ssd_restart"]
-    lines.append(f"targets at {t['at_length']}: SSD-after-restart / vLLM prefix {a['value']:.2f} "
-                 f"(<= 1.5: {'met' if a['met'] else 'MISSED'}); recompute / SSD-after-restart "
-                 f"{b['value']:.1f} (>= 10: {'met' if b['met'] else 'MISSED'})")
+    for name, bound in (("ssd_restart_over_vllm_prefix", "<= 1.5"),
+                        ("recompute_over_ssd_restart", ">= 10")):
+        if name in t:
+            lines.append(f"target at {t['at_length']}: {name} {t[name]['value']:.2f} ({bound}: "
+                         f"{'met' if t[name]['met'] else 'MISSED'})")
     m = report["machine"]
     lines += ["", f"machine: memcpy of {m['memcpy_bytes'] / 1e6:.1f} MB (largest document's KV) "
               f"{m['memcpy_s_median'] * 1e3:.1f} ms ({m['memcpy_gb_per_s']:.1f} GB/s)"]
@@ -366,10 +453,10 @@ def render_text(report: dict) -> str:
                      f"{m['fio_read_s_for_kv'] * 1e3:.0f} ms for that KV")
     else:
         lines.append(f"machine: fio {m.get('fio')}")
-    mismatches = [(n, mode) for n, row in report["table"].items() for mode in MODES
-                  if row[mode]["first_token_matches"] != row[mode]["requests"]]
-    lines.append("first token equal to no-cache's in every request" if not mismatches else
-                 f"first token differs from no-cache's in: {mismatches}")
+    mismatches = [(n, mode) for n, row in report["table"].items() for mode in present
+                  if row[mode]["first_token_matches"] not in (None, row[mode]["requests"])]
+    lines.append("first token equal to the cold run's in every request" if not mismatches else
+                 f"first token differs from the cold run's in: {mismatches}")
     lines.append(f"wall time {report['wall_s'] / 60:.1f} min")
     return "\n".join(lines)
 
@@ -395,6 +482,9 @@ def main() -> int:
                         help="report on the measurements of an earlier run (WORK_DIR/raw.json) "
                              "instead of measuring; give that run's --model-dir and --lengths")
     parser.add_argument("--process-timeout-s", type=int, default=1800)
+    parser.add_argument("--modes", default="offline,serve",
+                        help="offline: modes a-d (vLLM's offline API); serve: mode e (through "
+                             "`vllm serve`); comma-separated")
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
@@ -429,7 +519,12 @@ def main() -> int:
         machine, processes, loadavg_start = raw["machine"], raw["processes"], raw["loadavg"]
     else:
         machine = machine_limits(work, max(lengths) * per_token)
-        processes = measure(args, work, docs)
+        modes = set(args.modes.split(","))
+        if not modes <= {"offline", "serve"} or not modes:
+            parser.error("--modes: offline, serve or both")
+        processes = measure(args, work, docs) if "offline" in modes else {}
+        if "serve" in modes:
+            processes.update(measure_serve(args, work, docs))
         (work / "raw.json").write_text(json.dumps(
             {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
     report = {"setup": {"model": "random-weight Llama, TinyLlama-1.1B shape "

@@ -285,6 +285,9 @@ typedef struct kvtier_engine_options_s {
    * "host[,host...]" (docs/security.md); an endpoint on any other host is refused, never
    * connected to. NULL (default): the seeds' hosts only. Borrowed during open. */
   const char* remote_cluster_allowed_hosts;
+  /* Appended: write-back only, a stored block reaches the SSD at most this many milliseconds
+   * after its store completed (docs/reliability.md); 0: write-through; default 1000. */
+  uint32_t writeback_age_ms_max;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

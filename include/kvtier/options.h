@@ -223,6 +223,9 @@ struct EngineOptions {
   // Write-back: above this fraction of dirty slots in a memory tier, a cleaner thread writes
   // dirty blocks down until half as many are left. In (0, 1]; 1 turns the cleaner off.
   double writeback_dirty_fraction = 0.5;
+  // Write-back: a stored block reaches the SSD at most this long after its store completed,
+  // whatever happens to the process later (docs/reliability.md); 0: write-through.
+  uint32_t writeback_age_ms_max = 1000;
   CodecOptions ssd_codec;                // Encoding on the SSD and remote tiers.
   uint64_t default_ttl_ms = 0;           // Store's TTL when it gives none; 0: no expiry.
   uint32_t worker_threads = 2;           // Encode, decode and SSD staging threads.

@@ -342,6 +342,7 @@ constexpr AppendedOption kAppendedOptions[] = {
     KVTIER_C_FIELD(remote_write_budget_burst_bytes, kU64),
     KVTIER_C_FIELD(remote_promote_on_load, kBool),
     KVTIER_C_FIELD(remote_io_threads, kU32),
+    KVTIER_C_FIELD(writeback_age_ms_max, kU32),
 };
 #undef KVTIER_C_FIELD
 
@@ -595,6 +596,7 @@ void kvtier_engine_options_init(kvtier_engine_options_t* options) {
   options->remote_write_budget_burst_bytes = remote.write_budget_burst_bytes;
   options->remote_promote_on_load = remote.promote_on_load ? 1 : 0;
   options->remote_io_threads = remote.io_threads;
+  options->writeback_age_ms_max = defaults.writeback_age_ms_max;
 }
 
 kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, const void* secret,

@@ -171,6 +171,10 @@ void BlockTable::MarkClean(const BlockKey& key, size_t below) {
   e.dirty_ = static_cast<uint8_t>(e.dirty_ & ~(1u << below));
 }
 
+void BlockTable::SetDirtySince(const BlockKey& key, uint64_t now_us) {
+  Get(key).dirty_since_us_ = now_us;
+}
+
 void BlockTable::BeginFlush(const BlockKey& key) {
   BlockEntry& e = Get(key);
   KV_CHECK(!e.flushing_);

@@ -71,6 +71,10 @@ class BlockEntry {
   uint8_t dirty() const { return dirty_; }
   bool DirtyFor(size_t below) const { return (dirty_ >> below) & 1u; }
   bool flushing() const { return flushing_; }  // A Flush is writing it down; not chosen again.
+  // Monotonic time (Clock::NowMicros) from which its dirty bits count for the write-back age
+  // limit (EngineOptions::writeback_age_ms_max): when its Store published it. Meaningless while
+  // clean.
+  uint64_t dirty_since_us() const { return dirty_since_us_; }
   uint32_t pins() const { return pins_; }  // PinHandles, Loads and writers in flight.
   uint64_t expiry_wall_us() const { return expiry_wall_us_; }  // 0: never expires.
   BlockPriority priority() const { return priority_; }
@@ -102,6 +106,7 @@ class BlockEntry {
   bool flushing_ = false;
   uint32_t pins_ = 0;
   uint64_t expiry_wall_us_ = 0;
+  uint64_t dirty_since_us_ = 0;
   BlockPriority priority_ = BlockPriority::kNormal;
   PromotedBy promoted_by_ = PromotedBy::kNone;
 };
@@ -151,6 +156,9 @@ class BlockTable {
   void ClearPromotedBy(const BlockKey& key);
   void MarkDirty(const BlockKey& key, size_t below);
   void MarkClean(const BlockKey& key, size_t below);
+  // Sets the time the write-back age limit counts from (a Store published the block, or the tier
+  // refused it and it is retried one age later).
+  void SetDirtySince(const BlockKey& key, uint64_t now_us);
   // A Flush claims the block (flushing, pinned once); not while another one holds it.
   void BeginFlush(const BlockKey& key);
   // Ends BeginFlush; `written`: the block reached tier `below` (clean for it now).

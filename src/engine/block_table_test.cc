@@ -38,7 +38,7 @@ concept AnyFieldReachable =
     requires(E& e) { e.referenced_; } || requires(E& e) { e.dirty_; } ||
     requires(E& e) { e.flushing_; } || requires(E& e) { e.pins_; } ||
     requires(E& e) { e.expiry_wall_us_; } || requires(E& e) { e.priority_; } ||
-    requires(E& e) { e.promoted_by_; };
+    requires(E& e) { e.promoted_by_; } || requires(E& e) { e.dirty_since_us_; };
 static_assert(!AnyFieldReachable<BlockEntry>);
 static_assert(std::is_same_v<decltype(std::declval<const BlockTable&>().Find(BlockKey{})),
                              const BlockEntry*>);
@@ -176,6 +176,20 @@ TEST(BlockTableTest, DirtyBits) {
   table.MarkClean(Key(1), 0);  // Clean already: no change.
   EXPECT_EQ(e->dirty(), 1u << 2);
   EXPECT_FALSE(CleanToDrop(*e, kHost));  // A dirty last copy needs a write first.
+}
+
+// The write-back age limit counts from the time SetDirtySince gives; marking bits keeps it.
+TEST(BlockTableTest, DirtySinceIsKeptUntilSetAgain) {
+  BlockTable table = ReadyTable();
+  const BlockEntry* e = table.Find(Key(1));
+  table.MarkDirty(Key(1), 0);
+  table.SetDirtySince(Key(1), 1234);
+  table.MarkDirty(Key(1), 1);
+  table.BeginFlush(Key(1));
+  table.EndFlush(Key(1), 0, /*written=*/false);
+  EXPECT_EQ(e->dirty_since_us(), 1234u);
+  table.SetDirtySince(Key(1), 5678);  // Refused by the tier: counted again from now.
+  EXPECT_EQ(e->dirty_since_us(), 5678u);
 }
 
 TEST(BlockTableTest, FlushClaimPinsAndCleansOnlyWhenWritten) {

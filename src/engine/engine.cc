@@ -382,6 +382,7 @@ Status EngineImpl::FlushBatch(size_t below, std::span<const BlockKey> keys, bool
   const Status io = WriteToTier(below, items, lease.buffers().subspan(n, n));
   MutexLock lock(&mu_);
   flushed_cv_.SignalAll();  // A Flush may be waiting for these blocks.
+  const uint64_t now_us = clock_->NowMicros();
   for (size_t i = 0; i < todo.size(); ++i) {
     if (claimed != nullptr) claimed->push_back(todo[i].first);
     table_.EndFlush(todo[i].first, below, /*written=*/items[i].status.ok());
@@ -390,6 +391,10 @@ Status EngineImpl::FlushBatch(size_t below, std::span<const BlockKey> keys, bool
         ++counters_[TierIndex(todo[i].second)].writebacks;
         ++stats_.background_writebacks;
       }
+    } else if (background && items[i].skipped) {
+      // Refused by the tier's admission filter or write budget: the age limit tries it again
+      // one age later, not at every round of the cleaner.
+      table_.SetDirtySince(todo[i].first, now_us);
     }
   }
   return io;
@@ -527,36 +532,111 @@ void EngineImpl::EvictForCallers() {
 void EngineImpl::CleanerLoop() {
   // Why a thread of its own and not pool tasks: FlushBatch waits for staging buffers and SSD I/O,
   // and workers never wait (engine.md, Locking). Its batches are small, so it pins few blocks.
-  const size_t batch_max = kLoadStagingBatchMax / 2;
-  const double high = options_.writeback_dirty_fraction;
+  // It sleeps until a Store kicks it, or, while blocks wait for their write-back age limit,
+  // until the next one falls due.
+  uint64_t wait_us = 0;
   mu_.Lock();
   while (!cleaner_stop_) {
     if (!cleaner_kick_) {
-      cleaner_cv_.Wait(&mu_);
-      continue;
+      if (wait_us == 0) {
+        cleaner_cv_.Wait(&mu_);
+        continue;
+      }
+      cleaner_cv_.WaitFor(&mu_, std::chrono::microseconds(wait_us));
+      if (cleaner_stop_) break;
     }
     cleaner_kick_ = false;
     EvictForCallers();
+    wait_us = 0;
     for (size_t below = 0; below < tiers_.size() && !cleaner_stop_; ++below) {
       if (!tiers_[below].cleaned) continue;
-      // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded:
-      // a round that writes nothing (refusals, I/O errors) leaves the rest to eviction.
-      double fraction = high;
-      while (!cleaner_stop_) {
-        const std::vector<BlockKey> batch = PickDirty(below, fraction, batch_max);
-        if (batch.empty()) break;
-        fraction = high / 2;
-        const uint64_t before = stats_.background_writebacks;
-        mu_.Unlock();
-        // A failure is counted in the tier's write_failures and its blocks stay dirty: the next
-        // eviction or Flush retries them and reports the error to its caller.
-        FlushBatch(below, batch, /*background=*/true).IgnoreError();
-        mu_.Lock();
-        if (stats_.background_writebacks == before) break;
-      }
+      CleanOverWatermark(below);
+      if (tiers_[below].age_us_max == 0 || cleaner_stop_) continue;
+      const uint64_t next = CleanAged(below);
+      if (next != 0) wait_us = wait_us == 0 ? next : std::min(wait_us, next);
     }
   }
   mu_.Unlock();
+}
+
+void EngineImpl::CleanOverWatermark(size_t below) {
+  const size_t batch_max = kLoadStagingBatchMax / 2;
+  const double high = options_.writeback_dirty_fraction;
+  // Over the watermark: clean down to half of it (hysteresis), one batch per round. Bounded: a
+  // round that writes nothing (refusals, I/O errors) leaves the rest to eviction.
+  double fraction = high;
+  while (!cleaner_stop_) {
+    const std::vector<BlockKey> batch = PickDirty(below, fraction, batch_max);
+    if (batch.empty()) break;
+    fraction = high / 2;
+    const uint64_t before = stats_.background_writebacks;
+    mu_.Unlock();
+    // A failure is counted in the tier's write_failures and its blocks stay dirty: the next
+    // eviction or Flush retries them and reports the error to its caller.
+    FlushBatch(below, batch, /*background=*/true).IgnoreError();
+    mu_.Lock();
+    if (stats_.background_writebacks == before) break;
+  }
+}
+
+uint64_t EngineImpl::CleanAged(size_t below) {
+  const size_t batch_max = kLoadStagingBatchMax / 2;
+  // Bounded: each scan takes at most kCleanerAgedScanMax keys; more are left to the next wake-up
+  // (at once: PickAged then asks for the smallest wait).
+  uint64_t wait_us = 0;
+  const std::vector<BlockKey> due = PickAged(below, kCleanerAgedScanMax, &wait_us);
+  const uint64_t before = stats_.background_writebacks;
+  for (size_t base = 0; base < due.size() && !cleaner_stop_; base += batch_max) {
+    const size_t n = std::min(batch_max, due.size() - base);
+    mu_.Unlock();
+    // As in CleanOverWatermark: a failed block stays dirty and is tried again at a later round.
+    FlushBatch(below, std::span(due).subspan(base, n), /*background=*/true).IgnoreError();
+    mu_.Lock();
+  }
+  if (!due.empty() && stats_.background_writebacks == before) {
+    // Nothing written (a failing tier): try again after a full period, not in a busy loop.
+    return uint64_t{kCleanerAgePollMsMax} * 1000;
+  }
+  return wait_us;
+}
+
+std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* wait_us) {
+  const uint64_t age_us = tiers_[below].age_us_max;
+  // Blocks falling due within `slack` are written together, so that stores spread over time do
+  // not wake the cleaner (and scan the table) once each: a block is written by its age limit,
+  // and the cleaner sleeps at least `slack` between scans.
+  const uint64_t poll_us = uint64_t{kCleanerAgePollMsMax} * 1000;
+  const uint64_t slack_us = std::min(age_us / 4, poll_us);
+  const uint64_t now = clock_->NowMicros();
+  const uint64_t now_wall = NowWallUs();
+  uint64_t due_min = UINT64_MAX;
+  bool left_over = false;
+  std::vector<BlockKey> out;
+  table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
+    MemTier t;
+    if (!e.DirtyFor(below) || e.Expired(now_wall)) return;  // An expired block is never written.
+    const uint64_t due = e.dirty_since_us() + age_us - slack_us;
+    const bool writable =
+        !e.flushing() && e.state() == BlockState::kReady && e.FastestReadable(&t);
+    if (due <= now && writable) {
+      if (out.size() < max) {
+        out.push_back(key);
+        return;
+      }
+      left_over = true;
+    }
+    // Not due yet, left over, or being written by another thread (a Flush, an eviction).
+    due_min = std::min(due_min, due);
+  });
+  if (due_min == UINT64_MAX) {
+    *wait_us = 0;
+  } else if (left_over) {
+    *wait_us = 1;  // Due now: the next scan at once.
+  } else {
+    *wait_us = std::clamp(due_min > now ? due_min - now : 0, std::max<uint64_t>(slack_us, 1000),
+                          poll_us);
+  }
+  return out;
 }
 
 EngineStats EngineImpl::Stats() {

@@ -97,6 +97,15 @@ inline constexpr uint32_t kCleanerTierSlotsMin = 16;
 // TTLs above this (about 10 years) are refused as mistakes.
 inline constexpr uint64_t kTtlMsMax = 10ull * 365 * 24 * 3600 * 1000;
 
+// Write-back age limits above this (one hour) are refused as mistakes (EngineOptions).
+inline constexpr uint32_t kWritebackAgeMsMax = 3600 * 1000;
+// While dirty blocks are waiting for their age, the cleaner looks at them again at least this
+// often (real time), so that a clock that jumps (a ManualClock in tests, a suspended machine)
+// is noticed within this period.
+inline constexpr uint32_t kCleanerAgePollMsMax = 100;
+// Blocks past their age limit the cleaner takes from one scan of the block table at most.
+inline constexpr size_t kCleanerAgedScanMax = 1024;
+
 // The remote tier (docs/remote_tier.md, "Engine integration"): below the SSD tier (or below the
 // memory tiers when there is no SSD), shared by every engine that points at the same store. Its
 // blocks are encoded with EngineOptions::ssd_codec. Exactly one of `redis` (the engine opens and
@@ -173,6 +182,14 @@ struct EngineOptions {
   // 1 turns the cleaner off (eviction alone writes back). Tiers under kCleanerTierSlotsMin slots
   // are left to eviction (a batch in flight would pin a large share of them).
   double writeback_dirty_fraction = 0.5;
+  // Write-back only: the longest a stored block stays dirty for a local tier below memory (the
+  // SSD) before the cleaner writes it there, measured on env->clock()'s monotonic time from the
+  // completion of its Store (docs/reliability.md, "Write-back age limit"). A block is then on
+  // the SSD this long plus the time of its write after its Store completed, whatever happens to
+  // the process afterwards; blocks the SSD refuses (admission filter, write budget) are retried
+  // one age later. 0: write-through (Stores complete after their SSD writes); at most
+  // kWritebackAgeMsMax.
+  uint32_t writeback_age_ms_max = 1000;
   codecs::CodecParams ssd_codec;  // How blocks are encoded on the SSD (default identity).
   uint64_t default_ttl_ms = 0;    // 0: blocks do not expire.
   uint32_t worker_threads = 2;    // Encode/decode and SSD staging, off the caller's thread.

@@ -102,9 +102,11 @@ struct LowerTier {
   // block is dirty for it only under write-back. A local tier's write errors are returned, and a
   // block stays dirty for it until written (a refused write-through is written back later).
   bool best_effort = false;
-  // The cleaner writes the tier's dirty blocks down while a memory tier is over its watermark
-  // (a local write-back tier).
+  // The cleaner writes the tier's dirty blocks down while a memory tier is over its watermark,
+  // and those dirty for longer than age_us_max (a local write-back tier).
   bool cleaned = false;
+  // A local write-back tier's age limit (EngineOptions::writeback_age_ms_max); 0: none.
+  uint64_t age_us_max = 0;
   std::unique_ptr<std::atomic<bool>> failing;  // For one log line per failure streak.
 
   // Whether a block a Store publishes starts dirty for this tier.
@@ -345,12 +347,22 @@ class EngineImpl final : public Engine {
                         std::vector<BlockKey>* theirs) KV_EXCLUDES(mu_);
   // The cleaner (engine.cc): one thread (with any tier below memory), woken by Stores, that
   // does the evictions callers left to it (write-back included) and writes dirty blocks down to
-  // the `cleaned` tiers with FlushBatch while a memory tier is over its dirty watermark. Never
-  // holds mu_ across I/O.
+  // the `cleaned` tiers with FlushBatch while a memory tier is over its dirty watermark, and
+  // those past the tier's age limit (waking by itself when the next one falls due). Never holds
+  // mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
   // Up to `max` ready, unpinned keys dirty for tier `below` whose fastest copy is in the first
   // memory tier with more such blocks than `fraction` of its slots; empty when no tier is over.
   std::vector<BlockKey> PickDirty(size_t below, double fraction, size_t max) KV_REQUIRES(mu_);
+  // The cleaner's rounds for tier `below`: while a memory tier is over the dirty watermark, and
+  // then the blocks past the tier's age limit (when it has one). CleanAged returns how long the
+  // cleaner may sleep before the next block falls due (0: no dirty block is waiting).
+  void CleanOverWatermark(size_t below) KV_REQUIRES(mu_);
+  uint64_t CleanAged(size_t below) KV_REQUIRES(mu_);
+  // Up to `max` keys dirty for tier `below` that fall due by now (dirty since their age limit
+  // less the cleaner's slack), with a readable memory copy no one else is writing; `*wait_us`:
+  // how long until the next one falls due (0: none is waiting), within the cleaner's bounds.
+  std::vector<BlockKey> PickAged(size_t below, size_t max, uint64_t* wait_us) KV_REQUIRES(mu_);
   // Wakes the cleaner after a write-back Store published dirty blocks.
   void KickCleaner() KV_EXCLUDES(mu_);
   Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);

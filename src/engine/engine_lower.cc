@@ -40,7 +40,9 @@ Status RemoteTierOptions::Validate() const {
 
 namespace {
 
-LowerTier MakeLowerTier(OpenedLowerTier opened) {
+// `age_ms_max`: EngineOptions::writeback_age_ms_max, for a local write-back tier (0: it is
+// written through instead).
+LowerTier MakeLowerTier(OpenedLowerTier opened, uint32_t age_ms_max) {
   LowerTier t;
   const TierCapabilities caps = opened.tier->capabilities();
   t.tier = std::move(opened.tier);
@@ -48,8 +50,15 @@ LowerTier MakeLowerTier(OpenedLowerTier opened) {
   t.write_policy = caps.write_back ? opened.write_policy : WritePolicy::kWriteThrough;
   t.promote_on_load = opened.promote_on_load;
   t.best_effort = !caps.local_contains;
+  if (!t.best_effort && t.write_policy == WritePolicy::kWriteBack) {
+    if (age_ms_max == 0) {
+      t.write_policy = WritePolicy::kWriteThrough;
+    } else {
+      t.age_us_max = uint64_t{age_ms_max} * 1000;
+    }
+  }
   t.cleaned = !t.best_effort && t.write_policy == WritePolicy::kWriteBack &&
-              opened.dirty_fraction < 1;
+              (opened.dirty_fraction < 1 || t.age_us_max != 0);
   t.failing = std::make_unique<std::atomic<bool>>(false);
   return t;
 }
@@ -71,7 +80,7 @@ Status EngineImpl::OpenLowerTiers() {
   }
   for (OpenedLowerTier& t : opened.tiers) {
     if (t.remote_store != nullptr) remote_store_ = t.remote_store;
-    tiers_.push_back(MakeLowerTier(std::move(t)));
+    tiers_.push_back(MakeLowerTier(std::move(t), options_.writeback_age_ms_max));
   }
   KV_CHECK(tiers_.size() <= kLowerTiersMax);
   if (tiers_.empty()) return Status::Ok();

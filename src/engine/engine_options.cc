@@ -121,6 +121,10 @@ Status EngineOptions::Validate() const {
         "writeback_dirty_fraction=" + std::to_string(writeback_dirty_fraction) +
         ": must be in (0, 1]");
   }
+  if (writeback_age_ms_max > kWritebackAgeMsMax) {
+    return Status::InvalidArgument("writeback_age_ms_max=" + std::to_string(writeback_age_ms_max) +
+                                   ": at most " + std::to_string(kWritebackAgeMsMax) + " ms");
+  }
   KV_RETURN_IF_ERROR(WithField(prediction.Validate(), "prediction"));
   if (default_ttl_ms > kTtlMsMax) {
     return Status::InvalidArgument("default_ttl_ms=" + std::to_string(default_ttl_ms) +

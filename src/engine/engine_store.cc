@@ -224,6 +224,7 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
   }
   {
     MutexLock lock(&mu_);
+    const uint64_t now_us = clock_->NowMicros();  // The write-back age limit counts from here.
     for (const StoreItem& item : items) {
       table_.Unpin(item.key);  // Its filling copy keeps the entry.
       if (!copied.ok()) {
@@ -238,6 +239,7 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
           table_.MarkClean(item.key, below);
         }
       }
+      table_.SetDirtySince(item.key, now_us);
     }
   }
   if (!copied.ok()) {

@@ -151,6 +151,7 @@ TEST_F(EngineWriteErrorTest, WriteThroughWaitFailsForEveryStoreOnceTheDiskIsFull
 TEST_F(EngineWriteErrorTest, WriteBackFlushReportsNoSpace) {
   EngineOptions o = Options(WritePolicy::kWriteBack, 64 * kLayers);
   o.writeback_dirty_fraction = 1;  // No cleaner: the blocks stay dirty until Flush.
+  o.writeback_age_ms_max = kWritebackAgeMsMax;  // Nor the age limit, however slow the test runs.
   Result<std::unique_ptr<Engine>> e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   const Namespace ns = *(*e)->MakeNamespace("t");
@@ -179,6 +180,7 @@ TEST_F(EngineWriteErrorTest, FlushWaitsForABlockAnotherThreadIsWriting) {
   EngineOptions o = Options(WritePolicy::kWriteBack, 64 * kLayers);
   o.env = &gated;
   o.writeback_dirty_fraction = 1;  // No cleaner: the two Flushes are the only writers.
+  o.writeback_age_ms_max = kWritebackAgeMsMax;
   o.ssd->sync = SsdSyncMode::kPerBatch;
   o.ssd->io_backend = IoBackend::kThreadPool;  // Writes and syncs go through File.
   Result<std::unique_ptr<Engine>> e = Engine::Open(o);

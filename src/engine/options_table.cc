@@ -373,6 +373,14 @@ constexpr OptionSpec kTable[] = {
        o.writeback_dirty_fraction = std::get<double>(v);
        return Status::Ok();
      }},
+    {.name = "writeback_age_ms_max", .type = OptionType::kUint, .default_text = "1000",
+     .min = 0, .max = kWritebackAgeMsMax, .unit = "ms", .cpp_field = "writeback_age_ms_max",
+     .doc = "Write-back: a stored block is written to the SSD at most this long after its store "
+            "completed; 0: write-through",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       o.writeback_age_ms_max = U32(v);
+       return Status::Ok();
+     }},
     {.name = "ssd_codec", .type = OptionType::kChoice, .default_text = "identity",
      .choices = "identity|shuffle-zstd|int8|int4", .cpp_field = "ssd_codec.codec",
      .doc = "Encoding on the SSD and remote tiers (int8 and int4 are lossy)", .aliases = "codec",

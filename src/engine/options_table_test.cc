@@ -250,6 +250,8 @@ TEST(OptionsTable, SetterWritesTheField) {
   EXPECT_EQ(o.device_backend, DeviceBackend::kCpu);
   set("writeback_dirty_fraction", 0.25);
   EXPECT_EQ(o.writeback_dirty_fraction, 0.25);
+  set("writeback_age_ms_max", uint64_t{0});
+  EXPECT_EQ(o.writeback_age_ms_max, 0u);
   set("staging_buffers", uint64_t{64});
   EXPECT_EQ(o.staging_buffers, 64u);
   set("remote_endpoints", std::vector<std::string>{"h:1"});

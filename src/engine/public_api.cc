@@ -239,6 +239,7 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   KV_RETURN_IF_ERROR(CastEnum(in.write_policy, api::WritePolicy::kWriteThrough,
                               api::WritePolicy::kWriteBack, "write_policy", &out.write_policy));
   out.writeback_dirty_fraction = in.writeback_dirty_fraction;
+  out.writeback_age_ms_max = in.writeback_age_ms_max;
   KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, api::Codec::kIdentity, api::Codec::kInt4,
                               "ssd_codec.codec", &out.ssd_codec.codec));
   out.ssd_codec.zstd_level = in.ssd_codec.zstd_level;

@@ -42,7 +42,7 @@ constexpr size_t PublicFieldCount() {
   }
 }
 // Update these counts only together with the checks below.
-static_assert(PublicFieldCount<api::EngineOptions>() == 20);
+static_assert(PublicFieldCount<api::EngineOptions>() == 21);
 static_assert(PublicFieldCount<api::Layout>() == 5);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
@@ -151,6 +151,7 @@ void ExpectOptionsEq(const EngineOptions& a, const EngineOptions& b) {
   if (a.ssd.has_value()) ExpectSsdEq(*a.ssd, *b.ssd);
   EXPECT_EQ(a.write_policy, b.write_policy);
   EXPECT_EQ(a.writeback_dirty_fraction, b.writeback_dirty_fraction);
+  EXPECT_EQ(a.writeback_age_ms_max, b.writeback_age_ms_max);
   EXPECT_EQ(a.ssd_codec, b.ssd_codec);
   EXPECT_EQ(a.default_ttl_ms, b.default_ttl_ms);
   EXPECT_EQ(a.worker_threads, b.worker_threads);
@@ -312,6 +313,7 @@ api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::stri
       .ssd = PublicSsd(ssd_key_file),
       .write_policy = api::WritePolicy::kWriteThrough,
       .writeback_dirty_fraction = 0.25,
+      .writeback_age_ms_max = 77,
       .ssd_codec = {.codec = api::Codec::kInt8, .zstd_level = 3, .group_size = 64},
       .default_ttl_ms = 31,
       .worker_threads = 5,
@@ -342,6 +344,7 @@ EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, 
   e.ssd = InternalSsd(std::move(ssd_keys));
   e.write_policy = WritePolicy::kWriteThrough;
   e.writeback_dirty_fraction = 0.25;
+  e.writeback_age_ms_max = 77;
   e.ssd_codec = {.codec = codecs::CodecId::kInt8, .zstd_level = 3, .group_size = 64};
   e.default_ttl_ms = 31;
   e.worker_threads = 5;

@@ -8,7 +8,10 @@
 // ChildPlan) of random Stores, Loads, Lookups, Prefetches and Flushes. Every block's bytes are a
 // function of (sequence, chunk, layer). The child reports through a pipe each Store it attempts and
 // each Store whose durability was promised (docs/engine.md): write-through when StoreHandle::Wait
-// returned OK, write-back when a Flush that began after the Store's Wait returned OK. The parent
+// returned OK, write-back when a Flush that began after the Store's Wait returned OK, or when the
+// write-back age limit (kAgeMs, EngineOptions::writeback_age_ms_max) plus the cleaner's period
+// (kCleanerAgePollMsMax) has passed since the Store's Wait returned without a failed SSD write
+// meanwhile (docs/reliability.md, "Write-back age limit": no Flush needed). The parent
 // SIGKILLs the child at a random moment, or right when the cache directory shows a segment reclaim
 // (a segment file deleted), a checkpoint being written or installed (index.ckpt.tmp.<hex> created,
 // renamed over index.ckpt) or a segment roll (watched with inotify), then reopens the cache with a
@@ -36,12 +39,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/engine.h"
@@ -57,6 +62,8 @@ constexpr uint32_t kHostBlocks = 32;
 constexpr uint32_t kTrialsPerDir = 10;
 constexpr uint32_t kSeqsPerTrial = 1u << 16;  // Sequence ids: trial * kSeqsPerTrial + n.
 constexpr int kChildSecondsMax = 20;          // A child still running then gives up (exit 5).
+// The write-back trials' age limit: short, so that many Stores reach it before the kill.
+constexpr uint32_t kAgeMs = 100;
 
 KvLayout Layout() {
   return {.layers = kLayers,
@@ -69,7 +76,8 @@ const uint64_t kBlockBytes = Layout().BlockBytes();  // 32 KiB.
 
 // `ssd_capacity_bytes`: 4 MiB in the child (about 110 blocks: reclaim runs all the time); the
 // parent checks with room to spare, so that its own engine reclaims nothing while it looks.
-// `cleaner`: the background write-back thread (EngineOptions::writeback_dirty_fraction).
+// `cleaner`: the background write-back thread (EngineOptions::writeback_dirty_fraction, and the
+// age limit kAgeMs; without it an hour, which no trial reaches).
 EngineOptions Options(const std::string& dir, WritePolicy policy, bool cleaner,
                       uint64_t ssd_capacity_bytes = 4 * kMiB) {
   EngineOptions o;
@@ -88,6 +96,7 @@ EngineOptions Options(const std::string& dir, WritePolicy policy, bool cleaner,
   o.ssd = ssd;
   o.write_policy = policy;
   o.writeback_dirty_fraction = cleaner ? 0.5 : 1.0;
+  o.writeback_age_ms_max = cleaner ? kAgeMs : kWritebackAgeMsMax;
   return o;
 }
 
@@ -146,6 +155,14 @@ uint64_t SegmentIdBound(const std::string& dir, bool largest, uint64_t none) {
 
 // ---- Child ------------------------------------------------------------------------------------
 
+// Blocks that should have reached the SSD tier and did not (EngineStats::tiers[].write_failures).
+uint64_t SsdWriteFailures(Engine& engine) {
+  for (const TierStats& t : engine.Stats().tiers) {
+    if (t.kind == TierKind::kSsd) return t.write_failures;
+  }
+  return 0;
+}
+
 // What a trial's child runs. Write-back trials run two threads and the cleaner, so a Flush often
 // finds blocks that another thread (the cleaner, an eviction, another Flush) is writing and must
 // wait for them (docs/reliability.md); --flush-race off runs them with one thread and no cleaner.
@@ -155,7 +172,8 @@ struct ChildPlan {
   bool cleaner = true;
 };
 
-enum class RecordType : uint32_t { kAttempt = 1, kAck = 2 };
+// kAgeAck: a write-back Store acknowledged by the age limit (counted apart in the summary).
+enum class RecordType : uint32_t { kAttempt = 1, kAck = 2, kAgeAck = 3 };
 
 // One pipe message (24 bytes: below PIPE_BUF, so the two threads' writes never interleave).
 struct Record {
@@ -231,11 +249,26 @@ void ChildWorkload::DoLoad(uint32_t seq, uint32_t chunks) {
 void ChildWorkload::Run(uint64_t seed, uint32_t threads) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kChildSecondsMax);
   const bool write_back = engine_->options().write_policy == WritePolicy::kWriteBack;
+  const bool aged = write_back && engine_->options().writeback_age_ms_max == kAgeMs;
+  const auto age = std::chrono::milliseconds(kAgeMs + kCleanerAgePollMsMax);
   auto thread_body = [&](uint64_t thread_seed) {
     std::mt19937_64 rng(thread_seed);
     std::vector<std::pair<uint32_t, uint32_t>> mine;       // (seq, chunks) stored OK.
     std::vector<std::pair<uint32_t, uint32_t>> unflushed;  // Write-back: not yet acknowledged.
+    // Write-back with the age limit: (when Wait returned, seq, chunks, the SSD's write failures
+    // then), oldest first.
+    std::deque<std::tuple<std::chrono::steady_clock::time_point, uint32_t, uint32_t, uint64_t>>
+        aging;
     while (std::chrono::steady_clock::now() < deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      while (!aging.empty() && now - std::get<0>(aging.front()) >= age) {
+        // The promise holds while the SSD takes the writes: a write that failed since (a full
+        // cache stalled on reclaim) may be this Store's, which is then not acknowledged.
+        if (SsdWriteFailures(*engine_) == std::get<3>(aging.front())) {
+          Send({RecordType::kAgeAck, std::get<2>(aging.front()), std::get<1>(aging.front()), 0});
+        }
+        aging.pop_front();
+      }
       const uint32_t op = static_cast<uint32_t>(rng() % 16);
       if (op < 9 || mine.empty()) {
         const uint32_t n = next_seq_.fetch_add(1);
@@ -246,6 +279,10 @@ void ChildWorkload::Run(uint64_t seed, uint32_t threads) {
         mine.emplace_back(seq, chunks);
         if (!write_back) Send({RecordType::kAck, chunks, seq, 0});
         if (write_back) unflushed.emplace_back(seq, chunks);
+        if (aged) {
+          aging.emplace_back(std::chrono::steady_clock::now(), seq, chunks,
+                             SsdWriteFailures(*engine_));
+        }
       } else if (op < 13) {
         const auto& [seq, chunks] = mine[rng() % mine.size()];
         DoLoad(seq, chunks);
@@ -326,6 +363,7 @@ struct SeqInfo {
 struct Totals {
   uint64_t acked_blocks = 0, verified = 0, evicted = 0, lost = 0, wrong = 0, refused = 0;
   uint64_t unacked_served = 0, failed_trials = 0, reclaimed_trials = 0;
+  uint64_t age_acked_blocks = 0;  // Acknowledged by the write-back age limit (before a Flush).
   uint64_t idle_trials = 0;  // Trials whose child acknowledged nothing (killed early, or stalled).
   uint64_t event_kills[kKillKinds] = {};
   uint64_t fallback_kills = 0;
@@ -537,9 +575,10 @@ bool RunTrial(const std::string& dir, uint32_t trial, bool flush_race, std::mt19
   for (const Record& r : records) {
     SeqInfo& info = (*seqs)[static_cast<uint32_t>(r.seq)];
     if (r.type == RecordType::kAttempt) info = {r.chunks, r.newest_segment, false, trial};
-    if (r.type == RecordType::kAck && !info.acked) {
+    if (r.type != RecordType::kAttempt && !info.acked) {
       info.acked = true;
       acked += uint64_t{r.chunks} * kLayers;
+      if (r.type == RecordType::kAgeAck) t->age_acked_blocks += uint64_t{r.chunks} * kLayers;
     }
   }
   t->acked_blocks += acked;
@@ -601,16 +640,19 @@ int Main(int argc, char** argv) {
   auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("trials=%u acknowledged=%llu verified=%llu evicted=%llu lost=%llu wrong=%llu "
               "refused=%llu unacked_served=%llu failed_trials=%llu reclaimed_trials=%llu "
-              "idle_trials=%llu "
+              "idle_trials=%llu age_acknowledged=%llu "
               "kills(timer/reclaim/checkpoint-write/checkpoint-install/roll/fallback)="
               "%llu/%llu/%llu/%llu/%llu/%llu wall_s=%.1f seed=%llu\n",
               args.trials, u(t.acked_blocks), u(t.verified), u(t.evicted), u(t.lost), u(t.wrong),
               u(t.refused), u(t.unacked_served), u(t.failed_trials), u(t.reclaimed_trials),
-              u(t.idle_trials),
+              u(t.idle_trials), u(t.age_acked_blocks),
               u(t.event_kills[0]), u(t.event_kills[1]), u(t.event_kills[2]), u(t.event_kills[3]),
               u(t.event_kills[4]), u(t.fallback_kills), wall_s, u(args.seed));
   // Kills at a reclaim are counted but not required: a directory whose reclaim is stuck (see
   // docs/reliability.md) sees none.
+  // Blocks acknowledged by the age limit are counted but not required: while the tiny SSD's
+  // reclaim is stuck (see docs/reliability.md) its writes fail, and the children acknowledge
+  // nothing by age then.
   const bool exercised = t.acked_blocks > 0 && t.verified > 0 && t.reclaimed_trials > 0 &&
                          t.event_kills[2] + t.event_kills[3] > 0;
   if (!exercised) {
@@ -624,3 +666,4 @@ int Main(int argc, char** argv) {
 }  // namespace kvtier
 
 int main(int argc, char** argv) { return kvtier::Main(argc, argv); }
+

@@ -54,6 +54,7 @@ NON_DEFAULTS = dict(
     ssd_admission="after_requests", ssd_admission_requests=3, ssd_admission_slots=1024,
     ssd_write_budget_bytes_per_s=1 << 30, ssd_write_budget_burst_bytes=1 << 20,
     ssd_file_mode=0o640, write_policy="through", writeback_dirty_fraction=0.75,
+    writeback_age_ms_max=250,
     ssd_codec="int8", ssd_codec_zstd_level=3, ssd_codec_group_size=64, default_ttl_ms=60000,
     worker_threads=3, sink_chunks=2, promote_on_load=False, staging_buffers=16,
     remote_cluster=False, remote_user="u", remote_password="p", remote_key_prefix="kt2",

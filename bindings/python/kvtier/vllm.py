@@ -26,6 +26,8 @@ kv_connector_extra_config (all optional):
   ssd_dirs, ssd_bytes   SSD tier directories (a list or one path) and capacity; with several
                         tensor-parallel ranks each rank uses <dir>/tp<rank>
   ssd_segment_bytes, write_policy ("back" | "through"), ssd_sync, worker_threads
+  writeback_age_ms_max  write-back: a stored chunk is on the SSD at most this long after its store
+                        completed (default 1000; 0: write-through), docs/reliability.md
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" (SSD records), codec_level
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
   remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,
@@ -41,6 +43,12 @@ kv_connector_extra_config (all optional):
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
 
+Stopping: the worker flushes kvtier's dirty chunks to the SSD as soon as it gets SIGTERM or
+SIGINT (systemctl stop, Ctrl-C), before vLLM's own handler runs, and logs how many chunks it
+wrote and how long it took. vLLM force-kills its workers --shutdown-timeout seconds after the
+signal (default 0: at once, racing with the flush). A SIGKILL (OOM killer, vLLM's force-kill)
+loses at most the chunks stored within writeback_age_ms_max before it.
+
 Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
 adapters) never share KV. docs/integration.md, "Use with vLLM".
 """
@@ -51,6 +59,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import stat
 import tempfile
 import threading
@@ -71,7 +80,9 @@ from vllm.logger import init_logger
 import kvtier
 from kvtier.files import replace_regular_file
 
-logger = init_logger(__name__)
+# Under vLLM's "vllm" logger, whose handlers vLLM configures in every process: a logger outside
+# it would drop INFO lines (the flush on SIGTERM/SIGINT says what it wrote there).
+logger = init_logger(f"vllm.{__name__}")
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
@@ -310,6 +321,8 @@ class KvtierConnector(KVConnectorBase_V1):
             self._interval = self._zero_counters()
             self._server = None
             self._stats_written = ()
+            self._previous_handlers: dict[int, Any] = {}  # Signals flushed on, and vLLM's handlers
+            self._signal_flushed = False
 
     # ------------------------------------------------------------------ namespaces
 
@@ -493,6 +506,7 @@ class KvtierConnector(KVConnectorBase_V1):
                     self._engine.layout)
         self._server = _LookupServer(_socket_path(self._config, self._engine_id, rank),
                                      self._serve_lookup)
+        self._flush_on_signals()
 
     def _open_engine(self, layout: dict, rank: int):
         c = self._config
@@ -511,6 +525,8 @@ class KvtierConnector(KVConnectorBase_V1):
                       worker_threads=int(c.get("worker_threads", 0)),
                       model_name=f"{self._model_name}|tp{rank}/{self._tp_size}",
                       ssd_key_file=c.get("ssd_key_file", ""), ssd_key_env=c.get("ssd_key_env", ""))
+        if "writeback_age_ms_max" in c:
+            kwargs["writeback_age_ms_max"] = int(c["writeback_age_ms_max"])
         if c.get("remote_endpoints"):
             password = ""
             if c.get("remote_password_env"):
@@ -524,6 +540,56 @@ class KvtierConnector(KVConnectorBase_V1):
                           remote_insecure_plaintext=bool(c.get("remote_insecure_plaintext",
                                                                False)))
         return kvtier.Engine(**kwargs)
+
+    # ------------------------------------------------------------------ stopping
+
+    def _flush_on_signals(self):
+        """Flushes kvtier when the worker process gets SIGTERM or SIGINT, then runs the handler
+        that was there before (vLLM's worker raises SystemExit, and its shutdown force-kills
+        workers that have not exited within a few seconds, so the connector's shutdown() may
+        never run). Python runs the handler on the main thread between bytecodes, never inside a
+        kvtier call of that thread; the engine is thread-safe for the lookup thread meanwhile."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._previous_handlers[signum] = signal.signal(signum, self._on_stop_signal)
+            except ValueError:  # Not the main thread: vLLM's own shutdown path remains.
+                logger.warning("kvtier: register_kv_caches ran outside the main thread; no "
+                               "flush on SIGTERM/SIGINT (chunks reach the SSD within "
+                               "writeback_age_ms_max)")
+                return
+
+    def _on_stop_signal(self, signum, frame):
+        if not self._signal_flushed:
+            self._signal_flushed = True
+            self._flush_before_exit(signal.Signals(signum).name)
+        previous = self._previous_handlers.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:  # What the signal would have done without us.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _ssd_blocks(self) -> int:
+        for t in self._engine.stats().tiers:
+            if str(t.kind).split(".")[-1].lower() == "ssd":
+                return t.blocks
+        return 0
+
+    def _flush_before_exit(self, why: str):
+        engine = self._engine
+        if engine is None or engine.closed:
+            return
+        start = time.perf_counter()
+        try:
+            before = self._ssd_blocks()
+            engine.flush()
+            chunks = max(self._ssd_blocks() - before, 0) // max(engine.layers, 1)
+        except kvtier.Error as e:
+            logger.warning("kvtier: %s: flush failed after %.1f ms: %s", why,
+                           (time.perf_counter() - start) * 1e3, e)
+            return
+        logger.info("kvtier: %s: flushed %d chunks to the SSD in %.1f ms", why, chunks,
+                    (time.perf_counter() - start) * 1e3)
 
     def _serve_lookup(self, request: dict) -> int:
         tokens = [int(t) for t in request["tokens"]]
@@ -697,9 +763,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._reap_saves(block=True)
         if self._server is not None:
             self._server.close()
-        try:
-            self._engine.flush()
-        except kvtier.Error as e:
-            logger.warning("kvtier: flush at shutdown failed: %s", e)
+        self._flush_before_exit("shutdown")
         self._maybe_write_stats(force=True)
         self._engine.close()
+        for signum, previous in self._previous_handlers.items():  # The engine is gone.
+            try:
+                if signal.getsignal(signum) == self._on_stop_signal and previous is not None:
+                    signal.signal(signum, previous)
+            except ValueError:  # Not the main thread: the handlers stay, and do nothing now.
+                pass

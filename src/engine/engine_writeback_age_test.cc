@@ -1,0 +1,197 @@
+// Goal: show the write-back age limit (EngineOptions::writeback_age_ms_max, docs/reliability.md):
+// with write-back, a stored block reaches the SSD once it has been dirty for the limit, with no
+// Flush and no memory pressure, so that a process killed afterwards loses none of it; a block
+// stored later keeps its own, later deadline; a limit of 0 is write-through (the SSD write is
+// done when the Store completes); and a limit out of range is refused with a message naming it.
+// Method: a tiny layout (3 layers, 2 KiB blocks), a host tier far larger than what is stored and
+// the dirty watermark off (writeback_dirty_fraction 1), so only the age limit can write a block
+// down. A ManualClock is the engine's clock: a block cannot fall due before the test advances
+// it, so "not yet on the SSD" is certain; once it is advanced, the test waits (bounded, 10 s) for
+// the cleaner, which looks again at least every kCleanerAgePollMsMax. A "crash" is a copy of the
+// SSD directory taken while the engine is still open (what a killed process leaves: the engine's
+// close would flush), opened by a second engine, which must find every block, byte for byte.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kLayers = 3;
+constexpr uint32_t kBlockTokens = 16;
+constexpr uint32_t kAgeMs = 1000;
+
+KvLayout TestLayout() {
+  return {.layers = kLayers,
+          .kv_heads = 2,
+          .head_dim = 16,
+          .dtype = DType::kF16,
+          .block_tokens = kBlockTokens};
+}
+const uint64_t kBlockBytes = TestLayout().BlockBytes();
+
+class EngineWritebackAgeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<ScopedTempDir> d = ScopedTempDir::Create();
+    ASSERT_TRUE(d.ok());
+    dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
+    env_ = NewPosixEnv({.clock = &clock_});
+  }
+
+  EngineOptions Options(const std::string& ssd_dir, uint32_t age_ms) {
+    EngineOptions o;
+    o.layout = TestLayout();
+    o.model.name = "test-model";
+    o.host.capacity_bytes = 256 * kBlockBytes;
+    o.host.huge_pages = HugePages::kOff;
+    o.host.lock = MemoryLock::kOff;
+    o.host.prefault = false;
+    SsdTierOptions s;
+    s.dirs = {ssd_dir};
+    s.segment_bytes = 1 * kMiB;
+    s.capacity_bytes = 16 * kMiB;
+    o.ssd = s;
+    o.write_policy = WritePolicy::kWriteBack;
+    o.writeback_dirty_fraction = 1;  // No watermark: only the age limit writes blocks down.
+    o.writeback_age_ms_max = age_ms;
+    o.env = env_.get();
+    return o;
+  }
+
+  std::unique_ptr<Engine> OpenOrDie(const EngineOptions& o) {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  static Status StoreChunks(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens) {
+    KV_ASSIGN_OR_RETURN(std::vector<Hash256> hashes,
+                        ChunkHashes(ns.digest, tokens, kBlockTokens));
+    std::vector<std::vector<std::byte>> bufs;
+    for (const Hash256& h : hashes) {
+      for (uint32_t l = 0; l < kLayers; ++l) bufs.push_back(TestBlockPayload(h, l, kBlockBytes));
+    }
+    std::vector<std::span<const std::byte>> src(bufs.begin(), bufs.end());
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, e.Store(ns, tokens, src));
+    return h->Wait();
+  }
+
+  // Whether every chunk of `tokens` loads with its exact bytes.
+  static bool LoadsExactly(Engine& e, const Namespace& ns, std::span<const uint32_t> tokens) {
+    Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+    if (!hashes.ok()) return false;
+    std::vector<std::vector<std::byte>> bufs(hashes->size() * kLayers,
+                                             std::vector<std::byte>(kBlockBytes));
+    std::vector<std::span<std::byte>> dst(bufs.begin(), bufs.end());
+    Result<std::unique_ptr<LoadHandle>> h = e.Load(ns, tokens, dst);
+    if (!h.ok() || !(*h)->Wait().ok()) return false;
+    for (size_t c = 0; c < hashes->size(); ++c) {
+      for (uint32_t l = 0; l < kLayers; ++l) {
+        if (bufs[c * kLayers + l] != TestBlockPayload((*hashes)[c], l, kBlockBytes)) return false;
+      }
+    }
+    return true;
+  }
+
+  static uint64_t SsdBlocks(Engine& e) {
+    for (const TierStats& t : e.Stats().tiers) {
+      if (t.kind == TierKind::kSsd) return t.blocks;
+    }
+    return 0;
+  }
+
+  // Waits (at most about 10 s) until the SSD tier holds at least `blocks` blocks.
+  static bool WaitForSsdBlocks(Engine& e, uint64_t blocks) {
+    for (int i = 0; i < 2000; ++i) {
+      if (SsdBlocks(e) >= blocks) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return SsdBlocks(e) >= blocks;
+  }
+
+  // What a killed process leaves behind: the directory as it is now, with no flush.
+  std::string CopyOfSsd(const std::string& name) {
+    const std::string copy = dir_->Join(name);
+    std::filesystem::copy(dir_->Join("ssd"), copy, std::filesystem::copy_options::recursive);
+    return copy;
+  }
+
+  ManualClock clock_{1'000'000'000};
+  std::unique_ptr<ScopedTempDir> dir_;
+  std::unique_ptr<Env> env_;
+};
+
+TEST_F(EngineWritebackAgeTest, DirtyBlocksReachTheSsdAtTheirAgeWithoutFlush) {
+  auto e = OpenOrDie(Options(dir_->Join("ssd"), kAgeMs));
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> first = TestTokens(1, 4 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, first).ok());
+  // The clock has not moved: nothing is due, nothing is on the SSD.
+  EXPECT_EQ(SsdBlocks(*e), 0u);
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  const std::vector<uint32_t> second = TestTokens(2, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, second).ok());
+  // Half a limit later, still nothing due: a few of the cleaner's periods pass without a write.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kCleanerAgePollMsMax));
+  EXPECT_EQ(SsdBlocks(*e), 0u);
+  EXPECT_EQ(e->Stats().background_writebacks, 0u);
+
+  // The first store reaches its limit: its 12 blocks are written, the second store's are not
+  // (due half a limit later on a clock that no longer moves).
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  ASSERT_TRUE(WaitForSsdBlocks(*e, 4 * kLayers));
+  EXPECT_EQ(SsdBlocks(*e), 4u * kLayers);
+  EXPECT_EQ(e->Stats().background_writebacks, 4u * kLayers);
+
+  // The process dies now: the SSD alone has the first store, exactly.
+  {
+    auto after = OpenOrDie(Options(CopyOfSsd("crash1"), kAgeMs));
+    ASSERT_NE(after, nullptr);
+    const Namespace ns2 = *after->MakeNamespace("t");
+    EXPECT_EQ(after->Lookup(ns2, first)->matched_tokens, 4 * kBlockTokens);
+    EXPECT_TRUE(LoadsExactly(*after, ns2, first));
+    EXPECT_EQ(after->Lookup(ns2, second)->matched_tokens, 0u);
+  }
+
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  ASSERT_TRUE(WaitForSsdBlocks(*e, 6 * kLayers));
+  auto after = OpenOrDie(Options(CopyOfSsd("crash2"), kAgeMs));
+  ASSERT_NE(after, nullptr);
+  const Namespace ns2 = *after->MakeNamespace("t");
+  EXPECT_TRUE(LoadsExactly(*after, ns2, first));
+  EXPECT_TRUE(LoadsExactly(*after, ns2, second));
+}
+
+TEST_F(EngineWritebackAgeTest, ZeroIsWriteThrough) {
+  auto e = OpenOrDie(Options(dir_->Join("ssd"), 0));
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> tokens = TestTokens(3, 3 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, tokens).ok());
+  // No clock movement and no wait: the Store completed after its SSD writes.
+  EXPECT_EQ(SsdBlocks(*e), 3u * kLayers);
+  EXPECT_EQ(e->Stats().background_writebacks, 0u);
+  auto after = OpenOrDie(Options(CopyOfSsd("crash"), 0));
+  ASSERT_NE(after, nullptr);
+  EXPECT_TRUE(LoadsExactly(*after, *after->MakeNamespace("t"), tokens));
+}
+
+TEST_F(EngineWritebackAgeTest, OutOfRangeIsRefused) {
+  EngineOptions o = Options(dir_->Join("ssd"), kWritebackAgeMsMax + 1);
+  const Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_TRUE(e.status().IsInvalidArgument());
+  EXPECT_NE(e.status().message().find("writeback_age_ms_max"), std::string::npos)
+      << e.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier
