@@ -28,6 +28,7 @@
 #include "flags.h"
 #include "llm_session.h"
 #include "report_json.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -159,11 +160,11 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   if (!stored.ok()) CacheFailed(stored.status());
   const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
   if (json_) {
-    nlohmann::ordered_json turn = {{"turn", turns_},
-                                   {"user", text},
-                                   {"reply", reply},
-                                   {"reply_tokens", decoded->tokens},
-                                   {"stop", LlmSession::StopName(decoded->stop)}};
+    nlohmann::ordered_json turn = {{"turn", turns_}};
+    PutText(&turn, "user", text);  // "user_hex", "reply_hex": when not valid UTF-8.
+    PutText(&turn, "reply", reply);
+    turn.update(nlohmann::ordered_json{{"reply_tokens", decoded->tokens},
+                                       {"stop", LlmSession::StopName(decoded->stop)}});
     turn.update(PrefillJson(stats));
     turn.update(nlohmann::ordered_json{{"prefill_ms", MsFromUs(prefill_us)},
                                        {"decode_ms", MsFromUs(decode_us)},
@@ -190,7 +191,7 @@ void ChatCommand::PrintJson(const Status& chat) const {
       {"persistent", !flags_.session.cache_dir.empty()},
       {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()},
       {"error", chat.ok() ? "" : chat.ToString()}};
-  std::printf("%s\n", j.dump(1).c_str());
+  std::printf("%s\n", JsonText(j, 1).c_str());
 }
 
 void ChatCommand::CacheFailed(const Status& s) {
