@@ -17,6 +17,8 @@ namespace kvtier::cli {
 inline constexpr uint64_t kPromptFileBytesMax = 64 * kMiB;
 // preload --trace: every prompt of a trace, one per line.
 inline constexpr uint64_t kTraceFileBytesMax = 256 * kMiB;
+// chat: one user turn, a line of stdin.
+inline constexpr size_t kChatTurnBytesMax = 64 * kKiB;
 // hash --tokens: whitespace-separated decimal token ids.
 inline constexpr uint64_t kTokenFileBytesMax = 64 * kMiB;
 // --config / KVTIER_CONFIG: a TOML file of options (a full one is a few KiB). CLI11's reader keeps

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli_limits.h"
 #include "command.h"
 #include "flags.h"
 #include "llm_session.h"
@@ -33,25 +34,22 @@
 namespace kvtier::cli {
 namespace {
 
-// A user turn longer than this is refused (the line reader's bound).
-constexpr size_t kTurnBytesMax = size_t{64} << 10;
-
 // Reads one line of stdin without its newline. Returns false at the end of input; a line longer
-// than kTurnBytesMax is an error.
+// than kChatTurnBytesMax is an error. Byte by byte (stdio buffers them): a line may hold NULs, which
+// fgets cannot measure (a stream of NULs, `chat < /dev/zero`, was read forever).
 Result<bool> ReadLine(std::FILE* in, std::string* line) {
   line->clear();
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), in) != nullptr) {
-    line->append(buf);
-    if (line->size() > kTurnBytesMax) {
-      return Status::InvalidArgument("a turn is longer than " + std::to_string(kTurnBytesMax) +
-                                     " bytes");
-    }
-    if (!line->empty() && line->back() == '\n') {
-      line->pop_back();
+  // Bounded: the loop ends at a newline, the end of input, or past kChatTurnBytesMax bytes.
+  for (int c = std::getc(in); c != EOF; c = std::getc(in)) {
+    if (c == '\n') {
       if (!line->empty() && line->back() == '\r') line->pop_back();
       return true;
     }
+    if (line->size() == kChatTurnBytesMax) {
+      return Status::InvalidArgument("a turn is longer than " + std::to_string(kChatTurnBytesMax) +
+                                     " bytes");
+    }
+    line->push_back(static_cast<char>(c));
   }
   if (std::ferror(in)) return Status::FromErrno(errno, "reading stdin");
   return !line->empty();  // A last line without a newline still counts.
