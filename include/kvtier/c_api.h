@@ -187,8 +187,9 @@ typedef struct kvtier_engine_options_s {
   kvtier_ssd_sync_t ssd_sync;
   kvtier_write_policy_t write_policy; /* Default KVTIER_WRITE_BACK. */
   kvtier_codec_t ssd_codec;           /* Default KVTIER_CODEC_IDENTITY. */
-  int32_t ssd_codec_zstd_level;       /* See src/codecs/codec_params.h; 0 for identity. */
-  uint32_t ssd_codec_group_size;      /* int8/int4 only. */
+  int32_t ssd_codec_zstd_level;       /* 0 (default): the codec's own (shuffle-zstd 1, */
+                                      /* int8/int4 no zstd); else 1..22; identity 0 only. */
+  uint32_t ssd_codec_group_size;      /* int8/int4 only; 0 (default): 32. */
   uint64_t default_ttl_ms;            /* 0: blocks do not expire. */
   uint32_t worker_threads;            /* Default 2. */
   uint32_t sink_chunks;               /* Default 1. */

@@ -103,9 +103,11 @@ struct Keyring {
 
 struct CodecOptions {
   Codec codec = Codec::kIdentity;
-  // kShuffleZstd: 1..22. kInt8 / kInt4: 0 (no zstd after quantization) or 1..22. kIdentity: 0.
+  // 0 (the default): the codec's default level, which is 1 for kShuffleZstd and no zstd stage
+  // after quantization for kInt8 / kInt4. Else 1..22 (kIdentity: 0 only).
   int32_t zstd_level = 0;
-  // kInt8 / kInt4: tokens per key group and channels per value group, 8..1024. Otherwise 0.
+  // kInt8 / kInt4: tokens per key group and channels per value group, 8..1024; 0 (the default):
+  // 32. Otherwise 0.
   uint32_t group_size = 0;
 
   friend bool operator==(const CodecOptions&, const CodecOptions&) = default;

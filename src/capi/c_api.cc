@@ -449,9 +449,11 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
     return Status::InvalidArgument("ssd_codec " + std::to_string(codec) +
                                    " is not a kvtier_codec_t");
   }
+  // Zeros are the codec's defaults (shuffle-zstd level 1, int8/int4 groups of 32).
   out.ssd_codec = codecs::CodecParams{.codec = static_cast<codecs::CodecId>(codec),
                                       .zstd_level = in.ssd_codec_zstd_level,
-                                      .group_size = in.ssd_codec_group_size};
+                                      .group_size = in.ssd_codec_group_size}
+                      .WithDefaults();
   KV_RETURN_IF_ERROR(out.ssd_codec.Validate().WithContext("ssd_codec"));
   out.default_ttl_ms = in.default_ttl_ms;
   out.worker_threads = in.worker_threads;

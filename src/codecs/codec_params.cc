@@ -35,6 +35,15 @@ bool ZstdLevelInRange(int level) { return level >= kZstdLevelMin && level <= kZs
 
 }  // namespace
 
+CodecParams CodecParams::WithDefaults() const {
+  CodecParams out = *this;
+  if (codec == CodecId::kShuffleZstd && zstd_level == 0) out.zstd_level = kShuffleZstdLevelDefault;
+  if ((codec == CodecId::kInt8 || codec == CodecId::kInt4) && group_size == 0) {
+    out.group_size = kQuantGroupSizeDefault;
+  }
+  return out;
+}
+
 Status CodecParams::Validate() const {
   switch (codec) {
     case CodecId::kIdentity:
@@ -75,11 +84,11 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
   if (name == "identity") {
     params = CodecParams::Identity();
   } else if (name == "shuffle-zstd") {
-    params = CodecParams::ShuffleZstd(level == 0 ? 1 : level);
+    params = CodecParams::ShuffleZstd(level).WithDefaults();
   } else if (name == "int8") {
-    params = CodecParams::Int8(group == 0 ? 32 : group, level);
+    params = CodecParams::Int8(group, level).WithDefaults();
   } else if (name == "int4") {
-    params = CodecParams::Int4(group == 0 ? 32 : group, level);
+    params = CodecParams::Int4(group, level).WithDefaults();
   } else {
     return Status::InvalidArgument("codec '" + name +
                                    "' is not one of identity, shuffle-zstd, int8, int4");

@@ -32,6 +32,15 @@ inline constexpr int kZstdLevelMax = 22;
 // Quantization group: tokens per key group (per channel) and channels per value group (per token).
 inline constexpr uint32_t kQuantGroupSizeMin = 8;
 inline constexpr uint32_t kQuantGroupSizeMax = 1024;
+// What 0 means in the options of every surface (C++, C, Python, CLI, config file): the codec's
+// default. shuffle-zstd's level is 1 (zstd's fastest; KV bytes gain little from higher levels,
+// docs/codecs.md); int8/int4 take no zstd stage by default and group 32 tokens or channels.
+inline constexpr int kShuffleZstdLevelDefault = 1;
+inline constexpr uint32_t kQuantGroupSizeDefault = 32;
+static_assert(kShuffleZstdLevelDefault >= kZstdLevelMin &&
+              kShuffleZstdLevelDefault <= kZstdLevelMax);
+static_assert(kQuantGroupSizeDefault >= kQuantGroupSizeMin &&
+              kQuantGroupSizeDefault <= kQuantGroupSizeMax);
 
 struct CodecParams {
   CodecId codec = CodecId::kIdentity;
@@ -42,13 +51,13 @@ struct CodecParams {
   uint32_t group_size = 0;
 
   static CodecParams Identity() { return {.codec = CodecId::kIdentity}; }
-  static CodecParams ShuffleZstd(int level = 1) {
+  static CodecParams ShuffleZstd(int level = kShuffleZstdLevelDefault) {
     return {.codec = CodecId::kShuffleZstd, .zstd_level = level};
   }
-  static CodecParams Int8(uint32_t group_size = 32, int zstd_level = 0) {
+  static CodecParams Int8(uint32_t group_size = kQuantGroupSizeDefault, int zstd_level = 0) {
     return {.codec = CodecId::kInt8, .zstd_level = zstd_level, .group_size = group_size};
   }
-  static CodecParams Int4(uint32_t group_size = 32, int zstd_level = 0) {
+  static CodecParams Int4(uint32_t group_size = kQuantGroupSizeDefault, int zstd_level = 0) {
     return {.codec = CodecId::kInt4, .zstd_level = zstd_level, .group_size = group_size};
   }
 
@@ -58,7 +67,13 @@ struct CodecParams {
   // True when the payload is a zstd frame.
   bool uses_zstd() const { return zstd_level != 0; }
 
-  // InvalidArgument naming the bad field.
+  // These parameters with the options' zeros made the codec's defaults: shuffle-zstd's level 0
+  // becomes kShuffleZstdLevelDefault, int8/int4's group size 0 kQuantGroupSizeDefault. Every
+  // other value is kept, for Validate to judge. Encoded headers always hold resolved values.
+  CodecParams WithDefaults() const;
+
+  // InvalidArgument naming the bad field. Takes resolved values: a shuffle-zstd level of 0 is
+  // refused here (WithDefaults first where 0 means the default).
   Status Validate() const;
   std::string ToString() const;
 
@@ -67,7 +82,7 @@ struct CodecParams {
 
 // A codec by name as the APIs spell it ("identity", "shuffle-zstd", "int8", "int4"), with its zstd
 // level (0: the codec's default: 1 for shuffle-zstd, none after quantization) and quantization
-// group (0: 32). InvalidArgument naming the choices, or the bad field.
+// group (0: 32), resolved by WithDefaults. InvalidArgument naming the choices, or the bad field.
 Result<CodecParams> ParseCodecParams(const std::string& name, int zstd_level = 0,
                                      uint32_t group_size = 0);
 

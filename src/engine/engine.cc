@@ -55,7 +55,9 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options,
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
-EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {}
+EngineImpl::EngineImpl(const EngineOptions& options) : options_(options) {
+  options_.ssd_codec = options.ssd_codec.WithDefaults();  // Level 0: the codec's default.
+}
 
 Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options,
                                                        const LowerTierFactory* lower) {

@@ -190,7 +190,9 @@ struct EngineOptions {
   // one age later. 0: write-through (Stores complete after their SSD writes); at most
   // kWritebackAgeMsMax.
   uint32_t writeback_age_ms_max = 1000;
-  codecs::CodecParams ssd_codec;  // How blocks are encoded on the SSD (default identity).
+  // How blocks are encoded on the SSD (default identity). A zstd_level or group_size of 0 means
+  // the codec's default (CodecParams::WithDefaults): {.codec = kShuffleZstd} is level 1.
+  codecs::CodecParams ssd_codec;
   uint64_t default_ttl_ms = 0;    // 0: blocks do not expire.
   uint32_t worker_threads = 2;    // Encode/decode and SSD staging, off the caller's thread.
   uint32_t sink_chunks = 1;       // Leading chunks stored at least at BlockPriority::kHigh.

@@ -101,7 +101,7 @@ Status EngineOptions::Validate() const {
   if (cxl.has_value()) {
     KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
   }
-  KV_RETURN_IF_ERROR(WithField(ssd_codec.Validate(), "ssd_codec"));
+  KV_RETURN_IF_ERROR(WithField(ssd_codec.WithDefaults().Validate(), "ssd_codec"));
   if (remote.has_value()) KV_RETURN_IF_ERROR(WithField(remote->Validate(), "remote"));
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
     return Status::InvalidArgument("write_policy: unknown value");

@@ -23,6 +23,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "codecs/codec.h"
 #include "testing/fault_injection_env.h"
@@ -281,6 +283,30 @@ TEST_F(EngineTest, OptionsValidationNamesTheField) {
   EXPECT_NE(o.Validate().message().find("staging_buffers"), std::string::npos);
   EXPECT_TRUE(Options(4, 16, true).Validate().ok());
   EXPECT_FALSE(Engine::Open(o).ok());
+}
+
+// A zstd level or group size of 0 is the codec's default, as in every other surface: the C++
+// options {.codec = kShuffleZstd} open an engine at level 1 (they were refused with "level must be
+// in [1, 22]"), and int8/int4 without a group size use groups of 32.
+TEST_F(EngineTest, CodecZerosAreTheCodecsDefaults) {
+  const std::vector<std::pair<codecs::CodecParams, codecs::CodecParams>> cases = {
+      {{.codec = codecs::CodecId::kShuffleZstd}, codecs::CodecParams::ShuffleZstd(1)},
+      {{.codec = codecs::CodecId::kInt8}, codecs::CodecParams::Int8(32, 0)},
+      {{.codec = codecs::CodecId::kInt4, .zstd_level = 3}, codecs::CodecParams::Int4(32, 3)},
+      {{.codec = codecs::CodecId::kShuffleZstd, .zstd_level = 7},
+       codecs::CodecParams::ShuffleZstd(7)},
+  };
+  for (const auto& [given, used] : cases) {
+    EngineOptions o = Options(0, 16, true);
+    o.ssd_codec = given;
+    EXPECT_TRUE(o.Validate().ok()) << given.ToString();
+    std::unique_ptr<Engine> e = OpenOrDie(o);
+    ASSERT_NE(e, nullptr) << given.ToString();
+    EXPECT_EQ(e->options().ssd_codec, used) << given.ToString();
+  }
+  EngineOptions o = Options(0, 16, true);
+  o.ssd_codec = {.codec = codecs::CodecId::kShuffleZstd, .zstd_level = 23};  // Still checked.
+  EXPECT_NE(o.Validate().message().find("ssd_codec"), std::string::npos);
 }
 
 TEST_F(EngineTest, WriteBackEvictsToSsdAndLoadsBack) {

@@ -387,14 +387,16 @@ constexpr OptionSpec kTable[] = {
      .set = [](EngineOptions& o, const OptionValue& v) { return SetCodec(o, S(v), 0, 0); }},
     {.name = "ssd_codec_zstd_level", .type = OptionType::kInt, .default_text = "0", .min = 0,
      .max = 22, .cpp_field = "ssd_codec.zstd_level",
-     .doc = "zstd level: shuffle-zstd 1..22 (0: 1); int8/int4 0 (no zstd) or 1..22",
+     .doc = "zstd level; 0: the codec's default (shuffle-zstd 1, int8/int4 no zstd); else "
+            "1..22",
      .aliases = "ssd_codec_level",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), I32(v), o.ssd_codec.group_size);
      }},
     {.name = "ssd_codec_group_size", .type = OptionType::kUint, .default_text = "0", .min = 0,
      .max = 1024, .cpp_field = "ssd_codec.group_size",
-     .doc = "int8/int4: tokens per key group and channels per value group, 8..1024 (0: 32)",
+     .doc = "int8/int4: tokens per key group and channels per value group, 8..1024; 0: the "
+            "default, 32",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), o.ssd_codec.zstd_level, U32(v));
      }},

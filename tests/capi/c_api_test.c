@@ -4,7 +4,8 @@
  * prediction), set the options appended for the options table (docs/options.md: CXL tier,
  * device backend, SSD I/O, staging buffers, file mode) and check that they reach the engine, and
  * check the error paths (bad layout, bad block arrays, versioned structs, bad prediction options,
- * appended options out of their table range). Exits 0 on success, 1 with a message on the first
+ * appended options out of their table range), and that a codec's zstd level and group size of 0
+ * are its defaults. Exits 0 on success, 1 with a message on the first
  * failed check. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -599,6 +600,28 @@ static void TestAppendedOptions(void) {
   CHECK(strstr(err.message, "writeback_dirty_fraction=2") != NULL);
 }
 
+/* A zstd level or group size of 0 is the codec's default for every codec (shuffle-zstd level 1,
+ * int8/int4 groups of 32 without zstd): the engine opens and round-trips a block. */
+static void TestCodecDefaults(void) {
+  const kvtier_codec_t codecs[] = {KVTIER_CODEC_SHUFFLE_ZSTD, KVTIER_CODEC_INT8, KVTIER_CODEC_INT4};
+  for (size_t c = 0; c < sizeof(codecs) / sizeof(codecs[0]); ++c) {
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/codec%zu", temp_dir, c);
+    CHECK(mkdir(dir, 0700) == 0);
+    const char* dirs[1] = {dir};
+    kvtier_engine_options_t o;
+    InitOptions(&o, dirs);
+    o.ssd_codec = codecs[c];
+    CHECK(o.ssd_codec_zstd_level == 0 && o.ssd_codec_group_size == 0);
+    kvtier_engine_t* engine = NULL;
+    kvtier_error_t err;
+    kvtier_status_t st = kvtier_engine_open(&o, &engine, &err);
+    if (st != KVTIER_OK) fprintf(stderr, "codec %d: %s\n", (int)codecs[c], err.message);
+    CHECK(st == KVTIER_OK);
+    kvtier_engine_close(engine);
+  }
+}
+
 int main(void) {
   const char* tmp = getenv("TMPDIR");
   snprintf(temp_dir, sizeof(temp_dir), "%s/kvtier_c_api_XXXXXX",
@@ -615,6 +638,7 @@ int main(void) {
   TestLogCallback();
   TestPrediction();
   TestAppendedOptions();
+  TestCodecDefaults();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);

@@ -124,3 +124,22 @@ def test_older_spellings_still_work():
     with pytest.raises(TypeError, match="give prediction_enabled or prediction, not both"):
         kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, prediction_enabled=True,
                       prediction=True)
+
+
+def test_a_codec_level_or_group_of_zero_is_the_codecs_default(tmp_path):
+    # 0 (the keywords' default) means the codec's own level and group size, as in the C and C++
+    # APIs and the CLI: shuffle-zstd at level 1, int8/int4 in groups of 32 without zstd. The
+    # engine opens and serves a stored chunk back from the SSD after a reopen.
+    for codec in ("shuffle-zstd", "int8", "int4"):
+        d = tmp_path / codec
+        d.mkdir()
+        opts = dict(layout=LAYOUT, host_bytes=1 << 20, ssd_dirs=[str(d)], ssd_bytes=8 << 20,
+                    ssd_segment_bytes=1 << 20, ssd_codec=codec, ssd_codec_zstd_level=0,
+                    ssd_codec_group_size=0)
+        engine = kvtier.Engine(**opts)
+        ns = engine.make_namespace(salt="t")
+        engine.store(ns, list(range(16)), kvtier.empty_blocks(engine, 1)).wait()
+        engine.close()
+        engine = kvtier.Engine(**opts)
+        assert engine.lookup(ns, list(range(16))).matched_tokens == 16, codec
+        engine.close()

@@ -30,6 +30,7 @@
 #include "runtime/model_loader.h"
 #include "runtime/synthetic_kv.h"
 #include "subprocess.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -393,7 +394,7 @@ void Print(const std::vector<Row>& rows, bool json) {
       o["attn_cosine"] = r.attn_cosine;
       j.push_back(o);
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", JsonText(j, 2).c_str());
     return;
   }
   std::printf("%-12s %-34s %7s %12s %12s %10s %11s\n", "codec", "data", "ratio", "encode MB/s",

@@ -14,6 +14,7 @@
 #include "interrupt.h"
 #include "log_level.h"
 #include "progress.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -186,7 +187,7 @@ void PrintJson(const runtime::DecodeBenchReport& report) {
   nlohmann::ordered_json configs = nlohmann::ordered_json::array();
   for (const runtime::DecodeConfigReport& r : report.configs) configs.push_back(ConfigJson(r));
   j["configs"] = configs;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
 void PrintText(const runtime::DecodeBenchReport& report) {

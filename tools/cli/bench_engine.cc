@@ -27,6 +27,7 @@
 #include "progress.h"
 #include "tiers/redis_connection.h"
 #include "tiers/remote_crypto.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 
@@ -222,7 +223,7 @@ void Print(const BenchEngineReport& r, bool json) {
   t["store_ms_median"] = r.store_ms_median;
   t["request_ms_median"] = r.request_ms_median;
   j["trace"] = t;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "byte_size.h"
 #include "subprocess.h"
 #include "tiers/redis_connection.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -112,7 +113,7 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
   j["get_bytes_per_s_all"] = r.sealed.get_bytes_per_s;
   j["plaintext_put_bytes_per_s_all"] = r.plaintext.put_bytes_per_s;
   j["plaintext_get_bytes_per_s_all"] = r.plaintext.get_bytes_per_s;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "interrupt.h"
 #include "progress.h"
 #include "tiers/ssd_tools.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -73,7 +74,7 @@ void PrintSsd(const ssd::BenchSsdReport& r, bool json) {
   j["read_s"] = r.read_s;
   j["reopen_ms"] = r.reopen_ms;
   j["kept_dirs"] = r.kept_dirs;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
 void PrintReopen(const ssd::BenchReopenReport& r, bool json) {
@@ -96,7 +97,7 @@ void PrintReopen(const ssd::BenchReopenReport& r, bool json) {
   j["recovered_checkpoint"] = r.recovered_checkpoint;
   j["recovered_scan"] = r.recovered_scan;
   j["checkpoint_used"] = r.checkpoint_used;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
 class BenchCommand final : public Command {

@@ -24,33 +24,32 @@
 #include <utility>
 #include <vector>
 
+#include "cli_limits.h"
 #include "command.h"
 #include "flags.h"
 #include "llm_session.h"
 #include "report_json.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
 
-// A user turn longer than this is refused (the line reader's bound).
-constexpr size_t kTurnBytesMax = size_t{64} << 10;
-
 // Reads one line of stdin without its newline. Returns false at the end of input; a line longer
-// than kTurnBytesMax is an error.
+// than kChatTurnBytesMax is an error. Byte by byte (stdio buffers them): a line may hold NULs, which
+// fgets cannot measure (a stream of NULs, `chat < /dev/zero`, was read forever).
 Result<bool> ReadLine(std::FILE* in, std::string* line) {
   line->clear();
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), in) != nullptr) {
-    line->append(buf);
-    if (line->size() > kTurnBytesMax) {
-      return Status::InvalidArgument("a turn is longer than " + std::to_string(kTurnBytesMax) +
-                                     " bytes");
-    }
-    if (!line->empty() && line->back() == '\n') {
-      line->pop_back();
+  // Bounded: the loop ends at a newline, the end of input, or past kChatTurnBytesMax bytes.
+  for (int c = std::getc(in); c != EOF; c = std::getc(in)) {
+    if (c == '\n') {
       if (!line->empty() && line->back() == '\r') line->pop_back();
       return true;
     }
+    if (line->size() == kChatTurnBytesMax) {
+      return Status::InvalidArgument("a turn is longer than " + std::to_string(kChatTurnBytesMax) +
+                                     " bytes");
+    }
+    line->push_back(static_cast<char>(c));
   }
   if (std::ferror(in)) return Status::FromErrno(errno, "reading stdin");
   return !line->empty();  // A last line without a newline still counts.
@@ -159,11 +158,11 @@ Status ChatCommand::Turn(LlmSession& session, runtime::Sampler& sampler, const s
   if (!stored.ok()) CacheFailed(stored.status());
   const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
   if (json_) {
-    nlohmann::ordered_json turn = {{"turn", turns_},
-                                   {"user", text},
-                                   {"reply", reply},
-                                   {"reply_tokens", decoded->tokens},
-                                   {"stop", LlmSession::StopName(decoded->stop)}};
+    nlohmann::ordered_json turn = {{"turn", turns_}};
+    PutText(&turn, "user", text);  // "user_hex", "reply_hex": when not valid UTF-8.
+    PutText(&turn, "reply", reply);
+    turn.update(nlohmann::ordered_json{{"reply_tokens", decoded->tokens},
+                                       {"stop", LlmSession::StopName(decoded->stop)}});
     turn.update(PrefillJson(stats));
     turn.update(nlohmann::ordered_json{{"prefill_ms", MsFromUs(prefill_us)},
                                        {"decode_ms", MsFromUs(decode_us)},
@@ -190,7 +189,7 @@ void ChatCommand::PrintJson(const Status& chat) const {
       {"persistent", !flags_.session.cache_dir.empty()},
       {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()},
       {"error", chat.ok() ? "" : chat.ToString()}};
-  std::printf("%s\n", j.dump(1).c_str());
+  std::printf("%s\n", JsonText(j, 1).c_str());
 }
 
 void ChatCommand::CacheFailed(const Status& s) {

@@ -41,6 +41,7 @@
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
 #include "runtime/synthetic.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -454,7 +455,7 @@ int DemoCommand::Run() {
     report_["turns"] = turns_;
     report_["passed"] = s.ok();
     report_["error"] = s.ok() ? "" : s.ToString();
-    std::printf("%s\n", report_.dump(1).c_str());
+    std::printf("%s\n", JsonText(report_, 1).c_str());
   }
   if (!s.ok()) return Fail(s);
   Say("demo passed\n");

@@ -12,6 +12,7 @@
 #include "core/kv_layout.h"
 #include "core/limits.h"
 #include "token_file.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -76,7 +77,7 @@ int HashCommand::Run() {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const Hash256& h : *hashes) list.push_back(ToHex(h));
   out["chunk_hashes"] = std::move(list);
-  std::printf("%s\n", out.dump(2).c_str());
+  std::printf("%s\n", JsonText(out, 2).c_str());
   if (std::fflush(stdout) != 0) return Fail(Status::IoError("cannot write to stdout"));
   return kExitOk;
 }

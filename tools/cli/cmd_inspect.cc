@@ -12,6 +12,7 @@
 #include "command.h"
 #include "env/env.h"
 #include "tiers/ssd_tools.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -90,7 +91,7 @@ class InspectCommand final : public Command {
     Result<ssd::InspectReport> r = ssd::InspectDir(env.get(), dirs_);
     if (!r.ok()) return Fail(r.status());
     if (json_) {
-      std::printf("%s\n", ToJson(*r).dump(2).c_str());
+      std::printf("%s\n", JsonText(ToJson(*r), 2).c_str());
     } else {
       PrintText(*r);
     }

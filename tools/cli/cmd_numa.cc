@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "tiers/memory_tier.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -36,7 +37,7 @@ class NumaCommand final : public Command {
                      {"memory_bytes", n.memory_bytes},
                      {"memory_free_bytes", n.memory_free_bytes}});
       }
-      std::printf("%s\n", j.dump(1).c_str());
+      std::printf("%s\n", JsonText(j, 1).c_str());
       return kExitOk;
     }
     std::printf("%-6s %-6s %12s %12s  %s\n", "node", "cpus", "memory", "free", "");

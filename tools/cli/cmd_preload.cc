@@ -20,6 +20,7 @@
 #include "llm_session.h"
 #include "progress.h"
 #include "prompt_source.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -197,7 +198,7 @@ void PreloadCommand::PrintJson(const PreloadTotals& t) const {
        t.seconds > 0 ? static_cast<double>(t.computed_tokens) / t.seconds : 0.0},
       {"interrupted", t.interrupted},
       {"cache_dir", flags_.session.cache_dir}};
-  std::printf("%s\n", j.dump(1).c_str());
+  std::printf("%s\n", JsonText(j, 1).c_str());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "flags.h"
 #include "llm_session.h"
 #include "report_json.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -152,7 +153,8 @@ Status RunCommand::Generate() {
   KV_RETURN_IF_ERROR(WriteMetricsFile(flags_, session->MetricsText()));
   const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
   if (json_) {
-    nlohmann::ordered_json j = {{"text", text}};
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    PutText(&j, "text", text);  // And "text_hex" when the bytes are not valid UTF-8.
     j.update(PrefillJson(stats));
     j.update(nlohmann::ordered_json{
         {"ttft_ms", MsFromUs(prefill_us)},
@@ -167,7 +169,7 @@ Status RunCommand::Generate() {
         {"repeats", repeats},
         {"tiers", TierActivityJson(session->Stats())},
         {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", JsonText(j, 1).c_str());
     return Status::Ok();
   }
   std::fprintf(stderr, "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s)%s; %zu chunks "

@@ -25,6 +25,7 @@
 #include "interrupt.h"
 #include "tiers/ssd_format.h"
 #include "tiers/ssd_tier.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -151,7 +152,7 @@ class SelfcheckCommand final : public Command {
     if (json_) {
       report_["passed"] = s.ok();
       report_["error"] = s.ok() ? "" : s.ToString();
-      std::printf("%s\n", report_.dump(1).c_str());
+      std::printf("%s\n", JsonText(report_, 1).c_str());
     }
     if (!s.ok()) return Fail(s);
     if (!json_) std::printf("selfcheck passed\n");

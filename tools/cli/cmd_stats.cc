@@ -21,6 +21,7 @@
 #include "env/env.h"
 #include "progress.h"
 #include "tiers/ssd_tools.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -188,7 +189,7 @@ class StatsCommand final : public Command {
     if (!r.ok()) return Fail(r.status());
     const std::vector<Filesystem> fss = Filesystems(dirs_);
     if (json_) {
-      std::printf("%s\n", ToJson(*r, dirs_.size(), fss, now_wall_us).dump(2).c_str());
+      std::printf("%s\n", JsonText(ToJson(*r, dirs_.size(), fss, now_wall_us), 2).c_str());
     } else {
       PrintText(*r, dirs_.size(), fss);
     }

@@ -14,6 +14,7 @@
 #include "command.h"
 #include "env/env.h"
 #include "tiers/ssd_tools.h"
+#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -55,7 +56,7 @@ class VerifyCommand final : public Command {
     Result<ssd::VerifyReport> r = ssd::VerifyDir(env.get(), dirs_);
     if (!r.ok()) return Fail(r.status());
     if (json_) {
-      std::printf("%s\n", ToJson(*r).dump(2).c_str());
+      std::printf("%s\n", JsonText(ToJson(*r), 2).c_str());
     } else {
       PrintVerifyProblems(r->problems);
       std::printf("verify: %llu records verified, %zu problems\n",

@@ -7,13 +7,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "byte_size.h"
+#include "cli_limits.h"
 #include "command.h"
+#include "config_check.h"
 #include "env/dir_trust.h"
-#include "prompt_source.h"
+#include "input_file.h"
 
 namespace kvtier::cli {
 namespace {
@@ -198,22 +201,6 @@ CLI::Validator BlockTokens() {
       "INT multiple of 16 in [16, 1024]");
 }
 
-namespace {
-
-// "64 MiB", "1 GiB", "4096 B": the largest binary unit that divides `bytes`.
-std::string SizeText(uint64_t bytes) {
-  const struct {
-    uint64_t unit;
-    const char* name;
-  } units[] = {{uint64_t{1} << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}};
-  for (const auto& u : units) {
-    if (bytes != 0 && bytes % u.unit == 0) return std::to_string(bytes / u.unit) + " " + u.name;
-  }
-  return std::to_string(bytes) + " B";
-}
-
-}  // namespace
-
 CLI::Validator ByteSize(uint64_t lo, uint64_t hi) {
   const std::string range = "from " + SizeText(lo) + " to " + SizeText(hi);
   return CLI::Validator(
@@ -280,7 +267,9 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
   AddModelFileFlags(c, f);
   if (with_prompt) {
     c->add_option("-p,--prompt", f->prompt, "Text to continue; - reads it from stdin");
-    c->add_option("-f,--prompt-file", f->prompt_file, "Read the prompt from this file");
+    c->add_option("-f,--prompt-file", f->prompt_file,
+                  "Read the prompt from this file (a regular file of at most " +
+                      SizeText(kPromptFileBytesMax) + ")");
   }
   AddSamplingFlags(c, f, steps_help);
   AddCacheFlags(c, f);
@@ -352,11 +341,24 @@ Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view fla
 }
 
 namespace {
-// CLI11's TOML reader, with the table's snake_case keys read as the flags' dashed names.
+// CLI11's TOML reader, bounded (size, nesting) before it reads, strict after (every key an
+// option), with the table's snake_case keys read as the flags' dashed names. Errors are thrown
+// as CLI11 expects of a reader: main() prints them as usage errors.
 class SnakeCaseToml : public CLI::ConfigTOML {
  public:
+  explicit SnakeCaseToml(const CLI::App* root) : root_(root) {}
+
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-    std::vector<CLI::ConfigItem> read = CLI::ConfigTOML::from_config(input);
+    std::string text;
+    Status s = ReadConfigText(input, kConfigFileBytesMax, &text);
+    if (s.ok()) s = CheckConfigNesting(text, kConfigDepthMax);
+    std::vector<CLI::ConfigItem> read;
+    if (s.ok()) {
+      std::istringstream bounded(text);
+      read = CLI::ConfigTOML::from_config(bounded);
+      s = CheckConfigItems(*root_, read);
+    }
+    if (!s.ok()) throw CLI::ConfigError("config file " + FileName() + ": " + s.message());
     for (CLI::ConfigItem& item : read) {
       for (char& ch : item.name) {
         if (ch == '_') ch = '-';
@@ -364,10 +366,43 @@ class SnakeCaseToml : public CLI::ConfigTOML {
     }
     return read;
   }
+
+ private:
+  // The file being read, for messages (--config's value or KVTIER_CONFIG's).
+  std::string FileName() const {
+    const CLI::Option* config = root_->get_config_ptr();
+    if (config == nullptr) return "";
+    const std::vector<std::string> files = config->as<std::vector<std::string>>();
+    return files.empty() ? std::string() : files.front();
+  }
+
+  const CLI::App* root_;  // Owns this reader.
 };
 }  // namespace
 
-std::shared_ptr<CLI::Config> SnakeCaseConfig() { return std::make_shared<SnakeCaseToml>(); }
+std::shared_ptr<CLI::Config> SnakeCaseConfig(const CLI::App* root) {
+  return std::make_shared<SnakeCaseToml>(root);
+}
+
+CLI::Validator ConfigFileCheck() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return std::string();
+        const Status s = CheckInputFile(path, "config file " + path, kConfigFileBytesMax);
+        return s.ok() ? std::string() : std::string(s.message());
+      },
+      "");
+}
+
+std::vector<std::string> EngineOptionVariables() {
+  std::vector<std::string> out;
+  for (const OptionSpec& spec : EngineOptionTable()) {
+    if ((spec.surfaces & kSurfaceCli) == 0) continue;
+    out.push_back(EnvName(spec.name));
+    for (std::string_view alias : OptionList(spec.aliases)) out.push_back(EnvName(alias));
+  }
+  return out;
+}
 
 Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
   if (f.metrics_file.empty()) return Status::Ok();
@@ -388,9 +423,12 @@ Status FinishModelFlags(ModelFlags* f) {
     if (!f->prompt.empty()) {
       return Status::InvalidArgument("give --prompt or --prompt-file, not both");
     }
-    return ReadInput(f->prompt_file, "--prompt-file " + f->prompt_file, &f->prompt);
+    return ReadInputFile(f->prompt_file, "--prompt-file " + f->prompt_file, kPromptFileBytesMax,
+                         &f->prompt);
   }
-  if (f->prompt == "-") return ReadInput("-", "reading the prompt from stdin", &f->prompt);
+  if (f->prompt == "-") {
+    return ReadInputFile("-", "--prompt - (stdin)", kPromptFileBytesMax, &f->prompt);
+  }
   return Status::Ok();
 }
 

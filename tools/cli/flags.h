@@ -12,7 +12,8 @@
 //                         KVTIER_<NAME> (a flag wins over its variable), the config key;
 //                         preload takes the model and cache ones only (AddModelCacheFlags)
 //   SnakeCaseConfig()     the TOML reader of --config, taking keys with underscores too
-//                         (ssd_io_depth = 64 as ssd-io-depth = 64): the table's names
+//                         (ssd_io_depth = 64 as ssd-io-depth = 64): the table's names; a key
+//                         or table no option takes is an error naming the nearest one
 //
 // Thread safety: single-threaded (the CLI's main thread). The validators are values.
 #pragma once
@@ -51,8 +52,17 @@ struct ModelFlags {
   std::vector<std::pair<const OptionSpec*, CLI::Option*>> engine_flags;
 };
 
-// The --config reader: CLI11's TOML reader, with '_' in keys read as '-'.
-std::shared_ptr<CLI::Config> SnakeCaseConfig();
+// The --config reader of the app `root` (which owns it): CLI11's TOML reader, with '_' in keys
+// read as '-', at most kConfigFileBytesMax bytes and kConfigDepthMax nested tables, and every
+// table and key checked against the commands and options under `root` (config_check.h).
+std::shared_ptr<CLI::Config> SnakeCaseConfig(const CLI::App* root);
+
+// The check of --config's value (and KVTIER_CONFIG's, its default): a regular file of at most
+// kConfigFileBytesMax bytes, so that /dev/zero or a FIFO is refused before CLI11 opens it.
+CLI::Validator ConfigFileCheck();
+
+// The variables of the engine options' flags, the older spellings' included (KVTIER_CODEC).
+std::vector<std::string> EngineOptionVariables();
 
 // A CLI value of an engine option: bytes with ParseBytes' spellings, lists comma-separated,
 // booleans as true/false/1/0/yes/no/on/off, octal when the default is written in octal (0600).
@@ -69,7 +79,8 @@ void AddModelFlags(CLI::App* c, ModelFlags* flags, bool with_prompt, const char*
 void AddModelCacheFlags(CLI::App* c, ModelFlags* flags);
 
 // After parsing: resolves --seed -1, --prompt - and --prompt-file. InvalidArgument for a negative
-// seed other than -1, both --prompt and --prompt-file, or an unreadable prompt file.
+// seed other than -1, both --prompt and --prompt-file, a prompt file that is not a regular file
+// or a prompt (file or stdin) over kPromptFileBytesMax; the errno error of an unreadable file.
 Status FinishModelFlags(ModelFlags* flags);
 
 // Writes `text` to flags.metrics_file (when set) through a temporary file and a rename, so a

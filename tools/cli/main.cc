@@ -2,10 +2,14 @@
 // declare itself, parses, and runs the chosen subcommand. CLI11 throws on parse errors; they are
 // caught here, printed as one line (naming the subcommands when none or an unknown one was given)
 // and exit with kExitUsage (2). `kvtier help [SUBCOMMAND]` prints the help, like --help, also
-// after root flags (`kvtier -q help`). Nothing
-// else is expected to throw, but any exception (std::bad_alloc included) is still turned into a
-// message and a failing exit status.
+// after root flags (`kvtier -q help`). The config file (--config, KVTIER_CONFIG) must be a regular
+// file of bounded size, and a key or table in it, or a KVTIER_* variable, that no option takes is
+// a usage error naming the nearest valid one (config_check.h). Nothing else is expected to
+// throw, but any exception (std::bad_alloc included) is still turned into a message and a failing
+// exit status.
 #include <CLI/CLI.hpp>
+#include <unistd.h>  // environ
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "command.h"
+#include "config_check.h"
 #include "flags.h"
 #include "kvtier/version.h"
 
@@ -119,11 +124,13 @@ int RunMain(int argc, char** argv) {
   // KVTIER_CONFIG names the default file (CLI11 reads config files before variables, so it is
   // passed here); given, it must exist.
   const char* env_config = std::getenv("KVTIER_CONFIG");
-  app.config_formatter(SnakeCaseConfig());  // Keys as the options table names them, too.
+  // Keys as the options table names them, too; an unknown key or table is an error.
+  app.config_formatter(SnakeCaseConfig(&app));
   app.set_config("--config", env_config != nullptr ? env_config : "",
                  "Read options from a TOML file ([run], [chat], ... tables; default: "
                  "$KVTIER_CONFIG)",
-                 env_config != nullptr);
+                 env_config != nullptr)
+      ->check(ConfigFileCheck());  // A regular file of bounded size, before CLI11 opens it.
   app.fallthrough();
   std::vector<std::unique_ptr<Command>> commands;
   for (CommandFactory factory : kCommandFactories) commands.push_back(factory(&app));
@@ -133,6 +140,13 @@ int RunMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0.
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  // A KVTIER_* variable no option reads is a mistake (a misspelled option), not something to
+  // ignore: checked after parsing, so --help and --version still answer.
+  if (const Status s = CheckVariables(environ, KnownVariables(app, EngineOptionVariables()));
+      !s.ok()) {
+    std::fprintf(stderr, "kvtier: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
   }
   SetCliLogLevel(quiet                  ? LogLevel::kError
                  : log_level == "debug" ? LogLevel::kDebug

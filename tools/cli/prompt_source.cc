@@ -1,22 +1,13 @@
 // See prompt_source.h.
 #include "prompt_source.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "cli_limits.h"
+#include "input_file.h"
 
 namespace kvtier::cli {
 namespace {
-
-// Reads `in` to its end into *out.
-Status ReadAll(std::FILE* in, const std::string& what, std::string* out) {
-  out->clear();
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) out->append(buffer, n);
-  if (std::ferror(in)) return Status::FromErrno(errno, what);
-  return Status::Ok();
-}
 
 bool Blank(std::string_view s) { return s.find_first_not_of(" \t\r\n\f\v") == std::string::npos; }
 
@@ -34,18 +25,9 @@ std::string JsonPrompt(std::string_view line, std::string* prompt) {
 
 }  // namespace
 
-Status ReadInput(const std::string& path, const std::string& what, std::string* out) {
-  if (path == "-") return ReadAll(stdin, what, out);
-  std::FILE* in = std::fopen(path.c_str(), "rb");
-  if (in == nullptr) return Status::FromErrno(errno, what);
-  const Status s = ReadAll(in, what, out);
-  std::fclose(in);
-  return s;
-}
-
 Result<std::vector<PromptText>> ReadDocument(const std::string& path) {
   std::string text;
-  KV_RETURN_IF_ERROR(ReadInput(path, "--document " + path, &text));
+  KV_RETURN_IF_ERROR(ReadInputFile(path, "--document " + path, kPromptFileBytesMax, &text));
   if (Blank(text)) return Status::InvalidArgument("--document " + path + ": the document is empty");
   std::vector<PromptText> out;
   out.push_back({std::move(text), 0});
@@ -54,7 +36,7 @@ Result<std::vector<PromptText>> ReadDocument(const std::string& path) {
 
 Result<std::vector<PromptText>> ReadTrace(const std::string& path) {
   std::string text;
-  KV_RETURN_IF_ERROR(ReadInput(path, "--trace " + path, &text));
+  KV_RETURN_IF_ERROR(ReadInputFile(path, "--trace " + path, kTraceFileBytesMax, &text));
   return ParseTrace(text, "--trace " + path);
 }
 

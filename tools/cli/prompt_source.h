@@ -22,14 +22,13 @@ struct PromptText {
   size_t line = 0;  // 1-based line of a trace; 0 for a document.
 };
 
-// Reads the whole file at `path` ("-": stdin) into *out; errors name `what` and errno's reason.
-Status ReadInput(const std::string& path, const std::string& what, std::string* out);
-
-// The whole of `path` ("-": stdin) as one prompt. InvalidArgument when it holds nothing but
-// white space; the errors of ReadInput.
+// The whole of `path` ("-": stdin) as one prompt, at most kPromptFileBytesMax bytes
+// (cli_limits.h). InvalidArgument when it holds nothing but white space; the errors of
+// ReadInputFile (input_file.h): not a regular file, too large, unreadable.
 Result<std::vector<PromptText>> ReadDocument(const std::string& path);
 
-// The prompts of the trace at `path` ("-": stdin); the errors of ParseTrace and ReadInput.
+// The prompts of the trace at `path` ("-": stdin), at most kTraceFileBytesMax bytes; the errors
+// of ParseTrace and ReadInputFile.
 Result<std::vector<PromptText>> ReadTrace(const std::string& path);
 
 // The prompts of a trace whose bytes are `text`; `name` stands for the file in messages.

@@ -1,24 +1,18 @@
 #include "token_file.h"
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
-#include <memory>
 #include <string_view>
 #include <system_error>
 
+#include "cli_limits.h"
 #include "core/escape.h"
+#include "input_file.h"
 
 namespace kvtier::cli {
 namespace {
 
 // Longest token text kept for parsing and messages; any longer run of digits is out of range.
 constexpr size_t kTokenTextMax = 32;
-constexpr size_t kReadChunkBytes = 64 * 1024;
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -94,29 +88,10 @@ Result<std::vector<uint32_t>> ParseTokenText(std::string_view text, const std::s
 }
 
 Result<std::vector<uint32_t>> ReadTokenFile(const std::string& path, size_t tokens_max) {
-  const bool is_stdin = path == "-";
-  std::unique_ptr<std::FILE, FileCloser> owned;
-  std::FILE* f = stdin;
-  if (!is_stdin) {
-    owned.reset(std::fopen(path.c_str(), "rb"));
-    if (owned == nullptr) return Status::FromErrno(errno, "cannot open token file " + path);
-    f = owned.get();
-  }
-  const std::string name = is_stdin ? std::string("<stdin>") : path;
-  TokenParser parser(name, tokens_max);
-  std::string buf(kReadChunkBytes, '\0');
-  // Bounded by the input: every iteration consumes at least one byte or ends the loop, and the
-  // parser fails once more than tokens_max tokens were seen.
-  while (true) {
-    const size_t n = std::fread(buf.data(), 1, buf.size(), f);
-    KV_RETURN_IF_ERROR(parser.Feed(std::string_view(buf.data(), n)));
-    if (n < buf.size()) {
-      if (std::ferror(f)) return Status::FromErrno(errno, "cannot read token file " + name);
-      break;
-    }
-  }
-  KV_RETURN_IF_ERROR(parser.Finish());
-  return parser.TakeTokens();
+  const std::string name = path == "-" ? std::string("<stdin>") : path;
+  std::string text;
+  KV_RETURN_IF_ERROR(ReadInputFile(path, "token file " + name, kTokenFileBytesMax, &text));
+  return ParseTokenText(text, name, tokens_max);
 }
 
 }  // namespace kvtier::cli

@@ -1,5 +1,5 @@
 // libFuzzer harness for the token file parser (token_file.h): ParseTokenText, the parse that
-// ReadTokenFile runs over a file's chunks. Any byte string must parse or fail with an
+// ReadTokenFile runs over a file's bytes. Any byte string must parse or fail with an
 // InvalidArgument naming the token, never crash or hang (run under ASan/UBSan); a parse that
 // succeeds keeps at most tokens_max tokens.
 // Built only with -DKVTIER_BUILD_FUZZERS=ON (tests/fuzz/CMakeLists.txt).

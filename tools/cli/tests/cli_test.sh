@@ -130,7 +130,7 @@ expect_fail weights_digest "--weights-digest: expected 64 hex digits" \
 # Bad token files.
 expect_fail missing_file "No such file or directory" \
   hash --layout "$LAYOUT" --salt s --tokens "$TMP/does-not-exist.txt"
-expect_fail directory "cannot read token file" hash --layout "$LAYOUT" --salt s --tokens "$TMP"
+expect_fail directory "a directory, not a regular file" hash --layout "$LAYOUT" --salt s --tokens "$TMP"
 printf '1 2 three 4\n' >"$TMP/word.txt"
 expect_fail non_numeric "token 3: 'three' is not a decimal token id" \
   hash --layout "$LAYOUT" --salt s --tokens "$TMP/word.txt"

@@ -3,8 +3,9 @@
 # table (docs/options.md, which options_table_test keeps equal to the table), each with its
 # KVTIER_<NAME> variable and its config-file key (snake_case as in the table, or dashed); a value
 # out of range is a usage error naming the range, from a flag, a variable or the config file;
-# and the options reach the engine: a run with several of them set works, and an SSD option
-# without --cache-dir is a one-line error.
+# and the options reach the engine: a run with several of them set works (a codec's zstd level
+# and group size of 0 among them: the codec's defaults), and an SSD option without --cache-dir is
+# a one-line error.
 # Method: read the CLI rows from docs/options.md, compare them with the "Cache engine options"
 # section of `run --help` and `chat --help` both ways, then give each typed row a bad value in a
 # config file and check that the error names it; the runs use the shared stories260K model and
@@ -100,6 +101,13 @@ if [[ -f "$BIN" && -f "$TOK" ]]; then
   grep -qE '"cached_tokens": *0[,}]' <<<"$out" && fail "second run loaded nothing: $out"
   mode="$(find "$TMP/cache" -name 'seg-*' | head -1 | xargs -r stat -c %a)"
   [[ "$mode" == 640 ]] || fail "--ssd-file-mode 0640 gave segment files of mode '$mode'"
+  # A zstd level and group size of 0 are the codec's defaults, from a flag and from the file.
+  printf '[run]\nssd_codec = "int8"\nssd_codec_zstd_level = 0\nssd_codec_group_size = 0\n' \
+    >"$TMP/codec.toml"
+  out="$("${run[@]}" --cache-dir "$TMP/zstd" --ssd-codec shuffle-zstd --ssd-codec-zstd-level 0 \
+           2>&1 >/dev/null)" || fail "--ssd-codec shuffle-zstd --ssd-codec-zstd-level 0: $out"
+  out="$("$KVTIER" --config "$TMP/codec.toml" "${run[@]:1}" --cache-dir "$TMP/int8" 2>&1 \
+           >/dev/null)" || fail "ssd_codec_zstd_level = 0 in the config file: $out"
 else
   echo "NOTE: $BIN or $TOK absent: the runs with engine options are left out"
 fi

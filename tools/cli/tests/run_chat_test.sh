@@ -6,7 +6,8 @@
 # clear message when the context is full, says why a reply has no tokens, and with --json
 # prints every turn as one JSON document (also when the chat ends on an error); `demo` with the
 # real model decodes the same greedy continuation with and without the cache; missing or hostile
-# model files give one line on stderr and a non-zero exit status, never a crash.
+# model files give one line on stderr and a non-zero exit status, never a crash; a chat turn is
+# bounded in bytes (`chat < /dev/zero` ends with the limit).
 # Method: run the binary on the shared model files (../shared/models beside the repository) and
 # on damaged copies made here; compare stdout with the expected text and parse the stderr stats.
 # Usage: run_chat_test.sh <path to kvtier> <shared models directory>
@@ -319,6 +320,15 @@ for _ in 1 2 3; do
   [[ "$a" != "$b" ]] && seeded=1
 done
 [[ $seeded -eq 1 ]] || fail "--seed -1: three pairs of sampled runs were identical (not random)"
+
+# A turn is bounded in bytes, NULs included: `chat < /dev/zero` was read forever (fgets cannot
+# measure a line of NULs); now one line says the limit, under a time and memory limit.
+rc=0
+(ulimit -v 1048576; timeout 30 "$KVTIER" chat -m "$GGUF" </dev/zero >/dev/null 2>"$TMP/err") ||
+  rc=$?
+[[ $rc -eq 1 ]] || fail "chat < /dev/zero: exit $rc (124: hung), stderr: $(cat "$TMP/err")"
+grep -q "a turn is longer than 65536 bytes" "$TMP/err" ||
+  fail "chat < /dev/zero: stderr lacks the limit: $(cat "$TMP/err")"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures run/chat check(s) failed" >&2
