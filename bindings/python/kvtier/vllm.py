@@ -33,16 +33,21 @@ kv_connector_extra_config (all optional):
                         name; passwords never go in the config), remote_key_file / remote_key_env
                         (deployment keys, docs/security.md) or remote_insecure_plaintext
   salt                  the deployment's base salt (a secret separates deployments)
-  tenant_secret_file, tenant_secret_env   a secret: each request's cache_salt then becomes the
-                        tenant salt derive_tenant_salt(secret, cache_salt), so tenants who know
-                        each other's cache_salt still cannot share KV without the secret
+  tenant_secret_file, tenant_secret_env   a secret (at least 16 bytes, checked at startup): each
+                        request's cache_salt then becomes the tenant salt
+                        derive_tenant_salt(cache_salt, secret), so tenants who know each other's
+                        cache_salt still cannot share KV without the secret. A request without
+                        cache_salt is then not cached (counted in unsalted_requests), unless
+  default_tenant        names the tenant id such requests share
   model_name            enters every key (default: vLLM's model and dtype)
   stats_file            JSON counters written by the worker after each step that changed them
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
 
 Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
-adapters) never share KV. docs/integration.md, "Use with vLLM".
+adapters) never share KV. The scheduler-side hooks never raise into vLLM's engine core: an
+unexpected error is a miss (or no store), logged and counted in scheduler_errors.
+docs/integration.md, "vLLM: KvtierConnector".
 """
 
 from __future__ import annotations
