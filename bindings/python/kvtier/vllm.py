@@ -150,7 +150,7 @@ class KvtierConnectorStats(KVConnectorStats):
 # connection keeps serving; one longer than _LOOKUP_MAX_BYTES closes the connection (its framing
 # is lost). At most _LOOKUP_MAX_CLIENTS connections at once; more are closed at accept.
 
-_LOOKUP_AUTH_SECONDS = 5.0
+_LOOKUP_AUTH_SECONDS = 10.0
 _LOOKUP_MESSAGE_SECONDS = 10.0
 _LOOKUP_REPLY_SECONDS = 30.0     # The scheduler's wait for a reply: then a miss
 _LOOKUP_MAX_CLIENTS = 64
