@@ -6,6 +6,16 @@ without a download: this writes config.json, model.safetensors (seeded random we
 runs give the same model) and a byte-level tokenizer (tokenizer.json: one token per byte, no
 merges, so any text round-trips and the prompt length in tokens is its length in bytes).
 
+The model is decisive: a plain random model has nearly flat logits (top-1 and top-2 within 0.01
+of each other at some steps of the test prompts), so any change in rounding (a kernel chosen for
+another batch or chunk shape, another CPU's instructions) flips a greedy token, and a token check
+on it cannot tell rounding from wrong KV. Here each byte token's embedding is large (standard
+deviation 4, against the layers' outputs of about 1) and the output head has, for each byte token
+t, a strong row for a fixed successor perm(t) along t's embedding: the top-1 logit leads by more
+than 10 at every step of the tests' prompts, while attention still moves every logit (altered KV
+changes the tokens). The tests check the margin of every generated token (run_vllm.py reports
+it), so a model that is not decisive enough fails loudly instead of flipping a token.
+
   python tests/vllm/make_model.py OUT_DIR [--shape tiny|tinyllama-1.1b] [--layers N]
 """
 
@@ -24,6 +34,9 @@ SHAPES = {
                            num_attention_heads=32, num_key_value_heads=4),
 }
 VOCAB = 512  # 256 byte tokens, <s>, </s>, <unk>, and room.
+BYTE_TOKENS = range(3, 259)  # The tokenizer's byte tokens (after <unk>, <s>, </s>).
+EMBED_STD = 4.0
+SUCCESSOR_WEIGHT = 2.0
 
 
 def make_tokenizer(out_dir):
@@ -41,6 +54,18 @@ def make_tokenizer(out_dir):
                                    unk_token="<unk>")
     fast.save_pretrained(out_dir)
     return len(vocab)
+
+
+def make_decisive(model, seed):
+    """Adds to the output head's row of perm(t) a unit vector along t's embedding, for each byte
+    token t (perm: a seeded permutation of the byte tokens, so no step ends the generation)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    src = torch.tensor(list(BYTE_TOKENS))
+    dst = src[torch.randperm(len(src), generator=generator)]
+    embed = model.model.embed_tokens.weight[src]
+    model.lm_head.weight[dst] += SUCCESSOR_WEIGHT * embed / embed.norm(dim=1, keepdim=True)
 
 
 def main():
@@ -69,7 +94,8 @@ def main():
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
-                p.normal_(0.0, 0.08 if "embed" not in name else 1.0)
+                p.normal_(0.0, 0.08 if "embed" not in name else EMBED_STD)
+        make_decisive(model, args.seed)
     model.to(torch.bfloat16).save_pretrained(args.out_dir, safe_serialization=True)
     with open(os.path.join(args.out_dir, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, f)

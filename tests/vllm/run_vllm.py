@@ -7,9 +7,12 @@ generated token ids as JSON: the building block of the end-to-end tests and the 
 
 P.json: [{"tokens": [...], "cache_salt": "..." (optional)}, ...], run one after another (so a
 later prompt can hit what an earlier one stored). CONFIG.json: the --kv-transfer-config value.
-OUT.json: {"outputs": [[token ids], ...], "ttft_s": [...], "startup_s": s}; ttft_s is the time
-to the first generated token of each prompt (a generate() call with max_tokens=1, repeated
---repeat times, then the full generation).
+OUT.json: {"outputs": [[token ids], ...], "margins": [[m, ...], ...], "ttft_s": [...],
+"startup_s": s}; margins are each generated token's top-1 minus top-2 logit (vLLM's raw
+logprobs of the two best tokens: their difference is the logits' difference), the distance a
+rounding difference would have to cover to flip that greedy token; ttft_s is the time to the
+first generated token of each prompt (a generate() call with max_tokens=1, then the full
+generation).
 """
 
 import argparse
@@ -17,6 +20,12 @@ import json
 import os
 import sys
 import time
+
+
+def top_margin(step) -> float:
+    """Top-1 minus top-2 logprob of one generated step ({token: Logprob} with the two best)."""
+    best = sorted((lp.logprob for lp in step.values()), reverse=True)
+    return best[0] - best[1] if len(best) > 1 else float("inf")
 
 
 def main():
@@ -52,7 +61,7 @@ def main():
               max_num_batched_tokens=args.max_model_len)
     startup = time.perf_counter() - start
 
-    outputs, ttfts = [], []
+    outputs, margins, ttfts = [], [], []
     for p in prompts:
         prompt = {"prompt_token_ids": p["tokens"]}
         if p.get("cache_salt"):
@@ -61,11 +70,14 @@ def main():
             t0 = time.perf_counter()
             llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
             ttfts.append(time.perf_counter() - t0)
-        result = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=args.max_tokens),
-                              use_tqdm=False)
-        outputs.append(list(result[0].outputs[0].token_ids))
+        result = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=args.max_tokens,
+                                                       logprobs=2), use_tqdm=False)
+        completion = result[0].outputs[0]
+        outputs.append(list(completion.token_ids))
+        margins.append([top_margin(step) for step in completion.logprobs or []])
     with open(args.out, "w") as f:
-        json.dump({"outputs": outputs, "ttft_s": ttfts, "startup_s": startup}, f)
+        json.dump({"outputs": outputs, "margins": margins, "ttft_s": ttfts,
+                   "startup_s": startup}, f)
     del llm
     return 0
 

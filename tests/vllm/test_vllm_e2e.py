@@ -1,22 +1,36 @@
 """End to end against a real vLLM: KvtierConnector stores and loads the KV vLLM computes.
 
-Goal: a fresh vLLM process gets a prompt's prefix from kvtier (from the SSD tier after a restart,
-from the Redis tier on another "node"), produces the same greedy tokens as vLLM without kvtier,
-and really uses the loaded KV (altered KV changes the tokens); another cache_salt misses.
+Goal: a fresh vLLM process gets a prompt's prefix from kvtier (from the host tier in the same
+process, from the SSD tier after a restart, from the Redis tier on another "node"), and the pages
+kvtier loads are, byte for byte, the pages vLLM computed for that prompt without kvtier; the
+greedy tokens equal vLLM's without kvtier; vLLM really uses the loaded KV (altered KV changes the
+tokens and stays in the pages); another cache_salt misses.
 
 Method: tests/vllm/make_model.py writes a small Llama with random weights and a byte tokenizer
-(no hub access). Each step is a separate vLLM process (tests/vllm/run_vllm.py, vLLM's offline
-API on the CPU backend) so that nothing survives in vLLM's memory between steps; vLLM's own prefix
-cache is off, so any reuse comes from kvtier. What kvtier did is read from the connector's stats
-file (its counters and the engine's per-tier hits), written by the worker process.
-  1. baseline: no connector;
-  2. store: the connector on an empty cache directory (nothing to load, the prompts are stored);
+(no hub access), made decisive: every run reports each generated token's top-1 minus top-2 logit
+and the test requires at least MIN_MARGIN, so no rounding difference can flip a token and a token
+check compares KV, not rounding. Each step is a separate vLLM process (tests/vllm/run_vllm.py,
+vLLM's offline API on the CPU backend) so that nothing survives in vLLM's memory between steps;
+vLLM's own prefix cache is off, so any reuse comes from kvtier. The runs use
+tests/vllm/dump_connector.py (KvtierConnector, plus a file per prompt with its full pages, every
+layer, copied after the step that completes the prompt; with "kvtier": false it does nothing else,
+which is the baseline). first_difference() compares two dumps and names the first differing
+layer, page and byte. What kvtier did is read from the connector's stats file.
+  1. baseline: the dump connector with kvtier off (the pages vLLM computes), and a run without any
+     connector that gives the same tokens;
+  2. store: kvtier on an empty cache directory; the pages it computes equal the baseline's, byte
+     for byte (storing does not change vLLM's computation); the prompts sharing the first
+     prompt's prefix, and the first prompt asked again, load from the host tier: the loaded pages
+     equal the stored ones and the baseline's;
   3. load: a new process on the same directory: every prompt loads its prefix from the SSD tier
-     (the host tier is empty after the restart), the tokens equal the baseline's; the same first
-     prompt with another cache_salt loads nothing;
-  4. canary: the same as 3 with a connector that adds noise to what it loaded: tokens differ;
+     (the host tier is empty after the restart): the loaded pages equal the stored ones, the first
+     prompt's equal the baseline's, and the tokens equal the baseline's; the same first prompt
+     with another cache_salt loads nothing;
+  4. canary: the same as 3 with a connector that adds noise to what it loaded: the dumped pages
+     differ from the stored ones (first_difference finds them: vLLM kept the loaded pages and did
+     not recompute them) and the tokens differ;
   5. Redis: node A (host tier + Redis, no SSD) stores; node B, a fresh process with its own empty
-     host tier, loads from Redis and matches the baseline;
+     host tier, loads from Redis: its pages equal node A's and the baseline's, and so do its tokens;
   6. a corrupted SSD tier (bytes flipped inside every record of a copy of the cache directory)
      fails closed: the blocks that do not verify are reported to vLLM, which recomputes them,
      and the tokens still equal the baseline's.
@@ -38,6 +52,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 BLOCK = 32
 MAX_TOKENS = 12
+# The least top-1 minus top-2 logit a generated token may have. The test model's margins are above
+# 10 at every step; rounding differences between vLLM's code paths move a logit by far less than
+# this (docs/integration.md, "Why a token check needs a decisive model").
+MIN_MARGIN = 4.0
 
 try:
     import vllm  # noqa: F401
@@ -61,7 +79,9 @@ def prompts():
     return out
 
 
-def run(model, tmp, name, prompt_list, connector=None, env=None):
+def run(model, tmp, name, prompt_list, connector=None, env=None, check_margins=True):
+    """Runs vLLM on the prompts; their greedy tokens. connector: its --kv-transfer-config; a
+    "dump_dir" in its extra config is filled with the run's page dumps (pages(tmp, name))."""
     pfile = tmp / f"{name}.prompts.json"
     pfile.write_text(json.dumps(prompt_list))
     out = tmp / f"{name}.out.json"
@@ -69,6 +89,10 @@ def run(model, tmp, name, prompt_list, connector=None, env=None):
            str(pfile), "--out", str(out), "--max-tokens", str(MAX_TOKENS), "--block-size",
            str(BLOCK), "--max-model-len", "1024"]
     if connector is not None:
+        extra = connector["kv_connector_extra_config"]
+        if "dump_dir" not in extra:
+            extra["dump_dir"] = str(tmp / f"{name}.pages")
+        os.makedirs(extra["dump_dir"], exist_ok=True)
         cfile = tmp / f"{name}.connector.json"
         cfile.write_text(json.dumps(connector))
         cmd += ["--connector", str(cfile)]
@@ -81,14 +105,64 @@ def run(model, tmp, name, prompt_list, connector=None, env=None):
     log.write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"{name}: vLLM failed (exit {proc.returncode}); log {log}:\n" + \
         (proc.stdout + proc.stderr)[-4000:]
-    return json.loads(out.read_text())["outputs"]
+    result = json.loads(out.read_text())
+    if check_margins:
+        for i, margins in enumerate(result["margins"]):
+            assert len(margins) == len(result["outputs"][i]), (name, i, margins)
+            low = min(margins)
+            assert low >= MIN_MARGIN, (
+                f"{name}: prompt {i}, generated token {margins.index(low)}: the top-1 logit leads "
+                f"the top-2 by {low:.3f} < {MIN_MARGIN}; a rounding difference could flip it, so "
+                "the test model is not decisive enough for a token check (make_model.py)")
+    return result["outputs"]
 
 
-def connector(extra, module="kvtier.vllm", cls="KvtierConnector"):
+def connector(extra, module="dump_connector", cls="DumpKvtierConnector"):
     # "recompute": a block kvtier cannot load (it failed verification) is recomputed by vLLM;
     # vLLM's default, "fail", would fail the request instead.
     return {"kv_connector": cls, "kv_connector_module_path": module, "kv_role": "kv_both",
-            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra}
+            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": dict(extra)}
+
+
+def pages(tmp, name):
+    """A run's page dumps (dump_connector.py), in the order its prompts completed."""
+    import torch
+
+    return [torch.load(p) for p in sorted((tmp / f"{name}.pages").glob("*.pt"))]
+
+
+def first_difference(expected, got, chunks):
+    """None when the pages of chunks (a range of page indices in the prompt) hold the same bytes
+    in expected and got (two dumps of the same prompt) in every layer; otherwise where they first
+    differ: the layer, the page (and its tokens) and the byte offset in the page."""
+    import torch
+
+    span = slice(chunks.start * BLOCK, chunks.stop * BLOCK)
+    assert expected["tokens"][span] == got["tokens"][span], "dumps of different prompts"
+    for layer, (a, b) in enumerate(zip(expected["layers"], got["layers"])):
+        for c in chunks:
+            x = a[c].contiguous().view(-1).view(torch.uint8)
+            y = b[c].contiguous().view(-1).view(torch.uint8)
+            if not torch.equal(x, y):
+                offset = int((x != y).nonzero()[0])
+                return (f"layer {layer}, page {c} (tokens {c * BLOCK}..{c * BLOCK + BLOCK - 1}), "
+                        f"byte {offset} of {x.numel()}: 0x{int(x[offset]):02x} expected, "
+                        f"0x{int(y[offset]):02x} found")
+    return None
+
+
+def assert_same_pages(expected, got, chunks, what):
+    diff = first_difference(expected, got, chunks)
+    assert diff is None, f"{what}: the pages differ at {diff}"
+
+
+def full_chunks(prompt):
+    return range(len(prompt["tokens"]) // BLOCK)
+
+
+def loadable_chunks(prompt):
+    """The chunks kvtier gives a prompt: whole pages, never the one holding its last token."""
+    return range((len(prompt["tokens"]) - 1) // BLOCK)
 
 
 def stats(path):
@@ -104,7 +178,10 @@ def work(tmp_path_factory):
     state = {"tmp": tmp, "model": model, "prompts": prompts(), "cache": tmp / "cache",
              "runtime": tmp / "run"}
     state["runtime"].mkdir(mode=0o700)
-    state["baseline"] = run(model, tmp, "baseline", state["prompts"])
+    state["baseline"] = run(model, tmp, "baseline", state["prompts"],
+                            connector({"kvtier": False}))
+    state["baseline_pages"] = pages(tmp, "baseline")
+    assert len(state["baseline_pages"]) == len(state["prompts"])
     return state
 
 
@@ -115,6 +192,7 @@ def ssd_config(work, stats_file):
 
 
 def test_1_baseline_is_deterministic(work):
+    # Without any connector: the same tokens as the dump connector's baseline.
     again = run(work["model"], work["tmp"], "baseline2", work["prompts"][:1])
     assert again[0] == work["baseline"][0]
     assert all(len(o) == MAX_TOKENS for o in work["baseline"])
@@ -122,17 +200,32 @@ def test_1_baseline_is_deterministic(work):
 
 def test_2_store(work):
     s = work["tmp"] / "store.stats.json"
-    out = run(work["model"], work["tmp"], "store", work["prompts"],
+    # The first prompt again at the end: all its loadable chunks come from the host tier.
+    out = run(work["model"], work["tmp"], "store", work["prompts"] + work["prompts"][:1],
               connector(ssd_config(work, s)))
-    assert out == work["baseline"]
+    assert out[:3] == work["baseline"] and out[3] == work["baseline"][0]
+    base, got, p0 = work["baseline_pages"], pages(work["tmp"], "store"), work["prompts"][0]
+    work["store_pages"] = got
+    # Nothing loaded into the first prompt: vLLM computed its pages, as in the baseline.
+    assert got[0]["loaded"] is None
+    assert_same_pages(base[0], got[0], full_chunks(p0), "prompt 0 computed while kvtier stores")
+    # The shared prefix (5 pages) of prompts 1 and 2 came from the host tier: the pages prompt 0
+    # computed and kvtier stored.
+    for i in (1, 2):
+        assert got[i]["loaded"] == [0, 5] and not got[i]["failed"], got[i]["loaded"]
+        assert_same_pages(got[0], got[i], range(5), f"prompt {i} loaded from the host tier")
+    # Prompt 0 again: every loadable page from the host tier, the baseline's bytes.
+    assert got[3]["loaded"] == [0, len(loadable_chunks(p0))] and not got[3]["failed"]
+    assert_same_pages(base[0], got[3], loadable_chunks(p0), "prompt 0 loaded from the host tier")
     st = stats(s)
     # The first prompt stores its chunks; the others share the first 5 and store the rest.
     assert st["saves"] == 3, st
     assert st["stored_chunks"] >= 7, st
     # Only the chunks kvtier did not have are copied out: 7, then 8 - 5 and 9 - 5 (the 5 shared
-    # chunks were a kvtier hit).
+    # chunks were a kvtier hit); prompt 0 again has nothing new.
     assert st["saved_chunks"] == 7 + 3 + 4, st
-    assert st["loads"] == 0 or st["loaded_tokens"] > 0, st
+    assert st["loads"] == 3 and st["loaded_tokens"] == 5 * BLOCK * 2 + 7 * BLOCK, st
+    assert st["tiers"]["host"]["hits"] > 0, st
 
 
 def test_3_restart_loads_from_ssd_and_matches(work):
@@ -142,12 +235,20 @@ def test_3_restart_loads_from_ssd_and_matches(work):
               connector(ssd_config(work, s)))
     assert out[:3] == work["baseline"], "tokens after a kvtier load differ from the baseline"
     assert out[3] == work["baseline"][0]
+    got, stored = pages(work["tmp"], "load"), work["store_pages"]
+    for i, prompt in enumerate(work["prompts"]):
+        chunks = loadable_chunks(prompt)
+        assert got[i]["loaded"] == [0, len(chunks)] and not got[i]["failed"], got[i]["loaded"]
+        assert_same_pages(stored[i], got[i], chunks, f"prompt {i} loaded from the SSD tier")
+    assert_same_pages(work["baseline_pages"][0], got[0], loadable_chunks(work["prompts"][0]),
+                      "prompt 0 loaded from the SSD tier, against the baseline")
+    assert got[3]["loaded"] is None  # Another tenant: nothing loaded.
     st = stats(s)
     assert st["loads"] == 3, st          # The salted prompt loaded nothing...
     assert st["saved_chunks"] == 7, st   # ...and was stored in its own namespace; nothing else.
     assert st["load_failures"] == 0, st
     # Every prompt's full chunks but the one holding its last token came from kvtier.
-    expected = sum((len(p["tokens"]) - 1) // BLOCK * BLOCK for p in work["prompts"])
+    expected = sum(len(loadable_chunks(p)) * BLOCK for p in work["prompts"])
     assert st["loaded_tokens"] == expected, st
     assert st["tiers"]["ssd"]["hits"] > 0, st
     assert st["loaded_bytes"] > 0 and st["load_stall_s"] >= 0, st
@@ -157,9 +258,14 @@ def test_4_altered_kv_changes_the_tokens(work):
     s = work["tmp"] / "canary.stats.json"
     out = run(work["model"], work["tmp"], "canary", work["prompts"],
               connector(ssd_config(work, s), module="canary_connector",
-                        cls="CanaryKvtierConnector"))
+                        cls="CanaryKvtierConnector"), check_margins=False)
     st = stats(s)
     assert st["loads"] == 3, st
+    # The byte comparison sees the alteration (it is not blind), and the altered pages were still
+    # in vLLM after the step: the loaded KV is what attention read, not recomputed over.
+    got = pages(work["tmp"], "canary")
+    diff = first_difference(work["store_pages"][0], got[0], loadable_chunks(work["prompts"][0]))
+    assert diff is not None and diff.startswith("layer 0, page 0"), diff
     assert out != work["baseline"], "altered KV left every token unchanged: is the load used?"
 
 
@@ -184,6 +290,13 @@ def test_5_two_vllm_processes_share_a_prefix_through_redis(work, redis_endpoint,
     assert out_b == work["baseline"]
     assert st_b["loads"] == 3, st_b
     assert st_b["tiers"]["remote"]["hits"] > 0, st_b
+    pages_a, pages_b = pages(work["tmp"], "redis_a"), pages(work["tmp"], "redis_b")
+    for i, prompt in enumerate(work["prompts"]):
+        chunks = loadable_chunks(prompt)
+        assert pages_b[i]["loaded"] == [0, len(chunks)] and not pages_b[i]["failed"]
+        assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from Redis")
+    assert_same_pages(work["baseline_pages"][0], pages_b[0], loadable_chunks(work["prompts"][0]),
+                      "prompt 0 loaded from Redis, against the baseline")
 
 
 def test_6_corrupted_ssd_records_are_recomputed_not_served(work):

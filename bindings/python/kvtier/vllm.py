@@ -35,9 +35,12 @@ kv_connector_extra_config (all optional):
                         name; passwords never go in the config), remote_key_file / remote_key_env
                         (deployment keys, docs/security.md) or remote_insecure_plaintext
   salt                  the deployment's base salt (a secret separates deployments)
-  tenant_secret_file, tenant_secret_env   a secret: each request's cache_salt then becomes the
-                        tenant salt derive_tenant_salt(secret, cache_salt), so tenants who know
-                        each other's cache_salt still cannot share KV without the secret
+  tenant_secret_file, tenant_secret_env   a secret (at least 16 bytes, checked at startup): each
+                        request's cache_salt then becomes the tenant salt
+                        derive_tenant_salt(cache_salt, secret), so tenants who know each other's
+                        cache_salt still cannot share KV without the secret. A request without
+                        cache_salt is then not cached (counted in unsalted_requests), unless
+  default_tenant        names the tenant id such requests share
   model_name            enters every key (default: vLLM's model and dtype)
   stats_file            JSON counters written by the worker after each step that changed them
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
@@ -50,21 +53,27 @@ signal (default 0: at once, racing with the flush). A SIGKILL (OOM killer, vLLM'
 loses at most the chunks stored within writeback_age_ms_max before it.
 
 Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
-adapters) never share KV. docs/integration.md, "Use with vLLM".
+adapters) never share KV. The scheduler-side hooks never raise into vLLM's engine core: an
+unexpected error is a miss (or no store), logged and counted in scheduler_errors.
+docs/integration.md, "vLLM: KvtierConnector".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
 import signal
+import socket
 import stat
+import struct
 import tempfile
 import threading
 import time
-from multiprocessing.connection import Client, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
 from typing import Any
 
 import torch
@@ -100,6 +109,7 @@ class LoadOp:
     pages: list          # The request's pages of those chunks, chunk order
     first_chunk: int     # Chunks below are vLLM's own (its prefix cache): not written
     chunks: int
+    failed: bool = False  # The scheduler lost this load: its pages are reported as failed
 
 
 @dataclasses.dataclass
@@ -142,7 +152,71 @@ class KvtierConnectorStats(KVConnectorStats):
 # ---------------------------------------------------------------------------------------------
 # The lookup channel: the scheduler asks the worker's engine. A Unix socket in a directory only
 # this user can enter, authenticated with a key from a file only this user can read; messages are
-# JSON (no pickle).
+# JSON (no pickle), one flat object: {"salt": str, "extra": [str, ...], "tokens": [int, ...]}.
+#
+# The server never lets one client hold up another or raise out of its thread: the handshake runs
+# in the client's own thread with a deadline (a client that connects and never answers the
+# challenge is dropped after _LOOKUP_AUTH_SECONDS, and the accept loop goes on meanwhile); a
+# message that has started must arrive whole within _LOOKUP_MESSAGE_SECONDS; a message nested
+# deeper than the schema, not JSON, or not of the schema gets {"matched": 0, "error": ...} and the
+# connection keeps serving; one longer than _LOOKUP_MAX_BYTES closes the connection (its framing
+# is lost). At most _LOOKUP_MAX_CLIENTS connections at once; more are closed at accept.
+
+_LOOKUP_AUTH_SECONDS = 10.0
+_LOOKUP_MESSAGE_SECONDS = 10.0
+_LOOKUP_REPLY_SECONDS = 30.0     # The scheduler's wait for a reply: then a miss
+_LOOKUP_MAX_CLIENTS = 64
+_LOOKUP_MAX_BYTES = 64 << 20
+_LOOKUP_MAX_DEPTH = 2            # The object, and the lists inside it
+_LOOKUP_MAX_EXTRA = 64
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _parse_lookup(data: bytes) -> dict:
+    """A lookup request from its bytes, or ValueError naming what is wrong with it.
+
+    The nesting is checked before json.loads (whose recursion a deep message would exhaust): a
+    scan over strings and brackets only, so a valid message costs a few matches."""
+    text = data.decode("utf-8")
+    depth = 0
+    for match in _JSON_STRUCTURE.finditer(text):
+        c = match.group()
+        if c in "[{":
+            depth += 1
+            if depth > _LOOKUP_MAX_DEPTH:
+                raise ValueError(f"nested deeper than {_LOOKUP_MAX_DEPTH} levels")
+        elif c in "]}":
+            depth -= 1
+    try:
+        request = json.loads(text)
+    except RecursionError as e:  # Not reachable after the scan; kept as a bound of its own.
+        raise ValueError("nested too deep") from e
+    if not isinstance(request, dict):
+        raise ValueError("not a JSON object")
+    salt, extra, tokens = request.get("salt"), request.get("extra"), request.get("tokens")
+    if not isinstance(salt, str):
+        raise ValueError("salt must be a string")
+    if (not isinstance(extra, list) or len(extra) > _LOOKUP_MAX_EXTRA
+            or not all(isinstance(x, str) for x in extra)):
+        raise ValueError(f"extra must be a list of at most {_LOOKUP_MAX_EXTRA} strings")
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < 1 << 32
+                                               for t in tokens):
+        raise ValueError("tokens must be a list of integers in [0, 2^32)")
+    return {"salt": salt, "extra": extra, "tokens": tokens}
+
+
+def _set_socket_timeout(conn, seconds: float) -> None:
+    """Bounds every blocking read and write on the connection's socket (SO_RCVTIMEO/SNDTIMEO):
+    a read that waits longer fails with an OSError instead of blocking its thread forever."""
+    sock = socket.socket(fileno=os.dup(conn.fileno()))
+    try:
+        whole = int(seconds)
+        timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    finally:
+        sock.close()
+
 
 def _runtime_dir(config: dict) -> str:
     path = config.get("runtime_dir") or os.path.join(tempfile.gettempdir(),
@@ -161,9 +235,15 @@ def _socket_path(config: dict, engine_id: str, rank: int) -> str:
 
 
 class _LookupServer:
-    def __init__(self, path: str, handle):
+    """Serves lookups on a Unix socket, one thread per authenticated client (see above).
+
+    handle(request) answers a parsed request with the matched token count; on_reject(kind) is
+    called for each refused client or message ("handshake", "malformed", "clients")."""
+
+    def __init__(self, path: str, handle, on_reject=None):
         self.path = path
         self.handle = handle
+        self.on_reject = on_reject or (lambda kind: None)
         if os.path.exists(path):
             os.unlink(path)
         self.key = os.urandom(32)
@@ -171,31 +251,80 @@ class _LookupServer:
         fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(self.key)
-        self.listener = Listener(path, family="AF_UNIX", authkey=self.key)
+        # No authkey here: Listener.accept would run the handshake in the accept loop, where a
+        # silent client blocks every other one. _client runs it with a deadline instead.
+        self.listener = Listener(path, family="AF_UNIX")
         self.closed = False
+        self._lock = threading.Lock()
+        self._clients: set = set()
+        self._logged: set[str] = set()
         self.thread = threading.Thread(target=self._serve, name="kvtier-lookup", daemon=True)
         self.thread.start()
+
+    def _reject(self, kind: str, detail) -> None:
+        if kind not in self._logged:  # Once per kind: a flood must not flood the log.
+            self._logged.add(kind)
+            logger.warning("kvtier lookup channel: refused a %s client or message (%s); further "
+                           "ones are counted in lookup_rejects", kind, detail)
+        try:
+            self.on_reject(kind)
+        except Exception:  # noqa: BLE001 - a counter must not stop the server.
+            pass
 
     def _serve(self):
         while not self.closed:
             try:
                 conn = self.listener.accept()
-            except Exception:  # Closed, or a client that failed authentication.
+            except OSError:  # Closed, or out of descriptors for a moment.
+                if not self.closed:
+                    time.sleep(0.05)
                 continue
-            threading.Thread(target=self._client, args=(conn,), daemon=True).start()
+            with self._lock:
+                full = len(self._clients) >= _LOOKUP_MAX_CLIENTS
+                if not full:
+                    self._clients.add(conn)
+            if full:
+                conn.close()
+                self._reject("clients", f"more than {_LOOKUP_MAX_CLIENTS} connections")
+                continue
+            threading.Thread(target=self._client, args=(conn,), name="kvtier-lookup-client",
+                             daemon=True).start()
 
     def _client(self, conn):
-        with conn:
-            while True:
+        try:
+            _set_socket_timeout(conn, _LOOKUP_AUTH_SECONDS)
+            try:
+                deliver_challenge(conn, self.key)
+                answer_challenge(conn, self.key)
+            except (OSError, EOFError, AuthenticationError) as e:
+                self._reject("handshake", e)
+                return
+            _set_socket_timeout(conn, _LOOKUP_MESSAGE_SECONDS)
+            while not self.closed:
                 try:
-                    request = json.loads(conn.recv_bytes(maxlength=64 << 20))
-                except (EOFError, OSError, ValueError):
+                    if not conn.poll(1.0):  # Idle is fine; a started message has a deadline.
+                        continue
+                    data = conn.recv_bytes(maxlength=_LOOKUP_MAX_BYTES)
+                except (EOFError, OSError):  # Gone, stalled mid-message, or too long.
                     return
-                try:
-                    reply = {"matched": self.handle(request)}
-                except Exception as e:  # noqa: BLE001 - reported to the scheduler as a miss.
-                    reply = {"matched": 0, "error": str(e)}
-                conn.send_bytes(json.dumps(reply).encode())
+                conn.send_bytes(json.dumps(self._answer(data)).encode())
+        except Exception as e:  # noqa: BLE001 - one client's failure must not escape its thread.
+            self._reject("failed", e)
+        finally:
+            with self._lock:
+                self._clients.discard(conn)
+            conn.close()
+
+    def _answer(self, data: bytes) -> dict:
+        try:
+            request = _parse_lookup(data)
+        except ValueError as e:
+            self._reject("malformed", e)
+            return {"matched": 0, "error": f"malformed lookup message: {e}"}
+        try:
+            return {"matched": int(self.handle(request))}
+        except Exception as e:  # noqa: BLE001 - reported to the scheduler as a miss.
+            return {"matched": 0, "error": str(e)}
 
     def close(self):
         self.closed = True
@@ -211,42 +340,73 @@ class _LookupServer:
 
 
 class _LookupClient:
-    def __init__(self, path: str):
+    """The scheduler's end of one rank's lookup channel. lookup() never raises: an unreachable,
+    slow (no reply within _LOOKUP_REPLY_SECONDS) or failing channel is a miss, logged once and
+    passed to on_error. Connecting waits up to _LOOKUP_CONNECT_SECONDS after the first lookup
+    (the worker may still be starting); after that a reconnection is tried at most once a
+    second, and a lookup meanwhile is an immediate miss."""
+
+    def __init__(self, path: str, on_error=None):
         self.path = path
         self.conn = None
         self.warned = False
+        self.on_error = on_error or (lambda: None)
+        self.first_deadline = None
+        self.next_try = 0.0
 
     def lookup(self, ns: tuple, tokens: list) -> int:
-        message = json.dumps({"salt": ns[0], "extra": ns[1], "tokens": tokens}).encode()
+        try:
+            message = json.dumps({"salt": ns[0], "extra": list(ns[1]),
+                                  "tokens": tokens}).encode()
+        except (TypeError, ValueError) as e:
+            return self._miss(e)
         for attempt in range(2):
             try:
                 if self.conn is None:
                     self.conn = self._connect()
                 self.conn.send_bytes(message)
-                reply = json.loads(self.conn.recv_bytes())
-                if reply.get("error") and not self.warned:
-                    logger.warning("kvtier lookup failed (counted as a miss): %s", reply["error"])
-                    self.warned = True
-                return int(reply.get("matched", 0))
-            except (OSError, EOFError, ValueError) as e:
-                self.conn = None
-                if attempt == 1:
-                    if not self.warned:
-                        logger.warning("kvtier lookup channel %s unavailable (a miss): %s",
-                                       self.path, e)
-                        self.warned = True
-                    return 0
+                if not self.conn.poll(_LOOKUP_REPLY_SECONDS):
+                    raise TimeoutError(f"no reply within {_LOOKUP_REPLY_SECONDS} s")
+                reply = json.loads(self.conn.recv_bytes(maxlength=1 << 20))
+                if reply.get("error"):
+                    return self._miss(reply["error"])
+                return max(0, int(reply.get("matched", 0)))
+            except Exception as e:  # noqa: BLE001 - any failure of the channel is a miss.
+                self._drop()
+                if attempt == 1 or isinstance(e, TimeoutError):
+                    return self._miss(e)
         return 0
 
+    def _miss(self, error) -> int:
+        if not self.warned:
+            logger.warning("kvtier lookup through %s failed (a miss; further failures are "
+                           "counted in lookup_errors): %s", self.path, error)
+            self.warned = True
+        self.on_error()
+        return 0
+
+    def _drop(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        self.conn = None
+
     def _connect(self):
-        deadline = time.monotonic() + _LOOKUP_CONNECT_SECONDS
+        now = time.monotonic()
+        if self.first_deadline is None:  # The worker may still be starting: wait for it once.
+            self.first_deadline = now + _LOOKUP_CONNECT_SECONDS
+        elif now < self.next_try:
+            raise ConnectionError("the lookup channel is down (retried once a second)")
+        self.next_try = now + 1.0
         while True:
             try:
                 with open(self.path + ".key", "rb") as f:
                     key = f.read()
                 return Client(self.path, family="AF_UNIX", authkey=key)
-            except (OSError, EOFError):
-                if time.monotonic() > deadline:
+            except (FileNotFoundError, ConnectionRefusedError):  # Not listening yet.
+                if time.monotonic() > self.first_deadline:
                     raise
                 time.sleep(0.1)
 
@@ -256,6 +416,9 @@ class _LookupClient:
 def _extra(vllm_config) -> dict:
     config = vllm_config.kv_transfer_config
     return dict(getattr(config, "kv_connector_extra_config", None) or {})
+
+
+_MIN_TENANT_SECRET_BYTES = 16
 
 
 def _read_secret(config: dict, file_key: str, env_key: str) -> bytes | None:
@@ -275,6 +438,45 @@ def _read_secret(config: dict, file_key: str, env_key: str) -> bytes | None:
     return None
 
 
+def _read_tenant_secret(config: dict) -> bytes | None:
+    """The tenant secret, refused at startup when it is too short to be one (every request would
+    otherwise fail to derive its salt)."""
+    secret = _read_secret(config, "tenant_secret_file", "tenant_secret_env")
+    if secret is not None and len(secret) < _MIN_TENANT_SECRET_BYTES:
+        source = config.get("tenant_secret_file") or f"${config.get('tenant_secret_env')}"
+        raise RuntimeError(f"kvtier: the tenant secret from {source} is {len(secret)} bytes; it "
+                           f"must be at least {_MIN_TENANT_SECRET_BYTES} (e.g. `openssl rand "
+                           "-hex 32`)")
+    default = config.get("default_tenant")
+    if default is not None and (not isinstance(default, str) or not default):
+        raise RuntimeError("kvtier: default_tenant must be a non-empty string (the tenant id of "
+                           "requests without a cache_salt)")
+    return secret
+
+
+def _scheduler_hook(default, recover=None):
+    """Scheduler hooks run in vLLM's engine core, where an exception stops the server. This turns
+    an unexpected error into a log line and a scheduler_errors count; the hook then returns
+    recover(self, *args) (when it returns something) or default(): a miss, no load, no store."""
+    def wrap(method):
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - degrade, never raise into the scheduler.
+                self._scheduler_error(method.__name__, e)
+            if recover is not None:
+                try:
+                    result = recover(self, *args, **kwargs)
+                    if result is not None:
+                        return result
+                except Exception as e:  # noqa: BLE001
+                    self._scheduler_error(method.__name__ + " recovery", e)
+            return default()
+        return guarded
+    return wrap
+
+
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM KV connector on a kvtier engine (host memory, SSD, Redis tiers)."""
 
@@ -290,7 +492,8 @@ class KvtierConnector(KVConnectorBase_V1):
         model = vllm_config.model_config
         self._model_name = self._config.get(
             "model_name", f"{model.model}|{getattr(model, 'revision', None) or ''}|{model.dtype}")
-        self._tenant_secret = _read_secret(self._config, "tenant_secret_file", "tenant_secret_env")
+        self._tenant_secret = _read_tenant_secret(self._config)
+        self._default_tenant = self._config.get("default_tenant")
         self._salt = str(self._config.get("salt", ""))
         policy = getattr(vllm_config.kv_transfer_config, "kv_load_failure_policy", "recompute")
         if role == KVConnectorRole.SCHEDULER and policy != "recompute":
@@ -299,9 +502,15 @@ class KvtierConnector(KVConnectorBase_V1):
                            "\"recompute\" in --kv-transfer-config to recompute it instead",
                            policy)
         if role == KVConnectorRole.SCHEDULER:
-            self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r))
+            self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r),
+                                           on_error=self._lookup_error)
                              for r in range(self._tp_size)]
+            self._sched_lock = threading.Lock()
+            self._sched_counters = self._zero_sched_counters()
+            self._sched_interval = self._zero_sched_counters()
+            self._logged_errors: set[str] = set()
             self._requests: dict[str, Any] = {}      # req_id -> Request
+            self._ns: dict[str, tuple | None] = {}   # req_id -> namespace, None: not cached
             self._hits: dict[str, tuple] = {}        # req_id -> (local tokens, hit tokens)
             self._loads: dict[str, LoadOp] = {}      # Decided, not yet sent.
             self._blocks: dict[str, list] = {}       # req_id -> the request's pages
@@ -326,13 +535,18 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ------------------------------------------------------------------ namespaces
 
-    def _request_ns(self, request) -> tuple:
-        """(salt, extra_keys) of a request: the deployment salt, its tenant, its LoRA."""
+    def _request_ns(self, request) -> tuple | None:
+        """(salt, extra_keys) of a request: the deployment salt, its tenant, its LoRA; None when
+        the request is not cached (a tenant secret is set and it has no cache_salt, and no
+        default_tenant is configured)."""
         cache_salt = getattr(request, "cache_salt", None) or ""
         salt = self._salt
         extra = []
         if self._tenant_secret is not None:
-            salt = salt + "|" + kvtier.derive_tenant_salt(cache_salt, self._tenant_secret)
+            tenant = cache_salt or self._default_tenant
+            if not tenant:
+                return None
+            salt = salt + "|" + kvtier.derive_tenant_salt(tenant, self._tenant_secret)
         elif cache_salt:
             extra.append("cache_salt:" + cache_salt)
         lora = getattr(request, "lora_request", None)
@@ -342,25 +556,83 @@ class KvtierConnector(KVConnectorBase_V1):
         return (salt, extra)
 
     # ------------------------------------------------------------------ scheduler side
+    # Every hook here is wrapped by _scheduler_hook: an unexpected error is a miss (or no store),
+    # logged and counted in scheduler_errors, never an exception in vLLM's engine core.
 
+    @staticmethod
+    def _zero_sched_counters() -> dict:
+        return {"scheduler_errors": 0, "lookup_errors": 0, "unsalted_requests": 0}
+
+    def _count_sched(self, **deltas):
+        with self._sched_lock:
+            for k, v in deltas.items():
+                self._sched_counters[k] += v
+                self._sched_interval[k] += v
+
+    def _scheduler_error(self, hook: str, error: Exception) -> None:
+        self._count_sched(scheduler_errors=1)
+        if hook not in self._logged_errors:  # Once per hook; every one is counted.
+            self._logged_errors.add(hook)
+            logger.error("kvtier: %s failed (a miss / no store for the request; further errors "
+                         "are counted in scheduler_errors): %r", hook, error, exc_info=error)
+
+    def _lookup_error(self) -> None:
+        self._count_sched(lookup_errors=1)
+
+    def scheduler_stats(self) -> dict:
+        """The scheduler's counters: scheduler_errors, lookup_errors, unsalted_requests."""
+        with self._sched_lock:
+            return dict(self._sched_counters)
+
+    def _ns_of(self, request) -> tuple | None:
+        """The request's namespace, made once (counted when the request is not cached)."""
+        req_id = request.request_id
+        if req_id not in self._ns:
+            ns = self._request_ns(request)
+            if ns is None:
+                self._count_sched(unsalted_requests=1)
+            self._ns[req_id] = ns
+        return self._ns[req_id]
+
+    def _no_hit(self, request, num_computed_tokens, *args, **kwargs):
+        self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
+
+    @_scheduler_hook(lambda: (0, False), _no_hit)
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         prompt = list(request.prompt_token_ids or [])
         bs = self._block_size
         limit = (len(prompt) - 1) // bs * bs   # Whole chunks, never the last prompt token.
         self._requests[request.request_id] = request
+        self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
         if limit <= num_computed_tokens:
             # vLLM has every chunk kvtier could give; kvtier got them when they were computed.
-            self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
             return 0, False
-        ns = self._request_ns(request)
+        ns = self._ns_of(request)
+        if ns is None:
+            return 0, False
         hit = min(client.lookup(ns, prompt[:limit]) for client in self._clients)
         hit = min(hit, limit) // bs * bs
         if hit <= num_computed_tokens:
-            self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
             return 0, False
         self._hits[request.request_id] = (num_computed_tokens, hit)
         return hit - num_computed_tokens, False
 
+    def _lose_load(self, request, blocks, num_external_tokens, *args, **kwargs):
+        """After a failure in update_state_after_alloc: vLLM counts on num_external_tokens being
+        loaded, so the load's pages are sent as failed and vLLM recomputes them."""
+        req_id = request.request_id
+        local, hit = self._hits.get(req_id, (0, 0))
+        self._loads.pop(req_id, None)
+        if num_external_tokens <= 0 or hit <= local:
+            return
+        bs = self._block_size
+        pages = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        pages = pages or self._blocks.get(req_id, [])
+        self._loads[req_id] = LoadOp(req_id=req_id, ns=("", []), tokens=[],
+                                     pages=pages[:hit // bs], first_chunk=local // bs,
+                                     chunks=min(hit // bs, len(pages)), failed=True)
+
+    @_scheduler_hook(lambda: None, _lose_load)
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         req_id = request.request_id
         self._requests[req_id] = request
@@ -376,13 +648,23 @@ class KvtierConnector(KVConnectorBase_V1):
         if chunks <= first or len(pages) < chunks:
             return
         prompt = list(request.prompt_token_ids or [])
-        self._loads[req_id] = LoadOp(req_id=req_id, ns=self._request_ns(request),
+        self._loads[req_id] = LoadOp(req_id=req_id, ns=self._ns_of(request),
                                      tokens=prompt[:chunks * bs], pages=pages[:chunks],
                                      first_chunk=first, chunks=chunks)
 
+    def _failed_loads_meta(self, *args, **kwargs):
+        """After a failure in build_connector_meta: every load decided for this step is sent as
+        failed (vLLM recomputes its pages), and no save."""
+        meta = KvtierConnectorMetadata()
+        for load in self._loads.values():
+            load.failed = True
+            meta.loads.append(load)
+        self._loads.clear()
+        return meta
+
+    @_scheduler_hook(KvtierConnectorMetadata, _failed_loads_meta)
     def build_connector_meta(self, scheduler_output):
         meta = KvtierConnectorMetadata()
-        bs = self._block_size
         progress = []  # (req_id, computed before this step)
         for new in scheduler_output.scheduled_new_reqs:
             self._blocks[new.req_id] = list(new.block_ids[0])
@@ -397,38 +679,57 @@ class KvtierConnector(KVConnectorBase_V1):
                 else:
                     self._blocks.setdefault(req_id, []).extend(new_ids[0])
             progress.append((req_id, cached.num_computed_tokens[i]))
-
         for req_id, computed in progress:
-            load = self._loads.pop(req_id, None)
-            if load is not None:
-                load.pages = self._blocks.get(req_id, load.pages)[:load.chunks]
-                meta.loads.append(load)
-            request = self._requests.get(req_id)
-            if request is None or req_id in self._saved:
-                continue
-            prompt = request.prompt_token_ids or []
-            scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
-            if computed + scheduled < len(prompt):
-                continue  # The prompt's KV is not complete after this step.
-            self._saved.add(req_id)
-            chunks = len(prompt) // bs
-            local, hit = self._hits.get(req_id, (0, 0))
-            pages = self._blocks.get(req_id, [])
-            # Chunks kvtier gave, or vLLM had (kvtier stored them when they were computed), are
-            # not copied again: only the chunks after them are gathered and stored.
-            first = max(local, hit) // bs
-            if chunks <= first or len(pages) < chunks:
-                continue  # Nothing new to keep.
-            meta.saves.append(SaveOp(req_id=req_id, ns=self._request_ns(request),
-                                     tokens=list(prompt[:chunks * bs]), pages=pages[:chunks],
-                                     chunks=chunks, first_chunk=first))
+            try:
+                self._step_ops(meta, req_id, computed, scheduler_output)
+            except Exception as e:  # noqa: BLE001 - one request's error spoils only its own ops.
+                self._scheduler_error("build_connector_meta", e)
+                load = self._loads.pop(req_id, None)
+                if load is not None:
+                    load.failed = True
+                    meta.loads.append(load)
         return meta
 
-    def request_finished(self, request, block_ids):
+    def _step_ops(self, meta, req_id: str, computed: int, scheduler_output) -> None:
+        """Adds req_id's load (decided in update_state_after_alloc) and, when its prompt's KV is
+        complete after this step, its save."""
+        bs = self._block_size
+        load = self._loads.pop(req_id, None)
+        if load is not None:
+            if not load.failed:
+                load.pages = self._blocks.get(req_id, load.pages)[:load.chunks]
+            meta.loads.append(load)
+        request = self._requests.get(req_id)
+        if request is None or req_id in self._saved:
+            return
+        prompt = request.prompt_token_ids or []
+        scheduled = scheduler_output.num_scheduled_tokens.get(req_id, 0)
+        if computed + scheduled < len(prompt):
+            return  # The prompt's KV is not complete after this step.
+        self._saved.add(req_id)
+        ns = self._ns_of(request)
+        if ns is None:
+            return  # Not cached (no cache_salt under a tenant secret).
+        chunks = len(prompt) // bs
+        local, hit = self._hits.get(req_id, (0, 0))
+        pages = self._blocks.get(req_id, [])
+        # Chunks kvtier gave, or vLLM had (kvtier stored them when they were computed), are
+        # not copied again: only the chunks after them are gathered and stored.
+        first = max(local, hit) // bs
+        if chunks <= first or len(pages) < chunks:
+            return  # Nothing new to keep.
+        meta.saves.append(SaveOp(req_id=req_id, ns=ns, tokens=list(prompt[:chunks * bs]),
+                                 pages=pages[:chunks], chunks=chunks, first_chunk=first))
+
+    def _forget(self, request, *args, **kwargs):
         req_id = request.request_id
-        for table in (self._requests, self._hits, self._loads, self._blocks):
+        for table in (self._requests, self._hits, self._loads, self._blocks, self._ns):
             table.pop(req_id, None)
         self._saved.discard(req_id)
+
+    @_scheduler_hook(lambda: (False, None), _forget)
+    def request_finished(self, request, block_ids):
+        self._forget(request)
         # Saves copy their pages out during the step that computed them: nothing to hold.
         return False, None
 
@@ -439,7 +740,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return {"loads": 0, "load_failures": 0, "loaded_tokens": 0, "loaded_bytes": 0,
                 "load_stall_s": 0.0, "saves": 0, "save_failures": 0, "saved_chunks": 0,
                 "gathered_bytes": 0, "stored_chunks": 0, "stored_bytes": 0, "lookups": 0,
-                "lookup_hit_tokens": 0}
+                "lookup_hit_tokens": 0, "lookup_rejects": 0}
 
     def _count(self, **deltas):
         with self._stats_lock:
@@ -505,7 +806,8 @@ class KvtierConnector(KVConnectorBase_V1):
                     self._cache.layout, self._cache.pages, self._cache.page_tokens,
                     self._engine.layout)
         self._server = _LookupServer(_socket_path(self._config, self._engine_id, rank),
-                                     self._serve_lookup)
+                                     self._serve_lookup,
+                                     on_reject=lambda kind: self._count(lookup_rejects=1))
         self._flush_on_signals()
 
     def _open_engine(self, layout: dict, rank: int):
@@ -604,6 +906,10 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         meta = self._get_connector_metadata()
         for op in meta.loads:
+            if op.failed:  # The scheduler lost it: vLLM recomputes these pages.
+                self._failed_pages.update(op.pages[op.first_chunk:op.chunks])
+                self._count(load_failures=1)
+                continue
             try:
                 load = self._engine.load_pages(self._namespace(op.ns), op.tokens, self._cache,
                                                op.pages, op.first_chunk, op.chunks)
@@ -744,6 +1050,10 @@ class KvtierConnector(KVConnectorBase_V1):
                 logger.warning("kvtier: stats_file not written: %s", e)
 
     def get_kv_connector_stats(self):
+        if self._role == KVConnectorRole.SCHEDULER:
+            with self._sched_lock:
+                data, self._sched_interval = self._sched_interval, self._zero_sched_counters()
+            return KvtierConnectorStats(data=data) if any(data.values()) else None
         if self._role != KVConnectorRole.WORKER:
             return None
         with self._stats_lock:

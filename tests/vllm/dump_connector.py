@@ -1,0 +1,107 @@
+"""A test-only KvtierConnector that writes each prompt's KV pages to a file, so that a test can
+compare, byte for byte, the pages vLLM computed with the pages kvtier loaded. Not part of the
+package.
+
+kv_connector_extra_config adds:
+  dump_dir   where the pages go: one file per request, <NNN>.pt in the order the requests'
+             prompts complete (torch.save of {"tokens", "loaded", "failed", "layers"}: the prompt's
+             tokens of its full pages, the [first, end) chunks kvtier loaded into them (or None),
+             whether any loaded page was reported failed, and per layer (kvtier's layer order) the
+             tensor of those pages, layer_tensor[pages]).
+  kvtier     false: kvtier does nothing (no engine, no lookup, no load, no save): the pages are
+             vLLM's own computation, with the same connector hooks in place.
+
+The pages are copied at the end of the step that completes the prompt (wait_for_save, after
+every layer ran): loaded pages hold exactly what kvtier wrote unless vLLM overwrote them, and
+computed pages hold what kvtier gathered to store.
+"""
+
+import os
+
+import torch
+
+from kvtier.vllm import _LAYER_INDEX, KvtierConnector, KVConnectorRole
+
+
+class DumpKvtierConnector(KvtierConnector):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._kvtier_on = bool(self._config.get("kvtier", True))
+        self._dump_dir = self._config["dump_dir"]
+        if role == KVConnectorRole.SCHEDULER:
+            self._dumped: set[str] = set()
+        else:
+            self._dump_seq = 0
+            self._tensors = {}
+            self._loaded: dict[str, tuple] = {}
+
+    # ------------------------------------------------------------------ scheduler side
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        if self._kvtier_on:
+            return super().get_num_new_matched_tokens(request, num_computed_tokens)
+        self._requests[request.request_id] = request
+        return 0, False
+
+    def build_connector_meta(self, scheduler_output):
+        meta = super().build_connector_meta(scheduler_output)
+        if not self._kvtier_on:
+            meta.loads, meta.saves = [], []
+        meta.dumps = []
+        bs = self._block_size
+        steps = [(r.req_id, r.num_computed_tokens) for r in scheduler_output.scheduled_new_reqs]
+        cached = scheduler_output.scheduled_cached_reqs
+        steps += list(zip(cached.req_ids, cached.num_computed_tokens))
+        for req_id, computed in steps:
+            request = self._requests.get(req_id)
+            if request is None or req_id in self._dumped:
+                continue
+            prompt = list(request.prompt_token_ids or [])
+            if computed + scheduler_output.num_scheduled_tokens.get(req_id, 0) < len(prompt):
+                continue
+            self._dumped.add(req_id)
+            chunks = len(prompt) // bs
+            meta.dumps.append((req_id, prompt[:chunks * bs], self._blocks[req_id][:chunks]))
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._dumped.discard(request.request_id)
+        return super().request_finished(request, block_ids)
+
+    # ------------------------------------------------------------------ worker side
+
+    def register_kv_caches(self, kv_caches):
+        if self._kvtier_on:
+            super().register_kv_caches(kv_caches)
+        else:
+            def order(name):
+                m = _LAYER_INDEX.search(name)
+                return (int(m.group(1)) if m else 0, name)
+
+            self._layer_index = {n: i for i, n in enumerate(sorted(kv_caches, key=order))}
+        self._tensors = {name: kv_caches[name] for name in self._layer_index}
+
+    def start_load_kv(self, forward_context, **kwargs):
+        if self.has_connector_metadata():
+            for op in self._get_connector_metadata().loads:
+                self._loaded[op.req_id] = (op.first_chunk, op.chunks, list(op.pages))
+        super().start_load_kv(forward_context, **kwargs)
+
+    def wait_for_save(self):
+        meta = self._get_connector_metadata() if self.has_connector_metadata() else None
+        super().wait_for_save()
+        if meta is None:
+            return
+        names = sorted(self._tensors, key=lambda n: self._layer_index[n])
+        for req_id, tokens, pages in getattr(meta, "dumps", []):
+            loaded = self._loaded.pop(req_id, None)
+            index = torch.tensor(pages, dtype=torch.long)
+            failed = loaded is not None and bool(set(loaded[2][loaded[0]:loaded[1]]) &
+                                                 self._failed_pages)
+            record = {"tokens": tokens, "loaded": None if loaded is None else list(loaded[:2]),
+                      "failed": failed,
+                      "layers": [self._tensors[n][index].clone() for n in names]}
+            path = os.path.join(self._dump_dir, f"{self._dump_seq:03d}.pt")
+            torch.save(record, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            self._dump_seq += 1
