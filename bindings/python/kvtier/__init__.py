@@ -64,6 +64,7 @@ class Engine(_kvtier.Engine):
     def __init__(self, **kwargs):
         _check_engine_kwargs(kwargs)
         super().__init__(_kvtier._EngineArgs(**kwargs))
+        self._opened = True  # __repr__ reads the engine only once it exists.
 
     def store(self, ns, tokens, src, *args, **kwargs):
         """Starts storing src (an array of chunks x layers blocks, block_shape each, of
@@ -87,6 +88,10 @@ class Engine(_kvtier.Engine):
         self.close()
 
     def __repr__(self):
+        # An Engine whose __init__ raised has no C++ engine behind it: reading one would touch
+        # memory never constructed (a traceback's repr of `self` does this).
+        if not self.__dict__.get("_opened", False):
+            return "<kvtier.Engine (not opened)>"
         state = "closed" if self.closed else "open"
         return f"<kvtier.Engine {self.layout} ({state})>"
 
