@@ -90,9 +90,7 @@ Result<UniqueFd> OpenTrustedDir(const std::string& dir, GroupWrite group_write) 
   return owned;
 }
 
-namespace {
-
-const char* KindOf(mode_t mode) {
+const char* FileKindName(mode_t mode) {
   if (S_ISLNK(mode)) return "a symbolic link";
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -101,6 +99,8 @@ const char* KindOf(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   return "not a regular file";
 }
+
+namespace {
 
 // Writes all of `bytes` to `fd`, retrying EINTR and short writes.
 Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
@@ -121,7 +121,7 @@ Status ReplaceRegularFile(const std::string& what, const std::string& path,
   if (path.empty()) return Status::InvalidArgument(what + ": empty path");
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(what + " " + path + " is " + KindOf(st.st_mode) +
+    return Status::InvalidArgument(what + " " + path + " is " + FileKindName(st.st_mode) +
                                    ", not a regular file: refusing to replace it");
   }
   const size_t slash = path.rfind('/');

@@ -56,6 +56,10 @@ Result<UniqueFd> OpenTrustedDir(const std::string& dir, GroupWrite group_write);
 Status ReplaceRegularFile(const std::string& what, const std::string& path,
                           std::string_view bytes, uint32_t file_mode);
 
+// What a file that is not a regular file is, for messages: "a symbolic link", "a directory",
+// "a FIFO", "a socket", "a character device", "a block device" (else "not a regular file").
+const char* FileKindName(mode_t mode);
+
 // "uid 1000 (alice)", or "uid 1000" when the user database has no name for it.
 std::string DescribeUid(uid_t uid);
 

@@ -17,6 +17,7 @@
 #include "core/limits.h"
 #include "core/mutex.h"
 #include "core/unique_fd.h"
+#include "env/dir_trust.h"
 #include "env/env.h"
 #include "env/io_queues.h"
 
@@ -141,22 +142,13 @@ Result<uint64_t> PosixFile::Size() {
   return static_cast<uint64_t>(st.st_size);
 }
 
-const char* FileTypeName(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
-
 // FileKind::kRegular: checks what an O_NONBLOCK open found and, for a regular file, clears
 // O_NONBLOCK again (it means nothing to regular files, but later I/O should not depend on that).
 Status RequireRegular(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat " + path);
   if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + " is not a regular file (" + FileTypeName(st.st_mode) +
+    return Status::InvalidArgument(path + " is not a regular file (" + FileKindName(st.st_mode) +
                                    ")");
   }
   const int flags = ::fcntl(fd, F_GETFL);

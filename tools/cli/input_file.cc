@@ -8,25 +8,16 @@
 #include <cerrno>
 
 #include "core/unique_fd.h"
+#include "env/dir_trust.h"
 
 namespace kvtier::cli {
 namespace {
 
 constexpr size_t kReadChunkBytes = 64 * 1024;
 
-// "a character device", "a directory", ...: what a non-regular file is, for messages.
-std::string KindOf(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 Status CheckStat(const struct stat& st, const std::string& name, uint64_t bytes_max) {
   if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(name + ": " + KindOf(st.st_mode) +
+    return Status::InvalidArgument(name + ": " + FileKindName(st.st_mode) +
                                    ", not a regular file (only regular files are read)");
   }
   if (static_cast<uint64_t>(st.st_size) > bytes_max) {
