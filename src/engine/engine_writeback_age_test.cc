@@ -6,11 +6,12 @@
 // the dirty watermark's pass writes the blocks dirty longest first (so it cannot starve them).
 // Method: a tiny layout (3 layers, 2 KiB blocks), a host tier far larger than what is stored and
 // the dirty watermark off (writeback_dirty_fraction 1), so only the age limit can write a block
-// down (except in the watermark test, which says how it differs). A ManualClock is the engine's clock: a block cannot fall due before the test advances
-// it, so "not yet on the SSD" is certain; once it is advanced, the test waits (bounded, 10 s) for
-// the cleaner, which looks again at least every kCleanerAgePollMsMax. A "crash" is a copy of the
-// SSD directory taken while the engine is still open (what a killed process leaves: the engine's
-// close would flush), opened by a second engine, which must find every block, byte for byte.
+// down (except in the watermark test, which says how it differs). A ManualClock is the engine's
+// clock: a block cannot fall due before the test advances it, so "not yet on the SSD" is certain;
+// once it is advanced, the test waits (bounded, 10 s) for the cleaner, which looks again at least
+// every kCleanerAgePollMsMax. A "crash" is a copy of the SSD directory taken while the engine is
+// still open (what a killed process leaves: the engine's close would flush), opened by a second
+// engine, which must find every block, byte for byte.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -7,13 +7,14 @@
 // write-back in alternating runs of 5 trials, and runs threads (two; one for write-back, see
 // ChildPlan) of random Stores, Loads, Lookups, Prefetches and Flushes (write-back trials killed at
 // a random moment: a 64 MiB SSD and no Flush, so that only the age limit acknowledges their
-// Stores; see ChildPlan). Every block's bytes are a function of (sequence, chunk, layer). The child reports through a pipe each Store it attempts and
-// each Store whose durability was promised (docs/engine.md): write-through when StoreHandle::Wait
-// returned OK, write-back when a Flush that began after the Store's Wait returned OK, or when the
-// write-back age limit (kAgeMs, EngineOptions::writeback_age_ms_max) plus the cleaner's period
-// (kCleanerAgePollMsMax) has passed since the Store's Wait returned without a failed SSD write
-// meanwhile (docs/reliability.md, "Write-back age limit": no Flush needed). The parent
-// SIGKILLs the child at a random moment, or right when the cache directory shows a segment reclaim
+// Stores; see ChildPlan). Every block's bytes are a function of (sequence, chunk, layer). The child
+// reports through a pipe each Store it attempts and each Store whose durability was promised
+// (docs/engine.md): write-through when StoreHandle::Wait returned OK, write-back when a Flush that
+// began after the Store's Wait returned OK, or when the write-back age limit (kAgeMs,
+// EngineOptions::writeback_age_ms_max) plus the cleaner's period (kCleanerAgePollMsMax) has passed
+// since the Store's Wait returned without a failed SSD write meanwhile (docs/reliability.md,
+// "Write-back age limit": no Flush needed). The parent SIGKILLs the child at a random moment, or
+// right when the cache directory shows a segment reclaim
 // (a segment file deleted), a checkpoint being written or installed (index.ckpt.tmp.<hex> created,
 // renamed over index.ckpt) or a segment roll (watched with inotify), then reopens the cache with a
 // new Engine and checks every sequence the child attempted: whatever Lookup reports is loaded and
