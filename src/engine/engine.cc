@@ -497,7 +497,10 @@ void EngineImpl::KickCleaner() {
 
 std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_t max) {
   std::array<size_t, kMemTiers> dirty{};
-  std::array<std::vector<BlockKey>, kMemTiers> candidates;
+  // (dirty since, key): the oldest are written first. Why: under a steady stream of Stores the
+  // watermark pass runs round after round, and a pick in table order could pass over an old
+  // block until long after its age limit (docs/reliability.md, "Write-back age limit").
+  std::array<std::vector<std::pair<uint64_t, BlockKey>>, kMemTiers> candidates;
   const uint64_t now = NowWallUs();
   table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
     MemTier t;
@@ -507,11 +510,18 @@ std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_
     if (e.flushing() || e.pins() != 0 || e.state() != BlockState::kReady || e.Expired(now)) {
       return;
     }
-    if (candidates[i].size() < max) candidates[i].push_back(key);
+    candidates[i].emplace_back(e.dirty_since_us(), key);
   });
   for (size_t i = 0; i < kMemTiers; ++i) {
     if (!HasTier(MemTierAt(i)) || clocks_[i]->slots() < kCleanerTierSlotsMin) continue;
-    if (static_cast<double>(dirty[i]) > fraction * clocks_[i]->slots()) return candidates[i];
+    if (static_cast<double>(dirty[i]) <= fraction * clocks_[i]->slots()) continue;
+    std::vector<std::pair<uint64_t, BlockKey>>& c = candidates[i];
+    const size_t n = std::min(max, c.size());
+    std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n), c.end(),
+                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<BlockKey> out;
+    for (size_t k = 0; k < n; ++k) out.push_back(c[k].second);
+    return out;
   }
   return {};
 }

@@ -352,7 +352,8 @@ class EngineImpl final : public Engine {
   // mu_ across I/O.
   void CleanerLoop() KV_EXCLUDES(mu_);
   // Up to `max` ready, unpinned keys dirty for tier `below` whose fastest copy is in the first
-  // memory tier with more such blocks than `fraction` of its slots; empty when no tier is over.
+  // memory tier with more such blocks than `fraction` of its slots, the longest dirty first;
+  // empty when no tier is over.
   std::vector<BlockKey> PickDirty(size_t below, double fraction, size_t max) KV_REQUIRES(mu_);
   // The cleaner's rounds for tier `below`: while a memory tier is over the dirty watermark, and
   // then the blocks past the tier's age limit (when it has one). CleanAged returns how long the

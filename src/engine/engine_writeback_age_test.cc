@@ -2,14 +2,16 @@
 // with write-back, a stored block reaches the SSD once it has been dirty for the limit, with no
 // Flush and no memory pressure, so that a process killed afterwards loses none of it; a block
 // stored later keeps its own, later deadline; a limit of 0 is write-through (the SSD write is
-// done when the Store completes); and a limit out of range is refused with a message naming it.
+// done when the Store completes); a limit out of range is refused with a message naming it; and
+// the dirty watermark's pass writes the blocks dirty longest first (so it cannot starve them).
 // Method: a tiny layout (3 layers, 2 KiB blocks), a host tier far larger than what is stored and
 // the dirty watermark off (writeback_dirty_fraction 1), so only the age limit can write a block
-// down. A ManualClock is the engine's clock: a block cannot fall due before the test advances
-// it, so "not yet on the SSD" is certain; once it is advanced, the test waits (bounded, 10 s) for
-// the cleaner, which looks again at least every kCleanerAgePollMsMax. A "crash" is a copy of the
-// SSD directory taken while the engine is still open (what a killed process leaves: the engine's
-// close would flush), opened by a second engine, which must find every block, byte for byte.
+// down (except in the watermark test, which says how it differs). A ManualClock is the engine's
+// clock: a block cannot fall due before the test advances it, so "not yet on the SSD" is certain;
+// once it is advanced, the test waits (bounded, 10 s) for the cleaner, which looks again at least
+// every kCleanerAgePollMsMax. A "crash" is a copy of the SSD directory taken while the engine is
+// still open (what a killed process leaves: the engine's close would flush), opened by a second
+// engine, which must find every block, byte for byte.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -169,6 +171,33 @@ TEST_F(EngineWritebackAgeTest, DirtyBlocksReachTheSsdAtTheirAgeWithoutFlush) {
   const Namespace ns2 = *after->MakeNamespace("t");
   EXPECT_TRUE(LoadsExactly(*after, ns2, first));
   EXPECT_TRUE(LoadsExactly(*after, ns2, second));
+}
+
+// The dirty watermark's pass writes the blocks dirty longest first. Under a steady stream of
+// Stores that pass runs round after round; when it took blocks in table order, an old block could
+// wait there far past its age limit (a killed process then lost a Store the limit had promised).
+// Method: the age limit off (an hour, on a clock that moves 1 ms), a host tier of 64 blocks with
+// the watermark at half (32 dirty blocks; the pass cleans down to 16). Two chunks (6 blocks) are
+// stored first, then 1 ms later single chunks until 36 blocks are dirty: the pass writes at least
+// 17 of them, and the first 6 must be among them, whatever their place in the table.
+TEST_F(EngineWritebackAgeTest, WatermarkPassWritesTheOldestFirst) {
+  EngineOptions o = Options(dir_->Join("ssd"), kWritebackAgeMsMax);
+  o.host.capacity_bytes = 64 * kBlockBytes;
+  o.writeback_dirty_fraction = 0.5;
+  auto e = OpenOrDie(o);
+  ASSERT_NE(e, nullptr);
+  const Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> old = TestTokens(10, 2 * kBlockTokens);
+  ASSERT_TRUE(StoreChunks(*e, ns, old).ok());
+  clock_.Advance(1000);
+  for (uint32_t i = 0; i < 10; ++i) {
+    ASSERT_TRUE(StoreChunks(*e, ns, TestTokens(100 + i, kBlockTokens)).ok());
+  }
+  // Four of the pass's rounds (4 blocks each): the 6 oldest were in the first two.
+  ASSERT_TRUE(WaitForSsdBlocks(*e, 16));
+  auto after = OpenOrDie(Options(CopyOfSsd("crash"), kWritebackAgeMsMax));
+  ASSERT_NE(after, nullptr);
+  EXPECT_TRUE(LoadsExactly(*after, *after->MakeNamespace("t"), old));
 }
 
 TEST_F(EngineWritebackAgeTest, ZeroIsWriteThrough) {
