@@ -31,20 +31,6 @@ namespace {
 
 constexpr uid_t kOtherUid = 54321;
 
-std::string ReadAll(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return "<" + ec.message() + ">";
-  std::string bytes(size, '\0');
-  std::ifstream in(path, std::ios::binary);
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return bytes;
-}
-
-bool Contains(const Status& s, const std::string& needle) {
-  return s.message().find(needle) != std::string::npos;
-}
-
 class DirTrustTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,9 +53,9 @@ TEST_F(DirTrustTest, RefusedLinkIsNeitherFollowedNorCreated) {
     Result<std::unique_ptr<File>> f =
         env_->OpenFile(link, {.mode = mode, .links = Links::kRefuse});
     ASSERT_TRUE(f.status().IsInvalidArgument()) << f.status().ToString();
-    EXPECT_TRUE(Contains(f.status(), link + " is a symbolic link"));
+    EXPECT_TRUE(MessageContains(f.status(), link + " is a symbolic link"));
   }
-  EXPECT_EQ(ReadAll(outside_), "data\n");
+  EXPECT_EQ(ReadFileOrWhy(outside_), "data\n");
   const std::string target = root_->Join("never-created");
   const std::string dangling = root_->Join("dangling");
   ASSERT_EQ(::symlink(target.c_str(), dangling.c_str()), 0);
@@ -97,21 +83,21 @@ TEST_F(DirTrustTest, TrustedDirRefusesLinksOtherOwnersAndOthersWrite) {
   EXPECT_TRUE(OpenTrustedDir(dir, GroupWrite::kRefuse).ok());
   const std::string link = root_->Join("cache-link");
   ASSERT_EQ(::symlink(dir.c_str(), link.c_str()), 0);
-  EXPECT_TRUE(Contains(OpenTrustedDir(link, GroupWrite::kAllow).status(), "is a symbolic link"));
+  EXPECT_TRUE(MessageContains(OpenTrustedDir(link, GroupWrite::kAllow).status(), "is a symbolic link"));
   EXPECT_TRUE(OpenTrustedDir(root_->Join("missing"), GroupWrite::kAllow).status().IsNotFound());
-  EXPECT_TRUE(Contains(OpenTrustedDir(outside_, GroupWrite::kAllow).status(), "not a directory"));
+  EXPECT_TRUE(MessageContains(OpenTrustedDir(outside_, GroupWrite::kAllow).status(), "not a directory"));
   ASSERT_EQ(::chmod(dir.c_str(), 0707), 0);
   const Status others = OpenTrustedDir(dir, GroupWrite::kAllow).status();
-  EXPECT_TRUE(Contains(others, "mode 0707")) << others.ToString();
-  EXPECT_TRUE(Contains(others, "writable by others")) << others.ToString();
+  EXPECT_TRUE(MessageContains(others, "mode 0707")) << others.ToString();
+  EXPECT_TRUE(MessageContains(others, "writable by others")) << others.ToString();
   ASSERT_EQ(::chmod(dir.c_str(), 0770), 0);
-  EXPECT_TRUE(Contains(OpenTrustedDir(dir, GroupWrite::kRefuse).status(), "by its group"));
+  EXPECT_TRUE(MessageContains(OpenTrustedDir(dir, GroupWrite::kRefuse).status(), "by its group"));
   EXPECT_TRUE(OpenTrustedDir(dir, GroupWrite::kAllow).ok());
   ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
   ASSERT_EQ(::chown(dir.c_str(), kOtherUid, static_cast<gid_t>(-1)), 0);
   const Status foreign = OpenTrustedDir(dir, GroupWrite::kAllow).status();
-  EXPECT_TRUE(Contains(foreign, "owner uid " + std::to_string(kOtherUid))) << foreign.ToString();
-  EXPECT_TRUE(Contains(foreign, "not owned by this user (" + DescribeUid(::geteuid())))
+  EXPECT_TRUE(MessageContains(foreign, "owner uid " + std::to_string(kOtherUid))) << foreign.ToString();
+  EXPECT_TRUE(MessageContains(foreign, "not owned by this user (" + DescribeUid(::geteuid())))
       << foreign.ToString();
 }
 
@@ -119,13 +105,13 @@ TEST_F(DirTrustTest, ReplaceRegularFileWritesThroughATemporary) {
   const std::string path = root_->Join("metrics.prom");
   ASSERT_TRUE(ReplaceRegularFile("--metrics-file", path, "one\n", 0644).ok());
   ASSERT_TRUE(ReplaceRegularFile("--metrics-file", path, "two\n", 0644).ok());
-  EXPECT_EQ(ReadAll(path), "two\n");
+  EXPECT_EQ(ReadFileOrWhy(path), "two\n");
   // Earlier versions wrote "<path>.tmp" with fopen("wb"): a link planted there was followed.
   const std::string planted = path + ".tmp";
   ASSERT_EQ(::symlink(outside_.c_str(), planted.c_str()), 0);
   ASSERT_TRUE(ReplaceRegularFile("--metrics-file", path, "three\n", 0644).ok());
-  EXPECT_EQ(ReadAll(path), "three\n");
-  EXPECT_EQ(ReadAll(outside_), "data\n");
+  EXPECT_EQ(ReadFileOrWhy(path), "three\n");
+  EXPECT_EQ(ReadFileOrWhy(outside_), "data\n");
   EXPECT_TRUE(std::filesystem::is_symlink(planted));
   // Only the target and the planted link: no temporary is left behind.
   size_t entries = 0;
@@ -139,24 +125,24 @@ TEST_F(DirTrustTest, ReplaceRegularFileRefusesWhatIsNotARegularFile) {
   const std::string fifo = root_->Join("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   const Status f = ReplaceRegularFile("--metrics-file", fifo, "x", 0644);
-  EXPECT_TRUE(Contains(f, "--metrics-file " + fifo + " is a FIFO")) << f.ToString();
+  EXPECT_TRUE(MessageContains(f, "--metrics-file " + fifo + " is a FIFO")) << f.ToString();
   struct stat st {};
   ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));  // Still the FIFO, not replaced.
   const std::string dir = root_->Join("dir");
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
-  EXPECT_TRUE(Contains(ReplaceRegularFile("w", dir, "x", 0644), "is a directory"));
+  EXPECT_TRUE(MessageContains(ReplaceRegularFile("w", dir, "x", 0644), "is a directory"));
   const std::string link = root_->Join("link");
   ASSERT_EQ(::symlink(outside_.c_str(), link.c_str()), 0);
-  EXPECT_TRUE(Contains(ReplaceRegularFile("w", link, "x", 0644), "is a symbolic link"));
-  EXPECT_EQ(ReadAll(outside_), "data\n");
+  EXPECT_TRUE(MessageContains(ReplaceRegularFile("w", link, "x", 0644), "is a symbolic link"));
+  EXPECT_EQ(ReadFileOrWhy(outside_), "data\n");
   EXPECT_TRUE(std::filesystem::is_symlink(link));
   // /dev/null as root: earlier versions renamed the temporary over the device node.
   const std::string null_dev = root_->Join("null");
   if (::mknod(null_dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
     GTEST_SKIP() << "mknod not permitted here (" << std::strerror(errno) << ")";
   }
-  EXPECT_TRUE(Contains(ReplaceRegularFile("w", null_dev, "x", 0644), "is a character device"));
+  EXPECT_TRUE(MessageContains(ReplaceRegularFile("w", null_dev, "x", 0644), "is a character device"));
   ASSERT_EQ(::lstat(null_dev.c_str(), &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }

@@ -2,10 +2,25 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <utility>
 
 namespace kvtier {
+
+std::string ReadFileOrWhy(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return "<" + ec.message() + ">";
+  std::string bytes(size, '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
+
+bool MessageContains(const Status& s, std::string_view needle) {
+  return s.message().find(needle) != std::string::npos;
+}
 
 Result<ScopedTempDir> ScopedTempDir::Create(const std::string& base) {
   std::string dir = base;

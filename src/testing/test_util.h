@@ -47,6 +47,12 @@ std::vector<std::byte> TestBlockPayload(const Hash256& chunk, uint32_t layer, ui
 // Tokens seed * 100003 + i for i < n: distinct sequences (and so chunk hashes) per seed.
 std::vector<uint32_t> TestTokens(uint32_t seed, size_t n);
 
+// The bytes of the file at `path`, or "<why>" when it cannot be read: tests compare a file that
+// must be left alone with what it held.
+std::string ReadFileOrWhy(const std::string& path);
+// Whether `s`'s message holds `needle`.
+bool MessageContains(const Status& s, std::string_view needle);
+
 class CapturingLogger final : public Logger {
  public:
   void Log(LogLevel level, std::string_view message) override KV_EXCLUDES(mu_);

@@ -35,20 +35,6 @@ namespace {
 constexpr uid_t kOtherUid = 54321;  // Owns nothing on a test machine.
 constexpr char kOutsideBytes[] = "data\n";
 
-std::string ReadAll(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return "<" + ec.message() + ">";
-  std::string bytes(size, '\0');
-  std::ifstream in(path, std::ios::binary);
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return bytes;
-}
-
-bool Contains(const Status& s, const std::string& needle) {
-  return s.message().find(needle) != std::string::npos;
-}
-
 class SsdDirTrustTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -77,7 +63,7 @@ class SsdDirTrustTest : public ::testing::Test {
     return o;
   }
   void ExpectOutsideUntouched() {
-    EXPECT_EQ(ReadAll(outside_), kOutsideBytes);
+    EXPECT_EQ(ReadFileOrWhy(outside_), kOutsideBytes);
     struct stat st {};
     ASSERT_EQ(::stat(outside_.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0644u);
@@ -86,17 +72,17 @@ class SsdDirTrustTest : public ::testing::Test {
   void ExpectEveryOpenRefused(const SsdTierOptions& o, const std::string& needle) {
     Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env_.get());
     EXPECT_FALSE(t.ok());
-    EXPECT_TRUE(Contains(t.status(), needle)) << t.status().ToString();
+    EXPECT_TRUE(MessageContains(t.status(), needle)) << t.status().ToString();
     const Status clear = ssd::ClearDir(env_.get(), o.dirs).status();
-    EXPECT_TRUE(Contains(clear, needle)) << "clear: " << clear.ToString();
+    EXPECT_TRUE(MessageContains(clear, needle)) << "clear: " << clear.ToString();
     const Status verify = ssd::VerifyDir(env_.get(), o.dirs).status();
-    EXPECT_TRUE(Contains(verify, needle)) << "verify: " << verify.ToString();
+    EXPECT_TRUE(MessageContains(verify, needle)) << "verify: " << verify.ToString();
     const Status repair = ssd::RepairDir(env_.get(), o.dirs).status();
-    EXPECT_TRUE(Contains(repair, needle)) << "repair: " << repair.ToString();
+    EXPECT_TRUE(MessageContains(repair, needle)) << "repair: " << repair.ToString();
     const Status stats = ssd::StatsDir(env_.get(), o.dirs, 0).status();
-    EXPECT_TRUE(Contains(stats, needle)) << "stats: " << stats.ToString();
+    EXPECT_TRUE(MessageContains(stats, needle)) << "stats: " << stats.ToString();
     const Status inspect = ssd::InspectDir(env_.get(), o.dirs).status();
-    EXPECT_TRUE(Contains(inspect, needle)) << "inspect: " << inspect.ToString();
+    EXPECT_TRUE(MessageContains(inspect, needle)) << "inspect: " << inspect.ToString();
   }
 
   CapturingLogger log_;
@@ -190,8 +176,8 @@ TEST_F(SsdDirTrustTest, DirectoryOfAnotherUserIsRefusedNamingOwnerAndMode) {
   ASSERT_EQ(::chown(o.dirs[0].c_str(), kOtherUid, static_cast<gid_t>(-1)), 0);
   ExpectEveryOpenRefused(o, "(owner uid " + std::to_string(kOtherUid));
   Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env_.get());
-  EXPECT_TRUE(Contains(t.status(), "mode 0700")) << t.status().ToString();
-  EXPECT_TRUE(Contains(t.status(), "is not owned by this user")) << t.status().ToString();
+  EXPECT_TRUE(MessageContains(t.status(), "mode 0700")) << t.status().ToString();
+  EXPECT_TRUE(MessageContains(t.status(), "is not owned by this user")) << t.status().ToString();
 }
 
 TEST_F(SsdDirTrustTest, DirectoryWritableByOthersIsRefused) {
@@ -207,9 +193,9 @@ TEST_F(SsdDirTrustTest, GroupWritableDirectoryNeedsAGroupFileMode) {
   ASSERT_EQ(::chmod(o.dirs[0].c_str(), 0770), 0);
   Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env_.get());
   ASSERT_FALSE(t.ok());
-  EXPECT_TRUE(Contains(t.status(), "writable by its group")) << t.status().ToString();
+  EXPECT_TRUE(MessageContains(t.status(), "writable by its group")) << t.status().ToString();
   // The LOCK that cache made is 0600: the tools refuse the directory as the tier does.
-  EXPECT_TRUE(Contains(ssd::VerifyDir(env_.get(), o.dirs).status(), "writable by its group"));
+  EXPECT_TRUE(MessageContains(ssd::VerifyDir(env_.get(), o.dirs).status(), "writable by its group"));
   o.file_mode = 0660;  // A cache shared with the group: its directory may be group-writable.
   t = SsdTier::Open(o, env_.get());
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -256,7 +242,7 @@ TEST_F(SsdDirTrustTest, LockLeftByADeadProcessIsTakenOverWithALogLine) {
   Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env_.get());
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(log_.CountContaining("was left by process " + std::to_string(dead)), 1u);
-  EXPECT_EQ(ReadAll(o.dirs[0] + "/LOCK"), std::to_string(::getpid()) + "\n");
+  EXPECT_EQ(ReadFileOrWhy(o.dirs[0] + "/LOCK"), std::to_string(::getpid()) + "\n");
   EXPECT_TRUE(ssd_test::Get(**t, 3, 4096).ok());
 }
 
@@ -278,7 +264,7 @@ TEST_F(SsdDirTrustTest, LockHeldByALiveProcessIsRefusedNamingIt) {
   ASSERT_EQ(c, 'y');
   Result<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, env_.get());
   EXPECT_TRUE(t.status().IsBusy()) << t.status().ToString();
-  EXPECT_TRUE(Contains(t.status(), "in use by process " + std::to_string(child)));
+  EXPECT_TRUE(MessageContains(t.status(), "in use by process " + std::to_string(child)));
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
@@ -319,7 +305,7 @@ TEST_F(SsdDirTrustTest, LockInheritedByAForkedChildIsRefusedSayingSo) {
   ::close(ready[0]);
   ::close(ready[1]);
   EXPECT_TRUE(t.status().IsBusy()) << t.status().ToString();
-  EXPECT_TRUE(Contains(t.status(), "inherited LOCK from process " + std::to_string(holder)))
+  EXPECT_TRUE(MessageContains(t.status(), "inherited LOCK from process " + std::to_string(holder)))
       << t.status().ToString();
 }
 

@@ -18,10 +18,11 @@ run() {
 }
 
 # expect_fail <name> <exit status> <stderr needle> <args>...: kvtier exits with that status, says
-# one line on stderr holding the needle, and prints nothing on stdout.
+# one line on stderr holding the needle, and prints nothing on stdout. RUNNER names the function
+# that runs it (default run).
 expect_fail() {
   local name="$1" want="$2" needle="$3"; shift 3
-  run "$@"
+  "${RUNNER:-run}" "$@"
   [[ $rc -eq $want ]] || { fail "$name: exit $rc (want $want), stderr: $(cat "$TMP/err")"; return; }
   grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
   [[ $(wc -l <"$TMP/err") -eq 1 ]] || fail "$name: stderr is not one line: $(cat "$TMP/err")"

@@ -36,16 +36,8 @@ in_limits() {
   [[ $rc -ne 124 ]] || fail "kvtier $*: timed out (hung)"
 }
 
-# refused <name> <exit status> <needle> <args>...: exit status, one stderr line with the needle,
-# nothing on stdout (expect_fail of cli_test_lib.sh, under in_limits).
-refused() {
-  local name="$1" want="$2" needle="$3"; shift 3
-  in_limits "$@"
-  [[ $rc -eq $want ]] || { fail "$name: exit $rc (want $want), stderr: $(cat "$TMP/err")"; return; }
-  grep -qF -- "$needle" "$TMP/err" || fail "$name: stderr lacks '$needle': $(cat "$TMP/err")"
-  [[ $(wc -l <"$TMP/err") -eq 1 ]] || fail "$name: stderr is not one line: $(cat "$TMP/err")"
-  [[ ! -s "$TMP/out" ]] || fail "$name: stdout is not empty: $(head -c 300 "$TMP/out")"
-}
+# refused <name> <exit status> <needle> <args>...: expect_fail of cli_test_lib.sh, under in_limits.
+refused() { RUNNER=in_limits expect_fail "$@"; }
 
 mkfifo "$TMP/fifo"
 mkdir "$TMP/dir"
