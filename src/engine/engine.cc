@@ -36,12 +36,12 @@ void PinHandle::Release() {
   keys_.clear();
 }
 
-void PinHandle::Unpinner::Unpin(std::span<const Hash256> chunks) {
+void EngineUnpinner::Unpin(std::span<const Hash256> chunks) {
   MutexLock lock(&mu_);
   if (engine_ != nullptr) engine_->UnpinChunks(chunks);
 }
 
-void PinHandle::Unpinner::Detach() {
+void EngineUnpinner::Detach() {
   MutexLock lock(&mu_);
   engine_ = nullptr;
 }
@@ -97,7 +97,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                              .queue_tasks_max = queue,
                                                              .name = "kvtier-compl"}));
   }
-  e->unpinner_ = std::make_shared<PinHandle::Unpinner>(e.get());
+  e->unpinner_ = std::make_shared<EngineUnpinner>(e.get());
   if (options.prediction.enabled) {
     const PredictionOptions& p = options.prediction;
     MutexLock lock(&e->pred_mu_);

@@ -279,17 +279,23 @@ class EngineImpl;
 // shared Unpinner, after which destroying the handle does nothing.
 class PinHandle {
  public:
-  class Unpinner;  // Defined in engine_impl.h.
+  // Releases pinned chunks: the in-process engine's (engine_impl.h) or a service client's
+  // (serve/client.cc), which asks the service to release them. Thread-safe.
+  class Unpinner {
+   public:
+    virtual ~Unpinner() = default;
+    virtual void Unpin(std::span<const Hash256> chunks) = 0;
+  };
 
   PinHandle() = default;
+  // By the engines: `owner` is told the chunks once, when the handle is destroyed.
+  PinHandle(std::shared_ptr<Unpinner> owner, std::vector<Hash256> keys);
   PinHandle(PinHandle&&) noexcept;
   PinHandle& operator=(PinHandle&&) noexcept;
   ~PinHandle();
   size_t chunks() const { return keys_.size(); }
 
  private:
-  friend class EngineImpl;
-  PinHandle(std::shared_ptr<Unpinner> owner, std::vector<Hash256> keys);
   void Release();
   // Shared with the engine (why shared: the handle may be destroyed after the engine, which then
   // has detached it).

@@ -50,10 +50,10 @@
 
 namespace kvtier {
 
-class PinHandle::Unpinner {
+class EngineUnpinner final : public PinHandle::Unpinner {
  public:
-  explicit Unpinner(EngineImpl* engine) : engine_(engine) {}
-  void Unpin(std::span<const Hash256> chunks) KV_EXCLUDES(mu_);
+  explicit EngineUnpinner(EngineImpl* engine) : engine_(engine) {}
+  void Unpin(std::span<const Hash256> chunks) override KV_EXCLUDES(mu_);
   // Called by the engine's destructor: later Unpin calls do nothing.
   void Detach() KV_EXCLUDES(mu_);
 
@@ -471,7 +471,7 @@ class EngineImpl final : public Engine {
   Mutex io_mu_;
   CondVar io_drained_;  // Waited on with io_mu_; signalled when io_in_flight_ drops to 0.
   uint64_t io_in_flight_ KV_GUARDED_BY(io_mu_) = 0;
-  std::shared_ptr<PinHandle::Unpinner> unpinner_;
+  std::shared_ptr<EngineUnpinner> unpinner_;
   // Fed by WriteToTier for local tiers; thread-safe on its own.
   std::unique_ptr<codecs::RatioMonitor> ratio_;
   std::thread cleaner_;                          // Joinable only when the cleaner runs.
