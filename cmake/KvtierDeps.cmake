@@ -9,6 +9,8 @@ pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# GNU libmicrohttpd: the node service's /metrics and /healthz endpoint (src/serve/http_listener.h).
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 # Intel's libipsec-mb (Debian: libipsec-mb-dev, amd64 only): AES-256-GCM with VAES/AVX-512 for
 # sealed values and records, about 4x OpenSSL 3.0's AES-NI code (src/tiers/aes_gcm.h). Required
 # on x86-64 so that builds there never fall back silently; -DKVTIER_WITH_IPSEC_MB=OFF builds

@@ -17,6 +17,7 @@ packages=(
   libnuma-dev      # NUMA binding of host tiers (CXL expanders are CPU-less NUMA nodes).
   libhiredis-dev redis-server redis-tools  # Remote tier; tests start their own servers.
   libfmt-dev libcli11-dev nlohmann-json3-dev
+  libmicrohttpd-dev  # The node service's HTTP endpoint (/metrics, /healthz).
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev
   fio zstd         # Benchmarks compare against the disk (fio) and the zstd CLI.
