@@ -186,7 +186,7 @@ void ChatCommand::PrintJson(const Status& chat) const {
   const nlohmann::ordered_json j = {
       {"turns", turn_reports_},
       {"context_tokens", context_tokens_},
-      {"persistent", !flags_.session.cache_dir.empty()},
+      {"persistent", !flags_.session.cache_dir.empty() || !flags_.session.server.empty()},
       {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()},
       {"error", chat.ok() ? "" : chat.ToString()}};
   std::printf("%s\n", JsonText(j, 1).c_str());

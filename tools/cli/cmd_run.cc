@@ -114,7 +114,8 @@ Status RunCommand::Generate() {
   KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session->Prefill(sequence, &logits));
   const uint64_t prefill_us = SteadyNowUs() - t0;
   if (!stats.store_status.ok()) CacheFailed(stats.store_status);
-  const bool persistent = !flags_.session.cache_dir.empty();
+  // Stored chunks outlive this process on the SSD, or in the service that holds them.
+  const bool persistent = !flags_.session.cache_dir.empty() || session->via_server();
   if (!json_) PrintPrefill("", stats, prefill_us);
 
   // With --json the text is collected (the decoder writes it to a memory stream).

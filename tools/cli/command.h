@@ -83,6 +83,11 @@ std::unique_ptr<Command> MakeChatCommand(CLI::App* app);
 // cmd_preload.cc: warms a cache directory with the KV of a document or a trace of prompts.
 std::unique_ptr<Command> MakePreloadCommand(CLI::App* app);
 
+// cmd_serve.cc: the node service, serving the node's tiers to inference engines on a socket.
+std::unique_ptr<Command> MakeServeCommand(CLI::App* app);
+// cmd_ctl.cc: stats, flush and drain of a running `kvtier serve`.
+std::unique_ptr<Command> MakeCtlCommand(CLI::App* app);
+
 // cmd_numa.cc: NUMA nodes, CPU-less ones marked as CXL candidates, with free memory.
 std::unique_ptr<Command> MakeNumaCommand(CLI::App* app);
 

@@ -258,6 +258,13 @@ void AddCacheFlags(CLI::App* c, ModelFlags* f) {
       ->check(BlockTokens());
   c->add_option("--metrics-file", f->metrics_file,
                 "Write the cache's counters here at exit (Prometheus text format)");
+  c->add_option("--server", f->session.server,
+                "Use the tiers of a running kvtier serve, at this socket (unix:PATH or PATH), "
+                "instead of opening them here (docs/serve.md)")
+      ->envname("KVTIER_SERVER");
+  c->add_option("--server-token-file", f->session.server_token_file,
+                "A file (mode 0600) holding the --server service's client token")
+      ->envname("KVTIER_SERVER_TOKEN_FILE");
   AddEngineOptionFlags(c, f);
 }
 
@@ -278,6 +285,19 @@ void AddModelFlags(CLI::App* c, ModelFlags* f, bool with_prompt, const char* ste
 void AddModelCacheFlags(CLI::App* c, ModelFlags* f) {
   AddModelFileFlags(c, f);
   AddCacheFlags(c, f);
+}
+
+void AddEngineCacheFlags(CLI::App* c, ModelFlags* f) {
+  c->option_defaults()->always_capture_default();
+  c->add_option("--cache-dir", f->session.cache_dir,
+                "SSD tier directory: cached KV persists across restarts")
+      ->envname("KVTIER_CACHE_DIR");
+  AddEngineOptionFlags(c, f);
+}
+
+Status FinishEngineCacheFlags(ModelFlags* f) {
+  f->session.log_level = CliLogLevel();
+  return FinishEngineOptionFlags(f);
 }
 
 Result<OptionValue> ParseOptionText(const OptionSpec& spec, std::string_view flag,

@@ -78,6 +78,14 @@ void AddModelFlags(CLI::App* c, ModelFlags* flags, bool with_prompt, const char*
 // that fill the cache without generating (preload): the same flags compute the same keys.
 void AddModelCacheFlags(CLI::App* c, ModelFlags* flags);
 
+// The cache flags without the model's, for `kvtier serve` (whose layout and model identity come
+// from its own flags): --cache-dir (KVTIER_CACHE_DIR) and the engine options' flags.
+void AddEngineCacheFlags(CLI::App* c, ModelFlags* flags);
+
+// After parsing AddEngineCacheFlags' flags: the engine options given, into flags->session
+// (FinishModelFlags does this too). InvalidArgument naming the flag.
+Status FinishEngineCacheFlags(ModelFlags* flags);
+
 // After parsing: resolves --seed -1, --prompt - and --prompt-file. InvalidArgument for a negative
 // seed other than -1, both --prompt and --prompt-file, a prompt file that is not a regular file
 // or a prompt (file or stdin) over kPromptFileBytesMax; the errno error of an unreadable file.

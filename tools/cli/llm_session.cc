@@ -1,5 +1,7 @@
 #include "llm_session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -11,11 +13,10 @@
 #include "runtime/runtime_limits.h"
 #include "tiers/redis_connection.h"
 #include "cache_dir.h"
+#include "serve/client.h"
+#include "serve_common.h"
 
 namespace kvtier::cli {
-
-// Segments of the --cache-dir SSD tier: small, since a CLI run stores little.
-inline constexpr uint64_t kCacheSegmentBytes = 16 * kMiB;
 
 namespace {
 
@@ -78,17 +79,59 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
     }
     o.host.capacity_bytes = options.host_bytes;
   }
-  KV_ASSIGN_OR_RETURN(o.ssd_codec, codecs::ParseCodecParams(options.codec));
+  KV_RETURN_IF_ERROR(ApplyCacheOptions(options, &o));
+  o.logger = logger;
+  return o;
+}
+
+}  // namespace
+
+namespace {
+
+// The engine of a session whose KV goes through a running `kvtier serve`: the service's, reached
+// on its socket; refused when the options also ask for tiers of its own or the service's layout
+// is not the model's.
+Result<std::unique_ptr<Engine>> ConnectToServer(const LlmSessionOptions& options,
+                                                const KvLayout& layout, Logger* logger) {
+  if (!options.cache_dir.empty() || !options.redis.empty() || options.host_bytes != 0 ||
+      !options.engine_settings.empty()) {
+    return Status::InvalidArgument(
+        "--server: the service owns the tiers; give no --cache-dir, --redis, --host-bytes or "
+        "other cache engine option with it (they are the service's)");
+  }
+  serve::ClientOptions c{.name = "kvtier cli (pid " + std::to_string(::getpid()) + ")",
+                         .logger = logger};
+  c.socket_path = std::string_view(options.server).starts_with("unix:")
+                      ? options.server.substr(5)
+                      : options.server;
+  if (!options.server_token_file.empty()) {
+    KV_ASSIGN_OR_RETURN(c.token, ReadSecretFile(options.server_token_file, "--server-token-file"));
+  }
+  Result<std::unique_ptr<serve::RemoteEngine>> engine = serve::Connect(c);
+  if (!engine.ok()) return engine.status().WithContext("--server " + c.socket_path);
+  const KvLayout& served = (*engine)->options().layout;
+  if (served.ToString() != layout.ToString()) {
+    return Status::InvalidArgument("--server " + c.socket_path + " serves the layout " +
+                                   served.ToString() + "; this model's (with --block-tokens) is " +
+                                   layout.ToString());
+  }
+  return std::unique_ptr<Engine>(std::move(*engine));
+}
+
+}  // namespace
+
+Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
+  KV_ASSIGN_OR_RETURN(o->ssd_codec, codecs::ParseCodecParams(options.codec));
   if (!options.cache_dir.empty()) {
-    o.ssd = SsdTierOptions{.dirs = {options.cache_dir},
-                           .capacity_bytes = options.ssd_capacity_bytes,
-                           .segment_bytes = kCacheSegmentBytes,
-                           .sync = SsdSyncMode::kPeriodic};
+    o->ssd = SsdTierOptions{.dirs = {options.cache_dir},
+                            .capacity_bytes = options.ssd_capacity_bytes,
+                            .segment_bytes = kCacheSegmentBytes,
+                            .sync = SsdSyncMode::kPeriodic};
     // Every stored block also reaches the SSD at once, so the next process finds it even if
     // this one is killed before closing the engine.
-    o.write_policy = WritePolicy::kWriteThrough;
+    o->write_policy = WritePolicy::kWriteThrough;
     if (!options.ssd_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(o.ssd->keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
+      KV_ASSIGN_OR_RETURN(o->ssd->keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
     }
   } else if (!options.ssd_key_file.empty()) {
     return Status::InvalidArgument("--ssd-key-file needs --cache-dir");
@@ -108,20 +151,16 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
       KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(options.remote_key_file));
     }
     redis.insecure_plaintext = options.remote_insecure_plaintext;
-    o.remote = RemoteTierOptions{.redis = std::move(redis)};
+    o->remote = RemoteTierOptions{.redis = std::move(redis)};
   }
-  KV_RETURN_IF_ERROR(ApplyEngineSettings(options, &o));
-  o.logger = logger;
-  return o;
+  return ApplyEngineSettings(options, o);
 }
-
-}  // namespace
 
 Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& options) {
   if (options.model_path.empty()) return Status::InvalidArgument("--model is required");
   // Before the model is loaded: a cache directory that cannot hold one segment is an error now,
   // not a run that reports chunks stored that never reach the disk.
-  if (!options.cache_dir.empty()) {
+  if (!options.cache_dir.empty() && options.server.empty()) {
     KV_RETURN_IF_ERROR(CheckCacheDirUsable(options.cache_dir, kCacheSegmentBytes));
   }
   KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded,
@@ -154,10 +193,19 @@ Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& op
   }
   const KvLayout layout = config.KvLayoutFor(options.block_tokens);
   KV_RETURN_IF_ERROR(layout.Validate().WithContext("--block-tokens"));
-  KV_ASSIGN_OR_RETURN(EngineOptions engine_options,
-                      MakeEngineOptions(options, layout, s->context_tokens_, digest, &s->logger_));
-  KV_ASSIGN_OR_RETURN(s->engine_, Engine::Open(engine_options));
-  KV_ASSIGN_OR_RETURN(s->ns_, s->engine_->MakeNamespace(options.salt));
+  if (!options.server.empty()) {
+    KV_ASSIGN_OR_RETURN(s->engine_, ConnectToServer(options, layout, &s->logger_));
+    // The service's model identity is its own: this model's weights keep its KV apart.
+    const std::string weights = "kvtier-cli-weights:" + ToHex(digest);
+    KV_ASSIGN_OR_RETURN(s->ns_, s->engine_->MakeNamespace(options.salt, std::span(&weights, 1)));
+    s->via_server_ = true;
+  } else {
+    KV_ASSIGN_OR_RETURN(
+        EngineOptions engine_options,
+        MakeEngineOptions(options, layout, s->context_tokens_, digest, &s->logger_));
+    KV_ASSIGN_OR_RETURN(s->engine_, Engine::Open(engine_options));
+    KV_ASSIGN_OR_RETURN(s->ns_, s->engine_->MakeNamespace(options.salt));
+  }
   KV_ASSIGN_OR_RETURN(s->kv_, runtime::InMemoryKvBlocks::Create(layout, s->context_tokens_));
   s->has_ssd_ = !options.cache_dir.empty();
   return s;

@@ -43,6 +43,9 @@ namespace kvtier::cli {
 // context is one --context away.
 inline constexpr uint32_t kDefaultContextTokensMax = 4096;
 
+// Segments of the --cache-dir SSD tier: small, since a CLI run stores little.
+inline constexpr uint64_t kCacheSegmentBytes = uint64_t{16} << 20;
+
 struct LlmSessionOptions {
   std::string model_path;       // llama2.c checkpoint or GGUF.
   std::string tokenizer_path;   // llama2.c tokenizer; empty for GGUF (its vocabulary is used).
@@ -59,6 +62,12 @@ struct LlmSessionOptions {
   std::string remote_key_file;
   bool remote_insecure_plaintext = false;
   std::string ssd_key_file;  // Keys that seal the --cache-dir records at rest.
+  // A running `kvtier serve`'s socket ("unix:PATH" or PATH): the session's KV goes through the
+  // service's tiers instead of an engine of its own (then no cache_dir, redis, host_bytes or
+  // further engine settings: those are the service's). Its layout must be the model's; the
+  // weights digest enters the namespace as an extra key, the salt is the tenant id.
+  std::string server;
+  std::string server_token_file;  // The service's client token, when it has one.
   LogLevel log_level = LogLevel::kWarn;  // Engine log lines below it are dropped.
   // Further engine options (engine/options_table.h), applied in this order after the above.
   // InvalidArgument for a setting of a tier the session does not have (an ssd_* option without
@@ -80,6 +89,8 @@ class LlmSession {
   const runtime::ModelConfig& config() const { return model_->config(); }
   uint32_t context_tokens() const { return context_tokens_; }
   std::string Description() const;
+  // True when the KV goes through a `kvtier serve` (LlmSessionOptions::server).
+  bool via_server() const { return via_server_; }
   // Bytes held for KV: the host tier's capacity (reserved at Open) plus the sequence's blocks
   // (allocated as positions are written).
   uint64_t KvMemoryBytes() const;
@@ -155,7 +166,15 @@ class LlmSession {
   std::unique_ptr<runtime::InMemoryKvBlocks> kv_;
   uint32_t context_tokens_ = 0;
   bool has_ssd_ = false;
+  bool via_server_ = false;
 };
+
+// The cache flags' engine options on top of `*o`, whose layout, model identity and host tier the
+// caller set: the codec, the SSD tier under options.cache_dir (16 MiB segments, periodic sync,
+// write-through, sealed with ssd_key_file), the Redis tier with its keys, then the further
+// settings (engine_settings). InvalidArgument naming the flag. `kvtier serve` builds its engine
+// with it too.
+Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o);
 
 // "3 host + 2 ssd" for the tiers cached chunks came from; "-" when none.
 std::string CachedTierList(const std::vector<TierKind>& tiers);

@@ -42,7 +42,7 @@ constexpr CommandFactory kCommandFactories[] = {
     MakeDemoCommand,      MakeRunCommand,   MakeChatCommand,    MakeHashCommand,
     MakeSelfcheckCommand, MakeBenchCommand, MakeInspectCommand, MakeVerifyCommand,
     MakeRepairCommand,    MakeClearCommand,   MakeNumaCommand,
-    MakeStatsCommand,     MakePreloadCommand,
+    MakeStatsCommand,     MakePreloadCommand, MakeServeCommand,   MakeCtlCommand,
 };
 
 // "demo, run, chat, ...": the subcommands in --help's order.

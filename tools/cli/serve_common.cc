@@ -1,0 +1,97 @@
+// See serve_common.h.
+#include "serve_common.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/unique_fd.h"
+
+namespace kvtier::cli {
+
+void AddSocketFlags(CLI::App* c, SocketFlags* f, const std::string& token_help) {
+  c->add_option("--socket", f->socket,
+                "The service's Unix socket (default: $XDG_RUNTIME_DIR/kvtier/kvtier.sock, or "
+                "/run/kvtier/kvtier.sock as root)")
+      ->envname("KVTIER_SOCKET");
+  c->add_option("--token-file", f->token_file, token_help)->envname("KVTIER_TOKEN_FILE");
+}
+
+Result<std::string> DefaultSocketPath() {
+  if (::geteuid() == 0) return std::string("/run/kvtier/kvtier.sock");
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime == nullptr || runtime[0] != '/') {
+    return Status::InvalidArgument(
+        "no default socket: XDG_RUNTIME_DIR is not set (no login session); give --socket PATH "
+        "(or KVTIER_SOCKET)");
+  }
+  return std::string(runtime) + "/kvtier/kvtier.sock";
+}
+
+Result<std::string> SocketPath(const SocketFlags& flags) {
+  if (!flags.socket.empty()) return flags.socket;
+  return DefaultSocketPath();
+}
+
+Result<std::string> ReadSecretFile(const std::string& path, const std::string& flag) {
+  const std::string what = flag + " " + path;
+  // O_NONBLOCK: a FIFO without a writer cannot hang the open.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return Status::FromErrno(errno, what);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, what);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(what + " has mode " + mode +
+                                   ": other users may read or change it; chmod 600 it");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kSecretFileBytesMax) {
+    return Status::InvalidArgument(what + " is larger than " +
+                                   std::to_string(kSecretFileBytesMax) + " bytes");
+  }
+  std::string text(kSecretFileBytesMax + 1, '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, what);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done > kSecretFileBytesMax) {
+    return Status::InvalidArgument(what + " is larger than " +
+                                   std::to_string(kSecretFileBytesMax) + " bytes");
+  }
+  text.resize(done);
+  const size_t a = text.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return Status::InvalidArgument(what + " is empty");
+  const size_t b = text.find_last_not_of(" \t\r\n");
+  return text.substr(a, b - a + 1);
+}
+
+Result<uint32_t> ResolveGroup(const std::string& name, const std::string& flag) {
+  uint32_t gid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);
+  if (!name.empty() && ec == std::errc() && end == name.data() + name.size()) return gid;
+  group g{};
+  group* found = nullptr;
+  std::vector<char> buffer(16384);
+  const int rc = ::getgrnam_r(name.c_str(), &g, buffer.data(), buffer.size(), &found);
+  if (rc != 0) return Status::FromErrno(rc, flag + " " + name);
+  if (found == nullptr) {
+    return Status::InvalidArgument(flag + " " + name + ": no such group (getent group " + name +
+                                   " finds none)");
+  }
+  return static_cast<uint32_t>(found->gr_gid);
+}
+
+}  // namespace kvtier::cli
