@@ -65,7 +65,8 @@ std::string Exchange(uint16_t port, const std::string& request) {
 }
 
 std::string Get(uint16_t port, const std::string& path) {
-  return Exchange(port, "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+  return Exchange(port,
+                  "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
 }
 
 class HttpListenerTest : public ::testing::Test {
@@ -110,8 +111,9 @@ TEST_F(HttpListenerTest, OtherPathsAre404AndOtherMethods405) {
   StartListener();
   EXPECT_TRUE(Get(port_, "/").starts_with("HTTP/1.1 404"));
   EXPECT_TRUE(Get(port_, "/metrics/../etc/passwd").starts_with("HTTP/1.1 404"));
-  const std::string r = Exchange(
-      port_, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
+  const std::string r = Exchange(port_,
+                                 "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                                 "Connection: close\r\n\r\nabc");
   EXPECT_TRUE(r.starts_with("HTTP/1.1 405")) << r;
 }
 

@@ -77,7 +77,7 @@ class CtlCommand final : public Command {
  private:
   Result<std::unique_ptr<serve::RemoteEngine>> ConnectToService() {
     serve::ClientOptions o;
-    KV_ASSIGN_OR_RETURN(o.socket_path, SocketPath(socket_));
+    KV_ASSIGN_OR_RETURN(o.socket_path, SocketPath(socket_, SocketRole::kClient));
     if (!socket_.token_file.empty()) {
       KV_ASSIGN_OR_RETURN(o.token, ReadSecretFile(socket_.token_file, "--token-file"));
     }

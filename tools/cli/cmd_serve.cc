@@ -123,7 +123,7 @@ CLI::Validator HttpCheck() {
 ServeCommand::ServeCommand(CLI::App* app)
     : Command(app->add_subcommand(
           "serve", "Run the node service: own the node's KV tiers and serve inference engines "
-                   "(vLLM, kvtier.Engine(server=...)) on a Unix socket")) {
+                   "(vLLM's connector, kvtier run --server) on a Unix socket")) {
   CLI::App* c = subcommand();
   c->footer(kServeFooter);
   c->add_option("--layout", layout_text_,
@@ -176,7 +176,7 @@ ServeCommand::ServeCommand(CLI::App* app)
 
 Result<serve::ServerOptions> ServeCommand::MakeServerOptions() {
   serve::ServerOptions o;
-  KV_ASSIGN_OR_RETURN(o.socket_path, SocketPath(socket_));
+  KV_ASSIGN_OR_RETURN(o.socket_path, SocketPath(socket_, SocketRole::kService));
   for (const std::string& text : allow_uids_) {
     uint32_t uid = 0;  // Checked when parsed (WholeNumber).
     std::from_chars(text.data(), text.data() + text.size(), uid);

@@ -19,25 +19,49 @@ namespace kvtier::cli {
 void AddSocketFlags(CLI::App* c, SocketFlags* f, const std::string& token_help) {
   c->add_option("--socket", f->socket,
                 "The service's Unix socket (default: $XDG_RUNTIME_DIR/kvtier/kvtier.sock, or "
-                "/run/kvtier/kvtier.sock as root)")
+                "/run/kvtier/kvtier.sock as root or under systemd)")
       ->envname("KVTIER_SOCKET");
   c->add_option("--token-file", f->token_file, token_help)->envname("KVTIER_TOKEN_FILE");
 }
 
-Result<std::string> DefaultSocketPath() {
-  if (::geteuid() == 0) return std::string("/run/kvtier/kvtier.sock");
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime == nullptr || runtime[0] != '/') {
-    return Status::InvalidArgument(
-        "no default socket: XDG_RUNTIME_DIR is not set (no login session); give --socket PATH "
-        "(or KVTIER_SOCKET)");
-  }
-  return std::string(runtime) + "/kvtier/kvtier.sock";
+namespace {
+
+constexpr const char* kSystemSocket = "/run/kvtier/kvtier.sock";
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
-Result<std::string> SocketPath(const SocketFlags& flags) {
+}  // namespace
+
+Result<std::string> DefaultSocketPath(SocketRole role) {
+  const char* systemd = std::getenv("RUNTIME_DIRECTORY");  // "/run/kvtier[:/run/other...]".
+  if (role == SocketRole::kService && systemd != nullptr && systemd[0] == '/') {
+    const std::string dirs(systemd);
+    return dirs.substr(0, dirs.find(':')) + "/kvtier.sock";
+  }
+  if (::geteuid() == 0) return std::string(kSystemSocket);
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const bool have_user_dir = runtime != nullptr && runtime[0] == '/';
+  const std::string user_socket = have_user_dir ? std::string(runtime) + "/kvtier/kvtier.sock" : "";
+  if (role == SocketRole::kClient && (!have_user_dir || !Exists(user_socket)) &&
+      Exists(kSystemSocket)) {
+    return std::string(kSystemSocket);
+  }
+  if (!have_user_dir) {
+    return Status::InvalidArgument(
+        "no default socket: XDG_RUNTIME_DIR is not set (no login session)" +
+        std::string(role == SocketRole::kClient ? " and there is no " + std::string(kSystemSocket)
+                                                : "") +
+        "; give --socket PATH (or KVTIER_SOCKET)");
+  }
+  return user_socket;
+}
+
+Result<std::string> SocketPath(const SocketFlags& flags, SocketRole role) {
   if (!flags.socket.empty()) return flags.socket;
-  return DefaultSocketPath();
+  return DefaultSocketPath(role);
 }
 
 Result<std::string> ReadSecretFile(const std::string& path, const std::string& flag) {

@@ -2,10 +2,12 @@
 // flags that name it (--socket, --token-file), and reading the secret files the service and its
 // clients are given (the client token, the tenant secret).
 //
-// The default socket is $XDG_RUNTIME_DIR/kvtier/kvtier.sock (a per-user directory that systemd
-// and login sessions create 0700), or /run/kvtier/kvtier.sock when running as root (the
-// systemd unit's RuntimeDirectory). Both commands compute it the same way, so `kvtier ctl stats`
-// finds a `kvtier serve` started by the same user without flags.
+// The default socket: the service puts it in $RUNTIME_DIRECTORY (the directory systemd makes for
+// the unit's RuntimeDirectory=kvtier, /run/kvtier), else /run/kvtier as root, else
+// $XDG_RUNTIME_DIR/kvtier (the per-user directory of a login session). A client (kvtier ctl)
+// takes the first of $XDG_RUNTIME_DIR/kvtier/kvtier.sock and /run/kvtier/kvtier.sock that exists
+// (root: /run/kvtier), so `kvtier ctl stats` finds the same user's service and the system one
+// without flags.
 //
 // Thread safety: functions of their arguments and the environment (read only).
 #pragma once
@@ -30,12 +32,14 @@ struct SocketFlags {
 // --socket PATH (KVTIER_SOCKET) and --token-file PATH (KVTIER_TOKEN_FILE) on `c`.
 void AddSocketFlags(CLI::App* c, SocketFlags* flags, const std::string& token_help);
 
-// $XDG_RUNTIME_DIR/kvtier/kvtier.sock, or /run/kvtier/kvtier.sock for root. InvalidArgument
-// (saying to give --socket) when neither applies.
-Result<std::string> DefaultSocketPath();
+enum class SocketRole : uint8_t { kService = 0, kClient = 1 };
+
+// The default socket of the service or of a client, as above. InvalidArgument (saying to give
+// --socket) when there is none.
+Result<std::string> DefaultSocketPath(SocketRole role);
 
 // flags.socket, or the default.
-Result<std::string> SocketPath(const SocketFlags& flags);
+Result<std::string> SocketPath(const SocketFlags& flags, SocketRole role);
 
 // The secret in `path`: a regular file of at most kSecretFileBytesMax bytes that neither its
 // group nor others may read or write (mode 0600 or stricter), its text without leading and

@@ -12,11 +12,15 @@
 # every wait bounded (a hang fails instead of stalling), python3 for JSON and HTTP. The model
 # steps use the shared stories260K model; without it they are skipped with a line (failed when
 # KVTIER_REQUIRE_RESOURCES=1), the rest still runs.
-# Usage: serve_test.sh <path to kvtier> <shared models directory>
+# packaging/kvtier.toml starts a service (with a temporary cache, RUNTIME_DIRECTORY as systemd
+# sets it: the socket goes there), and systemd-analyze finds nothing to say about
+# packaging/kvtier.service (skipped with a line where systemd-analyze is missing).
+# Usage: serve_test.sh <path to kvtier> <shared models directory> <repository root>
 set -u
 
 KVTIER="$1"
 MODELS="${2:-}"
+ROOT="${3:-$(dirname "$0")/../../..}"
 TMP="$(mktemp -d)"
 SERVE_PID=""
 cleanup() {
@@ -32,7 +36,8 @@ unset KVTIER_CONFIG KVTIER_SOCKET
 LAYOUT=layers=5,kv_heads=4,head_dim=8,dtype=f16,block_tokens=16  # stories260K's, 16 tokens.
 SOCK="$TMP/run/kvtier.sock"
 GGUF="$MODELS/stories260K.gguf"
-PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+PROMPT="Once upon a time, there was a little girl named Lily. She loved to play outside in the \
+park."
 
 # start_serve <stderr file> <args>...: starts `kvtier serve` in the background (SERVE_PID) and
 # waits (at most 30 s) for its "serving" line; returns 1 when it exits or never says it.
@@ -147,7 +152,8 @@ PORT=$(sed -n 's/.*http 127\.0\.0\.1:\([0-9]*\)).*/\1/p' "$TMP/serve1.err" | hea
 
 KVTIER_SOCKET="$SOCK" run ctl stats
 [[ $rc -eq 0 ]] || fail "ctl stats: exit $rc: $(cat "$TMP/err")"
-[[ "$(json_get 'j["clients_active"]')" == 1 ]] || fail "ctl stats: clients_active: $(cat "$TMP/out")"
+[[ "$(json_get 'j["clients_active"]')" == 1 ]] ||
+  fail "ctl stats: clients_active: $(cat "$TMP/out")"
 [[ "$(json_get 'j["layout"]')" == "$LAYOUT" ]] || fail "ctl stats: layout: $(cat "$TMP/out")"
 
 http "$PORT" /metrics >"$TMP/metrics"
@@ -197,7 +203,8 @@ start_serve "$TMP/serve2.err" --config "$TMP/kvtier.toml" ||
 [[ "$(stat -c '%a' "$SOCK")" == 600 ]] || fail "socket without a group: $(stat -c '%a' "$SOCK")"
 run ctl stats --socket "$SOCK"
 if [[ $model_steps -eq 1 ]]; then
-  [[ "$(json_get '[t["blocks"] for t in j["engine"]["tiers"] if t["kind"] == "ssd"][0]')" == 10 ]] ||
+  ssd_blocks='[t["blocks"] for t in j["engine"]["tiers"] if t["kind"] == "ssd"][0]'
+  [[ "$(json_get "$ssd_blocks")" == 10 ]] ||
     fail "after the restart the SSD tier holds no 10 blocks: $(cat "$TMP/out")"
   run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
   grep -q "32 loaded from the cache (chunks: 2 ssd)" "$TMP/err" ||
@@ -208,5 +215,25 @@ if [[ $model_steps -eq 1 ]]; then
 fi
 stop_serve INT
 [[ $serve_rc -eq 0 ]] || fail "SIGINT: exit $serve_rc: $(cat "$TMP/serve2.err")"
+
+# The packaged config, as the systemd unit starts it (a small host tier and a temporary cache).
+mkdir -p "$TMP/rt"
+RUNTIME_DIRECTORY="$TMP/rt" start_serve "$TMP/serve3.err" --config "$ROOT/packaging/kvtier.toml" \
+  --cache-dir "$TMP/cache3" --host-bytes 64MiB --ssd-bytes 64MiB --socket-group "$GROUP" \
+  --http 0 || fail "serve --config packaging/kvtier.toml did not start: $(cat "$TMP/serve3.err")"
+if [[ -n "$SERVE_PID" ]]; then
+  [[ -S "$TMP/rt/kvtier.sock" ]] || fail "no socket in \$RUNTIME_DIRECTORY: $(ls -la "$TMP/rt")"
+  stop_serve TERM
+  [[ $serve_rc -eq 0 ]] || fail "packaged config: SIGTERM: exit $serve_rc"
+fi
+if command -v systemd-analyze >/dev/null; then
+  sed "s#/usr/local/bin/kvtier#$(realpath "$KVTIER")#" "$ROOT/packaging/kvtier.service" \
+    >"$TMP/kvtier.service"
+  systemd-analyze verify "$TMP/kvtier.service" >"$TMP/verify" 2>&1 ||
+    fail "systemd-analyze verify kvtier.service: $(cat "$TMP/verify")"
+  [[ ! -s "$TMP/verify" ]] || fail "systemd-analyze verify kvtier.service: $(cat "$TMP/verify")"
+else
+  echo "SKIP (unit check): systemd-analyze is missing"
+fi
 
 finish serve
