@@ -171,6 +171,9 @@ expect_fail "same socket" 1 "pid $PID1" serve --socket "$SOCK" --layout "$LAYOUT
 expect_fail "same cache" 1 "in use by process $PID1" serve --socket "$TMP/run2/k.sock" \
   --cache-dir "$TMP/cache" --layout "$LAYOUT" --host-bytes 16MiB
 
+expect_fail "http port taken" 1 "cannot listen for HTTP on 127.0.0.1:$PORT" serve \
+  --socket "$TMP/run3/k.sock" --layout "$LAYOUT" --host-bytes 16MiB --http "$PORT"
+
 if [[ $model_steps -eq 1 ]]; then
   run run --server "unix:$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
   [[ $rc -eq 0 ]] || fail "run --server: exit $rc: $(cat "$TMP/err")"
