@@ -84,16 +84,14 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
   return o;
 }
 
-}  // namespace
-
-namespace {
-
 // The engine of a session whose KV goes through a running `kvtier serve`: the service's, reached
 // on its socket; refused when the options also ask for tiers of its own or the service's layout
 // is not the model's.
 Result<std::unique_ptr<Engine>> ConnectToServer(const LlmSessionOptions& options,
                                                 const KvLayout& layout, Logger* logger) {
   if (!options.cache_dir.empty() || !options.redis.empty() || options.host_bytes != 0 ||
+      options.codec != "identity" || !options.ssd_key_file.empty() ||
+      !options.remote_key_file.empty() || options.remote_insecure_plaintext ||
       !options.engine_settings.empty()) {
     return Status::InvalidArgument(
         "--server: the service owns the tiers; give no --cache-dir, --redis, --host-bytes or "
