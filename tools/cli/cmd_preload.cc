@@ -48,7 +48,7 @@ class PreloadCommand final : public Command {
             "preload", "Warm a cache directory with the KV of a document or a trace of prompts, "
                        "for later runs with the same model, block size and salt")) {
     AddModelCacheFlags(subcommand(), &flags_);
-    subcommand()->get_option("--cache-dir")->required();
+    // --cache-dir, or --server (a service's tiers): checked in Run().
     CLI::Option_group* input = subcommand()->add_option_group("input", "What to preload");
     input->add_option("--document", document_,
                       "A text file cached whole as one prompt (as run --prompt-file reads it); "
@@ -61,6 +61,11 @@ class PreloadCommand final : public Command {
   }
 
   int Run() override {
+    if (flags_.session.cache_dir.empty() && flags_.session.server.empty()) {
+      std::fprintf(stderr, "kvtier: --cache-dir is required (or --server, a running kvtier "
+                           "serve's socket) (run with --help for usage)\n");
+      return kExitUsage;
+    }
     InstallInterruptHandler();
     PreloadTotals t;
     if (const Status s = Preload(&t); !s.ok()) return Fail(s);

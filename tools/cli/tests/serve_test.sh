@@ -4,8 +4,8 @@
 # cache directory answers `ctl stats` (JSON: itself as the one client, the layout served) and
 # /metrics and /healthz over --http; its socket's directory and socket carry --socket-group's
 # group and modes; a second service on the same socket is refused naming the holder's pid, one
-# on the same cache directory naming the LOCK's; `kvtier run --server` stores a prompt's chunks
-# through the service; `ctl drain` turns /healthz to 503; SIGTERM exits 0 after a flush; a new
+# on the same cache directory naming the LOCK's; `kvtier run --server` and `preload --server`
+# store a prompt's chunks through the service; `ctl drain` turns /healthz to 503; SIGTERM exits 0 after a flush; a new
 # service (from a --config file) on the same directory finds the chunks on the SSD and
 # `run --server` loads them; `ctl clear --namespace` says why it is not supported.
 # Method: the binary under `timeout`, the service in the background with its stderr in a file,
@@ -178,6 +178,10 @@ if [[ $model_steps -eq 1 ]]; then
   run run --server "unix:$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
   [[ $rc -eq 0 ]] || fail "run --server: exit $rc: $(cat "$TMP/err")"
   grep -q "2 chunks stored" "$TMP/err" || fail "run --server stored no chunks: $(cat "$TMP/err")"
+  printf '%s\n' "$PROMPT Her friend Tom came to play with her." >"$TMP/doc.txt"
+  run preload --server "$SOCK" -m "$GGUF" --document "$TMP/doc.txt" --salt tenant-c
+  [[ $rc -eq 0 ]] || fail "preload --server: exit $rc: $(cat "$TMP/err")"
+  grep -q "; [1-9][0-9]* chunks stored" "$TMP/out" || fail "preload --server: $(cat "$TMP/out")"
   expect_fail "run --server with a cache dir" 1 "the service owns the tiers" run \
     --server "$SOCK" --cache-dir "$TMP/other" -m "$GGUF" -p "$PROMPT" -n 1
 fi
@@ -207,8 +211,8 @@ start_serve "$TMP/serve2.err" --config "$TMP/kvtier.toml" ||
 run ctl stats --socket "$SOCK"
 if [[ $model_steps -eq 1 ]]; then
   ssd_blocks='[t["blocks"] for t in j["engine"]["tiers"] if t["kind"] == "ssd"][0]'
-  [[ "$(json_get "$ssd_blocks")" == 10 ]] ||
-    fail "after the restart the SSD tier holds no 10 blocks: $(cat "$TMP/out")"
+  [[ "$(json_get "$ssd_blocks")" == 20 ]] ||  # run's 2 chunks and preload's 2, of 5 layers.
+    fail "after the restart the SSD tier holds no 20 blocks: $(cat "$TMP/out")"
   run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
   grep -q "32 loaded from the cache (chunks: 2 ssd)" "$TMP/err" ||
     fail "run --server after the restart: $(cat "$TMP/err")"
