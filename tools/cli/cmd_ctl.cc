@@ -22,7 +22,7 @@ namespace {
 
 constexpr uint32_t kCtlTimeoutSecondsDefault = 30;
 constexpr uint32_t kCtlFlushTimeoutSecondsDefault = 600;  // A flush writes what memory holds.
-constexpr uint32_t kCtlTimeoutSecondsMax = 24 * 3600;
+constexpr uint32_t kCtlTimeoutSecondsMax = 3600;  // ClientOptions::timeout_ms allows an hour.
 
 class CtlCommand final : public Command {
  public:
@@ -87,12 +87,8 @@ class CtlCommand final : public Command {
                                                 : kCtlTimeoutSecondsDefault;
     o.timeout_ms = seconds * 1000;
     Result<std::unique_ptr<serve::RemoteEngine>> engine = serve::Connect(o);
-    if (!engine.ok()) {
-      return engine.status().WithContext("cannot reach the service at " + o.socket_path +
-                                         " (is kvtier serve running there? --socket or "
-                                         "KVTIER_SOCKET names another)");
-    }
-    return engine;
+    if (engine.ok()) return engine;
+    return ExplainConnectFailure(engine.status(), "--token-file");
   }
 
   // The engine keeps no index by namespace: a block's key is a hash over its namespace digest and

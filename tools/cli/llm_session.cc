@@ -106,7 +106,7 @@ Result<std::unique_ptr<Engine>> ConnectToServer(const LlmSessionOptions& options
     KV_ASSIGN_OR_RETURN(c.token, ReadSecretFile(options.server_token_file, "--server-token-file"));
   }
   Result<std::unique_ptr<serve::RemoteEngine>> engine = serve::Connect(c);
-  if (!engine.ok()) return engine.status().WithContext("--server " + c.socket_path);
+  if (!engine.ok()) return ExplainConnectFailure(engine.status(), "--server-token-file");
   const KvLayout& served = (*engine)->options().layout;
   if (served.ToString() != layout.ToString()) {
     return Status::InvalidArgument("--server " + c.socket_path + " serves the layout " +

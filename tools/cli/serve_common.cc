@@ -102,6 +102,17 @@ Result<std::string> ReadSecretFile(const std::string& path, const std::string& f
   return text.substr(a, b - a + 1);
 }
 
+Status ExplainConnectFailure(const Status& status, const std::string& token_flag) {
+  const std::string& why = status.message();
+  if (why.find("refused this client") != std::string::npos) {
+    return Status(status.code(), why + "; give its " + token_flag +
+                                     ", or have your uid or group admitted (--allow-uid, "
+                                     "--allow-group, --socket-group)");
+  }
+  return Status(status.code(), why + "; is kvtier serve running there? (--socket or "
+                                     "KVTIER_SOCKET names another)");
+}
+
 Result<uint32_t> ResolveGroup(const std::string& name, const std::string& flag) {
   uint32_t gid = 0;
   const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);

@@ -46,6 +46,10 @@ Result<std::string> SocketPath(const SocketFlags& flags, SocketRole role);
 // trailing whitespace, not empty. InvalidArgument naming `flag` and the problem (chmod 600 it).
 Result<std::string> ReadSecretFile(const std::string& path, const std::string& flag);
 
+// A failed serve::Connect's status with what to do about it: when the service refused the client,
+// give `token_flag` or have the uid or group admitted; otherwise check that the service runs.
+Status ExplainConnectFailure(const Status& status, const std::string& token_flag);
+
 // A group name or number: its gid. InvalidArgument naming `flag` when there is no such group.
 Result<uint32_t> ResolveGroup(const std::string& name, const std::string& flag);
 

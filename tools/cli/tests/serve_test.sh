@@ -6,8 +6,8 @@
 # group and modes; a second service on the same socket is refused naming the holder's pid, one
 # on the same cache directory naming the LOCK's; `kvtier run --server` and `preload --server`
 # store a prompt's chunks through the service; `ctl drain` turns /healthz to 503; SIGTERM exits 0 after a flush; a new
-# service (from a --config file) on the same directory finds the chunks on the SSD and
-# `run --server` loads them; `ctl clear --namespace` says why it is not supported.
+# service (from a --config file, with a client token) on the same directory refuses clients
+# without the token, finds the chunks on the SSD, and `run --server` loads them; `ctl clear --namespace` says why it is not supported.
 # Method: the binary under `timeout`, the service in the background with its stderr in a file,
 # every wait bounded (a hang fails instead of stalling), python3 for JSON and HTTP. The model
 # steps use the shared stories260K model; without it they are skipped with a line (failed when
@@ -129,8 +129,10 @@ printf 'short\n' >"$TMP/short-secret"
 chmod 600 "$TMP/short-secret"
 expect_fail "short secret" 1 "at least 16" serve --socket "$SOCK" --layout "$LAYOUT" \
   --tenant-secret-file "$TMP/short-secret"
-expect_fail "no service" 1 "cannot reach the service at $TMP/none.sock" ctl stats \
+expect_fail "no service" 1 "no kvtier service at $TMP/none.sock" ctl stats \
   --socket "$TMP/none.sock"
+grep -q "is kvtier serve running there?" "$TMP/err" || fail "no service: no hint: $(cat "$TMP/err")"
+expect_fail "ctl timeout" 2 "--timeout" ctl stats --timeout 7200
 expect_fail "ctl without a command" 2 "stats, flush, drain or clear" ctl
 expect_fail "clear" 1 "not supported" ctl clear --namespace tenant-a --socket "$SOCK"
 [[ ! -e "$TMP/run" ]] || fail "a refused start created the socket directory"
@@ -204,21 +206,32 @@ cache-dir = "$TMP/cache"
 layout = "$LAYOUT"
 host_bytes = "16MiB"
 tenant-secret-file = "$TMP/secret"
+token-file = "$TMP/token"
 EOF
+printf 'client-token-0123\n' >"$TMP/token"
+chmod 600 "$TMP/token"
 start_serve "$TMP/serve2.err" --config "$TMP/kvtier.toml" ||
   { fail "serve --config did not start: $(cat "$TMP/serve2.err")"; finish serve; }
 [[ "$(stat -c '%a' "$SOCK")" == 600 ]] || fail "socket without a group: $(stat -c '%a' "$SOCK")"
-run ctl stats --socket "$SOCK"
+expect_fail "no token" 1 "a missing or wrong token); give its --token-file" ctl stats \
+  --socket "$SOCK"
+run ctl stats --socket "$SOCK" --token-file "$TMP/token"
+[[ $rc -eq 0 ]] || fail "ctl stats with the token: exit $rc: $(cat "$TMP/err")"
 if [[ $model_steps -eq 1 ]]; then
   ssd_blocks='[t["blocks"] for t in j["engine"]["tiers"] if t["kind"] == "ssd"][0]'
   [[ "$(json_get "$ssd_blocks")" == 20 ]] ||  # run's 2 chunks and preload's 2, of 5 layers.
     fail "after the restart the SSD tier holds no 20 blocks: $(cat "$TMP/out")"
+  run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4  # Also logs the client's refusal.
+  [[ $rc -eq 1 ]] && grep -q "wrong token); give its --server-token-file" "$TMP/err" ||
+    fail "run --server without the token: exit $rc: $(cat "$TMP/err")"
+  export KVTIER_SERVER_TOKEN_FILE="$TMP/token"
   run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
   grep -q "32 loaded from the cache (chunks: 2 ssd)" "$TMP/err" ||
     fail "run --server after the restart: $(cat "$TMP/err")"
   run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-b
   grep -q " 0 loaded from the cache" "$TMP/err" ||
     fail "another tenant found tenant-a's chunks: $(cat "$TMP/err")"
+  unset KVTIER_SERVER_TOKEN_FILE
 fi
 stop_serve INT
 [[ $serve_rc -eq 0 ]] || fail "SIGINT: exit $serve_rc: $(cat "$TMP/serve2.err")"
