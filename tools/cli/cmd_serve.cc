@@ -9,12 +9,10 @@
 // it. SIGTERM or SIGINT: the server stops (every request in flight ends), the engine flushes
 // (every stored block reaches the SSD), and the process exits 0; a second signal kills it at once.
 // Log lines go to stderr (--log-level; the start and the stop are always reported).
-#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
