@@ -1300,8 +1300,9 @@ void Bind(py::module_& m) {
               described.push_back(*layer);
               owners.append(t[0]);
             }
-            std::shared_ptr<const PagedKvCache> cache =
-                ValueOrThrow(PagedKvCache::Create(std::move(described), self.layout()));
+            // A service client's staging region makes loads and saves zero-copy.
+            std::shared_ptr<const PagedKvCache> cache = ValueOrThrow(PagedKvCache::Create(
+                std::move(described), self.layout(), self.Get()->staging_source()));
             return std::make_unique<PyPagedCache>(std::move(cache), std::move(owners));
           },
           py::arg("backend"), py::arg("layers"),

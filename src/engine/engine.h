@@ -361,6 +361,18 @@ struct EngineStats {
 
 class LowerTierFactory;  // engine/lower_tier_factory.h
 
+// Memory an engine reads stores from and loads into without a copy: a service client's staging
+// region shared with the service (serve/client.h). Buffers stay valid until released, even after
+// the engine is gone. Thread-safe.
+class StagingSource {
+ public:
+  virtual ~StagingSource() = default;
+  // `bytes` of staging, 64-byte aligned; Busy when none is free, Unavailable while the engine
+  // cannot lend any (callers then use their own memory).
+  virtual Result<std::span<std::byte>> Acquire(size_t bytes) = 0;
+  virtual void Release(std::span<std::byte> buffer) = 0;
+};
+
 class Engine {
  public:
   // With the SSD and remote tiers the options ask for (StandardLowerTiers(); kvtier_engine).
@@ -436,6 +448,8 @@ class Engine {
   virtual const EngineOptions& options() const = 0;
   // The backend in use: kCpu or kCuda (what kAuto resolved to), never kAuto.
   virtual DeviceBackend device_backend() const = 0;
+  // Where staging for Load and Store is zero-copy; nullptr (the in-process engine): anywhere.
+  virtual std::shared_ptr<StagingSource> staging_source() { return nullptr; }
 };
 
 }  // namespace kvtier

@@ -7,27 +7,46 @@
 namespace kvtier {
 namespace {
 
-// Staging for `chunks` chunks of every layer (from the cache's pool), as spans indexed
-// [chunk * layers + layer].
+// Staging for `chunks` chunks of every layer (from the cache's StagingSource when it has room,
+// else the cache's pool), as spans indexed [chunk * layers + layer].
 Status AllocateBlocks(const PagedKvCache& cache, size_t chunks, AlignedBuffer* staging,
-                      std::vector<std::span<std::byte>>* blocks) {
+                      std::span<std::byte>* lent, std::vector<std::span<std::byte>>* blocks) {
   const KvLayout& layout = cache.layout();
   const uint64_t block_bytes = layout.BlockBytes();
   const size_t count = chunks * layout.layers;
   if (count == 0) return Status::InvalidArgument("no chunks to move");
-  KV_ASSIGN_OR_RETURN(*staging, cache.AcquireStaging(count * block_bytes));
+  std::span<std::byte> area;
+  if (cache.staging_source() != nullptr) {
+    Result<std::span<std::byte>> r = cache.staging_source()->Acquire(count * block_bytes);
+    if (r.ok()) area = *lent = *r;
+  }
+  if (area.empty()) {
+    KV_ASSIGN_OR_RETURN(*staging, cache.AcquireStaging(count * block_bytes));
+    area = staging->capacity_span();
+  }
   blocks->clear();
   blocks->reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    blocks->push_back(staging->capacity_span().subspan(i * block_bytes, block_bytes));
+    blocks->push_back(area.subspan(i * block_bytes, block_bytes));
   }
   return Status::Ok();
 }
 
+void ReleaseBlocks(const PagedKvCache& cache, AlignedBuffer* staging,
+                   std::span<std::byte>* lent) {
+  if (!lent->empty()) {
+    cache.staging_source()->Release(*lent);
+    *lent = {};
+  } else {
+    cache.ReleaseStaging(std::move(*staging));
+  }
+}
+
 }  // namespace
 
-Result<std::shared_ptr<const PagedKvCache>> PagedKvCache::Create(std::vector<PagedLayer> layers,
-                                                                 const KvLayout& layout) {
+Result<std::shared_ptr<const PagedKvCache>> PagedKvCache::Create(
+    std::vector<PagedLayer> layers, const KvLayout& layout,
+    std::shared_ptr<StagingSource> source) {
   if (layers.size() != layout.layers) {
     return Status::InvalidArgument("the paged cache has " + std::to_string(layers.size()) +
                                    " attention layers but the kvtier layout has " +
@@ -52,7 +71,8 @@ Result<std::shared_ptr<const PagedKvCache>> PagedKvCache::Create(std::vector<Pag
       return Status::InvalidArgument(name + " differs in layout or page size from layer 0");
     }
   }
-  return std::shared_ptr<const PagedKvCache>(new PagedKvCache(std::move(layers), layout));
+  return std::shared_ptr<const PagedKvCache>(
+      new PagedKvCache(std::move(layers), layout, std::move(source)));
 }
 
 Result<AlignedBuffer> PagedKvCache::AcquireStaging(size_t bytes) const {
@@ -92,6 +112,14 @@ Status PagedKvCache::WarmStaging(size_t bytes) const {
                                    " bytes is above the pool's " +
                                    std::to_string(kStagingKeptBytes));
   }
+  if (source_ != nullptr) {  // The shared region's pages stay in once touched.
+    Result<std::span<std::byte>> lent = source_->Acquire(bytes);
+    if (lent.ok()) {
+      std::memset(lent->data(), 0, lent->size());
+      source_->Release(*lent);
+      return Status::Ok();
+    }
+  }
   KV_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(bytes));
   std::memset(buffer.data(), 0, buffer.capacity());  // Fault every page in now.
   ReleaseStaging(std::move(buffer));
@@ -128,7 +156,7 @@ Result<std::unique_ptr<PagedLoad>> PagedLoad::Start(Engine& engine,
   std::unique_ptr<PagedLoad> load(new PagedLoad());
   load->first_chunk_ = first_chunk;
   load->chunks_ = chunks;
-  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks, &load->staging_, &load->blocks_));
+  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks, &load->staging_, &load->lent_, &load->blocks_));
   Result<std::unique_ptr<LoadHandle>> handle = engine.Load(ns, tokens, load->blocks_);
   if (!handle.ok()) return handle.status();
   load->handle_ = std::move(*handle);
@@ -141,7 +169,7 @@ Result<std::unique_ptr<PagedLoad>> PagedLoad::Start(Engine& engine,
 
 PagedLoad::~PagedLoad() {
   handle_.reset();  // Waits for the engine's copies into the staging.
-  if (cache_) cache_->ReleaseStaging(std::move(staging_));
+  if (cache_) ReleaseBlocks(*cache_, &staging_, &lent_);
 }
 
 Status PagedLoad::WaitLayer(uint32_t layer) {
@@ -187,7 +215,8 @@ Result<std::unique_ptr<PagedSave>> PagedSave::Create(std::shared_ptr<const Paged
   std::unique_ptr<PagedSave> save(new PagedSave());
   save->chunks_ = chunks;
   save->first_chunk_ = first_chunk;
-  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks - first_chunk, &save->staging_, &save->blocks_));
+  KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks - first_chunk, &save->staging_,
+                                    &save->lent_, &save->blocks_));
   save->gathered_.assign(cache->layout().layers, 0);
   save->cache_ = std::move(cache);
   save->pages_ = std::move(pages);
@@ -196,7 +225,7 @@ Result<std::unique_ptr<PagedSave>> PagedSave::Create(std::shared_ptr<const Paged
 
 PagedSave::~PagedSave() {
   handle_.reset();  // Waits for the store, which reads the staging.
-  if (cache_) cache_->ReleaseStaging(std::move(staging_));
+  if (cache_) ReleaseBlocks(*cache_, &staging_, &lent_);
 }
 
 Status PagedSave::GatherLayer(uint32_t layer) {

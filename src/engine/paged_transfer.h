@@ -36,8 +36,12 @@ class PagedKvCache {
  public:
   // InvalidArgument when the layer count, kv_heads, head_dim or element size differ from
   // `layout`'s, or the layers do not share one geometry.
-  static Result<std::shared_ptr<const PagedKvCache>> Create(std::vector<PagedLayer> layers,
-                                                            const KvLayout& layout);
+  // `source` (may be null): the engine's zero-copy staging (Engine::staging_source), used for
+  // loads and saves when it has room, the cache's own pool otherwise.
+  static Result<std::shared_ptr<const PagedKvCache>> Create(
+      std::vector<PagedLayer> layers, const KvLayout& layout,
+      std::shared_ptr<StagingSource> source = nullptr);
+  const std::shared_ptr<StagingSource>& staging_source() const { return source_; }
   const KvLayout& layout() const { return layout_; }
   const PagedLayer& layer(uint32_t i) const { return layers_[i]; }
   uint32_t page_tokens() const { return layers_[0].geometry.page_tokens; }
@@ -60,10 +64,12 @@ class PagedKvCache {
   static constexpr size_t kStagingKeptBytes = size_t{1} << 30;
 
  private:
-  PagedKvCache(std::vector<PagedLayer> layers, const KvLayout& layout)
-      : layers_(std::move(layers)), layout_(layout) {}
+  PagedKvCache(std::vector<PagedLayer> layers, const KvLayout& layout,
+               std::shared_ptr<StagingSource> source)
+      : layers_(std::move(layers)), layout_(layout), source_(std::move(source)) {}
   std::vector<PagedLayer> layers_;
   KvLayout layout_;
+  std::shared_ptr<StagingSource> source_;
   mutable Mutex staging_mu_;
   mutable std::vector<AlignedBuffer> staging_ KV_GUARDED_BY(staging_mu_);
 };
@@ -100,7 +106,8 @@ class PagedLoad {
   size_t first_chunk_ = 0;
   size_t chunks_ = 0;
   AlignedBuffer staging_;
-  std::vector<std::span<std::byte>> blocks_;  // [chunk * layers + layer] into staging_.
+  std::span<std::byte> lent_;  // Staging from the cache's StagingSource instead of staging_.
+  std::vector<std::span<std::byte>> blocks_;  // [chunk * layers + layer] into the staging.
   std::unique_ptr<LoadHandle> handle_;
   std::vector<uint8_t> done_;   // Per layer: 0 pending, 1 scattered, 2 failed.
   std::vector<Status> status_;  // Per layer, once done.
@@ -140,6 +147,7 @@ class PagedSave {
   size_t chunks_ = 0;
   size_t first_chunk_ = 0;
   AlignedBuffer staging_;
+  std::span<std::byte> lent_;
   std::vector<std::span<std::byte>> blocks_;
   std::vector<uint8_t> gathered_;
   std::unique_ptr<StoreHandle> handle_;

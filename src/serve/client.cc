@@ -122,6 +122,7 @@ RemoteEngineImpl::RemoteEngineImpl(const ClientOptions& options) : client_(optio
 }
 
 RemoteEngineImpl::~RemoteEngineImpl() {
+  lender_->Detach();
   std::vector<std::shared_ptr<Connection>> all;
   {
     MutexLock lock(&mu_);

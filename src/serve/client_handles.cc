@@ -280,30 +280,32 @@ Result<PinHandle> RemoteEngineImpl::Pin(const Namespace& ns, std::span<const uin
                    std::vector<Hash256>(static_cast<size_t>(chunks)));
 }
 
-Result<std::span<std::byte>> RemoteEngineImpl::AcquireStaging(size_t bytes) {
-  if (bytes == 0) return Status::InvalidArgument("AcquireStaging: 0 bytes");
-  KV_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, Live(false));
+Result<std::span<std::byte>> StagingLender::Acquire(size_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("staging of 0 bytes");
+  MutexLock lock(&mu_);
+  if (engine_ == nullptr) return Status::Unavailable("the kvtier client is closed");
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, engine_->Live(false));
   std::optional<uint64_t> off = c->Alloc(bytes);
   if (!off.has_value()) {
     return Status::Busy("the connection's staging region has no free run of " +
                         std::to_string(bytes) + " bytes");
   }
   std::span<std::byte> buffer(c->base + *off, bytes);
-  MutexLock lock(&mu_);
-  lent_[buffer.data()] = {c, *off, bytes};
+  lent_[buffer.data()] = {std::move(c), *off, bytes};
   return buffer;
 }
 
-void RemoteEngineImpl::ReleaseStaging(std::span<std::byte> buffer) {
-  Lent lent;
-  {
-    MutexLock lock(&mu_);
-    auto it = lent_.find(buffer.data());
-    if (it == lent_.end()) return;
-    lent = it->second;
-    lent_.erase(it);
-  }
-  if (std::shared_ptr<Connection> c = lent.conn.lock()) c->Free(lent.offset, lent.bytes);
+void StagingLender::Release(std::span<std::byte> buffer) {
+  MutexLock lock(&mu_);
+  auto it = lent_.find(buffer.data());
+  if (it == lent_.end()) return;
+  it->second.conn->Free(it->second.offset, it->second.bytes);
+  lent_.erase(it);
+}
+
+void StagingLender::Detach() {
+  MutexLock lock(&mu_);
+  engine_ = nullptr;
 }
 
 }  // namespace kvtier::serve

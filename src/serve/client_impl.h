@@ -14,6 +14,27 @@ namespace kvtier::serve {
 
 inline constexpr uint32_t kFlushTimeoutMs = 10 * 60 * 1000;
 
+class RemoteEngineImpl;
+
+// The engine's StagingSource: buffers in the live connection's region. A lent buffer keeps its
+// connection (and so the mapping) alive until released, even after the engine is gone.
+class StagingLender final : public StagingSource {
+ public:
+  explicit StagingLender(RemoteEngineImpl* engine) : engine_(engine) {}
+  Result<std::span<std::byte>> Acquire(size_t bytes) override;
+  void Release(std::span<std::byte> buffer) override;
+  void Detach();
+
+ private:
+  struct Lent {
+    std::shared_ptr<Connection> conn;
+    uint64_t offset, bytes;
+  };
+  Mutex mu_;
+  RemoteEngineImpl* engine_;               // Under mu_; null once the engine is gone.
+  std::map<const std::byte*, Lent> lent_;  // Under mu_.
+};
+
 class RemoteEngineImpl final : public RemoteEngine {
  public:
   explicit RemoteEngineImpl(const ClientOptions& options);
@@ -42,8 +63,11 @@ class RemoteEngineImpl final : public RemoteEngine {
   const EngineOptions& options() const override { return options_; }
   DeviceBackend device_backend() const override { return DeviceBackend::kCpu; }
 
-  Result<std::span<std::byte>> AcquireStaging(size_t bytes) override;
-  void ReleaseStaging(std::span<std::byte> buffer) override;
+  Result<std::span<std::byte>> AcquireStaging(size_t bytes) override {
+    return lender_->Acquire(bytes);
+  }
+  void ReleaseStaging(std::span<std::byte> buffer) override { lender_->Release(buffer); }
+  std::shared_ptr<StagingSource> staging_source() override { return lender_; }
   ClientState State() override;
   Result<std::string> ServiceStatsJson() override;
   Status Drain() override;
@@ -91,12 +115,7 @@ class RemoteEngineImpl final : public RemoteEngine {
   bool attempted_ = false;                            // Under mu_.
   std::chrono::steady_clock::time_point last_attempt_;
   std::string last_error_;
-  // Buffers handed out by AcquireStaging: address -> (connection, offset, bytes).
-  struct Lent {
-    std::weak_ptr<Connection> conn;
-    uint64_t offset, bytes;
-  };
-  std::map<const std::byte*, Lent> lent_;  // Under mu_.
+  std::shared_ptr<StagingLender> lender_ = std::make_shared<StagingLender>(this);
 };
 
 }  // namespace kvtier::serve

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "engine/paged_transfer.h"
 #include "serve/client.h"
 #include "serve/protocol.h"
 #include "serve/server.h"
@@ -209,6 +210,64 @@ TEST_F(ServeTest, StagingBuffersAreZeroCopy) {
   }
   EXPECT_EQ(c->State().copied_bytes, 0u);  // Neither the store nor the load copied.
   c->ReleaseStaging(*area);
+}
+
+// vLLM-CPU-shaped pages ([page][head][token][2 * dim] FP16) of every layer.
+struct Pages {
+  static constexpr uint32_t kPages = 8;
+  std::vector<std::vector<uint16_t>> layers;
+  explicit Pages(uint32_t seed) {
+    std::mt19937 rng(seed);
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      auto& v = layers.emplace_back(size_t{kPages} * 2 * kBlockTokens * 64);
+      for (auto& x : v) x = static_cast<uint16_t>(0x3000 + rng() % 0x0fff);
+    }
+  }
+  std::shared_ptr<const PagedKvCache> Describe(Engine& engine) {
+    std::vector<PagedLayer> out;
+    for (auto& l : layers) {
+      PagedTensor t;
+      t.data = reinterpret_cast<std::byte*>(l.data());
+      t.bytes = l.size() * 2;
+      t.elem_bytes = 2;
+      t.shape = {kPages, 2, kBlockTokens, 64};
+      t.strides = {2 * kBlockTokens * 64, kBlockTokens * 64, 64, 1};
+      out.push_back(*DescribePagedLayer("vllm_cpu", t, 2, 32));
+    }
+    return *PagedKvCache::Create(out, TestLayout(), engine.staging_source());
+  }
+};
+
+TEST_F(ServeTest, PagedSaveAndLoadAreZeroCopy) {
+  auto writer = Client("writer");
+  auto reader = Client("reader");
+  ASSERT_TRUE(writer && reader);
+  Pages src(11), dst(12);
+  std::vector<uint32_t> tokens = TestTokens(11, 3 * kBlockTokens);
+  Result<Namespace> wns = writer->MakeNamespace("t");
+  Result<Namespace> rns = reader->MakeNamespace("t");
+  ASSERT_TRUE(wns.ok() && rns.ok());
+  auto save = PagedSave::Create(src.Describe(*writer), {5, 1, 3}, 3);
+  ASSERT_TRUE(save.ok()) << save.status().ToString();
+  ASSERT_TRUE((*save)->Commit(*writer, *wns, tokens).ok());
+  ASSERT_TRUE((*save)->Wait().ok());
+  save->reset();
+  auto load = PagedLoad::Start(*reader, dst.Describe(*reader), *rns, tokens, {0, 6, 2}, 0, 3);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  ASSERT_TRUE((*load)->Wait().ok());
+  load->reset();
+  const std::ptrdiff_t page = 2 * kBlockTokens * 64;
+  std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> moved = {{5, 0}, {1, 6}, {3, 2}};
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    for (auto [from, to] : moved) {
+      EXPECT_TRUE(std::equal(src.layers[l].begin() + from * page,
+                             src.layers[l].begin() + (from + 1) * page,
+                             dst.layers[l].begin() + to * page))
+          << "layer " << l << " page " << from;
+    }
+  }
+  EXPECT_EQ(writer->State().copied_bytes, 0u);
+  EXPECT_EQ(reader->State().copied_bytes, 0u);
 }
 
 TEST_F(ServeTest, TenantIdsOfOneUidAreApart) {
