@@ -1,4 +1,4 @@
-# Layering: core -> env -> {codecs, policies} -> tiers -> [cuda] -> engine -> {runtime, cli,
+# Layering: core -> env -> {codecs, policies} -> tiers -> [cuda] -> engine -> serve -> {runtime, cli,
 # bindings}; the CLI's benchmark drivers (tools/bench) sit on runtime and are linked by the CLI
 # only. cuda (src/cuda) exists only with KVTIER_WITH_CUDA; the engine links it when it does.
 #

@@ -512,6 +512,73 @@ TEST_F(ServeTest, MalformedFramesAreRefusedAndCounted) {
   EXPECT_TRUE(c->Lookup(*ns, TestTokens(1, kBlockTokens), {}).ok());
 }
 
+// A client that passes the hello, then sends frames of every op with random payloads, and loads
+// and stores naming offsets outside its region: each is refused (or dropped) and the service
+// goes on serving a well-behaved client with exact bytes.
+TEST_F(ServeTest, HostileFramesNeverStopTheService) {
+  auto good = Client("good");
+  ASSERT_TRUE(good);
+  Result<Namespace> ns = good->MakeNamespace("t");
+  ASSERT_TRUE(ns.ok());
+  std::vector<uint32_t> tokens = TestTokens(4, 2 * kBlockTokens);
+  Blocks src = Filled(4, 2);
+  auto store = good->Store(*ns, tokens, src.cspans, {});
+  ASSERT_TRUE(store.ok() && (*store)->Wait().ok());
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket_.data(), socket_.size());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    WireWriter hello;
+    hello.U32(kProtocolVersion);
+    hello.Str("");
+    hello.Str("hostile");
+    ASSERT_TRUE(SendFrame(fd, Op::kHello, 0, hello.bytes()).ok());
+    FrameHeader h;
+    std::vector<std::byte> reply;
+    int memfd = -1;
+    ASSERT_TRUE(RecvFrame(fd, &h, &reply, &memfd).ok());
+    ASSERT_GE(memfd, 0);
+    ::close(memfd);
+    // A namespace handle to aim at, then frames of every op with random payloads.
+    WireWriter mk;
+    mk.Str("t");
+    mk.U32(0);
+    ASSERT_TRUE(SendFrame(fd, Op::kMakeNamespace, 1, mk.bytes()).ok());
+    for (int i = 0; i < 25; ++i) {
+      WireWriter w;
+      if (i % 5 == 0) {  // Well-formed, but offsets far outside the region.
+        w.U64(1);
+        w.U32s(tokens);
+        std::vector<uint64_t> offsets(2 * kLayers, (uint64_t{1} << 40) + 64 * (rng() % 1000));
+        w.U64s(offsets);
+        if (i % 10 == 5) {
+          w.U8(0);
+          w.U64(0);
+          w.U64(0);
+        }
+      } else {
+        size_t n = rng() % 64;
+        for (size_t b = 0; b < n; ++b) w.U8(static_cast<uint8_t>(rng()));
+      }
+      Op op = i % 5 == 0 ? (i % 10 == 5 ? Op::kStore : Op::kLoad)
+                         : static_cast<Op>(3 + rng() % 15);
+      if (op == Op::kFlush || op == Op::kDrain) op = Op::kLookup;
+      if (!SendFrame(fd, op, 100 + static_cast<uint64_t>(i), w.bytes()).ok()) break;
+    }
+    ::close(fd);
+  }
+  EXPECT_TRUE(Settled(1));
+  EXPECT_GT(server_->Stats().bad_requests, 0u);
+  EXPECT_FALSE(server_->Stats().draining);
+  Blocks dst = Empty(2);
+  auto load = good->Load(*ns, tokens, dst.spans);
+  ASSERT_TRUE(load.ok() && (*load)->Wait().ok());
+  EXPECT_TRUE(Holds(dst, 4, 2));
+}
+
 TEST_F(ServeTest, DrainRefusesLoadsAndStores) {
   auto c = Client();
   ASSERT_TRUE(c);

@@ -271,7 +271,7 @@ ServerStats Server::Stats() {
   s.draining = impl_->draining;
   MutexLock lock(&impl_->mu);
   for (const auto& c : impl_->conns) {
-    if (!c->finished()) s.clients.push_back(c->Snapshot());
+    if (c->admitted() && !c->finished()) s.clients.push_back(c->Snapshot());
   }
   s.clients_active = s.clients.size();
   for (const auto& [name, t] : impl_->tenants) {

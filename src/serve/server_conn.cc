@@ -155,6 +155,7 @@ Status Conn::Handshake() {
 
 void Conn::Run() {
   Status hello = Handshake();
+  admitted_ = hello.ok();
   if (hello.ok()) {
     server_->Log(LogLevel::kInfo, "client " + std::to_string(id_) + " connected: pid " +
                                       std::to_string(cred_.pid) + ", " + DescribeUidText() +
@@ -198,7 +199,7 @@ void Conn::Teardown() {
   if (staging_ != nullptr) ::munmap(staging_, staging_bytes_);
   staging_ = nullptr;
   (void)::shutdown(fd_.get(), SHUT_RDWR);
-  if (!name_.empty() || cred_.pid != 0) {
+  if (admitted_) {
     server_->Log(LogLevel::kInfo, "client " + std::to_string(id_) + " disconnected" +
                                       (in_flight > 0 ? " with " + std::to_string(in_flight) +
                                                            " requests in flight (finished "

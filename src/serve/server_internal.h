@@ -48,6 +48,7 @@ class Conn {
   // Ends the connection from outside (Stop): the reader sees end of stream.
   void Shutdown();
   bool finished() const { return finished_.load(); }
+  bool admitted() const { return admitted_.load(); }
   void Join();
   ClientStats Snapshot() const;
   uint64_t id() const { return id_; }
@@ -98,6 +99,8 @@ class Conn {
   uint64_t staging_bytes_ = 0;
   std::thread reader_;
   std::atomic<bool> finished_{false};
+  // The hello was accepted: cred_ and name_ are written before, never after.
+  std::atomic<bool> admitted_{false};
   ClientCounters counters_;
 
   Mutex send_mu_;

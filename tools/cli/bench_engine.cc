@@ -25,6 +25,7 @@
 #include "interrupt.h"
 #include "log_level.h"
 #include "progress.h"
+#include "serve/client.h"
 #include "tiers/redis_connection.h"
 #include "tiers/remote_crypto.h"
 #include "json_output.h"
@@ -47,6 +48,9 @@ struct BenchEngineReport {
   double load_ms_median = 0, store_ms_median = 0, request_ms_median = 0;
   bool remote = false;
   uint64_t remote_put_errors = 0;
+  // --server: part 1 through the service.
+  std::string server;
+  double service_put_bytes_per_s = 0, service_get_bytes_per_s = 0;
   std::optional<RemoteTierOptions> remote_tier;  // From --redis, checked before anything runs.
 };
 
@@ -154,6 +158,12 @@ void Print(const BenchEngineReport& r, bool json) {
     std::printf("get (Lookup+Load)  %8.0f MB/s  %.2fx memcpy\n", r.get_bytes_per_s / 1e6,
                 r.get_bytes_per_s / r.memcpy_bytes_per_s);
     std::printf("memcpy             %8.0f MB/s\n", r.memcpy_bytes_per_s / 1e6);
+    if (!r.server.empty()) {
+      std::printf("service put        %8.0f MB/s  %.2fx the in-process engine\n",
+                  r.service_put_bytes_per_s / 1e6, r.service_put_bytes_per_s / r.put_bytes_per_s);
+      std::printf("service get        %8.0f MB/s  %.2fx the in-process engine\n",
+                  r.service_get_bytes_per_s / 1e6, r.service_get_bytes_per_s / r.get_bytes_per_s);
+    }
     std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions,
                 r.turns, Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
                 Progress::FormatBytes(static_cast<double>(r.ssd_bytes)).c_str(),
@@ -191,6 +201,15 @@ void Print(const BenchEngineReport& r, bool json) {
   h["put_over_memcpy"] = r.put_bytes_per_s / r.memcpy_bytes_per_s;
   h["get_over_memcpy"] = r.get_bytes_per_s / r.memcpy_bytes_per_s;
   j["host"] = h;
+  if (!r.server.empty()) {
+    nlohmann::ordered_json sv;
+    sv["socket"] = r.server;
+    sv["put_bytes_per_s"] = r.service_put_bytes_per_s;
+    sv["get_bytes_per_s"] = r.service_get_bytes_per_s;
+    sv["put_over_engine"] = r.service_put_bytes_per_s / r.put_bytes_per_s;
+    sv["get_over_engine"] = r.service_get_bytes_per_s / r.get_bytes_per_s;
+    j["service"] = sv;
+  }
   nlohmann::ordered_json t;
   t["sessions"] = r.sessions;
   t["turns"] = r.turns;
@@ -268,6 +287,9 @@ BenchEngine::BenchEngine(CLI::App* bench)
                    "Deployment keys for --redis (mode 0600); else $KVTIER_REMOTE_KEY; else a "
                    "fresh key");
   app_->add_option("--seed", seed_, "Seed of the tokens and block bytes (default 1)");
+  app_->add_option("--server", server_,
+                   "Socket of a kvtier service (kvtier serve): the host put/get also runs "
+                   "through it, beside the in-process engine (the layout is then the service's)");
   app_->add_flag("--json", json_, "Print one JSON object");
 }
 
@@ -337,6 +359,74 @@ Status BenchEngine::RunPutGet(BenchEngineReport* report) {
   report->put_bytes_per_s = bytes / std::max(Median(put_s), 1e-9);
   report->get_bytes_per_s = bytes / std::max(Median(get_s), 1e-9);
   report->memcpy_bytes_per_s = bytes / std::max(Median(copy_s), 1e-9);
+  return Status::Ok();
+}
+
+// Part 1 through the service: its layout becomes the run's; Store and Lookup + Load from buffers
+// in the connection's staging, medians over --repeat rounds of fresh tokens.
+Status BenchEngine::RunServicePutGet(BenchEngineReport* report) {
+  StderrLogger logger(CliLogLevel());
+  serve::ClientOptions co;
+  co.socket_path = server_;
+  co.name = "kvtier bench engine";
+  co.timeout_ms = 600'000;
+  co.logger = &logger;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::RemoteEngine> engine, serve::Connect(co));
+  report->server = server_;
+  report->layout = engine->options().layout;
+  const KvLayout& layout = report->layout;
+  const uint64_t block = layout.BlockBytes();
+  KV_ASSIGN_OR_RETURN(const uint64_t put_bytes, ParseBytes("--put-bytes", put_text_));
+  const size_t chunks = std::max<uint64_t>(1, put_bytes / (block * layout.layers));
+  const size_t blocks = chunks * layout.layers;
+  std::mt19937_64 rng(seed_ ^ 0x5e7e);
+  Result<std::span<std::byte>> area = engine->AcquireStaging(2 * blocks * block);
+  if (!area.ok()) {
+    return Status(area.status().code(), "--server: staging for " + std::to_string(2 * blocks) +
+                                            " blocks: " + area.status().message() +
+                                            " (lower --put-bytes)");
+  }
+  std::vector<std::span<const std::byte>> src;
+  std::vector<std::span<std::byte>> dst;
+  for (size_t b = 0; b < blocks; ++b) {
+    src.push_back(area->subspan(b * block, block));
+    dst.push_back(area->subspan((blocks + b) * block, block));
+  }
+  FillRandom(rng, area->first(blocks * block));
+  std::memset(area->data() + blocks * block, 0, blocks * block);
+  KV_ASSIGN_OR_RETURN(const Namespace ns, engine->MakeNamespace("bench"));
+  std::vector<double> put_s, get_s;
+  Progress progress("bench engine: service put/get", repeat_, ProgressUnit::kCount, "rounds");
+  for (uint32_t r = 0; r < repeat_; ++r) {
+    if (Interrupted()) return Status::Aborted("interrupted");
+    const std::vector<uint32_t> tokens = RandomTokens(rng, chunks * layout.block_tokens);
+    const Stopwatch pw;
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, engine->Store(ns, tokens, src, {}));
+    KV_RETURN_IF_ERROR(h->Wait());
+    put_s.push_back(pw.Seconds());
+    if (h->chunks_stored() != chunks) {
+      return Status::Aborted("the service stored " + std::to_string(h->chunks_stored()) + " of " +
+                             std::to_string(chunks) + " chunks (is its host tier large enough?)");
+    }
+    const Stopwatch gw;
+    KV_ASSIGN_OR_RETURN(const LookupResult hit, engine->Lookup(ns, tokens));
+    if (hit.matched_tokens != tokens.size()) {
+      return Status::Aborted("the service found " + std::to_string(hit.matched_tokens) + " of " +
+                             std::to_string(tokens.size()) + " tokens just stored");
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> l, engine->Load(ns, tokens, dst));
+    KV_RETURN_IF_ERROR(l->Wait());
+    get_s.push_back(gw.Seconds());
+    if (std::memcmp(dst.back().data(), src.back().data(), block) != 0) {
+      return Status::Corruption("a block loaded through the service differs from the stored one");
+    }
+    progress.Add(1);
+  }
+  progress.Finish();
+  engine->ReleaseStaging(*area);
+  const double bytes = static_cast<double>(blocks * block);
+  report->service_put_bytes_per_s = bytes / std::max(Median(put_s), 1e-9);
+  report->service_get_bytes_per_s = bytes / std::max(Median(get_s), 1e-9);
   return Status::Ok();
 }
 
@@ -471,6 +561,7 @@ Status BenchEngine::Run() {
   report.layout = KvLayout{.layers = layers_, .kv_heads = kv_heads_, .head_dim = head_dim_,
                            .dtype = DType::kF16, .block_tokens = block_tokens_};
   KV_RETURN_IF_ERROR(report.layout.Validate());
+  if (!server_.empty()) KV_RETURN_IF_ERROR(RunServicePutGet(&report));  // Its layout, from here.
   KV_ASSIGN_OR_RETURN(report.trace_host_bytes, TraceHostBytes(report.layout));
   KV_ASSIGN_OR_RETURN(report.remote_tier, RedisTier(redis_, key_file_));
   report.remote = report.remote_tier.has_value();

@@ -12,6 +12,12 @@
 //    the tier / blocks of the requests' full chunks), bytes per link (block bytes, decoded),
 //    evictions, and medians of the per-request Load and Store times.
 //
+// With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve)
+// in each round: the same Store and Lookup + Load from buffers in the connection's shared staging
+// (zero-copy, as the vLLM connector's gathers and scatters use it), reported beside the
+// in-process engine's as service_put/get_bytes_per_s and their ratios to it. The layout is then
+// the service's.
+//
 // Scratch data (the SSD tier) goes in a fresh subdirectory of --dir ($TMPDIR by default), removed
 // at the end and on Ctrl-C. Progress on stderr; the report on stdout (text or --json).
 //
@@ -37,6 +43,7 @@ class BenchEngine {
 
  private:
   Status RunPutGet(BenchEngineReport* report);
+  Status RunServicePutGet(BenchEngineReport* report);
   Result<uint64_t> TraceHostBytes(const KvLayout& layout) const;
   Status RunTrace(const std::string& scratch, BenchEngineReport* report);
 
@@ -44,7 +51,7 @@ class BenchEngine {
   uint32_t layers_ = 4, kv_heads_ = 8, head_dim_ = 128, block_tokens_ = 256;
   std::string put_text_ = "256MiB", trace_host_text_, ssd_text_ = "4GiB", dir_;
   uint32_t repeat_ = 5, sessions_ = 4, turns_ = 4, first_tokens_ = 2048, turn_tokens_ = 1024;
-  std::string redis_, key_file_;
+  std::string redis_, key_file_, server_;
   uint64_t seed_ = 1;
   bool json_ = false;
 };
