@@ -37,8 +37,18 @@ everywhere) so that vLLM's first-request costs are not charged to a mode.
       the flush is done); then --repeats times: a new server on that directory, two warmup
       requests, and each document once (the order rotates), measured as the wall time of the
       HTTP request, then Ctrl-C again. The first token is compared with serve_cold's.
-The processes run in the order b, c, d, a, d, d..., then e, so that a burst of other load on a shared
-machine does not fall on one mode only; each process records the load average.
+  (f) kvtier's node service (`"server"` in the connector's config; docs/serve.md): one service
+      process (--service-bin, a serve::Server over an engine with a host tier and an SSD tier on
+      a directory of its own) serves every vLLM process. A first vLLM process sends each document
+      once ("service_cold": computed and stored on the service); then --repeats fresh vLLM
+      processes, the service kept, each request every document once
+      ("kvtier_service_host_after_restart": the KV comes from the service's host tier); then the
+      service is stopped (SIGTERM: it flushes its host tier to its SSD tier) and, --repeats
+      times, started again with a fresh vLLM process each time
+      ("kvtier_service_ssd_after_restart": both restarted, the KV comes from the service's SSD
+      tier; then the service is stopped again).
+The processes run in the order b, c, d, a, d, d..., then e, then f, so that a burst of other
+load on a shared machine does not fall on one mode only; each process records the load average.
 A hit in (b), (c) and (d) covers the prompt's whole pages but the one holding its last token
 (the engine must compute at least one token), so all three compute the same last page.
 The connector's counters (stats_file) are read after every request; their differences give the
@@ -47,7 +57,8 @@ every mode is compared with (a)'s.
 
   .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
       [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
-      [--modes offline,serve]    (offline: a-d, serve: e; default both)
+      [--modes offline,serve,service]  (offline: a-d, serve: e, service: f; default all)
+      [--service-bin build/tests/serve/serve_fixture]
 
 The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py ttft.
 
@@ -72,6 +83,8 @@ BLOCK_TOKENS = 32
 SHARED_TOKENS = 256
 MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart")
 SERVE_MODES = ("serve_cold", "kvtier_ssd_serve_restart")
+SERVICE_MODES = ("service_cold", "kvtier_service_host_after_restart",
+                 "kvtier_service_ssd_after_restart")
 # vllm serve --shutdown-timeout: with vLLM's default 0 the worker is force-killed right after
 # Ctrl-C, before its flush of the documents just stored (README, "Use with vLLM").
 SERVE_SHUTDOWN_TIMEOUT_S = 30
@@ -302,6 +315,89 @@ def measure_serve(args, work: Path, docs: dict[int, list[int]]) -> dict:
     return processes
 
 
+class NodeService:
+    """Mode (f)'s kvtier service: a process on a socket of its own, with a host and an SSD tier;
+    stop() sends SIGTERM, on which it flushes its host tier to the SSD."""
+
+    def __init__(self, args, work: Path):
+        config = json.loads((args.model_dir / "config.json").read_text())
+        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        self.layout = (f"layers={config['num_hidden_layers']},"
+                       f"kv_heads={config['num_key_value_heads']},head_dim={head_dim},"
+                       f"dtype=bf16,block_tokens={BLOCK_TOKENS}")
+        self.bin = args.service_bin
+        self.dir = work / "service"
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        (self.dir / "cache").mkdir(exist_ok=True)
+        self.socket = self.dir / "kvtier.sock"
+        self.log = work / "service.log"
+        self.proc = None
+
+    def start(self):
+        log("kvtier service: starting")
+        with open(self.log, "a") as err:
+            self.proc = subprocess.Popen(
+                [str(self.bin), "--layout", self.layout, "--host-bytes", str(1 << 30),
+                 "--ssd-dir", str(self.dir / "cache"), "--ssd-bytes", str(4 << 30),
+                 "--socket", str(self.socket)], stdout=subprocess.PIPE, stderr=err, text=True)
+        line = self.proc.stdout.readline()
+        if "listening" not in line:
+            sys.exit(f"vllm_ttft: the kvtier service did not start ({line!r}); log {self.log}")
+
+    def stop(self):
+        import signal
+
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=600)
+        log("kvtier service: stopped (flushed)")
+
+    def connector(self, stats_file: Path) -> dict:
+        return {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                "kv_connector_extra_config": {"server": f"unix:{self.socket}",
+                                              "stats_file": str(stats_file)}}
+
+
+def measure_service(args, work: Path, docs: dict[int, list[int]]) -> dict:
+    """Mode (f): vLLM on kvtier's node service, vLLM restarted with the service kept, then both
+    restarted."""
+    if not args.service_bin.exists():
+        sys.exit(f"vllm_ttft: no kvtier service executable at {args.service_bin} "
+                 "(build serve_fixture, or give --service-bin)")
+    lengths = sorted(docs)
+    service = NodeService(args, work)
+    processes = {}
+
+    def doc(label, n):
+        return {"label": label, "length": n, "tokens": docs[n]}
+
+    def run(name, label, seed, order):
+        processes[name] = run_process(args, work, name, warmup_requests(seed) +
+                                      [doc(label, n) for n in order], False,
+                                      service.connector(work / f"{name}.stats.json"))
+
+    service.start()
+    try:
+        run("service_cold", "service_cold", 20, lengths)
+        for i in range(args.repeats):
+            order = lengths[i % len(lengths):] + lengths[:i % len(lengths)]
+            run(f"kvtier_service_host_after_restart_{i + 1}",
+                "kvtier_service_host_after_restart", 21 + i, order)
+    finally:
+        service.stop()
+    for i in range(args.repeats):
+        order = lengths[i % len(lengths):] + lengths[:i % len(lengths)]
+        service.start()
+        try:
+            run(f"kvtier_service_ssd_after_restart_{i + 1}", "kvtier_service_ssd_after_restart",
+                31 + i, order)
+        finally:
+            service.stop()
+    for p in processes.values():
+        add_deltas(p["requests"])
+    return processes
+
+
 def machine_limits(work: Path, kv_bytes: int) -> dict:
     """memcpy of the largest document's KV, and fio sequential O_DIRECT reads on the cache
     directory's filesystem, for context: the floors a load could reach on this machine."""
@@ -350,13 +446,17 @@ RATIOS = {  # name: (numerator mode, denominator mode)
     "host_over_vllm_prefix": ("kvtier_host", "vllm_prefix"),
     "serve_recompute_over_serve_restart": ("serve_cold", "kvtier_ssd_serve_restart"),
     "serve_restart_over_offline_restart": ("kvtier_ssd_serve_restart", "kvtier_ssd_restart"),
+    "service_recompute_over_service_host": ("service_cold", "kvtier_service_host_after_restart"),
+    "service_ssd_over_offline_ssd_restart": ("kvtier_service_ssd_after_restart",
+                                             "kvtier_ssd_restart"),
 }
 
 
 def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> dict:
     lengths = sorted(docs)
     requests = [r for p in processes.values() for r in p["requests"]]
-    present = [m for m in MODES + SERVE_MODES if any(r["label"] == m for r in requests)]
+    present = [m for m in MODES + SERVE_MODES + SERVICE_MODES
+               if any(r["label"] == m for r in requests)]
 
     def first_token(label, n):
         return next((r["first_token"] for r in requests
@@ -367,7 +467,9 @@ def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> 
         row = {"kv_bytes": n * kv_bytes_token}
         for mode in present:
             # Through the server the first token is text: compared with the server's own cold run.
-            reference = first_token("serve_cold" if mode in SERVE_MODES else "no_cache", n)
+            # On the service, with the service's own cold run (present whenever they are).
+            reference = first_token("serve_cold" if mode in SERVE_MODES else
+                                    "service_cold" if mode in SERVICE_MODES else "no_cache", n)
             mine = [r for r in requests if r["label"] == mode and r["length"] == n]
             ttfts = [r["ttft_s"] for r in mine]
             entry = {"ttft_s_median": statistics.median(ttfts), "ttft_s": ttfts,
@@ -419,19 +521,22 @@ def render_text(report: dict) -> str:
              f"{s['cpus']} CPUs, load average {s['loadavg_1m_start']:.2f} at start"]
     if s["layers"] != 22:
         lines.append(f"NOTE: {s['layers']} layers instead of TinyLlama-1.1B's 22 (--layers).")
-    header = f"{'tokens':>7} {'KV MB':>7}" + "".join(f" {m:>24}" for m in present)
+    w = {m: max(24, len(m)) for m in present}  # Each mode's column: its name fits.
+    header = f"{'tokens':>7} {'KV MB':>7}" + "".join(f" {m:>{w[m]}}" for m in present)
     lines += ["", "TTFT median, seconds (requests)", header]
     for n, row in report["table"].items():
         lines.append(f"{n:>7} {row['kv_bytes'] / 1e6:>7.1f}" + "".join(
-            f" {row[m]['ttft_s_median']:>19.3f} ({row[m]['requests']:>2})" for m in present))
+            f" {row[m]['ttft_s_median']:>{w[m] - 5}.3f} ({row[m]['requests']:>2})"
+            for m in present))
     lines += ["", "kvtier per request: medians of loaded MB, load stall (time vLLM waited for a "
               "layer), pages gathered for a save; pages hit in each tier, request by request"]
     for n, row in report["table"].items():
-        for m in ("kvtier_host", "kvtier_ssd_restart", "kvtier_ssd_serve_restart"):
+        for m in ("kvtier_host", "kvtier_ssd_restart", "kvtier_ssd_serve_restart",
+                  "kvtier_service_host_after_restart", "kvtier_service_ssd_after_restart"):
             if m not in present:
                 continue
             e = row[m]
-            lines.append(f"{n:>7} {m:<24} loaded {e.get('loaded_bytes_median', 0) / 1e6:6.1f}"
+            lines.append(f"{n:>7} {m:<33} loaded {e.get('loaded_bytes_median', 0) / 1e6:6.1f}"
                          f" MB  stall {e.get('load_stall_s_median', 0):6.3f} s  saved pages "
                          f"{e.get('saved_chunks_median', 0):3.0f}  host hits "
                          f"{e.get('host_hit_pages')}  ssd hits {e.get('ssd_hit_pages')}")
@@ -482,9 +587,15 @@ def main() -> int:
                         help="report on the measurements of an earlier run (WORK_DIR/raw.json) "
                              "instead of measuring; give that run's --model-dir and --lengths")
     parser.add_argument("--process-timeout-s", type=int, default=1800)
-    parser.add_argument("--modes", default="offline,serve",
+    parser.add_argument("--modes", default="offline,serve,service",
                         help="offline: modes a-d (vLLM's offline API); serve: mode e (through "
-                             "`vllm serve`); comma-separated")
+                             "`vllm serve`); service: mode f (on kvtier's node service); "
+                             "comma-separated")
+    parser.add_argument("--service-bin", type=Path,
+                        default=REPO / "build" / "tests" / "serve" / "serve_fixture",
+                        help="mode f's kvtier service: takes --layout, --host-bytes, --ssd-dir, "
+                             "--ssd-bytes and --socket, prints 'listening' when ready, flushes "
+                             "on SIGTERM (default: the build's serve_fixture)")
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
@@ -520,11 +631,13 @@ def main() -> int:
     else:
         machine = machine_limits(work, max(lengths) * per_token)
         modes = set(args.modes.split(","))
-        if not modes <= {"offline", "serve"} or not modes:
-            parser.error("--modes: offline, serve or both")
+        if not modes <= {"offline", "serve", "service"} or not modes:
+            parser.error("--modes: offline, serve, service, or several of them")
         processes = measure(args, work, docs) if "offline" in modes else {}
         if "serve" in modes:
             processes.update(measure_serve(args, work, docs))
+        if "service" in modes:
+            processes.update(measure_service(args, work, docs))
         (work / "raw.json").write_text(json.dumps(
             {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
     report = {"setup": {"model": "random-weight Llama, TinyLlama-1.1B shape "

@@ -15,6 +15,9 @@
 // Lifetime: the Python Engine holds a shared_ptr to the C++ Engine and every handle holds
 // another, so the engine is torn down only after its last handle (engine.h requires handles to
 // go first). Engine.close() drops the Python object's reference; later calls raise kvtier.Error.
+//
+// A connected Engine (kvtier.connect) holds a serve::RemoteEngine, the client of the node
+// service (serve/client.h): the same Engine interface, so every method below works unchanged.
 #include <Python.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -26,6 +29,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -41,6 +45,7 @@
 #include "engine/paged_transfer.h"
 #include "kvtier/status.h"
 #include "kvtier/version.h"
+#include "serve/client.h"
 
 namespace py = pybind11;
 
@@ -780,6 +785,39 @@ struct EngineArgs {
   std::vector<std::pair<const OptionSpec*, OptionValue>> settings;  // In the table's order.
 };
 
+// kvtier.connect's arguments (kvtier/__init__.py checks and documents them).
+struct ConnectArgs {
+  std::string socket, token, name;
+  std::optional<LayoutArg> layout;
+  uint32_t timeout_ms = 10000;
+  uint32_t reconnect_interval_ms = 1000;
+};
+
+// The client of the node service the arguments name; the logger is borrowed by the client.
+Result<std::unique_ptr<serve::RemoteEngine>> ConnectEngine(const ConnectArgs& a, Logger* logger) {
+  serve::ClientOptions o;
+  o.socket_path = a.socket;
+  o.token = a.token;
+  o.name = a.name;
+  if (a.layout.has_value()) {
+    KV_ASSIGN_OR_RETURN(o.layout, ParseLayout(a.layout->text));
+  }
+  o.timeout_ms = a.timeout_ms;
+  o.reconnect_interval_ms = a.reconnect_interval_ms;
+  o.logger = logger;
+  return serve::Connect(o);
+}
+
+// The engine's service client; NotSupported for an engine of this process.
+serve::RemoteEngine* AsRemote(const std::shared_ptr<Engine>& engine) {
+  auto* remote = dynamic_cast<serve::RemoteEngine*>(engine.get());
+  if (remote == nullptr) {
+    throw StatusError(Status::NotSupported("this engine is not connected to a kvtier service "
+                                           "(kvtier.connect)"));
+  }
+  return remote;
+}
+
 // A keyword's value as its row's type; TypeError naming the keyword for another type.
 OptionValue ToOptionValue(const OptionSpec& spec, const py::handle& value) {
   try {
@@ -1130,6 +1168,40 @@ void Bind(py::module_& m) {
              return std::make_unique<PyEngine>(std::move(shared));
            }),
            py::arg("args"), NoGil())
+      .def(py::init([](const ConnectArgs& args) {
+             auto logger = std::make_shared<PythonLogger>();
+             std::unique_ptr<serve::RemoteEngine> remote =
+                 ValueOrThrow(ConnectEngine(args, logger.get()));
+             std::shared_ptr<Engine> shared(remote.release(), [logger](Engine* e) { delete e; });
+             return std::make_unique<PyEngine>(std::move(shared));
+           }),
+           py::arg("args"), NoGil())
+      .def_property_readonly(
+          "connected",
+          [](PyEngine& self) { return AsRemote(self.Get())->State().connected; }, NoGil(),
+          "A connected engine (kvtier.connect): whether the service answers now.")
+      .def(
+          "connection_state",
+          [](PyEngine& self) {
+            serve::ClientState st;
+            {
+              py::gil_scoped_release release;
+              st = AsRemote(self.Get())->State();
+            }
+            py::dict out;
+            out["connected"] = st.connected;
+            out["connects"] = st.connects;
+            out["disconnects"] = st.disconnects;
+            out["failed_requests"] = st.failed_requests;
+            out["copied_bytes"] = st.copied_bytes;
+            return out;
+          },
+          "A connected engine's view of its service: connected, connects, disconnects, "
+          "failed_requests, copied_bytes.")
+      .def(
+          "service_stats_json",
+          [](PyEngine& self) { return ValueOrThrow(AsRemote(self.Get())->ServiceStatsJson()); },
+          NoGil(), "A connected engine: the service's state and its engine's stats, as JSON.")
       .def_property_readonly(
           "layout", [](const PyEngine& e) { return e.layout().ToString(); },
           "The KV layout, as text (layers=..,kv_heads=..,head_dim=..,dtype=..,block_tokens=..).")
@@ -1307,6 +1379,20 @@ void Bind(py::module_& m) {
       .def("close", &PyEngine::Close, NoGil(),
            "Closes the engine (flushing dirty blocks); later calls raise. Also on leaving a with "
            "block.");
+
+  py::class_<ConnectArgs>(m, "_ConnectArgs")
+      .def(py::init([](std::string socket, std::string token, std::string name,
+                       std::optional<LayoutArg> layout, uint32_t timeout_ms,
+                       uint32_t reconnect_interval_ms) {
+             return ConnectArgs{.socket = std::move(socket),
+                                .token = std::move(token),
+                                .name = std::move(name),
+                                .layout = std::move(layout),
+                                .timeout_ms = timeout_ms,
+                                .reconnect_interval_ms = reconnect_interval_ms};
+           }),
+           py::arg("socket"), py::arg("token"), py::arg("name"), py::arg("layout"),
+           py::arg("timeout_ms"), py::arg("reconnect_interval_ms"));
 
   py::class_<EngineArgs>(m, "_EngineArgs")
       .def(py::init([](const py::kwargs& kwargs) { return ToEngineArgs(kwargs); }));

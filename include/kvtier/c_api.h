@@ -494,6 +494,42 @@ KVTIER_API kvtier_status_t kvtier_metrics_text(kvtier_engine_t* engine, char* bu
                                                size_t capacity, size_t* needed,
                                                kvtier_error_t* err);
 
+/* ---- The node service ---------------------------------------------------------------------- */
+
+/* How to reach kvtier's node service (`kvtier serve`, docs/serve.md), one process that owns the
+ * node's tiers and serves every inference engine of the node on a Unix socket. */
+typedef struct kvtier_connect_options_s {
+  size_t struct_size; /* sizeof(kvtier_connect_options_t); set by kvtier_connect_options_init. */
+  const char* token;  /* Sent in the hello; required when the service has one. NULL: none. */
+  const char* name;   /* How the service names this client in logs and metrics. NULL: "". */
+  /* NULL (default): the service's layout, and the service must be reachable now. Else the
+   * connection succeeds before the service is up (lookups miss until it is), and a service
+   * with another layout is refused at each connection. Read during the call only. */
+  const kvtier_layout_t* layout;
+  uint32_t timeout_ms;            /* The longest wait for a reply; 0 (default): 10000. */
+  uint32_t reconnect_interval_ms; /* Between attempts while the service is down; 0: 1000. */
+  /* The connection's log lines (connected, lost, refused), as kvtier_engine_options_t's. */
+  kvtier_log_fn log_fn;
+  void* log_context;
+  kvtier_log_level_t log_min_level; /* Default KVTIER_LOG_INFO. */
+} kvtier_connect_options_t;
+
+/* Fills *options with the defaults (and struct_size). Call it before setting fields. */
+KVTIER_API void kvtier_connect_options_init(kvtier_connect_options_t* options);
+
+/* Connects to the node service listening on the Unix socket `socket`: *engine is an engine
+ * handle like kvtier_engine_open's, with every kvtier_* engine function, served by the service's
+ * engine (shared by all its clients; statistics are the service's). A namespace's salt is sent
+ * as a tenant id, from which the service derives the namespace, so clients of two uids never
+ * share KV. While the service is unreachable, lookups match nothing, loads and stores fail with
+ * KVTIER_UNAVAILABLE (recompute; the store is skipped), prefetch, hint and pin do nothing, and
+ * the handle reconnects by itself; no call waits longer than timeout_ms. options may be NULL
+ * (defaults). UNAVAILABLE when the service cannot be reached and no layout is given;
+ * INVALID_ARGUMENT naming a bad option. Release *engine with kvtier_engine_close. */
+KVTIER_API kvtier_status_t kvtier_engine_connect(const char* socket,
+                                                 const kvtier_connect_options_t* options,
+                                                 kvtier_engine_t** engine, kvtier_error_t* err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

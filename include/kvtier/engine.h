@@ -9,7 +9,9 @@
 //   - Store(ns, tokens, src): takes the full chunks of a sequence into the cache, asynchronously;
 //   - Prefetch / Hint: promote cached chunks towards host memory ahead of need;
 //   - Pin(ns, tokens): keeps chunks resident in memory while the handle lives.
-// Only full chunks of layout.block_tokens tokens are cached; a partial tail is ignored.
+// Engine::Open opens an engine in this process; Engine::Connect uses the engine of kvtier's node
+// service (`kvtier serve`, docs/serve.md), shared by every process of the node, with the same
+// methods. Only full chunks of layout.block_tokens tokens are cached; a partial tail is ignored.
 //
 // Blocks: each buffer is exactly block_bytes() long, in the canonical layout
 // [k|v][token][kv_head][head_dim], and a block array is indexed [chunk * layers + layer].
@@ -131,7 +133,17 @@ class Engine {
   // Validates the options (InvalidArgument naming the first bad field), opens the tiers and
   // recovers the SSD tier's contents.
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
-  explicit Engine(std::unique_ptr<Impl> impl);  // Through Open only.
+  // A client of the node service listening on the Unix socket `socket` (docs/serve.md): the
+  // same methods over the service's engine, whose tiers every client shares. Namespaces name
+  // tenants: MakeNamespace's salt is sent as a tenant id, from which the service derives the
+  // namespace (clients of different uids never share). Stats() are the service engine's.
+  // While the service is unreachable Lookup matches nothing, Load and Store fail with
+  // Unavailable, Prefetch, Hint and Pin do nothing, and the client reconnects by itself; a call
+  // never waits longer than options.timeout_ms. Unavailable when the service cannot be reached
+  // and options.layout is not set; InvalidArgument for a bad layout or socket path.
+  static Result<std::unique_ptr<Engine>> Connect(const std::string& socket,
+                                                 const ConnectOptions& options = {});
+  explicit Engine(std::unique_ptr<Impl> impl);  // Through Open and Connect only.
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   ~Engine();

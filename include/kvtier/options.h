@@ -15,6 +15,9 @@
 // its names in C, Python and the CLI); options_table_test fails when a field and the table
 // disagree.
 //
+// ConnectOptions (at the end) are Engine::Connect's: a client of kvtier's node service
+// (`kvtier serve`, docs/serve.md), not an engine of its own, so they are not rows of the table.
+//
 // Thread safety: value types. Ownership: options are copied by Engine::Open; nothing is borrowed.
 #pragma once
 
@@ -238,6 +241,21 @@ struct EngineOptions {
   uint32_t staging_buffers = 32;         // Aligned buffers for SSD/remote reads and encoding.
   // Where the engine's log lines go; empty (the default): nowhere. Called from the engine's
   // threads concurrently, so it must be thread-safe; it must not call back into the Engine.
+  std::function<void(LogLevel level, std::string_view message)> log;
+};
+
+// Engine::Connect's options: how to reach the node service (`kvtier serve`, docs/serve.md) whose
+// engine the returned Engine uses. The tiers are the service's; these are only the connection's.
+struct ConnectOptions {
+  std::string token;  // Sent in the hello; required when the service was started with one.
+  std::string name;   // How the service names this client in its logs and metrics.
+  // With a layout, Connect succeeds while the service is not reachable yet (lookups miss and
+  // loads and stores fail with Unavailable until it is), and a service with another layout is
+  // refused at each connection. Without, the service must be reachable and its layout is used.
+  std::optional<Layout> layout;
+  uint32_t timeout_ms = 10000;            // The longest wait for any reply of the service.
+  uint32_t reconnect_interval_ms = 1000;  // Between connection attempts while it is down.
+  // Where the connection's log lines go (connected, lost, refused); empty: nowhere. Thread-safe.
   std::function<void(LogLevel level, std::string_view message)> log;
 };
 

@@ -31,6 +31,7 @@
 #include "engine/stats_fields.h"
 #include "kvtier/status.h"
 #include "kvtier/version.h"
+#include "serve/client.h"
 #include "tiers/redis_connection.h"
 
 namespace {
@@ -118,6 +119,7 @@ static_assert(KVTIER_ADMISSION_AFTER_REQUESTS == static_cast<int>(SsdAdmission::
 constexpr size_t kEngineOptionsV1Bytes = offsetof(kvtier_engine_options_t, remote_endpoints);
 constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
 constexpr size_t kLookupOptionsV1Bytes = sizeof(kvtier_lookup_options_t);
+constexpr size_t kConnectOptionsV1Bytes = sizeof(kvtier_connect_options_t);
 // The offset of the first field appended to kvtier_engine_stats_t since ABI version 1 (the
 // prediction counters): callers built against the first header pass exactly this many bytes.
 constexpr size_t kStatsV1Bytes = offsetof(kvtier_engine_stats_t, prediction_accesses);
@@ -128,6 +130,7 @@ static_assert(sizeof(kvtier_engine_options_t) <= kVersionedStructBytesMax);
 static_assert(sizeof(kvtier_store_options_t) <= kVersionedStructBytesMax);
 static_assert(sizeof(kvtier_engine_stats_t) <= kVersionedStructBytesMax);
 static_assert(sizeof(kvtier_lookup_options_t) <= kVersionedStructBytesMax);
+static_assert(sizeof(kvtier_connect_options_t) <= kVersionedStructBytesMax);
 
 // InvalidArgument unless `size` (a caller's struct_size) is in [min_bytes, the cap].
 Status CheckStructSize(size_t size, size_t min_bytes, std::string_view what) {
@@ -654,6 +657,56 @@ kvtier_status_t kvtier_engine_open(const kvtier_engine_options_t* options, kvtie
     handle->layout = converted.layout;
     handle->block_bytes = converted.layout.BlockBytes();
     handle->engine = std::move(opened);
+    *engine = handle.release();
+    return Status::Ok();
+  });
+}
+
+void kvtier_connect_options_init(kvtier_connect_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(static_cast<void*>(options), 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->log_min_level = KVTIER_LOG_INFO;
+}
+
+kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_options_t* options,
+                                      kvtier_engine_t** engine, kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (socket == nullptr || engine == nullptr) {
+      return Status::InvalidArgument("socket and engine must not be NULL");
+    }
+    *engine = nullptr;
+    kvtier_connect_options_t in;
+    kvtier_connect_options_init(&in);
+    if (options != nullptr) {
+      KV_RETURN_IF_ERROR(kvtier::ReadVersioned(options, kvtier::kConnectOptionsV1Bytes, &in,
+                                               "connect options"));
+    }
+    const int32_t min_level = kvtier::RawEnum(in.log_min_level);
+    if (min_level < KVTIER_LOG_DEBUG || min_level > KVTIER_LOG_ERROR) {
+      return Status::InvalidArgument("log_min_level " + std::to_string(min_level) +
+                                     " is not a kvtier_log_level_t");
+    }
+    kvtier::serve::ClientOptions client;
+    client.socket_path = socket;
+    if (in.token != nullptr) client.token = in.token;
+    if (in.name != nullptr) client.name = in.name;
+    if (in.layout != nullptr) {
+      KV_ASSIGN_OR_RETURN(client.layout, kvtier::ConvertLayout(*in.layout));
+    }
+    if (in.timeout_ms != 0) client.timeout_ms = in.timeout_ms;
+    if (in.reconnect_interval_ms != 0) client.reconnect_interval_ms = in.reconnect_interval_ms;
+    auto handle = std::make_unique<kvtier_engine_s>();
+    if (in.log_fn != nullptr) {
+      handle->logger =
+          std::make_unique<CallbackLogger>(in.log_fn, in.log_context, in.log_min_level);
+      client.logger = handle->logger.get();
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::serve::RemoteEngine> remote,
+                        kvtier::serve::Connect(client));
+    handle->layout = remote->options().layout;  // The service's.
+    handle->block_bytes = handle->layout.BlockBytes();
+    handle->engine = std::move(remote);
     *engine = handle.release();
     return Status::Ok();
   });

@@ -432,3 +432,17 @@ Status Engine::Flush() { return impl_->core->engine->Flush(); }
 EngineStats Engine::Stats() { return public_api::FromEngineStats(impl_->core->engine->Stats()); }
 
 }  // namespace kvtier::api
+
+namespace kvtier::public_api {
+
+std::unique_ptr<api::Engine> WrapEngine(std::unique_ptr<Engine> engine,
+                                        std::unique_ptr<FunctionLogger> logger) {
+  auto core = std::make_shared<api::EngineCore>();
+  core->logger = std::move(logger);
+  core->engine = std::move(engine);
+  core->layout = FromKvLayout(core->engine->options().layout);
+  return std::make_unique<api::Engine>(
+      std::make_unique<api::Engine::Impl>(api::Engine::Impl{.core = std::move(core)}));
+}
+
+}  // namespace kvtier::public_api

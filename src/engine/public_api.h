@@ -47,6 +47,13 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& options, Logger*
 
 api::EngineStats FromEngineStats(const EngineStats& stats);
 
+// An api::Engine over an internal engine opened or connected elsewhere (Engine::Connect, in
+// src/capi/public_api_connect.cc: the node service's client sits above this layer). `logger`
+// (may be null) is the one `engine` borrows: it is destroyed after the engine. The layout is the
+// engine's options().layout.
+std::unique_ptr<api::Engine> WrapEngine(std::unique_ptr<Engine> engine,
+                                        std::unique_ptr<FunctionLogger> logger);
+
 // What the two builds of the public API differ in, each defined once per library:
 // public_api_tiers.cc (libkvtier: the SSD and remote tiers, sealed with deployment keys) and
 // public_api_host.cc (libkvtier_host: memory tiers only, no liburing, hiredis or libipsec-mb).

@@ -1,6 +1,7 @@
 // The public C++ API's host-only engine (libkvtier_host; engine/public_api.h): memory tiers only,
 // opened without a tier factory, so options asking for an SSD or remote tier are refused with
-// NotSupported naming the library that has them; nothing here reads keys (kvtier_tier_crypto).
+// NotSupported naming the library that has them; nothing here reads keys (kvtier_tier_crypto),
+// and Engine::Connect is NotSupported too (the service's client links the full engine).
 #include "engine/public_api.h"
 
 namespace kvtier::public_api {
@@ -21,3 +22,15 @@ Status ConvertKeys(const api::Keyring& in, const std::string& field,
 }
 
 }  // namespace kvtier::public_api
+
+namespace kvtier::api {
+
+// The node service's client needs the full engine library (src/serve links kvtier_engine).
+Result<std::unique_ptr<Engine>> Engine::Connect(const std::string& socket,
+                                                const ConnectOptions& /*options*/) {
+  return Status::NotSupported("Engine::Connect(" + socket +
+                              "): libkvtier_host has no client of the kvtier service (link "
+                              "libkvtier)");
+}
+
+}  // namespace kvtier::api

@@ -10,12 +10,17 @@
         for layer in range(engine.layers):
             load.wait_layer(layer)      # layer `layer` of every chunk is in dst now
 
+kvtier.connect(path) returns the same Engine over kvtier's node service (`kvtier serve` on the
+Unix socket `path`, docs/serve.md): every process of the node shares the service's tiers.
+
 Block buffers are any C-contiguous buffer-protocol objects (numpy arrays, memoryview, bytearray)
 or host-memory DLPack objects (torch CPU tensors), passed without a copy: one object holding
 chunks * layers blocks, or a sequence of one object per block indexed [chunk * layers + layer].
 Every blocking call releases the GIL. Errors raise kvtier.Error subclasses (BusyError,
 NotFoundError, CorruptionError, InvalidArgumentError, ...). See docs/integration.md.
 """
+
+import os
 
 from . import _kvtier
 from ._kvtier import (  # noqa: F401  (re-exported API)
@@ -50,7 +55,7 @@ __all__ = [
     "Priority", "EngineStats", "TierStats", "Error", "NotFoundError", "CorruptionError", "IoError",
     "InvalidArgumentError", "NotSupportedError", "NoSpaceError", "BusyError", "AbortedError",
     "TimedOutError", "UnavailableError", "empty_blocks", "derive_tenant_salt",
-    "generate_remote_key", "__version__",
+    "generate_remote_key", "connect", "__version__",
 ]
 
 
@@ -81,6 +86,14 @@ class Engine(_kvtier.Engine):
         _check_block_dtype(self, dst, "dst")
         return super().load(ns, tokens, dst)
 
+    @classmethod
+    def _connected(cls, args):
+        """An Engine over the node service (kvtier.connect builds it)."""
+        self = cls.__new__(cls)
+        _kvtier.Engine.__init__(self, args)
+        self._opened = True
+        return self
+
     def __enter__(self):
         return self
 
@@ -94,6 +107,45 @@ class Engine(_kvtier.Engine):
             return "<kvtier.Engine (not opened)>"
         state = "closed" if self.closed else "open"
         return f"<kvtier.Engine {self.layout} ({state})>"
+
+
+def connect(path, token=None, name=None, layout=None, timeout_ms=10000,
+            reconnect_interval_ms=1000):
+    """An Engine served by kvtier's node service listening on the Unix socket `path`
+    (`kvtier serve`, docs/serve.md): the same methods (make_namespace, lookup, load, store,
+    paged_cache, load_pages, save_pages, stats, ...) over the service's engine, whose tiers every
+    client of the node shares; stats() are the service engine's.
+
+    make_namespace(salt) sends `salt` as a tenant id: the service derives the namespace from it
+    and the client's uid, so a tenant id names the same KV for every client of that uid, and
+    clients of other uids never share it. token: the service's, when it has one. name: how the
+    service names this client in its logs and metrics. layout (a str or dict, as Engine's): with
+    it, connect returns before the service is up (lookups miss until it is, loads and stores raise
+    UnavailableError) and a service of another layout is refused; without it the service must
+    answer now and its layout is used. No call waits longer than timeout_ms for the service; while
+    it is down the engine reconnects by itself every reconnect_interval_ms. Besides Engine's
+    methods: connected, connection_state() and service_stats() (the service's state and stats).
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidArgumentError(f"connect: path must be a socket path, got {path!r}")
+    for key, value in (("timeout_ms", timeout_ms), ("reconnect_interval_ms",
+                                                    reconnect_interval_ms)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 32:
+            raise InvalidArgumentError(f"connect: {key} must be a positive int, got {value!r}")
+    args = _kvtier._ConnectArgs(os.fspath(path), token or "", name or "", layout, timeout_ms,
+                                reconnect_interval_ms)
+    return Engine._connected(args)
+
+
+def _service_stats(self):
+    """A connected engine: the service's state and its engine's stats (a dict, from the JSON that
+    `kvtier ctl stats` prints)."""
+    import json
+
+    return json.loads(self.service_stats_json())
+
+
+Engine.service_stats = _service_stats
 
 
 def _engine_options():

@@ -46,6 +46,22 @@ kv_connector_extra_config (all optional):
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
 
+On kvtier's node service (`kvtier serve`, docs/serve.md), which owns the node's tiers and is
+shared by every vLLM of the node and kept across their restarts:
+  server                "unix:/run/kvtier/kvtier.sock": no kvtier engine and no lookup socket in
+                        vLLM. The scheduler asks the service itself (its own connection,
+                        kvtier.connect); the worker loads and saves through its connection
+                        (given the layout, so it starts before the service is up). The tier
+                        options above are the service's then, and ignored here.
+  server_token_file, server_token_env   the service's token, when it has one
+  server_timeout_ms     the longest any call waits for the service (default 5000)
+  server_reconnect_interval_ms          between connection attempts while it is down (1000)
+  Tenants: a request's cache_salt (or default_tenant) is sent as its tenant id, from which the
+  service derives the namespace with its own tenant secret (tenant_secret_* is refused here).
+  A service that is down or dies costs hits, never answers: lookups are misses, loads fail
+  their pages (vLLM recomputes them, kv_load_failure_policy "recompute"), saves are skipped
+  (service_errors counts both); the connections come back by themselves.
+
 Stopping: the worker flushes kvtier's dirty chunks to the SSD as soon as it gets SIGTERM or
 SIGINT (systemctl stop, Ctrl-C), before vLLM's own handler runs, and logs how many chunks it
 wrote and how long it took. vLLM force-kills its workers --shutdown-timeout seconds after the
@@ -96,6 +112,12 @@ logger = init_logger(f"vllm.{__name__}")
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 _LOOKUP_CONNECT_SECONDS = 60.0
+_SERVER_TIMEOUT_MS = 5000
+_SERVER_RECONNECT_MS = 1000
+# Options of the connector's own engine, which the node service's configuration replaces.
+_ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
+                "ssd_sync", "worker_threads", "writeback_age_ms_max", "codec", "codec_level",
+                "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,6 +434,111 @@ class _LookupClient:
 
 
 # ---------------------------------------------------------------------------------------------
+# The node service (kv_connector_extra_config "server"): both processes connect to it.
+
+def _server_path(config: dict) -> str | None:
+    """The service's socket path from "server" ("unix:/path"), None without one."""
+    address = config.get("server")
+    if address is None:
+        return None
+    if not isinstance(address, str) or not address.startswith("unix:") or len(address) <= 5:
+        raise RuntimeError(f"kvtier: server must be \"unix:/path/to/kvtier.sock\", got "
+                           f"{address!r}")
+    return address[5:]
+
+
+def _server_settings(config: dict) -> dict:
+    """kvtier.connect's keyword arguments (but the layout and name) from the config."""
+    token = _read_secret(config, "server_token_file", "server_token_env")
+    settings = {"token": token.decode() if token else None}
+    for key, default in (("server_timeout_ms", _SERVER_TIMEOUT_MS),
+                         ("server_reconnect_interval_ms", _SERVER_RECONNECT_MS)):
+        value = config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise RuntimeError(f"kvtier: {key} must be a positive integer (ms), got {value!r}")
+        settings[key[len("server_"):]] = value
+    return settings
+
+
+def _rank_key(rank: int, tp_size: int) -> str:
+    """The extra key of a tensor-parallel rank's shard of the KV, on the service."""
+    return f"tp:{rank}/{tp_size}"
+
+
+class _ServiceLookup:
+    """The scheduler's connection to the node service. lookup() never raises: a service that is
+    not reachable (not started yet, dead, slow) is a miss, logged once and passed to on_error.
+    The connection is made at the first lookup (without a layout: the service's own is used)
+    and retried at most every reconnect interval until it succeeds; afterwards the connection
+    reconnects by itself, and its lookups are misses while the service is down."""
+
+    def __init__(self, path: str, settings: dict, name: str, tp_size: int, on_error=None):
+        self.path = path
+        self.settings = settings
+        self.name = name
+        self.tp_size = tp_size
+        self.on_error = on_error or (lambda: None)
+        self.engine = None
+        self.next_try = 0.0
+        self.warned = False
+        self.namespaces: dict[tuple, Any] = {}
+
+    def _connect(self):
+        now = time.monotonic()
+        if now < self.next_try:
+            raise ConnectionError(f"the kvtier service at {self.path} is not reachable "
+                                  "(retried every server_reconnect_interval_ms)")
+        self.next_try = now + self.settings["reconnect_interval_ms"] / 1000
+        self.engine = kvtier.connect(self.path, name=self.name, **self.settings)
+        logger.info("kvtier: scheduler connected to the kvtier service at %s (%s)", self.path,
+                    self.engine.layout)
+
+    def _namespace(self, tenant: str, extra: tuple):
+        key = (tenant, extra)
+        ns = self.namespaces.get(key)
+        if ns is None:
+            ns = self.engine.make_namespace(salt=tenant, extra_keys=list(extra))
+            if len(self.namespaces) > 4096:
+                self.namespaces.clear()
+            self.namespaces[key] = ns
+        return ns
+
+    def lookup(self, ns: tuple, tokens: list) -> int:
+        """The tokens every rank's shard has cached (min over the ranks)."""
+        try:
+            if self.engine is None:
+                self._connect()
+            hit = None
+            for rank in range(self.tp_size):
+                extra = tuple(ns[1]) + (_rank_key(rank, self.tp_size),)
+                matched = self.engine.lookup(self._namespace(ns[0], extra), tokens).matched_tokens
+                hit = matched if hit is None else min(hit, matched)
+            return max(0, int(hit or 0))
+        except Exception as e:  # noqa: BLE001 - any failure of the service is a miss.
+            if not self.warned:
+                logger.warning("kvtier: lookup on the kvtier service at %s failed (a miss; "
+                               "further failures are counted in lookup_errors): %s",
+                               self.path, e)
+                self.warned = True
+            self.on_error()
+            return 0
+
+    def close(self):
+        if self.engine is not None:
+            self.engine.close()
+
+
+class _RankLookup:
+    """A _LookupClient-shaped view of the service: the scheduler asks it once (all ranks)."""
+
+    def __init__(self, service: _ServiceLookup):
+        self.service = service
+
+    def lookup(self, ns: tuple, tokens: list) -> int:
+        return self.service.lookup(ns, tokens)
+
+
+# ---------------------------------------------------------------------------------------------
 
 def _extra(vllm_config) -> dict:
     config = vllm_config.kv_transfer_config
@@ -492,6 +619,18 @@ class KvtierConnector(KVConnectorBase_V1):
         model = vllm_config.model_config
         self._model_name = self._config.get(
             "model_name", f"{model.model}|{getattr(model, 'revision', None) or ''}|{model.dtype}")
+        self._server = None
+        self._server_path = _server_path(self._config)
+        if self._server_path is not None:
+            self._server_settings = _server_settings(self._config)
+            if self._config.get("tenant_secret_file") or self._config.get("tenant_secret_env"):
+                raise RuntimeError("kvtier: with \"server\", the kvtier service derives tenant "
+                                   "salts with its own secret: set tenant_secret on `kvtier "
+                                   "serve`, not tenant_secret_file/_env in vLLM")
+            ignored = [k for k in _ENGINE_KEYS if k in self._config]
+            if ignored and role == KVConnectorRole.SCHEDULER:
+                logger.warning("kvtier: with \"server\" the tiers are the kvtier service's; "
+                               "ignored: %s", ", ".join(ignored))
         self._tenant_secret = _read_tenant_secret(self._config)
         self._default_tenant = self._config.get("default_tenant")
         self._salt = str(self._config.get("salt", ""))
@@ -502,9 +641,15 @@ class KvtierConnector(KVConnectorBase_V1):
                            "\"recompute\" in --kv-transfer-config to recompute it instead",
                            policy)
         if role == KVConnectorRole.SCHEDULER:
-            self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r),
-                                           on_error=self._lookup_error)
-                             for r in range(self._tp_size)]
+            if self._server_path is not None:
+                self._service = _ServiceLookup(self._server_path, self._server_settings,
+                                               f"vllm:{self._engine_id}:scheduler",
+                                               self._tp_size, on_error=self._lookup_error)
+                self._clients = [_RankLookup(self._service)]
+            else:
+                self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r),
+                                               on_error=self._lookup_error)
+                                 for r in range(self._tp_size)]
             self._sched_lock = threading.Lock()
             self._sched_counters = self._zero_sched_counters()
             self._sched_interval = self._zero_sched_counters()
@@ -528,7 +673,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._stats_lock = threading.Lock()
             self._counters = self._zero_counters()
             self._interval = self._zero_counters()
-            self._server = None
+            self._rank = 0
             self._stats_written = ()
             self._previous_handlers: dict[int, Any] = {}  # Signals flushed on, and vLLM's handlers
             self._signal_flushed = False
@@ -542,7 +687,14 @@ class KvtierConnector(KVConnectorBase_V1):
         cache_salt = getattr(request, "cache_salt", None) or ""
         salt = self._salt
         extra = []
-        if self._tenant_secret is not None:
+        if self._server_path is not None:
+            # The service derives the namespace from the tenant id (and this client's uid); the
+            # deployment salt and the model are extra keys (the service's model may differ).
+            salt = cache_salt or self._default_tenant or ""
+            extra.append("model:" + self._model_name)
+            if self._salt:
+                extra.append("salt:" + self._salt)
+        elif self._tenant_secret is not None:
             tenant = cache_salt or self._default_tenant
             if not tenant:
                 return None
@@ -740,7 +892,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return {"loads": 0, "load_failures": 0, "loaded_tokens": 0, "loaded_bytes": 0,
                 "load_stall_s": 0.0, "saves": 0, "save_failures": 0, "saved_chunks": 0,
                 "gathered_bytes": 0, "stored_chunks": 0, "stored_bytes": 0, "lookups": 0,
-                "lookup_hit_tokens": 0, "lookup_rejects": 0}
+                "lookup_hit_tokens": 0, "lookup_rejects": 0, "service_errors": 0}
 
     def _count(self, **deltas):
         with self._stats_lock:
@@ -752,7 +904,10 @@ class KvtierConnector(KVConnectorBase_V1):
         key = (ns[0], tuple(ns[1]))
         value = self._namespaces.get(key)
         if value is None:
-            value = self._engine.make_namespace(salt=ns[0], extra_keys=list(ns[1]))
+            extra = list(ns[1])
+            if self._server_path is not None:  # Each rank's shard is its own on the service.
+                extra.append(_rank_key(self._rank, self._tp_size))
+            value = self._engine.make_namespace(salt=ns[0], extra_keys=extra)
             if len(self._namespaces) > 4096:
                 self._namespaces.clear()
             self._namespaces[key] = value
@@ -784,7 +939,15 @@ class KvtierConnector(KVConnectorBase_V1):
                       dtype=_DTYPES[first.dtype], block_tokens=self._block_size)
         from vllm.distributed import get_tensor_model_parallel_rank
         rank = get_tensor_model_parallel_rank() if self._tp_size > 1 else 0
-        self._engine = self._open_engine(layout, rank)
+        self._rank = rank
+        if self._server_path is not None:
+            # Given the layout, the connection starts before the service does (its calls fail
+            # until then), and a service of another layout is refused (logged).
+            self._engine = kvtier.connect(self._server_path, layout=layout,
+                                          name=f"vllm:{self._engine_id}:tp{rank}",
+                                          **self._server_settings)
+        else:
+            self._engine = self._open_engine(layout, rank)
         layers = []
         for i, name in enumerate(names):
             t = kv_caches[name]
@@ -805,6 +968,10 @@ class KvtierConnector(KVConnectorBase_V1):
         logger.info("kvtier: %d layers, %s layout, %d pages of %d tokens; %s", len(names),
                     self._cache.layout, self._cache.pages, self._cache.page_tokens,
                     self._engine.layout)
+        if self._server_path is not None:
+            logger.info("kvtier: on the kvtier service at %s (connected: %s)", self._server_path,
+                        self._engine.connected)
+            return  # The service answers the scheduler's lookups and owns the flushes.
         self._server = _LookupServer(_socket_path(self._config, self._engine_id, rank),
                                      self._serve_lookup,
                                      on_reject=lambda kind: self._count(lookup_rejects=1))
@@ -917,7 +1084,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 logger.warning("kvtier: load of request %s refused (recomputed): %s",
                                op.req_id, e)
                 self._failed_pages.update(op.pages[op.first_chunk:])
-                self._count(load_failures=1)
+                self._count(load_failures=1, service_errors=self._service_error(e))
                 continue
             self._active_loads.append((op, load))
             self._count(loads=1)
@@ -936,7 +1103,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 if not set(op.pages[op.first_chunk:]) <= self._failed_pages:
                     logger.warning("kvtier: layer %d of request %s failed to load "
                                    "(recomputed): %s", layer, op.req_id, e)
-                    self._count(load_failures=1)
+                    self._count(load_failures=1, service_errors=self._service_error(e))
                 self._failed_pages.update(op.pages[op.first_chunk:])
         self._count(load_stall_s=time.perf_counter() - start)
 
@@ -981,8 +1148,9 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._count(saves=1, saved_chunks=op.chunks - op.first_chunk,
                             gathered_bytes=save.bytes_gathered)
             except kvtier.Error as e:  # Busy (pinned, or dirty blocks being written back): a miss.
+                # Also the service being down: the store is skipped, never retried.
                 logger.warning("kvtier: store of request %s skipped: %s", op.req_id, e)
-                self._count(save_failures=1)
+                self._count(save_failures=1, service_errors=self._service_error(e))
                 save.close()
         self._active_saves = []
         self._saves_meta = None
@@ -1002,9 +1170,15 @@ class KvtierConnector(KVConnectorBase_V1):
                             self._engine.block_bytes)
             except kvtier.Error as e:
                 logger.warning("kvtier: store of request %s failed: %s", op.req_id, e)
-                self._count(save_failures=1)
+                self._count(save_failures=1, service_errors=self._service_error(e))
             save.close()
         self._pending_saves = still
+
+    def _service_error(self, error) -> int:
+        """1 when `error` is the node service's absence (down, dead, slow), else 0."""
+        if self._server_path is None:
+            return 0
+        return int(isinstance(error, (kvtier.UnavailableError, kvtier.TimedOutError)))
 
     def get_finished(self, finished_req_ids):
         return None, None
@@ -1017,7 +1191,12 @@ class KvtierConnector(KVConnectorBase_V1):
         """The worker's counters and the kvtier engine's per-tier statistics."""
         with self._stats_lock:
             out = dict(self._counters)
-        if self._engine is not None and not self._engine.closed:
+        service = self._server_path is not None
+        if service and self._engine is not None and not self._engine.closed:
+            out["service"] = self._engine.connection_state()
+        # A service that is down is not asked (each step would wait for it).
+        if (self._engine is not None and not self._engine.closed
+                and (not service or out["service"]["connected"])):
             es = self._engine.stats()
             out["tiers"] = {str(t.kind).split(".")[-1].lower(): {
                 "hits": t.hits, "blocks": t.blocks, "used_bytes": t.used_bytes,
@@ -1067,13 +1246,20 @@ class KvtierConnector(KVConnectorBase_V1):
         return KvtierConnectorStats(data=dict(data or {}))
 
     def shutdown(self):
+        if self._role == KVConnectorRole.SCHEDULER and self._server_path is not None:
+            try:
+                self._service.close()
+            except Exception as e:  # noqa: BLE001 - closing never fails vLLM's shutdown.
+                logger.warning("kvtier: closing the service connection: %s", e)
+            return
         if self._role != KVConnectorRole.WORKER or self._engine is None:
             return
         self._finish_loads()
         self._reap_saves(block=True)
         if self._server is not None:
             self._server.close()
-        self._flush_before_exit("shutdown")
+        if self._server_path is None:  # The service's dirty chunks are the service's.
+            self._flush_before_exit("shutdown")
         self._maybe_write_stats(force=True)
         self._engine.close()
         for signum, previous in self._previous_handlers.items():  # The engine is gone.
