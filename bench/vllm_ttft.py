@@ -38,7 +38,7 @@ everywhere) so that vLLM's first-request costs are not charged to a mode.
       requests, and each document once (the order rotates), measured as the wall time of the
       HTTP request, then Ctrl-C again. The first token is compared with serve_cold's.
   (f) kvtier's node service (`"server"` in the connector's config; docs/serve.md): one service
-      process (--service-bin, a serve::Server over an engine with a host tier and an SSD tier on
+      process (`kvtier serve` from --service-bin, with a host tier and an SSD tier on
       a directory of its own) serves every vLLM process. A first vLLM process sends each document
       once ("service_cold": computed and stored on the service); then --repeats fresh vLLM
       processes, the service kept, each request every document once
@@ -58,7 +58,7 @@ every mode is compared with (a)'s.
   .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
       [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
       [--modes offline,serve,service]  (offline: a-d, serve: e, service: f; default all)
-      [--service-bin build/tests/serve/serve_fixture]
+      [--service-bin build/tools/cli/kvtier]
 
 The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py ttft.
 
@@ -337,8 +337,8 @@ class NodeService:
         log("kvtier service: starting")
         with open(self.log, "a") as err:
             self.proc = subprocess.Popen(
-                [str(self.bin), "--layout", self.layout, "--host-bytes", str(1 << 30),
-                 "--ssd-dir", str(self.dir / "cache"), "--ssd-bytes", str(4 << 30),
+                [str(self.bin), "serve", "--layout", self.layout, "--host-bytes", str(1 << 30),
+                 "--cache-dir", str(self.dir / "cache"), "--ssd-bytes", str(4 << 30),
                  "--socket", str(self.socket)], stdout=subprocess.PIPE, stderr=err, text=True)
         line = self.proc.stdout.readline()
         if "listening" not in line:
@@ -363,7 +363,7 @@ def measure_service(args, work: Path, docs: dict[int, list[int]]) -> dict:
     restarted."""
     if not args.service_bin.exists():
         sys.exit(f"vllm_ttft: no kvtier service executable at {args.service_bin} "
-                 "(build serve_fixture, or give --service-bin)")
+                 "(build the kvtier CLI, or give --service-bin)")
     lengths = sorted(docs)
     service = NodeService(args, work)
     processes = {}
@@ -592,10 +592,8 @@ def main() -> int:
                              "`vllm serve`); service: mode f (on kvtier's node service); "
                              "comma-separated")
     parser.add_argument("--service-bin", type=Path,
-                        default=REPO / "build" / "tests" / "serve" / "serve_fixture",
-                        help="mode f's kvtier service: takes --layout, --host-bytes, --ssd-dir, "
-                             "--ssd-bytes and --socket, prints 'listening' when ready, flushes "
-                             "on SIGTERM (default: the build's serve_fixture)")
+                        default=REPO / "build" / "tools" / "cli" / "kvtier",
+                        help="mode f's kvtier CLI, run as `kvtier serve` (default: the build's)")
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)

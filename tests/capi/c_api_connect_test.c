@@ -3,7 +3,7 @@
  * loads the same bytes), another tenant misses, the layout comes from the service, statistics are
  * the service's; a handle given a layout connects before the service runs (a miss, a store that
  * fails KVTIER_UNAVAILABLE); and bad arguments are refused naming the problem.
- * Method: the service is the test fixture named by argv[1] (tests/serve/serve_fixture), started
+ * Method: the service is `kvtier serve` (the CLI named by argv[1]), started
  * with fork/exec on a socket in a temporary directory and stopped with SIGTERM. Exits 0 on
  * success, 1 with a message on the first failed check. */
 #define _POSIX_C_SOURCE 200809L
@@ -49,7 +49,7 @@ static int failures = 0;
 enum { kLayers = 2, kKvHeads = 1, kHeadDim = 16, kBlockTokens = 16, kChunks = 3 };
 #define LAYOUT_TEXT "layers=2,kv_heads=1,head_dim=16,dtype=f16,block_tokens=16"
 
-static const char* fixture = NULL;
+static const char* fixture = NULL; /* The kvtier CLI. */
 static char temp_dir[256];
 static char socket_path[300];
 static pid_t service = -1;
@@ -59,14 +59,14 @@ static void SleepMs(long ms) {
   nanosleep(&t, NULL);
 }
 
-/* Starts the fixture on socket_path and waits (at most 20 s) for its socket. */
+/* Starts `kvtier serve` on socket_path and waits (at most 20 s) for its socket. */
 static int StartService(void) {
   service = fork();
   if (service < 0) return 0;
   if (service == 0) {
-    execl(fixture, fixture, "--layout", LAYOUT_TEXT, "--host-bytes", "4194304", "--socket",
-          socket_path, (char*)NULL);
-    perror("exec serve_fixture");
+    execl(fixture, fixture, "serve", "--layout", LAYOUT_TEXT, "--host-bytes", "4194304",
+          "--host-prefault=false", "--socket", socket_path, (char*)NULL);
+    perror("exec kvtier serve");
     _exit(127);
   }
   for (int i = 0; i < 2000; ++i) {

@@ -22,12 +22,13 @@ LAYOUT = "layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16"
 
 
 def service_command(socket_path, layout=LAYOUT, host_bytes=8 << 20):
-    """The command line of a node service on socket_path: KVTIER_SERVE_FIXTURE (set by CTest to
-    tests/serve's fixture)."""
-    fixture = os.environ.get("KVTIER_SERVE_FIXTURE")
+    """The command line of `kvtier serve` on socket_path (KVTIER_SERVE_BIN: the kvtier CLI, set by
+    CTest)."""
+    fixture = os.environ.get("KVTIER_SERVE_BIN")
     if not fixture or not os.path.exists(fixture):
-        pytest.skip("KVTIER_SERVE_FIXTURE names no node service executable (build serve_fixture)")
-    return [fixture, "--layout", layout, "--host-bytes", str(host_bytes), "--socket",
+        pytest.fail("KVTIER_SERVE_BIN names no kvtier CLI (build the kvtier target)")
+    return [fixture, "serve", "--layout", layout, "--host-bytes", str(host_bytes),
+            "--host-prefault=false", "--socket",
             str(socket_path)]
 
 

@@ -8,7 +8,7 @@ was SIGKILLed, is a miss counted in lookup_errors, never an exception and never 
 configurations the mode cannot honour are refused at startup naming the key.
 
 Method: the connector is built with the scheduler role on a stand-in vllm_config (as
-test_connector_safety.py does); the service is the serve fixture (KVTIER_SERVE_FIXTURE) on a
+test_connector_safety.py does); the service is `kvtier serve` (KVTIER_SERVE_BIN) on a
 socket in the test's directory, and the test stores chunks in it with kvtier.connect. Every wait
 is bounded.
 """
@@ -45,10 +45,10 @@ def scheduler(**extra):
 
 
 def start_service(socket_path):
-    fixture = os.environ.get("KVTIER_SERVE_FIXTURE")
+    fixture = os.environ.get("KVTIER_SERVE_BIN")
     if not fixture or not os.path.exists(fixture):
-        pytest.skip("KVTIER_SERVE_FIXTURE names no node service executable (build serve_fixture)")
-    proc = subprocess.Popen([fixture, "--layout", LAYOUT, "--host-bytes", str(8 << 20),
+        pytest.fail("KVTIER_SERVE_BIN names no kvtier CLI (build the kvtier target)")
+    proc = subprocess.Popen([fixture, "serve", "--layout", LAYOUT, "--host-bytes", str(8 << 20),
                              "--socket", str(socket_path)], stdout=subprocess.PIPE, text=True)
     assert "listening" in proc.stdout.readline()
     return proc

@@ -15,7 +15,7 @@ vLLM of the node and outlives their restarts, and a service that dies costs hits
 Texts are greedy and compared exactly (make_model.py's decisive model: see test_vllm_serve.py).
 
 Method: the service is a separate process on a socket in the test's directory (service_command:
-the serve fixture CTest names in KVTIER_SERVE_FIXTURE), holding a host tier only; vLLM's prefix
+`kvtier serve`, the CLI CTest names in KVTIER_SERVE_BIN), holding a host tier only; vLLM's prefix
 cache is off, so every reuse comes from the service. What each vLLM's worker did is read from
 its stats file (loaded_tokens, stored_chunks, load_failures, service_errors), what the service
 did from its stats through kvtier.connect.
@@ -64,10 +64,11 @@ def prompt(seed):
 
 
 def service_command(socket_path):
-    fixture = os.environ.get("KVTIER_SERVE_FIXTURE")
+    fixture = os.environ.get("KVTIER_SERVE_BIN")
     if not fixture or not os.path.exists(fixture):
-        pytest.skip("KVTIER_SERVE_FIXTURE names no node service executable (build serve_fixture)")
-    return [fixture, "--layout", LAYOUT, "--host-bytes", str(256 << 20), "--socket",
+        pytest.fail("KVTIER_SERVE_BIN names no kvtier CLI (build the kvtier target)")
+    return [fixture, "serve", "--layout", LAYOUT, "--host-bytes", str(256 << 20),
+            "--host-prefault=false", "--socket",
             str(socket_path)]
 
 

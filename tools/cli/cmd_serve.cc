@@ -8,7 +8,8 @@
 // Server::Start naming the holder's pid; on the same cache directory the SSD tier's LOCK refuses
 // it. SIGTERM or SIGINT: the server stops (every request in flight ends), the engine flushes
 // (every stored block reaches the SSD), and the process exits 0; a second signal kills it at once.
-// Log lines go to stderr (--log-level; the start and the stop are always reported).
+// Log lines go to stderr (--log-level; the start and the stop are always reported); stdout gets
+// one line, "listening on <socket>", once clients can connect.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -339,6 +340,9 @@ Status ServeCommand::Serve(const serve::ServerOptions& server_options,
   Say("serving " + server_options.socket_path + " (pid " + std::to_string(::getpid()) +
       "; layout " + engine_options.layout.ToString() + "; tiers " + TierList(*engine) +
       (http != nullptr ? "; http " + http->address().ToString() : "") + ")");
+  // Scripts and tests wait for this line: clients can connect from now on.
+  std::printf("listening on %s\n", server_options.socket_path.c_str());
+  std::fflush(stdout);
   while (!Interrupted()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   Say("stopping: closing connections, then flushing the cache");
   if (http != nullptr) http->Stop();
