@@ -247,6 +247,50 @@ void Print(const BenchEngineReport& r, bool json) {
 
 }  // namespace
 
+// Part 1 through the service (--server): one connection, Store and Lookup + Load from buffers in
+// its shared staging, a round after each of the in-process engine's rounds (so both see the
+// machine in the same state).
+struct ServiceBench {
+  std::unique_ptr<serve::RemoteEngine> engine;
+  Namespace ns;
+  std::span<std::byte> area;
+  std::vector<std::span<const std::byte>> src;
+  std::vector<std::span<std::byte>> dst;
+  size_t chunks = 0;
+  std::mt19937_64 rng;
+  std::vector<double> put_s, get_s;
+
+  ~ServiceBench() {
+    if (engine != nullptr && !area.empty()) engine->ReleaseStaging(area);
+  }
+
+  Status Round() {
+    const KvLayout& layout = engine->options().layout;
+    const std::vector<uint32_t> tokens = RandomTokens(rng, chunks * layout.block_tokens);
+    const Stopwatch pw;
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, engine->Store(ns, tokens, src, {}));
+    KV_RETURN_IF_ERROR(h->Wait());
+    put_s.push_back(pw.Seconds());
+    if (h->chunks_stored() != chunks) {
+      return Status::Aborted("the service stored " + std::to_string(h->chunks_stored()) + " of " +
+                             std::to_string(chunks) + " chunks (is its host tier large enough?)");
+    }
+    const Stopwatch gw;
+    KV_ASSIGN_OR_RETURN(const LookupResult hit, engine->Lookup(ns, tokens));
+    if (hit.matched_tokens != tokens.size()) {
+      return Status::Aborted("the service found " + std::to_string(hit.matched_tokens) + " of " +
+                             std::to_string(tokens.size()) + " tokens just stored");
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> l, engine->Load(ns, tokens, dst));
+    KV_RETURN_IF_ERROR(l->Wait());
+    get_s.push_back(gw.Seconds());
+    if (std::memcmp(dst.back().data(), src.back().data(), layout.BlockBytes()) != 0) {
+      return Status::Corruption("a block loaded through the service differs from the stored one");
+    }
+    return Status::Ok();
+  }
+};
+
 BenchEngine::BenchEngine(CLI::App* bench)
     : app_(bench->add_subcommand(
           "engine", "Host tier put/get beside memcpy, and a multi-turn chat trace replayed "
@@ -352,6 +396,7 @@ Status BenchEngine::RunPutGet(BenchEngineReport* report) {
       for (size_t b = 0; b < blocks; ++b) std::memcpy(dst[b].data(), src[b].data(), block);
       copy_s.push_back(w.Seconds());
     }
+    if (service_ != nullptr) KV_RETURN_IF_ERROR(service_->Round());
     progress.Add(1);
   }
   progress.Finish();
@@ -359,74 +404,51 @@ Status BenchEngine::RunPutGet(BenchEngineReport* report) {
   report->put_bytes_per_s = bytes / std::max(Median(put_s), 1e-9);
   report->get_bytes_per_s = bytes / std::max(Median(get_s), 1e-9);
   report->memcpy_bytes_per_s = bytes / std::max(Median(copy_s), 1e-9);
+  if (service_ != nullptr) {
+    report->service_put_bytes_per_s = bytes / std::max(Median(service_->put_s), 1e-9);
+    report->service_get_bytes_per_s = bytes / std::max(Median(service_->get_s), 1e-9);
+  }
   return Status::Ok();
 }
 
-// Part 1 through the service: its layout becomes the run's; Store and Lookup + Load from buffers
-// in the connection's staging, medians over --repeat rounds of fresh tokens.
-Status BenchEngine::RunServicePutGet(BenchEngineReport* report) {
-  StderrLogger logger(CliLogLevel());
+BenchEngine::~BenchEngine() = default;
+
+// Connects to --server; its layout becomes the run's.
+Status BenchEngine::ConnectService(BenchEngineReport* report) {
+  logger_ = std::make_unique<StderrLogger>(CliLogLevel());
   serve::ClientOptions co;
   co.socket_path = server_;
   co.name = "kvtier bench engine";
   co.timeout_ms = 600'000;
-  co.logger = &logger;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::RemoteEngine> engine, serve::Connect(co));
+  co.logger = logger_.get();
+  auto sb = std::make_unique<ServiceBench>();
+  KV_ASSIGN_OR_RETURN(sb->engine, serve::Connect(co));
   report->server = server_;
-  report->layout = engine->options().layout;
+  report->layout = sb->engine->options().layout;
   const KvLayout& layout = report->layout;
   const uint64_t block = layout.BlockBytes();
   KV_ASSIGN_OR_RETURN(const uint64_t put_bytes, ParseBytes("--put-bytes", put_text_));
-  const size_t chunks = std::max<uint64_t>(1, put_bytes / (block * layout.layers));
-  const size_t blocks = chunks * layout.layers;
-  std::mt19937_64 rng(seed_ ^ 0x5e7e);
-  Result<std::span<std::byte>> area = engine->AcquireStaging(2 * blocks * block);
+  sb->chunks = std::max<uint64_t>(1, put_bytes / (block * layout.layers));
+  const size_t blocks = sb->chunks * layout.layers;
+  Result<std::span<std::byte>> area = sb->engine->AcquireStaging(2 * blocks * block);
   if (!area.ok()) {
     return Status(area.status().code(), "--server: staging for " + std::to_string(2 * blocks) +
                                             " blocks: " + area.status().message() +
                                             " (lower --put-bytes)");
   }
-  std::vector<std::span<const std::byte>> src;
-  std::vector<std::span<std::byte>> dst;
+  sb->area = *area;
   for (size_t b = 0; b < blocks; ++b) {
-    src.push_back(area->subspan(b * block, block));
-    dst.push_back(area->subspan((blocks + b) * block, block));
+    sb->src.push_back(area->subspan(b * block, block));
+    sb->dst.push_back(area->subspan((blocks + b) * block, block));
   }
-  FillRandom(rng, area->first(blocks * block));
+  sb->rng.seed(seed_ ^ 0x5e7e);
+  FillRandom(sb->rng, area->first(blocks * block));
   std::memset(area->data() + blocks * block, 0, blocks * block);
-  KV_ASSIGN_OR_RETURN(const Namespace ns, engine->MakeNamespace("bench"));
-  std::vector<double> put_s, get_s;
-  Progress progress("bench engine: service put/get", repeat_, ProgressUnit::kCount, "rounds");
-  for (uint32_t r = 0; r < repeat_; ++r) {
-    if (Interrupted()) return Status::Aborted("interrupted");
-    const std::vector<uint32_t> tokens = RandomTokens(rng, chunks * layout.block_tokens);
-    const Stopwatch pw;
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<StoreHandle> h, engine->Store(ns, tokens, src, {}));
-    KV_RETURN_IF_ERROR(h->Wait());
-    put_s.push_back(pw.Seconds());
-    if (h->chunks_stored() != chunks) {
-      return Status::Aborted("the service stored " + std::to_string(h->chunks_stored()) + " of " +
-                             std::to_string(chunks) + " chunks (is its host tier large enough?)");
-    }
-    const Stopwatch gw;
-    KV_ASSIGN_OR_RETURN(const LookupResult hit, engine->Lookup(ns, tokens));
-    if (hit.matched_tokens != tokens.size()) {
-      return Status::Aborted("the service found " + std::to_string(hit.matched_tokens) + " of " +
-                             std::to_string(tokens.size()) + " tokens just stored");
-    }
-    KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> l, engine->Load(ns, tokens, dst));
-    KV_RETURN_IF_ERROR(l->Wait());
-    get_s.push_back(gw.Seconds());
-    if (std::memcmp(dst.back().data(), src.back().data(), block) != 0) {
-      return Status::Corruption("a block loaded through the service differs from the stored one");
-    }
-    progress.Add(1);
-  }
-  progress.Finish();
-  engine->ReleaseStaging(*area);
-  const double bytes = static_cast<double>(blocks * block);
-  report->service_put_bytes_per_s = bytes / std::max(Median(put_s), 1e-9);
-  report->service_get_bytes_per_s = bytes / std::max(Median(get_s), 1e-9);
+  // A namespace of this run's own: the service may hold an earlier run's blocks.
+  std::random_device entropy;
+  KV_ASSIGN_OR_RETURN(sb->ns, sb->engine->MakeNamespace("bench-" + std::to_string(entropy()) +
+                                                        "-" + std::to_string(entropy())));
+  service_ = std::move(sb);
   return Status::Ok();
 }
 
@@ -561,7 +583,7 @@ Status BenchEngine::Run() {
   report.layout = KvLayout{.layers = layers_, .kv_heads = kv_heads_, .head_dim = head_dim_,
                            .dtype = DType::kF16, .block_tokens = block_tokens_};
   KV_RETURN_IF_ERROR(report.layout.Validate());
-  if (!server_.empty()) KV_RETURN_IF_ERROR(RunServicePutGet(&report));  // Its layout, from here.
+  if (!server_.empty()) KV_RETURN_IF_ERROR(ConnectService(&report));  // Its layout, from here.
   KV_ASSIGN_OR_RETURN(report.trace_host_bytes, TraceHostBytes(report.layout));
   KV_ASSIGN_OR_RETURN(report.remote_tier, RedisTier(redis_, key_file_));
   report.remote = report.remote_tier.has_value();

@@ -12,8 +12,8 @@
 //    the tier / blocks of the requests' full chunks), bytes per link (block bytes, decoded),
 //    evictions, and medians of the per-request Load and Store times.
 //
-// With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve)
-// in each round: the same Store and Lookup + Load from buffers in the connection's shared staging
+// With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve),
+// a service round after each in-process round: the same Store and Lookup + Load from buffers in the connection's shared staging
 // (zero-copy, as the vLLM connector's gathers and scatters use it), reported beside the
 // in-process engine's as service_put/get_bytes_per_s and their ratios to it. The layout is then
 // the service's.
@@ -25,25 +25,29 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
 #include "core/kv_layout.h"
+#include "core/logger.h"
 #include "kvtier/result.h"
 
 namespace kvtier::cli {
 
 struct BenchEngineReport;  // bench_engine.cc
+struct ServiceBench;       // bench_engine.cc
 
 class BenchEngine {
  public:
   explicit BenchEngine(CLI::App* bench);
+  ~BenchEngine();
   bool parsed() const { return app_->parsed(); }
   // Aborted after Ctrl-C (the caller exits with kExitInterrupted).
   Status Run();
 
  private:
   Status RunPutGet(BenchEngineReport* report);
-  Status RunServicePutGet(BenchEngineReport* report);
+  Status ConnectService(BenchEngineReport* report);
   Result<uint64_t> TraceHostBytes(const KvLayout& layout) const;
   Status RunTrace(const std::string& scratch, BenchEngineReport* report);
 
@@ -54,6 +58,8 @@ class BenchEngine {
   std::string redis_, key_file_, server_;
   uint64_t seed_ = 1;
   bool json_ = false;
+  std::unique_ptr<ServiceBench> service_;  // --server
+  std::unique_ptr<Logger> logger_;
 };
 
 }  // namespace kvtier::cli
