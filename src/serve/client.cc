@@ -27,7 +27,18 @@ bool Connection::Dead() {
   return dead;
 }
 
-void Connection::Drop() { (void)::shutdown(fd.get(), SHUT_RDWR); }
+void Connection::Drop() {
+  (void)::shutdown(fd.get(), SHUT_RDWR);
+  MutexLock lock(&mu);
+  MarkDead();
+}
+
+void Connection::MarkDead() {
+  dead = true;
+  for (auto& entry : pending) entry.second->lost = true;
+  pending.clear();
+  cv.SignalAll();
+}
 
 void Connection::Read(uint32_t) {
   FrameHeader h;
@@ -59,10 +70,7 @@ void Connection::Read(uint32_t) {
     cv.SignalAll();
   }
   MutexLock lock(&mu);
-  dead = true;
-  for (auto& entry : pending) entry.second->lost = true;
-  pending.clear();
-  cv.SignalAll();
+  MarkDead();
 }
 
 Status Connection::Send(Op op, uint64_t request, const WireWriter& w,

@@ -64,7 +64,10 @@ class Connection {
   // after `timeout`.
   template <typename Done>
   Status Wait(const std::shared_ptr<Pending>& p, std::chrono::milliseconds timeout, Done done);
-  void Drop();  // Shuts the socket: the reader fails every pending request.
+  // Shuts the socket and marks the connection dead now (not when the reader notices): the next
+  // call reconnects, and every pending request fails.
+  void Drop();
+  void MarkDead();  // Under mu.
   bool Dead();
 
   // First fit over the region; nullopt when no run of `bytes` is free.
@@ -83,8 +86,8 @@ Status Connection::Wait(const std::shared_ptr<Pending>& p, std::chrono::millisec
   MutexLock lock(&mu);
   while (!done(*p) && !p->lost) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      p->lost = true;
       (void)::shutdown(fd.get(), SHUT_RDWR);
+      MarkDead();
       return Status::TimedOut("the kvtier service did not answer within " +
                               std::to_string(timeout.count()) + " ms; reconnecting");
     }

@@ -4,7 +4,8 @@
 //     for byte), through leased slots and through zero-copy staging;
 //   - tenants: two tenant ids of one uid never share; another uid (a forked child that drops to
 //     nobody, as root) is refused, or, admitted, names the same tenant and gets misses;
-//   - a client process killed at 100 random moments of its stores and loads leaves 0 leases and
+//   - a client process killed at 100 random moments of its stores and loads (0-20 ms after it
+//     connected) leaves 0 leases and
 //     0 partial blocks (every block found loads its exact bytes), and the service keeps serving;
 //   - the service stopped: lookups miss, loads fail with Unavailable within the timeout, and the
 //     client reconnects by itself once a service is back on the socket;
@@ -14,6 +15,7 @@
 // code runs with the parent's threads).
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -322,6 +324,8 @@ TEST(ServeChild, DISABLED_Run) {
   ASSERT_TRUE(c.ok());
   Result<Namespace> ns = (*c)->MakeNamespace("killed");
   ASSERT_TRUE(ns.ok());
+  std::printf("\nready\n");  // The parent kills from now on.
+  std::fflush(stdout);
   for (uint32_t i = 0;; ++i) {
     size_t chunks = 1 + i % 8;
     std::vector<uint32_t> tokens = TestTokens(seed + i, chunks * kBlockTokens);
@@ -367,24 +371,41 @@ std::string ReadAll(int fd) {
   return out;
 }
 
+// Reads the child's stdout until its "ready" line (bounded: 60 s).
+bool WaitForReady(int fd) {
+  std::string seen;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (seen.find("\nready\n") == std::string::npos) {
+    pollfd p{fd, POLLIN, 0};
+    if (std::chrono::steady_clock::now() > deadline || ::poll(&p, 1, 1000) < 0) return false;
+    if ((p.revents & (POLLIN | POLLHUP)) == 0) continue;
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return false;
+    seen.append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
 TEST_F(ServeTest, ClientKilledAtRandomMomentsLeavesNothing) {
   std::mt19937 rng(20261205);
   constexpr int kKills = 100;
   for (int k = 0; k < kKills; ++k) {
-    pid_t pid = SpawnChild("store:" + socket_ + ":" + std::to_string(1000 * (k + 1)));
+    int out = -1;
+    pid_t pid = SpawnChild("store:" + socket_ + ":" + std::to_string(1000 * (k + 1)), &out);
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 60000));
+    ASSERT_TRUE(WaitForReady(out)) << "kill " << k << ": the client never connected";
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
+    ::close(out);
     ASSERT_TRUE(Settled(0)) << "kill " << k << ": leases or clients left behind";
   }
   ServerStats s = server_->Stats();
   EXPECT_EQ(s.leases_active, 0u);
   EXPECT_EQ(s.clients_active, 0u);
-  // Most children were killed after their hello (some before it, which is a moment too).
-  EXPECT_LE(s.clients_total, static_cast<uint64_t>(kKills));
-  EXPECT_GE(s.clients_total, static_cast<uint64_t>(kKills / 2));
+  EXPECT_EQ(s.clients_total, static_cast<uint64_t>(kKills));  // Each killed while connected.
   // Every chunk the service holds of any killed client's sequences is whole and exact.
   auto c = Client();
   ASSERT_TRUE(c);
