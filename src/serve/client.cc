@@ -55,13 +55,16 @@ void Connection::Read(uint32_t) {
                        payload.end());
       p.replied = true;
       if (!p.status.ok() || (p.layers.empty() && !p.wants_store)) pending.erase(it);
-    } else if (h.op == Op::kLayerDone) {
-      uint32_t layer = r.U32();
-      Status s = r.GetStatus();
-      if (r.ok() && layer < p.layers.size() && !p.layers[layer].has_value()) {
+    } else if (h.op == Op::kLayerDone) {  // Layers [first, first + count).
+      uint32_t first = r.U32(), count = r.U32();
+      for (uint32_t i = 0; i < count && r.ok(); ++i) {
+        Status s = r.GetStatus();
+        uint64_t layer = uint64_t{first} + i;
+        if (!r.ok() || layer >= p.layers.size() || p.layers[layer].has_value()) break;
         p.layers[layer] = std::move(s);
-        if (++p.layers_done == p.layers.size()) pending.erase(it);
+        ++p.layers_done;
       }
+      if (p.layers_done == p.layers.size()) pending.erase(it);
     } else if (h.op == Op::kStoreDone) {
       p.store_status = r.GetStatus();
       p.store_done = true;

@@ -12,8 +12,11 @@
 //                                                        bytes, staging bytes, connection id
 //   kMakeNamespace tenant id, extra keys                 kReply: status, namespace handle
 //   kLookup       ns, session, tokens                    kReply: status, matched, chunk tiers
-//   kLoad         ns, tokens, block offsets              kReply: status, chunks; then one
-//                                                        kLayerDone (layer, status) per layer
+//   kLoad         ns, tokens, block offsets              kReply: status, chunks; then
+//                                                        kLayerDone frames (first layer, count,
+//                                                        a status per layer) covering every
+//                                                        layer in order, one per run of layers
+//                                                        that arrived together
 //   kStore        ns, tokens, block offsets, priority,   kReply: status, chunks stored; then
 //                 ttl, first chunk                       kStoreDone (status)
 //   kPrefetch / kHint  ns, tokens (, session)            kReply: status

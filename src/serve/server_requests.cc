@@ -276,12 +276,20 @@ void Conn::LoadWaiter() {
       job = std::move(loads_.front());
       loads_.pop_front();
     }
-    for (uint32_t l = 0; l < job.layers; ++l) {
-      Status s = job.handle->WaitLayer(l);
+    // One frame per run of layers that arrived together: a load from host memory completes
+    // many layers at once, and each frame costs the client a wake-up.
+    for (uint32_t l = 0; l < job.layers;) {
+      std::vector<Status> done{job.handle->WaitLayer(l)};
+      while (l + done.size() < job.layers &&
+             job.handle->LayerReady(l + static_cast<uint32_t>(done.size()))) {
+        done.push_back(job.handle->WaitLayer(l + static_cast<uint32_t>(done.size())));
+      }
       WireWriter w;
       w.U32(l);
-      w.PutStatus(s);
+      w.U32(static_cast<uint32_t>(done.size()));
+      for (const Status& st : done) w.PutStatus(st);
       Send(Op::kLayerDone, job.id, w);
+      l += static_cast<uint32_t>(done.size());
     }
     job.handle.reset();  // Waits for every copy into the staging region.
     EndLease();
