@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,29 +55,38 @@ static char temp_dir[256];
 static char socket_path[300];
 static pid_t service = -1;
 
-static void SleepMs(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
-
-/* Starts `kvtier serve` on socket_path and waits (at most 20 s) for its socket. */
+/* Starts `kvtier serve` on socket_path and waits (at most 20 s) for its "listening on" line on
+ * stdout: the socket accepts connections from then on (its file exists a moment earlier). */
 static int StartService(void) {
+  int out[2];
+  if (pipe(out) != 0) return 0;
   service = fork();
   if (service < 0) return 0;
   if (service == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
     execl(fixture, fixture, "serve", "--layout", LAYOUT_TEXT, "--host-bytes", "4194304",
           "--host-prefault=false", "--socket", socket_path, (char*)NULL);
     perror("exec kvtier serve");
     _exit(127);
   }
-  for (int i = 0; i < 2000; ++i) {
-    struct stat st;
-    if (stat(socket_path, &st) == 0 && S_ISSOCK(st.st_mode)) return 1;
-    int status;
-    if (waitpid(service, &status, WNOHANG) == service) return 0;
-    SleepMs(10);
+  close(out[1]);
+  char seen[4096];
+  size_t used = 0;
+  int ready = 0;
+  for (int waited_ms = 0; !ready && waited_ms < 20000; waited_ms += 100) {
+    struct pollfd p = {out[0], POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = read(out[0], seen + used, sizeof(seen) - 1 - used);
+    if (n <= 0) break; /* The service exited. */
+    used += (size_t)n;
+    seen[used] = '\0';
+    ready = strstr(seen, "listening on") != NULL;
+    if (used == sizeof(seen) - 1) used = 0;
   }
-  return 0;
+  close(out[0]); /* The service's later stdout lines go nowhere (it writes none). */
+  return ready;
 }
 
 static void StopService(void) {

@@ -42,7 +42,8 @@ kv_connector_extra_config (all optional):
                         cache_salt is then not cached (counted in unsalted_requests), unless
   default_tenant        names the tenant id such requests share
   model_name            enters every key (default: vLLM's model and dtype)
-  stats_file            JSON counters written by the worker after each step that changed them
+  stats_file            JSON counters written by the worker after each step that changed them,
+                        and within 50 ms of a store's completion when no step follows it
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
 
@@ -669,8 +670,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._active_saves: list = []            # (SaveOp, PagedSave) gathering this step
             self._saves_meta = None                  # The metadata _active_saves were made for
             self._pending_saves: list = []           # Committed, store in flight
+            # _pending_saves and the saves in it, shared with the reaper thread (below).
+            self._saves_lock = threading.Lock()
+            self._reaper = None                      # Runs while stores are in flight
+            self._closing = False
             self._failed_pages: set[int] = set()
             self._stats_lock = threading.Lock()
+            self._stats_write_lock = threading.Lock()
             self._counters = self._zero_counters()
             self._interval = self._zero_counters()
             self._rank = 0
@@ -1144,7 +1150,8 @@ class KvtierConnector(KVConnectorBase_V1):
         for op, save in self._active_saves:
             try:
                 save.commit(self._namespace(op.ns), op.tokens)
-                self._pending_saves.append((op, save))
+                with self._saves_lock:
+                    self._pending_saves.append((op, save))
                 self._count(saves=1, saved_chunks=op.chunks - op.first_chunk,
                             gathered_bytes=save.bytes_gathered)
             except kvtier.Error as e:  # Busy (pinned, or dirty blocks being written back): a miss.
@@ -1154,8 +1161,34 @@ class KvtierConnector(KVConnectorBase_V1):
                 save.close()
         self._active_saves = []
         self._saves_meta = None
-        self._reap_saves(block=False)
+        with self._saves_lock:
+            self._reap_saves(block=False)
         self._maybe_write_stats()
+        self._start_reaper()
+
+    def _start_reaper(self):
+        """Stores complete after the step that committed them (on the node service, after a
+        round trip): a thread reaps them every 50 ms while any is in flight, so their counters
+        and the stats file do not wait for a next step that may never come (the last request of
+        a burst)."""
+        with self._saves_lock:
+            if self._reaper is not None or not self._pending_saves or self._closing:
+                return
+            self._reaper = threading.Thread(target=self._reap_in_background,
+                                            name="kvtier-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap_in_background(self):
+        while True:
+            time.sleep(0.05)
+            with self._saves_lock:
+                self._reap_saves(block=False)
+                done = not self._pending_saves or self._closing
+                if done:
+                    self._reaper = None
+            self._maybe_write_stats()
+            if done:
+                return
 
     def _reap_saves(self, block: bool):
         still = []
@@ -1213,20 +1246,23 @@ class KvtierConnector(KVConnectorBase_V1):
         path = self._config.get("stats_file")
         if not path:
             return
-        with self._stats_lock:
-            snapshot = tuple(self._counters.values())
-        if not force and snapshot == self._stats_written:
-            return
-        self._stats_written = snapshot
-        # An O_EXCL|O_NOFOLLOW temporary with a random name, renamed over the file. A stats_file
-        # that is a FIFO, device, directory or link is refused: logged once, never raised into
-        # vLLM's step loop.
-        try:
-            replace_regular_file(path, json.dumps(self.stats(), indent=1, sort_keys=True))
-        except (OSError, ValueError) as e:
-            if getattr(self, "_stats_file_error", None) != str(e):
-                self._stats_file_error = str(e)
-                logger.warning("kvtier: stats_file not written: %s", e)
+        # One writer at a time (the step loop and the reaper): the last file written holds the
+        # latest counters.
+        with self._stats_write_lock:
+            with self._stats_lock:
+                snapshot = tuple(self._counters.values())
+            if not force and snapshot == self._stats_written:
+                return
+            self._stats_written = snapshot
+            # An O_EXCL|O_NOFOLLOW temporary with a random name, renamed over the file. A
+            # stats_file that is a FIFO, device, directory or link is refused: logged once, never
+            # raised into vLLM's step loop.
+            try:
+                replace_regular_file(path, json.dumps(self.stats(), indent=1, sort_keys=True))
+            except (OSError, ValueError) as e:
+                if getattr(self, "_stats_file_error", None) != str(e):
+                    self._stats_file_error = str(e)
+                    logger.warning("kvtier: stats_file not written: %s", e)
 
     def get_kv_connector_stats(self):
         if self._role == KVConnectorRole.SCHEDULER:
@@ -1255,7 +1291,13 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._role != KVConnectorRole.WORKER or self._engine is None:
             return
         self._finish_loads()
-        self._reap_saves(block=True)
+        with self._saves_lock:
+            self._closing = True
+            reaper = self._reaper
+        if reaper is not None:
+            reaper.join()
+        with self._saves_lock:
+            self._reap_saves(block=True)
         if self._server is not None:
             self._server.close()
         if self._server_path is None:  # The service's dirty chunks are the service's.
