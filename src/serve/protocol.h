@@ -8,7 +8,7 @@
 // carries the staging region's memfd (SCM_RIGHTS).
 //
 //   op            client -> service                      service -> client
-//   kHello        version, token, name, pid              kHelloReply: status, layout, block
+//   kHello        version, token, name                   kHelloReply: status, layout, block
 //                                                        bytes, staging bytes, connection id
 //   kMakeNamespace tenant id, extra keys                 kReply: status, namespace handle
 //   kLookup       ns, session, tokens                    kReply: status, matched, chunk tiers
