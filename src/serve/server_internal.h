@@ -2,7 +2,7 @@
 // client's requests). Internal to src/serve.
 //
 // Threads of a connection: its reader (hello, then every request in order) and two waiters, one
-// for loads (sends each layer's completion) and one for stores (sends each store's completion).
+// for loads (sends the layers' completions, in order) and one for stores (each store's).
 // A lease is a Load or Store handle the waiters still hold. When the reader sees the client go
 // (end of stream, a bad frame, Stop), it closes the queues; the waiters finish every handle they
 // hold (so the engine is done with the staging region), then the region is unmapped.
