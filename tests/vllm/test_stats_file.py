@@ -16,7 +16,8 @@ vllm_connector = pytest.importorskip("kvtier.vllm", reason="vLLM is not installe
 def writer_for(path):
     counters = {"saves": 1}
     return types.SimpleNamespace(
-        _config={"stats_file": str(path)}, _stats_lock=threading.Lock(), _counters=counters,
+        _config={"stats_file": str(path)}, _stats_lock=threading.Lock(),
+        _stats_write_lock=threading.Lock(), _counters=counters,
         _stats_written=None, stats=lambda: dict(counters))
 
 
