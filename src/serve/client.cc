@@ -300,18 +300,24 @@ void RemoteEngineImpl::JoinRetired() {
 
 uint64_t RemoteEngineImpl::NextId() { return next_id_.fetch_add(1) + 1; }
 
+Status RemoteEngineImpl::Request(const std::shared_ptr<Connection>& c, Op op,
+                                 const WireWriter& w, const std::shared_ptr<Pending>& p,
+                                 std::chrono::milliseconds timeout) {
+  Status s = c->Send(op, NextId(), w, p);
+  if (s.ok()) s = c->Wait(p, timeout, [](const Pending& q) { return q.replied; });
+  if (!s.ok()) {
+    if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimedOut) CountFailed();
+    return s;
+  }
+  MutexLock lock(&c->mu);
+  return p->status;
+}
+
 Result<std::vector<std::byte>> RemoteEngineImpl::Call(const std::shared_ptr<Connection>& c, Op op,
                                                       const WireWriter& w,
                                                       std::chrono::milliseconds timeout) {
   auto p = std::make_shared<Pending>();
-  uint64_t id = NextId();
-  KV_RETURN_IF_ERROR(c->Send(op, id, w, p));
-  Status s = c->Wait(p, timeout, [](const Pending& q) { return q.replied; });
-  if (!s.ok()) {
-    CountFailed();
-    return s;
-  }
-  KV_RETURN_IF_ERROR(p->status);
+  KV_RETURN_IF_ERROR(Request(c, op, w, p, timeout));
   return std::move(p->payload);
 }
 

@@ -194,15 +194,7 @@ Result<std::unique_ptr<LoadHandle>> RemoteEngineImpl::Load(
   w.U64(handle);
   w.U32s(tokens);
   w.U64s(blocks.offsets);
-  uint64_t id = NextId();
-  Status s = c->Send(Op::kLoad, id, w, p);
-  if (s.ok()) s = c->Wait(p, Timeout(), [](const Pending& q) { return q.replied; });
-  if (s.ok()) {
-    MutexLock lock(&c->mu);
-    s = p->status;
-  }
-  if (!s.ok()) {
-    if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimedOut) CountFailed();
+  if (Status s = Request(c, Op::kLoad, w, p, Timeout()); !s.ok()) {
     // The service did not take the request (or the connection is gone): nothing writes the slots.
     FreeBlocks(*c, blocks, block_bytes());
     return s;
@@ -237,15 +229,7 @@ Result<std::unique_ptr<StoreHandle>> RemoteEngineImpl::Store(
   w.U8(static_cast<uint8_t>(options.priority));
   w.U64(options.ttl_ms);
   w.U64(options.first_chunk);
-  uint64_t id = NextId();
-  Status s = c->Send(Op::kStore, id, w, p);
-  if (s.ok()) s = c->Wait(p, Timeout(), [](const Pending& q) { return q.replied; });
-  if (s.ok()) {
-    MutexLock lock(&c->mu);
-    s = p->status;
-  }
-  if (!s.ok()) {
-    if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimedOut) CountFailed();
+  if (Status s = Request(c, Op::kStore, w, p, Timeout()); !s.ok()) {
     FreeBlocks(*c, blocks, block_bytes());
     return s;
   }

@@ -75,6 +75,10 @@ class RemoteEngineImpl final : public RemoteEngine {
   // The live connection, reconnecting when the last attempt is older than the reconnect
   // interval (or `force`).
   Result<std::shared_ptr<Connection>> Live(bool force);
+  // Sends a request and waits for its reply; the reply's status (its payload stays in `p`).
+  // A lost connection or a timeout is counted in ClientState::failed_requests.
+  Status Request(const std::shared_ptr<Connection>& c, Op op, const WireWriter& w,
+                 const std::shared_ptr<Pending>& p, std::chrono::milliseconds timeout);
   Result<std::vector<std::byte>> Call(const std::shared_ptr<Connection>& c, Op op,
                                       const WireWriter& w, std::chrono::milliseconds timeout);
   Result<uint64_t> ServiceNamespace(const std::shared_ptr<Connection>& c, const Namespace& ns);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/limits.h"
+#include "core/sha256.h"
 #include "serve/server_internal.h"
 #include "tiers/remote_crypto.h"
 
@@ -18,16 +19,6 @@ Status Malformed(Op op) {
                                  std::to_string(static_cast<int>(op)) + ")");
 }
 
-std::string HexPrefix(const Hash256& h, size_t bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < bytes && i < h.size(); ++i) {
-    uint8_t b = static_cast<uint8_t>(h[i]);
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -153,7 +144,7 @@ Status Conn::MakeNamespace(WireReader& r, WireWriter* out) {
   }
   KV_ASSIGN_OR_RETURN(Namespace ns, server_->engine->MakeNamespace(salt, extra));
   uint64_t handle = next_ns_++;
-  std::string label = "uid:" + std::to_string(cred_.uid) + "/" + HexPrefix(ns.digest, 6);
+  std::string label = "uid:" + std::to_string(cred_.uid) + "/" + ToHex(ns.digest).substr(0, 12);
   namespaces_[handle] = {ns, label};
   ns_by_key_[key] = handle;
   out->U64(handle);
