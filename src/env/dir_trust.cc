@@ -114,10 +114,22 @@ Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   return Status::Ok();
 }
 
+// fsync of a directory, so that a rename in it is durable.
+Status SyncDir(const std::string& dir) {
+  int fd = -1;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::FromErrno(errno, "open " + dir);
+  UniqueFd owned(fd);
+  if (::fsync(owned.get()) != 0) return Status::FromErrno(errno, "fsync " + dir);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ReplaceRegularFile(const std::string& what, const std::string& path,
-                          std::string_view bytes, uint32_t file_mode) {
+                          std::string_view bytes, uint32_t file_mode, bool durable) {
   if (path.empty()) return Status::InvalidArgument(what + ": empty path");
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -136,6 +148,7 @@ Status ReplaceRegularFile(const std::string& what, const std::string& path,
   if (fd < 0) return Status::FromErrno(errno, what + ": create " + tmp);
   UniqueFd owned(fd);
   Status s = WriteAll(owned.get(), bytes, tmp);
+  if (s.ok() && durable && ::fsync(owned.get()) != 0) s = Status::FromErrno(errno, "fsync " + tmp);
   if (s.ok()) s = owned.Close();
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = Status::FromErrno(errno, "rename " + tmp + " to " + path);
@@ -144,6 +157,7 @@ Status ReplaceRegularFile(const std::string& what, const std::string& path,
     ::unlink(tmp.c_str());  // Our own temporary: O_EXCL made it, so nothing else is removed.
     return s.WithContext(what);
   }
+  if (durable) return SyncDir(dir.empty() ? "." : dir).WithContext(what);
   return Status::Ok();
 }
 

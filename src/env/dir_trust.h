@@ -52,9 +52,10 @@ Result<UniqueFd> OpenTrustedDir(const std::string& dir, GroupWrite group_write);
 // O_EXCL|O_NOFOLLOW with `file_mode` in the same directory, which is then renamed over `path`.
 // A `path` that exists and is not a regular file (a FIFO, a device node such as /dev/null, a
 // directory, a symbolic link) is refused with InvalidArgument naming what it is, and left as it
-// was; `what` starts every message ("--metrics-file").
+// was; `what` starts every message ("--metrics-file"). With `durable`, the temporary is synced
+// before the rename and the directory after it, so the new bytes survive a crash (state files).
 Status ReplaceRegularFile(const std::string& what, const std::string& path,
-                          std::string_view bytes, uint32_t file_mode);
+                          std::string_view bytes, uint32_t file_mode, bool durable = false);
 
 // What a file that is not a regular file is, for messages: "a symbolic link", "a directory",
 // "a FIFO", "a socket", "a character device", "a block device" (else "not a regular file").

@@ -453,6 +453,21 @@ Status RemoteEngineImpl::Drain() {
   return Call(c, Op::kDrain, WireWriter(), Timeout()).status();
 }
 
+Result<RemoteEngine::ClearResult> RemoteEngineImpl::ClearTenant(uint32_t uid,
+                                                               std::string_view tenant) {
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, Live(true));
+  WireWriter w;
+  w.U32(uid);
+  w.Str(tenant);
+  KV_ASSIGN_OR_RETURN(std::vector<std::byte> reply, Call(c, Op::kClearTenant, w, Timeout()));
+  WireReader r(reply);
+  ClearResult result;
+  result.generation = r.U64();
+  result.persistent = r.U8() != 0;
+  if (!r.done()) return Status::Corruption("a malformed clear reply from the service");
+  return result;
+}
+
 EngineStats RemoteEngineImpl::Stats() {
   Result<std::shared_ptr<Connection>> c = Live(false);
   if (!c.ok()) return {};

@@ -64,6 +64,13 @@ class RemoteEngine : public Engine {
   // The service's state and its engine's stats as JSON (ServerStats, kvtier ctl stats).
   virtual Result<std::string> ServiceStatsJson() = 0;
   virtual Status Drain() = 0;
+  // Server::ClearTenant on the service: the tenant `tenant` of uid `uid` (this client's own, or
+  // any when the client runs as the service's uid or root) moves to a new namespace.
+  struct ClearResult {
+    uint64_t generation = 0;
+    bool persistent = false;  // Recorded in the service's state file (survives restarts).
+  };
+  virtual Result<ClearResult> ClearTenant(uint32_t uid, std::string_view tenant) = 0;
 };
 
 Result<std::unique_ptr<RemoteEngine>> Connect(const ClientOptions& options);

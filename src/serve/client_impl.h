@@ -71,6 +71,7 @@ class RemoteEngineImpl final : public RemoteEngine {
   ClientState State() override;
   Result<std::string> ServiceStatsJson() override;
   Status Drain() override;
+  Result<ClearResult> ClearTenant(uint32_t uid, std::string_view tenant) override;
 
   // The live connection, reconnecting when the last attempt is older than the reconnect
   // interval (or `force`).

@@ -12,7 +12,7 @@
 namespace kvtier::serve {
 namespace {
 
-constexpr uint16_t kOpMax = static_cast<uint16_t>(Op::kDrain);
+constexpr uint16_t kOpMax = static_cast<uint16_t>(Op::kClearTenant);
 
 Status SocketError(int err, std::string_view what) {
   if (err == EAGAIN || err == EWOULDBLOCK) {

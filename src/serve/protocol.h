@@ -25,6 +25,7 @@
 //   kFlush, kDrain                                       kReply: status
 //   kStats                                               kReply: status, EngineStats
 //   kServiceStats                                        kReply: status, JSON text
+//   kClearTenant  uid, tenant id                         kReply: status, new generation
 //
 // Every read is bounds-checked: a malformed payload fails WireReader::ok() and the request gets
 // InvalidArgument (the service counts it in bad_requests).
@@ -74,6 +75,7 @@ enum class Op : uint16_t {
   kStats = 15,
   kServiceStats = 16,
   kDrain = 17,
+  kClearTenant = 18,
 };
 
 struct FrameHeader {

@@ -10,7 +10,11 @@
 //   - the service stopped: lookups miss, loads fail with Unavailable within the timeout, and the
 //     client reconnects by itself once a service is back on the socket;
 //   - a second service on the socket is refused naming the holder's pid; malformed frames and
-//     out-of-range offsets are refused and counted; draining refuses loads and stores.
+//     out-of-range offsets are refused and counted; draining refuses loads and stores;
+//   - a cleared tenant (ctl clear --namespace) misses from then on, through namespaces already
+//     held too, while other tenants keep hitting; with a state file it stays cleared after the
+//     service restarts (without, it does not: the file is what holds it); a state file that does
+//     not parse or is a link is refused; another uid may not clear a tenant not its own or drain.
 // Children are this binary re-executed with --gtest_filter on a disabled test (no fork-only
 // code runs with the parent's threads).
 #include <fcntl.h>
@@ -24,6 +28,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -314,6 +319,10 @@ TEST(ServeChild, DISABLED_Run) {
     ASSERT_TRUE(ns.ok());
     std::printf("matched: %zu\n",
                 (*c)->Lookup(*ns, TestTokens(5, 2 * kBlockTokens), {})->matched_tokens);
+    // Operations: another uid's tenant and a drain are refused; its own tenant it may clear.
+    std::printf("clear root's: %s\n", (*c)->ClearTenant(0, "alice").status().ToString().c_str());
+    std::printf("clear own: %s\n", (*c)->ClearTenant(65534, "alice").status().ToString().c_str());
+    std::printf("drain: %s\n", (*c)->Drain().ToString().c_str());
     return;
   }
   std::string socket = rest.substr(0, rest.rfind(':'));
@@ -476,6 +485,14 @@ TEST_F(ServeTest, AnotherUidNamingATenantGetsMisses) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_NE(buf.find("matched: 0\n"), std::string::npos) << buf;
+  EXPECT_NE(buf.find("clear root's: InvalidArgument: clearing another uid's tenant"),
+            std::string::npos) << buf;
+  EXPECT_NE(buf.find("clear own: OK"), std::string::npos) << buf;
+  EXPECT_NE(buf.find("drain: InvalidArgument: drain: only the service's own uid or root"),
+            std::string::npos) << buf;
+  EXPECT_FALSE(server_->Stats().draining);
+  // Nobody's clear of its own "alice" left root's "alice" alone.
+  EXPECT_EQ(c->Lookup(*ns, tokens, {})->matched_tokens, 2 * kBlockTokens);
 }
 
 TEST_F(ServeTest, ServiceGoneMeansMissesThenReconnects) {
@@ -613,6 +630,104 @@ TEST_F(ServeTest, DrainRefusesLoadsAndStores) {
   Result<std::string> json = c->ServiceStatsJson();
   ASSERT_TRUE(json.ok());
   EXPECT_NE(json->find("\"draining\": true"), std::string::npos) << *json;
+}
+
+TEST_F(ServeTest, ClearedTenantMissesWhileOthersKeepHitting) {
+  auto c = Client("clearer");
+  auto other = Client("other");
+  ASSERT_TRUE(c && other);
+  std::vector<uint32_t> tokens = TestTokens(8, 2 * kBlockTokens);
+  Result<Namespace> t = c->MakeNamespace("t");
+  Result<Namespace> u = c->MakeNamespace("u");
+  Result<Namespace> t_other = other->MakeNamespace("t");  // Held across the clear.
+  ASSERT_TRUE(t.ok() && u.ok() && t_other.ok());
+  Blocks src = Filled(8, 2);
+  for (const Namespace* ns : {&*t, &*u}) {
+    auto store = c->Store(*ns, tokens, src.cspans, {});
+    ASSERT_TRUE(store.ok() && (*store)->Wait().ok());
+  }
+  ASSERT_EQ(other->Lookup(*t_other, tokens, {})->matched_tokens, 2 * kBlockTokens);
+  Result<RemoteEngine::ClearResult> cleared = c->ClearTenant(::getuid(), "t");
+  ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+  EXPECT_EQ(cleared->generation, 1u);
+  EXPECT_FALSE(cleared->persistent);
+  EXPECT_EQ(c->Lookup(*t, tokens, {})->matched_tokens, 0u);
+  EXPECT_EQ(other->Lookup(*t_other, tokens, {})->matched_tokens, 0u);
+  Result<Namespace> fresh = other->MakeNamespace("t");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(other->Lookup(*fresh, tokens, {})->matched_tokens, 0u);
+  EXPECT_EQ(c->Lookup(*u, tokens, {})->matched_tokens, 2 * kBlockTokens);
+  // The tenant caches again from its new generation on.
+  auto store = c->Store(*t, tokens, src.cspans, {});
+  ASSERT_TRUE(store.ok() && (*store)->Wait().ok());
+  EXPECT_EQ(other->Lookup(*t_other, tokens, {})->matched_tokens, 2 * kBlockTokens);
+  Blocks dst = Empty(2);
+  auto load = other->Load(*t_other, tokens, dst.spans);
+  ASSERT_TRUE(load.ok() && (*load)->Wait().ok());
+  EXPECT_TRUE(Holds(dst, 8, 2));
+  EXPECT_EQ(server_->Stats().tenants_cleared, 1u);
+  EXPECT_EQ(c->ClearTenant(::getuid(), "t")->generation, 2u);
+}
+
+TEST_F(ServeTest, ClearedTenantStaysClearedAfterARestart) {
+  const std::string state = dir_->Join("serve-namespaces");
+  server_.reset();
+  ServerOptions with_state;
+  with_state.namespace_state_path = state;
+  StartServer(with_state);
+  std::vector<uint32_t> tokens = TestTokens(9, 2 * kBlockTokens);
+  Blocks src = Filled(9, 2);
+  {
+    auto c = Client();
+    ASSERT_TRUE(c);
+    for (const char* tenant : {"t", "u"}) {
+      Result<Namespace> ns = c->MakeNamespace(tenant);
+      ASSERT_TRUE(ns.ok());
+      auto store = c->Store(*ns, tokens, src.cspans, {});
+      ASSERT_TRUE(store.ok() && (*store)->Wait().ok());
+    }
+    Result<RemoteEngine::ClearResult> cleared = c->ClearTenant(::getuid(), "t");
+    ASSERT_TRUE(cleared.ok()) << cleared.status().ToString();
+    EXPECT_TRUE(cleared->persistent);
+  }
+  // The engine (and its blocks) outlives the service: what keeps "t" cleared is the file.
+  auto matched = [&](const char* tenant) {
+    auto c = Client();
+    Result<Namespace> ns = c->MakeNamespace(tenant);
+    return c->Lookup(*ns, tokens, {})->matched_tokens;
+  };
+  server_.reset();
+  StartServer(with_state);
+  EXPECT_EQ(matched("t"), 0u);
+  EXPECT_EQ(matched("u"), 2 * kBlockTokens);
+  server_.reset();
+  StartServer();  // No state file: the clear is forgotten and the old blocks are reachable.
+  EXPECT_EQ(matched("t"), 2 * kBlockTokens);
+}
+
+bool WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  return static_cast<bool>(f);
+}
+
+TEST_F(ServeTest, AStateFileThatDoesNotParseOrIsALinkIsRefused) {
+  server_.reset();
+  ServerOptions o;
+  o.socket_path = socket_;
+  o.namespace_state_path = dir_->Join("state");
+  ASSERT_TRUE(WriteText(o.namespace_state_path, "kvtier-serve-namespaces 1\n1 zz\n"));
+  Result<std::unique_ptr<Server>> bad = Server::Start(o, engine_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2: expected"), std::string::npos)
+      << bad.status().ToString();
+  ASSERT_TRUE(WriteText(dir_->Join("elsewhere"), "kvtier-serve-namespaces 1\n"));
+  ::unlink(o.namespace_state_path.c_str());
+  ASSERT_EQ(::symlink(dir_->Join("elsewhere").c_str(), o.namespace_state_path.c_str()), 0);
+  Result<std::unique_ptr<Server>> link = Server::Start(o, engine_);
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find("is a symbolic link"), std::string::npos)
+      << link.status().ToString();
 }
 
 }  // namespace

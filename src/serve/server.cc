@@ -13,10 +13,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <span>
 
 #include "core/escape.h"
 #include "engine/engine_metrics.h"
 #include "serve/server_internal.h"
+#include "tiers/remote_crypto.h"
 
 namespace kvtier::serve {
 namespace {
@@ -219,6 +221,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
     return Status::InvalidArgument("client_staging_bytes: smaller than one chunk's blocks (" +
                                    std::to_string(impl->slot_bytes * layout.layers) + " bytes)");
   }
+  KV_RETURN_IF_ERROR(impl->generations.Open(options.namespace_state_path));
   KV_ASSIGN_OR_RETURN(impl->lock_fd, LockSocket(options.socket_path));
   KV_ASSIGN_OR_RETURN(impl->listen_fd, Listen(options.socket_path));
   if (::pipe2(impl->wake, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe2");
@@ -256,6 +259,32 @@ void Server::Drain() {
   }
 }
 
+Result<Namespace> Server::Impl::DeriveNamespace(const std::string& scoped,
+                                                const std::vector<std::string>& extra) {
+  std::string salt = generations.SaltFor(scoped);
+  if (!options.tenant_secret.empty()) {
+    KV_ASSIGN_OR_RETURN(salt, DeriveTenantSalt(salt, std::as_bytes(std::span(
+                                                         options.tenant_secret))));
+  }
+  return engine->MakeNamespace(salt, extra);
+}
+
+Result<uint64_t> Server::ClearTenant(uint32_t uid, const std::string& tenant) {
+  if (tenant.size() > kTenantBytesMax) {
+    return Status::InvalidArgument("a tenant id of more than 4096 bytes");
+  }
+  const std::string scoped = "uid:" + std::to_string(uid) + "/" + tenant;
+  KV_ASSIGN_OR_RETURN(const uint64_t generation, impl_->generations.Bump(scoped));
+  ++impl_->clear_epoch;
+  impl_->Log(LogLevel::kInfo,
+             "cleared a tenant of uid " + std::to_string(uid) + ": generation " +
+                 std::to_string(generation) +
+                 (impl_->generations.persistent()
+                      ? " (recorded in " + impl_->generations.path() + ")"
+                      : " (kept in memory only: the service has no namespace state file)"));
+  return generation;
+}
+
 const std::string& Server::socket_path() const { return impl_->options.socket_path; }
 
 ServerStats Server::Stats() {
@@ -268,6 +297,7 @@ ServerStats Server::Stats() {
   s.leases_total = impl_->leases_total;
   s.leases_orphaned = impl_->leases_orphaned;
   s.disconnects_mid_request = impl_->disconnects_mid_request;
+  s.tenants_cleared = impl_->clear_epoch;
   s.draining = impl_->draining;
   MutexLock lock(&impl_->mu);
   for (const auto& c : impl_->conns) {
@@ -338,7 +368,8 @@ std::string Server::StatsJson() {
                     u(s.bad_requests) + ", \"leases_active\": " + u(s.leases_active) +
                     ", \"leases_total\": " + u(s.leases_total) + ", \"leases_orphaned\": " +
                     u(s.leases_orphaned) + ", \"disconnects_mid_request\": " +
-                    u(s.disconnects_mid_request) + ", \"draining\": " +
+                    u(s.disconnects_mid_request) + ", \"tenants_cleared\": " +
+                    u(s.tenants_cleared) + ", \"draining\": " +
                     (s.draining ? "true" : "false") + ", \"clients\": [";
   for (size_t i = 0; i < s.clients.size(); ++i) {
     const ClientStats& c = s.clients[i];

@@ -15,7 +15,8 @@
 // argument of MakeNamespace) is derived on the service: its salt is
 // DeriveTenantSalt("uid:<uid>/" + tenant id, tenant_secret), so clients of two uids never share
 // KV, and a client cannot name another uid's tenant into existence. Refusals are counted and
-// logged once per client process.
+// logged once per client process. Operations (Drain, ClearTenant) are taken only from clients
+// of the service's own uid or root; a client may clear the tenants of its own uid.
 //
 // Leases: a request that reads or writes the connection's staging region (Load, Store) holds a
 // lease from the moment the service accepted it until the engine no longer touches the region
@@ -56,6 +57,9 @@ struct ServerOptions {
   uint32_t clients_max = kClientsMaxDefault;
   // A client that does not read its replies for this long is disconnected.
   uint32_t send_timeout_ms = 5000;
+  // Where the tenants' generations persist (serve/namespace_state.h: what ClearTenant changes),
+  // so that a cleared tenant stays cleared after a restart. Empty: kept in memory only.
+  std::string namespace_state_path;
   Logger* logger = nullptr;  // Borrowed; nullptr: silent.
 
   Status Validate() const;
@@ -83,6 +87,7 @@ struct ServerStats {
   uint64_t leases_total = 0;
   uint64_t leases_orphaned = 0;    // Leases whose client disconnected before they ended.
   uint64_t disconnects_mid_request = 0;
+  uint64_t tenants_cleared = 0;    // ClearTenant calls that moved a tenant to a new namespace.
   bool draining = false;
   std::vector<ClientStats> clients;  // Connected clients.
   std::vector<TenantStats> tenants;  // Every tenant seen since the start.
@@ -101,6 +106,11 @@ class Server {
   // stores) and new connections, while lookups and requests in flight go on: a deployment that
   // replaces the service drains the old one, then stops it.
   void Drain();
+  // Moves the tenant `tenant` of uid `uid` to a new namespace: from now on (and after restarts,
+  // when namespace_state_path is set) every block it stored before is a miss in every tier, for
+  // every client, including namespaces clients already hold; the tiers evict the old blocks as
+  // they evict any block nobody reads. Returns the tenant's new generation.
+  Result<uint64_t> ClearTenant(uint32_t uid, const std::string& tenant);
   ServerStats Stats();
   // Prometheus text: the engine's metrics (Engine::MetricsText), the service's counters, and
   // per client and per tenant counters.

@@ -25,6 +25,7 @@
 #include "core/mutex.h"
 #include "core/unique_fd.h"
 #include "engine/engine.h"
+#include "serve/namespace_state.h"
 #include "serve/protocol.h"
 #include "serve/server.h"
 
@@ -57,6 +58,9 @@ class Conn {
   struct NsEntry {
     Namespace ns;
     std::string tenant;  // The TenantStats label.
+    std::string scoped;  // "uid:<uid>/<tenant id>".
+    std::vector<std::string> extra;
+    uint64_t epoch = 0;  // Server::Impl::clear_epoch when `ns` was derived.
   };
   struct LoadJob {
     uint64_t id;
@@ -79,6 +83,8 @@ class Conn {
   void Send(Op op, uint64_t id, const WireWriter& w);
   const NsEntry* FindNs(uint64_t handle);
   Status MakeNamespace(WireReader& r, WireWriter* out);
+  Status ClearTenant(WireReader& r, WireWriter* out);
+  bool Operator() const;
   Status Lookup(WireReader& r, WireWriter* out);
   Status Load(uint64_t id, WireReader& r, WireWriter* out, std::unique_ptr<LoadHandle>* handle,
               uint32_t* layers);
@@ -137,6 +143,9 @@ struct Server::Impl {
   std::atomic<uint64_t> clients_total{0}, clients_refused{0}, requests{0}, bad_requests{0};
   std::atomic<uint64_t> leases_active{0}, leases_total{0}, leases_orphaned{0};
   std::atomic<uint64_t> disconnects_mid_request{0};
+  NamespaceGenerations generations;
+  // Bumped by every ClearTenant: a connection re-derives the namespaces it holds when it changed.
+  std::atomic<uint64_t> clear_epoch{0};
 
   Mutex mu;
   std::vector<std::shared_ptr<Conn>> conns;       // Under mu.
@@ -147,6 +156,9 @@ struct Server::Impl {
   void Reap(bool all);
   void Refused(const ucred& cred, const std::string& why);
   void CountTenant(const std::string& tenant, const TenantCounters& delta);
+  // The engine namespace of `scoped` ("uid:<uid>/<tenant id>") at its current generation.
+  Result<Namespace> DeriveNamespace(const std::string& scoped,
+                                    const std::vector<std::string>& extra);
   void Log(LogLevel level, const std::string& message) const;
 };
 

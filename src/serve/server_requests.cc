@@ -5,7 +5,6 @@
 #include "core/limits.h"
 #include "core/sha256.h"
 #include "serve/server_internal.h"
-#include "tiers/remote_crypto.h"
 
 namespace kvtier::serve {
 namespace {
@@ -97,7 +96,14 @@ void Conn::Serve(const FrameHeader& h, std::vector<std::byte>& payload) {
       out.Str(server_->owner->StatsJson());
       break;
     case Op::kDrain:
-      server_->owner->Drain();
+      if (Operator()) {
+        server_->owner->Drain();
+      } else {
+        s = Status::InvalidArgument("drain: only the service's own uid or root may drain it");
+      }
+      break;
+    case Op::kClearTenant:
+      s = ClearTenant(r, &out);
       break;
     default:
       s = Status::InvalidArgument("a kvtier service frame that is not a request");
@@ -116,7 +122,36 @@ void Conn::Serve(const FrameHeader& h, std::vector<std::byte>& payload) {
 
 const Conn::NsEntry* Conn::FindNs(uint64_t handle) {
   auto it = namespaces_.find(handle);
-  return it == namespaces_.end() ? nullptr : &it->second;
+  if (it == namespaces_.end()) return nullptr;
+  NsEntry& e = it->second;
+  const uint64_t epoch = server_->clear_epoch.load();
+  if (e.epoch != epoch) {
+    // A tenant was cleared since this namespace was derived: derive it again at its tenant's
+    // current generation, so that a cleared tenant's old blocks are misses on this connection
+    // too. A failure fails closed: the handle is unknown.
+    Result<Namespace> ns = server_->DeriveNamespace(e.scoped, e.extra);
+    if (!ns.ok()) return nullptr;
+    e.ns = *ns;
+    e.epoch = epoch;
+  }
+  return &e;
+}
+
+bool Conn::Operator() const { return cred_.uid == server_->own_uid || cred_.uid == 0; }
+
+Status Conn::ClearTenant(WireReader& r, WireWriter* out) {
+  const uint32_t uid = r.U32();
+  std::string tenant = r.Str(kTenantBytesMax);
+  if (!r.done()) return Malformed(Op::kClearTenant);
+  if (uid != cred_.uid && !Operator()) {
+    return Status::InvalidArgument(
+        "clearing another uid's tenant: only the service's own uid or root may (this client "
+        "runs as uid " + std::to_string(cred_.uid) + ")");
+  }
+  KV_ASSIGN_OR_RETURN(const uint64_t generation, server_->owner->ClearTenant(uid, tenant));
+  out->U64(generation);
+  out->U8(server_->generations.persistent() ? 1 : 0);
+  return Status::Ok();
 }
 
 Status Conn::MakeNamespace(WireReader& r, WireWriter* out) {
@@ -137,15 +172,11 @@ Status Conn::MakeNamespace(WireReader& r, WireWriter* out) {
   if (namespaces_.size() >= kNamespacesPerConnMax) {
     return Status::Busy("a connection may hold at most 4096 namespaces");
   }
-  std::string salt = scoped;
-  if (!server_->options.tenant_secret.empty()) {
-    KV_ASSIGN_OR_RETURN(salt, DeriveTenantSalt(scoped, std::as_bytes(std::span(
-                                                           server_->options.tenant_secret))));
-  }
-  KV_ASSIGN_OR_RETURN(Namespace ns, server_->engine->MakeNamespace(salt, extra));
+  const uint64_t epoch = server_->clear_epoch.load();  // Before: a clear now re-derives.
+  KV_ASSIGN_OR_RETURN(Namespace ns, server_->DeriveNamespace(scoped, extra));
   uint64_t handle = next_ns_++;
   std::string label = "uid:" + std::to_string(cred_.uid) + "/" + ToHex(ns.digest).substr(0, 12);
-  namespaces_[handle] = {ns, label};
+  namespaces_[handle] = {ns, label, scoped, std::move(extra), epoch};
   ns_by_key_[key] = handle;
   out->U64(handle);
   return Status::Ok();

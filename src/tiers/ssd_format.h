@@ -93,6 +93,10 @@ inline constexpr const char* kSegmentSuffix = ".kvs";
 inline constexpr const char* kCheckpointName = "index.ckpt";
 inline constexpr const char* kCheckpointTempName = "index.ckpt.tmp";
 inline constexpr const char* kManifestTempName = "MANIFEST.tmp";
+// Kept in the first directory by the node service (`kvtier serve`: its cleared tenants), with the
+// temporaries it is written through; not part of the cache, left alone by every SSD tool.
+inline constexpr const char* kServeStateName = "serve-namespaces";
+inline constexpr const char* kServeStateTempName = ".serve-namespaces.tmp";
 
 static_assert(kSegmentHeaderBytes == kDirectIoAlignment);
 static_assert(kRecordHeaderBytes < kDirectIoAlignment);

@@ -289,7 +289,8 @@ Result<DirListing> ListSegments(Env* env, const std::vector<std::string>& dirs, 
       SegmentFile seg;
       if (!ParseSegmentFileName(name, &seg.segment_id)) {
         if (name != kCheckpointName && name != kManifestName &&
-            !IsTempFileName(name, kManifestTempName) && name != kLockFileName) {
+            !IsTempFileName(name, kManifestTempName) && name != kLockFileName &&
+            name != kServeStateName && !IsTempFileName(name, kServeStateTempName)) {
           listing.other_files.push_back(JoinPath(dirs[d], name));
         }
         continue;

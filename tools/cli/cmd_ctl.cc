@@ -4,15 +4,21 @@
 //   kvtier ctl stats   the service's state and its engine's stats, one JSON object on stdout
 //   kvtier ctl flush   writes every stored block down to the SSD (Engine::Flush)
 //   kvtier ctl drain   new loads and stores are refused from now on (a replacement is coming)
-//   kvtier ctl clear --namespace TENANT   not supported: see ClearNamespace below
+//   kvtier ctl clear --namespace TENANT [--uid UID]
+//                      the tenant's cached KV becomes misses, in every tier and after restarts
+//                      (Server::ClearTenant; serve/namespace_state.h says how and why)
 //
 // Each takes --socket (KVTIER_SOCKET; the same default as serve) and --token-file.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "command.h"
+#include "core/escape.h"
 #include "flags.h"
 #include "serve/client.h"
 #include "serve_common.h"
@@ -27,7 +33,7 @@ constexpr uint32_t kCtlTimeoutSecondsMax = 3600;  // ClientOptions::timeout_ms a
 class CtlCommand final : public Command {
  public:
   explicit CtlCommand(CLI::App* app)
-      : Command(app->add_subcommand("ctl", "Operate a running kvtier serve: stats, flush, drain")) {
+      : Command(app->add_subcommand("ctl", "Operate a running kvtier serve: stats, flush, drain, clear")) {
     CLI::App* c = subcommand();
     c->require_subcommand(0, 1);  // None: Run() names them.
     AddSocketFlags(c, &socket_, "A file (mode 0600) holding the service's client token");
@@ -41,8 +47,17 @@ class CtlCommand final : public Command {
     drain_ = c->add_subcommand(
         "drain", "Refuse new loads and stores (clients see misses) and new connections, before "
                  "the service is replaced or stopped; /healthz answers 503");
-    clear_ = c->add_subcommand("clear", "Remove one tenant's blocks (not supported: says why)");
-    clear_->add_option("--namespace", namespace_, "The tenant id")->required();
+    clear_ = c->add_subcommand(
+        "clear", "Clear one tenant's cached KV: every block it stored is a miss from now on, in "
+                 "every tier and after restarts (the space is reclaimed as the tiers evict)");
+    clear_->add_option("--namespace", namespace_,
+                       "The tenant id (vLLM's cache_salt; an empty string for requests without "
+                       "one)")
+        ->required();
+    clear_->add_option("--uid", clear_uid_,
+                       "The uid whose tenant it is (default: this user's; another uid's only as "
+                       "the service's user or root)")
+        ->check(WholeNumber(0, kUidMax));
   }
 
   int Run() override {
@@ -50,9 +65,12 @@ class CtlCommand final : public Command {
       std::fprintf(stderr, "kvtier ctl: name what to do: stats, flush, drain or clear\n");
       return kExitUsage;
     }
-    if (clear_->parsed()) return Fail(ClearNamespace());
     Result<std::unique_ptr<serve::RemoteEngine>> engine = ConnectToService();
     if (!engine.ok()) return Fail(engine.status());
+    if (clear_->parsed()) {
+      const Status s = ClearNamespace(**engine);
+      return s.ok() ? kExitOk : Fail(s);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (stats_->parsed()) {
       Result<std::string> json = (*engine)->ServiceStatsJson();
@@ -91,22 +109,25 @@ class CtlCommand final : public Command {
     return ExplainConnectFailure(engine.status(), "--token-file");
   }
 
-  // The engine keeps no index by namespace: a block's key is a hash over its namespace digest and
-  // its tokens, and the namespace is recorded nowhere (not in the host tier's table, not in SSD
-  // records, not in Redis keys). Finding one tenant's blocks would mean knowing their tokens, so
-  // there is no cheap (or even complete) per-namespace clear; the command says so.
-  Status ClearNamespace() const {
-    return Status::NotSupported(
-        "clear --namespace " + namespace_ +
-        ": not supported: blocks are keyed by hashes of their namespace and tokens and the "
-        "namespace is recorded nowhere, so one tenant's blocks cannot be found; they are evicted "
-        "or expire (--default-ttl-ms), and `kvtier clear DIR` empties a whole cache while its "
-        "service is stopped");
+  Status ClearNamespace(serve::RemoteEngine& engine) const {
+    const uint32_t uid = clear_uid_.value_or(static_cast<uint32_t>(::getuid()));
+    Result<serve::RemoteEngine::ClearResult> r = engine.ClearTenant(uid, namespace_);
+    if (!r.ok()) return r.status().WithContext("clear");
+    std::fprintf(stderr,
+                 "kvtier ctl clear: tenant \"%s\" of uid %u moved to generation %llu: the KV it "
+                 "stored is a miss from now on, for every client; the tiers reclaim its space as "
+                 "they evict%s\n",
+                 EscapeForMessage(namespace_).c_str(), uid, static_cast<unsigned long long>(r->generation),
+                 r->persistent ? ""
+                               : ". Not recorded on disk (the service has no cache directory "
+                                 "or --namespace-state): a restart of the service forgets it");
+    return Status::Ok();
   }
 
   SocketFlags socket_;
   uint32_t timeout_s_ = 0;
   std::string namespace_;
+  std::optional<uint32_t> clear_uid_;
   CLI::App* stats_ = nullptr;  // Owned by the root app, as every CLI::App.
   CLI::App* flush_ = nullptr;
   CLI::App* drain_ = nullptr;

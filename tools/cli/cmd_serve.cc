@@ -36,6 +36,7 @@
 #include "interrupt.h"
 #include "llm_session.h"
 #include "serve/http_listener.h"
+#include "serve/namespace_state.h"
 #include "serve/server.h"
 #include "serve_common.h"
 
@@ -43,7 +44,6 @@ namespace kvtier::cli {
 namespace {
 
 constexpr uint64_t kServeHostBytesDefault = uint64_t{1} << 30;
-constexpr uint32_t kUidMax = 4294967294u;  // (uid_t)-1 means "no change" to the kernel.
 constexpr const char* kServiceGroup = "Service options (docs/serve.md)";
 
 constexpr const char* kServeFooter = R"(Examples:
@@ -53,6 +53,7 @@ constexpr const char* kServeFooter = R"(Examples:
   # From another terminal (the same user, the default socket):
   kvtier ctl stats
   kvtier ctl flush
+  kvtier ctl clear --namespace tenant-a     # tenant-a's cached KV: misses from now on
   # With Prometheus metrics and a health check on 127.0.0.1:9400:
   kvtier serve --config /etc/kvtier/kvtier.toml --http 9400
   curl -s localhost:9400/metrics; curl -s localhost:9400/healthz
@@ -83,6 +84,7 @@ class ServeCommand final : public Command {
   std::vector<std::string> allow_uids_;
   std::vector<std::string> allow_groups_;
   std::string tenant_secret_file_;
+  std::string namespace_state_;
   std::string client_staging_text_;
   uint32_t clients_max_ = serve::kClientsMaxDefault;
   std::string http_;
@@ -150,6 +152,11 @@ ServeCommand::ServeCommand(CLI::App* app)
   c->add_option("--tenant-secret-file", tenant_secret_file_,
                 "A file (mode 0600, at least 16 bytes) from which tenants' namespaces are derived")
       ->envname("KVTIER_TENANT_SECRET_FILE")->group(kServiceGroup);
+  c->add_option("--namespace-state", namespace_state_,
+                "Where `kvtier ctl clear --namespace` records cleared tenants, so that they stay "
+                "cleared after a restart (default: serve-namespaces in the first --cache-dir "
+                "directory; without one, in memory only)")
+      ->envname("KVTIER_NAMESPACE_STATE")->group(kServiceGroup);
   c->add_option("--client-staging-bytes", client_staging_text_,
                 "Shared staging memory per connection (committed as touched; default 1 GiB)")
       ->envname("KVTIER_CLIENT_STAGING_BYTES")
@@ -372,6 +379,12 @@ int ServeCommand::Run() {
     if (Status s = CheckCacheDirUsable(flags_.session.cache_dir, kCacheSegmentBytes); !s.ok()) {
       return Fail(s);
     }
+  }
+  server_options->namespace_state_path = namespace_state_;
+  if (namespace_state_.empty() && engine_options->ssd.has_value() &&
+      !engine_options->ssd->dirs.empty()) {
+    server_options->namespace_state_path =
+        engine_options->ssd->dirs[0] + "/" + ssd::kServeStateName;
   }
   if (const Status s = Serve(*server_options, *engine_options); !s.ok()) return Fail(s);
   return kExitOk;

@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/hex.h"
+
 namespace kvtier::cli {
 
 // `j` as text, indented by `indent` spaces (-1: one line), invalid UTF-8 replaced by U+FFFD.
@@ -34,19 +36,6 @@ inline bool IsValidUtf8(std::string_view text) {
   using Handler = nlohmann::json::error_handler_t;
   return s.dump(-1, ' ', false, Handler::ignore).size() ==
          s.dump(-1, ' ', false, Handler::replace).size();
-}
-
-// Lower-case hex of `bytes`, two digits a byte.
-inline std::string HexOf(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out += kDigits[b >> 4];
-    out += kDigits[b & 0xf];
-  }
-  return out;
 }
 
 // (*j)[key] = text, plus (*j)[key + "_hex"] = its bytes in hex when text is not valid UTF-8.

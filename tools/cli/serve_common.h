@@ -23,6 +23,7 @@ namespace kvtier::cli {
 
 // Secrets are short: a token or a tenant secret of a few dozen bytes.
 inline constexpr uint64_t kSecretFileBytesMax = 4096;
+inline constexpr uint32_t kUidMax = 4294967294u;  // (uid_t)-1 means "no change" to the kernel.
 
 struct SocketFlags {
   std::string socket;      // Empty: DefaultSocketPath().

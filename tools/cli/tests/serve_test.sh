@@ -7,7 +7,8 @@
 # on the same cache directory naming the LOCK's; `kvtier run --server` and `preload --server`
 # store a prompt's chunks through the service; `ctl drain` turns /healthz to 503; SIGTERM exits 0 after a flush; a new
 # service (from a --config file, with a client token) on the same directory refuses clients
-# without the token, finds the chunks on the SSD, and `run --server` loads them; `ctl clear --namespace` says why it is not supported.
+# without the token, finds the chunks on the SSD, and `run --server` loads them; `ctl clear --namespace` makes a tenant's chunks misses, also after a restart, and
+# `inspect` does not count the service's state file.
 # Method: the binary under `timeout`, the service in the background with its stderr in a file,
 # every wait bounded (a hang fails instead of stalling), python3 for JSON and HTTP. The model
 # steps use the shared stories260K model; without it they are skipped with a line (failed when
@@ -134,7 +135,9 @@ expect_fail "no service" 1 "no kvtier service at $TMP/none.sock" ctl stats \
 grep -q "is kvtier serve running there?" "$TMP/err" || fail "no service: no hint: $(cat "$TMP/err")"
 expect_fail "ctl timeout" 2 "--timeout" ctl stats --timeout 7200
 expect_fail "ctl without a command" 2 "stats, flush, drain or clear" ctl
-expect_fail "clear" 1 "not supported" ctl clear --namespace tenant-a --socket "$SOCK"
+expect_fail "clear without a service" 1 "no kvtier service" ctl clear --namespace tenant-a \
+  --socket "$SOCK"
+expect_fail "clear of a bad uid" 2 "--uid" ctl clear --namespace tenant-a --uid -1
 [[ ! -e "$TMP/run" ]] || fail "a refused start created the socket directory"
 
 # The service, with an SSD directory, HTTP on a free port and the caller's group on its socket.
@@ -188,6 +191,10 @@ if [[ $model_steps -eq 1 ]]; then
     --server "$SOCK" --cache-dir "$TMP/other" -m "$GGUF" -p "$PROMPT" -n 1
 fi
 
+run ctl clear --namespace never-used --socket "$SOCK"
+[[ $rc -eq 0 ]] && grep -q 'tenant "never-used" of uid [0-9]* moved to generation 1' "$TMP/err" ||
+  fail "ctl clear: exit $rc: $(cat "$TMP/err")"
+[[ -f "$TMP/cache/serve-namespaces" ]] || fail "ctl clear recorded nothing in the cache directory"
 run ctl drain --socket "$SOCK"
 [[ $rc -eq 0 ]] || fail "ctl drain: exit $rc: $(cat "$TMP/err")"
 [[ "$(http "$PORT" /healthz)" == $'503 text/plain; charset=utf-8\ndraining' ]] ||
@@ -231,6 +238,21 @@ if [[ $model_steps -eq 1 ]]; then
   run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-b
   grep -q " 0 loaded from the cache" "$TMP/err" ||
     fail "another tenant found tenant-a's chunks: $(cat "$TMP/err")"
+  # Cleared, tenant-a's chunks are misses, also after the service restarted.
+  run ctl clear --namespace tenant-a --socket "$SOCK" --token-file "$TMP/token"
+  [[ $rc -eq 0 ]] || fail "ctl clear --namespace tenant-a: exit $rc: $(cat "$TMP/err")"
+  run run --server "$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
+  grep -q " 0 loaded from the cache" "$TMP/err" ||
+    fail "tenant-a hit after ctl clear: $(cat "$TMP/err")"
+  # The run stored them again, under the new generation; the restarted service knows it.
+  stop_serve INT
+  start_serve "$TMP/serve2b.err" --config "$TMP/kvtier.toml" ||
+    fail "serve did not restart: $(cat "$TMP/serve2b.err")"
+  run ctl clear --namespace tenant-a --socket "$SOCK" --token-file "$TMP/token"
+  grep -q "moved to generation 2" "$TMP/err" ||
+    fail "the restarted service forgot the clear: $(cat "$TMP/err")"
+  run inspect "$TMP/cache"
+  grep -q "other file" "$TMP/out" && fail "inspect counts the service's state: $(cat "$TMP/out")"
   unset KVTIER_SERVER_TOKEN_FILE
 fi
 stop_serve INT
