@@ -5,8 +5,9 @@ generated token ids as JSON: the building block of the end-to-end tests and the 
   python tests/vllm/run_vllm.py --model DIR --prompts P.json --out OUT.json
       [--connector CONFIG.json] [--max-tokens 16] [--block-size 32] [--repeat N]
 
-P.json: [{"tokens": [...], "cache_salt": "..." (optional)}, ...], run one after another (so a
-later prompt can hit what an earlier one stored). CONFIG.json: the --kv-transfer-config value.
+P.json: [{"tokens": [...], "cache_salt": "..." (optional), "kv_transfer_params": {...}
+(optional: the request's, as SamplingParams' extra_args carry them)}, ...], run one after another
+(so a later prompt can hit what an earlier one stored). CONFIG.json: the --kv-transfer-config value.
 OUT.json: {"outputs": [[token ids], ...], "margins": [[m, ...], ...], "ttft_s": [...],
 "startup_s": s}; margins are each generated token's top-1 minus top-2 logit (vLLM's raw
 logprobs of the two best tokens: their difference is the logits' difference), the distance a
@@ -66,12 +67,16 @@ def main():
         prompt = {"prompt_token_ids": p["tokens"]}
         if p.get("cache_salt"):
             prompt["cache_salt"] = p["cache_salt"]
+        extra_args = {"kv_transfer_params": p["kv_transfer_params"]} \
+            if "kv_transfer_params" in p else None
         if args.ttft:
             t0 = time.perf_counter()
-            llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+            llm.generate([prompt], SamplingParams(temperature=0, max_tokens=1,
+                                                  extra_args=extra_args), use_tqdm=False)
             ttfts.append(time.perf_counter() - t0)
         result = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=args.max_tokens,
-                                                       logprobs=2), use_tqdm=False)
+                                                       logprobs=2, extra_args=extra_args),
+                              use_tqdm=False)
         completion = result[0].outputs[0]
         outputs.append(list(completion.token_ids))
         margins.append([top_margin(step) for step in completion.logprobs or []])

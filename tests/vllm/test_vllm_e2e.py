@@ -33,7 +33,12 @@ layer, page and byte. What kvtier did is read from the connector's stats file.
      host tier, loads from Redis: its pages equal node A's and the baseline's, and so do its tokens;
   6. a corrupted SSD tier (bytes flipped inside every record of a copy of the cache directory)
      fails closed: the blocks that do not verify are reported to vLLM, which recomputes them,
-     and the tokens still equal the baseline's.
+     and the tokens still equal the baseline's;
+  7. per-request controls (kv_transfer_params {"kvtier": ...}) in one process on an empty host
+     tier: "save": false stores nothing (the next request misses), "load": false loads nothing
+     from a cached prefix, "ttl_ms": 1 stores chunks that have expired by the next request,
+     controls that do not parse neither load nor store, and "priority": "pinned" is taken;
+     the dumps say which request loaded what, and every request's tokens are the baseline's.
 vLLM on CPU needs no extra flags for the connector; vLLM turns off its hybrid KV cache manager by
 itself when a connector that does not declare support for it is configured (logged).
 
@@ -321,3 +326,42 @@ def test_6_corrupted_ssd_records_are_recomputed_not_served(work):
     st = stats(s)
     # Either the lookup already saw the damage (fewer hits), or the loads failed closed.
     assert st["load_failures"] > 0 or st["loaded_tokens"] < 768, st
+
+
+def test_7_per_request_controls(work):
+    s = work["tmp"] / "controls.stats.json"
+    config = {"host_bytes": 64 << 20, "stats_file": str(s), "runtime_dir": str(work["runtime"])}
+    p0 = work["prompts"][0]
+
+    def ask(controls, salt=None):
+        p = dict(p0, kv_transfer_params={"kvtier": controls})
+        if salt:
+            p["cache_salt"] = salt
+        return p
+
+    plan = [ask({"save": False}),                   # 0: computed, not stored
+            ask({}),                                # 1: a miss (0 stored nothing); stored
+            ask({"load": False}),                   # 2: cached, but computed
+            ask({}),                                # 3: a hit
+            ask({"ttl_ms": 1}, salt="ttl"),         # 4: another namespace; stored, 1 ms TTL
+            ask({}, salt="ttl"),                    # 5: expired: a miss; stored again
+            ask({}, salt="ttl"),                    # 6: a hit
+            ask({"sav": False}),                    # 7: controls that do not parse: computed
+            ask({"priority": "pinned", "ttl_ms": 0})]  # 8: a hit
+    out = run(work["model"], work["tmp"], "controls", plan, connector(config))
+    assert out == [work["baseline"][0]] * len(plan), "a request's tokens differ from the baseline"
+    got = pages(work["tmp"], "controls")
+    assert len(got) == len(plan)
+    every = [0, len(loadable_chunks(p0))]
+    loaded = [g["loaded"] for g in got]
+    assert loaded == [None, None, None, every, None, None, every, None, every], loaded
+    for i in (3, 6, 8):
+        assert not got[i]["failed"]
+        assert_same_pages(work["baseline_pages"][0], got[i], loadable_chunks(p0),
+                          f"request {i} loaded from the host tier")
+    st = stats(s)
+    # Stored: requests 1, 4 and 5 (7 chunks each); request 2 offered its chunks again (already
+    # cached: none new); 0 and 7 offered nothing; 3, 6 and 8 had nothing new.
+    assert st["saves"] == 4 and st["stored_chunks"] == 21, st
+    assert st["loads"] == 3 and st["load_failures"] == 0, st
+

@@ -72,7 +72,12 @@ loses at most the chunks stored within writeback_age_ms_max before it.
 Each request's cache_salt and LoRA adapter enter its kvtier namespace: two tenants (or two
 adapters) never share KV. The scheduler-side hooks never raise into vLLM's engine core: an
 unexpected error is a miss (or no store), logged and counted in scheduler_errors.
-docs/integration.md, "vLLM: KvtierConnector".
+
+Per request, kv_transfer_params {"kvtier": {"load": bool, "save": bool, "priority":
+"normal"|"high"|"pinned", "ttl_ms": int}} skips the lookup, skips the store, or sets the
+priority and TTL of the chunks the request stores ("pinned": a shared system prompt, evicted
+last). Controls that do not parse leave the request neither loaded nor stored (counted in
+bad_transfer_params). docs/integration.md, "vLLM: KvtierConnector".
 """
 
 from __future__ import annotations
@@ -143,12 +148,59 @@ class SaveOp:
     pages: list
     chunks: int
     first_chunk: int = 0  # Chunks below are cached already (loaded, or vLLM's own): not copied
+    priority: str = "normal"  # The request's "kvtier" controls (_request_controls)
+    ttl_ms: int = 0
 
 
 @dataclasses.dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
     loads: list = dataclasses.field(default_factory=list)
     saves: list = dataclasses.field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-request control: a request's kv_transfer_params may hold {"kvtier": {...}} (vLLM's
+# SamplingParams(extra_args={"kv_transfer_params": ...}), or "kv_transfer_params" in an OpenAI API
+# request's body). docs/integration.md, "Per-request control".
+
+_PRIORITY_OF = {"normal": kvtier.Priority.NORMAL, "high": kvtier.Priority.HIGH,
+                "pinned": kvtier.Priority.PINNED_PROMPT}
+_CONTROL_DEFAULTS = {"load": True, "save": True, "priority": "normal", "ttl_ms": 0}
+_PRIORITIES = ("normal", "high", "pinned")
+_CONTROL_TTL_MS_MAX = 365 * 24 * 3600 * 1000  # A year.
+# What a request whose controls do not parse gets: neither loaded nor stored (it may have asked
+# not to be stored; a typo must not store it).
+_CONTROL_REFUSED = {"load": False, "save": False, "priority": "normal", "ttl_ms": 0}
+
+
+def _request_controls(params) -> tuple[dict, str | None]:
+    """The "kvtier" controls of a request's kv_transfer_params: (controls, None), or
+    (_CONTROL_REFUSED, why) when they do not parse. Never raises."""
+    if params is None:
+        return dict(_CONTROL_DEFAULTS), None
+    if not isinstance(params, dict):
+        return dict(_CONTROL_REFUSED), "kv_transfer_params is not an object"
+    mine = params.get("kvtier")
+    if mine is None:
+        return dict(_CONTROL_DEFAULTS), None
+    if not isinstance(mine, dict):
+        return dict(_CONTROL_REFUSED), 'kv_transfer_params "kvtier" is not an object'
+    controls = dict(_CONTROL_DEFAULTS)
+    for key, value in mine.items():
+        if key not in controls:
+            return dict(_CONTROL_REFUSED), (f'unknown key {str(key)[:64]!r} in kv_transfer_params '
+                                            f'"kvtier" (valid: {", ".join(controls)})')
+        if key in ("load", "save") and not isinstance(value, bool):
+            return dict(_CONTROL_REFUSED), f'kv_transfer_params "kvtier" "{key}": true or false'
+        if key == "priority" and value not in _PRIORITIES:
+            return dict(_CONTROL_REFUSED), ('kv_transfer_params "kvtier" "priority": one of '
+                                            + ", ".join(_PRIORITIES))
+        if key == "ttl_ms" and (isinstance(value, bool) or not isinstance(value, int)
+                                or not 0 <= value <= _CONTROL_TTL_MS_MAX):
+            return dict(_CONTROL_REFUSED), ('kv_transfer_params "kvtier" "ttl_ms": a whole number '
+                                            f'of milliseconds in [0, {_CONTROL_TTL_MS_MAX}]')
+        controls[key] = value
+    return controls, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -657,6 +709,7 @@ class KvtierConnector(KVConnectorBase_V1):
             self._logged_errors: set[str] = set()
             self._requests: dict[str, Any] = {}      # req_id -> Request
             self._ns: dict[str, tuple | None] = {}   # req_id -> namespace, None: not cached
+            self._controls: dict[str, dict] = {}     # req_id -> its "kvtier" controls
             self._hits: dict[str, tuple] = {}        # req_id -> (local tokens, hit tokens)
             self._loads: dict[str, LoadOp] = {}      # Decided, not yet sent.
             self._blocks: dict[str, list] = {}       # req_id -> the request's pages
@@ -719,7 +772,8 @@ class KvtierConnector(KVConnectorBase_V1):
 
     @staticmethod
     def _zero_sched_counters() -> dict:
-        return {"scheduler_errors": 0, "lookup_errors": 0, "unsalted_requests": 0}
+        return {"scheduler_errors": 0, "lookup_errors": 0, "unsalted_requests": 0,
+                "bad_transfer_params": 0, "unloaded_requests": 0, "unsaved_requests": 0}
 
     def _count_sched(self, **deltas):
         with self._sched_lock:
@@ -738,7 +792,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._count_sched(lookup_errors=1)
 
     def scheduler_stats(self) -> dict:
-        """The scheduler's counters: scheduler_errors, lookup_errors, unsalted_requests."""
+        """The scheduler's counters: scheduler_errors, lookup_errors, unsalted_requests,
+        bad_transfer_params, unloaded_requests and unsaved_requests (asked by the request)."""
         with self._sched_lock:
             return dict(self._sched_counters)
 
@@ -752,6 +807,21 @@ class KvtierConnector(KVConnectorBase_V1):
             self._ns[req_id] = ns
         return self._ns[req_id]
 
+    def _controls_of(self, request) -> dict:
+        """The request's "kvtier" controls, parsed once; a request whose controls do not parse is
+        neither loaded nor stored, logged (once per message) and counted in bad_transfer_params."""
+        req_id = request.request_id
+        if req_id not in self._controls:
+            controls, why = _request_controls(getattr(request, "kv_transfer_params", None))
+            if why is not None:
+                self._count_sched(bad_transfer_params=1)
+                if why not in self._logged_errors and len(self._logged_errors) < 256:
+                    self._logged_errors.add(why)
+                    logger.warning("kvtier: request %s is neither loaded nor stored: %s",
+                                   req_id, why)
+            self._controls[req_id] = controls
+        return self._controls[req_id]
+
     def _no_hit(self, request, num_computed_tokens, *args, **kwargs):
         self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
 
@@ -764,6 +834,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
         if limit <= num_computed_tokens:
             # vLLM has every chunk kvtier could give; kvtier got them when they were computed.
+            return 0, False
+        if not self._controls_of(request)["load"]:
+            self._count_sched(unloaded_requests=1)
             return 0, False
         ns = self._ns_of(request)
         if ns is None:
@@ -865,6 +938,10 @@ class KvtierConnector(KVConnectorBase_V1):
         if computed + scheduled < len(prompt):
             return  # The prompt's KV is not complete after this step.
         self._saved.add(req_id)
+        controls = self._controls_of(request)
+        if not controls["save"]:
+            self._count_sched(unsaved_requests=1)
+            return  # The request asked not to be stored (or its controls did not parse).
         ns = self._ns_of(request)
         if ns is None:
             return  # Not cached (no cache_salt under a tenant secret).
@@ -877,11 +954,13 @@ class KvtierConnector(KVConnectorBase_V1):
         if chunks <= first or len(pages) < chunks:
             return  # Nothing new to keep.
         meta.saves.append(SaveOp(req_id=req_id, ns=ns, tokens=list(prompt[:chunks * bs]),
-                                 pages=pages[:chunks], chunks=chunks, first_chunk=first))
+                                 pages=pages[:chunks], chunks=chunks, first_chunk=first,
+                                 priority=controls["priority"], ttl_ms=controls["ttl_ms"]))
 
     def _forget(self, request, *args, **kwargs):
         req_id = request.request_id
-        for table in (self._requests, self._hits, self._loads, self._blocks, self._ns):
+        for table in (self._requests, self._hits, self._loads, self._blocks, self._ns,
+                      self._controls):
             table.pop(req_id, None)
         self._saved.discard(req_id)
 
@@ -1149,7 +1228,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._finish_loads()
         for op, save in self._active_saves:
             try:
-                save.commit(self._namespace(op.ns), op.tokens)
+                save.commit(self._namespace(op.ns), op.tokens,
+                            priority=_PRIORITY_OF[op.priority], ttl_ms=op.ttl_ms)
                 with self._saves_lock:
                     self._pending_saves.append((op, save))
                 self._count(saves=1, saved_chunks=op.chunks - op.first_chunk,
