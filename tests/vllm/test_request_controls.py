@@ -14,16 +14,9 @@ workers honour a SaveOp's priority and TTL against a real vLLM is test_vllm_e2e.
 
 import pytest
 
-from test_connector_safety import BLOCK, Blocks, request, scheduler, start_server, step_output
-
-try:
-    import vllm  # noqa: F401
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
-
-pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed "
-                                "(scripts/setup_vllm_venv.sh)")
+# pytestmark: skipped (a failure in CI) without vLLM, as every test here.
+from test_connector_safety import (BLOCK, Blocks, pytestmark, request,  # noqa: F401
+                                   scheduler, start_server, step_output)
 
 
 def with_params(req_id, params):
