@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   # Toolchain.
   g++ cmake ninja-build pkg-config git
+  ccache           # Rebuilds (presets, fresh clones, CI) compile only what changed.
   clang libclang-rt-14-dev   # clang build: -Wthread-safety and the sanitizer job.
   # Libraries.
   liburing-dev     # io_uring for the SSD tier.
