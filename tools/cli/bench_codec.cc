@@ -47,7 +47,6 @@ constexpr uint32_t kModelBlockTokens = 64;
 constexpr size_t kOutlierStride = 64;
 constexpr size_t kOutlierChannel = 9;
 constexpr float kOutlierScale = 8.0f;
-constexpr const char* kSharedModelFile = "stories260K.gguf";
 constexpr const char* kPrompt = "Once upon a time, there was a little girl named Lily.";
 
 // The blocks of one data set, back to back, and one query per KV head for each.
@@ -183,25 +182,6 @@ Result<DataSet> ModelKv(const std::string& path, const std::string& tokenizer, u
   }
   FillQueries(seed + 1, &d);
   return d;
-}
-
-// The shared model beside the repository: <dir>/shared/models/<file> for any ancestor <dir> of
-// the working directory or of the kvtier binary (the repository's ../shared/models).
-std::optional<std::string> FindSharedModel() {
-  std::vector<std::filesystem::path> starts;
-  std::error_code ec;
-  starts.push_back(std::filesystem::current_path(ec));
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) starts.push_back(exe.parent_path());
-  for (std::filesystem::path dir : starts) {
-    for (int up = 0; up < 12 && !dir.empty(); ++up) {
-      const std::filesystem::path candidate = dir / "shared" / "models" / kSharedModelFile;
-      if (std::filesystem::is_regular_file(candidate, ec)) return candidate.string();
-      if (dir == dir.parent_path()) break;
-      dir = dir.parent_path();
-    }
-  }
-  return std::nullopt;
 }
 
 std::vector<float> ToF32(std::span<const std::byte> block) {

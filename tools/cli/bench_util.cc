@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <unistd.h>
 
 namespace kvtier::cli {
@@ -27,6 +29,23 @@ Result<std::string> MakeScratchDir(const std::string& parent, const std::string&
     return Status::IoError("cannot create a directory in " + base + ": " + std::strerror(errno));
   }
   return pattern;
+}
+
+std::optional<std::string> FindSharedModel(const std::string& file) {
+  std::vector<std::filesystem::path> starts;
+  std::error_code ec;
+  starts.push_back(std::filesystem::current_path(ec));
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) starts.push_back(exe.parent_path());
+  for (std::filesystem::path dir : starts) {
+    for (int up = 0; up < 12 && !dir.empty(); ++up) {
+      const std::filesystem::path candidate = dir / "shared" / "models" / file;
+      if (std::filesystem::is_regular_file(candidate, ec)) return candidate.string();
+      if (dir == dir.parent_path()) break;
+      dir = dir.parent_path();
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvtier::cli

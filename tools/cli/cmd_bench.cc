@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_codec.h"
+#include "bench_model_quality.h"
 #include "bench_decode.h"
 #include "bench_engine.h"
 #include "bench_remote.h"
@@ -124,6 +125,7 @@ class BenchCommand final : public Command {
     decode_ = std::make_unique<BenchDecode>(subcommand());
     remote_ = std::make_unique<BenchRemote>(subcommand());
     codec_ = std::make_unique<BenchCodec>(subcommand());
+    quality_ = std::make_unique<BenchQuality>(subcommand());
     engine_ = std::make_unique<BenchEngine>(subcommand());
   }
 
@@ -140,6 +142,7 @@ class BenchCommand final : public Command {
   std::unique_ptr<BenchDecode> decode_;
   std::unique_ptr<BenchRemote> remote_;
   std::unique_ptr<BenchCodec> codec_;
+  std::unique_ptr<BenchQuality> quality_;
   std::unique_ptr<BenchEngine> engine_;
   std::vector<std::string> dirs_, reopen_dirs_;
   std::string block_text_ = "1MiB", total_text_ = "1GiB", payload_text_ = "4KiB";
@@ -178,6 +181,7 @@ int BenchCommand::Run() {
     return s.ok() ? kExitOk : Fail(s);
   }
   if (codec_->parsed()) return Finish(codec_->Run());
+  if (quality_->parsed()) return Finish(quality_->Run());
   if (engine_->parsed()) return Finish(engine_->Run());
   return Fail(Status::InvalidArgument(
       "name what to measure: ssd, ssd-reopen, decode, remote, codec or engine"));

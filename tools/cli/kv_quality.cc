@@ -1,6 +1,7 @@
 // See kv_quality.h.
 #include "kv_quality.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvtier::cli {
@@ -56,5 +57,57 @@ std::vector<float> SequenceAttention::Output() const {
   }
   return out;
 }
+
+namespace {
+
+// log(sum exp(x)) without overflow.
+double LogSumExp(std::span<const float> x) {
+  const float m = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (const float v : x) sum += std::exp(static_cast<double>(v) - m);
+  return m + std::log(sum);
+}
+
+}  // namespace
+
+void NextTokenAgreement::Add(std::span<const float> exact, std::span<const float> decoded,
+                             uint32_t next_token) {
+  const double lse_p = LogSumExp(exact);
+  const double lse_q = LogSumExp(decoded);
+  double kl = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const double log_p = exact[i] - lse_p;
+    const double log_q = decoded[i] - lse_q;
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  kl = std::max(kl, 0.0);  // Rounding may leave -1e-17 for equal distributions.
+  ++rows_;
+  kl_sum_ += kl;
+  kl_max_ = std::max(kl_max_, kl);
+  const auto top = [](std::span<const float> x) {
+    return std::max_element(x.begin(), x.end()) - x.begin();
+  };
+  if (top(exact) == top(decoded)) ++agree_;
+  nll_exact_ += lse_p - exact[next_token];
+  nll_ += lse_q - decoded[next_token];
+}
+
+double NextTokenAgreement::KlMean() const {
+  return rows_ == 0 ? 0 : kl_sum_ / static_cast<double>(rows_);
+}
+
+double NextTokenAgreement::Top1Agreement() const {
+  return rows_ == 0 ? 1 : static_cast<double>(agree_) / static_cast<double>(rows_);
+}
+
+double NextTokenAgreement::PerplexityExact() const {
+  return rows_ == 0 ? 1 : std::exp(nll_exact_ / static_cast<double>(rows_));
+}
+
+double NextTokenAgreement::Perplexity() const {
+  return rows_ == 0 ? 1 : std::exp(nll_ / static_cast<double>(rows_));
+}
+
+double NextTokenAgreement::PerplexityChange() const { return Perplexity() / PerplexityExact() - 1; }
 
 }  // namespace kvtier::cli

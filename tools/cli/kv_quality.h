@@ -1,6 +1,8 @@
 // What lossy KV coding does to a whole sequence, accumulated block by block, for `kvtier bench
 // codec`: the relative RMSE over many blocks, and the attention output of one query per KV head
 // over every block of a sequence, so that a 32k-token sequence is never held in F32 at once.
+// And what it does to the model's predictions, for `kvtier bench quality`: NextTokenAgreement
+// compares next-token distributions computed over the exact KV and over the decoded KV.
 //
 // Why not codecs::MeasureQuality: it takes one block; a sequence's attention mixes all blocks
 // through one softmax, which the running maximum and sum here merge exactly (log-sum-exp).
@@ -8,6 +10,8 @@
 // Thread safety: plain values, one thread each. Ownership: spans are read during the call only.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -42,6 +46,28 @@ class SequenceAttention {
   codecs::BlockGeometry g_;
   std::vector<float> q_;
   std::vector<double> max_, sum_, acc_;
+};
+
+// Next-token distributions over exact and decoded KV, compared row by row (one row per position
+// of a teacher-forced text): the KL divergence KL(exact || decoded) in nats, whether the top-1
+// tokens agree, and each side's negative log-likelihood of the text's actual next token.
+class NextTokenAgreement {
+ public:
+  // Logits of one position (vocabulary-sized each) and the token the text has next.
+  void Add(std::span<const float> exact, std::span<const float> decoded, uint32_t next_token);
+
+  size_t rows() const { return rows_; }
+  double KlMean() const;
+  double KlMax() const { return kl_max_; }
+  double Top1Agreement() const;  // In [0, 1]; 1 with no row.
+  double PerplexityExact() const;
+  double Perplexity() const;
+  // Perplexity() / PerplexityExact() - 1: the relative change (0.001 is 0.1 %).
+  double PerplexityChange() const;
+
+ private:
+  size_t rows_ = 0, agree_ = 0;
+  double kl_sum_ = 0, kl_max_ = 0, nll_exact_ = 0, nll_ = 0;
 };
 
 }  // namespace kvtier::cli

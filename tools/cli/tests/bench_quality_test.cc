@@ -1,10 +1,14 @@
 // Goal: the figures `kvtier bench codec` reports are computed right: the attention of a query
 // over a sequence fed block by block equals the attention over the whole sequence at once (also
 // when a later block holds a much larger score, which rescales what was summed), the relative
-// RMSE over many blocks is the whole data's, and the median of repetitions is the middle value.
+// RMSE over many blocks is the whole data's, and the median of repetitions is the middle value;
+// `kvtier bench quality`'s NextTokenAgreement gives KL 0, full agreement and equal perplexities
+// for equal logits, the KL, top-1 agreement and perplexities of hand-computed distributions, and
+// no overflow on logits in the thousands.
 // Method: SequenceAttention over random blocks (with planted keys aligned with the query, early
 // and late) against codecs::AttentionOutputF32 over the concatenated K and V; ErrorSums and
-// Median against hand-computed values.
+// Median against hand-computed values; NextTokenAgreement against two-token distributions
+// worked out by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,6 +74,47 @@ TEST(ErrorSumsTest, RelativeRmseOverEverythingAdded) {
   EXPECT_EQ(e.RelRmse(), 0);
   e.Add(std::vector<float>{0, 4}, std::vector<float>{0, 0});  // err 16 over 9 + 16.
   EXPECT_DOUBLE_EQ(e.RelRmse(), 0.8);
+}
+
+TEST(NextTokenAgreementTest, EqualLogitsAgreeFully) {
+  NextTokenAgreement a;
+  EXPECT_EQ(a.Top1Agreement(), 1);
+  const std::vector<float> logits = {1.0f, 3.0f, -2.0f};
+  a.Add(logits, logits, 1);
+  a.Add(logits, logits, 0);
+  EXPECT_EQ(a.rows(), 2u);
+  EXPECT_EQ(a.KlMean(), 0);
+  EXPECT_EQ(a.KlMax(), 0);
+  EXPECT_EQ(a.Top1Agreement(), 1);
+  EXPECT_DOUBLE_EQ(a.Perplexity(), a.PerplexityExact());
+  EXPECT_EQ(a.PerplexityChange(), 0);
+}
+
+TEST(NextTokenAgreementTest, HandComputedDistributions) {
+  // exact: p = (0.5, 0.5); decoded: q = (0.2, 0.8) (logits 0 and log 4). KL = 0.5 log(0.5/0.2)
+  // + 0.5 log(0.5/0.8); top-1 differ (a tie resolves to token 0); next token 0: NLL log 2 vs
+  // -log 0.2.
+  NextTokenAgreement a;
+  const std::vector<float> p = {0.0f, 0.0f};
+  const std::vector<float> q = {0.0f, static_cast<float>(std::log(4.0))};
+  a.Add(p, q, 0);
+  const double kl = 0.5 * std::log(0.5 / 0.2) + 0.5 * std::log(0.5 / 0.8);
+  EXPECT_NEAR(a.KlMean(), kl, 1e-6);
+  EXPECT_NEAR(a.KlMax(), kl, 1e-6);
+  EXPECT_EQ(a.Top1Agreement(), 0);
+  EXPECT_NEAR(a.PerplexityExact(), 2.0, 1e-6);
+  EXPECT_NEAR(a.Perplexity(), 5.0, 1e-5);
+  EXPECT_NEAR(a.PerplexityChange(), 1.5, 1e-5);
+  a.Add(p, p, 1);  // A second row, equal: the means halve.
+  EXPECT_NEAR(a.KlMean(), kl / 2, 1e-6);
+  EXPECT_EQ(a.Top1Agreement(), 0.5);
+}
+
+TEST(NextTokenAgreementTest, LargeLogitsDoNotOverflow) {
+  NextTokenAgreement a;
+  a.Add(std::vector<float>{5000.0f, 4990.0f}, std::vector<float>{5000.0f, 4999.0f}, 0);
+  EXPECT_TRUE(std::isfinite(a.KlMean()) && a.KlMean() > 0);
+  EXPECT_TRUE(std::isfinite(a.Perplexity()));
 }
 
 TEST(MedianTest, MiddleValue) {

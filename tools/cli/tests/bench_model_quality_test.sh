@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Goal: `kvtier bench quality` judges codecs by the model's predictions: one JSON row per codec
+# with exactly the keys codec, model, windows, rows, ratio, kl_mean, kl_max, top1_agreement,
+# perplexity_exact, perplexity, perplexity_change, meets_99_9; the lossless codecs (identity,
+# shuffle-zstd) give bit-identical predictions (KL 0, agreement 1, no perplexity change, the
+# target met); the lossy ones a KL above 0 and an agreement in (0, 1], int4 compressing more than
+# int8; rows = windows x --continue-tokens; the text table names every codec; bad input (an
+# unknown codec, a prefix that is not whole blocks, a window longer than the model's context, a
+# text that is not a regular file or too short, no model) gets one clear line and a non-zero exit.
+# Method: the shared stories260K checkpoint with small windows (2 windows of 128 + 32 tokens);
+# the JSON is parsed with python3. The model-less run uses a copy of the binary in a temporary
+# directory, away from any shared/models.
+# Usage: bench_model_quality_test.sh <path to kvtier> <shared models directory>
+# The checks that need the model are skipped (with a line) when it is absent, unless
+# KVTIER_REQUIRE_RESOURCES=1 (CI), which makes that a failure.
+set -u
+KVTIER="$1"
+MODELS="$2"
+BIN="$MODELS/stories260K.bin"
+TOK="$MODELS/tok512.bin"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+SMALL=(--prefix-tokens 128 --continue-tokens 32 --windows-max 2)
+
+# expect_fail <what> <text the error must contain> <args...>
+expect_fail() {
+  local what="$1" text="$2"; shift 2
+  local rc=0
+  "$KVTIER" bench quality "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -ne 0 ]] || fail "$what: exit 0"
+  grep -qF -- "$text" "$TMP/err" || fail "$what: no '$text' in: $(cat "$TMP/err")"
+  [[ $(wc -l <"$TMP/err") -le 2 ]] || fail "$what: more than a line or two: $(cat "$TMP/err")"
+}
+
+if [[ -f "$BIN" && -f "$TOK" ]]; then
+  M=(--model "$BIN" --tokenizer "$TOK")
+  rc=0
+  "$KVTIER" bench quality "${M[@]}" "${SMALL[@]}" --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    fail "bench quality: exit $rc: $(cat "$TMP/err")"
+  else
+    python3 - "$TMP/out" <<'PY' || fail "bench quality --json: see above"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+keys = ["codec", "model", "windows", "rows", "ratio", "kl_mean", "kl_max", "top1_agreement",
+        "perplexity_exact", "perplexity", "perplexity_change", "meets_99_9"]
+want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "ladder-short"]
+errors = []
+if [r.get("codec") for r in rows] != want:
+    errors.append(f"codecs {[r.get('codec') for r in rows]}")
+by = {}
+for r in rows:
+    if list(r) != keys:
+        errors.append(f"keys {list(r)}")
+        continue
+    by[r["codec"]] = r
+    if r["windows"] != 2 or r["rows"] != 2 * 32 or r["model"] != "stories260K.bin":
+        errors.append(f"{r['codec']}: windows {r['windows']}, rows {r['rows']}, {r['model']}")
+    if not r["perplexity_exact"] > 1:
+        errors.append(f"{r['codec']}: perplexity_exact {r['perplexity_exact']}")
+    if r["codec"] in ("identity", "shuffle-zstd"):
+        if (r["kl_mean"], r["kl_max"], r["top1_agreement"], r["perplexity_change"],
+                r["meets_99_9"]) != (0, 0, 1, 0, True):
+            errors.append(f"{r['codec']}: lossless but {r}")
+        if r["perplexity"] != r["perplexity_exact"]:
+            errors.append(f"{r['codec']}: perplexity {r['perplexity']} differs")
+    elif r["codec"] != "ladder-short":
+        if not (r["kl_mean"] > 0 and r["kl_max"] >= r["kl_mean"]):
+            errors.append(f"{r['codec']}: KL {r['kl_mean']} / {r['kl_max']}")
+        if not (0 < r["top1_agreement"] <= 1) or not r["ratio"] > 1:
+            errors.append(f"{r['codec']}: agreement {r['top1_agreement']}, ratio {r['ratio']}")
+if len(by) == len(want) and not by["int4"]["ratio"] > by["int8"]["ratio"] > by["shuffle-zstd"]["ratio"]:
+    errors.append("ratios not int4 > int8 > shuffle-zstd")
+if errors:
+    print("\n".join(errors))
+    sys.exit(1)
+PY
+  fi
+  rc=0
+  "$KVTIER" bench quality "${M[@]}" "${SMALL[@]}" --codecs identity,int8,ladder >"$TMP/out" \
+    2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || fail "bench quality (text): exit $rc: $(cat "$TMP/err")"
+  for c in identity int8 ladder; do
+    grep -q "^$c " "$TMP/out" || fail "the table has no $c row: $(cat "$TMP/out")"
+  done
+  grep -q "64 predictions per codec" "$TMP/out" || fail "no prediction count: $(cat "$TMP/out")"
+  expect_fail "unknown codec" "--codecs" "${M[@]}" "${SMALL[@]}" --codecs int8,int3
+  expect_fail "partial block" "a multiple of 64" "${M[@]}" --prefix-tokens 100
+  expect_fail "too long" "exceeds the model's context of 512" "${M[@]}" --prefix-tokens 512
+  expect_fail "not a file" "not a regular file" "${M[@]}" "${SMALL[@]}" --text-file /dev/zero
+  printf 'Once upon a time.\n' >"$TMP/short.txt"
+  expect_fail "short text" "a window needs 160" "${M[@]}" "${SMALL[@]}" --text-file "$TMP/short.txt"
+elif [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
+  fail "shared model $BIN or $TOK is missing; KVTIER_REQUIRE_RESOURCES=1 makes that a failure"
+else
+  echo "SKIP (model checks): $BIN or $TOK is missing (expected ../shared/models)"
+fi
+
+# No model anywhere near the binary or the working directory: a clear error.
+mkdir -p "$TMP/alone"
+cp "$KVTIER" "$TMP/alone/kvtier"
+near_model=0
+dir="$TMP"
+while [[ "$dir" != / && -n "$dir" ]]; do
+  [[ -f "$dir/shared/models/stories260K.bin" ]] && near_model=1
+  dir="$(dirname "$dir")"
+done
+if [[ $near_model -eq 1 ]]; then
+  echo "SKIP (model-less run): a shared model lies above $TMP"
+else
+  rc=0
+  (cd "$TMP/alone" && ./kvtier bench quality) >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -ne 0 ]] && grep -q "no model: shared/models/stories260K.bin" "$TMP/err" ||
+    fail "bench quality without a model: exit $rc: $(cat "$TMP/err")"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures bench quality check(s) failed" >&2
+  exit 1
+fi
+echo "bench quality: all checks passed"
