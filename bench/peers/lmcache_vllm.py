@@ -26,6 +26,11 @@ Cells (LMCache against kvtier), each a median over rounds:
     lmcache_resp                       LMCache's L2 `resp`
     kvtier_redis_sealed, kvtier_redis_plain   kvtier's remote tier, sealed (AES-256-GCM) and
                                        plaintext
+Hit size: kvtier's and vLLM's hits cover whole 32-token pages but the one holding the prompt's
+last token, which vLLM computes; LMCache's cover every token but the last (it loads the partial
+page too), so its hits compute 1 token where the others compute up to 32. The vllm_prefix
+process also times the same documents cut to n - 31 tokens (its hit then leaves one token to
+compute): the report's vllm_prefix_one_token_left, what that page costs.
 Each round stores its own documents (a new seed per round) with a cold request in a process of
 each side, then runs the processes whose hits it times; LMCache and kvtier processes alternate,
 and which side goes first alternates between rounds. The LMCache store process runs a server
@@ -34,10 +39,17 @@ all of them); each full-restart cell then starts a server with L1 and that one L
 
 Correctness gate, per cell, as LMCache's CPU CI checks: every timed request reports a hit
 (vLLM's num_cached_tokens) of at least its length less one chunk of that cache; a request of
-GATE_TOKENS tokens per document at temperature 0 gives the same tokens as the recompute process
-(and every timed request the same first token); a foreign prompt (no shared prefix) sent last
-reports no hit. A cell that fails is reported as failed with the reasons, without its times.
-A cell that cannot run (its process or server fails) is reported with the error text.
+GATE_TOKENS tokens per document at temperature 0 gives recompute's tokens (and every timed
+request recompute's first token); a foreign prompt (no shared prefix) sent last reports no hit.
+"Recompute's tokens" allows one thing: at the first step where they differ, recompute must have
+nearly chosen the cache's token (within GATE_MARGIN nats of its top-1, from the log-probabilities
+the recompute process records), and the steps after it are not compared. On random documents
+this random-weight model's next-token distribution is nearly flat (top-2 margins of 0.01-1 nats),
+and a prefill over loaded KV runs other attention kernels than one over the whole prompt, whose
+rounding flips such near-ties: vLLM's own prefix cache flips them too. A cell that fails is
+reported as failed with the reasons, without its times; one that cannot run (its process or
+server fails) with the error text. --from-raw evaluates the gate and the report again from the
+processes a run kept in its --work-dir.
 
   bench/peers/lmcache_vllm.py [--json] [--lengths 1024,2048,4096] [--rounds 3] [--hit-repeats 3]
       [--layers 22] [--cells all|NAME,...] [--smoke]
@@ -49,7 +61,8 @@ Environment: `.venv-lmcache` at the repository root (git-ignored), made on first
 peerlib.ensure_overlay_venv: a venv of its own that reads `.venv-vllm`'s packages (vLLM's CPU
 build, made by scripts/setup_vllm_venv.sh) after its own, with lmcache and the three pure-Python
 modules its server and connector import that vLLM's environment lacks installed `--no-deps`
-(LMCache's pins, numpy <= 2.2.6 and protobuf < 7, would otherwise replace vLLM's). Needs redis-server on PATH,
+(LMCache's pins, numpy <= 2.2.6 and protobuf < 7, would otherwise replace vLLM's). Needs
+redis-server on PATH,
 kvtier built in build/ (build/python, build/tools/cli/kvtier). A benchmark, not a test.
 """
 
@@ -83,6 +96,8 @@ LMCACHE_VENV = peerlib.REPO / ".venv-lmcache"
 VLLM_VENV = peerlib.REPO / ".venv-vllm"
 BLOCK = vllm_ttft.BLOCK_TOKENS
 GATE_TOKENS = 8
+GATE_MARGIN = 0.5  # nats: recompute's top-1 leads a near-tie alternative by less (tokens_agree)
+GATE_TOP = 5  # log-probabilities the recompute process records per generated token
 LMCACHE_L2_TYPES = ("fs", "fs_native", "resp")
 
 CELLS = {  # name: (side, kind of hit); the order of the report's table
@@ -137,6 +152,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model-dir", type=Path)
     p.add_argument("--work-dir", type=Path, help="keep logs here (else a temporary directory)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--from-raw", type=Path, metavar="WORK_DIR",
+                   help="no measuring: the gate and the report again from the processes a run "
+                        "kept in its --work-dir (give that run's --lengths, --rounds, --seed)")
     p.add_argument("--process-timeout-s", type=int, default=900)
     p.add_argument("--deadline-s", type=int, default=3600,
                    help="no service started here lives longer than this")
@@ -169,13 +187,18 @@ def worker(plan_path: str) -> int:
     startup_s = time.perf_counter() - start
     results = []
     for request in plan["requests"]:
-        params = SamplingParams(temperature=0, max_tokens=request.get("max_tokens", 1))
+        params = SamplingParams(temperature=0, max_tokens=request.get("max_tokens", 1),
+                                logprobs=GATE_TOP if request.get("logprobs") else None)
         t0 = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": request["tokens"]}], params, use_tqdm=False)
         ttft_s = time.perf_counter() - t0
-        results.append({"label": request["label"], "length": request["length"],
-                        "ttft_s": ttft_s, "tokens": list(out[0].outputs[0].token_ids),
-                        "cached_tokens": out[0].num_cached_tokens})
+        entry = {"label": request["label"], "length": request["length"], "ttft_s": ttft_s,
+                 "tokens": list(out[0].outputs[0].token_ids),
+                 "cached_tokens": out[0].num_cached_tokens}
+        if request.get("logprobs"):  # the top GATE_TOP [token, log-probability] of each step
+            entry["top"] = [[[t, lp.logprob] for t, lp in step.items()]
+                            for step in out[0].outputs[0].logprobs]
+        results.append(entry)
     Path(plan["out"]).write_text(json.dumps({"startup_s": startup_s, "requests": results,
                                              "loadavg_1m": os.getloadavg()[0]}))
     del llm
@@ -308,10 +331,32 @@ def tail_requests(docs: dict, seed: int) -> list[dict]:
     return [doc(docs, "gate", n, GATE_TOKENS) for n in sorted(docs)] + [foreign_request(seed)]
 
 
-def check_gate(result: dict, cell: str, reference: dict | None, granularity: int) -> list[str]:
-    """The gate's failures for the requests of `cell` in one process's result (empty: passed).
-    reference: length -> the recompute process's GATE_TOKENS tokens; granularity: the cache's
-    unit of a hit (a page for kvtier and vLLM, a chunk for LMCache), None for no cache."""
+def tokens_agree(tokens: list[int], ref: dict) -> tuple[bool, str]:
+    """Whether a cache's tokens are recompute's, up to a near-tie: at the first step where they
+    differ, recompute itself must have nearly chosen the cache's token (its log-probability
+    within GATE_MARGIN of recompute's top-1; the bf16 rounding of another attention path flips
+    such ties: a prefill on loaded KV runs other kernels than one over the whole prompt, and
+    this random-weight model's next-token distribution on random documents is nearly flat).
+    The steps after a tie are not compared (the continuations differ). (agree, how)"""
+    for i, (mine, theirs) in enumerate(zip(tokens, ref["tokens"])):
+        if mine == theirs:
+            continue
+        top = dict((t, lp) for t, lp in ref["top"][i]) if ref.get("top") else {}
+        if mine in top and max(top.values()) - top[mine] < GATE_MARGIN:
+            return True, (f"equal to token {i}, then a near-tie ({mine} instead of {theirs}, "
+                          f"{max(top.values()) - top[mine]:.3f} nats behind)")
+        lead = f"{max(top.values()) - top[mine]:.2f} nats behind" if mine in top else \
+            f"not in recompute's top {GATE_TOP}"
+        return False, f"token {i} is {mine}, recompute's {theirs} ({lead})"
+    return True, "equal"
+
+
+def check_gate(result: dict, cell: str, reference: dict | None, granularity: int | None,
+               notes: list[str]) -> list[str]:
+    """The gate's failures for the requests of `cell` in one process's result (empty: passed);
+    appends to `notes` how each gate request agreed. reference: length -> {"tokens", "top"} of
+    the recompute process's GATE_TOKENS tokens; granularity: the cache's unit of a hit (a page
+    for kvtier and vLLM, a chunk for LMCache), None for no cache."""
     failures = []
     if reference is None:
         return ["no reference tokens (the recompute process failed)"]
@@ -326,12 +371,14 @@ def check_gate(result: dict, cell: str, reference: dict | None, granularity: int
             elif granularity is not None and (cached or 0) < n - granularity:
                 failures.append(f"{n}: {cached} cached tokens, expected at least "
                                 f"{n - granularity} (a hit)")
-            if r["tokens"][0] != reference[n][0]:
-                failures.append(f"{n}: first token {r['tokens'][0]}, recompute "
-                                f"{reference[n][0]}")
-        elif label == "gate" and r["tokens"] != reference[n]:
-            failures.append(f"{n}: {GATE_TOKENS} tokens {r['tokens']} differ from recompute's "
-                            f"{reference[n]}")
+            agree, how = tokens_agree(r["tokens"][:1], reference[n])
+            if not agree:
+                failures.append(f"{n}: first {how}")
+        elif label == "gate":
+            agree, how = tokens_agree(r["tokens"], reference[n])
+            notes.append(f"{n}: {how}")
+            if not agree:
+                failures.append(f"{n}: {how}")
     return failures
 
 
@@ -345,10 +392,19 @@ class Results:
         self.failures = {}  # cell -> [text]
         self.errors = {}    # cell -> [text]
         self.stores = {}    # side -> length -> [ttft_s of the request that stored]
+        self.one_token = {}  # length -> [vLLM prefix hit of n - BLOCK + 1 tokens]
+        self.notes = {}  # cell -> how its gate requests' tokens agreed with recompute's
 
     def add(self, cell: str, result: dict, reference: dict | None, granularity: int | None):
-        failures = check_gate(result, cell, reference, granularity)
-        self.failures.setdefault(cell, []).extend(failures)
+        """One process's requests: the timed ones of `cell`, the stores ("store:SIDE"), and
+        the gate of `cell` ("-": a process that only stores)."""
+        notes = []
+        failures = check_gate(result, cell, reference, granularity, notes) \
+            if cell != "-" else []
+        if notes:
+            self.notes.setdefault(cell, []).extend(notes)
+        if failures:
+            self.failures.setdefault(cell, []).extend(failures)
         for r in result["requests"]:
             if r["label"] == cell:
                 self.samples.setdefault(cell, {}).setdefault(r["length"], []).append(r["ttft_s"])
@@ -357,7 +413,9 @@ class Results:
             elif r["label"].startswith("store:"):
                 self.stores.setdefault(r["label"][6:], {}).setdefault(r["length"], []).append(
                     r["ttft_s"])
-        log(f"lmcache_vllm: {cell}: gate {'passed' if not failures else 'FAILED: ' + '; '.join(failures)}")
+        if cell != "-":
+            log(f"lmcache_vllm: {cell}: gate "
+                + ("passed" if not failures else "FAILED: " + "; ".join(failures)))
 
     def error(self, cells: list[str], text: str):
         log(f"lmcache_vllm: {', '.join(cells)}: could not run: {text}")
@@ -430,7 +488,8 @@ def lmcache_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port) 
         try:
             if "lmcache_server_after_vllm_restart" in want:
                 reqs = (vllm_ttft.warmup_requests(110 + r)
-                        + hits("lmcache_server_after_vllm_restart", 1) + tail_requests(docs, 110 + r))
+                        + hits("lmcache_server_after_vllm_restart", 1)
+                        + tail_requests(docs, 110 + r))
                 res.add("lmcache_server_after_vllm_restart",
                         run_vllm(ctx, f"r{r}_lmcache_server_after_vllm_restart", reqs,
                                  connector=server.connector(), env=env), ref, chunk)
@@ -550,7 +609,8 @@ def split_rounds(result: dict, rounds: int) -> list[dict]:
     """One process's requests (each tagged with its round) as one result per round."""
     out = [{"requests": []} for _ in range(rounds)]
     for req in result["requests"]:
-        out[req.get("round", 0)]["requests"].append(req)
+        if req.get("round", 0) < rounds:  # --from-raw may read fewer rounds than were run
+            out[req.get("round", 0)]["requests"].append(req)
     return out
 
 
@@ -562,7 +622,10 @@ def vllm_alone(ctx, res: Results, all_docs: list[dict], prefix: bool, refs: list
         mine = [doc(docs, "store:vllm", k) for k in n] if prefix else []
         mine += [doc(docs, cell, k) for _ in range(ctx.args.hit_repeats if prefix else 1)
                  for k in n]
-        mine += [doc(docs, "gate", k, GATE_TOKENS) for k in n]
+        mine += [{**doc(docs, "gate", k, GATE_TOKENS), "logprobs": not prefix} for k in n]
+        if prefix:  # The same hit with one token left to compute instead of a page.
+            mine += [{"label": "one_token", "length": k, "tokens": docs[k][:k - BLOCK + 1]}
+                     for _ in range(ctx.args.hit_repeats) for k in n]
         reqs += [{**q, "round": r} for q in mine]
     reqs.append(foreign_request(300 + prefix))
     try:
@@ -570,13 +633,26 @@ def vllm_alone(ctx, res: Results, all_docs: list[dict], prefix: bool, refs: list
     except Failed as e:
         res.error([cell], str(e))
         return
+    add_alone(res, result, reqs, len(all_docs), prefix, refs)
+
+
+def add_alone(res: Results, result: dict, reqs: list[dict], rounds: int, prefix: bool,
+              refs: list) -> None:
+    """Records vllm_alone's process, round by round (recompute's gate requests become the
+    rounds' references)."""
+    cell = "vllm_prefix" if prefix else "recompute"
     # run_vllm's results lose the round tag; put it back from the plan's order.
     for q, out in zip(reqs, result["requests"]):
         out["round"] = q.get("round", 0)
-    for r, part in enumerate(split_rounds(result, len(all_docs))):
+    for r, part in enumerate(split_rounds(result, rounds)):
         if not prefix:
-            refs[r] = {q["length"]: q["tokens"] for q in part["requests"] if q["label"] == "gate"}
+            refs[r] = {q["length"]: {"tokens": q["tokens"], "top": q.get("top")}
+                       for q in part["requests"] if q["label"] == "gate"}
         res.add(cell, part, refs[r], BLOCK if prefix else None)
+        for q in part["requests"]:
+            if q["label"] == "one_token":
+                res.one_token.setdefault(q["length"], []).append(
+                    {"ttft_s": q["ttft_s"], "cached_tokens": q["cached_tokens"]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,6 +695,8 @@ def summarize(res: Results, want: list[str]) -> tuple[dict, list]:
             entry["status"] = "not run"
         else:
             entry["status"] = "passed"
+        if res.notes.get(cell):
+            entry["gate_tokens"] = res.notes[cell]
         entry["lengths"] = {}
         for n in res.lengths:
             xs = res.samples.get(cell, {}).get(n, [])
@@ -649,7 +727,8 @@ def fmt(x) -> str:
 
 def render(report: dict) -> str:
     c = report["config"]
-    lines = [f"LMCache {report['versions']['lmcache']} and kvtier {report['versions']['kvtier_git']}"
+    v = report["versions"]
+    lines = [f"LMCache {v['lmcache']} and kvtier {v['kvtier_git']}"
              f" in vLLM {report['versions']['vllm']}: TTFT medians (s) over {c['rounds']} rounds, "
              f"{c['layers']} layers, lengths {c['lengths']}",
              f"{'measure':<58} {'tokens':>6} {'LMCache':>8} {'kvtier':>8} {'ratio':>6}"]
@@ -671,6 +750,116 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+def measure(args, ctx, lengths: list[int], want: list[str]) -> Results:
+    """Every process of the run: recompute, then the rounds (LMCache's and kvtier's processes
+    alternating, the side that goes first alternating between rounds), vLLM's prefix cache after
+    the first round."""
+    redis, redis_port = peerlib.start_redis(ctx.work, args.deadline_s)
+    key_file = ctx.work / "remote.key"
+    import kvtier
+    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(kvtier.generate_remote_key(1))
+    all_docs = [vllm_ttft.make_documents(lengths, args.seed + r) for r in range(args.rounds)]
+    res = Results(lengths)
+    refs = [None] * args.rounds
+    vllm_alone(ctx, res, all_docs, False, refs)
+    wanted = set(want)
+    try:
+        for r, docs in enumerate(all_docs):
+            peerlib.redis_command(redis_port, "FLUSHALL")
+            lm = lmcache_steps(ctx, res, r, docs, refs[r], wanted, redis_port)
+            kv = kvtier_steps(ctx, res, r, docs, refs[r], wanted, redis_port, str(key_file))
+            first, second = (lm, kv) if r % 2 == 0 else (kv, lm)
+            for i in range(max(len(first), len(second))):
+                for steps in (first, second):
+                    if i < len(steps):
+                        steps[i]()
+            if r == 0 and "vllm_prefix" in wanted:
+                vllm_alone(ctx, res, all_docs, True, refs)
+    finally:
+        redis.stop()
+    return res
+
+
+def from_raw(args, ctx, lengths: list[int], want: list[str]) -> Results:
+    """The gate and the report again, from the processes' results a run kept in its --work-dir
+    (NAME.plan.json, NAME.out.json). When the kept recompute process has no log-probabilities
+    (a run before the gate had them), a recompute process runs now for them, and its tokens
+    must equal the kept ones."""
+    all_docs = [vllm_ttft.make_documents(lengths, args.seed + r) for r in range(args.rounds)]
+    res = Results(lengths)
+    refs = [None] * args.rounds
+
+    def kept(name):
+        plan, out = ctx.work / f"{name}.plan.json", ctx.work / f"{name}.out.json"
+        if not out.exists():
+            return None, None
+        return json.loads(plan.read_text())["requests"], json.loads(out.read_text())
+
+    reqs, result = kept("recompute")
+    if result is None:
+        sys.exit(f"lmcache_vllm: {ctx.work} kept no recompute process")
+    if not any(q.get("top") for q in result["requests"]):
+        again = [{**q, "logprobs": True} for q in reqs if q["label"] == "gate"]
+        fresh = run_vllm(ctx, "recompute_logprobs", again)["requests"]
+        gates = [q for q in result["requests"] if q["label"] == "gate"]
+        for old, new in zip(gates, fresh):
+            if old["tokens"] != new["tokens"]:
+                sys.exit(f"lmcache_vllm: recompute gave {new['tokens']} now and "
+                         f"{old['tokens']} then for {old['length']} tokens")
+            old["top"] = new["top"]
+    add_alone(res, result, reqs, args.rounds, False, refs)
+    reqs, result = kept("vllm_prefix")
+    if result is not None and "vllm_prefix" in want:
+        add_alone(res, result, reqs, args.rounds, True, refs)
+    for r in range(args.rounds):
+        for cell in want:
+            if cell in ("recompute", "vllm_prefix"):
+                continue
+            _, result = kept(f"r{r}_{cell}")
+            if result is None:
+                res.error([cell], f"round {r}: no r{r}_{cell}.out.json kept (see the run's log)")
+                continue
+            gran = args.lmcache_chunk_tokens if CELLS[cell][0] == "lmcache" else BLOCK
+            res.add(cell, result, refs[r], gran)
+        for name in (f"r{r}_lmcache_store", f"r{r}_kvtier_redis_plain_store"):
+            _, result = kept(name)
+            if result is not None:
+                res.add("-", result, refs[r], None)
+    return res
+
+
+def build_report(args, ctx, res: Results, want: list[str], host: dict, started: float) -> dict:
+    cells, table = summarize(res, want)
+    layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
+    return {
+        "benchmark": "lmcache_vllm",
+        "versions": versions(),
+        "config": {"lengths": res.lengths, "rounds": args.rounds,
+                   "hit_repeats": args.hit_repeats, "layers": layers, "smoke": args.smoke,
+                   "block_tokens": BLOCK, "shared_prefix_tokens": vllm_ttft.SHARED_TOKENS,
+                   "kv_bytes_per_token": ctx.per_token,
+                   "lmcache_chunk_tokens": args.lmcache_chunk_tokens,
+                   "lmcache_transfer_mode": args.lmcache_transfer_mode,
+                   "lmcache_l1_gb": ctx.l1_gb, "gate_tokens": GATE_TOKENS,
+                   "gate_near_tie_nats": GATE_MARGIN,
+                   "command": "bench/peers/lmcache_vllm.py " + " ".join(
+                       peerlib.report_path(a) if a.startswith("/") else a
+                       for a in sys.argv[1:])},
+        "machine": {**host, "loadavg_1m_end": os.getloadavg()[0]},
+        "comparisons": table,
+        "cells": cells,
+        "vllm_prefix_one_token_left": {
+            str(n): {"prompt_tokens": n - BLOCK + 1,
+                     "ttft_s_median": peerlib.median([x["ttft_s"] for x in xs]),
+                     "cached_tokens": [x["cached_tokens"] for x in xs]}
+            for n, xs in sorted(res.one_token.items())},
+        "store_ttft_s_median": {side: {str(n): peerlib.median(v) for n, v in per.items()}
+                                for side, per in res.stores.items()},
+        "wall_s": time.perf_counter() - started,
+    }
+
+
 def main() -> int:
     args = parse_args()
     if args.worker:
@@ -690,9 +879,11 @@ def main() -> int:
         want.insert(0, "recompute")  # the gate's reference
     if not Path(args.kvtier_cli).is_file():
         sys.exit(f"lmcache_vllm: no kvtier CLI at {args.kvtier_cli} (build the kvtier target)")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvtier-peers-lmcache-"))
+    work = args.from_raw or args.work_dir or Path(tempfile.mkdtemp(prefix="kvtier-peers-lmc-"))
     work.mkdir(parents=True, exist_ok=True)
     log(f"lmcache_vllm: run directory {work}")
+    if args.model_dir is None and (work / "model" / "config.json").exists():
+        args.model_dir = work / "model"
     if args.model_dir is None:
         args.model_dir = work / "model"
         log(f"lmcache_vllm: making the model ({args.layers} layers)")
@@ -700,57 +891,14 @@ def main() -> int:
                         str(args.model_dir), "--shape", "tinyllama-1.1b", "--layers",
                         str(args.layers)], check=True, capture_output=True)
     ctx = Context(args, work, lengths)
-    layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
     host = machine(max(lengths) * ctx.per_token)
-    redis, redis_port = peerlib.start_redis(work, args.deadline_s)
-    key_file = work / "remote.key"
-    import kvtier
-    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-        f.write(kvtier.generate_remote_key(1))
-    all_docs = [vllm_ttft.make_documents(lengths, args.seed + r) for r in range(args.rounds)]
-    res = Results(lengths)
-    refs = [None] * args.rounds
-    vllm_alone(ctx, res, all_docs, False, refs)
-    wanted = set(want)
-    for r, docs in enumerate(all_docs):
-        peerlib.redis_command(redis_port, "FLUSHALL")
-        lm = lmcache_steps(ctx, res, r, docs, refs[r], wanted, redis_port)
-        kv = kvtier_steps(ctx, res, r, docs, refs[r], wanted, redis_port, str(key_file))
-        first, second = (lm, kv) if r % 2 == 0 else (kv, lm)
-        for i in range(max(len(first), len(second))):
-            for steps in (first, second):
-                if i < len(steps):
-                    steps[i]()
-        if r == 0 and "vllm_prefix" in wanted:
-            vllm_alone(ctx, res, all_docs, True, refs)
-    redis.stop()
-    cells, table = summarize(res, want)
-    report = {
-        "benchmark": "lmcache_vllm",
-        "versions": versions(),
-        "config": {"lengths": lengths, "rounds": args.rounds, "hit_repeats": args.hit_repeats,
-                   "layers": layers, "smoke": args.smoke, "block_tokens": BLOCK,
-                   "shared_prefix_tokens": vllm_ttft.SHARED_TOKENS,
-                   "kv_bytes_per_token": ctx.per_token,
-                   "lmcache_chunk_tokens": args.lmcache_chunk_tokens,
-                   "lmcache_transfer_mode": args.lmcache_transfer_mode,
-                   "lmcache_l1_gb": ctx.l1_gb, "gate_tokens": GATE_TOKENS,
-                   "command": "bench/peers/lmcache_vllm.py " + " ".join(
-                       peerlib.report_path(a) if a.startswith("/") else a
-                       for a in sys.argv[1:])},
-        "machine": {**host, "loadavg_1m_end": os.getloadavg()[0]},
-        "comparisons": table,
-        "cells": cells,
-        "store_ttft_s_median": {side: {str(n): peerlib.median(v) for n, v in per.items()}
-                                for side, per in res.stores.items()},
-        "wall_s": time.perf_counter() - started,
-    }
+    res = (from_raw if args.from_raw else measure)(args, ctx, lengths, want)
+    report = build_report(args, ctx, res, want, host, started)
     print(peerlib.dump_json(report) if args.json else render(report))
-    if args.work_dir is None:
+    if args.work_dir is None and args.from_raw is None:
         shutil.rmtree(work, ignore_errors=True)
-    failed = [c for c, e in cells.items() if e["status"] != "passed"]
+    failed = [c for c, e in report["cells"].items() if e["status"] != "passed"]
     return 1 if args.smoke and failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
