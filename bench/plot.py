@@ -426,8 +426,9 @@ def plot_lmcache(plt, report):
     def value(v, what_):
         return None if v is None else number(v, what_)
 
-    fig, axes = plt.subplots(1, len(lengths), figsize=(6.2 * len(lengths), 5), squeeze=False)
-    for ax, n in zip(axes[0], lengths):
+    fig, axes = plt.subplots(len(lengths), 1, figsize=(11, 1.2 + 3.4 * len(lengths)),
+                             squeeze=False)
+    for ax, n in zip(axes[:, 0], lengths):
         mine = [r for r in rows if need(r, "length", what) == n]
         groups = [LMCACHE_SHORT.get(need(r, "measure", what), r["measure"]) for r in mine]
         series = {"LMCache": [value(need(r, "lmcache_ttft_s", what), "lmcache_ttft_s")
@@ -444,14 +445,15 @@ def plot_lmcache(plt, report):
             if v is not None:
                 ax.axhline(number(v, cell), color="#555555", linestyle=style, linewidth=1,
                            label=label)
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", labelsize=8)
         ax.set_title(f"{n} tokens", fontsize=10)
-    axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5 * len(lengths), -0.16), ncol=4,
-                      frameon=False, fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, fontsize=9,
+               bbox_to_anchor=(0.5, 0.02))
     fig.suptitle("LMCache vs kvtier in the same vLLM (CPU): median TTFT of a hit, lower is better"
                  "\n(a missing bar: the cell failed its gate or did not run)", fontsize=11)
     note(fig, "2 shared vCPUs; bench/peers/lmcache_vllm.py --json")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.92))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     return fig
 
 
