@@ -853,7 +853,7 @@ def build_report(args, ctx, res: Results, want: list[str], host: dict, started: 
                    "command": "bench/peers/lmcache_vllm.py " + " ".join(
                        peerlib.report_path(a) if a.startswith("/") else a
                        for a in sys.argv[1:])},
-        "machine": {**host, "loadavg_1m_end": os.getloadavg()[0]},
+        "machine": {"loadavg_1m_end": os.getloadavg()[0], **host},
         "comparisons": table,
         "cells": cells,
         "vllm_prefix_one_token_left": {
@@ -898,7 +898,12 @@ def main() -> int:
                         str(args.model_dir), "--shape", "tinyllama-1.1b", "--layers",
                         str(args.layers)], check=True, capture_output=True)
     ctx = Context(args, work, lengths)
-    host = machine(max(lengths) * ctx.per_token)
+    kept_host = work / "machine.json"  # the measuring run's, for --from-raw
+    if args.from_raw and kept_host.exists():
+        host = json.loads(kept_host.read_text())
+    else:
+        host = machine(max(lengths) * ctx.per_token)
+        kept_host.write_text(json.dumps(host))
     res = (from_raw if args.from_raw else measure)(args, ctx, lengths, want)
     report = build_report(args, ctx, res, want, host, started)
     print(peerlib.dump_json(report) if args.json else render(report))
