@@ -16,6 +16,8 @@ image whose format follows the extension of -o (.png, or .svg):
             client count, Mooncake Store against kvtier's remote and host tiers
   llama     bench/peers/llama_prompt_cache.py --json: median TTFT of a repeated prompt, llama.cpp's
             prompt cache against kvtier
+  lmcache   bench/peers/lmcache_vllm.py --json: median TTFT of a hit per measure and document
+            length, LMCache against kvtier in the same vLLM, with recompute and vLLM's prefix cache
 
   python3 bench/plot.py KIND REPORT.json -o docs/PLOT.png
 
@@ -397,6 +399,64 @@ def plot_llama(plt, report):
     return fig
 
 
+# ---------------------------------------------------------------------------------------------
+# lmcache: bench/peers/lmcache_vllm.py --json.
+
+LMCACHE_SHORT = {  # a comparison's measure -> its group label
+    "hit from memory, same vLLM (in process)": "memory\n(in process)",
+    "hit from memory, same vLLM (through the cache service)": "memory\n(kvtier serve)",
+    "hit after a vLLM restart, cache process kept": "vLLM restart,\nserver kept",
+    "hit after a full restart, disk (LMCache fs)": "full restart,\ndisk (fs)",
+    "hit after a full restart, disk (LMCache fs_native)": "full restart,\ndisk (fs_native)",
+    "hit from Redis (kvtier sealed)": "Redis\n(kvtier sealed)",
+    "hit from Redis (kvtier plaintext)": "Redis\n(kvtier plain)",
+}
+
+
+def plot_lmcache(plt, report):
+    what = "a bench/peers/lmcache_vllm.py --json report"
+    rows = need(report, "comparisons", what)
+    cells = need(report, "cells", what)
+    lengths = need(need(report, "config", what), "lengths", what)
+    if not isinstance(rows, list) or not rows or not isinstance(lengths, list) or not lengths:
+        raise PlotError(f"not {what}: 'comparisons' or 'lengths' is empty")
+    if not isinstance(cells, dict) or not all(isinstance(r, dict) for r in rows):
+        raise PlotError(f"not {what}: 'cells' or a row of 'comparisons' is not an object")
+
+    def value(v, what_):
+        return None if v is None else number(v, what_)
+
+    fig, axes = plt.subplots(len(lengths), 1, figsize=(11, 1.2 + 3.4 * len(lengths)),
+                             squeeze=False)
+    for ax, n in zip(axes[:, 0], lengths):
+        mine = [r for r in rows if need(r, "length", what) == n]
+        groups = [LMCACHE_SHORT.get(need(r, "measure", what), r["measure"]) for r in mine]
+        series = {"LMCache": [value(need(r, "lmcache_ttft_s", what), "lmcache_ttft_s")
+                              for r in mine],
+                  "kvtier": [value(need(r, "kvtier_ttft_s", what), "kvtier_ttft_s")
+                             for r in mine]}
+        grouped_bars(ax, groups, series, log_scale=True, unit="TTFT, s")
+        for cell, style, label in (("recompute", "--", "recompute"),
+                                   ("vllm_prefix", ":", "vLLM prefix cache")):
+            per_length = cells.get(cell, {}).get("lengths", {}) if isinstance(
+                cells.get(cell), dict) else {}
+            v = per_length.get(str(n), {}).get("ttft_s_median") if isinstance(
+                per_length.get(str(n)), dict) else None
+            if v is not None:
+                ax.axhline(number(v, cell), color="#555555", linestyle=style, linewidth=1,
+                           label=label)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_title(f"{n} tokens", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, fontsize=9,
+               bbox_to_anchor=(0.5, 0.02))
+    fig.suptitle("LMCache vs kvtier in the same vLLM (CPU): median TTFT of a hit, lower is better"
+                 "\n(a missing bar: the cell failed its gate or did not run)", fontsize=11)
+    note(fig, "2 shared vCPUs; bench/peers/lmcache_vllm.py --json")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
+
+
 KINDS = {"ssd": (plot_ssd, "the SSD tier against fio (bench/ssd_vs_fio.sh --json)"),
          "decode": (plot_decode, "decode ms per token against the roofline "
                                  "(kvtier bench decode --json)"),
@@ -406,7 +466,9 @@ KINDS = {"ssd": (plot_ssd, "the SSD tier against fio (bench/ssd_vs_fio.sh --json
          "mooncake": (plot_mooncake, "Mooncake Store against kvtier "
                                      "(bench/peers/mooncake_store.py --json)"),
          "llama": (plot_llama, "llama.cpp's prompt cache against kvtier "
-                               "(bench/peers/llama_prompt_cache.py --json)")}
+                               "(bench/peers/llama_prompt_cache.py --json)"),
+         "lmcache": (plot_lmcache, "LMCache against kvtier in the same vLLM "
+                                   "(bench/peers/lmcache_vllm.py --json)")}
 
 
 def main() -> int:

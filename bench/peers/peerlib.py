@@ -104,6 +104,51 @@ def ensure_venv(requirements: list[tuple[str, str]], kvtier_python: Path,
         sys.path.insert(0, str(kvtier_python))
 
 
+def ensure_overlay_venv(venv: Path, base_venv: Path, packages: list[str], imports: list[str],
+                        kvtier_python: Path) -> None:
+    """Like ensure_venv, for a peer whose pins clash with the vLLM it must run in: `venv` is a
+    virtual environment of its own (created with the system Python when absent) whose
+    site-packages lists `base_venv`'s site-packages after its own (a .pth file), so it runs
+    base_venv's vLLM and torch unchanged; `packages` (pip specs) go into `venv` with
+    `pip install --no-deps`, so that pip never replaces what base_venv pins. Then every module of
+    `imports` must import, and this script is re-executed inside `venv` with `kvtier_python`
+    first on PYTHONPATH. Returns only when already running inside `venv`."""
+    kvtier_python = kvtier_python.resolve()
+    python = venv / "bin" / "python"
+    if Path(sys.prefix).resolve() != venv.resolve():
+        base_python = base_venv / "bin" / "python"
+        if not base_python.exists():
+            sys.exit(f"peers: no vLLM environment at {base_venv} (scripts/setup_vllm_venv.sh "
+                     f"makes one)")
+        site_code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        base_site = subprocess.run([str(base_python), "-c", site_code], capture_output=True,
+                                   text=True, check=True).stdout.strip()
+        if not python.exists():
+            log(f"peers: creating {report_path(str(venv))} with {SYSTEM_PYTHON} -m venv")
+            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
+        site = subprocess.run([str(python), "-c", site_code], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        if Path(site).parent.name != Path(base_site).parent.name:
+            sys.exit(f"peers: {venv} and {base_venv} have different Pythons "
+                     f"({Path(site).parent.name}, {Path(base_site).parent.name})")
+        (Path(site) / "_peer_base_venv.pth").write_text(str(Path(base_site).resolve()) + "\n")
+        check = [str(python), "-c", "; ".join(f"import {m}" for m in imports)]
+        if subprocess.run(check, capture_output=True).returncode != 0:
+            log(f"peers: installing {' '.join(packages)} into {report_path(str(venv))} "
+                f"(pip install --no-deps)")
+            r = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", *packages])
+            probe = subprocess.run(check, capture_output=True, text=True)
+            if r.returncode != 0 or probe.returncode != 0:
+                sys.exit(f"peers: could not install {' '.join(packages)} (pip exit "
+                         f"{r.returncode}):\n{probe.stderr[-2000:]}")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(kvtier_python)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        os.execve(str(python), [str(python), *sys.argv], env)
+    if str(kvtier_python) not in sys.path:
+        sys.path.insert(0, str(kvtier_python))
+
+
 def package_version(dist: str) -> str:
     from importlib import metadata
     try:

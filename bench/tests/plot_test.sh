@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Goal: bench/plot.py draws every kind of plot docs/benchmarks.md shows (ssd, decode, codec, ttft,
-# mooncake, llama) from its benchmark's JSON report, as PNG or SVG, with the same bytes for the
-# same report, also when started by a Python without matplotlib (it runs itself again with
+# mooncake, llama, lmcache) from its benchmark's JSON report, as PNG or SVG, with the same bytes
+# for the same report, also when started by a Python without matplotlib (it runs itself again with
 # /usr/bin/python3); a report it cannot plot, a missing file or a bad output name gets one line
 # on stderr, a non-zero exit and no image; and bench/ssd_vs_fio.sh --json gives a report that
 # plot.py draws. matplotlib missing is a failure, not a skip (scripts/install_deps.sh installs it).
@@ -34,7 +34,7 @@ plot() { "$PYTHON" "$BENCH/plot.py" "$@"; }
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
 
 # Every kind, from its fixture, as PNG.
-for kind in ssd decode codec ttft mooncake llama; do
+for kind in ssd decode codec ttft mooncake llama lmcache; do
   out="$TMP/$kind.png"
   if ! plot "$kind" "$FIXTURES/$kind.json" -o "$out" 2>"$TMP/err"; then
     fail "$kind: exit $? ($(cat "$TMP/err"))"
@@ -87,6 +87,8 @@ expect_error 1 "plot.py ssd: not a bench/ssd_vs_fio.sh --json report: no 'rounds
   ssd "$FIXTURES/decode.json" -o "$TMP/bad.png"
 expect_error 1 "plot.py codec: not a kvtier bench codec --json report: no rows with a 'codec'" \
   codec "$FIXTURES/llama.json" -o "$TMP/bad.png"
+expect_error 1 "plot.py lmcache: not a bench/peers/lmcache_vllm.py --json report: no 'comparisons'" \
+  lmcache "$FIXTURES/mooncake.json" -o "$TMP/bad.png"
 expect_error 1 "plot.py llama: $TMP/missing.json: No such file or directory" \
   llama "$TMP/missing.json" -o "$TMP/bad.png"
 printf '{"rounds": [' >"$TMP/truncated.json"
