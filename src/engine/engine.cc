@@ -208,7 +208,7 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
   const uint32_t layers = options_.layout.layers;
   // The tier of every block of the candidate chunks, kNone when no local tier has it. Without a
   // best-effort tier the candidates end before the first chunk with a missing block; with one
-  // they go on while the missing blocks fit one Contains batch (kRemoteLookupKeysMax).
+  // they go on while the missing blocks fit the Contains batches a Lookup may send.
   const size_t network = FirstBestEffort();
   std::vector<BlockKey> keys;
   std::vector<TierKind> kinds;
@@ -234,7 +234,8 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
         kinds.push_back(kind);
       }
       if (chunk_missing != 0 &&
-          (network == kFromMemory || missing + chunk_missing > kRemoteLookupKeysMax)) {
+          (network == kFromMemory ||
+           missing + chunk_missing > kRemoteLookupKeysMax * kRemoteLookupBatchesMax)) {
         keys.resize(start);
         kinds.resize(start);
         break;
@@ -242,7 +243,7 @@ Result<LookupResult> EngineImpl::Lookup(const Namespace& ns, std::span<const uin
       missing += chunk_missing;
     }
   }
-  // One round trip, without the engine mutex.
+  // Round trips of at most kRemoteLookupKeysMax keys each, without the engine mutex.
   if (missing != 0) LookupBelow(network, keys, kinds);
   LookupResult result;
   for (size_t c = 0; (c + 1) * layers <= kinds.size(); ++c) {

@@ -87,8 +87,11 @@ std::string_view DeviceBackendName(DeviceBackend backend);  // "auto", "cpu", "c
 // left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
 enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
 
-// Keys one Lookup asks the remote tier about at most (one Exists batch).
+// Keys one Exists batch of a Lookup asks the remote tier about at most, and the keys one Lookup
+// asks about in all (in batches, one after the other, until a batch finds a block missing): 64
+// batches cover 64k blocks, a 128k-token prompt of 32 layers in 64-token chunks.
 inline constexpr size_t kRemoteLookupKeysMax = 1024;
+inline constexpr size_t kRemoteLookupBatchesMax = 64;
 static_assert(kRemoteLookupKeysMax <= kRemoteBatchMax);
 
 // Memory tiers with fewer slots are never cleaned in the background (EngineOptions).
@@ -391,8 +394,10 @@ class Engine {
 
   // Memory copies come from the engine's index, SSD copies from the SSD tier's own index (which
   // survives restarts). Expired blocks are misses. With a remote tier, the blocks found in neither
-  // are asked of it in one batched Exists (at most kRemoteLookupKeysMax keys, the store's timeouts
-  // and breaker bound it); an unanswered Exists is a miss. The remote is not asked whether a
+  // are asked of it in batched Exists calls, in chunk order (kRemoteLookupKeysMax keys each, at
+  // most kRemoteLookupBatchesMax of them; the next batch is sent only when every block of the
+  // previous one was found; the store's timeouts and breaker bound each); an unanswered Exists is
+  // a miss. The remote is not asked whether a
   // value verifies: a corrupt remote value is found at Load time (its layer fails closed).
   //
   // With EngineOptions::prediction enabled the Lookup is also an access of its session

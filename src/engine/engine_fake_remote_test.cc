@@ -74,6 +74,24 @@ TEST_F(EngineFakeRemoteTest, NodeBFindsAndLoadsWhatNodeAStored) {
   EXPECT_EQ(Matched(*b_, Ns(*b_, "other"), TestTokens(1, 4 * kBlockTokens)), 0u);
 }
 
+TEST_F(EngineFakeRemoteTest, APromptLongerThanOneLookupBatchIsFoundWhole) {
+  // 400 chunks of 3 layers: 1200 blocks, more than one Exists batch of kRemoteLookupKeysMax.
+  constexpr size_t kChunks = 400;
+  static_assert(kChunks * kLayers > kRemoteLookupKeysMax);
+  ASSERT_NO_FATAL_FAILURE(OpenNodes(NodeOptions(2 * kChunks * kLayers)));
+  const Namespace ns = Ns(*a_, "t");
+  const std::vector<uint32_t> tokens = TestTokens(12, kChunks * kBlockTokens + 3);
+  ASSERT_TRUE(StoreChunks(*a_, ns, tokens, kChunks).ok());
+  ASSERT_EQ(store_.value_count(), kChunks * kLayers);
+  EXPECT_EQ(Matched(*b_, Ns(*b_, "t"), tokens), kChunks * kBlockTokens);
+  // A block missing in the second batch ends the prefix at its chunk.
+  Result<std::vector<Hash256>> hashes = ChunkHashes(ns.digest, tokens, kBlockTokens);
+  ASSERT_TRUE(hashes.ok());
+  std::vector<RemoteDelete> drop = {{.key = {.chunk_hash = (*hashes)[350], .layer = 2}}};
+  ASSERT_TRUE(store_.Delete(drop).ok() && drop[0].status.ok());
+  EXPECT_EQ(Matched(*b_, Ns(*b_, "t"), tokens), 350 * kBlockTokens);
+}
+
 TEST_F(EngineFakeRemoteTest, CorruptValueFailsItsLayerClosed) {
   ASSERT_NO_FATAL_FAILURE(OpenNodes(NodeOptions(64)));
   const Namespace ns = Ns(*a_, "t");

@@ -146,16 +146,32 @@ void EngineImpl::LookupBelow(size_t below, std::span<const BlockKey> keys,
     which.push_back(i);
   }
   if (asks.empty()) return;
-  KV_CHECK(asks.size() <= kRemoteLookupKeysMax);
-  Status first = tiers_[below].tier->Contains(asks);
+  KV_CHECK(asks.size() <= kRemoteLookupKeysMax * kRemoteLookupBatchesMax);
+  // In chunk order, a batch at a time: once a block is missing (or unanswered), the prefix ends
+  // there and later batches could not extend it.
+  Status first;
   uint64_t errors = 0;
-  for (size_t a = 0; a < asks.size(); ++a) {
-    if (!asks[a].status.ok()) {
-      ++errors;
-      if (first.ok()) first = asks[a].status;
-      continue;
+  for (size_t from = 0; from < asks.size();) {
+    const size_t n = std::min(kRemoteLookupKeysMax, asks.size() - from);
+    const std::span<TierContains> batch = std::span(asks).subspan(from, n);
+    const Status s = tiers_[below].tier->Contains(batch);
+    if (first.ok()) first = s;
+    bool all_found = s.ok();
+    for (size_t a = from; a < from + n; ++a) {
+      if (!asks[a].status.ok()) {
+        ++errors;
+        if (first.ok()) first = asks[a].status;
+        all_found = false;
+        continue;
+      }
+      if (asks[a].present) {
+        kinds[which[a]] = tiers_[below].kind;
+      } else {
+        all_found = false;
+      }
     }
-    if (asks[a].present) kinds[which[a]] = tiers_[below].kind;
+    if (!all_found) break;
+    from += n;
   }
   NoteTierOutcome(below, "lookup", first);
   if (errors != 0) {
