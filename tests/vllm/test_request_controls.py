@@ -56,7 +56,9 @@ def test_defaults_and_other_connectors_keys(conn_and_asked):
 
 def test_load_false_asks_nothing_and_still_stores(conn_and_asked):
     conn, asked = conn_and_asked
-    answer, loads, saves = schedule(conn, with_params("r", {"kvtier": {"load": False}}))
+    req = with_params("r", {"kvtier": {"load": False}})
+    assert conn.get_num_new_matched_tokens(req, 0) == (0, False)  # Asked again: counted once.
+    answer, loads, saves = schedule(conn, req)
     assert answer == (0, False) and loads == [] and asked == []
     assert [(op.first_chunk, op.chunks) for op in saves] == [(0, 6)]
     assert conn.scheduler_stats()["unloaded_requests"] == 1

@@ -813,7 +813,10 @@ class KvtierConnector(KVConnectorBase_V1):
         req_id = request.request_id
         if req_id not in self._controls:
             controls, why = _request_controls(getattr(request, "kv_transfer_params", None))
-            if why is not None:
+            if why is None:  # Counted once per request that asked.
+                self._count_sched(unloaded_requests=int(not controls["load"]),
+                                  unsaved_requests=int(not controls["save"]))
+            else:
                 self._count_sched(bad_transfer_params=1)
                 if why not in self._logged_errors and len(self._logged_errors) < 256:
                     self._logged_errors.add(why)
@@ -836,7 +839,6 @@ class KvtierConnector(KVConnectorBase_V1):
             # vLLM has every chunk kvtier could give; kvtier got them when they were computed.
             return 0, False
         if not self._controls_of(request)["load"]:
-            self._count_sched(unloaded_requests=1)
             return 0, False
         ns = self._ns_of(request)
         if ns is None:
@@ -940,7 +942,6 @@ class KvtierConnector(KVConnectorBase_V1):
         self._saved.add(req_id)
         controls = self._controls_of(request)
         if not controls["save"]:
-            self._count_sched(unsaved_requests=1)
             return  # The request asked not to be stored (or its controls did not parse).
         ns = self._ns_of(request)
         if ns is None:
