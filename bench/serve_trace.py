@@ -392,7 +392,6 @@ def main():
                 continue
             log(f"{m} at concurrency {c}")
             rows.append(run_mode(args, work, m, trace, c))
-            rows[-1]["work"] = str(work)
     gate(rows)
     for r in rows:
         if not r["correct"]:
@@ -408,7 +407,10 @@ def main():
               "setup": {"layers": args.layers, "vllm_blocks": args.vllm_blocks,
                         "block_tokens": BLOCK_TOKENS, "kvtier_host_bytes": args.host_bytes,
                         "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
-                        "command": " ".join(sys.argv)},
+                        # The command without --work-dir: a report names no machine's paths.
+                        "command": " ".join(["bench/serve_trace.py"] + [
+                            a for i, a in enumerate(sys.argv) if i > 0 and a != "--work-dir"
+                            and sys.argv[i - 1] != "--work-dir"])},
               "rows": rows, "wall_s": time.perf_counter() - started}
     if args.json:
         print(json.dumps(report, indent=1))
