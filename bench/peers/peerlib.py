@@ -75,6 +75,14 @@ def _venv_has(module: str) -> bool:
     return r.returncode == 0
 
 
+def _reexec(python: Path, kvtier_python: Path) -> None:
+    """Runs this script again under `python`, with `kvtier_python` first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(kvtier_python)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    os.execve(str(python), [str(python), *sys.argv], env)
+
+
 def ensure_venv(requirements: list[tuple[str, str]], kvtier_python: Path,
                 pip_env: dict[str, str] | None = None, note: str = "") -> None:
     """Makes sure .venv-peers exists and imports every (module, pip spec) of `requirements`
@@ -96,10 +104,7 @@ def ensure_venv(requirements: list[tuple[str, str]], kvtier_python: Path,
             if r.returncode != 0 or not _venv_has(module):
                 sys.exit(f"peers: could not install {spec} (pip exit {r.returncode}); "
                          f"see pip's output above")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(kvtier_python)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        os.execve(str(VENV_PYTHON), [str(VENV_PYTHON), *sys.argv], env)
+        _reexec(VENV_PYTHON, kvtier_python)
     if str(kvtier_python) not in sys.path:
         sys.path.insert(0, str(kvtier_python))
 
@@ -141,10 +146,7 @@ def ensure_overlay_venv(venv: Path, base_venv: Path, packages: list[str], import
             if r.returncode != 0 or probe.returncode != 0:
                 sys.exit(f"peers: could not install {' '.join(packages)} (pip exit "
                          f"{r.returncode}):\n{probe.stderr[-2000:]}")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(kvtier_python)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        os.execve(str(python), [str(python), *sys.argv], env)
+        _reexec(python, kvtier_python)
     if str(kvtier_python) not in sys.path:
         sys.path.insert(0, str(kvtier_python))
 
