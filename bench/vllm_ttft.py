@@ -49,8 +49,10 @@ everywhere) so that vLLM's first-request costs are not charged to a mode.
       tier; then the service is stopped again).
 The processes run in the order b, c, d, a, d, d..., then e, then f, so that a burst of other
 load on a shared machine does not fall on one mode only; each process records the load average.
-A hit in (b), (c) and (d) covers the prompt's whole pages but the one holding its last token
-(the engine must compute at least one token), so all three compute the same last page.
+vLLM must compute at least a prompt's last token. Its own prefix cache (b) keeps whole pages,
+so its hit stops before the page holding that token (a 32-token page computed again for a
+document of whole pages); kvtier's hits (c), (d), (e), (f) load every token but the last (the
+connector's partial_chunks, on by default), so vLLM computes one token.
 The connector's counters (stats_file) are read after every request; their differences give the
 bytes loaded and stored and the per-tier hits of each request. The first generated token of
 every mode is compared with (a)'s.

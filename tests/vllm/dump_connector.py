@@ -5,7 +5,8 @@ package.
 kv_connector_extra_config adds:
   dump_dir   where the pages go: one file per request, <NNN>.pt in the order the requests'
              prompts complete (torch.save of {"tokens", "loaded", "failed", "layers"}: the prompt's
-             tokens of its full pages, the [first, end) chunks kvtier loaded into them (or None),
+             tokens (those of every page that holds one, the last page maybe in part), the
+             [first, end) chunks kvtier loaded into them (or None),
              whether any loaded page was reported failed, and per layer (kvtier's layer order) the
              tensor of those pages, layer_tensor[pages]).
   kvtier     false: kvtier does nothing (no engine, no lookup, no load, no save): the pages are
@@ -60,8 +61,8 @@ class DumpKvtierConnector(KvtierConnector):
             if computed + scheduler_output.num_scheduled_tokens.get(req_id, 0) < len(prompt):
                 continue
             self._dumped.add(req_id)
-            chunks = len(prompt) // bs
-            meta.dumps.append((req_id, prompt[:chunks * bs], self._blocks[req_id][:chunks]))
+            chunks = -(-len(prompt) // bs)
+            meta.dumps.append((req_id, prompt, self._blocks[req_id][:chunks]))
         return meta
 
     def request_finished(self, request, block_ids):

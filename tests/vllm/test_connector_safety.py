@@ -146,7 +146,9 @@ def test_default_tenant_serves_requests_without_cache_salt(tmp_path):
         conn.update_state_after_alloc(req, Blocks([1, 2, 3, 4, 5, 6, 7]), 2 * BLOCK)
         meta = conn.build_connector_meta(step_output(req))
         assert [load.chunks for load in meta.loads] == [2]
-        assert [save.chunks for save in meta.saves] == [6]
+        # 6 whole chunks and the partial last one (4 tokens, its key's tokens padded).
+        assert [(save.chunks, save.tail_tokens) for save in meta.saves] == [(7, 4)]
+        assert meta.saves[0].tokens == req.prompt_token_ids + [0xFFFFFFFF] * (BLOCK - 4)
         assert conn.scheduler_stats()["unsalted_requests"] == 0
     finally:
         server.close()

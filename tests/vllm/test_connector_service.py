@@ -91,6 +91,17 @@ def test_scheduler_asks_the_service(tmp_path):
         # 100 prompt tokens: at most 96 (never the last token), all of them cached.
         assert conn.get_num_new_matched_tokens(request("r1", cache_salt="tenant-a"), 0) == (
             96, False)
+        # With the prompt's partial last chunk (4 tokens, padded as the connector stores it)
+        # cached too: every token but the last.
+        import kvtier.vllm as kvtier_vllm
+
+        tail = kvtier_vllm.chunk_tokens(request("r", cache_salt="tenant-a").prompt_token_ids, 7,
+                                        BLOCK)
+        assert tail[100:] == [kvtier_vllm.TAIL_PAD_TOKEN] * (7 * BLOCK - 100)
+        client.store(ns, tail, np.ones((7, client.layers) + client.block_shape,
+                                       dtype=client.numpy_dtype)).wait()
+        assert conn.get_num_new_matched_tokens(request("r5", cache_salt="tenant-a"), 0) == (
+            99, False)
         assert conn.get_num_new_matched_tokens(request("r2", cache_salt="tenant-b"), 0) == (
             0, False)
         assert conn.get_num_new_matched_tokens(request("r3"), 0) == (0, False)

@@ -60,7 +60,7 @@ def test_load_false_asks_nothing_and_still_stores(conn_and_asked):
     assert conn.get_num_new_matched_tokens(req, 0) == (0, False)  # Asked again: counted once.
     answer, loads, saves = schedule(conn, req)
     assert answer == (0, False) and loads == [] and asked == []
-    assert [(op.first_chunk, op.chunks) for op in saves] == [(0, 6)]
+    assert [(op.first_chunk, op.chunks) for op in saves] == [(0, 7)]  # The last one partial.
     assert conn.scheduler_stats()["unloaded_requests"] == 1
 
 

@@ -39,6 +39,11 @@ layer, page and byte. What kvtier did is read from the connector's stats file.
      from a cached prefix, "ttl_ms": 1 stores chunks that have expired by the next request,
      controls that do not parse neither load nor store, and "priority": "pinned" is taken;
      the dumps say which request loaded what, and every request's tokens are the baseline's.
+  8. "partial_chunks": false: whole chunks only, never the one holding the last prompt token.
+A prompt's partial last page is cached as a chunk of its own (the connector's partial_chunks,
+on by default), so a hit loads every prompt token but the last; the byte comparisons cover the
+rows of the prompt's tokens (the rows after them in its last page are not KV yet), and the last
+prompt token's row only where both sides computed it.
 vLLM on CPU needs no extra flags for the connector; vLLM turns off its hybrid KV cache manager by
 itself when a connector that does not declare support for it is configured (logged).
 
@@ -136,18 +141,61 @@ def pages(tmp, name):
     return [torch.load(p) for p in sorted((tmp / f"{name}.pages").glob("*.pt"))]
 
 
-def first_difference(expected, got, chunks):
+_SLOT_MASKS = {}
+
+
+def slot_mask(page, first, end):
+    """The elements of a page ([heads][tokens][2 * head_dim] as vLLM shows it) that hold slots
+    [first, end), found with vLLM's own cache writer: where a token's K sits inside a CPU page
+    depends on the attention ISA (vec: per head a [head_dim][tokens] K; amx: packed)."""
+    import torch
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    key = (tuple(page.shape), page.dtype)
+    if key not in _SLOT_MASKS:
+        heads, slots, width = page.shape
+        isa = _get_attn_isa(page.dtype, slots, width // 2)
+        masks = []
+        for slot in range(slots):
+            cache = torch.zeros((1, heads, slots, width), dtype=page.dtype)
+            k, v = cache.view(1, heads, 2 * slots, width // 2).chunk(2, dim=2)
+            ones = torch.ones((1, heads, width // 2), dtype=page.dtype)
+            ops.cpu_attn_reshape_and_cache(ones, ones, k, v,
+                                           torch.tensor([slot], dtype=torch.int64), isa)
+            masks.append(cache[0] != 0)
+        _SLOT_MASKS[key] = masks
+    masks = _SLOT_MASKS[key]
+    out = torch.zeros_like(masks[0])
+    for slot in range(first, end):
+        out |= masks[slot]
+    return out
+
+
+def token_rows(page, n):
+    """The bytes of a page's first n tokens (K and V)."""
+    return page.contiguous()[slot_mask(page, 0, n)]
+
+
+def first_difference(expected, got, chunks, tokens=None):
     """None when the pages of chunks (a range of page indices in the prompt) hold the same bytes
-    in expected and got (two dumps of the same prompt) in every layer; otherwise where they first
-    differ: the layer, the page (and its tokens) and the byte offset in the page."""
+    in expected and got (two dumps of the same prompt) in every layer, for the prompt's first
+    `tokens` tokens (default: all but the last, the one vLLM computes after a hit; rows after the
+    prompt are never compared); otherwise where they first differ: the layer, the page (and its
+    tokens) and the byte offset in the page's compared rows."""
     import torch
 
     span = slice(chunks.start * BLOCK, chunks.stop * BLOCK)
     assert expected["tokens"][span] == got["tokens"][span], "dumps of different prompts"
+    if tokens is None:
+        tokens = len(expected["tokens"]) - 1
     for layer, (a, b) in enumerate(zip(expected["layers"], got["layers"])):
         for c in chunks:
-            x = a[c].contiguous().view(-1).view(torch.uint8)
-            y = b[c].contiguous().view(-1).view(torch.uint8)
+            n = min(BLOCK, tokens - c * BLOCK)
+            if n <= 0:
+                continue
+            x = token_rows(a[c], n).view(-1).view(torch.uint8)
+            y = token_rows(b[c], n).view(-1).view(torch.uint8)
             if not torch.equal(x, y):
                 offset = int((x != y).nonzero()[0])
                 return (f"layer {layer}, page {c} (tokens {c * BLOCK}..{c * BLOCK + BLOCK - 1}), "
@@ -156,18 +204,45 @@ def first_difference(expected, got, chunks):
     return None
 
 
+def assert_after_prompt_zero(got, what):
+    """The slots after the prompt in its last page are zeros at the end of the step that loaded
+    it: the partial chunk was stored with zeros there, not with the page's stale KV (the page was
+    used before by another request of the process)."""
+    n = len(got["tokens"])
+    if n % BLOCK == 0:
+        return
+    for layer, pages_of_layer in enumerate(got["layers"]):
+        page = pages_of_layer[n // BLOCK].contiguous()
+        rest = page[slot_mask(page, n % BLOCK, BLOCK)]
+        assert not rest.any(), f"{what}: layer {layer}: slots after the prompt are not zeros"
+
+
 def assert_same_pages(expected, got, chunks, what):
     diff = first_difference(expected, got, chunks)
     assert diff is None, f"{what}: the pages differ at {diff}"
 
 
-def full_chunks(prompt):
-    return range(len(prompt["tokens"]) // BLOCK)
+def all_chunks(prompt):
+    """Every page that holds a token of the prompt, the last one maybe in part."""
+    return range(-(-len(prompt["tokens"]) // BLOCK))
 
 
 def loadable_chunks(prompt):
-    """The chunks kvtier gives a prompt: whole pages, never the one holding its last token."""
-    return range((len(prompt["tokens"]) - 1) // BLOCK)
+    """The chunks kvtier gives a prompt: every token but its last (vLLM computes that one), so
+    the pages up to the one holding its last but one token, that one maybe in part (the prompt's
+    partial last chunk is cached as a chunk of its own, "partial_chunks")."""
+    return range(-(-(len(prompt["tokens"]) - 1) // BLOCK))
+
+
+def loadable_tokens(prompt):
+    return len(prompt["tokens"]) - 1
+
+
+def stored_chunks(prompt):
+    """The chunks a store of the prompt keeps: its whole chunks and its partial last one (of at
+    least 2 tokens)."""
+    n = len(prompt["tokens"])
+    return n // BLOCK + int(n % BLOCK > 1)
 
 
 def stats(path):
@@ -213,23 +288,27 @@ def test_2_store(work):
     work["store_pages"] = got
     # Nothing loaded into the first prompt: vLLM computed its pages, as in the baseline.
     assert got[0]["loaded"] is None
-    assert_same_pages(base[0], got[0], full_chunks(p0), "prompt 0 computed while kvtier stores")
+    assert first_difference(base[0], got[0], all_chunks(p0), len(p0["tokens"])) is None, \
+        "prompt 0 computed while kvtier stores differs from the baseline"
     # The shared prefix (5 pages) of prompts 1 and 2 came from the host tier: the pages prompt 0
     # computed and kvtier stored.
     for i in (1, 2):
         assert got[i]["loaded"] == [0, 5] and not got[i]["failed"], got[i]["loaded"]
         assert_same_pages(got[0], got[i], range(5), f"prompt {i} loaded from the host tier")
-    # Prompt 0 again: every loadable page from the host tier, the baseline's bytes.
+    # Prompt 0 again: every token but its last from the host tier, the baseline's bytes.
     assert got[3]["loaded"] == [0, len(loadable_chunks(p0))] and not got[3]["failed"]
     assert_same_pages(base[0], got[3], loadable_chunks(p0), "prompt 0 loaded from the host tier")
+    assert_after_prompt_zero(got[3], "prompt 0 loaded from the host tier")
     st = stats(s)
     # The first prompt stores its chunks; the others share the first 5 and store the rest.
     assert st["saves"] == 3, st
-    assert st["stored_chunks"] >= 7, st
-    # Only the chunks kvtier did not have are copied out: 7, then 8 - 5 and 9 - 5 (the 5 shared
-    # chunks were a kvtier hit); prompt 0 again has nothing new.
-    assert st["saved_chunks"] == 7 + 3 + 4, st
-    assert st["loads"] == 3 and st["loaded_tokens"] == 5 * BLOCK * 2 + 7 * BLOCK, st
+    assert st["stored_chunks"] >= stored_chunks(p0), st
+    # Only the chunks kvtier did not have are copied out: 7 whole and a partial one, then 8 + 1
+    # - 5 and 9 + 1 - 5 (the 5 shared chunks were a kvtier hit); prompt 0 again has nothing new.
+    assert [stored_chunks(p) for p in work["prompts"]] == [8, 9, 10]
+    assert st["saved_chunks"] == 8 + 4 + 5, st
+    # Prompts 1 and 2 load the 5 shared chunks, prompt 0 again every token but its last.
+    assert st["loads"] == 3 and st["loaded_tokens"] == 5 * BLOCK * 2 + loadable_tokens(p0), st
     assert st["tiers"]["host"]["hits"] > 0, st
 
 
@@ -247,13 +326,16 @@ def test_3_restart_loads_from_ssd_and_matches(work):
         assert_same_pages(stored[i], got[i], chunks, f"prompt {i} loaded from the SSD tier")
     assert_same_pages(work["baseline_pages"][0], got[0], loadable_chunks(work["prompts"][0]),
                       "prompt 0 loaded from the SSD tier, against the baseline")
+    for i in range(3):
+        assert_after_prompt_zero(got[i], f"prompt {i} loaded from the SSD tier")
     assert got[3]["loaded"] is None  # Another tenant: nothing loaded.
     st = stats(s)
     assert st["loads"] == 3, st          # The salted prompt loaded nothing...
-    assert st["saved_chunks"] == 7, st   # ...and was stored in its own namespace; nothing else.
+    # ...and was stored in its own namespace; nothing else.
+    assert st["saved_chunks"] == stored_chunks(work["prompts"][0]), st
     assert st["load_failures"] == 0, st
-    # Every prompt's full chunks but the one holding its last token came from kvtier.
-    expected = sum(len(loadable_chunks(p)) * BLOCK for p in work["prompts"])
+    # Every prompt token but the last came from kvtier.
+    expected = sum(loadable_tokens(p) for p in work["prompts"])
     assert st["loaded_tokens"] == expected, st
     assert st["tiers"]["ssd"]["hits"] > 0, st
     assert st["loaded_bytes"] > 0 and st["load_stall_s"] >= 0, st
@@ -325,7 +407,8 @@ def test_6_corrupted_ssd_records_are_recomputed_not_served(work):
     assert out == work["baseline"], "corrupted KV reached vLLM"
     st = stats(s)
     # Either the lookup already saw the damage (fewer hits), or the loads failed closed.
-    assert st["load_failures"] > 0 or st["loaded_tokens"] < 768, st
+    assert st["load_failures"] > 0 or \
+        st["loaded_tokens"] < sum(loadable_tokens(p) for p in work["prompts"]), st
 
 
 def test_7_per_request_controls(work):
@@ -359,9 +442,29 @@ def test_7_per_request_controls(work):
         assert not got[i]["failed"]
         assert_same_pages(work["baseline_pages"][0], got[i], loadable_chunks(p0),
                           f"request {i} loaded from the host tier")
+        # Requests 1 and 5 stored into pages that earlier requests of the process had used (and
+        # decoded into after the prompt): the stored partial chunks still hold zeros there.
+        assert_after_prompt_zero(got[i], f"request {i} loaded from the host tier")
     st = stats(s)
-    # Stored: requests 1, 4 and 5 (7 chunks each); request 2 offered its chunks again (already
-    # cached: none new); 0 and 7 offered nothing; 3, 6 and 8 had nothing new.
-    assert st["saves"] == 4 and st["stored_chunks"] == 21, st
+    # Stored: requests 1, 4 and 5 (8 chunks each: 7 whole and the partial last one); request 2
+    # offered its chunks again (already cached: none new); 0 and 7 offered nothing; 3, 6 and 8
+    # had nothing new.
+    assert st["saves"] == 4 and st["stored_chunks"] == 3 * stored_chunks(p0), st
     assert st["loads"] == 3 and st["load_failures"] == 0, st
 
+
+def test_8_whole_chunks_only(work):
+    s = work["tmp"] / "whole.stats.json"
+    config = {"host_bytes": 64 << 20, "stats_file": str(s), "runtime_dir": str(work["runtime"]),
+              "partial_chunks": False}
+    p0 = work["prompts"][0]
+    out = run(work["model"], work["tmp"], "whole", [p0, p0], connector(config))
+    assert out == [work["baseline"][0]] * 2
+    got = pages(work["tmp"], "whole")
+    whole = (len(p0["tokens"]) - 1) // BLOCK
+    assert got[0]["loaded"] is None and got[1]["loaded"] == [0, whole], got[1]["loaded"]
+    assert_same_pages(work["baseline_pages"][0], got[1], range(whole),
+                      "prompt 0 loaded whole chunks from the host tier")
+    st = stats(s)
+    assert st["stored_chunks"] == len(p0["tokens"]) // BLOCK, st
+    assert st["loads"] == 1 and st["loaded_tokens"] == whole * BLOCK, st

@@ -8,8 +8,11 @@
 
 What happens where:
   scheduler process   get_num_new_matched_tokens asks the worker's kvtier engine (over a local
-                      socket, see below) how many leading prompt tokens are cached: whole kvtier
-                      chunks (one chunk = one vLLM page), never the last prompt token.
+                      socket, see below) how many leading prompt tokens are cached: kvtier
+                      chunks (one chunk = one vLLM page), up to every prompt token but the last
+                      (vLLM computes that one). A prompt's partial last chunk is cached too
+                      (partial_chunks), so a repeated prompt has one token to compute, not up to
+                      a page.
                       update_state_after_alloc / build_connector_meta turn hits into loads and
                       finished prefills into saves; request_finished frees nothing late: a save
                       has copied its pages out during the step that computed them.
@@ -46,6 +49,11 @@ kv_connector_extra_config (all optional):
                         and within 50 ms of a store's completion when no step follows it
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
+  partial_chunks        true (default): a prompt's partial last chunk is stored as well, as a
+                        chunk of its own whose key's tokens are padded with 0xFFFFFFFF (an id no
+                        vocabulary has) and whose rows after its tokens are zeros; a hit loads
+                        every prompt token but the last, from the prompt's last chunk too.
+                        false: whole chunks only, never the one holding the last prompt token.
 
 On kvtier's node service (`kvtier serve`, docs/serve.md), which owns the node's tiers and is
 shared by every vLLM of the node and kept across their restarts:
@@ -138,6 +146,9 @@ class LoadOp:
     first_chunk: int     # Chunks below are vLLM's own (its prefix cache): not written
     chunks: int
     failed: bool = False  # The scheduler lost this load: its pages are reported as failed
+    # The tokens vLLM takes as loaded: the last chunk may be written whole but taken in part
+    # (the prompt's last token, and the zero rows after a partial tail, are computed over).
+    hit_tokens: int = 0
 
 
 @dataclasses.dataclass
@@ -150,6 +161,7 @@ class SaveOp:
     first_chunk: int = 0  # Chunks below are cached already (loaded, or vLLM's own): not copied
     priority: str = "normal"  # The request's "kvtier" controls (_request_controls)
     ttl_ms: int = 0
+    tail_tokens: int = 0  # > 0: the last chunk is the prompt's partial tail of that many tokens
 
 
 @dataclasses.dataclass
@@ -171,6 +183,20 @@ _CONTROL_TTL_MS_MAX = 365 * 24 * 3600 * 1000  # A year.
 # What a request whose controls do not parse gets: neither loaded nor stored (it may have asked
 # not to be stored; a typo must not store it).
 _CONTROL_REFUSED = {"load": False, "save": False, "priority": "normal", "ttl_ms": 0}
+
+# A prompt's partial last chunk is cached as a chunk of its own: its tokens padded to a whole
+# chunk with this id, which no vocabulary has (vLLM refuses prompt tokens outside the model's
+# vocabulary), so a padded chunk's key is never a whole chunk's. docs/key_format.md.
+TAIL_PAD_TOKEN = 0xFFFFFFFF
+
+
+def chunk_tokens(prompt, chunks: int, block_tokens: int) -> list:
+    """The tokens of a prompt's first `chunks` chunks, the last one padded with TAIL_PAD_TOKEN
+    when the prompt ends inside it."""
+    n = chunks * block_tokens
+    if n <= len(prompt):
+        return list(prompt[:n])
+    return list(prompt) + [TAIL_PAD_TOKEN] * (n - len(prompt))
 
 
 def _request_controls(params) -> tuple[dict, str | None]:
@@ -593,6 +619,48 @@ class _RankLookup:
 
 # ---------------------------------------------------------------------------------------------
 
+def cpu_page_layout(vllm_config) -> str | None:
+    """How vLLM's CPU attention lays out a page on this machine: its attention ISA ("vec",
+    "vec16", "amx", ...) decides where each token's K sits inside a page (vec: per head a
+    [head_dim][tokens] K and a [tokens][head_dim] V; amx: packed for its tiles). kvtier moves
+    pages byte for byte, so a page of one ISA is not another's KV. None off vLLM's CPU platform,
+    or when this vLLM does not say."""
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return None
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        model, cache = vllm_config.model_config, vllm_config.cache_config
+        return str(_get_attn_isa(model.dtype, cache.block_size, model.get_head_size(),
+                                 getattr(cache, "cache_dtype", None)))
+    except Exception:  # noqa: BLE001 - another vLLM version, or no model: nothing known.
+        return None
+
+
+def _cpu_slot_zeroer(isa: str, dtype):
+    """A function zero(layer, page, first_slot) that writes zeros into a page's slots from
+    first_slot on with vLLM's own cache writer (so in this ISA's layout), or None when this vLLM
+    has none."""
+    try:
+        from vllm import _custom_ops as ops
+
+        write = ops.cpu_attn_reshape_and_cache
+    except (ImportError, AttributeError):
+        return None
+
+    def zero(layer, page: int, first_slot: int):
+        pages, heads, slots, width = layer.shape
+        n = slots - first_slot
+        zeros = torch.zeros((n, heads, width // 2), dtype=dtype)
+        key, value = layer.view(pages, heads, 2 * slots, width // 2).chunk(2, dim=2)
+        mapping = torch.arange(page * slots + first_slot, (page + 1) * slots, dtype=torch.int64)
+        write(zeros, zeros, key, value, mapping, isa)
+
+    return zero
+
+
 def _extra(vllm_config) -> dict:
     config = vllm_config.kv_transfer_config
     return dict(getattr(config, "kv_connector_extra_config", None) or {})
@@ -664,6 +732,12 @@ class KvtierConnector(KVConnectorBase_V1):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self._config = _extra(vllm_config)
         self._block_size = vllm_config.cache_config.block_size
+        self._partial = self._config.get("partial_chunks", True)
+        if not isinstance(self._partial, bool):
+            raise RuntimeError(f"kvtier: partial_chunks must be true or false, not "
+                               f"{self._partial!r}")
+        # Pages of one CPU attention ISA are not another's KV: the ISA enters every key.
+        self._page_layout = cpu_page_layout(vllm_config)
         parallel = vllm_config.parallel_config
         self._tp_size = parallel.tensor_parallel_size
         if parallel.pipeline_parallel_size != 1:
@@ -710,7 +784,8 @@ class KvtierConnector(KVConnectorBase_V1):
             self._requests: dict[str, Any] = {}      # req_id -> Request
             self._ns: dict[str, tuple | None] = {}   # req_id -> namespace, None: not cached
             self._controls: dict[str, dict] = {}     # req_id -> its "kvtier" controls
-            self._hits: dict[str, tuple] = {}        # req_id -> (local tokens, hit tokens)
+            # req_id -> (local tokens, hit tokens); a hit may end inside a chunk (partial_chunks).
+            self._hits: dict[str, tuple] = {}
             self._loads: dict[str, LoadOp] = {}      # Decided, not yet sent.
             self._blocks: dict[str, list] = {}       # req_id -> the request's pages
             self._saved: set[str] = set()
@@ -764,6 +839,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if lora is not None:
             extra.append(f"lora:{getattr(lora, 'lora_name', '')}:"
                          f"{getattr(lora, 'lora_path', '') or getattr(lora, 'path', '')}")
+        if self._page_layout is not None:
+            extra.append("pages:vllm_cpu/" + self._page_layout)
         return (salt, extra)
 
     # ------------------------------------------------------------------ scheduler side
@@ -828,11 +905,23 @@ class KvtierConnector(KVConnectorBase_V1):
     def _no_hit(self, request, num_computed_tokens, *args, **kwargs):
         self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
 
+    def _lookup_chunks(self, prompt) -> int:
+        """The chunks of `prompt` a hit may load: whole chunks and, with partial_chunks, the one
+        holding the last prompt token when the tokens before it are worth loading; without,
+        whole chunks that leave the last prompt token out."""
+        bs = self._block_size
+        if not self._partial:
+            return (len(prompt) - 1) // bs
+        chunks = -(-len(prompt) // bs)
+        # A partial chunk of one token would load nothing (that token is vLLM's to compute).
+        return chunks - 1 if len(prompt) % bs == 1 else chunks
+
     @_scheduler_hook(lambda: (0, False), _no_hit)
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         prompt = list(request.prompt_token_ids or [])
         bs = self._block_size
-        limit = (len(prompt) - 1) // bs * bs   # Whole chunks, never the last prompt token.
+        chunks = self._lookup_chunks(prompt)
+        limit = min(chunks * bs, len(prompt) - 1)  # Never the last prompt token.
         self._requests[request.request_id] = request
         self._hits[request.request_id] = (num_computed_tokens, num_computed_tokens)
         if limit <= num_computed_tokens:
@@ -843,8 +932,9 @@ class KvtierConnector(KVConnectorBase_V1):
         ns = self._ns_of(request)
         if ns is None:
             return 0, False
-        hit = min(client.lookup(ns, prompt[:limit]) for client in self._clients)
-        hit = min(hit, limit) // bs * bs
+        tokens = chunk_tokens(prompt, chunks, bs)
+        hit = min(client.lookup(ns, tokens) for client in self._clients)
+        hit = min(hit // bs * bs, limit)
         if hit <= num_computed_tokens:
             return 0, False
         self._hits[request.request_id] = (num_computed_tokens, hit)
@@ -858,12 +948,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loads.pop(req_id, None)
         if num_external_tokens <= 0 or hit <= local:
             return
-        bs = self._block_size
+        chunks = -(-hit // self._block_size)
         pages = list(blocks.get_block_ids()[0]) if blocks is not None else []
         pages = pages or self._blocks.get(req_id, [])
         self._loads[req_id] = LoadOp(req_id=req_id, ns=("", []), tokens=[],
-                                     pages=pages[:hit // bs], first_chunk=local // bs,
-                                     chunks=min(hit // bs, len(pages)), failed=True)
+                                     pages=pages[:chunks], first_chunk=local // self._block_size,
+                                     chunks=min(chunks, len(pages)), failed=True)
 
     @_scheduler_hook(lambda: None, _lose_load)
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -876,14 +966,15 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         local, hit = self._hits.get(req_id, (0, 0))
         bs = self._block_size
-        chunks = hit // bs
+        chunks = -(-hit // bs)  # The last one may be loaded in part (its first tokens only).
         first = local // bs
         if chunks <= first or len(pages) < chunks:
             return
         prompt = list(request.prompt_token_ids or [])
         self._loads[req_id] = LoadOp(req_id=req_id, ns=self._ns_of(request),
-                                     tokens=prompt[:chunks * bs], pages=pages[:chunks],
-                                     first_chunk=first, chunks=chunks)
+                                     tokens=chunk_tokens(prompt, chunks, bs),
+                                     pages=pages[:chunks], first_chunk=first, chunks=chunks,
+                                     hit_tokens=hit)
 
     def _failed_loads_meta(self, *args, **kwargs):
         """After a failure in build_connector_meta: every load decided for this step is sent as
@@ -946,17 +1037,22 @@ class KvtierConnector(KVConnectorBase_V1):
         ns = self._ns_of(request)
         if ns is None:
             return  # Not cached (no cache_salt under a tenant secret).
-        chunks = len(prompt) // bs
+        # Whole chunks, and with partial_chunks the partial last one (of 2 tokens or more: one
+        # token's chunk would never be loaded, _lookup_chunks).
+        tail = len(prompt) % bs if self._partial and len(prompt) % bs > 1 else 0
+        chunks = len(prompt) // bs + int(tail > 0)
         local, hit = self._hits.get(req_id, (0, 0))
         pages = self._blocks.get(req_id, [])
-        # Chunks kvtier gave, or vLLM had (kvtier stored them when they were computed), are
-        # not copied again: only the chunks after them are gathered and stored.
-        first = max(local, hit) // bs
+        # Chunks kvtier gave (the last one maybe in part: kvtier has it whole), or vLLM had
+        # (kvtier stored them when they were computed), are not copied again: only the chunks
+        # after them are gathered and stored.
+        first = max(local // bs, -(-hit // bs) if hit > local else 0)
         if chunks <= first or len(pages) < chunks:
             return  # Nothing new to keep.
-        meta.saves.append(SaveOp(req_id=req_id, ns=ns, tokens=list(prompt[:chunks * bs]),
+        meta.saves.append(SaveOp(req_id=req_id, ns=ns, tokens=chunk_tokens(prompt, chunks, bs),
                                  pages=pages[:chunks], chunks=chunks, first_chunk=first,
-                                 priority=controls["priority"], ttl_ms=controls["ttl_ms"]))
+                                 priority=controls["priority"], ttl_ms=controls["ttl_ms"],
+                                 tail_tokens=tail))
 
     def _forget(self, request, *args, **kwargs):
         req_id = request.request_id
@@ -1043,6 +1139,15 @@ class KvtierConnector(KVConnectorBase_V1):
                            t.element_size()))
             self._layer_index[name] = i
         self._cache = self._engine.paged_cache(backend, layers)
+        self._kv_layers = [kv_caches[name] for name in names]
+        # A partial last chunk is stored with zeros after its tokens, written into the page by
+        # vLLM's own cache writer: kvtier knows vLLM's CPU pages byte for byte, not token by
+        # token (the K layout depends on the ISA). Without it, partial chunks are not stored.
+        isa = cpu_page_layout(self._vllm_config)
+        self._zero_slots = _cpu_slot_zeroer(isa, first.dtype) if isa is not None else None
+        if self._zero_slots is None and self._partial and rank == 0:
+            logger.warning("kvtier: vLLM's CPU attention ISA is unknown here: a prompt's partial "
+                           "last chunk is not stored (partial_chunks has no effect)")
         # A staging buffer for a whole context's load, faulted in now: the first hit after a
         # start would otherwise spend tens of milliseconds on page faults before its first layer.
         max_chunks = self._vllm_config.model_config.max_model_len // self._block_size
@@ -1197,7 +1302,7 @@ class KvtierConnector(KVConnectorBase_V1):
         for op, load in self._active_loads:
             try:
                 load.wait()
-                self._count(loaded_tokens=(op.chunks - op.first_chunk) * self._block_size)
+                self._count(loaded_tokens=op.hit_tokens - op.first_chunk * self._block_size)
             except kvtier.Error:
                 self._failed_pages.update(op.pages[op.first_chunk:])
             self._count(loaded_bytes=load.bytes_scattered)
@@ -1216,13 +1321,25 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._saves_meta is not meta:  # The step's first layer: make its saves once.
             self._saves_meta = meta
             for op in meta.saves:
+                if op.tail_tokens and self._zero_slots is None:  # Whole chunks only.
+                    op.chunks, op.tail_tokens = op.chunks - 1, 0
+                    op.tokens = op.tokens[:op.chunks * self._block_size]
+                    if op.chunks <= op.first_chunk:
+                        continue
                 try:
+                    # The page's rows after a partial chunk's tokens are zeroed in the page
+                    # below, layer by layer; kvtier's own zeroing (tail_tokens) is for layouts
+                    # it knows token by token, not vLLM's CPU pages.
                     self._active_saves.append((op, self._engine.save_pages(
                         self._cache, op.pages, op.chunks, op.first_chunk)))
                 except kvtier.Error as e:
                     logger.warning("kvtier: save of request %s refused: %s", op.req_id, e)
                     self._count(save_failures=1)
-        for _, save in self._active_saves:
+        for op, save in self._active_saves:
+            if op.tail_tokens:
+                # Slots after the prompt hold stale KV of the page's earlier user (maybe another
+                # tenant); vLLM writes them only in later steps, after this gather.
+                self._zero_slots(self._kv_layers[layer], op.pages[op.chunks - 1], op.tail_tokens)
             save.gather_layer(layer)
 
     def wait_for_save(self):
