@@ -142,8 +142,8 @@ Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& ge
   KV_RETURN_IF_ERROR(geometry.Validate());
   if (params.rotated() && !std::has_single_bit(geometry.head_dim)) {
     return Status::InvalidArgument(CodecName(params.codec) +
-                                   " rotates each value head with a Hadamard transform, which needs a "
-                                   "power-of-two head_dim, not " +
+                                   " rotates each value head with a Hadamard transform, which "
+                                   "needs a power-of-two head_dim, not " +
                                    std::to_string(geometry.head_dim));
   }
   return kBlockHeaderBytes + MaxPayloadBytes(params, geometry);

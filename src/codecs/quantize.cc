@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "codecs/block_format.h"
 #include "core/assert.h"
 #include "core/coding.h"
@@ -89,7 +93,8 @@ Status RefuseHalf(const Kernels& k, DType dtype, const std::byte* half, size_t n
 const float* RotateInScratch(const Kernels& k, const float* x, size_t n, uint32_t head_dim,
                              float* scratch) {
   if (x != scratch) std::memcpy(scratch, x, n * sizeof(float));
-  HadamardRotate(scratch, n, head_dim);
+  HadamardRotate(k, scratch, n, head_dim);
+  // Rotated FP16 or BF16 values stay far below F32's range; only F32 input can overflow.
   return k.all_finite(scratch, n) ? scratch : nullptr;
 }
 
@@ -257,7 +262,7 @@ Status DequantizeValues(const BlockGeometry& g, uint32_t bits, bool rotate, size
       k.dequantize_uniform(codes + t * channels + c0, std::min(group, channels - c0), zero, scale,
                            row + c0);
     }
-    if (rotate) HadamardUnrotate(row, channels, g.head_dim);
+    if (rotate) HadamardUnrotate(k, row, channels, g.head_dim);
     StoreRow(k, g.dtype, row, channels, dst + t * row_bytes);
   }
   return Status::Ok();
@@ -337,6 +342,38 @@ void Butterflies8(float* x, size_t n, uint32_t head_dim, const Around& around) {
   }
 }
 
+#if defined(__x86_64__)
+#define KV_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+// Butterflies8 with one vector per 8 values: each stage adds a lane-permuted copy (lanes that take
+// a + b) or subtracts from it (lanes that take a - b: the permuted copy holds a), so every lane
+// computes the same F32 operation on the same operands as the scalar loop. For CPUs with AVX2
+// only (kernel sets other than the scalar one). The transform is a codec step rather than a
+// kernel of the table; codecs_rotation_test checks it bit for bit against the scalar path.
+KV_TARGET_AVX2 void Butterflies8Avx2(float* x, size_t n, uint32_t head_dim, const Around& around) {
+  const size_t mask = head_dim - 1;
+  const bool last = head_dim == 8;
+  const __m256 scale = _mm256_set1_ps(around.scale);
+  const __m256 post = last && around.post != nullptr ? _mm256_loadu_ps(around.post)
+                                                     : _mm256_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    if (around.pre != nullptr) v = _mm256_mul_ps(v, _mm256_loadu_ps(around.pre + (i & mask)));
+    __m256 p = _mm256_permute_ps(v, 0xB1);  // Lanes 1 0 3 2 5 4 7 6.
+    v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xAA);
+    p = _mm256_permute_ps(v, 0x4E);  // Lanes 2 3 0 1 6 7 4 5.
+    v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xCC);
+    p = _mm256_permute2f128_ps(v, v, 0x01);  // The halves swapped.
+    v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xF0);
+    if (last) {
+      v = _mm256_mul_ps(v, scale);
+      if (around.post != nullptr) v = _mm256_mul_ps(v, post);
+    }
+    _mm256_storeu_ps(x + i, v);
+  }
+}
+#undef KV_TARGET_AVX2
+#endif
+
 // Butterfly stages h = first_h .. head_dim / 2 of every head of x[0, n) at once (spans of 2h never
 // cross a head); `pre` applies when first_h is 1, the scale and `post` at the last stage.
 void Butterflies(float* x, size_t n, uint32_t head_dim, size_t first_h, const Around& around) {
@@ -375,8 +412,8 @@ void Butterflies(float* x, size_t n, uint32_t head_dim, size_t first_h, const Ar
   }
 }
 
-// The whole transform of every head of x[0, n).
-void Transform(float* x, size_t n, uint32_t head_dim, const Around& around) {
+// The whole transform of every head of x[0, n), the first stages with `k`'s instruction set.
+void Transform(const Kernels& k, float* x, size_t n, uint32_t head_dim, const Around& around) {
   if (head_dim == 1) {  // No butterflies: only the scale (1) and the signs.
     for (size_t i = 0; i < n; ++i) {
       const float y = around.pre != nullptr ? x[i] * around.pre[0] : x[i];
@@ -388,7 +425,16 @@ void Transform(float* x, size_t n, uint32_t head_dim, const Around& around) {
     Butterflies(x, n, head_dim, 1, around);
     return;
   }
+#if defined(__x86_64__)
+  if (k.isa != KernelIsa::kScalar) {
+    Butterflies8Avx2(x, n, head_dim, around);
+  } else {
+    Butterflies8(x, n, head_dim, around);
+  }
+#else
+  (void)k;
   Butterflies8(x, n, head_dim, around);
+#endif
   if (head_dim > 8) Butterflies(x, n, head_dim, 8, {.pre = nullptr, .scale = around.scale,
                                                    .post = around.post});
 }
@@ -397,15 +443,15 @@ void Transform(float* x, size_t n, uint32_t head_dim, const Around& around) {
 
 float HadamardSign(size_t i) { return SignTable()[i]; }
 
-void HadamardRotate(float* x, size_t n, uint32_t head_dim) {
+void HadamardRotate(const Kernels& k, float* x, size_t n, uint32_t head_dim) {
   KV_DCHECK(std::has_single_bit(head_dim) && head_dim <= kHeadDimMax && n % head_dim == 0);
-  Transform(x, n, head_dim,
+  Transform(k, x, n, head_dim,
             {.pre = SignTable().data(), .scale = HadamardScale(head_dim), .post = nullptr});
 }
 
-void HadamardUnrotate(float* x, size_t n, uint32_t head_dim) {
+void HadamardUnrotate(const Kernels& k, float* x, size_t n, uint32_t head_dim) {
   KV_DCHECK(std::has_single_bit(head_dim) && head_dim <= kHeadDimMax && n % head_dim == 0);
-  Transform(x, n, head_dim,
+  Transform(k, x, n, head_dim,
             {.pre = nullptr, .scale = HadamardScale(head_dim), .post = SignTable().data()});
 }
 

@@ -45,9 +45,10 @@ float HadamardSign(size_t i);
 // (n a multiple of head_dim, head_dim a power of two <= kHeadDimMax). Order of operations (F32,
 // no FMA): forward: multiply by the sign, butterflies for h = 1, 2, .., head_dim / 2
 // (a, b -> a + b, a - b on elements j and j + h of each 2h-aligned span), multiply by s.
-// Inverse: the same butterflies, then multiply by s * sign.
-void HadamardRotate(float* x, size_t n, uint32_t head_dim);
-void HadamardUnrotate(float* x, size_t n, uint32_t head_dim);
+// Inverse: the same butterflies, then multiply by s, then by the sign. `kernels` picks the
+// instruction set (AVX2 unless it is the scalar set); the results are the same bits.
+void HadamardRotate(const Kernels& kernels, float* x, size_t n, uint32_t head_dim);
+void HadamardUnrotate(const Kernels& kernels, float* x, size_t n, uint32_t head_dim);
 
 // Floats of CodecContext::ParamScratch that QuantizeBlock and DequantizeBlock use at most for
 // blocks of `geometry` (valid).

@@ -69,7 +69,7 @@ TEST(HadamardTest, MatchesTheDenseMatrixAndIsOrthogonal) {
     const size_t heads = d >= 1024 ? 1 : 3;
     const std::vector<float> x = Gaussian(heads * d, kSeed + d);
     std::vector<float> y = x;
-    HadamardRotate(y.data(), y.size(), d);
+    HadamardRotate(GetKernels(KernelIsa::kScalar), y.data(), y.size(), d);
     // Dense product (double) for the smaller sizes: y = s * H * D * x.
     if (d <= 256) {
       for (size_t h = 0; h < heads; ++h) {
@@ -94,31 +94,38 @@ TEST(HadamardTest, MatchesTheDenseMatrixAndIsOrthogonal) {
       EXPECT_NEAR(std::sqrt(ny), std::sqrt(nx), 1e-5 * std::sqrt(nx));
     }
     std::vector<float> back = y;
-    HadamardUnrotate(back.data(), back.size(), d);
+    HadamardUnrotate(GetKernels(KernelIsa::kScalar), back.data(), back.size(), d);
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_NEAR(back[i], x[i], 4e-7 * std::log2(2.0 * d) * 8) << i;
     }
   }
 }
 
-// The fused passes do the same F32 operations in the same order as the plain loops: encoded bytes
-// cannot depend on how the transform is scheduled.
+// The fused passes (scalar, and AVX2 where the CPU has it) do the same F32 operations in the same
+// order as the plain loops: encoded bytes cannot depend on how the transform is scheduled.
 TEST(HadamardTest, FusedPassesAreBitExactWithThePlainLoops) {
-  for (const uint32_t d : kHeadDims) {
-    const size_t n = (d >= 1024 ? 2 : 5) * d;
-    for (const bool inverse : {false, true}) {
-      std::vector<float> x = Gaussian(n, kSeed + 7 * d);
-      x[0] = 65504.0f;  // Extremes and signed zeros too.
-      if (n > 2) x[1] = -0.0f;
-      std::vector<float> want = x;
-      PlainRotate(want.data(), n, d, inverse);
-      if (inverse) {
-        HadamardUnrotate(x.data(), n, d);
-      } else {
-        HadamardRotate(x.data(), n, d);
+  std::vector<KernelIsa> isas = {KernelIsa::kScalar};
+  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
+  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  for (const KernelIsa isa : isas) {
+    for (const uint32_t d : kHeadDims) {
+      const size_t n = (d >= 1024 ? 2 : 5) * d;
+      for (const bool inverse : {false, true}) {
+        std::vector<float> x = Gaussian(n, kSeed + 7 * d);
+        x[0] = 65504.0f;  // Extremes, subnormals and signed zeros too.
+        if (n > 2) x[1] = -0.0f;
+        if (n > 3) x[2] = 1e-40f;
+        std::vector<float> want = x;
+        PlainRotate(want.data(), n, d, inverse);
+        if (inverse) {
+          HadamardUnrotate(GetKernels(isa), x.data(), n, d);
+        } else {
+          HadamardRotate(GetKernels(isa), x.data(), n, d);
+        }
+        ASSERT_EQ(std::memcmp(x.data(), want.data(), n * sizeof(float)), 0)
+            << "isa " << static_cast<int>(isa) << " head_dim " << d
+            << (inverse ? " inverse" : " forward");
       }
-      ASSERT_EQ(std::memcmp(x.data(), want.data(), n * sizeof(float)), 0)
-          << "head_dim " << d << (inverse ? " inverse" : " forward");
     }
   }
 }
@@ -237,7 +244,9 @@ void ExpectWithinBound(const CodecParams& p, const Block& orig, const std::byte*
   std::vector<float> row(channels);
   for (size_t t = 0; t < g.tokens; ++t) {
     for (size_t c = 0; c < channels; ++c) row[c] = Load(g.dtype, x, n + t * channels + c);
-    if (p.rotated()) HadamardRotate(row.data(), channels, g.head_dim);
+    if (p.rotated()) {
+      HadamardRotate(GetKernels(KernelIsa::kScalar), row.data(), channels, g.head_dim);
+    }
     std::vector<double> bound(channels);
     for (size_t c0 = 0; c0 < channels; c0 += group) {
       const size_t c1 = std::min(channels, c0 + group);
@@ -450,7 +459,7 @@ TEST(RotatedCodecTest, CorruptedRotationMetadataIsRefused) {
                         Edit{&rot, 9, kBlockFlagHadamard | 0x04, "unknown flag bit"},
                         Edit{&rot, 9, 0x80, "unknown flag only"},
                         Edit{&rot, 5, static_cast<uint8_t>(CodecId::kInt4), "codec int4, flag"},
-                        Edit{&plain, 5, static_cast<uint8_t>(CodecId::kInt4Rot), "int4-rot, no flag"},
+                        Edit{&plain, 5, static_cast<uint8_t>(CodecId::kInt4Rot), "no flag"},
                         Edit{&rot, 5, 9, "unknown codec 9"},
                         Edit{&mixed, 7, 8, "k8v4 with bits 8"},
                         Edit{&mixed, 7, 0x84, "k8v4 with bits swapped"},
