@@ -67,7 +67,7 @@ struct DataSet {
 struct Row {
   std::string codec, data;
   double ratio = 0, encode_bytes_per_s = 0, decode_bytes_per_s = 0, rel_rmse = 0,
-         attn_cosine = 1;
+         attn_cosine = 1, attn_cosine_min = 1;
 };
 
 void FillQueries(uint64_t seed, DataSet* d) {
@@ -204,6 +204,11 @@ const NamedCodec kCodecs[] = {
     {"int8+zstd", CodecParams::Int8(32, 1)},
     {"int4", CodecParams::Int4(32)},
     {"int4+zstd", CodecParams::Int4(32, 1)},
+    {"int8-rot", CodecParams::Quantized(codecs::CodecId::kInt8Rot)},
+    {"int4-rot", CodecParams::Quantized(codecs::CodecId::kInt4Rot)},
+    {"int4-rot+zstd", CodecParams::Quantized(codecs::CodecId::kInt4Rot, 32, 1)},
+    {"k8v4", CodecParams::Quantized(codecs::CodecId::kK8V4)},
+    {"k8v4-rot", CodecParams::Quantized(codecs::CodecId::kK8V4Rot)},
 };
 
 Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,
@@ -240,7 +245,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
   row.encode_bytes_per_s = raw / std::max(Median(encode_s), 1e-9);
   row.decode_bytes_per_s = raw / std::max(Median(decode_s), 1e-9);
   ErrorSums errors;
-  double cosine_sum = 0;
+  double cosine_sum = 0, cosine_min = 1;
   const size_t half = d.geometry.half_elements(), channels = d.geometry.channels();
   std::vector<float> out_ref(channels), out_got(channels);
   for (size_t b = 0; b < d.blocks; ++b) {
@@ -253,10 +258,13 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
     const std::span<const float> r(ref), g(got);
     codecs::AttentionOutputF32(d.geometry, q, r.first(half), r.subspan(half), out_ref);
     codecs::AttentionOutputF32(d.geometry, q, g.first(half), g.subspan(half), out_got);
-    cosine_sum += codecs::CosineSimilarity(out_ref, out_got);
+    const double cosine = codecs::CosineSimilarity(out_ref, out_got);
+    cosine_sum += cosine;
+    cosine_min = std::min(cosine_min, cosine);
   }
   row.rel_rmse = errors.RelRmse();
   row.attn_cosine = codec.params.lossless() ? 1.0 : cosine_sum / static_cast<double>(d.blocks);
+  row.attn_cosine_min = codec.params.lossless() ? 1.0 : cosine_min;
   return row;
 }
 
@@ -304,12 +312,13 @@ Result<Row> MeasureZstdCli(const DataSet& d, uint32_t repeat, const std::string&
 // The precision ladder's codecs at rest (the SSD tier) by each block's age over a sequence of
 // `tokens` synthetic-outliers tokens: the sink and recent blocks lossless, then int8, then int4.
 // The cosine is of one query per KV head attending over the whole sequence.
-Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
-                          codecs::CodecContext* ctx) {
+Result<Row> MeasureLadder(const codecs::PrecisionLadderOptions& options, uint32_t tokens,
+                          uint32_t repeat, uint64_t seed, codecs::CodecContext* ctx) {
   const BlockGeometry g = kSyntheticGeometry;
   const uint32_t chunks = (tokens + g.tokens - 1) / g.tokens;
   const uint64_t total_tokens = uint64_t{chunks} * g.tokens;
-  KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadder ladder, codecs::PrecisionLadder::Create({}));
+  KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadder ladder,
+                      codecs::PrecisionLadder::Create(options));
   KV_ASSIGN_OR_RETURN(OutlierKv kv, OutlierKv::Create(chunks, seed));
   KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSizeAnyCodec(g));
   std::vector<uint16_t> block(g.elements()), decoded(g.elements());
@@ -357,7 +366,8 @@ Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
              .encode_bytes_per_s = raw / std::max(Median(encode_s), 1e-9),
              .decode_bytes_per_s = raw / std::max(Median(decode_s), 1e-9),
              .rel_rmse = errors.RelRmse(),
-             .attn_cosine = codecs::CosineSimilarity(att_ref.Output(), att_got.Output())};
+             .attn_cosine = codecs::CosineSimilarity(att_ref.Output(), att_got.Output()),
+             .attn_cosine_min = codecs::CosineSimilarity(att_ref.Output(), att_got.Output())};
 }
 
 void Print(const std::vector<Row>& rows, bool json) {
@@ -372,17 +382,18 @@ void Print(const std::vector<Row>& rows, bool json) {
       o["decode_bytes_per_s"] = r.decode_bytes_per_s;
       o["rel_rmse"] = r.rel_rmse;
       o["attn_cosine"] = r.attn_cosine;
+      o["attn_cosine_min"] = r.attn_cosine_min;
       j.push_back(o);
     }
     std::printf("%s\n", JsonText(j, 2).c_str());
     return;
   }
-  std::printf("%-12s %-34s %7s %12s %12s %10s %11s\n", "codec", "data", "ratio", "encode MB/s",
-              "decode MB/s", "rel_rmse", "attn_cosine");
+  std::printf("%-14s %-34s %7s %12s %12s %10s %11s %11s\n", "codec", "data", "ratio",
+              "encode MB/s", "decode MB/s", "rel_rmse", "attn_cosine", "cosine_min");
   for (const Row& r : rows) {
-    std::printf("%-12s %-34s %7.3f %12.0f %12.0f %10.2e %11.6f\n", r.codec.c_str(),
+    std::printf("%-14s %-34s %7.3f %12.0f %12.0f %10.2e %11.6f %11.6f\n", r.codec.c_str(),
                 r.data.c_str(), r.ratio, r.encode_bytes_per_s / 1e6, r.decode_bytes_per_s / 1e6,
-                r.rel_rmse, r.attn_cosine);
+                r.rel_rmse, r.attn_cosine, r.attn_cosine_min);
   }
 }
 
@@ -405,6 +416,16 @@ BenchCodec::BenchCodec(CLI::App* bench)
   app_->add_option("--ladder-tokens", ladder_tokens_,
                    "Tokens of the precision ladder's sequence (default 32768)")
       ->check(WholeNumber(kSyntheticGeometry.tokens, 1u << 20));
+  app_->add_option("--ladder-int8", ladder_int8_,
+                   "The ladder's middle rung by codec name (default int8; 8-bit keys)");
+  app_->add_option("--ladder-int4", ladder_int4_,
+                   "The ladder's coarsest rung by codec name (default int4; 4-bit codes)");
+  app_->add_option("--ladder-recent", ladder_recent_,
+                   "Tokens the ladder keeps lossless (default 2048)")
+      ->check(WholeNumber(1, 1u << 20));
+  app_->add_option("--ladder-int4-age", ladder_int4_age_,
+                   "Age in tokens from which the ladder takes its coarsest rung (default 16384)")
+      ->check(WholeNumber(1, 1u << 20));
   app_->add_option("--repeat", repeat_, "Timed repetitions; medians are reported (default 5)")
       ->check(WholeNumber(1, 1000));
   app_->add_option("--seed", seed_, "Seed of the synthetic data and the queries (default 1)");
@@ -469,7 +490,16 @@ Status BenchCodec::Run() {
       progress.Add(1);
     }
   }
-  Result<Row> ladder = MeasureLadder(ladder_tokens_, repeat_, seed_, &ctx);
+  codecs::PrecisionLadderOptions ladder_options;
+  if (!ladder_int8_.empty()) {
+    KV_ASSIGN_OR_RETURN(ladder_options.int8, codecs::ParseCodecParams(ladder_int8_));
+  }
+  if (!ladder_int4_.empty()) {
+    KV_ASSIGN_OR_RETURN(ladder_options.int4, codecs::ParseCodecParams(ladder_int4_));
+  }
+  if (ladder_recent_ != 0) ladder_options.recent_window_tokens = ladder_recent_;
+  if (ladder_int4_age_ != 0) ladder_options.int4_age_tokens = ladder_int4_age_;
+  Result<Row> ladder = MeasureLadder(ladder_options, ladder_tokens_, repeat_, seed_, &ctx);
   if (!ladder.ok()) return ladder.status().WithContext("ladder");
   rows.push_back(std::move(ladder).value());
   progress.Add(1);
