@@ -88,14 +88,14 @@ Status RefuseHalf(const Kernels& k, DType dtype, const std::byte* half, size_t n
                 : s;
 }
 
-// `x` (n floats) rotated in `scratch` (a copy first when `x` is not already there); nullptr when
-// the rotation overflowed F32 (only F32 input can).
-const float* RotateInScratch(const Kernels& k, const float* x, size_t n, uint32_t head_dim,
-                             float* scratch) {
+// `x` (n floats of `dtype`) rotated in `scratch` (a copy first when `x` is not already there);
+// nullptr when the rotation overflowed F32, which BF16 and F32 input can (up to sqrt(head_dim)
+// times their largest value) and FP16 input cannot.
+const float* RotateInScratch(const Kernels& k, DType dtype, const float* x, size_t n,
+                             uint32_t head_dim, float* scratch) {
   if (x != scratch) std::memcpy(scratch, x, n * sizeof(float));
   HadamardRotate(k, scratch, n, head_dim);
-  // Rotated FP16 or BF16 values stay far below F32's range; only F32 input can overflow.
-  return k.all_finite(scratch, n) ? scratch : nullptr;
+  return dtype == DType::kF16 || k.all_finite(scratch, n) ? scratch : nullptr;
 }
 
 // Rows of values quantized together: about kValueChunkElements elements, at least one row.
@@ -175,7 +175,7 @@ Status QuantizeValues(const BlockGeometry& g, uint32_t bits, bool rotate, size_t
       return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
     }
     if (rotate) {
-      x = RotateInScratch(k, x, (t1 - t0) * channels, g.head_dim, scratch);
+      x = RotateInScratch(k, g.dtype, x, (t1 - t0) * channels, g.head_dim, scratch);
       if (x == nullptr) return RefuseHalf(k, g.dtype, half, g.half_elements(), ctx);
     }
     // Rows quantized per call: the whole chunk when its groups tile it, else one.
@@ -371,6 +371,35 @@ KV_TARGET_AVX2 void Butterflies8Avx2(float* x, size_t n, uint32_t head_dim, cons
     _mm256_storeu_ps(x + i, v);
   }
 }
+
+// Butterflies from h = 8 on, 8 pairs per step (h is a multiple of 8): the scalar loop's
+// operations, lane by lane; the last stage multiplies by the scale, then by `post`.
+KV_TARGET_AVX2 void ButterfliesAvx2(float* x, size_t n, uint32_t head_dim, const Around& around) {
+  const __m256 scale = _mm256_set1_ps(around.scale);
+  for (size_t h = 8; h < head_dim; h <<= 1) {
+    const bool last = 2 * h == head_dim;
+    for (size_t i = 0; i < n; i += 2 * h) {
+      float* lo = x + i;
+      float* hi = x + i + h;
+      for (size_t j = 0; j < h; j += 8) {
+        const __m256 a = _mm256_loadu_ps(lo + j);
+        const __m256 b = _mm256_loadu_ps(hi + j);
+        __m256 sum = _mm256_add_ps(a, b);
+        __m256 diff = _mm256_sub_ps(a, b);
+        if (last) {
+          sum = _mm256_mul_ps(sum, scale);
+          diff = _mm256_mul_ps(diff, scale);
+          if (around.post != nullptr) {
+            sum = _mm256_mul_ps(sum, _mm256_loadu_ps(around.post + j));
+            diff = _mm256_mul_ps(diff, _mm256_loadu_ps(around.post + h + j));
+          }
+        }
+        _mm256_storeu_ps(lo + j, sum);
+        _mm256_storeu_ps(hi + j, diff);
+      }
+    }
+  }
+}
 #undef KV_TARGET_AVX2
 #endif
 
@@ -428,13 +457,15 @@ void Transform(const Kernels& k, float* x, size_t n, uint32_t head_dim, const Ar
 #if defined(__x86_64__)
   if (k.isa != KernelIsa::kScalar) {
     Butterflies8Avx2(x, n, head_dim, around);
-  } else {
-    Butterflies8(x, n, head_dim, around);
+    if (head_dim > 8) {
+      ButterfliesAvx2(x, n, head_dim, {.pre = nullptr, .scale = around.scale, .post = around.post});
+    }
+    return;
   }
 #else
   (void)k;
-  Butterflies8(x, n, head_dim, around);
 #endif
+  Butterflies8(x, n, head_dim, around);
   if (head_dim > 8) Butterflies(x, n, head_dim, 8, {.pre = nullptr, .scale = around.scale,
                                                    .post = around.post});
 }
