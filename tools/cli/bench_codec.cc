@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -191,6 +192,23 @@ std::vector<float> ToF32(std::span<const std::byte> block) {
   return out;
 }
 
+// Seconds since construction: wall time, or this thread's CPU time with --cpu-time (the rate of
+// one core however busy the machine is with other work: time the thread waited is not counted).
+class PassTimer {
+ public:
+  explicit PassTimer(bool cpu_time) : cpu_time_(cpu_time), start_(Now(cpu_time)) {}
+  double Seconds() const { return Now(cpu_time_) - start_; }
+
+ private:
+  static double Now(bool cpu_time) {
+    timespec t{};
+    clock_gettime(cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+  bool cpu_time_;
+  double start_;
+};
+
 struct NamedCodec {
   const char* name;
   CodecParams params;
@@ -212,7 +230,7 @@ const NamedCodec kCodecs[] = {
 };
 
 Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,
-                         codecs::CodecContext* ctx) {
+                         bool cpu_time, codecs::CodecContext* ctx) {
   KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSize(codec.params, d.geometry));
   const size_t block_bytes = d.geometry.raw_bytes();
   std::vector<std::byte> encoded(max_encoded * d.blocks);
@@ -221,7 +239,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
   std::vector<double> encode_s, decode_s;
   for (uint32_t r = 0; r < repeat; ++r) {
     if (Interrupted()) return Status::Aborted("interrupted");
-    const Stopwatch enc;
+    const PassTimer enc(cpu_time);
     for (size_t b = 0; b < d.blocks; ++b) {
       KV_ASSIGN_OR_RETURN(
           sizes[b], codecs::EncodeBlock(codec.params, d.geometry, d.Block(b),
@@ -229,7 +247,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
                                         ctx));
     }
     encode_s.push_back(enc.Seconds());
-    const Stopwatch dec;
+    const PassTimer dec(cpu_time);
     for (size_t b = 0; b < d.blocks; ++b) {
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(
           std::span<const std::byte>(encoded).subspan(b * max_encoded, sizes[b]), d.geometry,
@@ -313,7 +331,8 @@ Result<Row> MeasureZstdCli(const DataSet& d, uint32_t repeat, const std::string&
 // `tokens` synthetic-outliers tokens: the sink and recent blocks lossless, then int8, then int4.
 // The cosine is of one query per KV head attending over the whole sequence.
 Result<Row> MeasureLadder(const codecs::PrecisionLadderOptions& options, uint32_t tokens,
-                          uint32_t repeat, uint64_t seed, codecs::CodecContext* ctx) {
+                          uint32_t repeat, uint64_t seed, bool cpu_time,
+                          codecs::CodecContext* ctx) {
   const BlockGeometry g = kSyntheticGeometry;
   const uint32_t chunks = (tokens + g.tokens - 1) / g.tokens;
   const uint64_t total_tokens = uint64_t{chunks} * g.tokens;
@@ -339,12 +358,12 @@ Result<Row> MeasureLadder(const codecs::PrecisionLadderOptions& options, uint32_
       const uint64_t age = total_tokens - uint64_t{c + 1} * g.tokens;
       const CodecParams params = ladder.Choose(
           codecs::Tier::kSsd, age, c == 0 ? codecs::ChunkKind::kSink : codecs::ChunkKind::kRegular);
-      const Stopwatch enc;
+      const PassTimer enc(cpu_time);
       KV_ASSIGN_OR_RETURN(
           const size_t n,
           codecs::EncodeBlock(params, g, std::as_bytes(std::span(block)), encoded, ctx));
       enc_s += enc.Seconds();
-      const Stopwatch dec;
+      const PassTimer dec(cpu_time);
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(std::span<const std::byte>(encoded).first(n), g,
                                              std::as_writable_bytes(std::span(decoded)), ctx));
       dec_s += dec.Seconds();
@@ -430,11 +449,29 @@ BenchCodec::BenchCodec(CLI::App* bench)
       ->check(WholeNumber(1, 1000));
   app_->add_option("--seed", seed_, "Seed of the synthetic data and the queries (default 1)");
   app_->add_flag("--no-zstd-cli", no_zstd_cli_, "Leave out the zstd program's rows");
+  app_->add_flag("--cpu-time", cpu_time_,
+                 "Time the codecs by the thread's CPU time instead of wall time: one core's "
+                 "rate on a busy machine (the zstd program's rows stay wall time)");
   app_->add_flag("--json", json_, "Print one JSON array of rows");
 }
 
 Status BenchCodec::Run() {
   InstallInterruptHandler();
+  // The ladder's options first: a bad rung is reported before minutes of measurements.
+  codecs::PrecisionLadderOptions ladder_options;
+  if (!ladder_int8_.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(ladder_int8_);
+    if (!p.ok()) return p.status().WithContext("--ladder-int8");
+    ladder_options.int8 = *p;
+  }
+  if (!ladder_int4_.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(ladder_int4_);
+    if (!p.ok()) return p.status().WithContext("--ladder-int4");
+    ladder_options.int4 = *p;
+  }
+  if (ladder_recent_ != 0) ladder_options.recent_window_tokens = ladder_recent_;
+  if (ladder_int4_age_ != 0) ladder_options.int4_age_tokens = ladder_int4_age_;
+  KV_RETURN_IF_ERROR(ladder_options.Validate());
   KV_ASSIGN_OR_RETURN(const uint64_t bytes, ParseBytes("--bytes", bytes_text_));
   const uint64_t block_bytes = kSyntheticGeometry.raw_bytes();
   const size_t blocks = bytes / block_bytes;
@@ -478,7 +515,7 @@ Status BenchCodec::Run() {
   std::vector<Row> rows;
   for (const DataSet& d : sets) {
     for (const NamedCodec& codec : kCodecs) {
-      Result<Row> row = MeasureCodec(codec, d, repeat_, &ctx);
+      Result<Row> row = MeasureCodec(codec, d, repeat_, cpu_time_, &ctx);
       if (!row.ok()) return row.status().WithContext(std::string(codec.name) + " on " + d.name);
       rows.push_back(std::move(row).value());
       progress.Add(1);
@@ -490,16 +527,8 @@ Status BenchCodec::Run() {
       progress.Add(1);
     }
   }
-  codecs::PrecisionLadderOptions ladder_options;
-  if (!ladder_int8_.empty()) {
-    KV_ASSIGN_OR_RETURN(ladder_options.int8, codecs::ParseCodecParams(ladder_int8_));
-  }
-  if (!ladder_int4_.empty()) {
-    KV_ASSIGN_OR_RETURN(ladder_options.int4, codecs::ParseCodecParams(ladder_int4_));
-  }
-  if (ladder_recent_ != 0) ladder_options.recent_window_tokens = ladder_recent_;
-  if (ladder_int4_age_ != 0) ladder_options.int4_age_tokens = ladder_int4_age_;
-  Result<Row> ladder = MeasureLadder(ladder_options, ladder_tokens_, repeat_, seed_, &ctx);
+  Result<Row> ladder =
+      MeasureLadder(ladder_options, ladder_tokens_, repeat_, seed_, cpu_time_, &ctx);
   if (!ladder.ok()) return ladder.status().WithContext("ladder");
   rows.push_back(std::move(ladder).value());
   progress.Add(1);

@@ -105,6 +105,31 @@ else
   echo "SKIP (real-model rows): $GGUF is missing (expected ../shared/models beside the repository)"
 fi
 
+# 1b. --cpu-time (thread CPU time) and the ladder's rungs and ages: the same rows, rates > 0; a
+# k8v4 middle rung from 2048 tokens on (4096-token sequence: two thirds of it) compresses more
+# than the default ladder, which keeps all of a 4096-token sequence at full precision or int8.
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --cpu-time --ladder-int8 k8v4 \
+  --ladder-recent 1024 --ladder-int4-age 2048 --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench codec --cpu-time: exit $rc: $(cat "$TMP/err")"
+else
+  python3 - "$TMP/out" <<'PY' || fail "bench codec --cpu-time with ladder flags: see above"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert all(r["encode_bytes_per_s"] > 0 and r["decode_bytes_per_s"] > 0 for r in rows), rows
+ladder = [r for r in rows if r["codec"] == "ladder"][0]
+int8 = [r for r in rows if r["codec"] == "int8" and r["data"] == "synthetic-outliers"][0]
+assert ladder["ratio"] > int8["ratio"], (ladder, int8)
+PY
+fi
+# A bad rung is refused before any measurement, with one line naming it.
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --ladder-int8 int4 >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "bench codec --ladder-int8 int4: exit 0"
+grep -q "ladder: the int8 rung must have 8-bit keys" "$TMP/err" || fail "bad rung: $(cat "$TMP/err")"
+[[ "$(wc -l <"$TMP/err")" -eq 1 && ! -s "$TMP/out" ]] || fail "bad rung: $(cat "$TMP/err" "$TMP/out")"
+
 # 2. No model anywhere near the binary or the working directory: rows left out, a line on stderr.
 mkdir -p "$TMP/alone"
 cp "$KVTIER" "$TMP/alone/kvtier"
