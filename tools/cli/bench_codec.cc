@@ -416,6 +416,28 @@ void Print(const std::vector<Row>& rows, bool json) {
   }
 }
 
+// The ladder of --ladder-int8, --ladder-int4 (codec names; empty: the defaults),
+// --ladder-recent and --ladder-int4-age (0: the defaults), validated.
+Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& int8_rung,
+                                                     const std::string& int4_rung,
+                                                     uint32_t recent, uint32_t int4_age) {
+  codecs::PrecisionLadderOptions o;
+  if (!int8_rung.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(int8_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int8");
+    o.int8 = *p;
+  }
+  if (!int4_rung.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(int4_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int4");
+    o.int4 = *p;
+  }
+  if (recent != 0) o.recent_window_tokens = recent;
+  if (int4_age != 0) o.int4_age_tokens = int4_age;
+  KV_RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
 }  // namespace
 
 BenchCodec::BenchCodec(CLI::App* bench)
@@ -458,20 +480,9 @@ BenchCodec::BenchCodec(CLI::App* bench)
 Status BenchCodec::Run() {
   InstallInterruptHandler();
   // The ladder's options first: a bad rung is reported before minutes of measurements.
-  codecs::PrecisionLadderOptions ladder_options;
-  if (!ladder_int8_.empty()) {
-    Result<CodecParams> p = codecs::ParseCodecParams(ladder_int8_);
-    if (!p.ok()) return p.status().WithContext("--ladder-int8");
-    ladder_options.int8 = *p;
-  }
-  if (!ladder_int4_.empty()) {
-    Result<CodecParams> p = codecs::ParseCodecParams(ladder_int4_);
-    if (!p.ok()) return p.status().WithContext("--ladder-int4");
-    ladder_options.int4 = *p;
-  }
-  if (ladder_recent_ != 0) ladder_options.recent_window_tokens = ladder_recent_;
-  if (ladder_int4_age_ != 0) ladder_options.int4_age_tokens = ladder_int4_age_;
-  KV_RETURN_IF_ERROR(ladder_options.Validate());
+  KV_ASSIGN_OR_RETURN(
+      const codecs::PrecisionLadderOptions ladder_options,
+      LadderOptions(ladder_int8_, ladder_int4_, ladder_recent_, ladder_int4_age_));
   KV_ASSIGN_OR_RETURN(const uint64_t bytes, ParseBytes("--bytes", bytes_text_));
   const uint64_t block_bytes = kSyntheticGeometry.raw_bytes();
   const size_t blocks = bytes / block_bytes;
