@@ -99,7 +99,11 @@ typedef enum kvtier_codec {
   KVTIER_CODEC_IDENTITY = 1,
   KVTIER_CODEC_SHUFFLE_ZSTD = 2, /* Lossless. */
   KVTIER_CODEC_INT8 = 3,         /* Lossy (KIVI-style). */
-  KVTIER_CODEC_INT4 = 4          /* Lossy (KIVI-style). */
+  KVTIER_CODEC_INT4 = 4,         /* Lossy (KIVI-style). */
+  KVTIER_CODEC_INT8_ROT = 5,     /* Lossy: int8, values rotated per head (Hadamard) first. */
+  KVTIER_CODEC_INT4_ROT = 6,     /* Lossy: int4, values rotated per head first. */
+  KVTIER_CODEC_K8V4 = 7,         /* Lossy: keys int8, values int4. */
+  KVTIER_CODEC_K8V4_ROT = 8      /* Lossy: k8v4, values rotated per head first. */
 } kvtier_codec_t;
 
 typedef enum kvtier_ssd_sync {

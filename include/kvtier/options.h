@@ -64,6 +64,10 @@ enum class Codec : uint8_t {
   kShuffleZstd = 2,  // Byte planes, then zstd. Lossless.
   kInt8 = 3,         // KIVI-style 8-bit quantization (+ optional zstd). Lossy.
   kInt4 = 4,         // KIVI-style 4-bit quantization (+ optional zstd). Lossy.
+  kInt8Rot = 5,      // int8, values rotated per head (randomized Hadamard) first. Lossy.
+  kInt4Rot = 6,      // int4, values rotated per head first. Lossy.
+  kK8V4 = 7,         // Keys int8, values int4. Lossy.
+  kK8V4Rot = 8,      // k8v4, values rotated per head first. Lossy.
 };
 
 enum class HugePages : uint8_t {

@@ -105,6 +105,11 @@ static_assert(KVTIER_CODEC_IDENTITY == static_cast<int>(codecs::CodecId::kIdenti
 static_assert(KVTIER_CODEC_SHUFFLE_ZSTD == static_cast<int>(codecs::CodecId::kShuffleZstd));
 static_assert(KVTIER_CODEC_INT8 == static_cast<int>(codecs::CodecId::kInt8));
 static_assert(KVTIER_CODEC_INT4 == static_cast<int>(codecs::CodecId::kInt4));
+static_assert(KVTIER_CODEC_INT8_ROT == static_cast<int>(codecs::CodecId::kInt8Rot));
+static_assert(KVTIER_CODEC_INT4_ROT == static_cast<int>(codecs::CodecId::kInt4Rot));
+static_assert(KVTIER_CODEC_K8V4 == static_cast<int>(codecs::CodecId::kK8V4));
+static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::CodecId::kK8V4Rot));
+static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::kCodecIdLast));
 static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::kPinnedPrompt));
 static_assert(KVTIER_DEVICE_BACKEND_CUDA == static_cast<int>(DeviceBackend::kCuda));
 static_assert(KVTIER_HUGE_PAGES_IF_AVAILABLE == static_cast<int>(HugePages::kIfAvailable));
@@ -448,7 +453,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
                                      " is not a kvtier_write_policy_t");
   }
   const int32_t codec = RawEnum(in.ssd_codec);
-  if (codec < KVTIER_CODEC_IDENTITY || codec > KVTIER_CODEC_INT4) {
+  if (codec < KVTIER_CODEC_IDENTITY || codec > KVTIER_CODEC_K8V4_ROT) {
     return Status::InvalidArgument("ssd_codec " + std::to_string(codec) +
                                    " is not a kvtier_codec_t");
   }

@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <bit>
 #include <string>
 
 #include "core/assert.h"
@@ -18,19 +19,22 @@ uint32_t HeaderCrc(const std::byte* header) {
 
 Status Corrupt(const std::string& what) { return Status::Corruption("encoded block: " + what); }
 
-uint8_t ExpectedFlags(const CodecParams& params) {
-  return params.uses_zstd() ? kBlockFlagZstd : uint8_t{0};
-}
 
 // Field checks after the checksum matched: a valid CRC over nonsense is still nonsense (a
 // writer bug, or a block from an incompatible build).
 Status CheckFields(const BlockHeader& h, uint8_t bits, uint8_t flags, uint32_t reserved) {
   if (Status s = h.params.Validate(); !s.ok()) return Corrupt(s.message());
   if (Status s = h.geometry.Validate(); !s.ok()) return Corrupt(s.message());
-  if (bits != h.params.bits()) {
+  if (bits != HeaderBits(h.params)) {
     return Corrupt("bits " + std::to_string(bits) + " do not match " + CodecName(h.params.codec));
   }
-  if (flags != ExpectedFlags(h.params)) return Corrupt("flags " + std::to_string(flags));
+  if (flags != HeaderFlags(h.params)) {
+    return Corrupt("flags " + std::to_string(flags) + " do not match " + h.params.ToString());
+  }
+  if (h.params.rotated() && !std::has_single_bit(h.geometry.head_dim)) {
+    return Corrupt(CodecName(h.params.codec) + " needs a power-of-two head_dim, not " +
+                   std::to_string(h.geometry.head_dim));
+  }
   if (reserved != 0) return Corrupt("reserved field is not zero");
   if (h.raw_bytes != h.geometry.raw_bytes()) {
     return Corrupt("raw size " + std::to_string(h.raw_bytes) + " does not match geometry " +
@@ -49,6 +53,17 @@ Status CheckFields(const BlockHeader& h, uint8_t bits, uint8_t flags, uint32_t r
 
 }  // namespace
 
+uint8_t HeaderBits(const CodecParams& params) {
+  const uint32_t k = params.key_bits();
+  const uint32_t v = params.value_bits();
+  return static_cast<uint8_t>(k == v ? k : (v << 4) | k);
+}
+
+uint8_t HeaderFlags(const CodecParams& params) {
+  return static_cast<uint8_t>((params.uses_zstd() ? kBlockFlagZstd : 0) |
+                              (params.rotated() ? kBlockFlagHadamard : 0));
+}
+
 void EncodeBlockHeader(const BlockHeader& h, std::span<std::byte, kBlockHeaderBytes> dst) {
   KV_DCHECK(h.params.Validate().ok());
   KV_DCHECK(h.geometry.Validate().ok());
@@ -57,9 +72,9 @@ void EncodeBlockHeader(const BlockHeader& h, std::span<std::byte, kBlockHeaderBy
   EncodeFixed8(p + 4, kBlockFormatVersion);
   EncodeFixed8(p + 5, static_cast<uint8_t>(h.params.codec));
   EncodeFixed8(p + 6, static_cast<uint8_t>(h.geometry.dtype));
-  EncodeFixed8(p + 7, static_cast<uint8_t>(h.params.bits()));
+  EncodeFixed8(p + 7, HeaderBits(h.params));
   EncodeFixed8(p + 8, static_cast<uint8_t>(h.params.zstd_level));
-  EncodeFixed8(p + 9, ExpectedFlags(h.params));
+  EncodeFixed8(p + 9, HeaderFlags(h.params));
   EncodeFixed16(p + 10, static_cast<uint16_t>(h.params.group_size));
   EncodeFixed32(p + 12, h.geometry.tokens);
   EncodeFixed32(p + 16, h.geometry.kv_heads);
@@ -102,7 +117,13 @@ Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> src) {
 }
 
 QuantLayout ComputeQuantLayout(const BlockGeometry& g, uint32_t bits, uint32_t group_size) {
-  KV_DCHECK(bits == 8 || bits == 4);
+  return ComputeQuantLayout(g, bits, bits, group_size);
+}
+
+QuantLayout ComputeQuantLayout(const BlockGeometry& g, uint32_t key_bits, uint32_t value_bits,
+                               uint32_t group_size) {
+  KV_DCHECK(key_bits == 8 || key_bits == 4);
+  KV_DCHECK(value_bits == 8 || value_bits == 4);
   KV_DCHECK(group_size > 0);
   const size_t channels = g.channels();
   const size_t tokens = g.tokens;
@@ -111,20 +132,25 @@ QuantLayout ComputeQuantLayout(const BlockGeometry& g, uint32_t bits, uint32_t g
   l.value_groups = (channels + group_size - 1) / group_size;
   const size_t key_params_bytes = 2 * l.key_groups * channels;
   const size_t value_params_bytes = 2 * tokens * l.value_groups;
-  l.code_bytes = bits == 8 ? g.half_elements() : (g.half_elements() + 1) / 2;
+  const auto code_bytes = [&](uint32_t bits) {
+    return bits == 8 ? g.half_elements() : (g.half_elements() + 1) / 2;
+  };
+  l.code_bytes = code_bytes(key_bits);
+  l.v_code_bytes = code_bytes(value_bits);
   l.k_scale_offset = 0;
   l.k_zero_offset = l.k_scale_offset + key_params_bytes;
   l.v_scale_offset = l.k_zero_offset + key_params_bytes;
   l.v_zero_offset = l.v_scale_offset + value_params_bytes;
   l.k_codes_offset = l.v_zero_offset + value_params_bytes;
   l.v_codes_offset = l.k_codes_offset + l.code_bytes;
-  l.total_bytes = l.v_codes_offset + l.code_bytes;
+  l.total_bytes = l.v_codes_offset + l.v_code_bytes;
   return l;
 }
 
 size_t StagePayloadBytes(const CodecParams& params, const BlockGeometry& geometry) {
   if (params.lossless()) return geometry.raw_bytes();
-  return ComputeQuantLayout(geometry, params.bits(), params.group_size).total_bytes;
+  return ComputeQuantLayout(geometry, params.key_bits(), params.value_bits(), params.group_size)
+      .total_bytes;
 }
 
 size_t MaxPayloadBytes(const CodecParams& params, const BlockGeometry& geometry) {

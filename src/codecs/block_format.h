@@ -30,6 +30,16 @@ inline constexpr size_t kBlockHeaderBytes = 48;
 inline constexpr size_t kBlockHeaderCrcOffset = 44;
 // flags bit 0: the payload is one zstd frame holding the stage-1 payload.
 inline constexpr uint8_t kBlockFlagZstd = 0x01;
+// flags bit 1: each head of the values was rotated (randomized Hadamard, docs/codecs.md) before
+// quantization; the decoder applies the inverse. Set exactly for the rotated codecs (int8-rot,
+// int4-rot, k8v4-rot), whose head_dim is a power of two.
+inline constexpr uint8_t kBlockFlagHadamard = 0x02;
+
+// The header's bits byte for `params`: the code bits when keys and values share them (8, 4; 0
+// for a lossless codec), else value bits << 4 | key bits (0x48 for k8v4).
+uint8_t HeaderBits(const CodecParams& params);
+// The header's flags byte for `params` (kBlockFlagZstd, kBlockFlagHadamard).
+uint8_t HeaderFlags(const CodecParams& params);
 
 struct BlockHeader {
   CodecParams params;
@@ -49,13 +59,14 @@ void EncodeBlockHeader(const BlockHeader& header, std::span<std::byte, kBlockHea
 // range, the codec or dtype is unknown, or the sizes disagree with the geometry and codec.
 Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> src);
 
-// Layout of an int8/int4 payload before the optional zstd stage. For C = kv_heads * head_dim
+// Layout of a quantized payload before the optional zstd stage. For C = kv_heads * head_dim
 // channels, T tokens, group size G, GK = ceil(T / G) key groups, GV = ceil(C / G) value groups:
 //   k_scale: f16[GK][C]   k_zero: f16[GK][C]    (keys: per channel, groups of G tokens)
 //   v_scale: f16[T][GV]   v_zero: f16[T][GV]    (values: per token, groups of G channels)
 //   k_codes: codes of K in block order [token][channel]
 //   v_codes: codes of V in block order
-// Codes are one byte each (int8) or two per byte, element 2i in the low nibble (int4).
+// Codes are one byte each (8 bits) or two per byte, element 2i in the low nibble (4 bits); keys
+// and values may differ (k8v4).
 struct QuantLayout {
   size_t key_groups = 0;    // GK.
   size_t value_groups = 0;  // GV (per token).
@@ -65,10 +76,13 @@ struct QuantLayout {
   size_t v_zero_offset = 0;
   size_t k_codes_offset = 0;
   size_t v_codes_offset = 0;
-  size_t code_bytes = 0;  // Per half.
+  size_t code_bytes = 0;    // Key codes (and value codes when both halves share the bits).
+  size_t v_code_bytes = 0;  // Value codes.
   size_t total_bytes = 0;
 };
 QuantLayout ComputeQuantLayout(const BlockGeometry& geometry, uint32_t bits, uint32_t group_size);
+QuantLayout ComputeQuantLayout(const BlockGeometry& geometry, uint32_t key_bits,
+                               uint32_t value_bits, uint32_t group_size);
 
 // Upper bound of the payload for valid params and geometry.
 size_t MaxPayloadBytes(const CodecParams& params, const BlockGeometry& geometry);

@@ -3,8 +3,10 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "codecs/quantize.h"
 #include "core/assert.h"
@@ -115,14 +117,18 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       return ZstdCompress(ctx, params.zstd_level, {planes, stage_bytes}, payload, payload_bytes);
     }
     case CodecId::kInt8:
-    case CodecId::kInt4: {
+    case CodecId::kInt4:
+    case CodecId::kInt8Rot:
+    case CodecId::kInt4Rot:
+    case CodecId::kK8V4:
+    case CodecId::kK8V4Rot: {
+      const QuantScheme scheme = SchemeOf(params.codec);
       if (!params.uses_zstd()) {
         *payload_bytes = stage_bytes;
-        return QuantizeBlock(g, params.bits(), params.group_size, raw, payload.first(stage_bytes),
-                             ctx);
+        return QuantizeBlock(g, scheme, params.group_size, raw, payload.first(stage_bytes), ctx);
       }
       std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
-      KV_RETURN_IF_ERROR(QuantizeBlock(g, params.bits(), params.group_size, raw, stage, ctx));
+      KV_RETURN_IF_ERROR(QuantizeBlock(g, scheme, params.group_size, raw, stage, ctx));
       return ZstdCompress(ctx, params.zstd_level, stage, payload, payload_bytes);
     }
   }
@@ -134,21 +140,27 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
 Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& geometry) {
   KV_RETURN_IF_ERROR(params.Validate());
   KV_RETURN_IF_ERROR(geometry.Validate());
+  if (params.rotated() && !std::has_single_bit(geometry.head_dim)) {
+    return Status::InvalidArgument(CodecName(params.codec) +
+                                   " rotates each value head with a Hadamard transform, which "
+                                   "needs a power-of-two head_dim, not " +
+                                   std::to_string(geometry.head_dim));
+  }
   return kBlockHeaderBytes + MaxPayloadBytes(params, geometry);
 }
 
 Result<size_t> MaxEncodedSizeAnyCodec(const BlockGeometry& geometry) {
   KV_RETURN_IF_ERROR(geometry.Validate());
   // The smallest quantization group has the most scale/zero parameters, and a zstd frame's bound
-  // exceeds its input; the zstd level does not change the bound. Keep in step with CodecId.
-  const CodecParams worst[] = {
-      CodecParams::Identity(),
-      CodecParams::ShuffleZstd(kZstdLevelMin),
-      CodecParams::Int8(kQuantGroupSizeMin, 0),
-      CodecParams::Int8(kQuantGroupSizeMin, kZstdLevelMin),
-      CodecParams::Int4(kQuantGroupSizeMin, 0),
-      CodecParams::Int4(kQuantGroupSizeMin, kZstdLevelMin),
-  };
+  // exceeds its input; the zstd level does not change the bound, nor does the rotation (the
+  // rotated codecs' sizes are their unrotated twins'). Keep in step with CodecId.
+  std::vector<CodecParams> worst = {CodecParams::Identity(), CodecParams::ShuffleZstd()};
+  for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
+    const auto id = static_cast<CodecId>(v);
+    if (SchemeOf(id).key_bits == 0 || SchemeOf(id).rotated) continue;
+    worst.push_back(CodecParams::Quantized(id, kQuantGroupSizeMin, 0));
+    worst.push_back(CodecParams::Quantized(id, kQuantGroupSizeMin, kZstdLevelMin));
+  }
   size_t max_bytes = 0;
   for (const CodecParams& params : worst) {
     KV_ASSIGN_OR_RETURN(const size_t bytes, MaxEncodedSize(params, geometry));
@@ -234,7 +246,11 @@ Status DecodePayload(const BlockHeader& h, std::span<const std::byte> payload,
       return Status::Ok();
     case CodecId::kInt8:
     case CodecId::kInt4:
-      return DequantizeBlock(g, h.params.bits(), h.params.group_size, stage, out, ctx);
+    case CodecId::kInt8Rot:
+    case CodecId::kInt4Rot:
+    case CodecId::kK8V4:
+    case CodecId::kK8V4Rot:
+      return DequantizeBlock(g, SchemeOf(h.params.codec), h.params.group_size, stage, out, ctx);
   }
   return Status::Corruption("encoded block: unknown codec");  // DecodeBlockHeader refuses it.
 }

@@ -1,5 +1,8 @@
 #include "codecs/codec_params.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace kvtier::codecs {
 
 std::string CodecName(CodecId id) {
@@ -12,33 +15,62 @@ std::string CodecName(CodecId id) {
       return "int8";
     case CodecId::kInt4:
       return "int4";
+    case CodecId::kInt8Rot:
+      return "int8-rot";
+    case CodecId::kInt4Rot:
+      return "int4-rot";
+    case CodecId::kK8V4:
+      return "k8v4";
+    case CodecId::kK8V4Rot:
+      return "k8v4-rot";
   }
   return "codec(" + std::to_string(static_cast<int>(id)) + ")";
 }
 
-uint32_t CodecParams::bits() const {
-  switch (codec) {
+QuantScheme SchemeOf(CodecId id) {
+  switch (id) {
     case CodecId::kInt8:
-      return 8;
+      return {.key_bits = 8, .value_bits = 8};
     case CodecId::kInt4:
-      return 4;
+      return {.key_bits = 4, .value_bits = 4};
+    case CodecId::kInt8Rot:
+      return {.key_bits = 8, .value_bits = 8, .rotated = true};
+    case CodecId::kInt4Rot:
+      return {.key_bits = 4, .value_bits = 4, .rotated = true};
+    case CodecId::kK8V4:
+      return {.key_bits = 8, .value_bits = 4};
+    case CodecId::kK8V4Rot:
+      return {.key_bits = 8, .value_bits = 4, .rotated = true};
     case CodecId::kIdentity:
     case CodecId::kShuffleZstd:
-      return 0;
+      return {};
   }
-  return 0;
+  return {};
+}
+
+uint32_t CodecParams::bits() const {
+  const QuantScheme s = SchemeOf(codec);
+  return std::min(s.key_bits, s.value_bits);
 }
 
 namespace {
 
 bool ZstdLevelInRange(int level) { return level >= kZstdLevelMin && level <= kZstdLevelMax; }
 
+std::optional<CodecId> QuantizedCodecNamed(const std::string& name) {
+  for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
+    const auto id = static_cast<CodecId>(v);
+    if (SchemeOf(id).key_bits != 0 && CodecName(id) == name) return id;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 CodecParams CodecParams::WithDefaults() const {
   CodecParams out = *this;
   if (codec == CodecId::kShuffleZstd && zstd_level == 0) out.zstd_level = kShuffleZstdLevelDefault;
-  if ((codec == CodecId::kInt8 || codec == CodecId::kInt4) && group_size == 0) {
+  if (SchemeOf(codec).key_bits != 0 && group_size == 0) {
     out.group_size = kQuantGroupSizeDefault;
   }
   return out;
@@ -61,6 +93,10 @@ Status CodecParams::Validate() const {
       return Status::Ok();
     case CodecId::kInt8:
     case CodecId::kInt4:
+    case CodecId::kInt8Rot:
+    case CodecId::kInt4Rot:
+    case CodecId::kK8V4:
+    case CodecId::kK8V4Rot:
       if (zstd_level != 0 && !ZstdLevelInRange(zstd_level)) {
         return Status::InvalidArgument("quantized zstd level must be 0 (none) or in [1, 22]: " +
                                        ToString());
@@ -87,11 +123,12 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
     params = CodecParams::ShuffleZstd(level).WithDefaults();
   } else if (name == "int8") {
     params = CodecParams::Int8(group, level).WithDefaults();
-  } else if (name == "int4") {
-    params = CodecParams::Int4(group, level).WithDefaults();
+  } else if (std::optional<CodecId> id = QuantizedCodecNamed(name); id.has_value()) {
+    params = CodecParams::Quantized(*id, group, level).WithDefaults();
   } else {
-    return Status::InvalidArgument("codec '" + name +
-                                   "' is not one of identity, shuffle-zstd, int8, int4");
+    return Status::InvalidArgument(
+        "codec '" + name +
+        "' is not one of identity, shuffle-zstd, int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot");
   }
   KV_RETURN_IF_ERROR(params.Validate());
   return params;

@@ -20,9 +20,27 @@ enum class CodecId : uint8_t {
   kShuffleZstd = 2,  // Byte planes (2 for f16/bf16, 4 for f32), then zstd. Lossless.
   kInt8 = 3,         // KIVI-style asymmetric 8-bit quantization (+ optional zstd). Lossy.
   kInt4 = 4,         // KIVI-style asymmetric 4-bit quantization (+ optional zstd). Lossy.
+  kInt8Rot = 5,      // int8, each value head rotated (randomized Hadamard) first. Lossy.
+  kInt4Rot = 6,      // int4, each value head rotated (randomized Hadamard) first. Lossy.
+  kK8V4 = 7,         // Keys int8, values int4 (KIVI-style layout of both). Lossy.
+  kK8V4Rot = 8,      // k8v4, each value head rotated (randomized Hadamard) first. Lossy.
 };
+// The largest CodecId value (the surfaces' enums check their range against it).
+inline constexpr CodecId kCodecIdLast = CodecId::kK8V4Rot;
 
-// "identity", "shuffle-zstd", "int8", "int4" or "codec(<n>)".
+// What a quantized codec does: bits of the key and value codes (8 or 4; 0 for a lossless codec)
+// and whether each head of the values is rotated first (docs/codecs.md, "Hadamard rotation";
+// keys, quantized per channel, are never rotated).
+struct QuantScheme {
+  uint32_t key_bits = 0;
+  uint32_t value_bits = 0;
+  bool rotated = false;
+};
+// The scheme of `id`: all zero for identity, shuffle-zstd and unknown ids.
+QuantScheme SchemeOf(CodecId id);
+
+// "identity", "shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot" or
+// "codec(<n>)".
 std::string CodecName(CodecId id);
 
 // zstd levels accepted by the codecs. Level 0 (zstd's "default") and negative levels are refused:
@@ -34,7 +52,7 @@ inline constexpr uint32_t kQuantGroupSizeMin = 8;
 inline constexpr uint32_t kQuantGroupSizeMax = 1024;
 // What 0 means in the options of every surface (C++, C, Python, CLI, config file): the codec's
 // default. shuffle-zstd's level is 1 (zstd's fastest; KV bytes gain little from higher levels,
-// docs/codecs.md); int8/int4 take no zstd stage by default and group 32 tokens or channels.
+// docs/codecs.md); the quantized codecs take no zstd stage by default and group 32 tokens or channels.
 inline constexpr int kShuffleZstdLevelDefault = 1;
 inline constexpr uint32_t kQuantGroupSizeDefault = 32;
 static_assert(kShuffleZstdLevelDefault >= kZstdLevelMin &&
@@ -44,10 +62,11 @@ static_assert(kQuantGroupSizeDefault >= kQuantGroupSizeMin &&
 
 struct CodecParams {
   CodecId codec = CodecId::kIdentity;
-  // shuffle-zstd: kZstdLevelMin..kZstdLevelMax. int8/int4: 0 = no zstd after quantization, else
+  // shuffle-zstd: kZstdLevelMin..kZstdLevelMax. quantized: 0 = no zstd after quantization, else
   // kZstdLevelMin..kZstdLevelMax. identity: 0.
   int zstd_level = 0;
-  // int8/int4: kQuantGroupSizeMin..kQuantGroupSizeMax. identity/shuffle-zstd: 0.
+  // Quantized codecs (every id but identity and shuffle-zstd): kQuantGroupSizeMin..
+  // kQuantGroupSizeMax. identity/shuffle-zstd: 0.
   uint32_t group_size = 0;
 
   static CodecParams Identity() { return {.codec = CodecId::kIdentity}; }
@@ -60,15 +79,24 @@ struct CodecParams {
   static CodecParams Int4(uint32_t group_size = kQuantGroupSizeDefault, int zstd_level = 0) {
     return {.codec = CodecId::kInt4, .zstd_level = zstd_level, .group_size = group_size};
   }
+  // Any quantized codec by id (int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot).
+  static CodecParams Quantized(CodecId id, uint32_t group_size = kQuantGroupSizeDefault,
+                               int zstd_level = 0) {
+    return {.codec = id, .zstd_level = zstd_level, .group_size = group_size};
+  }
 
-  // Quantization bits: 8, 4, or 0 for the lossless codecs.
+  // Quantization bits: the fewer of the key and value bits (8 or 4), or 0 for the lossless codecs.
   uint32_t bits() const;
+  uint32_t key_bits() const { return SchemeOf(codec).key_bits; }
+  uint32_t value_bits() const { return SchemeOf(codec).value_bits; }
+  // True when each value head is rotated (randomized Hadamard) before quantization.
+  bool rotated() const { return SchemeOf(codec).rotated; }
   bool lossless() const { return bits() == 0; }
   // True when the payload is a zstd frame.
   bool uses_zstd() const { return zstd_level != 0; }
 
   // These parameters with the options' zeros made the codec's defaults: shuffle-zstd's level 0
-  // becomes kShuffleZstdLevelDefault, int8/int4's group size 0 kQuantGroupSizeDefault. Every
+  // becomes kShuffleZstdLevelDefault, the quantized codecs' group size 0 kQuantGroupSizeDefault. Every
   // other value is kept, for Validate to judge. Encoded headers always hold resolved values.
   CodecParams WithDefaults() const;
 
@@ -80,7 +108,7 @@ struct CodecParams {
   friend bool operator==(const CodecParams&, const CodecParams&) = default;
 };
 
-// A codec by name as the APIs spell it ("identity", "shuffle-zstd", "int8", "int4"), with its zstd
+// A codec by name as the APIs spell it (CodecName's names), with its zstd
 // level (0: the codec's default: 1 for shuffle-zstd, none after quantization) and quantization
 // group (0: 32), resolved by WithDefaults. InvalidArgument naming the choices, or the bad field.
 Result<CodecParams> ParseCodecParams(const std::string& name, int zstd_level = 0,

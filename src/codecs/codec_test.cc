@@ -454,8 +454,14 @@ void Reseal(std::vector<std::byte>* enc) {
                 crc32c::Mask(crc32c::Value(enc->data(), kBlockHeaderCrcOffset)));
 }
 
-const CodecParams kAllCodecs[] = {CodecParams::Identity(), CodecParams::ShuffleZstd(3),
-                                  CodecParams::Int8(16), CodecParams::Int4(16, 1)};
+const CodecParams kAllCodecs[] = {CodecParams::Identity(),
+                                  CodecParams::ShuffleZstd(3),
+                                  CodecParams::Int8(16),
+                                  CodecParams::Int4(16, 1),
+                                  CodecParams::Quantized(CodecId::kInt8Rot, 16),
+                                  CodecParams::Quantized(CodecId::kInt4Rot, 16, 1),
+                                  CodecParams::Quantized(CodecId::kK8V4, 16),
+                                  CodecParams::Quantized(CodecId::kK8V4Rot, 8, 2)};
 
 TEST(CodecCorruptionTest, EveryTruncationIsAnError) {
   CodecContext ctx = NewContext();

@@ -24,8 +24,12 @@ Status PrecisionLadderOptions::Validate() const {
   if (!full_precision_memory.lossless() || !full_precision_at_rest.lossless()) {
     return Status::InvalidArgument("ladder: full-precision codecs must be lossless");
   }
-  if (int8.codec != CodecId::kInt8 || int4.codec != CodecId::kInt4) {
-    return Status::InvalidArgument("ladder: the int8 and int4 rungs must be int8 and int4 codecs");
+  // The int8 rung: 8-bit keys (int8, int8-rot, k8v4, k8v4-rot); the int4 rung: 4-bit codes
+  // (int4, int4-rot, k8v4, k8v4-rot); the int4 rung no finer than the int8 rung.
+  if (int8.key_bits() != 8 || int4.bits() != 4 || int4 == int8) {
+    return Status::InvalidArgument(
+        "ladder: the int8 rung must have 8-bit keys and the int4 rung 4-bit codes, and differ: " +
+        int8.ToString() + ", " + int4.ToString());
   }
   if (lossy_from_tier == Tier::kDevice || static_cast<uint8_t>(lossy_from_tier) > 3) {
     return Status::InvalidArgument("ladder: lossy_from_tier must be host, ssd or remote");
@@ -53,7 +57,7 @@ CodecParams PrecisionLadder::Choose(Tier tier, uint64_t age_tokens, ChunkKind ki
 }
 
 CodecParams PrecisionLadder::Finer(Tier tier, const CodecParams& rung) const {
-  if (rung.codec == CodecId::kInt4) return options_.int8;
+  if (rung == options_.int4 || (!rung.lossless() && rung.key_bits() == 4)) return options_.int8;
   return FullPrecision(tier);
 }
 

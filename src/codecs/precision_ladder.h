@@ -47,8 +47,10 @@ struct PrecisionLadderOptions {
   // Full precision in memory tiers (device, host) and at rest (ssd, remote). Must be lossless.
   CodecParams full_precision_memory = CodecParams::Identity();
   CodecParams full_precision_at_rest = CodecParams::ShuffleZstd(1);
-  CodecParams int8 = CodecParams::Int8(32);  // Must be an int8 codec.
-  CodecParams int4 = CodecParams::Int4(32);  // Must be an int4 codec.
+  // The middle rung: 8-bit keys (int8, int8-rot, k8v4, k8v4-rot).
+  CodecParams int8 = CodecParams::Int8(32);
+  // The coarsest rung: 4-bit codes (int4, int4-rot, k8v4, k8v4-rot), other than the middle one.
+  CodecParams int4 = CodecParams::Int4(32);
   // Lossy rungs are used in this tier and colder ones only. Never kDevice: attention kernels
   // read device blocks directly.
   Tier lossy_from_tier = Tier::kHost;
@@ -62,7 +64,8 @@ class PrecisionLadder {
   static Result<PrecisionLadder> Create(const PrecisionLadderOptions& options);
 
   CodecParams Choose(Tier tier, uint64_t age_tokens, ChunkKind kind) const;
-  // The next finer rung in `tier`: int4 -> int8 -> full precision; full precision stays.
+  // The next finer rung in `tier`: the int4 rung (or any codec with 4-bit keys) -> the int8 rung
+  // -> full precision; full precision stays.
   CodecParams Finer(Tier tier, const CodecParams& rung) const;
   CodecParams FullPrecision(Tier tier) const;
 

@@ -61,6 +61,29 @@ TEST(PrecisionLadderTest, RefusesInconsistentOptions) {
   EXPECT_FALSE(PrecisionLadder::Create({.lossy_from_tier = static_cast<Tier>(9)}).ok());
 }
 
+// The rungs may be the rotated and mixed-width codecs: the middle rung needs 8-bit keys, the
+// coarsest 4-bit codes; Finer steps from the coarsest rung (or any 4-bit-key codec) to the middle
+// one, and from the middle one to full precision.
+TEST(PrecisionLadderTest, RotatedAndMixedRungs) {
+  const CodecParams k8v4_rot = CodecParams::Quantized(CodecId::kK8V4Rot);
+  const CodecParams int4_rot = CodecParams::Quantized(CodecId::kInt4Rot);
+  Result<PrecisionLadder> l = PrecisionLadder::Create(
+      {.recent_window_tokens = 10, .int4_age_tokens = 100, .int8 = k8v4_rot, .int4 = int4_rot});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->Choose(Tier::kSsd, 50, ChunkKind::kRegular), k8v4_rot);
+  EXPECT_EQ(l->Choose(Tier::kSsd, 500, ChunkKind::kRegular), int4_rot);
+  EXPECT_EQ(l->Finer(Tier::kSsd, int4_rot), k8v4_rot);
+  EXPECT_EQ(l->Finer(Tier::kSsd, CodecParams::Int4()), k8v4_rot);
+  EXPECT_EQ(l->Finer(Tier::kSsd, k8v4_rot), CodecParams::ShuffleZstd(1));
+  EXPECT_TRUE(PrecisionLadder::Create({.int8 = CodecParams::Int8(), .int4 = k8v4_rot}).ok());
+  EXPECT_TRUE(
+      PrecisionLadder::Create({.int8 = CodecParams::Quantized(CodecId::kInt8Rot)}).ok());
+  // A middle rung with 4-bit keys, a coarsest rung of 8-bit codes, or the same codec twice.
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = int4_rot}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int4 = CodecParams::Quantized(CodecId::kInt8Rot)}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = k8v4_rot, .int4 = k8v4_rot}).ok());
+}
+
 TEST(AttentionTest, MatchesHandComputedSoftmax) {
   const BlockGeometry g{.tokens = 2, .kv_heads = 1, .head_dim = 2, .dtype = DType::kF32};
   const float q[] = {1, 0};

@@ -1,5 +1,6 @@
 // EngineOptions::Validate, PredictionOptions::Validate, NoLowerTiers, TierKindName and
 // DeviceBackendName.
+#include <bit>
 #include <string>
 
 #include "core/limits.h"
@@ -102,6 +103,11 @@ Status EngineOptions::Validate() const {
     KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
   }
   KV_RETURN_IF_ERROR(WithField(ssd_codec.WithDefaults().Validate(), "ssd_codec"));
+  if (ssd_codec.rotated() && !std::has_single_bit(layout.head_dim)) {
+    return Status::InvalidArgument("ssd_codec: " + codecs::CodecName(ssd_codec.codec) +
+                                   " rotates each head (Hadamard) and needs a power-of-two "
+                                   "layout.head_dim, not " + std::to_string(layout.head_dim));
+  }
   if (remote.has_value()) KV_RETURN_IF_ERROR(WithField(remote->Validate(), "remote"));
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
     return Status::InvalidArgument("write_policy: unknown value");

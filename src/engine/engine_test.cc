@@ -309,6 +309,24 @@ TEST_F(EngineTest, CodecZerosAreTheCodecsDefaults) {
   EXPECT_NE(o.Validate().message().find("ssd_codec"), std::string::npos);
 }
 
+// The rotated codecs need a power-of-two head_dim (the Hadamard transform's length): an engine
+// whose layout has another is refused at open, naming ssd_codec and the head_dim, instead of
+// failing every SSD write later; the same codec opens with a power-of-two head_dim.
+TEST_F(EngineTest, RotatedCodecNeedsPowerOfTwoHeadDim) {
+  for (const codecs::CodecId id : {codecs::CodecId::kInt8Rot, codecs::CodecId::kInt4Rot,
+                                   codecs::CodecId::kK8V4Rot}) {
+    EngineOptions o = Options(0, 16, true);
+    o.ssd_codec = codecs::CodecParams::Quantized(id);
+    EXPECT_TRUE(o.Validate().ok()) << o.ssd_codec.ToString();
+    o.layout.head_dim = 12;
+    o.host.capacity_bytes = 16 * o.layout.BlockBytes();
+    const Status s = o.Validate();
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(s.message().find("ssd_codec"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("head_dim, not 12"), std::string::npos) << s.message();
+  }
+}
+
 TEST_F(EngineTest, WriteBackEvictsToSsdAndLoadsBack) {
   EngineOptions o = Options(/*device=*/3, /*host=*/3, /*ssd=*/true);
   o.write_policy = WritePolicy::kWriteBack;

@@ -5,6 +5,7 @@
 // be called from the caller's thread while its tasks run on its own threads.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,17 +30,13 @@ inline uint64_t NowUs() {
                                    .count());
 }
 
-// How lossy a stored representation is: 0 lossless (raw, identity, shuffle-zstd), 1 int8,
-// 2 int4. Precision only ever goes down (a block is re-encoded to a higher rank only).
+// How lossy a stored representation is: 0 lossless (raw, identity, shuffle-zstd), 1 8-bit codes
+// (int8, int8-rot), 2 codes with a 4-bit half (int4, int4-rot, k8v4, k8v4-rot). Precision only
+// ever goes down (a block is re-encoded to a higher rank only).
 inline uint32_t Rank(uint8_t codec_id) {
-  switch (static_cast<codecs::CodecId>(codec_id)) {
-    case codecs::CodecId::kInt8:
-      return 1;
-    case codecs::CodecId::kInt4:
-      return 2;
-    default:
-      return 0;
-  }
+  const codecs::QuantScheme s = codecs::SchemeOf(static_cast<codecs::CodecId>(codec_id));
+  if (s.key_bits == 0) return 0;
+  return std::min(s.key_bits, s.value_bits) == 8 ? 1 : 2;
 }
 inline uint32_t Rank(const codecs::CodecParams& p) {
   return p.lossless() ? 0 : (p.bits() == 8 ? 1 : 2);

@@ -65,18 +65,7 @@ Status SetCodec(EngineOptions& o, const std::string& name, int level, uint32_t g
   o.ssd_codec = *params;
   return Status::Ok();
 }
-std::string CodecNameOf(const EngineOptions& o) {
-  switch (o.ssd_codec.codec) {
-    case codecs::CodecId::kShuffleZstd:
-      return "shuffle-zstd";
-    case codecs::CodecId::kInt8:
-      return "int8";
-    case codecs::CodecId::kInt4:
-      return "int4";
-    default:
-      return "identity";
-  }
-}
+std::string CodecNameOf(const EngineOptions& o) { return codecs::CodecName(o.ssd_codec.codec); }
 
 constexpr std::string_view kHugePages = "off|if_available";
 constexpr std::string_view kLock = "off|if_permitted|required";
@@ -382,21 +371,24 @@ constexpr OptionSpec kTable[] = {
        return Status::Ok();
      }},
     {.name = "ssd_codec", .type = OptionType::kChoice, .default_text = "identity",
-     .choices = "identity|shuffle-zstd|int8|int4", .cpp_field = "ssd_codec.codec",
-     .doc = "Encoding on the SSD and remote tiers (int8 and int4 are lossy)", .aliases = "codec",
+     .choices = "identity|shuffle-zstd|int8|int4|int8-rot|int4-rot|k8v4|k8v4-rot",
+     .cpp_field = "ssd_codec.codec",
+     .doc = "Encoding on the SSD and remote tiers (all but identity and shuffle-zstd are lossy; "
+            "docs/codecs.md)",
+     .aliases = "codec",
      .set = [](EngineOptions& o, const OptionValue& v) { return SetCodec(o, S(v), 0, 0); }},
     {.name = "ssd_codec_zstd_level", .type = OptionType::kInt, .default_text = "0", .min = 0,
      .max = 22, .cpp_field = "ssd_codec.zstd_level",
-     .doc = "zstd level; 0: the codec's default (shuffle-zstd 1, int8/int4 no zstd); else "
-            "1..22",
+     .doc = "zstd level; 0: the codec's default (shuffle-zstd 1, the quantized codecs no zstd); "
+            "else 1..22",
      .aliases = "ssd_codec_level",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), I32(v), o.ssd_codec.group_size);
      }},
     {.name = "ssd_codec_group_size", .type = OptionType::kUint, .default_text = "0", .min = 0,
      .max = 1024, .cpp_field = "ssd_codec.group_size",
-     .doc = "int8/int4: tokens per key group and channels per value group, 8..1024; 0: the "
-            "default, 32",
+     .doc = "Quantized codecs: tokens per key group and channels per value group, 8..1024; 0: "
+            "the default, 32",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), o.ssd_codec.zstd_level, U32(v));
      }},

@@ -268,6 +268,13 @@ TEST(OptionsTable, SetterWritesTheField) {
   EXPECT_EQ(o.ssd_codec.codec, codecs::CodecId::kInt4);
   EXPECT_EQ(o.ssd_codec.group_size, 64u);
   EXPECT_EQ(o.ssd_codec.zstd_level, 3);
+  // The rotated and mixed-width codecs by name; setting the group or level afterwards keeps them.
+  set("ssd_codec", std::string("k8v4-rot"));
+  set("ssd_codec_group_size", uint64_t{16});
+  set("ssd_codec_zstd_level", int64_t{2});
+  EXPECT_EQ(o.ssd_codec, codecs::CodecParams::Quantized(codecs::CodecId::kK8V4Rot, 16, 2));
+  set("ssd_codec", std::string("int4-rot"));
+  EXPECT_EQ(o.ssd_codec.codec, codecs::CodecId::kInt4Rot);
   const Status bad = SetEngineOption(&o, *FindEngineOption("prediction_window"), uint64_t{17});
   EXPECT_EQ(bad.message(), "prediction_window=17: must be from 1 to 16");
 }

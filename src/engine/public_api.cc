@@ -36,6 +36,13 @@ static_assert(static_cast<int>(api::SsdSync::kPerBatch) ==
 static_assert(static_cast<int>(api::Admission::kAfterRequests) ==
               static_cast<int>(SsdAdmission::kAfterRequests));
 static_assert(static_cast<int>(api::Codec::kInt4) == static_cast<int>(codecs::CodecId::kInt4));
+static_assert(static_cast<int>(api::Codec::kInt8Rot) ==
+              static_cast<int>(codecs::CodecId::kInt8Rot));
+static_assert(static_cast<int>(api::Codec::kInt4Rot) ==
+              static_cast<int>(codecs::CodecId::kInt4Rot));
+static_assert(static_cast<int>(api::Codec::kK8V4) == static_cast<int>(codecs::CodecId::kK8V4));
+static_assert(static_cast<int>(api::Codec::kK8V4Rot) ==
+              static_cast<int>(codecs::kCodecIdLast));
 static_assert(static_cast<int>(api::Codec::kShuffleZstd) ==
               static_cast<int>(codecs::CodecId::kShuffleZstd));
 static_assert(static_cast<int>(api::HugePages::kIfAvailable) ==
@@ -240,7 +247,7 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
                               api::WritePolicy::kWriteBack, "write_policy", &out.write_policy));
   out.writeback_dirty_fraction = in.writeback_dirty_fraction;
   out.writeback_age_ms_max = in.writeback_age_ms_max;
-  KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, api::Codec::kIdentity, api::Codec::kInt4,
+  KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, api::Codec::kIdentity, api::Codec::kK8V4Rot,
                               "ssd_codec.codec", &out.ssd_codec.codec));
   out.ssd_codec.zstd_level = in.ssd_codec.zstd_level;
   out.ssd_codec.group_size = in.ssd_codec.group_size;

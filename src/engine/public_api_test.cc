@@ -545,7 +545,9 @@ TEST_F(PublicApiEngineTest, HandlesMayOutliveTheEngine) {
 // The public CodecOptions with only a codec set (zstd_level and group_size 0, their defaults)
 // open an engine with the codec's defaults; shuffle-zstd round-trips the bytes exactly.
 TEST_F(PublicApiEngineTest, CodecZerosAreTheCodecsDefaults) {
-  for (const api::Codec codec : {api::Codec::kShuffleZstd, api::Codec::kInt8, api::Codec::kInt4}) {
+  for (const api::Codec codec :
+       {api::Codec::kShuffleZstd, api::Codec::kInt8, api::Codec::kInt4, api::Codec::kInt8Rot,
+        api::Codec::kInt4Rot, api::Codec::kK8V4, api::Codec::kK8V4Rot}) {
     api::EngineOptions o = Options();
     o.ssd_codec = {.codec = codec};
     Result<std::unique_ptr<api::Engine>> engine = api::Engine::Open(o);

@@ -125,7 +125,12 @@ Result<QuantKvRun> QuantRunFromEncodedBlock(std::span<const std::byte> encoded,
                                             uint32_t n_kv_heads, uint32_t head_dim, uint32_t bits,
                                             uint32_t group_size, uint32_t rows) {
   KV_ASSIGN_OR_RETURN(const codecs::BlockHeader h, codecs::DecodeBlockHeader(encoded));
-  if (h.params.bits() != bits || h.params.uses_zstd() || h.params.group_size != group_size) {
+  // Only the unrotated int8/int4 layouts are attended from their codes: a rotated block's codes
+  // are of rotated heads, and k8v4's halves differ in bits; those are decoded first.
+  const bool plain = h.params.codec == codecs::CodecId::kInt8 ||
+                     h.params.codec == codecs::CodecId::kInt4;
+  if (!plain || h.params.bits() != bits || h.params.uses_zstd() ||
+      h.params.group_size != group_size) {
     return Status::InvalidArgument("quantized attention: block is " + h.params.ToString() +
                                    ", not int" + std::to_string(bits) + " group " +
                                    std::to_string(group_size) + " without zstd");

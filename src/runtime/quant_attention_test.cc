@@ -621,19 +621,28 @@ TEST(QuantAttentionTest, RunFromEncodedBlockChecksTheBlock) {
                   .status()
                   .IsCorruption());
 
-  // A zstd-compressed int8 block and a lossless block are not readable in place.
+  // A zstd-compressed int8 block and a lossless block are not readable in place, nor are the
+  // rotated codecs' (their value codes are of rotated heads) and k8v4's (halves of different
+  // widths), whatever bits the caller asks for: they are decoded before attention.
   const codecs::BlockGeometry geometry = {.tokens = 32, .kv_heads = 2, .head_dim = 64};
   Result<codecs::CodecContext> ctx = codecs::CodecContext::Create();
   ASSERT_TRUE(ctx.ok());
   for (const codecs::CodecParams& params :
-       {codecs::CodecParams::Int8(32, 1), codecs::CodecParams::Identity()}) {
+       {codecs::CodecParams::Int8(32, 1), codecs::CodecParams::Identity(),
+        codecs::CodecParams::Quantized(codecs::CodecId::kInt8Rot),
+        codecs::CodecParams::Quantized(codecs::CodecId::kInt4Rot),
+        codecs::CodecParams::Quantized(codecs::CodecId::kK8V4),
+        codecs::CodecParams::Quantized(codecs::CodecId::kK8V4Rot)}) {
     std::vector<std::byte> out(*codecs::MaxEncodedSize(params, geometry));
     Result<size_t> size = codecs::EncodeBlock(
         params, geometry, std::as_bytes(std::span(b.original[0])), out, &*ctx);
     ASSERT_TRUE(size.ok());
     out.resize(*size);
-    EXPECT_TRUE(QuantRunFromEncodedBlock(out, 2, 64, 8, 32, 32).status().IsInvalidArgument())
-        << params.ToString();
+    for (const uint32_t bits : {8u, 4u}) {
+      EXPECT_TRUE(
+          QuantRunFromEncodedBlock(out, 2, 64, bits, 32, 32).status().IsInvalidArgument())
+          << params.ToString() << " as int" << bits;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -67,7 +68,7 @@ struct DataSet {
 struct Row {
   std::string codec, data;
   double ratio = 0, encode_bytes_per_s = 0, decode_bytes_per_s = 0, rel_rmse = 0,
-         attn_cosine = 1;
+         attn_cosine = 1, attn_cosine_min = 1;
 };
 
 void FillQueries(uint64_t seed, DataSet* d) {
@@ -191,6 +192,23 @@ std::vector<float> ToF32(std::span<const std::byte> block) {
   return out;
 }
 
+// Seconds since construction: wall time, or this thread's CPU time with --cpu-time (the rate of
+// one core however busy the machine is with other work: time the thread waited is not counted).
+class PassTimer {
+ public:
+  explicit PassTimer(bool cpu_time) : cpu_time_(cpu_time), start_(Now(cpu_time)) {}
+  double Seconds() const { return Now(cpu_time_) - start_; }
+
+ private:
+  static double Now(bool cpu_time) {
+    timespec t{};
+    clock_gettime(cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+  bool cpu_time_;
+  double start_;
+};
+
 struct NamedCodec {
   const char* name;
   CodecParams params;
@@ -204,10 +222,15 @@ const NamedCodec kCodecs[] = {
     {"int8+zstd", CodecParams::Int8(32, 1)},
     {"int4", CodecParams::Int4(32)},
     {"int4+zstd", CodecParams::Int4(32, 1)},
+    {"int8-rot", CodecParams::Quantized(codecs::CodecId::kInt8Rot)},
+    {"int4-rot", CodecParams::Quantized(codecs::CodecId::kInt4Rot)},
+    {"int4-rot+zstd", CodecParams::Quantized(codecs::CodecId::kInt4Rot, 32, 1)},
+    {"k8v4", CodecParams::Quantized(codecs::CodecId::kK8V4)},
+    {"k8v4-rot", CodecParams::Quantized(codecs::CodecId::kK8V4Rot)},
 };
 
 Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,
-                         codecs::CodecContext* ctx) {
+                         bool cpu_time, codecs::CodecContext* ctx) {
   KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSize(codec.params, d.geometry));
   const size_t block_bytes = d.geometry.raw_bytes();
   std::vector<std::byte> encoded(max_encoded * d.blocks);
@@ -216,7 +239,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
   std::vector<double> encode_s, decode_s;
   for (uint32_t r = 0; r < repeat; ++r) {
     if (Interrupted()) return Status::Aborted("interrupted");
-    const Stopwatch enc;
+    const PassTimer enc(cpu_time);
     for (size_t b = 0; b < d.blocks; ++b) {
       KV_ASSIGN_OR_RETURN(
           sizes[b], codecs::EncodeBlock(codec.params, d.geometry, d.Block(b),
@@ -224,7 +247,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
                                         ctx));
     }
     encode_s.push_back(enc.Seconds());
-    const Stopwatch dec;
+    const PassTimer dec(cpu_time);
     for (size_t b = 0; b < d.blocks; ++b) {
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(
           std::span<const std::byte>(encoded).subspan(b * max_encoded, sizes[b]), d.geometry,
@@ -240,7 +263,7 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
   row.encode_bytes_per_s = raw / std::max(Median(encode_s), 1e-9);
   row.decode_bytes_per_s = raw / std::max(Median(decode_s), 1e-9);
   ErrorSums errors;
-  double cosine_sum = 0;
+  double cosine_sum = 0, cosine_min = 1;
   const size_t half = d.geometry.half_elements(), channels = d.geometry.channels();
   std::vector<float> out_ref(channels), out_got(channels);
   for (size_t b = 0; b < d.blocks; ++b) {
@@ -253,10 +276,13 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
     const std::span<const float> r(ref), g(got);
     codecs::AttentionOutputF32(d.geometry, q, r.first(half), r.subspan(half), out_ref);
     codecs::AttentionOutputF32(d.geometry, q, g.first(half), g.subspan(half), out_got);
-    cosine_sum += codecs::CosineSimilarity(out_ref, out_got);
+    const double cosine = codecs::CosineSimilarity(out_ref, out_got);
+    cosine_sum += cosine;
+    cosine_min = std::min(cosine_min, cosine);
   }
   row.rel_rmse = errors.RelRmse();
   row.attn_cosine = codec.params.lossless() ? 1.0 : cosine_sum / static_cast<double>(d.blocks);
+  row.attn_cosine_min = codec.params.lossless() ? 1.0 : cosine_min;
   return row;
 }
 
@@ -304,12 +330,14 @@ Result<Row> MeasureZstdCli(const DataSet& d, uint32_t repeat, const std::string&
 // The precision ladder's codecs at rest (the SSD tier) by each block's age over a sequence of
 // `tokens` synthetic-outliers tokens: the sink and recent blocks lossless, then int8, then int4.
 // The cosine is of one query per KV head attending over the whole sequence.
-Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
+Result<Row> MeasureLadder(const codecs::PrecisionLadderOptions& options, uint32_t tokens,
+                          uint32_t repeat, uint64_t seed, bool cpu_time,
                           codecs::CodecContext* ctx) {
   const BlockGeometry g = kSyntheticGeometry;
   const uint32_t chunks = (tokens + g.tokens - 1) / g.tokens;
   const uint64_t total_tokens = uint64_t{chunks} * g.tokens;
-  KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadder ladder, codecs::PrecisionLadder::Create({}));
+  KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadder ladder,
+                      codecs::PrecisionLadder::Create(options));
   KV_ASSIGN_OR_RETURN(OutlierKv kv, OutlierKv::Create(chunks, seed));
   KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSizeAnyCodec(g));
   std::vector<uint16_t> block(g.elements()), decoded(g.elements());
@@ -330,12 +358,12 @@ Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
       const uint64_t age = total_tokens - uint64_t{c + 1} * g.tokens;
       const CodecParams params = ladder.Choose(
           codecs::Tier::kSsd, age, c == 0 ? codecs::ChunkKind::kSink : codecs::ChunkKind::kRegular);
-      const Stopwatch enc;
+      const PassTimer enc(cpu_time);
       KV_ASSIGN_OR_RETURN(
           const size_t n,
           codecs::EncodeBlock(params, g, std::as_bytes(std::span(block)), encoded, ctx));
       enc_s += enc.Seconds();
-      const Stopwatch dec;
+      const PassTimer dec(cpu_time);
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(std::span<const std::byte>(encoded).first(n), g,
                                              std::as_writable_bytes(std::span(decoded)), ctx));
       dec_s += dec.Seconds();
@@ -357,7 +385,8 @@ Result<Row> MeasureLadder(uint32_t tokens, uint32_t repeat, uint64_t seed,
              .encode_bytes_per_s = raw / std::max(Median(encode_s), 1e-9),
              .decode_bytes_per_s = raw / std::max(Median(decode_s), 1e-9),
              .rel_rmse = errors.RelRmse(),
-             .attn_cosine = codecs::CosineSimilarity(att_ref.Output(), att_got.Output())};
+             .attn_cosine = codecs::CosineSimilarity(att_ref.Output(), att_got.Output()),
+             .attn_cosine_min = codecs::CosineSimilarity(att_ref.Output(), att_got.Output())};
 }
 
 void Print(const std::vector<Row>& rows, bool json) {
@@ -372,18 +401,41 @@ void Print(const std::vector<Row>& rows, bool json) {
       o["decode_bytes_per_s"] = r.decode_bytes_per_s;
       o["rel_rmse"] = r.rel_rmse;
       o["attn_cosine"] = r.attn_cosine;
+      o["attn_cosine_min"] = r.attn_cosine_min;
       j.push_back(o);
     }
     std::printf("%s\n", JsonText(j, 2).c_str());
     return;
   }
-  std::printf("%-12s %-34s %7s %12s %12s %10s %11s\n", "codec", "data", "ratio", "encode MB/s",
-              "decode MB/s", "rel_rmse", "attn_cosine");
+  std::printf("%-14s %-34s %7s %12s %12s %10s %11s %11s\n", "codec", "data", "ratio",
+              "encode MB/s", "decode MB/s", "rel_rmse", "attn_cosine", "cosine_min");
   for (const Row& r : rows) {
-    std::printf("%-12s %-34s %7.3f %12.0f %12.0f %10.2e %11.6f\n", r.codec.c_str(),
+    std::printf("%-14s %-34s %7.3f %12.0f %12.0f %10.2e %11.6f %11.6f\n", r.codec.c_str(),
                 r.data.c_str(), r.ratio, r.encode_bytes_per_s / 1e6, r.decode_bytes_per_s / 1e6,
-                r.rel_rmse, r.attn_cosine);
+                r.rel_rmse, r.attn_cosine, r.attn_cosine_min);
   }
+}
+
+// The ladder of --ladder-int8, --ladder-int4 (codec names; empty: the defaults),
+// --ladder-recent and --ladder-int4-age (0: the defaults), validated.
+Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& int8_rung,
+                                                     const std::string& int4_rung,
+                                                     uint32_t recent, uint32_t int4_age) {
+  codecs::PrecisionLadderOptions o;
+  if (!int8_rung.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(int8_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int8");
+    o.int8 = *p;
+  }
+  if (!int4_rung.empty()) {
+    Result<CodecParams> p = codecs::ParseCodecParams(int4_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int4");
+    o.int4 = *p;
+  }
+  if (recent != 0) o.recent_window_tokens = recent;
+  if (int4_age != 0) o.int4_age_tokens = int4_age;
+  KV_RETURN_IF_ERROR(o.Validate());
+  return o;
 }
 
 }  // namespace
@@ -405,15 +457,32 @@ BenchCodec::BenchCodec(CLI::App* bench)
   app_->add_option("--ladder-tokens", ladder_tokens_,
                    "Tokens of the precision ladder's sequence (default 32768)")
       ->check(WholeNumber(kSyntheticGeometry.tokens, 1u << 20));
+  app_->add_option("--ladder-int8", ladder_int8_,
+                   "The ladder's middle rung by codec name (default int8; 8-bit keys)");
+  app_->add_option("--ladder-int4", ladder_int4_,
+                   "The ladder's coarsest rung by codec name (default int4; 4-bit codes)");
+  app_->add_option("--ladder-recent", ladder_recent_,
+                   "Tokens the ladder keeps lossless (default 2048)")
+      ->check(WholeNumber(1, 1u << 20));
+  app_->add_option("--ladder-int4-age", ladder_int4_age_,
+                   "Age in tokens from which the ladder takes its coarsest rung (default 16384)")
+      ->check(WholeNumber(1, 1u << 20));
   app_->add_option("--repeat", repeat_, "Timed repetitions; medians are reported (default 5)")
       ->check(WholeNumber(1, 1000));
   app_->add_option("--seed", seed_, "Seed of the synthetic data and the queries (default 1)");
   app_->add_flag("--no-zstd-cli", no_zstd_cli_, "Leave out the zstd program's rows");
+  app_->add_flag("--cpu-time", cpu_time_,
+                 "Time the codecs by the thread's CPU time instead of wall time: one core's "
+                 "rate on a busy machine (the zstd program's rows stay wall time)");
   app_->add_flag("--json", json_, "Print one JSON array of rows");
 }
 
 Status BenchCodec::Run() {
   InstallInterruptHandler();
+  // The ladder's options first: a bad rung is reported before minutes of measurements.
+  KV_ASSIGN_OR_RETURN(
+      const codecs::PrecisionLadderOptions ladder_options,
+      LadderOptions(ladder_int8_, ladder_int4_, ladder_recent_, ladder_int4_age_));
   KV_ASSIGN_OR_RETURN(const uint64_t bytes, ParseBytes("--bytes", bytes_text_));
   const uint64_t block_bytes = kSyntheticGeometry.raw_bytes();
   const size_t blocks = bytes / block_bytes;
@@ -457,7 +526,7 @@ Status BenchCodec::Run() {
   std::vector<Row> rows;
   for (const DataSet& d : sets) {
     for (const NamedCodec& codec : kCodecs) {
-      Result<Row> row = MeasureCodec(codec, d, repeat_, &ctx);
+      Result<Row> row = MeasureCodec(codec, d, repeat_, cpu_time_, &ctx);
       if (!row.ok()) return row.status().WithContext(std::string(codec.name) + " on " + d.name);
       rows.push_back(std::move(row).value());
       progress.Add(1);
@@ -469,7 +538,8 @@ Status BenchCodec::Run() {
       progress.Add(1);
     }
   }
-  Result<Row> ladder = MeasureLadder(ladder_tokens_, repeat_, seed_, &ctx);
+  Result<Row> ladder =
+      MeasureLadder(ladder_options, ladder_tokens_, repeat_, seed_, cpu_time_, &ctx);
   if (!ladder.ok()) return ladder.status().WithContext("ladder");
   rows.push_back(std::move(ladder).value());
   progress.Add(1);

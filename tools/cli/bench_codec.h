@@ -33,8 +33,10 @@ class BenchCodec {
   CLI::App* app_;
   std::string model_, tokenizer_, bytes_text_ = "16MiB";
   uint32_t repeat_ = 5, model_tokens_ = 512, ladder_tokens_ = 32768;
+  std::string ladder_int8_, ladder_int4_;   // Empty: the ladder's defaults.
+  uint32_t ladder_recent_ = 0, ladder_int4_age_ = 0;  // 0: the ladder's defaults.
   uint64_t seed_ = 1;
-  bool json_ = false, no_zstd_cli_ = false;
+  bool json_ = false, no_zstd_cli_ = false, cpu_time_ = false;
 };
 
 }  // namespace kvtier::cli

@@ -81,29 +81,67 @@ struct NamedCodec {
   std::optional<codecs::PrecisionLadder> ladder;
 };
 
-Result<std::vector<NamedCodec>> MakeCodecs(const std::string& list) {
+// One codec as --codecs names it: name[@group][+zstd] (a group size other than the default, and
+// a zstd stage at level 1).
+Result<CodecParams> ParseNamedCodec(const std::string& name) {
+  std::string base = name;
+  const bool zstd = base.size() > 5 && base.ends_with("+zstd");
+  if (zstd) base.resize(base.size() - 5);
+  uint32_t group = 0;
+  if (const size_t at = base.find('@'); at != std::string::npos) {
+    const std::string digits = base.substr(at + 1);
+    if (digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::InvalidArgument("'" + name + "': the group after @ is a number");
+    }
+    group = static_cast<uint32_t>(std::stoul(digits));
+    base.resize(at);
+  }
+  return codecs::ParseCodecParams(base, zstd ? 1 : 0, group);
+}
+
+// The ladder's options for `name` ("ladder" or "ladder-short") with the rungs of --ladder-int8
+// and --ladder-int4 (empty: the ladder's defaults).
+Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& name,
+                                                     const std::string& int8_rung,
+                                                     const std::string& int4_rung) {
+  codecs::PrecisionLadderOptions o;  // At rest: the SSD and Redis tiers' rungs.
+  if (name == "ladder-short") {
+    // Scaled to a short window: the sink and the newest block exact, then int8, then int4.
+    o.recent_window_tokens = kBlockTokens;
+    o.int4_age_tokens = 2 * kBlockTokens;
+  }
+  if (!int8_rung.empty()) {
+    Result<CodecParams> p = ParseNamedCodec(int8_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int8");
+    o.int8 = *p;
+  }
+  if (!int4_rung.empty()) {
+    Result<CodecParams> p = ParseNamedCodec(int4_rung);
+    if (!p.ok()) return p.status().WithContext("--ladder-int4");
+    o.int4 = *p;
+  }
+  return o;
+}
+
+Result<std::vector<NamedCodec>> MakeCodecs(const std::string& list, const std::string& int8_rung,
+                                           const std::string& int4_rung) {
   std::vector<NamedCodec> out;
   std::stringstream in(list);
   std::string name;
   while (std::getline(in, name, ',')) {
     if (name == "ladder" || name == "ladder-short") {
-      codecs::PrecisionLadderOptions o;  // At rest: the SSD and Redis tiers' rungs.
-      if (name == "ladder-short") {
-        // Scaled to a short window: the sink and the newest block exact, then int8, then int4.
-        o.recent_window_tokens = kBlockTokens;
-        o.int4_age_tokens = 2 * kBlockTokens;
-      }
+      KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadderOptions o,
+                          LadderOptions(name, int8_rung, int4_rung));
       KV_ASSIGN_OR_RETURN(codecs::PrecisionLadder ladder, codecs::PrecisionLadder::Create(o));
       out.push_back({name, std::nullopt, ladder});
       continue;
     }
-    const size_t plus = name.find("+zstd");
-    const bool zstd = plus != std::string::npos && plus + 5 == name.size();
-    Result<CodecParams> p =
-        codecs::ParseCodecParams(zstd ? name.substr(0, plus) : name, zstd ? 1 : 0);
+    Result<CodecParams> p = ParseNamedCodec(name);
     if (!p.ok()) {
       return Status::InvalidArgument("--codecs: " + p.status().message() +
-                                     "; or int8+zstd, int4+zstd, ladder, ladder-short");
+                                     "; each also name@group and name+zstd; or ladder, "
+                                     "ladder-short");
     }
     out.push_back({name, *p, std::nullopt});
   }
@@ -238,6 +276,8 @@ void Print(const std::string& model, size_t windows, std::span<const NamedCodec>
       row["kl_mean"] = a.KlMean();
       row["kl_max"] = a.KlMax();
       row["top1_agreement"] = a.Top1Agreement();
+      row["top1_flips"] = a.Flips();
+      row["near_ties"] = a.NearTies();
       row["perplexity_exact"] = a.PerplexityExact();
       row["perplexity"] = a.Perplexity();
       row["perplexity_change"] = a.PerplexityChange();
@@ -273,10 +313,15 @@ BenchQuality::BenchQuality(CLI::App* bench)
   app_->add_option("--tokenizer", tokenizer_, "llama2.c tokenizer for --model");
   app_->add_option("--text-file", text_file_, "The text (default: built-in short stories)");
   app_->add_option("--codecs", codecs_text_,
-                   "Comma list of identity, shuffle-zstd, int8, int4 (each also +zstd), ladder "
-                   "(the default precision ladder at rest), ladder-short (the ladder scaled to "
-                   "the window)")
+                   "Comma list of identity, shuffle-zstd, int8, int4, int8-rot, int4-rot, k8v4, "
+                   "k8v4-rot (each also name@GROUP for another group size and name+zstd), "
+                   "ladder (the default precision ladder at rest), ladder-short (the ladder "
+                   "scaled to the window)")
       ->capture_default_str();
+  app_->add_option("--ladder-int8", ladder_int8_,
+                   "The ladders' middle rung as --codecs names a codec (default: int8)");
+  app_->add_option("--ladder-int4", ladder_int4_,
+                   "The ladders' coarsest rung as --codecs names a codec (default: int4)");
   app_->add_option("--prefix-tokens", prefix_tokens_,
                    "Tokens whose KV goes through the codec, a multiple of 64 (default 256)")
       ->check(WholeNumber(kBlockTokens, 1u << 20));
@@ -295,7 +340,8 @@ Status BenchQuality::Run() {
   if (prefix_tokens_ % kBlockTokens != 0) {
     return Status::InvalidArgument("--prefix-tokens: a multiple of 64 (whole KV blocks)");
   }
-  KV_ASSIGN_OR_RETURN(std::vector<NamedCodec> named, MakeCodecs(codecs_text_));
+  KV_ASSIGN_OR_RETURN(std::vector<NamedCodec> named,
+                      MakeCodecs(codecs_text_, ladder_int8_, ladder_int4_));
   std::string model_path = model_, tokenizer_path = tokenizer_;
   if (model_path.empty()) {
     // The llama2.c checkpoint and its tokenizer: its context is 512 tokens (the GGUF

@@ -88,6 +88,16 @@ void NextTokenAgreement::Add(std::span<const float> exact, std::span<const float
     return std::max_element(x.begin(), x.end()) - x.begin();
   };
   if (top(exact) == top(decoded)) ++agree_;
+  float best = -INFINITY, second = -INFINITY;
+  for (const float v : exact) {
+    if (v > best) {
+      second = best;
+      best = v;
+    } else if (v > second) {
+      second = v;
+    }
+  }
+  if (best - second < kNearTieLogits) ++near_ties_;
   nll_exact_ += lse_p - exact[next_token];
   nll_ += lse_q - decoded[next_token];
 }

@@ -60,13 +60,19 @@ class NextTokenAgreement {
   double KlMean() const;
   double KlMax() const { return kl_max_; }
   double Top1Agreement() const;  // In [0, 1]; 1 with no row.
+  // Rows whose top-1 token differs from the exact one's.
+  size_t Flips() const { return rows_ - agree_; }
+  // Rows where the exact logits' best two tokens are within kNearTieLogits of each other: the
+  // predictions any perturbation of the KV may flip (how fine a top-1 agreement can resolve).
+  static constexpr float kNearTieLogits = 0.01f;
+  size_t NearTies() const { return near_ties_; }
   double PerplexityExact() const;
   double Perplexity() const;
   // Perplexity() / PerplexityExact() - 1: the relative change (0.001 is 0.1 %).
   double PerplexityChange() const;
 
  private:
-  size_t rows_ = 0, agree_ = 0;
+  size_t rows_ = 0, agree_ = 0, near_ties_ = 0;
   double kl_sum_ = 0, kl_max_ = 0, nll_exact_ = 0, nll_ = 0;
 };
 

@@ -31,7 +31,8 @@ kv_connector_extra_config (all optional):
   ssd_segment_bytes, write_policy ("back" | "through"), ssd_sync, worker_threads
   writeback_age_ms_max  write-back: a stored chunk is on the SSD at most this long after its store
                         completed (default 1000; 0: write-through), docs/reliability.md
-  codec                 "identity" | "shuffle-zstd" | "int8" | "int4" (SSD records), codec_level
+  codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
+                        "k8v4" | "k8v4-rot" (SSD records; docs/codecs.md), codec_level
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
   remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,
                         remote_write_policy, remote_user, remote_password_env (a variable's

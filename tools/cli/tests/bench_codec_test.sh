@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Goal: `kvtier bench codec` prints one row per codec and data set with exactly the keys codec,
-# data, ratio, encode_bytes_per_s, decode_bytes_per_s, rel_rmse, attn_cosine, values in range
-# (lossless: rel_rmse 0, cosine 1, shuffle-zstd and zstd-cli ratio >= 1; lossy: rel_rmse in
-# (0, 1), int4 worse than int8, cosine in (0, 1]; throughputs > 0), for every codec, for the
+# data, ratio, encode_bytes_per_s, decode_bytes_per_s, rel_rmse, attn_cosine, attn_cosine_min,
+# values in range (lossless: rel_rmse 0, cosines 1, shuffle-zstd and zstd-cli ratio >= 1; lossy:
+# rel_rmse in (0, 1), int4 worse than int8, cosines in (0, 1], the minimum at most the mean;
+# throughputs > 0), for every codec (the rotated and mixed-width ones included), for the
 # synthetic data sets and the real model's KV, with a zstd-cli row per data set and a ladder row
 # (lossy beyond the recent window, so compressing more than shuffle-zstd);
 # without a model the real-model rows are left out with a line on stderr, and without the zstd
@@ -31,8 +32,9 @@ import json, sys
 rows = json.load(open(sys.argv[1]))
 want_model, want_zstd = sys.argv[2] == "1", sys.argv[3] == "1"
 keys = ["codec", "data", "ratio", "encode_bytes_per_s", "decode_bytes_per_s", "rel_rmse",
-        "attn_cosine"]
-codecs = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd"]
+        "attn_cosine", "attn_cosine_min"]
+codecs = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
+          "int4-rot", "int4-rot+zstd", "k8v4", "k8v4-rot"]
 lossless = {"identity", "shuffle-zstd", "zstd-cli"}
 errors = []
 assert isinstance(rows, list) and rows, "not a non-empty array"
@@ -45,6 +47,8 @@ for r in rows:
         errors.append(f"{name}: throughput not > 0")
     if not (0 < r["attn_cosine"] <= 1):
         errors.append(f"{name}: attn_cosine {r['attn_cosine']} not in (0, 1]")
+    if not (0 < r["attn_cosine_min"] <= r["attn_cosine"] + 1e-12):
+        errors.append(f"{name}: attn_cosine_min {r['attn_cosine_min']} not in (0, mean]")
     if r["codec"] in lossless:
         if r["rel_rmse"] != 0 or r["attn_cosine"] != 1:
             errors.append(f"{name}: lossless but rel_rmse {r['rel_rmse']}, cos {r['attn_cosine']}")
@@ -70,6 +74,8 @@ for d in expect_sets:
     by = {r["codec"]: r for r in rows if r["data"] == d}
     if "int4" in by and "int8" in by and not by["int4"]["rel_rmse"] > by["int8"]["rel_rmse"]:
         errors.append(f"{d}: int4 not worse than int8")
+    if "k8v4" in by and not by["int4"]["ratio"] > by["k8v4"]["ratio"] > by["int8"]["ratio"]:
+        errors.append(f"{d}: k8v4's ratio not between int8's and int4's")
 ladder = [r for r in rows if r["codec"] == "ladder"]
 if len(ladder) != 1 or ladder[0]["data"] != "synthetic-outliers-4096-tokens":
     errors.append(f"ladder rows {ladder}")
@@ -98,6 +104,31 @@ elif [[ "${KVTIER_REQUIRE_RESOURCES:-}" == 1 ]]; then
 else
   echo "SKIP (real-model rows): $GGUF is missing (expected ../shared/models beside the repository)"
 fi
+
+# 1b. --cpu-time (thread CPU time) and the ladder's rungs and ages: the same rows, rates > 0; a
+# k8v4 middle rung from 2048 tokens on (4096-token sequence: two thirds of it) compresses more
+# than the default ladder, which keeps all of a 4096-token sequence at full precision or int8.
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --cpu-time --ladder-int8 k8v4 \
+  --ladder-recent 1024 --ladder-int4-age 2048 --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench codec --cpu-time: exit $rc: $(cat "$TMP/err")"
+else
+  python3 - "$TMP/out" <<'PY' || fail "bench codec --cpu-time with ladder flags: see above"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert all(r["encode_bytes_per_s"] > 0 and r["decode_bytes_per_s"] > 0 for r in rows), rows
+ladder = [r for r in rows if r["codec"] == "ladder"][0]
+int8 = [r for r in rows if r["codec"] == "int8" and r["data"] == "synthetic-outliers"][0]
+assert ladder["ratio"] > int8["ratio"], (ladder, int8)
+PY
+fi
+# A bad rung is refused before any measurement, with one line naming it.
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --ladder-int8 int4 >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -ne 0 ]] || fail "bench codec --ladder-int8 int4: exit 0"
+grep -q "ladder: the int8 rung must have 8-bit keys" "$TMP/err" || fail "bad rung: $(cat "$TMP/err")"
+[[ "$(wc -l <"$TMP/err")" -eq 1 && ! -s "$TMP/out" ]] || fail "bad rung: $(cat "$TMP/err" "$TMP/out")"
 
 # 2. No model anywhere near the binary or the working directory: rows left out, a line on stderr.
 mkdir -p "$TMP/alone"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Goal: `kvtier bench quality` judges codecs by the model's predictions: one JSON row per codec
 # with exactly the keys codec, model, windows, rows, ratio, kl_mean, kl_max, top1_agreement,
-# perplexity_exact, perplexity, perplexity_change, meets_99_9; the lossless codecs (identity,
+# top1_flips, near_ties, perplexity_exact, perplexity, perplexity_change, meets_99_9 (the rotated
+# and mixed-width codecs included); the lossless codecs (identity,
 # shuffle-zstd) give bit-identical predictions (KL 0, agreement 1, no perplexity change, the
 # target met); the lossy ones a KL above 0 and an agreement in (0, 1], int4 compressing more than
 # int8; rows = windows x --continue-tokens; the text table names every codec; bad input (an
@@ -45,8 +46,10 @@ if [[ -f "$BIN" && -f "$TOK" ]]; then
 import json, sys
 rows = json.load(open(sys.argv[1]))
 keys = ["codec", "model", "windows", "rows", "ratio", "kl_mean", "kl_max", "top1_agreement",
-        "perplexity_exact", "perplexity", "perplexity_change", "meets_99_9"]
-want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "ladder-short"]
+        "top1_flips", "near_ties", "perplexity_exact", "perplexity", "perplexity_change",
+        "meets_99_9"]
+want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
+        "int4-rot", "k8v4", "k8v4-rot", "ladder-short"]
 errors = []
 if [r.get("codec") for r in rows] != want:
     errors.append(f"codecs {[r.get('codec') for r in rows]}")
@@ -60,6 +63,9 @@ for r in rows:
         errors.append(f"{r['codec']}: windows {r['windows']}, rows {r['rows']}, {r['model']}")
     if not r["perplexity_exact"] > 1:
         errors.append(f"{r['codec']}: perplexity_exact {r['perplexity_exact']}")
+    if r["top1_flips"] != round((1 - r["top1_agreement"]) * r["rows"]) or \
+            not 0 <= r["near_ties"] <= r["rows"]:
+        errors.append(f"{r['codec']}: flips {r['top1_flips']}, near ties {r['near_ties']}")
     if r["codec"] in ("identity", "shuffle-zstd"):
         if (r["kl_mean"], r["kl_max"], r["top1_agreement"], r["perplexity_change"],
                 r["meets_99_9"]) != (0, 0, 1, 0, True):
@@ -73,6 +79,10 @@ for r in rows:
             errors.append(f"{r['codec']}: agreement {r['top1_agreement']}, ratio {r['ratio']}")
 if len(by) == len(want) and not by["int4"]["ratio"] > by["int8"]["ratio"] > by["shuffle-zstd"]["ratio"]:
     errors.append("ratios not int4 > int8 > shuffle-zstd")
+if len(by) == len(want) and not by["int4"]["ratio"] > by["k8v4"]["ratio"] > by["int8"]["ratio"]:
+    errors.append("ratios not int4 > k8v4 > int8")
+if len(by) == len(want) and len({r["near_ties"] for r in rows}) != 1:
+    errors.append("near ties differ between codecs (they are the exact KV's)")
 if errors:
     print("\n".join(errors))
     sys.exit(1)
@@ -87,6 +97,27 @@ PY
   done
   grep -q "64 predictions per codec" "$TMP/out" || fail "no prediction count: $(cat "$TMP/out")"
   expect_fail "unknown codec" "--codecs" "${M[@]}" "${SMALL[@]}" --codecs int8,int3
+  expect_fail "bad group" "the group after @ is a number" "${M[@]}" "${SMALL[@]}" --codecs int4@x
+  expect_fail "bad rung" "ladder: the int8 rung" "${M[@]}" "${SMALL[@]}" --codecs ladder-short \
+    --ladder-int8 int4-rot
+  rc=0
+  # 256-token prefixes (4 blocks): the short ladder keeps the sink and the newest block exact and
+  # takes its middle rung (k8v4-rot) for block 2 and its coarsest (int4-rot) for block 1.
+  "$KVTIER" bench quality "${M[@]}" --prefix-tokens 256 --continue-tokens 32 --windows-max 2 \
+    --codecs int4@16,k8v4-rot+zstd,ladder-short --ladder-int8 k8v4-rot --ladder-int4 int4-rot \
+    --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || fail "bench quality (groups, rungs): exit $rc: $(cat "$TMP/err")"
+  python3 - "$TMP/out" <<'PY' || fail "bench quality with @group and ladder rungs: see above"
+import json, sys
+rows = {r["codec"]: r for r in json.load(open(sys.argv[1]))}
+# Group 16 has twice int4's scales (ratio 8192 / (48 + 3072) for 64-token blocks of 32 channels).
+assert abs(rows["int4@16"]["ratio"] - 8192 / 3120) < 1e-9, rows["int4@16"]["ratio"]
+assert rows["k8v4-rot+zstd"]["ratio"] > 2, rows["k8v4-rot+zstd"]
+# Per 5 layers: two lossless blocks (shuffle-zstd), one k8v4-rot (8192 / 3632), one int4-rot
+# (8192 / 2608): the ratio lies between shuffle-zstd's and k8v4's, and the KL is above 0.
+assert 1.2 < rows["ladder-short"]["ratio"] < 8192 / 3632, rows["ladder-short"]
+assert rows["ladder-short"]["kl_mean"] > 0, rows["ladder-short"]
+PY
   expect_fail "partial block" "a multiple of 64" "${M[@]}" --prefix-tokens 100
   expect_fail "too long" "exceeds the model's context of 512" "${M[@]}" --prefix-tokens 512
   expect_fail "not a file" "not a regular file" "${M[@]}" "${SMALL[@]}" --text-file /dev/zero

@@ -8,7 +8,7 @@
 // Method: SequenceAttention over random blocks (with planted keys aligned with the query, early
 // and late) against codecs::AttentionOutputF32 over the concatenated K and V; ErrorSums and
 // Median against hand-computed values; NextTokenAgreement against two-token distributions
-// worked out by hand.
+// worked out by hand, and its flip and near-tie counts on hand-made rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,6 +115,20 @@ TEST(NextTokenAgreementTest, LargeLogitsDoNotOverflow) {
   a.Add(std::vector<float>{5000.0f, 4990.0f}, std::vector<float>{5000.0f, 4999.0f}, 0);
   EXPECT_TRUE(std::isfinite(a.KlMean()) && a.KlMean() > 0);
   EXPECT_TRUE(std::isfinite(a.Perplexity()));
+}
+
+// Flips count the rows whose top-1 differs; near ties the rows whose exact best two logits are
+// within 0.01 of each other (ties in the decoded logits do not count), whatever the decoded ones.
+TEST(NextTokenAgreementTest, FlipsAndNearTies) {
+  NextTokenAgreement a;
+  a.Add(std::vector<float>{2.0f, 2.005f, 0.0f}, std::vector<float>{2.01f, 2.0f, 0.0f}, 0);
+  a.Add(std::vector<float>{5.0f, 1.0f, 4.995f}, std::vector<float>{5.0f, 1.0f, 4.0f}, 0);
+  a.Add(std::vector<float>{0.0f, 3.0f, 1.0f}, std::vector<float>{0.0f, 1.0f, 1.001f}, 1);
+  a.Add(std::vector<float>{1.0f, 0.0f, 0.0f}, std::vector<float>{1.0f, 0.0f, 0.0f}, 0);
+  EXPECT_EQ(a.rows(), 4u);
+  EXPECT_EQ(a.Flips(), 2u);     // Rows 0 and 2.
+  EXPECT_EQ(a.NearTies(), 2u);  // Rows 0 and 1.
+  EXPECT_DOUBLE_EQ(a.Top1Agreement(), 0.5);
 }
 
 TEST(MedianTest, MiddleValue) {
