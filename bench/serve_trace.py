@@ -4,7 +4,11 @@
 Goal: what users of an inference server judge a KV cache by, at fixed concurrency: time to first
 token (p50, p99), output tokens per second, and where the prompt tokens' KV came from, for
 recomputation, vLLM's own prefix cache, kvtier (in vLLM, and on kvtier's node service) and, with
---modes lmcache, LMCache's multiprocess server (bench/peers/lmcache_vllm.py installs it).
+--modes lmcache, LMCache's multiprocess server (`lmcache server`, L1 of --host-bytes and an `fs`
+L2 on a directory of its own, like kvtier's host and SSD tiers) behind vLLM's LMCacheMPConnector.
+With lmcache among the modes the script first makes LMCache's environment, .venv-lmcache, as
+bench/peers/lmcache_vllm.py does (layered over .venv-vllm, LMCache installed --no-deps), and runs
+every mode's `vllm serve` from it, so that all modes run the same vLLM.
 
 The trace (make_trace, seeded, in this file): --users users chat for --turns turns each. Users
 share one of --system-prompts system prompts (--system-tokens tokens); every turn appends a user
@@ -26,10 +30,10 @@ mode is reported failed and not timed. Tier hits come from kvtier's stats_file, 
 /metrics (vllm:prefix_cache_hits_total / _queries_total).
 
   .venv-vllm/bin/python bench/serve_trace.py [--json] [--modes recompute,vllm_prefix,kvtier,
-      kvtier_service] [--concurrency 4,8] [--users 8] [--turns 4] [--layers 4] [--smoke]
+      kvtier_service,lmcache] [--concurrency 4,8] [--users 8] [--turns 4] [--layers 4] [--smoke]
 
---smoke: two users of two turns, concurrency 2, recompute and kvtier, a 2-layer model: a check
-that the script runs (CI runs it), not a measurement. Not a test otherwise; docs/benchmarks.md
+--smoke: two users of two turns, concurrency 2, recompute and kvtier (or --modes), a 2-layer
+model: a check that the script runs (CI runs it), not a measurement. Not a test otherwise; docs/benchmarks.md
 has the figures and the command.
 """
 
@@ -45,10 +49,12 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "vllm"))
+sys.path.insert(0, str(REPO / "bench" / "peers"))
 from vllm_server import MODEL_NAME, VllmServer  # noqa: E402
 
 BLOCK_TOKENS = 32
@@ -217,9 +223,20 @@ class Mode:
                               "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
                               "kv_load_failure_policy": "recompute",
                               "kv_connector_extra_config": extra}
+        self.env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+        self.lmcache = None
         if name == "lmcache":
-            raise SystemExit("serve_trace: --modes lmcache needs bench/peers/lmcache_vllm.py's "
-                             "environment; run it through that script")
+            import lmcache_vllm
+
+            # LMCacheServer's settings: L1 as large as kvtier's host tier, an fs L2 of its own.
+            ctx = types.SimpleNamespace(
+                work=work, l1_gb=args.host_bytes / (1 << 30),
+                args=types.SimpleNamespace(lmcache_chunk_tokens=args.lmcache_chunk_tokens,
+                                           deadline_s=int(4 * args.request_timeout_s)))
+            l2 = [{"type": "fs", "base_path": str(work / f"{name}_c{concurrency}.fs")}]
+            self.lmcache = lmcache_vllm.LMCacheServer(ctx, f"{name}_c{concurrency}_server", l2)
+            self.connector = self.lmcache.connector()
+            self.env.update(LMCACHE_MP_TRANSFER_MODE="engine_driven", LMCACHE_DISABLE_BANNER="1")
 
     def start_service(self) -> Path:
         sock = self.runtime / "kvtier.sock"
@@ -241,7 +258,17 @@ class Mode:
             raise RuntimeError(f"kvtier serve did not start: {line!r}; log {service_log}")
         return sock
 
+    def lmcache_stats(self) -> dict:
+        """LMCache's own counters (its Prometheus /metrics): chunks read from and written to
+        its L1."""
+        if self.lmcache is None:
+            return {}
+        return {"l1_read_chunks": self.lmcache.metric("lmcache_mp_l1_read_chunks_total"),
+                "l1_write_chunks": self.lmcache.metric("lmcache_mp_l1_write_chunks_total")}
+
     def close(self):
+        if self.lmcache is not None:
+            self.lmcache.stop()
         if self.service is not None:
             self.service.terminate()
             self.service.wait(timeout=120)
@@ -264,7 +291,7 @@ def run_mode(args, work: Path, name: str, trace, concurrency: int) -> dict:
     label = f"{name}_c{concurrency}"
     server = VllmServer(args.model_dir, work / f"{label}.log", connector=mode.connector,
                         block_size=BLOCK_TOKENS, max_model_len=args.max_model_len,
-                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, extra_args=mode.extra_args)
+                        env=mode.env, extra_args=mode.extra_args)
     try:
         server.wait_ready()
         # Two short requests of their own first: vLLM's first-request costs are not the trace's.
@@ -276,6 +303,7 @@ def run_mode(args, work: Path, name: str, trace, concurrency: int) -> dict:
         out = replay(server.port, trace, concurrency, args.max_tokens, args.request_timeout_s)
         hits = prometheus_value(server.port, "vllm:prefix_cache_hits_total") - hits0
         queries = prometheus_value(server.port, "vllm:prefix_cache_queries_total") - queries0
+        lmcache = mode.lmcache_stats()
     finally:
         server.close()
         mode.close()
@@ -294,6 +322,7 @@ def run_mode(args, work: Path, name: str, trace, concurrency: int) -> dict:
             "kvtier_loaded_ratio": stats.get("loaded_tokens", 0) / prompt_tokens
             if prompt_tokens else 0.0,
             "kvtier": stats,
+            "lmcache": lmcache,
             "texts": {f"{u}:{k}": (r["tokens"], r["margins"])
                       for (u, k), r in sorted(results.items())}}
 
@@ -342,7 +371,8 @@ def gate(rows: list[dict]) -> None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--modes", default="recompute,vllm_prefix,kvtier,kvtier_service")
+    p.add_argument("--modes", help="default recompute,vllm_prefix,kvtier,kvtier_service "
+                   "(--smoke: recompute,kvtier)")
     p.add_argument("--concurrency", default="4,8")
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--turns", type=int, default=4)
@@ -361,17 +391,30 @@ def main():
     p.add_argument("--model-dir", type=Path)
     p.add_argument("--work-dir", type=Path)
     p.add_argument("--service-bin", type=Path, default=REPO / "build" / "tools" / "cli" / "kvtier")
+    p.add_argument("--lmcache-chunk-tokens", type=int, default=256,
+                   help="LMCache's chunk (its default); lmcache mode only")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.modes is None:
+        args.modes = "recompute,kvtier" if args.smoke else \
+            "recompute,vllm_prefix,kvtier,kvtier_service"
     if args.smoke:
-        args.modes, args.concurrency, args.users, args.turns = "recompute,kvtier", "2", 2, 2
+        args.concurrency, args.users, args.turns = "2", 2, 2
         args.system_tokens, args.user_tokens, args.reply_tokens, args.layers = 96, 32, 16, 2
         args.max_tokens, args.vllm_blocks = 4, 12
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad:
         p.error(f"unknown mode {bad[0]} (modes: {', '.join(MODES)})")
+    if "lmcache" in modes:
+        import lmcache_vllm
+        import peerlib
+
+        # Returns inside .venv-lmcache (re-executing this script there the first time).
+        peerlib.ensure_overlay_venv(lmcache_vllm.LMCACHE_VENV, lmcache_vllm.VLLM_VENV,
+                                    lmcache_vllm.LMCACHE_PACKAGES, lmcache_vllm.LMCACHE_IMPORTS,
+                                    REPO / "build" / "python")
     concurrency = [int(c) for c in args.concurrency.split(",") if c]
     trace = make_trace(args.seed, args.users, args.turns, args.system_prompts, args.system_tokens,
                        args.user_tokens, args.reply_tokens)

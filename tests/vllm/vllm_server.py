@@ -36,7 +36,11 @@ class VllmServer:
         self.port = free_port()
         self.log_path = Path(log_path)
         vllm = Path(sys.executable).parent / "vllm"
-        cmd = [str(vllm), "serve", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+        # An environment layered over vLLM's (bench/peers/peerlib.ensure_overlay_venv) has no
+        # `vllm` script of its own: its Python runs vLLM's command line module.
+        launch = [str(vllm)] if vllm.exists() else [sys.executable, "-m",
+                                                    "vllm.entrypoints.cli.main"]
+        cmd = launch + ["serve", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                "--served-model-name", MODEL_NAME, "--dtype", "bfloat16",
                "--block-size", str(block_size), "--max-model-len", str(max_model_len),
                "--max-num-batched-tokens", str(max_model_len), "--enforce-eager", "--seed", "0",
