@@ -1157,9 +1157,12 @@ class KvtierConnector(KVConnectorBase_V1):
                    1 << 30)
         if warm > 0:
             self._cache.warm_staging(warm)
-        logger.info("kvtier: %d layers, %s layout, %d pages of %d tokens; %s", len(names),
-                    self._cache.layout, self._cache.pages, self._cache.page_tokens,
-                    self._engine.layout)
+        logger.info("kvtier: %d layers, %s layout (CPU attention ISA %s), %d pages of %d tokens; "
+                    "%s; rank %d of %d; prompts' partial last chunks %s", len(names),
+                    self._cache.layout, isa or "unknown", self._cache.pages,
+                    self._cache.page_tokens, self._engine.layout, rank, self._tp_size,
+                    "cached" if self._partial and self._zero_slots is not None else
+                    "not cached")
         if self._server_path is not None:
             logger.info("kvtier: on the kvtier service at %s (connected: %s)", self._server_path,
                         self._engine.connected)
