@@ -11,6 +11,12 @@
 // or hostile node turns only its own entries into fast Unavailable / TimedOut results while the
 // others are served. See docs/remote_tier.md.
 //
+// A Get has each value received straight into the caller's buffer (redis_connection.h,
+// RedisBulkTarget): the payload, or a sealed value's payload ciphertext, lands in the entry's
+// dst, its headers and tag in small buffers of the call; it is then verified (CRC32C, key,
+// layout) or opened in place (AES-GCM), and wiped unless the entry ends Ok. A value that would
+// not fit dst is read into a reply as before and refused.
+//
 // With a keyring, a Get opens (authenticates and decrypts) each large value on the store's open
 // worker thread as soon as its reply has been read, while the later replies of the pipeline are
 // still arriving, so the AES-GCM pass overlaps the socket reads instead of following them.
