@@ -883,6 +883,23 @@ class OverlappedOpens final : public RedisReplyObserver {
   SealedGetCall* const call_;
 };
 
+// Verifies (plaintext) or opens (sealed) each value that landed as soon as its reply has been
+// read, on the reading thread: the value is still in this core's cache, and the next values
+// keep arriving in the socket's buffer meanwhile, so the pass overlaps the transfer.
+class OpensAsRead final : public RedisReplyObserver {
+ public:
+  explicit OpensAsRead(SealedGetCall* call) : call_(call) {}
+  void OnReply(size_t index, const redisReply& reply) override {
+    if (!RedisReplyLanded(reply)) return;
+    KV_DCHECK(call_->taken[index] == 0);
+    call_->taken[index] = 1;
+    call_->Open(index, reply, &call_->cipher);
+  }
+
+ private:
+  SealedGetCall* const call_;
+};
+
 }  // namespace
 
 Status RedisStore::Get(std::span<RemoteGet> entries) {
@@ -907,9 +924,15 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
   SealedGetCall call(context, entries, keys, landings);
   {
     std::optional<OverlappedOpens> overlap;  // Its destructor waits for the worker.
-    if (open_worker_ != nullptr) overlap.emplace(open_worker_.get(), &call);
+    std::optional<OpensAsRead> as_read;
+    RedisReplyObserver* observer = nullptr;
+    if (open_worker_ != nullptr) {
+      observer = &overlap.emplace(open_worker_.get(), &call);
+    } else if (!options_.keyring.has_value()) {
+      observer = &as_read.emplace(&call);  // kAfterReads keeps every open after the reads.
+    }
     MutexLock lock(&mu_);
-    RunOps(ops, overlap ? &*overlap : nullptr);
+    RunOps(ops, observer);
   }
   counters_->gets.fetch_add(n, std::memory_order_relaxed);
   for (size_t i = 0; i < n; ++i) {

@@ -15,7 +15,9 @@
 // RedisBulkTarget): the payload, or a sealed value's payload ciphertext, lands in the entry's
 // dst, its headers and tag in small buffers of the call; it is then verified (CRC32C, key,
 // layout) or opened in place (AES-GCM), and wiped unless the entry ends Ok. A value that would
-// not fit dst is read into a reply as before and refused.
+// not fit dst is read into a reply as before and refused. A plaintext value is verified as soon
+// as it has landed, on the reading thread, while it is still in cache and the next values keep
+// arriving in the socket's buffer.
 //
 // With a keyring, a Get opens (authenticates and decrypts) each large value on the store's open
 // worker thread as soon as its reply has been read, while the later replies of the pipeline are
