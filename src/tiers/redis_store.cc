@@ -928,7 +928,7 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
     RedisReplyObserver* observer = nullptr;
     if (open_worker_ != nullptr) {
       observer = &overlap.emplace(open_worker_.get(), &call);
-    } else if (!options_.keyring.has_value()) {
+    } else if (!options_.keyring.has_value() || options_.sealed_open == SealedOpen::kAsRead) {
       observer = &as_read.emplace(&call);  // kAfterReads keeps every open after the reads.
     }
     MutexLock lock(&mu_);
