@@ -40,8 +40,8 @@ constexpr size_t kReplyReadBytes = 512 * kKiB;
 // A status, error or integer line longer than this is refused: kvtier's are a few dozen bytes.
 constexpr uint64_t kReplyLineBytesMax = 64 * kKiB;
 // The direct path (ReadReplyInto) reads a reply's first bytes with reads of at most this size,
-// so that it rarely reads past a large value's header into bytes it must then copy; a small
-// reply usually arrives whole in one.
+// so that at most this much of a large value arrives with its header (and is copied from the
+// reader's buffer, the rest landing straight in place); a small reply usually arrives whole.
 constexpr size_t kPeekBytes = 4 * kKiB;
 // "$" and at most 20 digits and CRLF: a longer first line is not a length the direct path takes.
 constexpr size_t kBulkHeaderBytesMax = 24;
