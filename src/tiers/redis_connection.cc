@@ -39,6 +39,12 @@ constexpr uint64_t kWindowBytesMax = 64 * kMiB;
 constexpr size_t kReplyReadBytes = 512 * kKiB;
 // A status, error or integer line longer than this is refused: kvtier's are a few dozen bytes.
 constexpr uint64_t kReplyLineBytesMax = 64 * kKiB;
+// The direct path (ReadReplyInto) reads a reply's first bytes with reads of at most this size,
+// so that at most this much of a large value arrives with its header (and is copied from the
+// reader's buffer, the rest landing straight in place); a small reply usually arrives whole.
+constexpr size_t kPeekBytes = 4 * kKiB;
+// "$" and at most 20 digits and CRLF: a longer first line is not a length the direct path takes.
+constexpr size_t kBulkHeaderBytesMax = 24;
 static_assert(kRedisReplyBytesMax >= 2 * kReplyReadBytes);
 
 int64_t NowNs() {
@@ -80,6 +86,40 @@ bool InLine(const redisReader* r) {
   const redisReadTask* task = CurrentTask(r);
   return task != nullptr && (task->type == REDIS_REPLY_STATUS || task->type == REDIS_REPLY_ERROR ||
                              task->type == REDIS_REPLY_INTEGER);
+}
+
+// What the first bytes of a reply say, for the direct path.
+enum class BulkHead : uint8_t {
+  kNeedMore = 0,  // Not enough bytes yet to tell.
+  kBulk = 1,      // "$<bytes>\r\n", bytes >= 0: *bytes and *head_bytes are set.
+  kOther = 2,     // Anything else (nil, an error, another type, a malformed header).
+};
+
+BulkHead ParseBulkHead(const char* p, size_t n, uint64_t* bytes, size_t* head_bytes) {
+  if (n == 0) return BulkHead::kNeedMore;
+  if (p[0] != '$') return BulkHead::kOther;
+  const size_t scan = std::min(n, kBulkHeaderBytesMax);
+  const auto* cr = static_cast<const char*>(std::memchr(p, '\r', scan));
+  if (cr == nullptr) return n >= kBulkHeaderBytesMax ? BulkHead::kOther : BulkHead::kNeedMore;
+  const size_t cr_at = static_cast<size_t>(cr - p);
+  if (cr_at + 1 == n) return BulkHead::kNeedMore;  // Its '\n' has not arrived.
+  if (p[cr_at + 1] != '\n') return BulkHead::kOther;
+  uint64_t value = 0;
+  const auto [last, ec] = std::from_chars(p + 1, cr, value);  // No sign: "$-1" is kOther.
+  if (ec != std::errc() || last != cr || cr_at == 1) return BulkHead::kOther;
+  *bytes = value;
+  *head_bytes = cr_at + 2;
+  return BulkHead::kBulk;
+}
+
+// Moves `*next` and the iovec it points at past `n` bytes just transferred.
+void AdvanceIov(std::span<iovec> iov, size_t* next, size_t n) {
+  while (*next < iov.size() && n >= iov[*next].iov_len) n -= iov[(*next)++].iov_len;
+  if (n != 0) {
+    KV_CHECK(*next < iov.size());
+    iov[*next].iov_base = static_cast<char*>(iov[*next].iov_base) + n;
+    iov[*next].iov_len -= n;
+  }
 }
 
 timeval ToTimeval(uint32_t ms) {
@@ -286,6 +326,10 @@ Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text) {
 
 void RedisReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
+bool RedisReplyLanded(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_STRING && reply.str == nullptr;
+}
+
 const char* RedisErrorText(const redisReply* reply) {
   if (reply == nullptr || reply->type != REDIS_REPLY_ERROR) return nullptr;
   return reply->str;
@@ -399,8 +443,14 @@ Status RedisConnection::ExecuteWindow(std::span<const RedisCommand> commands,
   for (size_t i = 0; i < commands.size(); ++i) {
     for (int part = commands[i].asking ? 2 : 1; part > 0; --part) {
       void* raw = nullptr;
-      // ASKING's own reply (part 2) is a status line.
-      KV_RETURN_IF_ERROR(ReadReply(part == 1 ? commands[i].reply_elements_max : 0, &raw));
+      if (part == 1 && commands[i].bulk_target != nullptr) {
+        KV_RETURN_IF_ERROR(ReadReplyInto(commands[i].bulk_target, &raw));
+      } else {
+        // ASKING's own reply (part 2) is a status line.
+        const int64_t deadline_ns = NowNs() + int64_t{options_.command_timeout_ms} * 1'000'000;
+        KV_RETURN_IF_ERROR(
+            ReadReply(part == 1 ? commands[i].reply_elements_max : 0, deadline_ns, &raw));
+      }
       replies[i].reset(static_cast<redisReply*>(raw));  // The ASKING reply is replaced.
     }
     if (observer != nullptr) observer->OnReply(first_index + i, *replies[i]);
@@ -515,13 +565,12 @@ Status RedisConnection::CheckReplyBytes(uint64_t received) const {
                              " (one reply holds at most " + std::to_string(cap) + " bytes)");
 }
 
-Status RedisConnection::ReadReply(uint32_t elements_max, void** reply) {
+Status RedisConnection::ReadReply(uint32_t elements_max, int64_t deadline_ns, void** reply) {
   *reply = nullptr;
   if (reply_buffer_ == nullptr) reply_buffer_ = std::make_unique<char[]>(kReplyReadBytes);
   budget_.elements_max = elements_max;
   budget_.elements_left = elements_max;
   budget_.refused.clear();
-  const int64_t deadline_ns = NowNs() + int64_t{options_.command_timeout_ms} * 1'000'000;
   uint64_t received = 0;  // Bytes fed to the reader for this reply (and at most one read more).
   while (true) {
     if (redisReaderGetReply(context_->reader, reply) != REDIS_OK) {
@@ -534,17 +583,29 @@ Status RedisConnection::ReadReply(uint32_t elements_max, void** reply) {
       return Status::Ok();
     }
     KV_RETURN_IF_ERROR(CheckReplyBytes(received));
+    iovec iov{reply_buffer_.get(), kReplyReadBytes};
+    size_t n = 0;
+    KV_RETURN_IF_ERROR(RecvSome(&iov, 1, deadline_ns, &n));
+    received += n;
+    if (redisReaderFeed(context_->reader, reply_buffer_.get(), n) != REDIS_OK) {
+      const std::string why = context_->reader->errstr;
+      return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
+    }
+  }
+}
+
+Status RedisConnection::RecvSome(iovec* iov, size_t count, int64_t deadline_ns, size_t* got) {
+  *got = 0;
+  while (true) {
     // Past the deadline even while bytes keep coming: WaitReady says TimedOut at once.
     if (NowNs() >= deadline_ns) return WaitReady(POLLIN, deadline_ns, "read reply");
-    const ssize_t n = recv(context_->fd, reply_buffer_.get(), kReplyReadBytes, MSG_DONTWAIT);
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    const ssize_t n = recvmsg(context_->fd, &msg, MSG_DONTWAIT);
     if (n > 0) {
-      received += static_cast<uint64_t>(n);
-      if (redisReaderFeed(context_->reader, reply_buffer_.get(), static_cast<size_t>(n)) !=
-          REDIS_OK) {
-        const std::string why = context_->reader->errstr;
-        return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + why);
-      }
-      continue;
+      *got = static_cast<size_t>(n);
+      return Status::Ok();
     }
     if (n == 0) {
       return Status::Unavailable("redis " + endpoint_.ToString() +
@@ -558,6 +619,100 @@ Status RedisConnection::ReadReply(uint32_t elements_max, void** reply) {
     return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " +
                                std::strerror(errno));
   }
+}
+
+Status RedisConnection::ReadReplyInto(RedisBulkTarget* target, void** reply) {
+  *reply = nullptr;
+  if (reply_buffer_ == nullptr) reply_buffer_ = std::make_unique<char[]>(kReplyReadBytes);
+  const int64_t deadline_ns = NowNs() + int64_t{options_.command_timeout_ms} * 1'000'000;
+  redisReader* r = context_->reader;
+  KV_DCHECK(r->ridx == -1);  // Between replies: each read ends with a whole reply or a failure.
+  // The reply's first line, from bytes the reader holds already (the tail of an earlier read)
+  // and small reads fed to it.
+  uint64_t bytes = 0;
+  size_t head_bytes = 0;
+  while (true) {
+    const BulkHead head = ParseBulkHead(r->buf + r->pos, r->len - r->pos, &bytes, &head_bytes);
+    if (head == BulkHead::kBulk) break;
+    if (head == BulkHead::kOther) return ReadReply(0, deadline_ns, reply);
+    iovec iov{reply_buffer_.get(), kPeekBytes};
+    size_t n = 0;
+    KV_RETURN_IF_ERROR(RecvSome(&iov, 1, deadline_ns, &n));
+    if (redisReaderFeed(r, reply_buffer_.get(), n) != REDIS_OK) {
+      return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: " + r->errstr);
+    }
+  }
+  // A length over the cap is refused by ReadReply at this same header, before its bytes come.
+  if (bytes > options_.reply_bytes_max) return ReadReply(0, deadline_ns, reply);
+  const std::span<const iovec> pieces = target->Place(bytes);
+  if (pieces.empty()) return ReadReply(0, deadline_ns, reply);
+  KV_CHECK(pieces.size() <= kRedisBulkPiecesMax);
+  uint64_t placed = 0;
+  for (const iovec& piece : pieces) placed += piece.iov_len;
+  KV_CHECK(placed == bytes);
+  auto* landed = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
+  if (landed == nullptr) {
+    return Status::Unavailable("redis " + endpoint_.ToString() + ": read reply: out of memory");
+  }
+  RedisReplyPtr out(landed);
+  out->type = REDIS_REPLY_STRING;  // No str: its bytes are in the target (RedisReplyLanded).
+  out->len = static_cast<size_t>(bytes);
+  ConsumeReaderBytes(head_bytes);
+  KV_RETURN_IF_ERROR(LandBulk(pieces, deadline_ns));
+  TrimReaderBuffer();
+  *reply = out.release();
+  return Status::Ok();
+}
+
+Status RedisConnection::LandBulk(std::span<const iovec> pieces, int64_t deadline_ns) {
+  std::array<iovec, kRedisBulkPiecesMax + 1> iov{};
+  std::copy(pieces.begin(), pieces.end(), iov.begin());
+  std::array<char, 2> crlf{};
+  iov[pieces.size()] = iovec{crlf.data(), crlf.size()};
+  const std::span<iovec> all(iov.data(), pieces.size() + 1);
+  size_t next = 0;
+  // Bytes the reader already holds (read with the header) go first, by copy.
+  const redisReader* r = context_->reader;
+  size_t buffered = r->len - r->pos;
+  size_t taken = 0;
+  while (next < all.size() && buffered != 0) {
+    const size_t n = std::min(buffered, all[next].iov_len);
+    if (n != 0) std::memcpy(all[next].iov_base, r->buf + r->pos + taken, n);
+    taken += n;
+    buffered -= n;
+    AdvanceIov(all, &next, n);
+  }
+  ConsumeReaderBytes(taken);
+  // The rest straight from the socket: a read never goes past this reply's CRLF.
+  while (next < all.size()) {
+    if (all[next].iov_len == 0) {
+      ++next;
+      continue;
+    }
+    size_t n = 0;
+    KV_RETURN_IF_ERROR(RecvSome(all.data() + next, all.size() - next, deadline_ns, &n));
+    AdvanceIov(all, &next, n);
+  }
+  if (crlf[0] != '\r' || crlf[1] != '\n') {
+    return Status::Unavailable("redis " + endpoint_.ToString() +
+                               ": read reply: Protocol error: a bulk string does not end in CRLF");
+  }
+  return Status::Ok();
+}
+
+void RedisConnection::ConsumeReaderBytes(size_t n) {
+  if (n == 0) return;
+  redisReader* r = context_->reader;
+  KV_CHECK(n <= r->len - r->pos);
+  r->pos += n;
+  if (r->pos == r->len) {
+    sdsclear(r->buf);
+  } else {
+    KV_CHECK(r->len <= static_cast<size_t>(INT_MAX));
+    sdsrange(r->buf, static_cast<int>(r->pos), -1);
+  }
+  r->pos = 0;
+  r->len = sdslen(r->buf);
 }
 
 void RedisConnection::TrimReaderBuffer() {

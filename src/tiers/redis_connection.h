@@ -15,6 +15,10 @@
 // bytes arrive); and it may declare at most RedisCommand::reply_elements_max array elements in
 // all, nested at most kRedisReplyDepthMax deep.
 //
+// Replies are parsed by hiredis's reader, except the bytes of a bulk string whose command names a
+// RedisBulkTarget: the connection parses that reply's "$<length>" line itself and receives the
+// bytes with readv straight into the target's buffers (docs/remote_tier.md, "The get path").
+//
 // Logging: one line per link state change: "connected", "connection lost (<why>)",
 // "connection restored". Repeated failures while the link is down log nothing more.
 //
@@ -119,15 +123,42 @@ struct RedisReplyDeleter {
 };
 using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 
+// Buffers one bulk-string reply may be received into (RedisBulkTarget::Place).
+inline constexpr size_t kRedisBulkPiecesMax = 4;
+
+// Where the bytes of a command's bulk-string reply land instead of in a redisReply: a caller that
+// knows where a value belongs (RedisStore's GET: the payload straight into the caller's block)
+// has the socket read it there, without hiredis's two copies (into its reader's buffer, then
+// into the reply's string). Only the bytes go there: the reply's framing is still checked (a
+// bulk header, the CRLF after the bytes), its length bounded by reply_bytes_max, its deadline
+// kept. A reply that is not a bulk string (nil, an error, anything else) is read as usual.
+// Ownership: the connection borrows the target for the duration of Execute.
+class RedisBulkTarget {
+ public:
+  virtual ~RedisBulkTarget() = default;
+  // Called with the length a bulk-string reply declares (at most reply_bytes_max) before any
+  // of its bytes is read: the buffers that receive them, in order, their lengths adding up to
+  // `bytes`, at most kRedisBulkPiecesMax of them, valid until the reply has been read. An empty
+  // span declines: the reply is then read into a redisReply as usual. May be called again for
+  // a later attempt of the same command (after a redirect).
+  virtual std::span<const iovec> Place(uint64_t bytes) = 0;
+};
+
+// A bulk-string reply whose bytes landed in its command's RedisBulkTarget: type
+// REDIS_REPLY_STRING, `len` its length, and no `str`.
+bool RedisReplyLanded(const redisReply& reply);
+
 // One command: up to 6 borrowed arguments. `asking` sends ASKING first (for an ASK redirect);
 // its reply is consumed here. `reply_elements_max` is how many array elements its reply may
 // declare in all: 0 (every command kvtier sends but CLUSTER SLOTS) refuses any array reply.
+// `bulk_target`, when set, receives the bytes of a bulk-string reply (borrowed).
 struct RedisCommand {
   static constexpr size_t kArgsMax = 6;
   std::array<std::string_view, kArgsMax> args{};
   uint32_t argc = 0;
   bool asking = false;
   uint32_t reply_elements_max = 0;
+  RedisBulkTarget* bulk_target = nullptr;
 };
 
 // Told of each reply of a pipeline as soon as it has been read, while the later replies may
@@ -181,9 +212,20 @@ class RedisConnection {
   Status SendCommands(std::span<const RedisCommand> commands);
   // Writes send_iov_ (non-blocking writes, waiting for the socket under each command's deadline).
   Status WriteIov();
-  // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader, within
-  // command_timeout_ms from now, at most reply_bytes_max bytes and `elements_max` elements.
-  Status ReadReply(uint32_t elements_max, void** reply);
+  // The next reply, read with large reads into reply_buffer_ and fed to hiredis's reader, by
+  // `deadline_ns`, at most reply_bytes_max bytes and `elements_max` elements.
+  Status ReadReply(uint32_t elements_max, int64_t deadline_ns, void** reply);
+  // The next reply, a bulk string's bytes straight into `target`'s buffers (any other reply, or
+  // one the target declines, as ReadReply reads it), within command_timeout_ms from now.
+  Status ReadReplyInto(RedisBulkTarget* target, void** reply);
+  // Receives the rest of a bulk string into `pieces` (the bytes already in the reader's buffer
+  // first), then its CRLF, by `deadline_ns`.
+  Status LandBulk(std::span<const iovec> pieces, int64_t deadline_ns);
+  // One socket read into `iov` (non-blocking, waiting for the socket under `deadline_ns`):
+  // *got > 0 bytes, or a failure (the server closed, an error, TimedOut).
+  Status RecvSome(iovec* iov, size_t count, int64_t deadline_ns, size_t* got);
+  // Drops the first `n` unparsed bytes of the reader's buffer (taken by the direct path).
+  void ConsumeReaderBytes(size_t n);
   // Refuses the reply being read once it holds, or its bulk string being read declares, more
   // than reply_bytes_max bytes. `received` counts the reply's bytes fed to the reader so far.
   Status CheckReplyBytes(uint64_t received) const;

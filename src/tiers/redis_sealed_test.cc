@@ -250,13 +250,16 @@ TEST_F(RedisSealedTest, ValuesSealedByOneAesGcmImplementationOpenWithTheOther) {
 // key's sealed value, one large and one small value had a byte flipped, one key was never
 // written and one destination is too small: every good value comes back intact, each bad one is
 // a miss of its own (refused ones counted and logged once per key id, nothing of them left in
-// the caller's buffer), with the overlap on and off alike.
+// the caller's buffer), in each open mode alike (overlapped, after the reads, as read).
 TEST_F(RedisSealedTest, APipelineMissesOnlyItsRefusedValuesWithTheOverlapOnAndOff) {
   constexpr size_t kLarge = 4 * kRedisOverlapOpenBytesMin, kSmall = 4096, kValues = 12;
   constexpr size_t kCopied = 4, kFlippedLarge = 8, kFlippedSmall = 3, kNever = 10, kTooSmall = 2;
   int round = 0;
-  for (const SealedOpen mode : {SealedOpen::kOverlapped, SealedOpen::kAfterReads}) {
-    SCOPED_TRACE(mode == SealedOpen::kOverlapped ? "overlapped" : "after reads");
+  for (const SealedOpen mode :
+       {SealedOpen::kOverlapped, SealedOpen::kAfterReads, SealedOpen::kAsRead}) {
+    SCOPED_TRACE(mode == SealedOpen::kOverlapped   ? "overlapped"
+                 : mode == SealedOpen::kAfterReads ? "after reads"
+                                                   : "as read");
     RedisStoreOptions o = Options(Ring(kKey1));
     o.sealed_open = mode;
     o.key_prefix = "p" + std::to_string(round++);

@@ -632,6 +632,49 @@ namespace {
 // Why a sealed value was refused, for the log (written once per key id by the calling thread).
 using Refusal = std::optional<std::pair<uint32_t, Status>>;
 
+// Where one GET's value lands (RedisBulkTarget) when the connection reads it straight from the
+// socket: a plaintext value's record header into front(), its payload into the caller's dst; a
+// sealed value's seal header and record header ciphertext into front(), its payload ciphertext
+// into dst (opened there, in place) and its GCM tag into tag(). A value too short for its headers
+// or whose payload would not fit dst is declined, so it is read into a reply and refused as
+// before. Nothing that lands is used before it is verified (FinishLanded*), and whatever landed
+// in dst is wiped unless the entry ends Ok (WipeUnlessOk).
+class GetLanding final : public RedisBulkTarget {
+ public:
+  void Init(std::span<std::byte> dst, bool sealed) {
+    dst_ = dst;
+    sealed_ = sealed;
+  }
+  std::span<const iovec> Place(uint64_t bytes) override {
+    const uint64_t overhead = front_bytes() + (sealed_ ? kSealedTagBytes : 0);
+    if (bytes < overhead || bytes - overhead > dst_.size()) return {};
+    body_bytes_ = static_cast<size_t>(bytes - overhead);
+    placed_max_ = std::max(placed_max_, body_bytes_);
+    iov_[0] = iovec{front_.data(), front_bytes()};
+    iov_[1] = iovec{dst_.data(), body_bytes_};
+    iov_[2] = iovec{tag_.data(), tag_.size()};
+    return std::span(iov_.data(), sealed_ ? 3 : 2);
+  }
+  std::span<const std::byte> front() const { return {front_.data(), front_bytes()}; }
+  std::span<std::byte> body() const { return dst_.first(body_bytes_); }
+  std::span<const std::byte, kSealedTagBytes> tag() const { return tag_; }
+  void WipeUnlessOk(const Status& outcome) const {
+    if (!outcome.ok() && placed_max_ != 0) std::memset(dst_.data(), 0, placed_max_);
+  }
+
+ private:
+  size_t front_bytes() const {
+    return (sealed_ ? kSealedHeaderBytes : 0) + kRemoteValueHeaderBytes;
+  }
+  std::span<std::byte> dst_;
+  bool sealed_ = false;
+  size_t body_bytes_ = 0;  // Of the last Place.
+  size_t placed_max_ = 0;  // Bytes of dst any Place handed to the socket.
+  std::array<std::byte, kSealedHeaderBytes + kRemoteValueHeaderBytes> front_{};
+  std::array<std::byte, kSealedTagBytes> tag_{};
+  std::array<iovec, 3> iov_{};
+};
+
 // What opening a GET answer needs besides the answer; shared by the calling thread and the open
 // worker, each of which writes only the entries it opens.
 struct GetContext {
@@ -641,14 +684,47 @@ struct GetContext {
   GcmImpl gcm = GcmImpl::kOpenSsl;  // With a keyring: the calling thread's cipher's.
 };
 
-// With a keyring: opens the sealed value straight into the caller's buffer (the header into a
-// local one), then checks the header as VerifyRemoteValue does. The payload CRC is not checked
-// again: the GCM tag has already authenticated every byte. Sets the entry's outcome and counts
-// it; *refused is set when authentication failed (for the log).
+// Records a verified value's outcome in the entry and counts a refused one.
+void Settle(const GetContext& g, Status verified, RemoteValueCheck check,
+            const ssd::RecordHeader& header, RemoteGet* e) {
+  RedisStoreCounters* c = g.counters;
+  if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
+  if (check == RemoteValueCheck::kMismatched) {
+    c->mismatched.fetch_add(1, std::memory_order_relaxed);
+  }
+  e->status = std::move(verified);
+  if (!e->status.ok()) return;
+  e->codec_id = header.codec_id;
+  e->raw_bytes = header.raw_bytes;
+  e->payload_bytes = header.payload_bytes;
+}
+
+// A sealed value whose `opened` (the outcome of its GCM pass) failed: a counted refusal.
+void Refuse(const GetContext& g, const Status& opened, uint32_t key_id, RemoteGet* e,
+            Refusal* refused) {
+  g.counters->auth_failures.fetch_add(1, std::memory_order_relaxed);
+  e->status = Status::Corruption("remote value refused: " + opened.message());
+  *refused = std::pair(key_id, e->status);
+}
+
+// The header checks of an opened sealed value (`head`, then `body_bytes` in dst). The payload
+// CRC is not checked again: the GCM tag has already authenticated every byte. Nothing refused
+// stays in dst.
+void SettleOpened(const GetContext& g, std::span<const std::byte> head, size_t body_bytes,
+                  RemoteGet* e) {
+  ssd::RecordHeader header;
+  RemoteValueCheck check;
+  Status s = VerifyRemoteHeader(head, kRemoteValueHeaderBytes + body_bytes, e->key,
+                                g.layout_digest, &header, &check);
+  if (!s.ok() && body_bytes != 0) std::memset(e->dst.data(), 0, body_bytes);
+  Settle(g, std::move(s), check, header, e);
+}
+
+// With a keyring, a value read into a reply: opens it straight into the caller's buffer (the
+// header into a local one), then checks the header as VerifyRemoteValue does.
 void FinishSealedGet(const GetContext& g, std::string_view key_name,
                      std::span<const std::byte> value, RemoteGet* e, RemoteCipher* cipher,
                      Refusal* refused) {
-  RedisStoreCounters* c = g.counters;
   std::array<std::byte, kRemoteValueHeaderBytes> head;
   size_t body_bytes = 0;
   uint32_t key_id = 0;
@@ -658,76 +734,79 @@ void FinishSealedGet(const GetContext& g, std::string_view key_name,
     e->status = Status::InvalidArgument("remote get: destination smaller than the value");
     return;
   }
-  if (!opened.ok()) {
-    c->auth_failures.fetch_add(1, std::memory_order_relaxed);
-    e->status = Status::Corruption("remote value refused: " + opened.message());
-    *refused = std::pair(key_id, e->status);
-    return;
-  }
-  ssd::RecordHeader header;
-  RemoteValueCheck check;
-  e->status = VerifyRemoteHeader(head, kRemoteValueHeaderBytes + body_bytes, e->key,
-                                 g.layout_digest, &header, &check);
-  if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
-  if (check == RemoteValueCheck::kMismatched) {
-    c->mismatched.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (!e->status.ok()) {
-    if (body_bytes != 0) std::memset(e->dst.data(), 0, body_bytes);  // Nothing refused stays.
-    return;
-  }
-  e->codec_id = header.codec_id;
-  e->raw_bytes = header.raw_bytes;
-  e->payload_bytes = header.payload_bytes;
+  if (!opened.ok()) return Refuse(g, opened, key_id, e, refused);
+  SettleOpened(g, head, body_bytes, e);
 }
 
-// Without a keyring: verifies the value in hiredis's buffer, then copies its payload once.
+// With a keyring, a value that landed (GetLanding): opened in place in the caller's buffer.
+void FinishLandedSealedGet(const GetContext& g, std::string_view key_name,
+                           const GetLanding& landing, RemoteGet* e, RemoteCipher* cipher,
+                           Refusal* refused) {
+  std::array<std::byte, kRemoteValueHeaderBytes> head;
+  uint32_t key_id = 0;
+  const Status opened = OpenRemoteValueInPlace(*g.keyring, key_name, landing.front(), head,
+                                               landing.body(), landing.tag(), &key_id, cipher);
+  if (!opened.ok()) return Refuse(g, opened, key_id, e, refused);  // Get wipes dst.
+  SettleOpened(g, head, landing.body().size(), e);
+}
+
+// Without a keyring, a value read into a reply: verified in hiredis's buffer, then its payload
+// copied once.
 void FinishPlainGet(const GetContext& g, std::span<const std::byte> value, RemoteGet* e) {
-  RedisStoreCounters* c = g.counters;
   ssd::RecordHeader header;
   std::span<const std::byte> payload;
   RemoteValueCheck check;
-  e->status = VerifyRemoteValue(value, e->key, g.layout_digest, &header, &payload, &check);
-  if (check == RemoteValueCheck::kCorrupt) c->corrupt.fetch_add(1, std::memory_order_relaxed);
-  if (check == RemoteValueCheck::kMismatched) {
-    c->mismatched.fetch_add(1, std::memory_order_relaxed);
+  Status s = VerifyRemoteValue(value, e->key, g.layout_digest, &header, &payload, &check);
+  if (s.ok() && payload.size() > e->dst.size()) {
+    s = Status::InvalidArgument("remote get: destination smaller than the value");
   }
-  if (e->status.ok() && payload.size() > e->dst.size()) {
-    e->status = Status::InvalidArgument("remote get: destination smaller than the value");
-  }
-  if (e->status.ok()) {
-    if (!payload.empty()) std::memcpy(e->dst.data(), payload.data(), payload.size());
-    e->codec_id = header.codec_id;
-    e->raw_bytes = header.raw_bytes;
-    e->payload_bytes = header.payload_bytes;
-  }
+  if (s.ok() && !payload.empty()) std::memcpy(e->dst.data(), payload.data(), payload.size());
+  Settle(g, std::move(s), check, header, e);
+}
+
+// Without a keyring, a value that landed: its payload is verified where it landed, in dst.
+void FinishLandedPlainGet(const GetContext& g, const GetLanding& landing, RemoteGet* e) {
+  ssd::RecordHeader header;
+  RemoteValueCheck check;
+  Status s = VerifyRemoteValueParts(landing.front(), landing.body(), e->key, g.layout_digest,
+                                    &header, &check);
+  Settle(g, std::move(s), check, header, e);  // Get wipes dst unless Ok.
 }
 
 // Turns a GET answer that is not an error reply into the entry's outcome, opening (with a
-// keyring) and verifying the value before anything is copied, and counts it.
+// keyring) and verifying the value before anything is used, and counts it.
 void FinishAnswer(const GetContext& g, const redisReply& r, std::string_view key_name,
-                  RemoteGet* e, RemoteCipher* cipher, Refusal* refused) {
+                  const GetLanding& landing, RemoteGet* e, RemoteCipher* cipher,
+                  Refusal* refused) {
   RedisStoreCounters* c = g.counters;
-  const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r.str), r.len);
   if (r.type == REDIS_REPLY_NIL) {
     e->status = Status::NotFound("remote miss");
   } else if (r.type != REDIS_REPLY_STRING) {
     e->status = Status::Corruption("remote value: unexpected reply type");
     c->corrupt.fetch_add(1, std::memory_order_relaxed);
-  } else if (g.keyring != nullptr) {
-    FinishSealedGet(g, key_name, value, e, cipher, refused);
+  } else if (RedisReplyLanded(r)) {
+    if (g.keyring != nullptr) {
+      FinishLandedSealedGet(g, key_name, landing, e, cipher, refused);
+    } else {
+      FinishLandedPlainGet(g, landing, e);
+    }
   } else {
-    FinishPlainGet(g, value, e);
+    const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(r.str), r.len);
+    if (g.keyring != nullptr) {
+      FinishSealedGet(g, key_name, value, e, cipher, refused);
+    } else {
+      FinishPlainGet(g, value, e);
+    }
   }
   (e->status.ok() ? c->hits : c->misses).fetch_add(1, std::memory_order_relaxed);
 }
 
 // The same for any op: a failed op or an error reply is a miss, counted as a failure too.
-void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name, RemoteGet* e,
-               RemoteCipher* cipher, Refusal* refused) {
+void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name,
+               const GetLanding& landing, RemoteGet* e, RemoteCipher* cipher, Refusal* refused) {
   e->status = OpStatus(op);
   if (e->status.ok()) {
-    FinishAnswer(g, *op.reply, key_name, e, cipher, refused);
+    FinishAnswer(g, *op.reply, key_name, landing, e, cipher, refused);
     return;
   }
   g.counters->misses.fetch_add(1, std::memory_order_relaxed);
@@ -744,15 +823,24 @@ void FinishGet(const GetContext& g, const RedisOp& op, std::string_view key_name
 // Thread safety: the calling thread writes `taken` and queues; the worker writes entries[i] and
 // refused[i] of the entries it was given. The caller reads entries and refusals only after Wait.
 struct SealedGetCall final : public RedisOpenCall {
-  SealedGetCall(const GetContext& c, std::span<RemoteGet> e, std::span<const std::string> k)
-      : context(c), entries(e), keys(k), taken(e.size(), 0), refused(e.size()), cipher(c.gcm) {}
+  SealedGetCall(const GetContext& c, std::span<RemoteGet> e, std::span<const std::string> k,
+                std::span<const GetLanding> l)
+      : context(c),
+        entries(e),
+        keys(k),
+        landings(l),
+        taken(e.size(), 0),
+        refused(e.size()),
+        cipher(c.gcm) {}
   void Open(size_t index, const redisReply& reply, RemoteCipher* with) override {
-    FinishAnswer(context, reply, keys[index], &entries[index], with, &refused[index]);
+    FinishAnswer(context, reply, keys[index], landings[index], &entries[index], with,
+                 &refused[index]);
   }
 
   const GetContext& context;
   std::span<RemoteGet> entries;
   std::span<const std::string> keys;
+  std::span<const GetLanding> landings;
   std::vector<uint8_t> taken;  // 1: opened during the reads, not after them.
   std::vector<Refusal> refused;
   RemoteCipher cipher;         // The calling thread's, for values it opens itself.
@@ -795,16 +883,37 @@ class OverlappedOpens final : public RedisReplyObserver {
   SealedGetCall* const call_;
 };
 
+// Verifies (plaintext) or opens (sealed) each value that landed as soon as its reply has been
+// read, on the reading thread: the value is still in this core's cache, and the next values
+// keep arriving in the socket's buffer meanwhile, so the pass overlaps the transfer.
+class OpensAsRead final : public RedisReplyObserver {
+ public:
+  explicit OpensAsRead(SealedGetCall* call) : call_(call) {}
+  void OnReply(size_t index, const redisReply& reply) override {
+    if (!RedisReplyLanded(reply)) return;
+    KV_DCHECK(call_->taken[index] == 0);
+    call_->taken[index] = 1;
+    call_->Open(index, reply, &call_->cipher);
+  }
+
+ private:
+  SealedGetCall* const call_;
+};
+
 }  // namespace
 
 Status RedisStore::Get(std::span<RemoteGet> entries) {
   KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
   const size_t n = entries.size();
   std::vector<std::string> keys(n);
-  std::vector<RedisOp> ops(n);  // Owns the answers: outlives `call` and `overlap`.
+  // Where each value lands, and the answers: both outlive `call` and `overlap`.
+  std::vector<GetLanding> landings(n);
+  std::vector<RedisOp> ops(n);
   for (size_t i = 0; i < n; ++i) {
     keys[i] = KeyName(entries[i].key);
     SetArgs(&ops[i].command, {"GET", keys[i]});
+    landings[i].Init(entries[i].dst, options_.keyring.has_value());
+    ops[i].command.bulk_target = &landings[i];
     ops[i].slot = RedisKeySlot(keys[i]);
   }
   const GetContext context{
@@ -812,18 +921,27 @@ Status RedisStore::Get(std::span<RemoteGet> entries) {
       .keyring = options_.keyring.has_value() ? &*options_.keyring : nullptr,
       .counters = counters_.get(),
       .gcm = GcmOf(options_)};
-  SealedGetCall call(context, entries, keys);
+  SealedGetCall call(context, entries, keys, landings);
   {
     std::optional<OverlappedOpens> overlap;  // Its destructor waits for the worker.
-    if (open_worker_ != nullptr) overlap.emplace(open_worker_.get(), &call);
+    std::optional<OpensAsRead> as_read;
+    RedisReplyObserver* observer = nullptr;
+    if (open_worker_ != nullptr) {
+      observer = &overlap.emplace(open_worker_.get(), &call);
+    } else if (!options_.keyring.has_value() || options_.sealed_open == SealedOpen::kAsRead) {
+      observer = &as_read.emplace(&call);  // kAfterReads keeps every open after the reads.
+    }
     MutexLock lock(&mu_);
-    RunOps(ops, overlap ? &*overlap : nullptr);
+    RunOps(ops, observer);
   }
   counters_->gets.fetch_add(n, std::memory_order_relaxed);
   for (size_t i = 0; i < n; ++i) {
     if (call.taken[i] == 0) {
-      FinishGet(context, ops[i], keys[i], &entries[i], &call.cipher, &call.refused[i]);
+      FinishGet(context, ops[i], keys[i], landings[i], &entries[i], &call.cipher,
+                &call.refused[i]);
     }
+    // A value that landed but was refused, or whose read failed half-way, leaves nothing.
+    landings[i].WipeUnlessOk(entries[i].status);
     if (const Refusal& r = call.refused[i]; r.has_value()) LogAuthFailure(r->first, r->second);
   }
   return Status::Ok();

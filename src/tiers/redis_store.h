@@ -11,9 +11,18 @@
 // or hostile node turns only its own entries into fast Unavailable / TimedOut results while the
 // others are served. See docs/remote_tier.md.
 //
-// With a keyring, a Get opens (authenticates and decrypts) each large value on the store's open
-// worker thread as soon as its reply has been read, while the later replies of the pipeline are
-// still arriving, so the AES-GCM pass overlaps the socket reads instead of following them.
+// A Get has each value received straight into the caller's buffer (redis_connection.h,
+// RedisBulkTarget): the payload, or a sealed value's payload ciphertext, lands in the entry's
+// dst, its headers and tag in small buffers of the call; it is then verified (CRC32C, key,
+// layout) or opened in place (AES-GCM), and wiped unless the entry ends Ok. A value that would
+// not fit dst is read into a reply as before and refused. A plaintext value is verified as soon
+// as it has landed, on the reading thread, while it is still in cache and the next values keep
+// arriving in the socket's buffer.
+//
+// With a keyring and SealedOpen::kAsRead (the default), a Get opens (authenticates and decrypts)
+// each value in place as soon as it has landed, on the reading thread, in the same way. With
+// kOverlapped, each large value is opened on the store's open worker thread as soon as its reply
+// has been read, while the later replies of the pipeline are still arriving.
 //
 // Thread safety: safe for concurrent calls; the network part of calls is serialized by one mutex
 // (the engine drives the remote tier from one worker, and a blocking hiredis context serves one
@@ -56,6 +65,12 @@ enum class SealedOpen : uint8_t {
   kOverlapped = 0,
   // Every value after all replies of the call have been read, on the calling thread.
   kAfterReads = 1,
+  // Every value that landed in its destination (all but those that would not fit it) as soon
+  // as its reply has been read, on the reading thread: no hand-off, the value is still in this
+  // core's cache, and the next values keep arriving in the socket's buffer meanwhile. The
+  // default: it measured as fast as kOverlapped or faster on 2 shared vCPUs
+  // (docs/benchmarks.md, 2026-12-06), where the worker finds no free core.
+  kAsRead = 2,
 };
 
 inline constexpr size_t kRedisNodesMax = 1024;  // Nodes a cluster client ever learns about.
@@ -91,7 +106,7 @@ struct RedisStoreOptions {
   // anyone who can write it can plant KV that passes the CRC checks. Only for a store nobody
   // else can reach. Open fails when neither a keyring nor this is given, or both are.
   bool insecure_plaintext = false;
-  SealedOpen sealed_open = SealedOpen::kOverlapped;  // With a keyring only.
+  SealedOpen sealed_open = SealedOpen::kAsRead;  // With a keyring only.
   // Which AES-256-GCM implementation seals and opens values (aes_gcm.h); nullopt: the fastest
   // available. Open refuses one this build or CPU lacks. Both write the same bytes.
   std::optional<GcmImpl> aes_gcm;

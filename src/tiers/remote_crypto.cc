@@ -276,29 +276,52 @@ Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
   return s;
 }
 
+namespace {
+
+// The checks of a sealed value that precede its GCM pass: `seal` is its first
+// kSealedHeaderBytes bytes, `sealed_bytes` its whole length. Sets *key_id, *key and the
+// ciphertext's length *n.
+Status CheckSealedHeader(const RemoteKeyring& keyring, std::span<const std::byte> seal,
+                         size_t sealed_bytes, uint32_t* key_id, const RemoteKey** key, size_t* n) {
+  if (sealed_bytes < kSealedOverheadBytes || sealed_bytes > INT32_MAX) {
+    return Status::Corruption("sealed remote value: too short");
+  }
+  KV_CHECK(seal.size() >= kSealedHeaderBytes);
+  if (DecodeFixed32(seal.data()) != kSealedMagic) {
+    return Status::Corruption("sealed remote value: bad magic (a plaintext value?)");
+  }
+  if (DecodeFixed16(seal.data() + 4) != kSealedVersion || seal[6] != std::byte{kSealedAesGcm} ||
+      seal[7] != std::byte{0}) {
+    return Status::Corruption("sealed remote value: unknown version or algorithm");
+  }
+  *key_id = DecodeFixed32(seal.data() + 8);
+  *key = keyring.Find(*key_id);
+  if (*key == nullptr) {
+    return Status::NotFound("sealed remote value: key id " + std::to_string(*key_id) +
+                            " is not in the keyring");
+  }
+  *n = sealed_bytes - kSealedOverheadBytes;
+  return Status::Ok();
+}
+
+Status AuthenticationFailed(uint32_t key_id) {
+  return Status::Corruption("sealed remote value: authentication failed (key id " +
+                            std::to_string(key_id) + ")");
+}
+
+}  // namespace
+
 Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_name,
                            std::span<const std::byte> sealed, std::span<std::byte> head,
                            std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id,
                            RemoteCipher* cipher) {
   *key_id = 0;
   *body_bytes = 0;
-  if (sealed.size() < kSealedOverheadBytes || sealed.size() > INT32_MAX) {
-    return Status::Corruption("sealed remote value: too short");
-  }
-  if (DecodeFixed32(sealed.data()) != kSealedMagic) {
-    return Status::Corruption("sealed remote value: bad magic (a plaintext value?)");
-  }
-  if (DecodeFixed16(sealed.data() + 4) != kSealedVersion ||
-      sealed[6] != std::byte{kSealedAesGcm} || sealed[7] != std::byte{0}) {
-    return Status::Corruption("sealed remote value: unknown version or algorithm");
-  }
-  *key_id = DecodeFixed32(sealed.data() + 8);
-  const RemoteKey* key = keyring.Find(*key_id);
-  if (key == nullptr) {
-    return Status::NotFound("sealed remote value: key id " + std::to_string(*key_id) +
-                            " is not in the keyring");
-  }
-  const size_t n = sealed.size() - kSealedOverheadBytes;
+  const RemoteKey* key = nullptr;
+  size_t n = 0;
+  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring, sealed.first(std::min(sealed.size(),
+                                                                      kSealedHeaderBytes)),
+                                       sealed.size(), key_id, &key, &n));
   if (n < head.size()) return Status::Corruption("sealed remote value: shorter than a header");
   const size_t body_n = n - head.size();
   if (body_n > body.size()) {
@@ -315,10 +338,37 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
     // Unauthenticated bytes never stay in the caller's buffers.
     if (!head.empty()) std::memset(head.data(), 0, head.size());
     if (body_n != 0) std::memset(body.data(), 0, body_n);
-    return Status::Corruption("sealed remote value: authentication failed (key id " +
-                              std::to_string(*key_id) + ")");
+    return AuthenticationFailed(*key_id);
   }
   *body_bytes = body_n;
+  return Status::Ok();
+}
+
+Status OpenRemoteValueInPlace(const RemoteKeyring& keyring, std::string_view key_name,
+                              std::span<const std::byte> front, std::span<std::byte> head,
+                              std::span<std::byte> body,
+                              std::span<const std::byte, kSealedTagBytes> tag, uint32_t* key_id,
+                              RemoteCipher* cipher) {
+  *key_id = 0;
+  KV_CHECK(front.size() == kSealedHeaderBytes + head.size());
+  const RemoteKey* key = nullptr;
+  size_t n = 0;
+  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring, front,
+                                       front.size() + body.size() + kSealedTagBytes, key_id, &key,
+                                       &n));
+  KV_CHECK(n == head.size() + body.size());
+  std::array<std::byte, kSealedTagBytes> expected{};  // Run takes a writable tag.
+  std::memcpy(expected.data(), tag.data(), expected.size());
+  const GcmPart parts[] = {{front.data() + kSealedHeaderBytes, head.data(), head.size()},
+                           {body.data(), body.data(), body.size()}};  // The body in place.
+  const std::span<const std::byte> aad[] = {front.first(kSealedHeaderBytes), AsBytes(key_name)};
+  const bool ok = Gcm(cipher, false, *key, front.data() + 12, aad, parts, expected.data());
+  if (!ok) {
+    // Neither the ciphertext nor anything decrypted stays in the caller's buffers.
+    if (!head.empty()) std::memset(head.data(), 0, head.size());
+    if (!body.empty()) std::memset(body.data(), 0, body.size());
+    return AuthenticationFailed(*key_id);
+  }
   return Status::Ok();
 }
 

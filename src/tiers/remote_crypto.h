@@ -141,6 +141,17 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
                            std::span<std::byte> body, size_t* body_bytes, uint32_t* key_id,
                            RemoteCipher* cipher = nullptr);
 
+// The same for a sealed value received in three parts, its body opened in place: `front` holds
+// its seal header and the first head.size() bytes of ciphertext (decrypted into `head`), `body`
+// the rest of the ciphertext (decrypted where it is), `tag` its GCM tag. Corruption when it is
+// malformed or fails authentication (head and body are then wiped: neither the ciphertext nor
+// anything decrypted stays), NotFound (with *key_id set) when its key id is not in the keyring.
+Status OpenRemoteValueInPlace(const RemoteKeyring& keyring, std::string_view key_name,
+                              std::span<const std::byte> front, std::span<std::byte> head,
+                              std::span<std::byte> body,
+                              std::span<const std::byte, kSealedTagBytes> tag, uint32_t* key_id,
+                              RemoteCipher* cipher = nullptr);
+
 // SSD records at rest (docs/ssd_format.md §3, "Sealed records"): seals `plain` with the
 // keyring's write key into `out` (plain.size() + 32 bytes: ciphertext, 16-byte tag, key id u32,
 // 12-byte nonce), binding it to `aad`.

@@ -1,7 +1,8 @@
 // Goal: show that sealed remote values can only be read by a holder of the key they were written
 // with, for the key name they were written under: any flipped byte, a value moved to another
 // name, a forgery with a made-up key, or an unknown key id is refused; the ciphertext shows no
-// run of the plaintext; keys rotate (old values readable, new ones written with the new key,
+// run of the plaintext; a value received in parts and opened in place gives the same bytes and
+// leaves nothing behind when refused; keys rotate (old values readable, new ones written with the new key,
 // names unchanged); key names hide the chunk hash; key files are refused when others can read
 // them; and tenant salts are deterministic per (tenant, secret) and differ otherwise.
 // Method: real OpenSSL primitives on random blocks; every byte of a sealed value flipped in turn
@@ -88,6 +89,55 @@ TEST(RemoteCryptoTest, SealOpenRoundTripAndEveryTamperingFails) {
   EXPECT_TRUE(OpenRemoteValue(ring, "kvt:{a}:b", forged, &back, &id).IsCorruption());
   // Plaintext (an unsealed value) is refused too.
   EXPECT_TRUE(OpenRemoteValue(ring, "kvt:{a}:b", plain, &back, &id).IsCorruption());
+}
+
+// A sealed value received in three parts (seal header and header ciphertext; body ciphertext,
+// opened in place; tag) opens to the same plaintext as when whole, and every tampering fails
+// with both buffers wiped.
+TEST(RemoteCryptoTest, InPlaceOpenMatchesTheWholeValueAndWipesOnFailure) {
+  const RemoteKeyring ring = Ring(kKey1);
+  constexpr size_t kHead = 128;
+  for (const size_t body_bytes : {size_t{0}, size_t{1}, size_t{5000}}) {
+    const std::vector<std::byte> plain = RandomBytes(kHead + body_bytes, 7);
+    std::vector<std::byte> sealed;
+    ASSERT_TRUE(SealRemoteValue(ring, "kvt:{a}:b", plain, &sealed).ok());
+    const auto open = [&](const std::vector<std::byte>& value, std::string_view name,
+                          std::vector<std::byte>* head, std::vector<std::byte>* body) {
+      const std::span<const std::byte> v(value);
+      head->assign(kHead, std::byte{0x55});
+      body->assign(v.begin() + kSealedHeaderBytes + kHead, v.end() - kSealedTagBytes);
+      uint32_t id = 0;
+      return OpenRemoteValueInPlace(ring, name, v.first(kSealedHeaderBytes + kHead), *head, *body,
+                                    v.last<kSealedTagBytes>(), &id);
+    };
+    std::vector<std::byte> head, body;
+    ASSERT_TRUE(open(sealed, "kvt:{a}:b", &head, &body).ok()) << body_bytes;
+    EXPECT_TRUE(std::equal(head.begin(), head.end(), plain.begin()));
+    EXPECT_TRUE(std::equal(body.begin(), body.end(), plain.begin() + kHead));
+    const auto wiped = [](const std::vector<std::byte>& b) {
+      return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; });
+    };
+    for (size_t i = 0; i < sealed.size(); i += 1 + sealed.size() / 97) {
+      std::vector<std::byte> bad = sealed;
+      bad[i] ^= std::byte{0x01};
+      const Status s = open(bad, "kvt:{a}:b", &head, &body);
+      EXPECT_FALSE(s.ok()) << "byte " << i;
+      if (s.IsCorruption() && i >= kSealedHeaderBytes) {  // The GCM pass ran and failed.
+        EXPECT_TRUE(wiped(head) && wiped(body)) << "byte " << i;
+      }
+    }
+    EXPECT_TRUE(open(sealed, "kvt:{a}:c", &head, &body).IsCorruption());
+    EXPECT_TRUE(wiped(head) && wiped(body));
+  }
+  // An unknown key id is NotFound, as for a whole value.
+  std::vector<std::byte> foreign;
+  ASSERT_TRUE(SealRemoteValue(Ring(kKey2), "n", RandomBytes(kHead, 2), &foreign).ok());
+  std::vector<std::byte> head(kHead), body;
+  uint32_t id = 0;
+  EXPECT_TRUE(OpenRemoteValueInPlace(ring, "n", std::span(foreign).first(kSealedHeaderBytes + kHead),
+                                     head, body, std::span(foreign).last<kSealedTagBytes>(), &id)
+                  .IsNotFound());
+  EXPECT_EQ(id, 2u);
 }
 
 TEST(RemoteCryptoTest, CiphertextHasNoRunOfThePlaintextAndNoncesDiffer) {

@@ -2,6 +2,7 @@
 // fields that have no meaning remotely and adds the checks a shared store needs (key and layout).
 #include "tiers/remote_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/assert.h"
@@ -89,22 +90,32 @@ Status VerifyRemoteHeader(std::span<const std::byte> header_bytes, uint64_t valu
 Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
                          const Hash256& layout_digest, ssd::RecordHeader* header,
                          std::span<const std::byte>* payload, RemoteValueCheck* check) {
+  const size_t head_bytes = std::min(value.size(), kRemoteValueHeaderBytes);
+  const std::span<const std::byte> p = value.subspan(head_bytes);
+  KV_RETURN_IF_ERROR(
+      VerifyRemoteValueParts(value.first(head_bytes), p, key, layout_digest, header, check));
+  *payload = p;
+  return Status::Ok();
+}
+
+Status VerifyRemoteValueParts(std::span<const std::byte> header_bytes,
+                              std::span<const std::byte> payload, const BlockKey& key,
+                              const Hash256& layout_digest, ssd::RecordHeader* header,
+                              RemoteValueCheck* check) {
   *check = RemoteValueCheck::kCorrupt;
   ssd::RecordHeader h;
   RemoteValueCheck header_check = RemoteValueCheck::kCorrupt;
   // The payload CRC is checked before the key and digest, so damage counts as corrupt even in
   // a value that also names another key.
-  const Status head = VerifyRemoteHeader(value, value.size(), key, layout_digest, &h,
-                                         &header_check);
+  const Status head = VerifyRemoteHeader(header_bytes, header_bytes.size() + payload.size(), key,
+                                         layout_digest, &h, &header_check);
   if (!head.ok() && header_check == RemoteValueCheck::kCorrupt) return head;
-  Result<ssd::RecordHeader> decoded = ssd::DecodeRecordHeader(value);
+  Result<ssd::RecordHeader> decoded = ssd::DecodeRecordHeader(header_bytes);
   KV_CHECK(decoded.ok());  // VerifyRemoteHeader decoded it.
-  std::span<const std::byte> p = value.subspan(kRemoteValueHeaderBytes);
-  KV_RETURN_IF_ERROR(ssd::CheckPayload(*decoded, p));
+  KV_RETURN_IF_ERROR(ssd::CheckPayload(*decoded, payload));
   *check = header_check;
   if (!head.ok()) return head;
   *header = h;
-  *payload = p;
   return Status::Ok();
 }
 

@@ -147,6 +147,14 @@ Status VerifyRemoteValue(std::span<const std::byte> value, const BlockKey& key,
                          const Hash256& layout_digest, ssd::RecordHeader* header,
                          std::span<const std::byte>* payload, RemoteValueCheck* check);
 
+// VerifyRemoteValue for a value received in two parts: its header (`header_bytes`, normally
+// kRemoteValueHeaderBytes bytes) and its payload, each in its own buffer (RedisStore's get reads
+// the payload straight into the caller's block). The same checks in the same order.
+Status VerifyRemoteValueParts(std::span<const std::byte> header_bytes,
+                              std::span<const std::byte> payload, const BlockKey& key,
+                              const Hash256& layout_digest, ssd::RecordHeader* header,
+                              RemoteValueCheck* check);
+
 // The checks of VerifyRemoteValue that need only the header (its first kRemoteValueHeaderBytes
 // bytes) and the value's total length; the payload CRC is then ssd::CheckPayload's. For values
 // whose payload was decrypted straight into the caller's buffer.

@@ -32,7 +32,7 @@ struct RemoteBenchOptions {
   // The keys for the sealed rounds; empty: a fresh random key for this run.
   std::optional<RemoteKeyring> keyring;
   // When the sealed rounds open their values (RedisStoreOptions::sealed_open).
-  SealedOpen sealed_open = SealedOpen::kOverlapped;
+  SealedOpen sealed_open = SealedOpen::kAsRead;
   // Which AES-256-GCM implementation seals and opens (RedisStoreOptions::aes_gcm); nullopt: the
   // fastest available.
   std::optional<GcmImpl> aes_gcm;

@@ -1,6 +1,7 @@
 // See bench_remote.h.
 #include "bench_remote.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,19 +20,32 @@ namespace kvtier::cli {
 namespace {
 
 struct RedisBenchmarkFigures {
-  double set_bytes_per_s = 0, get_bytes_per_s = 0;
+  // Medians over the runs; then each run's figure.
+  double set_bytes_per_s = 0, get_bytes_per_s = 0, get_distinct_bytes_per_s = 0;
+  std::vector<double> set_all, get_all, get_distinct_all;
+  std::string distinct_note;  // Why there is no distinct-keys figure (a cluster, an error).
 };
 
-// redis-benchmark's SET and GET with the same value size, count and pipeline depth, one client,
-// on the same server; its CSV lines look like "SET","1234.57",... (requests per second).
-Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t value_bytes,
-                                                uint64_t requests, uint32_t pipeline) {
-  KV_ASSIGN_OR_RETURN(
-      const std::string csv,
-      Capture({"redis-benchmark", "-h", e.host, "-p", std::to_string(e.port), "-t", "set,get", "-n",
-               std::to_string(requests), "-d", std::to_string(value_bytes), "-P",
-               std::to_string(pipeline), "-c", "1", "--csv"}));
-  RedisBenchmarkFigures f;
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// redis-benchmark's rates (bytes per second) of `tests` ("set,get" or "get"), one client, with
+// `extra` arguments; its CSV lines look like "SET","1234.57",... (requests per second).
+Result<std::pair<double, double>> RunRedisBenchmarkOnce(const RedisEndpoint& e,
+                                                         uint64_t value_bytes, uint64_t requests,
+                                                         uint32_t pipeline, const char* tests,
+                                                         std::vector<std::string> extra) {
+  std::vector<std::string> argv = {"redis-benchmark", "-h", e.host, "-p", std::to_string(e.port),
+                                   "-t", tests, "-n", std::to_string(requests), "-d",
+                                   std::to_string(value_bytes), "-P", std::to_string(pipeline),
+                                   "-c", "1", "--csv"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  KV_ASSIGN_OR_RETURN(const std::string csv, Capture(argv));
+  double set = 0, get = 0;
   std::istringstream lines(csv);
   std::string line;
   bool too_fast = false;
@@ -44,20 +58,89 @@ Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t
       if (!std::isfinite(v)) too_fast = true;
       return std::isfinite(v) ? v : 0;
     };
-    if (const double r = rps("SET"); r > 0) f.set_bytes_per_s = r * double(value_bytes);
-    if (const double r = rps("GET"); r > 0) f.get_bytes_per_s = r * double(value_bytes);
+    if (const double r = rps("SET"); r > 0) set = r * double(value_bytes);
+    if (const double r = rps("GET"); r > 0) get = r * double(value_bytes);
   }
-  // redis-benchmark writes one key of its own; leave the user's Redis as it was.
-  Capture({"redis-cli", "-h", e.host, "-p", std::to_string(e.port), "DEL", "key:__rand_int__"})
-      .status()
-      .IgnoreError();  // Best effort: a leftover key of redis-benchmark's own.
   if (too_fast) {
     return Status::IoError("redis-benchmark's run of " + std::to_string(requests) +
                            " requests was too short to time (raise --total-bytes)");
   }
-  if (f.set_bytes_per_s == 0 || f.get_bytes_per_s == 0) {
-    return Status::IoError("redis-benchmark printed no SET/GET figures");
+  if (get == 0) return Status::IoError("redis-benchmark printed no GET figure");
+  return std::pair(set, get);
+}
+
+// redis-benchmark's key names for -r: "key:" and 12 digits.
+std::string RandKey(uint64_t i) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "key:%012llu", static_cast<unsigned long long>(i));
+  return name;
+}
+
+// Writes (`set`) or unlinks `count` values named as redis-benchmark's -r names them, pipelined.
+Status RandKeys(const RedisEndpoint& e, uint64_t count, uint64_t value_bytes, bool set) {
+  RedisConnection conn(e, RedisConnectionOptions{.command_timeout_ms = 10'000}, nullptr);
+  const std::string value(set ? value_bytes : 0, 'v');
+  constexpr uint64_t kBatch = 64;
+  for (uint64_t first = 0; first < count; first += kBatch) {
+    const uint64_t n = std::min(kBatch, count - first);
+    std::vector<std::string> names(n);
+    std::vector<RedisCommand> commands(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      names[i] = RandKey(first + i);
+      RedisCommand& c = commands[i];
+      c.args[c.argc++] = set ? "SET" : "UNLINK";
+      c.args[c.argc++] = names[i];
+      if (set) c.args[c.argc++] = value;
+    }
+    std::vector<RedisReplyPtr> replies(n);
+    KV_RETURN_IF_ERROR(conn.Execute(commands, replies));
+    for (const RedisReplyPtr& reply : replies) {
+      if (const char* error = RedisErrorText(reply.get()); error != nullptr) {
+        return Status::IoError(std::string("writing redis-benchmark's keys: ") + error);
+      }
+    }
   }
+  return Status::Ok();
+}
+
+// redis-benchmark's SET and GET with the same value size, count and pipeline depth, one client,
+// on the same server, `runs` times (medians, as kvtier's rounds). Its GET reads one key again
+// and again, so the server sends one value that stays in its caches; it also runs GET over as
+// many distinct keys as kvtier's rounds read (its -r: random keys among `requests`, written
+// beforehand), the access pattern kvtier's gets have.
+Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t value_bytes,
+                                                uint64_t requests, uint32_t pipeline,
+                                                uint32_t runs, bool cluster) {
+  RedisBenchmarkFigures f;
+  Status s;
+  for (uint32_t i = 0; i < runs && s.ok(); ++i) {
+    Result<std::pair<double, double>> r =
+        RunRedisBenchmarkOnce(e, value_bytes, requests, pipeline, "set,get", {});
+    if (!r.ok()) s = r.status();
+    if (r.ok()) f.set_all.push_back(r->first), f.get_all.push_back(r->second);
+  }
+  Status distinct = cluster ? Status::NotSupported("not run on a cluster")
+                            : RandKeys(e, requests, value_bytes, /*set=*/true);
+  for (uint32_t i = 0; i < runs && s.ok() && distinct.ok(); ++i) {
+    Result<std::pair<double, double>> r = RunRedisBenchmarkOnce(
+        e, value_bytes, requests, pipeline, "get", {"-r", std::to_string(requests)});
+    if (!r.ok()) distinct = r.status();
+    if (r.ok()) f.get_distinct_all.push_back(r->second);
+  }
+  // redis-benchmark's keys, ours and its own; leave the user's Redis as it was.
+  if (!cluster) RandKeys(e, requests, 0, /*set=*/false).IgnoreError();  // Best effort, as:
+  Capture({"redis-cli", "-h", e.host, "-p", std::to_string(e.port), "DEL", "key:__rand_int__"})
+      .status()
+      .IgnoreError();  // Best effort: a leftover key of redis-benchmark's own.
+  KV_RETURN_IF_ERROR(s);
+  if (!distinct.ok()) {
+    f.get_distinct_all.clear();
+    f.distinct_note = distinct.ToString();
+  }
+  f.set_bytes_per_s = Median(f.set_all);
+  f.get_bytes_per_s = Median(f.get_all);
+  f.get_distinct_bytes_per_s = Median(f.get_distinct_all);
+  if (f.set_bytes_per_s == 0) return Status::IoError("redis-benchmark printed no SET figure");
   return f;
 }
 
@@ -86,8 +169,9 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
     std::printf("encryption costs %.1f %% of put, %.1f %% of get throughput\n",
                 100 * r.sealed_put_cost, 100 * r.sealed_get_cost);
     if (rb.has_value()) {
-      std::printf("redis-benchmark       SET %s  GET %s\n", Mbps(rb->set_bytes_per_s).c_str(),
-                  Mbps(rb->get_bytes_per_s).c_str());
+      std::printf("redis-benchmark       SET %s  GET %s (one key), %s (distinct keys)\n",
+                  Mbps(rb->set_bytes_per_s).c_str(), Mbps(rb->get_bytes_per_s).c_str(),
+                  Mbps(rb->get_distinct_bytes_per_s).c_str());
     } else {
       std::printf("redis-benchmark: %s\n", rb_note.c_str());
     }
@@ -102,6 +186,11 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
   j["encryption_get_cost"] = r.sealed_get_cost;
   j["redis_benchmark_set_bytes_per_s"] = rb.has_value() ? rb->set_bytes_per_s : 0.0;
   j["redis_benchmark_get_bytes_per_s"] = rb.has_value() ? rb->get_bytes_per_s : 0.0;
+  j["redis_benchmark_get_distinct_bytes_per_s"] =
+      rb.has_value() ? rb->get_distinct_bytes_per_s : 0.0;
+  if (rb.has_value() && !rb->distinct_note.empty()) {
+    j["redis_benchmark_distinct_note"] = rb->distinct_note;
+  }
   if (!rb.has_value()) j["redis_benchmark_note"] = rb_note;
   j["block_bytes"] = r.block_bytes;
   j["blocks"] = r.blocks;
@@ -113,6 +202,11 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
   j["get_bytes_per_s_all"] = r.sealed.get_bytes_per_s;
   j["plaintext_put_bytes_per_s_all"] = r.plaintext.put_bytes_per_s;
   j["plaintext_get_bytes_per_s_all"] = r.plaintext.get_bytes_per_s;
+  if (rb.has_value()) {
+    j["redis_benchmark_set_bytes_per_s_all"] = rb->set_all;
+    j["redis_benchmark_get_bytes_per_s_all"] = rb->get_all;
+    j["redis_benchmark_get_distinct_bytes_per_s_all"] = rb->get_distinct_all;
+  }
   std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
@@ -133,9 +227,10 @@ BenchRemote::BenchRemote(CLI::App* bench)
   app_->add_option("--remote-key-file", key_file_,
                    "Deployment keys (mode 0600); else $KVTIER_REMOTE_KEY; else a fresh key");
   app_->add_option("--sealed-open", sealed_open_,
-                   "When sealed gets decrypt: overlapped (while later replies arrive, on a "
-                   "worker; the default) or after-reads (after the whole pipeline)")
-      ->check(CLI::IsMember({"overlapped", "after-reads"}));
+                   "When sealed gets decrypt: as-read (each as soon as it has landed, on the "
+                   "reading thread; the default), overlapped (while later replies arrive, on a "
+                   "worker) or after-reads (after the whole pipeline)")
+      ->check(CLI::IsMember({"overlapped", "as-read", "after-reads"}));
   app_->add_option("--aes-gcm", aes_gcm_,
                    "AES-256-GCM implementation: auto (the fastest available; the default), "
                    "ipsec-mb or openssl")
@@ -146,8 +241,9 @@ BenchRemote::BenchRemote(CLI::App* bench)
 
 Status BenchRemote::Run() {
   RemoteBenchOptions o{.cluster = cluster_, .user = user_, .batch = batch_, .rounds = rounds_};
-  o.sealed_open =
-      sealed_open_ == "after-reads" ? SealedOpen::kAfterReads : SealedOpen::kOverlapped;
+  o.sealed_open = sealed_open_ == "after-reads" ? SealedOpen::kAfterReads
+                  : sealed_open_ == "as-read"   ? SealedOpen::kAsRead
+                                                : SealedOpen::kOverlapped;
   if (aes_gcm_ == "openssl") o.aes_gcm = GcmImpl::kOpenSsl;
   if (aes_gcm_ == "ipsec-mb") {
     if (!GcmImplAvailable(GcmImpl::kIpsecMb)) {
@@ -177,7 +273,7 @@ Status BenchRemote::Run() {
       note = "not run: it would need the password on its command line";
     } else {
       Result<RedisBenchmarkFigures> f =
-          RunRedisBenchmark(endpoint, o.block_bytes, r.blocks, o.batch);
+          RunRedisBenchmark(endpoint, o.block_bytes, r.blocks, o.batch, o.rounds, cluster_);
       if (f.ok()) {
         rb = *f;
       } else {
