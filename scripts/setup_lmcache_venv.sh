@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Creates LMCache's environment for the peer benchmarks and their smoke tests (.venv-lmcache):
+# a virtual environment of its own, layered over .venv-vllm (scripts/setup_vllm_venv.sh makes
+# that one first), with lmcache and the few pure-Python packages its server imports installed
+# `--no-deps` from PyPI, so that LMCache's pins (numpy <= 2.2.6, protobuf < 7) never replace
+# vLLM's. bench/peers/lmcache_vllm.py holds the package list and does the work
+# (peerlib.ensure_overlay_venv); an environment that already imports LMCache is kept.
+#
+#   scripts/setup_lmcache_venv.sh [BUILD_DIR]     (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${1:-build}"
+/usr/bin/python3 bench/peers/lmcache_vllm.py --setup-only --kvtier-python "$build_dir/python"
