@@ -1329,22 +1329,20 @@ void Bind(py::module_& m) {
       .def(
           "save_pages",
           [](PyEngine& self, const PyPagedCache& cache, std::vector<int32_t> pages, size_t chunks,
-             size_t first_chunk, uint32_t tail_tokens) {
+             size_t first_chunk) {
             std::shared_ptr<Engine> engine = self.Get();
             std::unique_ptr<PagedSave> save;
             {
               py::gil_scoped_release release;
-              save = ValueOrThrow(PagedSave::Create(cache.cache(), std::move(pages), chunks,
-                                                    first_chunk, tail_tokens));
+              save = ValueOrThrow(
+                  PagedSave::Create(cache.cache(), std::move(pages), chunks, first_chunk));
             }
             return std::make_unique<PyPagedSave>(std::move(engine), std::move(save),
                                                  cache.owners());
           },
           py::arg("cache"), py::arg("pages"), py::arg("chunks"), py::arg("first_chunk") = 0,
-          py::arg("tail_tokens") = 0,
           "Prepares a save of `chunks` chunks out of `pages`, skipping the first first_chunk "
-          "(already cached); tail_tokens > 0: the last chunk is a partial tail of that many "
-          "tokens, whose later rows are stored as zeros. Returns a PagedSave.")
+          "(already cached); returns a PagedSave.")
       .def(
           "prefetch",
           [](PyEngine& self, const Namespace& ns, const Tokens& tokens) {

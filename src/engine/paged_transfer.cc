@@ -206,21 +206,15 @@ Status PagedLoad::Wait() {
 
 Result<std::unique_ptr<PagedSave>> PagedSave::Create(std::shared_ptr<const PagedKvCache> cache,
                                                      std::vector<int32_t> pages, size_t chunks,
-                                                     size_t first_chunk, uint32_t tail_tokens) {
+                                                     size_t first_chunk) {
   if (first_chunk >= chunks) {
     return Status::InvalidArgument("nothing to save: first chunk " + std::to_string(first_chunk) +
                                    " of " + std::to_string(chunks));
-  }
-  if (tail_tokens >= cache->layout().block_tokens) {
-    return Status::InvalidArgument("tail_tokens " + std::to_string(tail_tokens) +
-                                   " is not below the chunk's " +
-                                   std::to_string(cache->layout().block_tokens) + " tokens");
   }
   KV_RETURN_IF_ERROR(cache->CheckPages(pages, chunks));
   std::unique_ptr<PagedSave> save(new PagedSave());
   save->chunks_ = chunks;
   save->first_chunk_ = first_chunk;
-  save->tail_tokens_ = tail_tokens;
   KV_RETURN_IF_ERROR(AllocateBlocks(*cache, chunks - first_chunk, &save->staging_,
                                     &save->lent_, &save->blocks_));
   save->gathered_.assign(cache->layout().layers, 0);
@@ -250,15 +244,6 @@ Status PagedSave::GatherLayer(uint32_t layer) {
   const std::span<const int32_t> table =
       std::span<const int32_t>(pages_).subspan(first_chunk_ * ppb, n * ppb);
   KV_RETURN_IF_ERROR(GatherPages(cache_->layer(layer), cache_->layout().block_tokens, table, dst));
-  if (tail_tokens_ != 0) {  // The partial tail's rows after its tokens: zeros, not stale KV.
-    const KvLayout& layout = cache_->layout();
-    const std::span<std::byte> tail = dst.back();
-    const uint64_t row = layout.Strides().token_bytes;
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      const uint64_t from = layout.ElementOffsetBytes(kv, tail_tokens_, 0, 0);
-      std::memset(tail.data() + from, 0, (layout.block_tokens - tail_tokens_) * row);
-    }
-  }
   gathered_[layer] = 1;
   bytes_gathered_ += n * cache_->layout().BlockBytes();
   return Status::Ok();

@@ -118,14 +118,10 @@ class PagedSave {
  public:
   // Staging for chunks [first_chunk, chunks) of every layer, gathered from `pages` (the request's
   // pages from its first chunk on). Chunks below first_chunk are the ones the caller knows are
-  // cached (it just loaded them): they are neither copied nor stored again. tail_tokens > 0: the
-  // last chunk is a prompt's partial tail of that many tokens (its key's tokens are padded, see
-  // the vLLM connector): the token rows after them are zeroed in the staging, so that no stale
-  // bytes of the page (another request's KV) are stored.
+  // cached (it just loaded them): they are neither copied nor stored again.
   static Result<std::unique_ptr<PagedSave>> Create(std::shared_ptr<const PagedKvCache> cache,
                                                    std::vector<int32_t> pages, size_t chunks,
-                                                   size_t first_chunk = 0,
-                                                   uint32_t tail_tokens = 0);
+                                                   size_t first_chunk = 0);
   ~PagedSave();  // Waits for the store (it reads the staging blocks).
   PagedSave(const PagedSave&) = delete;
   PagedSave& operator=(const PagedSave&) = delete;
@@ -150,7 +146,6 @@ class PagedSave {
   std::vector<int32_t> pages_;
   size_t chunks_ = 0;
   size_t first_chunk_ = 0;
-  uint32_t tail_tokens_ = 0;
   AlignedBuffer staging_;
   std::span<std::byte> lent_;
   std::vector<std::span<std::byte>> blocks_;

@@ -1,7 +1,6 @@
 // Goal: a request's KV goes from an inference engine's pages into kvtier and back into other
 // pages bit for bit (PagedSave, PagedLoad), only the chunks asked for are written, a failed layer
-// leaves its pages untouched, a partial tail is stored with its later rows zeroed, and
-// mismatched caches are refused at creation.
+// leaves its pages untouched, and mismatched caches are refused at creation.
 // Method: a real Engine (host tier only, then host + SSD after a restart); "pages" are vLLM CPU
 // layout tensors ([P][H][2][N][C], described as vLLM shows them) filled with random FP16 bits;
 // after a save and a fresh engine's load into different page numbers, the loaded pages are
@@ -176,59 +175,6 @@ TEST_F(PagedTransferTest, ASaveFromAChunkCopiesOnlyTheNewChunks) {
     }
   }
   EXPECT_FALSE(PagedSave::Create(cache, pages, 4, 4).ok());  // Nothing new.
-}
-
-// A prompt's partial tail (tail_tokens > 0) is stored with the token rows after its tokens
-// zeroed: the page's stale rows (another request's KV) never reach a tier, and the rows before
-// them are the page's, bit for bit. Read back as canonical blocks: K and V halves, row by row.
-TEST_F(PagedTransferTest, APartialTailIsStoredWithItsLaterRowsZeroed) {
-  std::unique_ptr<Engine> engine = Open(/*ssd=*/false);
-  ASSERT_NE(engine, nullptr);
-  const Namespace whole = *engine->MakeNamespace("whole", {});
-  const Namespace tail = *engine->MakeNamespace("tail", {});
-  const std::vector<uint32_t> tokens = TestTokens(5, 2 * kPageTokens);
-  CpuCache src(0);
-  src.Randomize(7);  // Every element nonzero.
-  const std::vector<int32_t> pages{6, 2};
-  constexpr uint32_t kTail = 5;
-  for (const auto& [ns, tail_tokens] : {std::pair{whole, 0u}, std::pair{tail, kTail}}) {
-    Result<std::unique_ptr<PagedSave>> save =
-        PagedSave::Create(src.Describe(), pages, 2, 0, tail_tokens);
-    ASSERT_TRUE(save.ok()) << save.status().ToString();
-    ASSERT_TRUE((*save)->Commit(*engine, ns, tokens).ok());
-    ASSERT_TRUE((*save)->Wait().ok());
-  }
-  const KvLayout layout = Layout();
-  const uint64_t block = layout.BlockBytes(), row = layout.Strides().token_bytes;
-  std::vector<std::byte> a(2 * kLayers * block), b(2 * kLayers * block);
-  auto load = [&](const Namespace& ns, std::vector<std::byte>& out) {
-    std::vector<std::span<std::byte>> dst;
-    for (size_t i = 0; i < 2 * kLayers; ++i) dst.emplace_back(out.data() + i * block, block);
-    Result<std::unique_ptr<LoadHandle>> h = engine->Load(ns, tokens, dst);
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
-    ASSERT_TRUE((*h)->Wait().ok());
-  };
-  load(whole, a);
-  load(tail, b);
-  const std::vector<std::byte> zeros(row);
-  for (uint32_t l = 0; l < kLayers; ++l) {
-    // Chunk 0 is whole in both; chunk 1 is the tail.
-    EXPECT_EQ(std::memcmp(a.data() + l * block, b.data() + l * block, block), 0) << l;
-    const std::byte* ta = a.data() + (kLayers + l) * block;
-    const std::byte* tb = b.data() + (kLayers + l) * block;
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      for (uint32_t n = 0; n < kPageTokens; ++n) {
-        const uint64_t at = layout.ElementOffsetBytes(kv, n, 0, 0);
-        EXPECT_NE(std::memcmp(ta + at, zeros.data(), row), 0) << "layer " << l << " row " << n;
-        if (n < kTail) {
-          EXPECT_EQ(std::memcmp(ta + at, tb + at, row), 0) << "layer " << l << " row " << n;
-        } else {
-          EXPECT_EQ(std::memcmp(tb + at, zeros.data(), row), 0) << "layer " << l << " row " << n;
-        }
-      }
-    }
-  }
-  EXPECT_FALSE(PagedSave::Create(src.Describe(), pages, 2, 0, kPageTokens).ok());
 }
 
 TEST_F(PagedTransferTest, ALoadOfUncachedChunksIsRefusedAndWritesNothing) {

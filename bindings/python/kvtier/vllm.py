@@ -1331,9 +1331,8 @@ class KvtierConnector(KVConnectorBase_V1):
                     if op.chunks <= op.first_chunk:
                         continue
                 try:
-                    # The page's rows after a partial chunk's tokens are zeroed in the page
-                    # below, layer by layer; kvtier's own zeroing (tail_tokens) is for layouts
-                    # it knows token by token, not vLLM's CPU pages.
+                    # The page's slots after a partial chunk's tokens are zeroed in the page
+                    # below, layer by layer, before each gather.
                     self._active_saves.append((op, self._engine.save_pages(
                         self._cache, op.pages, op.chunks, op.first_chunk)))
                 except kvtier.Error as e:
