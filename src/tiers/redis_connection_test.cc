@@ -129,54 +129,6 @@ TEST(RedisConnectionTest, AHugeReplyDoesNotLeaveItsBufferRetained) {
   EXPECT_GE(keeps.reader_buffer_bytes(), huge.size());
 }
 
-// A loopback server that answers PING with +PONG and then sends `answer` and closes.
-class ScriptedServer {
- public:
-  explicit ScriptedServer(std::string answer) : answer_(std::move(answer)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    EXPECT_EQ(listen(listen_fd_, 1), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~ScriptedServer() {
-    thread_.join();
-    close(listen_fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  // Reads until `marker` has arrived (or EOF).
-  static void ReadUntil(int fd, std::string_view marker) {
-    std::string seen;
-    char buf[4096];
-    while (seen.find(marker) == std::string::npos) {
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) return;
-      seen.append(buf, static_cast<size_t>(n));
-    }
-  }
-  void Serve() {
-    const int fd = accept(listen_fd_, nullptr, nullptr);
-    if (fd < 0) return;
-    ReadUntil(fd, "PING\r\n");
-    (void)!write(fd, "+PONG\r\n", 7);
-    ReadUntil(fd, "GET\r\n");
-    (void)!write(fd, answer_.data(), answer_.size());
-    close(fd);
-  }
-
-  std::string answer_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::thread thread_;
-};
-
 Status GetFrom(uint16_t port) {
   RedisConnection conn(RedisEndpoint{.host = "127.0.0.1", .port = port},
                        RedisConnectionOptions{.command_timeout_ms = 5000}, nullptr);
@@ -188,7 +140,7 @@ Status GetFrom(uint16_t port) {
 }
 
 TEST(RedisConnectionTest, AReplyThatBreaksTheProtocolIsUnavailableAndNamed) {
-  ScriptedServer server("?what\r\n");
+  ScriptedRedisServer server({"?what\r\n"});
   const Status s = GetFrom(server.port());
   EXPECT_TRUE(s.IsUnavailable()) << s.ToString();
   EXPECT_NE(s.ToString().find("read reply"), std::string::npos) << s.ToString();
@@ -196,7 +148,7 @@ TEST(RedisConnectionTest, AReplyThatBreaksTheProtocolIsUnavailableAndNamed) {
 }
 
 TEST(RedisConnectionTest, AServerClosingInsideAValueIsUnavailable) {
-  ScriptedServer server("$1000000\r\n" + std::string(70000, 'x'));
+  ScriptedRedisServer server({"$1000000\r\n" + std::string(70000, 'x')});
   const Status s = GetFrom(server.port());
   EXPECT_TRUE(s.IsUnavailable()) << s.ToString();
   EXPECT_NE(s.ToString().find("closed the connection"), std::string::npos) << s.ToString();

@@ -140,57 +140,6 @@ TEST(RedisLandingTest, BulkRepliesLandInTheirTargetsByteExactly) {
   EXPECT_TRUE(again.landed() == values[2]);
 }
 
-// A loopback server that answers PING with +PONG, then, once a GET has arrived, writes `chunks`
-// with a short pause between them and closes.
-class ChunkedServer {
- public:
-  explicit ChunkedServer(std::vector<std::string> chunks) : chunks_(std::move(chunks)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    EXPECT_EQ(listen(listen_fd_, 1), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~ChunkedServer() {
-    thread_.join();
-    close(listen_fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  static void ReadUntil(int fd, std::string_view marker) {
-    std::string seen;
-    char buf[4096];
-    while (seen.find(marker) == std::string::npos) {
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) return;
-      seen.append(buf, static_cast<size_t>(n));
-    }
-  }
-  void Serve() {
-    const int fd = accept(listen_fd_, nullptr, nullptr);
-    if (fd < 0) return;
-    ReadUntil(fd, "PING\r\n");
-    (void)!write(fd, "+PONG\r\n", 7);
-    ReadUntil(fd, "GET\r\n");
-    for (const std::string& chunk : chunks_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
-    }
-    close(fd);
-  }
-
-  std::vector<std::string> chunks_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::thread thread_;
-};
-
 struct Outcome {
   Status status;
   RedisReplyPtr reply;
@@ -201,7 +150,7 @@ struct Outcome {
 // One GET with a 1 MiB target against `chunks`, on a connection whose replies hold at most 1 MiB
 // and a byte more than the target (so one length can pass the cap and not fit the target).
 Outcome GetWithTarget(std::vector<std::string> chunks) {
-  ChunkedServer server(std::move(chunks));
+  ScriptedRedisServer server(std::move(chunks), std::chrono::milliseconds(5));
   RedisConnection conn(RedisEndpoint{.host = "127.0.0.1", .port = server.port()},
                        RedisConnectionOptions{.command_timeout_ms = 5000,
                                               .reply_bytes_max = 2 * kMiB},
@@ -279,24 +228,7 @@ TEST(RedisLandingTest, HostileBulkRepliesFailCleanly) {
 // ---------------------------------------------------------------------------------------------
 // Through the store.
 
-BlockKey MakeKey(uint32_t chunk) {
-  BlockKey key;
-  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
-    key.chunk_hash[i] = static_cast<uint8_t>(chunk * 31 + i);
-  }
-  key.layer = chunk;
-  return key;
-}
-
-std::vector<std::byte> MakePayload(size_t n, uint32_t seed) {
-  std::vector<std::byte> p(n);
-  uint32_t x = seed * 2246822519u + 7;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    p[i] = static_cast<std::byte>(x >> 24);
-  }
-  return p;
-}
+BlockKey MakeKey(uint32_t chunk) { return RedisTestKey(chunk, chunk); }
 
 // Whether `buffer` holds, at any offset, one of the 64-byte runs `value` is cut into.
 bool HoldsRunOf(std::span<const std::byte> buffer, std::span<const std::byte> value) {
@@ -340,7 +272,9 @@ TEST_P(RedisLandingStoreTest, ValuesReadBackExactlyAndRefusedOnesLeaveNothing) {
   const std::vector<size_t> sizes = {0, 1, 4096, 256 * 1024 + 3, kMiB};
   std::vector<std::vector<std::byte>> payloads;
   std::vector<RemotePut> puts;
-  for (size_t i = 0; i < sizes.size(); ++i) payloads.push_back(MakePayload(sizes[i], uint32_t(i)));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    payloads.push_back(RedisTestPayload(sizes[i], uint32_t(i)));
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     puts.push_back({.key = MakeKey(uint32_t(i)), .codec_id = 3, .raw_bytes = 9,
                     .payload = payloads[i]});
@@ -350,7 +284,9 @@ TEST_P(RedisLandingStoreTest, ValuesReadBackExactlyAndRefusedOnesLeaveNothing) {
   std::vector<std::vector<std::byte>> outs;
   std::vector<RemoteGet> gets;
   for (size_t s : sizes) outs.emplace_back(s + 64, std::byte{0xAA});
-  for (size_t i = 0; i < sizes.size(); ++i) gets.push_back({.key = MakeKey(uint32_t(i)), .dst = outs[i]});
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    gets.push_back({.key = MakeKey(uint32_t(i)), .dst = outs[i]});
+  }
   ASSERT_TRUE(store_->Get(gets).ok());
   for (size_t i = 0; i < sizes.size(); ++i) {
     ASSERT_TRUE(gets[i].status.ok()) << i << ": " << gets[i].status.ToString();
@@ -384,7 +320,7 @@ INSTANTIATE_TEST_SUITE_P(SealedAndPlain, RedisLandingStoreTest, ::testing::Bool(
 // A reply that stops half-way through a value: the entry fails (TimedOut) and nothing of the
 // half that landed stays in the caller's buffer.
 TEST(RedisLandingTest, AValueCutShortLeavesNothingInTheDestination) {
-  const std::vector<std::byte> payload = MakePayload(300 * 1024, 5);
+  const std::vector<std::byte> payload = RedisTestPayload(300 * 1024, 5);
   std::vector<std::byte> value;
   EncodeRemoteValue({.key = MakeKey(1)}, payload, &value);
   const std::string head = "$" + std::to_string(value.size()) + "\r\n";

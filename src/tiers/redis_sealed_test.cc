@@ -45,20 +45,6 @@ RemoteKeyring Ring(const std::string& text) {
   return std::move(r).value();
 }
 
-BlockKey MakeKey(uint32_t chunk, uint32_t layer) {
-  BlockKey key;
-  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
-    key.chunk_hash[i] = static_cast<uint8_t>(chunk * 37 + i);
-  }
-  key.layer = layer;
-  return key;
-}
-
-std::vector<std::byte> MakePayload(size_t n, uint32_t seed) {
-  std::vector<std::byte> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((i / 7 + seed) & 0xFF);
-  return p;
-}
 
 class RedisSealedTest : public ::testing::Test {
  protected:
@@ -129,27 +115,27 @@ TEST_F(RedisSealedTest, ListingAndReadingTheStoreRevealsNothing) {
   std::vector<std::vector<std::byte>> payloads;
   for (uint32_t c = 0; c < 3; ++c) {
     for (uint32_t l = 0; l < 2; ++l) {
-      payloads.push_back(MakePayload(8192, c * 2 + l));
-      ASSERT_TRUE(PutOne(*store, MakeKey(c, l), payloads.back()).ok());
+      payloads.push_back(RedisTestPayload(8192, c * 2 + l));
+      ASSERT_TRUE(PutOne(*store, RedisTestKey(c, l), payloads.back()).ok());
     }
   }
   Result<std::string> keys = Raw({"KEYS", "*"});
   ASSERT_TRUE(keys.ok());
   for (uint32_t c = 0; c < 3; ++c) {
-    const std::string hex = ToHex(MakeKey(c, 0).chunk_hash);
+    const std::string hex = ToHex(RedisTestKey(c, 0).chunk_hash);
     EXPECT_EQ(keys->find(hex.substr(0, 16)), std::string::npos) << *keys;
   }
   size_t values = 0;
   for (uint32_t c = 0; c < 3; ++c) {
     for (uint32_t l = 0; l < 2; ++l) {
-      Result<std::string> v = Raw({"GET", store->KeyName(MakeKey(c, l))});
+      Result<std::string> v = Raw({"GET", store->KeyName(RedisTestKey(c, l))});
       ASSERT_TRUE(v.ok());
       ++values;
       for (const std::vector<std::byte>& p : payloads) {
         const std::string run(reinterpret_cast<const char*>(p.data()) + 1000, 64);
         EXPECT_EQ(v->find(run), std::string::npos) << "plaintext in the value of " << c << "/" << l;
       }
-      EXPECT_TRUE(GetOne(*store, MakeKey(c, l), payloads[c * 2 + l]).ok());
+      EXPECT_TRUE(GetOne(*store, RedisTestKey(c, l), payloads[c * 2 + l]).ok());
     }
   }
   EXPECT_EQ(values, 6u);
@@ -160,11 +146,11 @@ TEST_F(RedisSealedTest, ForgedCopiedAndForeignValuesAreCountedMisses) {
   std::unique_ptr<RedisStore> plain = Open(std::nullopt);
   std::unique_ptr<RedisStore> foreign = Open(Ring("1 " + std::string(64, 'e')));
   ASSERT_TRUE(store != nullptr && plain != nullptr && foreign != nullptr);
-  const std::vector<std::byte> good = MakePayload(4096, 1);
+  const std::vector<std::byte> good = RedisTestPayload(4096, 1);
   const std::vector<std::byte> planted(4096, std::byte{0x3c});  // FP16 1.0s.
-  const BlockKey victim = MakeKey(10, 0), other = MakeKey(11, 0);
+  const BlockKey victim = RedisTestKey(10, 0), other = RedisTestKey(11, 0);
   ASSERT_TRUE(PutOne(*store, victim, good).ok());
-  ASSERT_TRUE(PutOne(*store, other, MakePayload(4096, 2)).ok());
+  ASSERT_TRUE(PutOne(*store, other, RedisTestPayload(4096, 2)).ok());
   const std::string victim_name = store->KeyName(victim);
 
   // 1. A forgery with valid CRCs: the plain value kvtier itself would write for that key.
@@ -195,20 +181,20 @@ TEST_F(RedisSealedTest, ForgedCopiedAndForeignValuesAreCountedMisses) {
 TEST_F(RedisSealedTest, RotationReadsOldValuesAndWritesWithTheNewKey) {
   std::unique_ptr<RedisStore> before = Open(Ring(kKey1));
   ASSERT_NE(before, nullptr);
-  const std::vector<std::byte> old_value = MakePayload(2048, 3);
-  ASSERT_TRUE(PutOne(*before, MakeKey(20, 0), old_value).ok());
+  const std::vector<std::byte> old_value = RedisTestPayload(2048, 3);
+  ASSERT_TRUE(PutOne(*before, RedisTestKey(20, 0), old_value).ok());
   std::unique_ptr<RedisStore> after = Open(Ring(kKey1 + "\n" + kKey2));
   ASSERT_NE(after, nullptr);
-  EXPECT_EQ(after->KeyName(MakeKey(20, 0)), before->KeyName(MakeKey(20, 0)));
-  EXPECT_TRUE(GetOne(*after, MakeKey(20, 0), old_value).ok());
-  const std::vector<std::byte> new_value = MakePayload(2048, 4);
-  ASSERT_TRUE(PutOne(*after, MakeKey(21, 0), new_value).ok());
-  Result<std::string> raw = Raw({"GET", after->KeyName(MakeKey(21, 0))});
+  EXPECT_EQ(after->KeyName(RedisTestKey(20, 0)), before->KeyName(RedisTestKey(20, 0)));
+  EXPECT_TRUE(GetOne(*after, RedisTestKey(20, 0), old_value).ok());
+  const std::vector<std::byte> new_value = RedisTestPayload(2048, 4);
+  ASSERT_TRUE(PutOne(*after, RedisTestKey(21, 0), new_value).ok());
+  Result<std::string> raw = Raw({"GET", after->KeyName(RedisTestKey(21, 0))});
   ASSERT_TRUE(raw.ok());
   ASSERT_GE(raw->size(), kSealedHeaderBytes);
   EXPECT_EQ(static_cast<uint8_t>((*raw)[8]), 2u) << "written with key id 2";
-  EXPECT_TRUE(GetOne(*after, MakeKey(21, 0), new_value).ok());
-  EXPECT_FALSE(GetOne(*before, MakeKey(21, 0), new_value).ok()) << "key 2 unknown before";
+  EXPECT_TRUE(GetOne(*after, RedisTestKey(21, 0), new_value).ok());
+  EXPECT_FALSE(GetOne(*before, RedisTestKey(21, 0), new_value).ok()) << "key 2 unknown before";
 }
 
 // The two AES-GCM implementations (aes_gcm.h) write values the other opens, large (opened on the
@@ -236,9 +222,9 @@ TEST_F(RedisSealedTest, ValuesSealedByOneAesGcmImplementationOpenWithTheOther) {
       Result<std::unique_ptr<RedisStore>> rs = RedisStore::Open(r);
       ASSERT_TRUE(ws.ok() && rs.ok());
       for (const size_t bytes : {size_t{4096}, 4 * kRedisOverlapOpenBytesMin}) {
-        const std::vector<std::byte> value = MakePayload(bytes, chunk);
-        ASSERT_TRUE(PutOne(**ws, MakeKey(chunk, 0), value).ok());
-        EXPECT_TRUE(GetOne(**rs, MakeKey(chunk, 0), value).ok());
+        const std::vector<std::byte> value = RedisTestPayload(bytes, chunk);
+        ASSERT_TRUE(PutOne(**ws, RedisTestKey(chunk, 0), value).ok());
+        EXPECT_TRUE(GetOne(**rs, RedisTestKey(chunk, 0), value).ok());
         ++chunk;
       }
     }
@@ -268,12 +254,12 @@ TEST_F(RedisSealedTest, APipelineMissesOnlyItsRefusedValuesWithTheOverlapOnAndOf
     RedisStore& store = **opened;
     std::vector<std::vector<std::byte>> payloads;
     for (uint32_t i = 0; i < kValues; ++i) {
-      payloads.push_back(MakePayload(i % 2 == 0 ? kLarge : kSmall, i));
+      payloads.push_back(RedisTestPayload(i % 2 == 0 ? kLarge : kSmall, i));
       if (i == kNever) continue;
-      ASSERT_TRUE(PutOne(store, MakeKey(40 + i, 0), payloads[i]).ok());
+      ASSERT_TRUE(PutOne(store, RedisTestKey(40 + i, 0), payloads[i]).ok());
     }
     const auto name = [&](size_t i) {
-      return store.KeyName(MakeKey(40 + static_cast<uint32_t>(i), 0));
+      return store.KeyName(RedisTestKey(40 + static_cast<uint32_t>(i), 0));
     };
     Result<std::string> other = Raw({"GET", name(6)});
     ASSERT_TRUE(other.ok());
@@ -290,7 +276,7 @@ TEST_F(RedisSealedTest, APipelineMissesOnlyItsRefusedValuesWithTheOverlapOnAndOf
     std::vector<RemoteGet> gets(kValues);
     for (size_t i = 0; i < kValues; ++i) {
       outs[i].assign(i == kTooSmall ? kSmall : kLarge, std::byte{0});
-      gets[i] = {.key = MakeKey(40 + static_cast<uint32_t>(i), 0), .dst = outs[i]};
+      gets[i] = {.key = RedisTestKey(40 + static_cast<uint32_t>(i), 0), .dst = outs[i]};
     }
     ASSERT_TRUE(store.Get(gets).ok());
     for (size_t i = 0; i < kValues; ++i) {
@@ -326,8 +312,8 @@ TEST_F(RedisSealedTest, ConcurrentGetsShareTheOpenWorker) {
   constexpr uint32_t kThreads = 3, kValues = 10, kRounds = 8;
   std::vector<std::vector<std::byte>> payloads;
   for (uint32_t i = 0; i < kValues; ++i) {
-    payloads.push_back(MakePayload(i % 3 == 0 ? 4096 : 2 * kRedisOverlapOpenBytesMin, i));
-    ASSERT_TRUE(PutOne(*store, MakeKey(60 + i, 0), payloads[i]).ok());
+    payloads.push_back(RedisTestPayload(i % 3 == 0 ? 4096 : 2 * kRedisOverlapOpenBytesMin, i));
+    ASSERT_TRUE(PutOne(*store, RedisTestKey(60 + i, 0), payloads[i]).ok());
   }
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -339,7 +325,7 @@ TEST_F(RedisSealedTest, ConcurrentGetsShareTheOpenWorker) {
         for (uint32_t k = 0; k < kValues; ++k) {
           const uint32_t i = (k + t + r) % kValues;  // Each thread in its own order.
           outs[k].resize(payloads[i].size());
-          gets[k] = {.key = MakeKey(60 + i, 0), .dst = outs[k]};
+          gets[k] = {.key = RedisTestKey(60 + i, 0), .dst = outs[k]};
         }
         if (!store->Get(gets).ok()) ++wrong;
         for (uint32_t k = 0; k < kValues; ++k) {
@@ -476,7 +462,7 @@ TEST(RedisRedirectTest, MovedOutsideTheSlotMapIsRefusedWithoutConnecting) {
                         .logger = &logger});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   std::vector<std::byte> out(64);
-  RemoteGet get{.key = MakeKey(1, 0), .dst = out};
+  RemoteGet get{.key = RedisTestKey(1, 0), .dst = out};
   ASSERT_TRUE((*store)->Get({&get, 1}).ok());
   EXPECT_TRUE(get.status.IsUnavailable()) << get.status.ToString();
   EXPECT_NE(get.status.message().find("not in the cluster's slot map"), std::string::npos);

@@ -26,20 +26,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-BlockKey MakeKey(uint32_t chunk, uint32_t layer) {
-  BlockKey key;
-  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
-    key.chunk_hash[i] = static_cast<uint8_t>(chunk * 131 + i);
-  }
-  key.layer = layer;
-  return key;
-}
-
-std::vector<std::byte> MakePayload(size_t n, uint32_t seed) {
-  std::vector<std::byte> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((i * 131 + seed) & 0xFF);
-  return p;
-}
 
 Hash256 Digest(uint8_t v) {
   Hash256 d{};
@@ -100,8 +86,8 @@ TEST_F(RedisStoreTest, RoundTripSmallAnd4MiBValues) {
   std::unique_ptr<RedisStore> store = OpenStore(Options());
   ASSERT_NE(store, nullptr);
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, size_t{4} << 20}) {
-    const BlockKey key = MakeKey(1, static_cast<uint32_t>(bytes % 1000));
-    const std::vector<std::byte> payload = MakePayload(bytes, 3);
+    const BlockKey key = RedisTestKey(1, static_cast<uint32_t>(bytes % 1000));
+    const std::vector<std::byte> payload = RedisTestPayload(bytes, 3);
     ASSERT_TRUE(PutOne(store.get(), key, payload).ok());
     std::vector<std::byte> out(bytes + 16);
     RemoteGet get{.key = key, .dst = out};
@@ -115,7 +101,7 @@ TEST_F(RedisStoreTest, RoundTripSmallAnd4MiBValues) {
     }
   }
   std::vector<std::byte> small(10);
-  RemoteGet too_small{.key = MakeKey(1, 4096 % 1000), .dst = small};
+  RemoteGet too_small{.key = RedisTestKey(1, 4096 % 1000), .dst = small};
   ASSERT_TRUE(store->Get({&too_small, 1}).ok());
   EXPECT_EQ(too_small.status.code(), StatusCode::kInvalidArgument);
   const RemoteStoreStats stats = store->Stats();
@@ -129,16 +115,16 @@ TEST_F(RedisStoreTest, PipelinedBatchOf100WithMisses) {
   ASSERT_NE(store, nullptr);
   std::vector<std::vector<std::byte>> payloads;
   std::vector<RemotePut> puts;
-  for (uint32_t i = 0; i < 100; ++i) payloads.push_back(MakePayload(1000 + i, i));
+  for (uint32_t i = 0; i < 100; ++i) payloads.push_back(RedisTestPayload(1000 + i, i));
   for (uint32_t i = 0; i < 100; ++i) {
-    puts.push_back({.key = MakeKey(i / 10, i % 10), .payload = payloads[i]});
+    puts.push_back({.key = RedisTestKey(i / 10, i % 10), .payload = payloads[i]});
   }
   ASSERT_TRUE(store->Put(puts).ok());
   for (const RemotePut& p : puts) ASSERT_TRUE(p.status.ok()) << p.status.ToString();
   std::vector<std::vector<std::byte>> outs(110, std::vector<std::byte>(2000));
   std::vector<RemoteGet> gets;
   for (uint32_t i = 0; i < 110; ++i)
-    gets.push_back({.key = MakeKey(i / 10, i % 10), .dst = outs[i]});
+    gets.push_back({.key = RedisTestKey(i / 10, i % 10), .dst = outs[i]});
   ASSERT_TRUE(store->Get(gets).ok());
   for (uint32_t i = 0; i < 110; ++i) {
     if (i >= 100) {
@@ -161,14 +147,14 @@ TEST_F(RedisStoreTest, PipelinedBatchOf100WithMisses) {
 TEST_F(RedisStoreTest, ExistsAndDelete) {
   std::unique_ptr<RedisStore> store = OpenStore(Options());
   ASSERT_NE(store, nullptr);
-  const std::vector<std::byte> payload = MakePayload(100, 1);
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(1, 0), payload).ok());
-  std::vector<RemoteExists> exists = {{.key = MakeKey(1, 0)}, {.key = MakeKey(1, 1)}};
+  const std::vector<std::byte> payload = RedisTestPayload(100, 1);
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(1, 0), payload).ok());
+  std::vector<RemoteExists> exists = {{.key = RedisTestKey(1, 0)}, {.key = RedisTestKey(1, 1)}};
   ASSERT_TRUE(store->Exists(exists).ok());
   ASSERT_TRUE(exists[0].status.ok());
   EXPECT_TRUE(exists[0].exists);
   EXPECT_FALSE(exists[1].exists);
-  std::vector<RemoteDelete> deletes = {{.key = MakeKey(1, 0)}, {.key = MakeKey(1, 1)}};
+  std::vector<RemoteDelete> deletes = {{.key = RedisTestKey(1, 0)}, {.key = RedisTestKey(1, 1)}};
   ASSERT_TRUE(store->Delete(deletes).ok());
   EXPECT_TRUE(deletes[0].status.ok());
   EXPECT_TRUE(deletes[1].status.ok());
@@ -179,32 +165,32 @@ TEST_F(RedisStoreTest, ExistsAndDelete) {
 TEST_F(RedisStoreTest, TtlExpires) {
   std::unique_ptr<RedisStore> store = OpenStore(Options());
   ASSERT_NE(store, nullptr);
-  const std::vector<std::byte> payload = MakePayload(100, 1);
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(2, 0), payload, /*ttl_ms=*/150).ok());
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(2, 1), payload).ok());
+  const std::vector<std::byte> payload = RedisTestPayload(100, 1);
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(2, 0), payload, /*ttl_ms=*/150).ok());
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(2, 1), payload).ok());
   Result<std::string> pttl =
-      RedisRawCommand(server_->port(), {"PTTL", store->KeyName(MakeKey(2, 0))});
+      RedisRawCommand(server_->port(), {"PTTL", store->KeyName(RedisTestKey(2, 0))});
   ASSERT_TRUE(pttl.ok());
   EXPECT_GT(std::stoi(*pttl), 0);
   EXPECT_LE(std::stoi(*pttl), 150);
   std::vector<std::byte> out(200);
-  EXPECT_TRUE(GetOne(store.get(), MakeKey(2, 0), &out).ok());
+  EXPECT_TRUE(GetOne(store.get(), RedisTestKey(2, 0), &out).ok());
   std::this_thread::sleep_for(milliseconds(300));
   out.resize(200);
-  EXPECT_EQ(GetOne(store.get(), MakeKey(2, 0), &out).code(), StatusCode::kNotFound);
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(2, 0), &out).code(), StatusCode::kNotFound);
   out.resize(200);
-  EXPECT_TRUE(GetOne(store.get(), MakeKey(2, 1), &out).ok());
+  EXPECT_TRUE(GetOne(store.get(), RedisTestKey(2, 1), &out).ok());
 }
 
 TEST_F(RedisStoreTest, CorruptAndTruncatedValuesAreCountedMisses) {
   std::unique_ptr<RedisStore> store = OpenStore(Options());
   ASSERT_NE(store, nullptr);
-  const BlockKey garbage_key = MakeKey(3, 0);
+  const BlockKey garbage_key = RedisTestKey(3, 0);
   ASSERT_TRUE(
       RedisRawCommand(server_->port(), {"SET", store->KeyName(garbage_key), "garbage"}).ok());
   // A valid value, then truncated by one byte behind the store's back.
-  const BlockKey truncated_key = MakeKey(3, 1);
-  ASSERT_TRUE(PutOne(store.get(), truncated_key, MakePayload(5000, 2)).ok());
+  const BlockKey truncated_key = RedisTestKey(3, 1);
+  ASSERT_TRUE(PutOne(store.get(), truncated_key, RedisTestPayload(5000, 2)).ok());
   Result<std::string> whole =
       RedisRawCommand(server_->port(), {"GET", store->KeyName(truncated_key)});
   ASSERT_TRUE(whole.ok());
@@ -212,7 +198,7 @@ TEST_F(RedisStoreTest, CorruptAndTruncatedValuesAreCountedMisses) {
                                                 whole->substr(0, whole->size() - 1)})
                   .ok());
   // A valid value for another key, copied under this key.
-  const BlockKey moved_key = MakeKey(3, 2);
+  const BlockKey moved_key = RedisTestKey(3, 2);
   ASSERT_TRUE(RedisRawCommand(server_->port(), {"SET", store->KeyName(moved_key), *whole}).ok());
   std::vector<std::vector<std::byte>> outs(3, std::vector<std::byte>(6000));
   std::vector<RemoteGet> gets = {{.key = garbage_key, .dst = outs[0]},
@@ -234,13 +220,13 @@ TEST_F(RedisStoreTest, OtherLayoutDigestIsAMiss) {
   std::unique_ptr<RedisStore> reader = OpenStore(std::move(other));
   ASSERT_NE(writer, nullptr);
   ASSERT_NE(reader, nullptr);
-  ASSERT_TRUE(PutOne(writer.get(), MakeKey(4, 0), MakePayload(64, 1)).ok());
+  ASSERT_TRUE(PutOne(writer.get(), RedisTestKey(4, 0), RedisTestPayload(64, 1)).ok());
   std::vector<std::byte> out(64);
-  EXPECT_EQ(GetOne(reader.get(), MakeKey(4, 0), &out).code(), StatusCode::kCorruption);
+  EXPECT_EQ(GetOne(reader.get(), RedisTestKey(4, 0), &out).code(), StatusCode::kCorruption);
   EXPECT_EQ(reader->Stats().mismatched, 1u);
   EXPECT_EQ(reader->Stats().misses, 1u);
   out.resize(64);
-  EXPECT_TRUE(GetOne(writer.get(), MakeKey(4, 0), &out).ok());
+  EXPECT_TRUE(GetOne(writer.get(), RedisTestKey(4, 0), &out).ok());
 }
 
 TEST_F(RedisStoreTest, AclUserAndWrongPassword) {
@@ -254,9 +240,9 @@ TEST_F(RedisStoreTest, AclUserAndWrongPassword) {
   good.password = "s3cret";
   std::unique_ptr<RedisStore> store = OpenStore(good);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(5, 0), MakePayload(10, 1)).ok());
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(5, 0), RedisTestPayload(10, 1)).ok());
   std::vector<std::byte> out(10);
-  EXPECT_TRUE(GetOne(store.get(), MakeKey(5, 0), &out).ok());
+  EXPECT_TRUE(GetOne(store.get(), RedisTestKey(5, 0), &out).ok());
 
   RedisStoreOptions bad = Options();
   bad.user = "kvt";
@@ -280,14 +266,14 @@ TEST_F(RedisStoreTest, KilledServerFailsFastBreakerOpensAndRestartRecovers) {
   options.clock = &clock;
   std::unique_ptr<RedisStore> store = OpenStore(options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(6, 0), MakePayload(100, 1)).ok());
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(6, 0), RedisTestPayload(100, 1)).ok());
   server_->Kill();
 
   std::vector<std::byte> out(100);
   for (int i = 0; i < 6; ++i) {
     const auto start = steady_clock::now();
     out.resize(100);
-    const Status s = GetOne(store.get(), MakeKey(6, 0), &out);
+    const Status s = GetOne(store.get(), RedisTestKey(6, 0), &out);
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
     EXPECT_LT(MillisSince(start), 250);
   }
@@ -301,13 +287,13 @@ TEST_F(RedisStoreTest, KilledServerFailsFastBreakerOpensAndRestartRecovers) {
 
   ASSERT_TRUE(server_->Restart().ok());
   out.resize(100);
-  EXPECT_EQ(GetOne(store.get(), MakeKey(6, 0), &out).code(), StatusCode::kUnavailable)
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(6, 0), &out).code(), StatusCode::kUnavailable)
       << "the breaker is still cooling down";
   clock.Advance(1'000'000);
   out.resize(100);
-  EXPECT_EQ(GetOne(store.get(), MakeKey(6, 0), &out).code(), StatusCode::kNotFound)
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(6, 0), &out).code(), StatusCode::kNotFound)
       << "the restarted server is empty";
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(6, 0), MakePayload(100, 1)).ok());
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(6, 0), RedisTestPayload(100, 1)).ok());
   stats = store->Stats();
   EXPECT_EQ(stats.breaker_state, BreakerState::kClosed);
   EXPECT_EQ(stats.reconnects, 1u);
@@ -324,7 +310,7 @@ TEST_F(RedisStoreTest, StalledServerTimesOutWithinTheTimeout) {
   server_ = std::move(*server);
   std::unique_ptr<RedisStore> store = OpenStore(Options());
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutOne(store.get(), MakeKey(7, 0), MakePayload(100, 1)).ok());
+  ASSERT_TRUE(PutOne(store.get(), RedisTestKey(7, 0), RedisTestPayload(100, 1)).ok());
   // DEBUG SLEEP blocks the whole server, as a long fork or a swap storm would.
   std::thread sleeper([&] {
     RedisRawCommand(server_->port(), {"DEBUG", "SLEEP", "1"}).status().IgnoreError();
@@ -332,7 +318,7 @@ TEST_F(RedisStoreTest, StalledServerTimesOutWithinTheTimeout) {
   std::this_thread::sleep_for(milliseconds(100));
   std::vector<std::byte> out(100);
   auto start = steady_clock::now();
-  EXPECT_EQ(GetOne(store.get(), MakeKey(7, 0), &out).code(), StatusCode::kTimedOut);
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(7, 0), &out).code(), StatusCode::kTimedOut);
   EXPECT_LT(MillisSince(start), 600);
   sleeper.join();
   EXPECT_EQ(store->Stats().timeouts, 1u);
@@ -341,11 +327,11 @@ TEST_F(RedisStoreTest, StalledServerTimesOutWithinTheTimeout) {
   server_->Pause();
   start = steady_clock::now();
   out.resize(100);
-  EXPECT_EQ(GetOne(store.get(), MakeKey(7, 0), &out).code(), StatusCode::kTimedOut);
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(7, 0), &out).code(), StatusCode::kTimedOut);
   EXPECT_LT(MillisSince(start), 600);
   server_->Resume();
   out.resize(100);
-  EXPECT_TRUE(GetOne(store.get(), MakeKey(7, 0), &out).ok());
+  EXPECT_TRUE(GetOne(store.get(), RedisTestKey(7, 0), &out).ok());
 }
 
 TEST_F(RedisStoreTest, ConcurrentCallersShareOneStore) {
@@ -355,8 +341,8 @@ TEST_F(RedisStoreTest, ConcurrentCallersShareOneStore) {
   for (uint32_t t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (uint32_t i = 0; i < 20; ++i) {
-        const BlockKey key = MakeKey(100 + t, i);
-        const std::vector<std::byte> payload = MakePayload(300 + i, t);
+        const BlockKey key = RedisTestKey(100 + t, i);
+        const std::vector<std::byte> payload = RedisTestPayload(300 + i, t);
         EXPECT_TRUE(PutOne(store.get(), key, payload).ok());
         std::vector<std::byte> out(400);
         EXPECT_TRUE(GetOne(store.get(), key, &out).ok());
@@ -375,7 +361,7 @@ TEST_F(RedisStoreTest, UnreachableAtOpenStillOpensAndServesMisses) {
   std::unique_ptr<RedisStore> store = OpenStore(options);
   ASSERT_NE(store, nullptr);
   std::vector<std::byte> out(10);
-  EXPECT_EQ(GetOne(store.get(), MakeKey(8, 0), &out).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(GetOne(store.get(), RedisTestKey(8, 0), &out).code(), StatusCode::kUnavailable);
   EXPECT_EQ(RedisStore::Open({.endpoints = {"nohost"}}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(RedisStore::Open({.endpoints = {"127.0.0.1:1"}, .key_prefix = "a{b}"}).status().code(),

@@ -417,4 +417,71 @@ void FakeRedisServer::SendTail(int fd, Tail tail) {
   }
 }
 
+BlockKey RedisTestKey(uint32_t chunk, uint32_t layer) {
+  BlockKey key;
+  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
+    key.chunk_hash[i] = static_cast<uint8_t>(chunk * 131 + i);
+  }
+  key.layer = layer;
+  return key;
+}
+
+std::vector<std::byte> RedisTestPayload(size_t n, uint32_t seed) {
+  std::vector<std::byte> p(n);
+  uint32_t x = seed * 2246822519u + 7;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    p[i] = static_cast<std::byte>(x >> 24);
+  }
+  return p;
+}
+
+namespace {
+
+// Reads from `fd` until `marker` has arrived (or EOF).
+void ReadUntil(int fd, std::string_view marker) {
+  std::string seen;
+  char buf[4096];
+  while (seen.find(marker) == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) return;
+    seen.append(buf, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+ScriptedRedisServer::ScriptedRedisServer(std::vector<std::string> chunks,
+                                         std::chrono::milliseconds pause)
+    : chunks_(std::move(chunks)), pause_(pause) {
+  listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  port_ = ntohs(addr.sin_port);
+  EXPECT_EQ(listen(listen_fd_, 1), 0);
+  thread_ = std::thread([this] { Serve(); });
+}
+
+ScriptedRedisServer::~ScriptedRedisServer() {
+  thread_.join();
+  close(listen_fd_);
+}
+
+void ScriptedRedisServer::Serve() {
+  const int fd = accept(listen_fd_, nullptr, nullptr);
+  if (fd < 0) return;
+  ReadUntil(fd, "PING\r\n");
+  (void)!write(fd, "+PONG\r\n", 7);
+  ReadUntil(fd, "GET\r\n");
+  for (const std::string& chunk : chunks_) {
+    std::this_thread::sleep_for(pause_);
+    if (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
+  }
+  close(fd);
+}
+
 }  // namespace kvtier

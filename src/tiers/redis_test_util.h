@@ -15,6 +15,8 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/block_key.h"
 #include "core/mutex.h"
 #include "kvtier/result.h"
 #include "testing/test_util.h"
@@ -132,6 +135,34 @@ class FakeRedisServer {
   std::atomic<uint64_t> tail_bytes_{0};
   mutable Mutex seen_mu_;
   std::vector<std::string> seen_ KV_GUARDED_BY(seen_mu_);  // Each command's first argument.
+  std::thread thread_;
+};
+
+// A block key whose chunk hash is derived from `chunk` (distinct chunks, distinct keys), for
+// `layer`; and `n` payload bytes derived from `seed` (distinct seeds, distinct bytes).
+BlockKey RedisTestKey(uint32_t chunk, uint32_t layer);
+std::vector<std::byte> RedisTestPayload(size_t n, uint32_t seed);
+
+// A loopback server for one connection that plays a broken Redis: it answers PING with +PONG,
+// then, once a GET has arrived, sends `chunks` one after another (waiting `pause` before each, so
+// that they arrive as separate reads) and closes the connection.
+class ScriptedRedisServer {
+ public:
+  explicit ScriptedRedisServer(std::vector<std::string> chunks,
+                               std::chrono::milliseconds pause = std::chrono::milliseconds(0));
+  ~ScriptedRedisServer();  // Joins the serving thread (it ends once the connection is served).
+  ScriptedRedisServer(const ScriptedRedisServer&) = delete;
+  ScriptedRedisServer& operator=(const ScriptedRedisServer&) = delete;
+
+  uint16_t port() const { return port_; }
+
+ private:
+  void Serve();
+
+  const std::vector<std::string> chunks_;
+  const std::chrono::milliseconds pause_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
   std::thread thread_;
 };
 
