@@ -25,6 +25,7 @@
 #include <random>
 #include <vector>
 
+#include "codecs/element_test_util.h"
 #include "codecs/quantize.h"
 #include "core/coding.h"
 #include "core/crc32c.h"
@@ -47,26 +48,6 @@ struct Buffer {
   size_t offset = 0;
   size_t size = 0;
 };
-
-void StoreElement(DType dtype, float v, std::byte* dst, size_t i) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst + 4 * i, &v, 4);
-    return;
-  }
-  const uint16_t h = dtype == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
-  std::memcpy(dst + 2 * i, &h, 2);
-}
-
-float LoadElement(DType dtype, const std::byte* src, size_t i) {
-  if (dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, src + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, src + 2 * i, 2);
-  return dtype == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
-}
 
 // Gaussian K and V; a few channels get a large offset and spread (outlier channels, as real keys
 // have), so per-channel and per-token groups differ.

@@ -14,6 +14,7 @@
 #include "core/assert.h"
 #include "core/coding.h"
 #include "core/limits.h"
+#include "core/splitmix.h"
 
 namespace kvtier::codecs {
 
@@ -274,13 +275,6 @@ Status DequantizeValues(const BlockGeometry& g, uint32_t bits, bool rotate, size
 // Randomized Hadamard rotation
 
 namespace {
-
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // The signs of a head, computed once: element i of the longest head (shorter heads use a prefix).
 const std::array<float, kHeadDimMax>& SignTable() {

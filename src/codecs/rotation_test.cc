@@ -21,6 +21,7 @@
 
 #include "codecs/block_format.h"
 #include "codecs/codec.h"
+#include "codecs/element_test_util.h"
 #include "codecs/quantize.h"
 #include "core/coding.h"
 #include "core/crc32c.h"
@@ -155,26 +156,6 @@ struct Block {
   std::span<std::byte> span() { return {data(), g.raw_bytes()}; }
 };
 
-void Store(DType dtype, float v, std::byte* dst, size_t i) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst + 4 * i, &v, 4);
-    return;
-  }
-  const uint16_t h = dtype == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
-  std::memcpy(dst + 2 * i, &h, 2);
-}
-
-float Load(DType dtype, const std::byte* src, size_t i) {
-  if (dtype == DType::kF32) {
-    float v;
-    std::memcpy(&v, src + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, src + 2 * i, 2);
-  return dtype == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
-}
-
 // Gaussian K and V with outlier channels (a large spread every 7th, an offset every 11th).
 Block MakeBlock(const BlockGeometry& g, uint32_t seed) {
   Block b{g, std::vector<float>((g.raw_bytes() + 3) / 4 + 1)};
@@ -184,7 +165,7 @@ Block MakeBlock(const BlockGeometry& g, uint32_t seed) {
     const size_t c = i % g.channels();
     const float spread = (c % 7 == 3) ? 8.0f : 1.0f;
     const float offset = (c % 11 == 5) ? 4.0f : 0.0f;
-    Store(g.dtype, dist(rng) * spread + offset, b.data(), i);
+    StoreElement(g.dtype, dist(rng) * spread + offset, b.data(), i);
   }
   return b;
 }
@@ -230,12 +211,12 @@ void ExpectWithinBound(const CodecParams& p, const Block& orig, const std::byte*
       const size_t t1 = std::min<size_t>(g.tokens, t0 + group);
       double mn = INFINITY, mx = -INFINITY;
       for (size_t t = t0; t < t1; ++t) {
-        mn = std::min<double>(mn, Load(g.dtype, x, t * channels + c));
-        mx = std::max<double>(mx, Load(g.dtype, x, t * channels + c));
+        mn = std::min<double>(mn, LoadElement(g.dtype, x, t * channels + c));
+        mx = std::max<double>(mx, LoadElement(g.dtype, x, t * channels + c));
       }
       for (size_t t = t0; t < t1; ++t) {
-        const double a = Load(g.dtype, x, t * channels + c);
-        const double b = Load(g.dtype, got, t * channels + c);
+        const double a = LoadElement(g.dtype, x, t * channels + c);
+        const double b = LoadElement(g.dtype, got, t * channels + c);
         ASSERT_LE(std::abs(a - b), GroupBound(mn, mx, kq) + out_rel * (std::abs(a) + mx - mn))
             << "key token " << t << " channel " << c;
       }
@@ -243,7 +224,7 @@ void ExpectWithinBound(const CodecParams& p, const Block& orig, const std::byte*
   }
   std::vector<float> row(channels);
   for (size_t t = 0; t < g.tokens; ++t) {
-    for (size_t c = 0; c < channels; ++c) row[c] = Load(g.dtype, x, n + t * channels + c);
+    for (size_t c = 0; c < channels; ++c) row[c] = LoadElement(g.dtype, x, n + t * channels + c);
     if (p.rotated()) {
       HadamardRotate(GetKernels(KernelIsa::kScalar), row.data(), channels, g.head_dim);
     }
@@ -261,8 +242,8 @@ void ExpectWithinBound(const CodecParams& p, const Block& orig, const std::byte*
       double err2 = 0, bound2 = 0, norm2 = 0;
       for (size_t d = 0; d < g.head_dim; ++d) {
         const size_t c = h * g.head_dim + d;
-        const double a = Load(g.dtype, x, n + t * channels + c);
-        const double b = Load(g.dtype, got, n + t * channels + c);
+        const double a = LoadElement(g.dtype, x, n + t * channels + c);
+        const double b = LoadElement(g.dtype, got, n + t * channels + c);
         err2 += (a - b) * (a - b);
         bound2 += bound[c] * bound[c];
         norm2 += a * a + bound[c] * bound[c];
@@ -418,8 +399,8 @@ TEST(RotatedCodecTest, RotatedValuesBeyondF16RangeAreRefused) {
     // Token 3, head 1 of V: 60000 * sign, which the rotation turns into 60000 * 4 at its first
     // element.
     for (size_t d = 0; d < g.head_dim; ++d) {
-      Store(dt, 60000.0f * HadamardSign(d), raw.data(),
-            g.half_elements() + 3 * g.channels() + g.head_dim + d);
+      StoreElement(dt, 60000.0f * HadamardSign(d), raw.data(),
+                   g.half_elements() + 3 * g.channels() + g.head_dim + d);
     }
     std::vector<std::byte> out(4 * g.raw_bytes() + 1024);
     const Result<size_t> rotated =

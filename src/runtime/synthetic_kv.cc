@@ -6,21 +6,15 @@
 #include <string>
 
 #include "core/assert.h"
+#include "core/splitmix.h"
 #include "runtime/kernels.h"
 
 namespace kvtier::runtime {
 namespace {
 
-// SplitMix64 finalizer: a well-mixed 64-bit hash of a counter.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t Seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  return Mix(Mix(Mix(seed ^ 0x6b76746965720001ull) ^ a) ^ (b << 1)) ^ (c * 0x2545f4914f6cdd1dull);
+  const uint64_t h = SplitMix64(SplitMix64(SplitMix64(seed ^ 0x6b76746965720001ull) ^ a) ^ (b << 1));
+  return h ^ (c * 0x2545f4914f6cdd1dull);
 }
 
 // Unit-variance uniform noise: four values per 64-bit draw.
@@ -29,7 +23,7 @@ void FillNoise(uint64_t seed, float* out, size_t n) {
   uint64_t counter = seed;
   size_t i = 0;
   while (i < n) {
-    uint64_t bits = Mix(counter++);
+    uint64_t bits = SplitMix64(counter++);
     for (int k = 0; k < 4 && i < n; ++k, ++i, bits >>= 16) {
       out[i] = (static_cast<float>(bits & 0xffff) - 32767.5f) * kScale;
     }
