@@ -231,7 +231,12 @@ def main() -> int:
                                 peerlib.KVTIER_PYTHON_DEFAULT)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="kvtier-lmcache-l2-"))
-    disk = Path(tempfile.mkdtemp(prefix="kvtier-lmcache-l2-", dir=args.dir or "/var/tmp"))
+    try:
+        disk = Path(tempfile.mkdtemp(prefix="kvtier-lmcache-l2-", dir=args.dir or "/var/tmp"))
+    except OSError as e:
+        shutil.rmtree(work, ignore_errors=True)
+        sys.exit(f"lmcache_l2: cannot make a directory to write in under "
+                 f"{args.dir or '/var/tmp'}: {e.strerror} (--dir names another)")
     try:
         redis, port = peerlib.start_redis(work, args.deadline_s)
         limits = fio_limits(disk) if shutil.which("fio") else {}

@@ -1144,7 +1144,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # A partial last chunk is stored with zeros after its tokens, written into the page by
         # vLLM's own cache writer: kvtier knows vLLM's CPU pages byte for byte, not token by
         # token (the K layout depends on the ISA). Without it, partial chunks are not stored.
-        isa = cpu_page_layout(self._vllm_config)
+        isa = self._page_layout  # The ISA the keys carry (cpu_page_layout, in __init__).
         self._zero_slots = _cpu_slot_zeroer(isa, first.dtype) if isa is not None else None
         if self._zero_slots is None and self._partial and rank == 0:
             logger.warning("kvtier: vLLM's CPU attention ISA is unknown here: a prompt's partial "
