@@ -61,25 +61,18 @@ assert j["aes_gcm"] in ("openssl", "ipsec-mb avx512", "ipsec-mb avx2", "ipsec-mb
 PY
 fi
 [[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind (redis-benchmark's?)"
-# Opening sealed values on the open worker is selectable.
-rc=0
-"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
-  --rounds 1 --sealed-open overlapped --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
-[[ $rc -eq 0 ]] || fail "bench remote --sealed-open overlapped: exit $rc: $(cat "$TMP/err")"
-grep -q '"sealed_open": "overlapped"' "$TMP/out" || fail "sealed_open not reported: $(cat "$TMP/out")"
-# The pre-overlap get path stays selectable, for comparison.
-rc=0
-"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
-  --rounds 1 --sealed-open after-reads --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
-[[ $rc -eq 0 ]] || fail "bench remote --sealed-open after-reads: exit $rc: $(cat "$TMP/err")"
-grep -q '"sealed_open": "after-reads"' "$TMP/out" || fail "sealed_open not reported: $(cat "$TMP/out")"
+# expect_choice <flag> <value> <JSON key>: a run with that choice succeeds and reports it.
+expect_choice() {
+  local rc=0
+  "$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
+    --rounds 1 "$1" "$2" --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || { fail "bench remote $1 $2: exit $rc: $(cat "$TMP/err")"; return; }
+  grep -q "\"$3\": \"$2\"" "$TMP/out" || fail "$3 not reported: $(cat "$TMP/out")"
+}
+expect_choice --sealed-open overlapped sealed_open   # Sealed values opened on the open worker.
+expect_choice --sealed-open after-reads sealed_open  # The pre-overlap get path, for comparison.
 [[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind"
-# Either AES-GCM implementation can be chosen, to compare them in one run.
-rc=0
-"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 1MiB \
-  --rounds 1 --aes-gcm openssl --no-redis-benchmark --json >"$TMP/out" 2>"$TMP/err" || rc=$?
-[[ $rc -eq 0 ]] || fail "bench remote --aes-gcm openssl: exit $rc: $(cat "$TMP/err")"
-grep -q '"aes_gcm": "openssl"' "$TMP/out" || fail "aes_gcm not reported: $(cat "$TMP/out")"
+expect_choice --aes-gcm openssl aes_gcm  # Either AES-GCM implementation, to compare in one run.
 
 # expect_fail <name> <needle> <args...>
 expect_fail() {
