@@ -96,6 +96,18 @@ RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restar
 # ---------------------------------------------------------------------------------------------
 # The worker: one vLLM process running a list of requests.
 
+def make_llm(plan: dict):
+    """vLLM's offline engine as every process of this script (and bench/peers/lmcache_vllm.py)
+    runs it: bf16, 32-token pages, eager, the whole prompt in one prefill step; the plan's model,
+    context length, prefix caching and connector."""
+    from vllm import LLM
+
+    return LLM(model=plan["model"], dtype="bfloat16", max_model_len=plan["max_model_len"],
+               block_size=BLOCK_TOKENS, enforce_eager=True, seed=0,
+               enable_prefix_caching=plan["prefix_caching"], kv_transfer_config=plan["connector"],
+               max_num_batched_tokens=plan["max_model_len"])
+
+
 def worker(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(plan["kv_space_gib"])
@@ -103,14 +115,10 @@ def worker(plan_path: str) -> int:
     # small machine that leaves the modes without a connector fewer cores to compute on than
     # those with one. 0 gives every mode every core, unless the caller chose otherwise.
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     start = time.perf_counter()
-    llm = LLM(model=plan["model"], dtype="bfloat16", max_model_len=plan["max_model_len"],
-              block_size=BLOCK_TOKENS, enforce_eager=True, seed=0,
-              enable_prefix_caching=plan["prefix_caching"],
-              kv_transfer_config=plan["connector"],
-              max_num_batched_tokens=plan["max_model_len"])
+    llm = make_llm(plan)
     startup_s = time.perf_counter() - start
     params = SamplingParams(temperature=0, max_tokens=1)
     loadavg_start = os.getloadavg()[0]

@@ -184,14 +184,10 @@ def worker(plan_path: str) -> int:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(plan["kv_space_gib"])
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     os.environ.update(plan.get("env", {}))
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     start = time.perf_counter()
-    llm = LLM(model=plan["model"], dtype="bfloat16", max_model_len=plan["max_model_len"],
-              block_size=BLOCK, enforce_eager=True, seed=0,
-              enable_prefix_caching=plan["prefix_caching"],
-              kv_transfer_config=plan["connector"],
-              max_num_batched_tokens=plan["max_model_len"])
+    llm = vllm_ttft.make_llm(plan)
     startup_s = time.perf_counter() - start
     results = []
     for request in plan["requests"]:
