@@ -1042,7 +1042,9 @@ void Bind(py::module_& m) {
       .def_readonly("evictions", &TierStats::evictions)
       .def_readonly("writebacks", &TierStats::writebacks)
       .def_readonly("promotions", &TierStats::promotions)
-      .def_readonly("write_failures", &TierStats::write_failures);
+      .def_readonly("write_failures", &TierStats::write_failures)
+      .def_readonly("writeback_horizon_us", &TierStats::writeback_horizon_us)
+      .def_readonly("writeback_lag_us", &TierStats::writeback_lag_us);
 
   py::class_<EngineStats>(m, "EngineStats")
       .def_readonly("lookups", &EngineStats::lookups)

@@ -496,7 +496,8 @@ void EngineImpl::KickCleaner() {
   cleaner_cv_.Signal();
 }
 
-std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_t max) {
+std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_t max,
+                                            uint64_t* dirty_min_us) {
   std::array<size_t, kMemTiers> dirty{};
   // (dirty since, key): the oldest are written first. Why: under a steady stream of Stores the
   // watermark pass runs round after round, and a pick in table order could pass over an old
@@ -505,7 +506,9 @@ std::vector<BlockKey> EngineImpl::PickDirty(size_t below, double fraction, size_
   const uint64_t now = NowWallUs();
   table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
     MemTier t;
-    if (!e.DirtyFor(below) || !e.FastestReadable(&t)) return;
+    if (!e.DirtyFor(below)) return;
+    if (!e.Expired(now)) *dirty_min_us = std::min(*dirty_min_us, e.dirty_since_us());
+    if (!e.FastestReadable(&t)) return;
     const size_t i = TierIndex(t);
     ++dirty[i];
     if (e.flushing() || e.pins() != 0 || e.state() != BlockState::kReady || e.Expired(now)) {
@@ -579,7 +582,11 @@ void EngineImpl::CleanOverWatermark(size_t below) {
   // round that writes nothing (refusals, I/O errors) leaves the rest to eviction.
   double fraction = high;
   while (!cleaner_stop_) {
-    const std::vector<BlockKey> batch = PickDirty(below, fraction, batch_max);
+    uint64_t dirty_min_us = UINT64_MAX;
+    const std::vector<BlockKey> batch = PickDirty(below, fraction, batch_max, &dirty_min_us);
+    // Under a steady stream of Stores this pass can go on for long, writing the oldest first:
+    // the horizon follows it.
+    if (tiers_[below].age_us_max != 0) NoteHorizon(below, dirty_min_us);
     if (batch.empty()) break;
     fraction = high / 2;
     const uint64_t before = stats_.background_writebacks;
@@ -597,7 +604,8 @@ uint64_t EngineImpl::CleanAged(size_t below) {
   // Bounded: each scan takes at most kCleanerAgedScanMax keys; more are left to the next wake-up
   // (at once: PickAged then asks for the smallest wait).
   uint64_t wait_us = 0;
-  const std::vector<BlockKey> due = PickAged(below, kCleanerAgedScanMax, &wait_us);
+  uint64_t dirty_min_us = UINT64_MAX;
+  const std::vector<BlockKey> due = PickAged(below, kCleanerAgedScanMax, &wait_us, &dirty_min_us);
   const uint64_t before = stats_.background_writebacks;
   for (size_t base = 0; base < due.size() && !cleaner_stop_; base += batch_max) {
     const size_t n = std::min(batch_max, due.size() - base);
@@ -606,6 +614,8 @@ uint64_t EngineImpl::CleanAged(size_t below) {
     FlushBatch(below, std::span(due).subspan(base, n), /*background=*/true).IgnoreError();
     mu_.Lock();
   }
+  // The blocks just written are clean now unless their write failed or was refused: look again.
+  NoteHorizon(below, due.empty() ? dirty_min_us : DirtySinceMin(below));
   if (!due.empty() && stats_.background_writebacks == before) {
     // Nothing written (a failing tier): try again after a full period, not in a busy loop.
     return uint64_t{kCleanerAgePollMsMax} * 1000;
@@ -613,7 +623,25 @@ uint64_t EngineImpl::CleanAged(size_t below) {
   return wait_us;
 }
 
-std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* wait_us) {
+uint64_t EngineImpl::DirtySinceMin(size_t below) {
+  const uint64_t now_wall = NowWallUs();
+  uint64_t dirty_min = UINT64_MAX;
+  table_.ForEach([&](const BlockKey&, const BlockEntry& e) {
+    if (e.DirtyFor(below) && !e.Expired(now_wall)) dirty_min = std::min(dirty_min, e.dirty_since_us());
+  });
+  return dirty_min;
+}
+
+void EngineImpl::NoteHorizon(size_t below, uint64_t dirty_min_us) {
+  // Sound because a Store reads the clock for dirty_since and marks its blocks dirty under mu_,
+  // as this runs: a Store not dirty here completes after now, so the horizon never passes it.
+  LowerTier& t = tiers_[below];
+  t.horizon_us = std::max(t.horizon_us, std::min(clock_->NowMicros(), dirty_min_us));
+  t.all_clean = dirty_min_us == UINT64_MAX;
+}
+
+std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* wait_us,
+                                           uint64_t* dirty_min_us) {
   const uint64_t age_us = tiers_[below].age_us_max;
   // Blocks falling due within `slack` are written together, so that stores spread over time do
   // not wake the cleaner (and scan the table) once each: a block is written by its age limit,
@@ -628,6 +656,7 @@ std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* w
   table_.ForEach([&](const BlockKey& key, const BlockEntry& e) {
     MemTier t;
     if (!e.DirtyFor(below) || e.Expired(now_wall)) return;  // An expired block is never written.
+    *dirty_min_us = std::min(*dirty_min_us, e.dirty_since_us());
     const uint64_t due = e.dirty_since_us() + age_us - slack_us;
     const bool writable =
         !e.flushing() && e.state() == BlockState::kReady && e.FastestReadable(&t);

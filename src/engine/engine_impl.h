@@ -107,6 +107,11 @@ struct LowerTier {
   bool cleaned = false;
   // A local write-back tier's age limit (EngineOptions::writeback_age_ms_max); 0: none.
   uint64_t age_us_max = 0;
+  // With an age limit, under mu_ (TierStats::writeback_horizon_us): every Store that completed
+  // before `horizon_us` has its blocks on the tier. `all_clean`: no block was dirty for the tier
+  // at the cleaner's last scan, and none was marked dirty since (the horizon is then the present).
+  uint64_t horizon_us = 0;
+  bool all_clean = true;
   std::unique_ptr<std::atomic<bool>> failing;  // For one log line per failure streak.
 
   // Whether a block a Store publishes starts dirty for this tier.
@@ -353,8 +358,9 @@ class EngineImpl final : public Engine {
   void CleanerLoop() KV_EXCLUDES(mu_);
   // Up to `max` ready, unpinned keys dirty for tier `below` whose fastest copy is in the first
   // memory tier with more such blocks than `fraction` of its slots, the longest dirty first;
-  // empty when no tier is over.
-  std::vector<BlockKey> PickDirty(size_t below, double fraction, size_t max) KV_REQUIRES(mu_);
+  // empty when no tier is over. `*dirty_min_us`: as PickAged's.
+  std::vector<BlockKey> PickDirty(size_t below, double fraction, size_t max,
+                                  uint64_t* dirty_min_us) KV_REQUIRES(mu_);
   // The cleaner's rounds for tier `below`: while a memory tier is over the dirty watermark, and
   // then the blocks past the tier's age limit (when it has one). CleanAged returns how long the
   // cleaner may sleep before the next block falls due (0: no dirty block is waiting).
@@ -362,8 +368,16 @@ class EngineImpl final : public Engine {
   uint64_t CleanAged(size_t below) KV_REQUIRES(mu_);
   // Up to `max` keys dirty for tier `below` that fall due by now (dirty since their age limit
   // less the cleaner's slack), with a readable memory copy no one else is writing; `*wait_us`:
-  // how long until the next one falls due (0: none is waiting), within the cleaner's bounds.
-  std::vector<BlockKey> PickAged(size_t below, size_t max, uint64_t* wait_us) KV_REQUIRES(mu_);
+  // how long until the next one falls due (0: none is waiting), within the cleaner's bounds;
+  // `*dirty_min_us`: the earliest dirty_since of the unexpired blocks dirty for the tier, those
+  // returned included (UINT64_MAX: none).
+  std::vector<BlockKey> PickAged(size_t below, size_t max, uint64_t* wait_us,
+                                 uint64_t* dirty_min_us) KV_REQUIRES(mu_);
+  // The earliest dirty_since of the unexpired blocks dirty for tier `below` (UINT64_MAX: none).
+  uint64_t DirtySinceMin(size_t below) KV_REQUIRES(mu_);
+  // Moves tier `below`'s write-back horizon to min(now, dirty_min_us), never back: a block dirty
+  // since dirty_min_us is not on the tier yet, and every block dirty before was written.
+  void NoteHorizon(size_t below, uint64_t dirty_min_us) KV_REQUIRES(mu_);
   // Wakes the cleaner after a write-back Store published dirty blocks.
   void KickCleaner() KV_EXCLUDES(mu_);
   Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);

@@ -638,6 +638,11 @@ void EngineImpl::AppendLowerStats(std::span<const TierStoreStats> stores, Engine
                 .hits = c.hits,
                 .evictions = s.dropped,
                 .write_failures = c.write_failures};
+    if (tiers_[i].age_us_max != 0) {
+      const uint64_t now = clock_->NowMicros();
+      t.writeback_horizon_us = tiers_[i].all_clean ? now : tiers_[i].horizon_us;
+      t.writeback_lag_us = now - std::min(now, t.writeback_horizon_us);
+    }
     // EngineStats keeps the remote tier's own fields (engine.h): its puts are its write-backs.
     if (tiers_[i].kind == TierKind::kRemote) {
       t.writebacks = c.written;

@@ -93,6 +93,13 @@ std::string MetricsText(const EngineStats& s) {
     w.Family(m.name, m.type, m.help);
     for (const TierStats& t : s.tiers) w.Sample(D(t.*m.field), "tier", TierKindName(t.kind));
   }
+  w.Family("tier_writeback_lag_seconds", "gauge",
+           "How far the tier's write-back horizon trails now: a Store older than this is on the "
+           "tier (write-back tiers with an age limit only).");
+  for (const TierStats& t : s.tiers) {
+    if (t.writeback_horizon_us == 0) continue;
+    w.Sample(D(t.writeback_lag_us) / 1e6, "tier", TierKindName(t.kind));
+  }
 
   if (s.remote.has_value()) {
     const RemoteStoreStats& r = *s.remote;

@@ -235,6 +235,10 @@ void EngineImpl::FinishStore(StoreHandleImpl* handle, std::vector<StoreItem> ite
       for (size_t below = 0; below < tiers_.size(); ++below) {
         if (tiers_[below].DirtyOnStore()) {
           table_.MarkDirty(item.key, below);
+          LowerTier& t = tiers_[below];
+          // Every Store that completed before now is on the tier (nothing was dirty for it).
+          if (t.all_clean) t.horizon_us = std::max(t.horizon_us, now_us);
+          t.all_clean = false;
         } else {
           table_.MarkClean(item.key, below);
         }

@@ -3,7 +3,8 @@
 // Flush and no memory pressure, so that a process killed afterwards loses none of it; a block
 // stored later keeps its own, later deadline; a limit of 0 is write-through (the SSD write is
 // done when the Store completes); a limit out of range is refused with a message naming it; and
-// the dirty watermark's pass writes the blocks dirty longest first (so it cannot starve them).
+// the dirty watermark's pass writes the blocks dirty longest first (so it cannot starve them);
+// and the write-back horizon the engine reports passes a Store only once it is on the SSD.
 // Method: a tiny layout (3 layers, 2 KiB blocks), a host tier far larger than what is stored and
 // the dirty watermark off (writeback_dirty_fraction 1), so only the age limit can write a block
 // down (except in the watermark test, which says how it differs). A ManualClock is the engine's
@@ -171,6 +172,75 @@ TEST_F(EngineWritebackAgeTest, DirtyBlocksReachTheSsdAtTheirAgeWithoutFlush) {
   const Namespace ns2 = *after->MakeNamespace("t");
   EXPECT_TRUE(LoadsExactly(*after, ns2, first));
   EXPECT_TRUE(LoadsExactly(*after, ns2, second));
+}
+
+// The write-back horizon (TierStats::writeback_horizon_us): every Store that completed before it
+// is on the SSD. Method: the ManualClock only moves when told to, so each Store has a known time;
+// the horizon must stay at or before a Store while its blocks are dirty, pass it once the cleaner
+// wrote them (a copy of the directory then loads them), stop at the next dirty Store, become the
+// present once nothing is dirty, and never move back. The cleaner runs on its own thread, so the
+// test waits (bounded) for the horizon to move; it never sleeps to prove that it did not.
+TEST_F(EngineWritebackAgeTest, HorizonPassesAStoreOnlyOnceItIsOnTheSsd) {
+  auto e = OpenOrDie(Options(dir_->Join("ssd"), kAgeMs));
+  ASSERT_NE(e, nullptr);
+  auto ssd = [&] {
+    for (const TierStats& t : e->Stats().tiers) {
+      if (t.kind == TierKind::kSsd) return t;
+    }
+    ADD_FAILURE() << "no SSD tier in the statistics";
+    return TierStats{};
+  };
+  uint64_t seen = 0;  // The largest horizon read so far: it never moves back.
+  auto horizon = [&] {
+    const uint64_t h = ssd().writeback_horizon_us;
+    EXPECT_GE(h, seen) << "the horizon moved back";
+    seen = std::max(seen, h);
+    return h;
+  };
+  // Waits (at most about 10 s) until the horizon is past `t`.
+  auto wait_past = [&](uint64_t t) {
+    for (int i = 0; i < 2000 && horizon() <= t; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return horizon() > t;
+  };
+  // Nothing dirty: the horizon is the present and trails it by nothing.
+  EXPECT_EQ(horizon(), clock_.NowMicros());
+  EXPECT_EQ(ssd().writeback_lag_us, 0u);
+
+  const Namespace ns = *e->MakeNamespace("t");
+  const std::vector<uint32_t> first = TestTokens(1, 4 * kBlockTokens);
+  const uint64_t first_us = clock_.NowMicros();
+  ASSERT_TRUE(StoreChunks(*e, ns, first).ok());
+  EXPECT_LE(horizon(), first_us);
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  const std::vector<uint32_t> second = TestTokens(2, 2 * kBlockTokens);
+  const uint64_t second_us = clock_.NowMicros();
+  ASSERT_TRUE(StoreChunks(*e, ns, second).ok());
+  EXPECT_LE(horizon(), first_us);
+  EXPECT_GE(ssd().writeback_lag_us, second_us - first_us);
+
+  // The first Store falls due and is written: the horizon passes it and stops at the second.
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  ASSERT_TRUE(wait_past(first_us));
+  EXPECT_LE(horizon(), second_us);
+  EXPECT_EQ(SsdBlocks(*e), 4u * kLayers);
+  {
+    auto after = OpenOrDie(Options(CopyOfSsd("crash"), kAgeMs));
+    ASSERT_NE(after, nullptr);
+    EXPECT_TRUE(LoadsExactly(*after, *after->MakeNamespace("t"), first));
+  }
+
+  // The second is written too: nothing is dirty, the horizon is the present again.
+  clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
+  ASSERT_TRUE(wait_past(second_us));
+  EXPECT_EQ(SsdBlocks(*e), 6u * kLayers);
+  EXPECT_EQ(horizon(), clock_.NowMicros());
+  // A Store now: the horizon stays where it is (not past the Store), it does not fall back.
+  const uint64_t third_us = clock_.NowMicros();
+  ASSERT_TRUE(StoreChunks(*e, ns, TestTokens(3, kBlockTokens)).ok());
+  clock_.Advance(1000);
+  EXPECT_EQ(horizon(), third_us);
 }
 
 // The dirty watermark's pass writes the blocks dirty longest first. Under a steady stream of
