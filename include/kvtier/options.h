@@ -238,6 +238,9 @@ struct EngineOptions {
   CodecOptions ssd_codec;                // Encoding on the SSD and remote tiers.
   uint64_t default_ttl_ms = 0;           // Store's TTL when it gives none; 0: no expiry.
   uint32_t worker_threads = 2;           // Encode, decode and SSD staging threads.
+  // CPUs of the engine's threads: "" the opening thread's, "all" every CPU the process may use,
+  // or a list such as "0-3,8".
+  std::string thread_cpus;
   uint32_t sink_chunks = 1;              // Leading chunks stored at least at kHigh priority.
   bool promote_on_load = true;           // SSD hits served by Load are also cached in host.
   std::optional<RemoteTierOptions> remote;  // The shared remote tier; none by default.

@@ -5,6 +5,7 @@
 #include "core/assert.h"
 #include "core/limits.h"
 #include "engine/engine_impl.h"
+#include "env/thread_cpus.h"
 
 namespace kvtier {
 
@@ -63,6 +64,15 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                        const LowerTierFactory* lower) {
   KV_RETURN_IF_ERROR(options.Validate());
   KV_RETURN_IF_ERROR(lower != nullptr ? lower->Validate(options) : NoLowerTiers(options));
+  // Every thread started below (workers, tier I/O, the cleaner) inherits these CPUs; the caller
+  // gets its own back on return.
+  KV_ASSIGN_OR_RETURN(const std::vector<int> cpus, ResolveThreadCpus(options.thread_cpus));
+  KV_ASSIGN_OR_RETURN(ScopedThreadCpus on_cpus, ScopedThreadCpus::Enter(cpus));
+  if (!cpus.empty()) {
+    LogTo(options.logger, LogLevel::kInfo,
+          "engine: threads run on CPUs " + FormatCpuList(cpus) + " (thread_cpus=" +
+              options.thread_cpus + ")");
+  }
   std::unique_ptr<EngineImpl> e(new EngineImpl(options));
   e->lower_factory_ = lower;
   // Without an Env the memory tiers need only a clock; a factory whose tiers need files creates

@@ -198,6 +198,9 @@ struct EngineOptions {
   codecs::CodecParams ssd_codec;
   uint64_t default_ttl_ms = 0;    // 0: blocks do not expire.
   uint32_t worker_threads = 2;    // Encode/decode and SSD staging, off the caller's thread.
+  // The CPUs every thread the engine starts runs on (env/thread_cpus.h): "" those of the thread
+  // that opens it, "all" every CPU the process may use, or a list such as "0-3,8".
+  std::string thread_cpus;
   uint32_t sink_chunks = 1;       // Leading chunks stored at least at BlockPriority::kHigh.
   // SSD hits served by Load are also copied into the host tier (only into free or clean slots:
   // a promotion never forces a write-back).

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "engine/lower_tier_factory.h"
 #include "engine/staging.h"
+#include "env/thread_cpus.h"
 #include "policies/access_predictor.h"
 
 namespace kvtier {
@@ -81,6 +82,7 @@ Status PredictionOptions::Validate() const {
 
 Status EngineOptions::Validate() const {
   KV_RETURN_IF_ERROR(WithField(layout.Validate(), "layout"));
+  KV_RETURN_IF_ERROR(ResolveThreadCpus(thread_cpus).status());
   if (model.name.size() > kModelNameBytesMax) {
     return Status::InvalidArgument("model.name: longer than " + std::to_string(kModelNameBytesMax) +
                                    " bytes");

@@ -407,6 +407,16 @@ constexpr OptionSpec kTable[] = {
        o.worker_threads = U32(v);
        return Status::Ok();
      }},
+    {.name = "thread_cpus", .type = OptionType::kString, .default_text = "\"\"",
+     .surfaces = kSurfaceCpp | kSurfacePython | kSurfaceCli, .cpp_field = "thread_cpus",
+     .doc = "CPUs the engine's threads run on: empty keeps the opening thread's, all is every CPU "
+            "the process may use (its cgroup's cpuset), or a list such as 0-3,8",
+     .note = "Not in the C struct (its layout is fixed): a C program opens the engine from a "
+             "thread already on the CPUs it wants; empty: the opening thread's CPUs",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       o.thread_cpus = S(v);
+       return Status::Ok();
+     }},
     {.name = "sink_chunks", .type = OptionType::kUint, .default_text = "1", .min = 0,
      .max = 1 << 20, .cpp_field = "sink_chunks",
      .doc = "Leading chunks of a sequence stored at least at high priority",

@@ -253,6 +253,7 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   out.ssd_codec.group_size = in.ssd_codec.group_size;
   out.default_ttl_ms = in.default_ttl_ms;
   out.worker_threads = in.worker_threads;
+  out.thread_cpus = in.thread_cpus;
   out.sink_chunks = in.sink_chunks;
   out.promote_on_load = in.promote_on_load;
   out.prediction = ConvertPrediction(in.prediction);

@@ -42,7 +42,7 @@ constexpr size_t PublicFieldCount() {
   }
 }
 // Update these counts only together with the checks below.
-static_assert(PublicFieldCount<api::EngineOptions>() == 21);
+static_assert(PublicFieldCount<api::EngineOptions>() == 22);
 static_assert(PublicFieldCount<api::Layout>() == 5);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
@@ -155,6 +155,7 @@ void ExpectOptionsEq(const EngineOptions& a, const EngineOptions& b) {
   EXPECT_EQ(a.ssd_codec, b.ssd_codec);
   EXPECT_EQ(a.default_ttl_ms, b.default_ttl_ms);
   EXPECT_EQ(a.worker_threads, b.worker_threads);
+  EXPECT_EQ(a.thread_cpus, b.thread_cpus);
   EXPECT_EQ(a.sink_chunks, b.sink_chunks);
   EXPECT_EQ(a.promote_on_load, b.promote_on_load);
   ASSERT_EQ(a.remote.has_value(), b.remote.has_value());
@@ -317,6 +318,7 @@ api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::stri
       .ssd_codec = {.codec = api::Codec::kInt8, .zstd_level = 3, .group_size = 64},
       .default_ttl_ms = 31,
       .worker_threads = 5,
+      .thread_cpus = "all",
       .sink_chunks = 6,
       .promote_on_load = false,
       .remote = PublicRemote(remote_keys),
@@ -348,6 +350,7 @@ EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, 
   e.ssd_codec = {.codec = codecs::CodecId::kInt8, .zstd_level = 3, .group_size = 64};
   e.default_ttl_ms = 31;
   e.worker_threads = 5;
+  e.thread_cpus = "all";
   e.sink_chunks = 6;
   e.promote_on_load = false;
   e.remote = InternalRemote(std::move(remote_keys));

@@ -29,6 +29,9 @@ kv_connector_extra_config (all optional):
   ssd_dirs, ssd_bytes   SSD tier directories (a list or one path) and capacity; with several
                         tensor-parallel ranks each rank uses <dir>/tp<rank>
   ssd_segment_bytes, write_policy ("back" | "through"), ssd_sync, worker_threads
+  thread_cpus           CPUs of kvtier's threads: "all" (default: every CPU the process may use,
+                        not only the cores vLLM's CPU worker binds itself to), "" (those of the
+                        worker), or a list such as "0-3,8"
   writeback_age_ms_max  write-back: a stored chunk is on the SSD at most this long after its store
                         completed (default 1000; 0: write-through), docs/reliability.md
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
@@ -131,7 +134,8 @@ _SERVER_TIMEOUT_MS = 5000
 _SERVER_RECONNECT_MS = 1000
 # Options of the connector's own engine, which the node service's configuration replaces.
 _ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
-                "ssd_sync", "worker_threads", "writeback_age_ms_max", "codec", "codec_level",
+                "ssd_sync", "worker_threads", "thread_cpus", "writeback_age_ms_max", "codec",
+                "codec_level",
                 "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
 
 
@@ -1187,6 +1191,7 @@ class KvtierConnector(KVConnectorBase_V1):
                       ssd_codec_level=int(c.get("codec_level", 0)),
                       ssd_sync=c.get("ssd_sync", "per_batch"),
                       worker_threads=int(c.get("worker_threads", 0)),
+                      thread_cpus=str(c.get("thread_cpus", "all")),
                       model_name=f"{self._model_name}|tp{rank}/{self._tp_size}",
                       ssd_key_file=c.get("ssd_key_file", ""), ssd_key_env=c.get("ssd_key_env", ""))
         if "writeback_age_ms_max" in c:
