@@ -482,6 +482,12 @@ typedef struct kvtier_engine_stats_s {
    * there because of an error (SSD: I/O error, no space; remote: failed puts). Refusals by
    * admission or a write budget are not counted. */
   uint64_t tier_write_failures[KVTIER_STATS_TIERS_MAX];
+  /* Appended: per entry of tiers[], the write-back horizon of a write-back tier with an age limit
+   * (0 for the others): every store that completed before it (CLOCK_MONOTONIC microseconds) has
+   * its blocks on that tier, except blocks counted in tier_write_failures, refused by admission
+   * or the write budget, expired or removed; and how far it trails the time of this call. */
+  uint64_t tier_writeback_horizon_us[KVTIER_STATS_TIERS_MAX];
+  uint64_t tier_writeback_lag_us[KVTIER_STATS_TIERS_MAX];
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

@@ -34,6 +34,11 @@ struct TierStats {
   uint64_t writebacks = 0;  // Dirty blocks written to the tier below (remote: blocks put).
   uint64_t promotions = 0;  // Blocks copied up into this tier.
   uint64_t write_failures = 0;  // Blocks not written because of an error (not refusals).
+  // Write-back tiers with an age limit (0 elsewhere): every Store that completed before the
+  // horizon (steady clock, microseconds) has its blocks on the tier, except those counted in
+  // write_failures, refused, expired or removed; the lag is how far it trails the Stats() call.
+  uint64_t writeback_horizon_us = 0;
+  uint64_t writeback_lag_us = 0;
 };
 
 // The remote store's own counters.

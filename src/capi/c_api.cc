@@ -1010,6 +1010,8 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     for (size_t i = 0; i < tiers; ++i) {
       kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
       out.tier_write_failures[i] = in.tiers[i].write_failures;
+      out.tier_writeback_horizon_us[i] = in.tiers[i].writeback_horizon_us;
+      out.tier_writeback_lag_us[i] = in.tiers[i].writeback_lag_us;
     }
     kvtier::CopyPredictionStats(in, &out);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller

@@ -285,7 +285,9 @@ api::EngineStats FromEngineStats(const EngineStats& in) {
                          .evictions = t.evictions,
                          .writebacks = t.writebacks,
                          .promotions = t.promotions,
-                         .write_failures = t.write_failures});
+                         .write_failures = t.write_failures,
+                         .writeback_horizon_us = t.writeback_horizon_us,
+                         .writeback_lag_us = t.writeback_lag_us});
   }
   out.remote_put_errors = in.remote_put_errors;
   out.remote_not_admitted = in.remote_not_admitted;

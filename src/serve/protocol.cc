@@ -273,6 +273,12 @@ void PutEngineStats(const EngineStats& s, WireWriter* w) {
       w->U64(v);
     }
   }
+  // Appended after the tiers, so that a client from before reads the stats as it did (it ignores
+  // trailing bytes) and a client reading a service from before finds none.
+  for (const TierStats& t : s.tiers) {
+    w->U64(t.writeback_horizon_us);
+    w->U64(t.writeback_lag_us);
+  }
 }
 
 EngineStats GetEngineStats(WireReader* r) {
@@ -301,6 +307,12 @@ EngineStats GetEngineStats(WireReader* r) {
       *v = r->U64();
     }
     s.tiers.push_back(t);
+  }
+  if (r->ok() && r->remaining() == s.tiers.size() * 16) {  // The write-back horizons.
+    for (TierStats& t : s.tiers) {
+      t.writeback_horizon_us = r->U64();
+      t.writeback_lag_us = r->U64();
+    }
   }
   return s;
 }

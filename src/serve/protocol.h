@@ -118,6 +118,7 @@ class WireReader {
   Status GetStatus();
   bool ok() const { return ok_; }
   size_t consumed() const { return pos_; }
+  size_t remaining() const { return bytes_.size() - pos_; }
   bool done() const { return ok_ && pos_ == bytes_.size(); }
 
  private:

@@ -14,7 +14,9 @@
 //   - a cleared tenant (ctl clear --namespace) misses from then on, through namespaces already
 //     held too, while other tenants keep hitting; with a state file it stays cleared after the
 //     service restarts (without, it does not: the file is what holds it); a state file that does
-//     not parse or is a link is refused; another uid may not clear a tenant not its own or drain.
+//     not parse or is a link is refused; another uid may not clear a tenant not its own or drain;
+//   - the stats reply carries each tier's write-back horizon after the tiers, so that a reply from
+//     a service built before it still decodes (horizons 0, everything else intact).
 // Children are this binary re-executed with --gtest_filter on a disabled test (no fork-only
 // code runs with the parent's threads).
 #include <fcntl.h>
@@ -728,6 +730,35 @@ TEST_F(ServeTest, AStateFileThatDoesNotParseOrIsALinkIsRefused) {
   ASSERT_FALSE(link.ok());
   EXPECT_NE(link.status().message().find("is a symbolic link"), std::string::npos)
       << link.status().ToString();
+}
+
+TEST(ServeProtocolTest, StatsCarryWritebackHorizonsAndOldRepliesStillDecode) {
+  EngineStats in;
+  in.lookups = 7;
+  in.tiers.push_back({.kind = TierKind::kHost, .blocks = 3});
+  in.tiers.push_back({.kind = TierKind::kSsd, .blocks = 5, .write_failures = 2,
+                      .writeback_horizon_us = 123456789, .writeback_lag_us = 4321});
+  WireWriter w;
+  PutEngineStats(in, &w);
+  {
+    WireReader r(w.bytes());
+    const EngineStats out = GetEngineStats(&r);
+    ASSERT_TRUE(r.done());
+    ASSERT_EQ(out.tiers.size(), 2u);
+    EXPECT_EQ(out.tiers[1].writeback_horizon_us, 123456789u);
+    EXPECT_EQ(out.tiers[1].writeback_lag_us, 4321u);
+    EXPECT_EQ(out.tiers[0].writeback_horizon_us, 0u);
+  }
+  // A service from before the horizons: its reply ends after the tiers.
+  std::vector<std::byte> old(w.bytes().begin(), w.bytes().end() - 2 * 16);
+  WireReader r(old);
+  const EngineStats out = GetEngineStats(&r);
+  ASSERT_TRUE(r.done());
+  EXPECT_EQ(out.lookups, 7u);
+  ASSERT_EQ(out.tiers.size(), 2u);
+  EXPECT_EQ(out.tiers[1].blocks, 5u);
+  EXPECT_EQ(out.tiers[1].write_failures, 2u);
+  EXPECT_EQ(out.tiers[1].writeback_horizon_us, 0u);
 }
 
 }  // namespace

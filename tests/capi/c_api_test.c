@@ -626,6 +626,70 @@ static void TestCodecDefaults(void) {
   }
 }
 
+static uint64_t MonotonicUs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* The write-back horizon: 0 for the host tier and for a write-through SSD; with write-back and a
+ * 50 ms age limit, the SSD's horizon passes a store once the cleaner wrote it (waited for, at most
+ * 10 s), and a caller built before the field keeps its own value there. */
+static void TestWritebackHorizon(void) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/horizon", temp_dir);
+  const char* dirs[1] = {dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  o.write_policy = KVTIER_WRITE_BACK;
+  o.writeback_age_ms_max = 50;
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  kvtier_namespace_t ns;
+  CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
+  uint32_t tokens[kBlockTokens];
+  for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(900 + i);
+  uint8_t* src = malloc(kLayers * block_bytes);
+  CHECK(src != NULL);
+  memset(src, 0x33, kLayers * block_bytes);
+  const void* src_ptrs[kLayers];
+  for (size_t l = 0; l < kLayers; ++l) src_ptrs[l] = src + l * block_bytes;
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  const uint64_t stored_us = MonotonicUs();
+  kvtier_store_destroy(store);
+  free(src);
+  kvtier_engine_stats_t stats;
+  int passed = 0;
+  for (int i = 0; i < 2000 && !passed; ++i) {
+    kvtier_stats_init(&stats);
+    CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+    CHECK(stats.tier_count == 2 && stats.tiers[1].kind == KVTIER_TIER_SSD);
+    CHECK(stats.tier_writeback_horizon_us[0] == 0); /* The host tier has none. */
+    passed = stats.tier_writeback_horizon_us[1] > stored_us;
+    const struct timespec ms = {0, 5000000};
+    if (!passed) nanosleep(&ms, NULL);
+  }
+  CHECK(passed);
+  CHECK(stats.tiers[0].writebacks >= kLayers); /* Written back by the cleaner, without a flush. */
+  kvtier_stats_init(&stats);
+  stats.struct_size = offsetof(kvtier_engine_stats_t, tier_writeback_horizon_us);
+  stats.tier_writeback_horizon_us[1] = 77;
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.tier_writeback_horizon_us[1] == 77);
+  kvtier_engine_close(engine);
+
+  o.write_policy = KVTIER_WRITE_THROUGH; /* No age limit: no horizon. */
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  kvtier_stats_init(&stats);
+  CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
+  CHECK(stats.tier_writeback_horizon_us[1] == 0 && stats.tier_writeback_lag_us[1] == 0);
+  kvtier_engine_close(engine);
+}
+
 int main(void) {
   const char* tmp = getenv("TMPDIR");
   snprintf(temp_dir, sizeof(temp_dir), "%s/kvtier_c_api_XXXXXX",
@@ -643,6 +707,7 @@ int main(void) {
   TestPrediction();
   TestAppendedOptions();
   TestCodecDefaults();
+  TestWritebackHorizon();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);

@@ -33,15 +33,19 @@ inline nlohmann::ordered_json PrefillJson(const runtime::CachedPrefillStats& s) 
 }
 
 // What each tier holds and did during the run: {"host": {"blocks", "used_bytes", "evictions",
-// "writebacks", "write_failures"}, "ssd": {...}, ...}, fastest tier first.
+// "writebacks", "write_failures", and "writeback_lag_us" for a write-back tier with an age
+// limit}, "ssd": {...}, ...}, fastest tier first.
 inline nlohmann::ordered_json TierActivityJson(const EngineStats& stats) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const TierStats& t : stats.tiers) {
-    j[std::string(TierKindName(t.kind))] = {{"blocks", t.blocks},
-                                            {"used_bytes", t.used_bytes},
-                                            {"evictions", t.evictions},
-                                            {"writebacks", t.writebacks},
-                                            {"write_failures", t.write_failures}};
+    nlohmann::ordered_json& tier = j[std::string(TierKindName(t.kind))];
+    tier = {{"blocks", t.blocks},
+            {"used_bytes", t.used_bytes},
+            {"evictions", t.evictions},
+            {"writebacks", t.writebacks},
+            {"write_failures", t.write_failures}};
+    // Write-back tiers with an age limit: how far the write-back horizon trails the end of the run.
+    if (t.writeback_horizon_us != 0) tier["writeback_lag_us"] = t.writeback_lag_us;
   }
   return j;
 }
