@@ -56,7 +56,7 @@ NON_DEFAULTS = dict(
     ssd_file_mode=0o640, write_policy="through", writeback_dirty_fraction=0.75,
     writeback_age_ms_max=250,
     ssd_codec="int8", ssd_codec_zstd_level=3, ssd_codec_group_size=64, default_ttl_ms=60000,
-    worker_threads=3, sink_chunks=2, promote_on_load=False, staging_buffers=16,
+    worker_threads=3, thread_cpus="all", sink_chunks=2, promote_on_load=False, staging_buffers=16,
     remote_cluster=False, remote_user="u", remote_password="p", remote_key_prefix="kt2",
     remote_connect_timeout_ms=50, remote_command_timeout_ms=60,
     remote_breaker_failures_to_open=2, remote_breaker_open_cooldown_us=500000,
@@ -88,6 +88,37 @@ def test_every_option_reaches_the_engine(tmp_path):
     engine.close()
     modes = {p.stat().st_mode & 0o777 for p in (tmp_path / "ssd").iterdir() if p.is_file()}
     assert modes == {0o640}  # ssd_file_mode reached the SSD tier (MANIFEST, checkpoint, LOCK).
+
+
+def test_thread_cpus_moves_the_engines_threads_off_the_openers_core():
+    """vLLM's CPU worker binds itself to its compute cores: an engine opened there with
+    thread_cpus="all" runs its threads on every CPU the process may use, "" on the opener's."""
+    import os
+    import threading
+
+    allowed = sorted(os.sched_getaffinity(0))
+    seen = {}
+
+    def open_bound(spec):
+        os.sched_setaffinity(0, {allowed[-1]})  # This thread only.
+        before = set(os.listdir("/proc/self/task"))
+        engine = kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, thread_cpus=spec)
+        cpus = set()
+        for tid in set(os.listdir("/proc/self/task")) - before:
+            cpus.add(frozenset(os.sched_getaffinity(int(tid))))
+        seen[spec] = (cpus, os.sched_getaffinity(0))
+        engine.close()
+
+    for spec in ("all", ""):
+        t = threading.Thread(target=open_bound, args=(spec,))
+        t.start()
+        t.join()
+    # Every CPU the cgroup allows: at least those this process started with.
+    assert len(seen["all"][0]) == 1 and next(iter(seen["all"][0])) >= set(allowed)
+    assert seen["all"][1] == {allowed[-1]}  # The opener keeps its own binding.
+    assert seen[""][0] == {frozenset({allowed[-1]})}
+    with pytest.raises(kvtier.InvalidArgumentError, match="thread_cpus"):
+        kvtier.Engine(layout=LAYOUT, host_bytes=1 << 20, thread_cpus="most")
 
 
 def test_values_are_checked_against_the_table():
