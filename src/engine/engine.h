@@ -326,9 +326,11 @@ struct TierStats {
   // Write-back tiers with an age limit (EngineOptions::writeback_age_ms_max; 0 elsewhere): every
   // Store that completed before `writeback_horizon_us` (env->clock()'s monotonic time) has its
   // blocks on this tier, with the tier's sync mode, except blocks counted in write_failures,
-  // refused by its admission filter or write budget, expired or removed. The cleaner moves it
-  // forward at each scan; it is the current time while nothing is dirty for the tier.
-  // `writeback_lag_us`: how far it trails the time of the Stats() call (docs/reliability.md).
+  // refused by its admission filter or write budget, expired or removed (a block another Store
+  // was still copying in when this one completed counts from that Store's completion, since
+  // this one skipped it). The cleaner moves it forward at each scan; it is the current time while
+  // nothing is dirty for the tier. `writeback_lag_us`: how far it trails the time of the Stats()
+  // call (docs/reliability.md).
   uint64_t writeback_horizon_us = 0;
   uint64_t writeback_lag_us = 0;
 };
