@@ -135,8 +135,7 @@ _SERVER_RECONNECT_MS = 1000
 # Options of the connector's own engine, which the node service's configuration replaces.
 _ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
                 "ssd_sync", "worker_threads", "thread_cpus", "writeback_age_ms_max", "codec",
-                "codec_level",
-                "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
+                "codec_level", "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
 
 
 # ---------------------------------------------------------------------------------------------
