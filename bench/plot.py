@@ -405,6 +405,7 @@ def plot_llama(plt, report):
 LMCACHE_SHORT = {  # a comparison's measure -> its group label
     "hit from memory, same vLLM (in process)": "memory\n(in process)",
     "hit from memory, same vLLM (in process, no tier below)": "memory alone\n(in process)",
+    "hit from memory, same vLLM (in process, SSD below, no Redis)": "memory + SSD\n(in process)",
     "hit from memory, same vLLM (through the cache service)": "memory\n(kvtier serve)",
     "hit after a vLLM restart, cache process kept": "vLLM restart,\nserver kept",
     "hit after a full restart, disk (LMCache fs)": "full restart,\ndisk (fs)",

@@ -16,6 +16,7 @@ Cells (LMCache against kvtier), each a median over rounds:
     kvtier_host                        kvtier's host tier, connector in process
     kvtier_host_alone                  the same with no SSD or Redis tier below it (what the
                                        memory path costs without background writes)
+    kvtier_host_ssd                    the same with the SSD tier below it and no Redis tier
     kvtier_service_host                kvtier's host tier through `kvtier serve`
   hit after a vLLM restart, the cache process kept:
     lmcache_server_after_vllm_restart  the same LMCache server, a new vLLM process
@@ -113,6 +114,7 @@ CELLS = {  # name: (side, kind of hit); the order of the report's table
     "lmcache_l1": ("lmcache", "memory, same vLLM"),
     "kvtier_host": ("kvtier", "memory, same vLLM"),
     "kvtier_host_alone": ("kvtier", "memory, same vLLM"),
+    "kvtier_host_ssd": ("kvtier", "memory, same vLLM"),
     "kvtier_service_host": ("kvtier", "memory, same vLLM"),
     "lmcache_server_after_vllm_restart": ("lmcache", "vLLM restarted, cache process kept"),
     "kvtier_service_host_after_restart": ("kvtier", "vLLM restarted, cache process kept"),
@@ -126,6 +128,8 @@ CELLS = {  # name: (side, kind of hit); the order of the report's table
 COMPARISONS = (  # (measure, LMCache cell, kvtier cell)
     ("hit from memory, same vLLM (in process)", "lmcache_l1", "kvtier_host"),
     ("hit from memory, same vLLM (in process, no tier below)", "lmcache_l1", "kvtier_host_alone"),
+    ("hit from memory, same vLLM (in process, SSD below, no Redis)", "lmcache_l1",
+     "kvtier_host_ssd"),
     ("hit from memory, same vLLM (through the cache service)", "lmcache_l1",
      "kvtier_service_host"),
     ("hit after a vLLM restart, cache process kept", "lmcache_server_after_vllm_restart",
@@ -564,15 +568,17 @@ def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
                 + hits("kvtier_host", ctx.args.hit_repeats) + tail_requests(docs, 200 + r))
         run("kvtier_host", f"r{r}_kvtier_host", reqs, kvtier_connector(rdir, True, sealed))
 
-    def host_alone():
-        # The host tier alone: nothing is written below it while the hits are timed.
-        if "kvtier_host_alone" not in want:
-            return
-        reqs = (vllm_ttft.warmup_requests(205 + r)
-                + [doc(docs, "store:kvtier_alone", k) for k in n]
-                + hits("kvtier_host_alone", ctx.args.hit_repeats) + tail_requests(docs, 205 + r))
-        run("kvtier_host_alone", f"r{r}_kvtier_host_alone", reqs,
-            kvtier_connector(rdir / "host_alone", False, None))
+    def host_below(cell, ssd, seed):
+        # The host tier with only some tiers below it (diagnostic cells: what the writes below
+        # the host tier cost the hits timed right after the stores).
+        def step():
+            if cell not in want:
+                return
+            reqs = (vllm_ttft.warmup_requests(seed + r)
+                    + [doc(docs, f"store:{cell}", k) for k in n]
+                    + hits(cell, ctx.args.hit_repeats) + tail_requests(docs, seed + r))
+            run(cell, f"r{r}_{cell}", reqs, kvtier_connector(rdir / cell, ssd, None))
+        return step
 
     def service_start_and_hits():
         cells = ["kvtier_service_host", "kvtier_service_host_after_restart"]
@@ -623,7 +629,8 @@ def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
         except Failed as e:
             res.error(["kvtier_redis_plain"], str(e))
 
-    return [host, host_alone, service_start_and_hits, service_restart,
+    return [host, host_below("kvtier_host_alone", False, 205),
+            host_below("kvtier_host_ssd", True, 207), service_start_and_hits, service_restart,
             restart("kvtier_ssd_restart", True, None),
             restart("kvtier_redis_sealed", False, sealed), plain_store,
             restart("kvtier_redis_plain", False, plain)]
