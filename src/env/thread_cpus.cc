@@ -5,20 +5,13 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/small_file.h"
+
 namespace kvtier {
 namespace {
-
-// The first line of a small text file; false when it cannot be read.
-bool ReadLine(const std::string& path, std::string* line) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::getline(in, *line);
-  return !in.bad();
-}
 
 // Every item of `text` parses; CPUs are below CPU_SETSIZE.
 bool ParseInto(std::string_view text, std::set<int>* out) {
@@ -50,8 +43,10 @@ bool ParseInto(std::string_view text, std::set<int>* out) {
 
 // The process's cgroup v2 path ("0::/a/b" in /proc/self/cgroup); "" when there is none.
 std::string CgroupPath(const std::string& sys_root) {
-  std::ifstream in(sys_root + "/proc/self/cgroup");
-  for (std::string line; std::getline(in, line);) {
+  Result<std::string> text = ReadSmallFile(sys_root + "/proc/self/cgroup");
+  if (!text.ok()) return "";
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
     if (line.rfind("0::", 0) == 0) return line.substr(3);
   }
   return "";
@@ -83,19 +78,16 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
 }
 
 Result<std::vector<int>> AllowedCpus(const std::string& sys_root) {
-  std::string online_text;
-  if (!ReadLine(sys_root + "/sys/devices/system/cpu/online", &online_text)) {
-    return Status::IoError("cannot read " + sys_root + "/sys/devices/system/cpu/online");
-  }
+  KV_ASSIGN_OR_RETURN(const std::string online_text,
+                      ReadSmallFile(sys_root + "/sys/devices/system/cpu/online"));
   KV_ASSIGN_OR_RETURN(std::vector<int> online, ParseCpuList(online_text));
   // The nearest cgroup (this one, then its parents) with an effective cpuset.
   std::string path = CgroupPath(sys_root);
   while (!path.empty()) {
-    std::string text;
-    const std::string file = sys_root + "/sys/fs/cgroup" + (path == "/" ? "" : path) +
-                             "/cpuset.cpus.effective";
+    const Result<std::string> text = ReadSmallFile(
+        sys_root + "/sys/fs/cgroup" + (path == "/" ? "" : path) + "/cpuset.cpus.effective");
     std::set<int> cpus;
-    if (ReadLine(file, &text) && ParseInto(text, &cpus)) {
+    if (text.ok() && ParseInto(*text, &cpus)) {
       std::vector<int> both;
       for (int c : online) {
         if (cpus.count(c) != 0) both.push_back(c);

@@ -1,8 +1,5 @@
 // ListNumaNodes: reads the NUMA topology from sysfs (<root>/devices/system/node/node<N>/). A node
 // with memory and an empty cpulist is how Linux shows a CXL memory expander.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -10,31 +7,13 @@
 #include <string_view>
 #include <system_error>
 
-#include "core/unique_fd.h"
+#include "core/small_file.h"
 #include "tiers/memory_tier.h"
 
 namespace kvtier {
 namespace {
 
-// sysfs files here are a few hundred bytes; meminfo is under 2 KiB.
-constexpr size_t kSysfsFileBytesMax = 16 * 1024;
 constexpr int32_t kNumaNodesMax = 4096;  // Linux's MAX_NUMNODES is at most 1024.
-
-Result<std::string> ReadSmallFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::FromErrno(errno, "open " + path);
-  std::string text(kSysfsFileBytesMax, '\0');
-  size_t used = 0;
-  while (used < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(errno, "read " + path);
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
-  }
-  text.resize(used);
-  return text;
-}
 
 // "node12" -> 12; -1 for any other name.
 int32_t ParseNodeName(std::string_view name) {
