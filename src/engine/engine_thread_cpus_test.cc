@@ -64,66 +64,65 @@ class EngineThreadCpusTest : public ::testing::Test {
     return o;
   }
 
-  // Opens an engine on a thread bound to `bound`; returns the CPUs of the threads Open started
-  // (one entry per distinct list) and, in *opener, the opening thread's CPUs after Open.
-  std::set<std::string> OpenBoundTo(int bound, const std::string& thread_cpus,
-                                    std::string* opener, Status* status) {
+  // What OpenBoundTo saw: Open's status, the CPUs of the threads Open started (one entry per
+  // distinct list) and the opening thread's CPUs after Open.
+  struct Opened {
+    Status status;
     std::set<std::string> cpus;
+    std::string opener;
+  };
+
+  // Opens (and closes) an engine on a thread bound to `bound`.
+  Opened OpenBoundTo(int bound, const std::string& thread_cpus) {
+    Opened out;
     std::thread([&] {
       Result<ScopedThreadCpus> one = ScopedThreadCpus::Enter({bound});
       ASSERT_TRUE(one.ok()) << one.status().ToString();
       const std::set<std::string> before = Tasks();
       Result<std::unique_ptr<Engine>> e = Engine::Open(Options(thread_cpus));
-      *status = e.status();
-      *opener = FormatCpuList(*CurrentThreadCpus());
+      out.status = e.status();
+      out.opener = FormatCpuList(*CurrentThreadCpus());
       if (!e.ok()) return;
       size_t started = 0;
       for (const std::string& tid : Tasks()) {
         if (before.count(tid) != 0) continue;
         ++started;
-        cpus.insert(CpusOf(tid));
+        out.cpus.insert(CpusOf(tid));
       }
       EXPECT_GE(started, 3u);  // Workers, completions, the SSD tier's threads, the cleaner.
     }).join();
-    return cpus;
+    return out;
   }
 
+  const std::vector<int> allowed_ = *AllowedCpus();
   std::unique_ptr<ScopedTempDir> dir_;
   int opened_ = 0;
 };
 
 TEST_F(EngineThreadCpusTest, AllPutsTheEnginesThreadsOnEveryAllowedCpu) {
-  const std::vector<int> allowed = *AllowedCpus();
-  std::string opener;
-  Status s;
-  const std::set<std::string> cpus = OpenBoundTo(allowed.back(), "all", &opener, &s);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(cpus, std::set<std::string>{FormatCpuList(allowed)});
-  EXPECT_EQ(opener, std::to_string(allowed.back()));  // The opener keeps its own CPU.
+  const Opened o = OpenBoundTo(allowed_.back(), "all");
+  ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(o.cpus, std::set<std::string>{FormatCpuList(allowed_)});
+  EXPECT_EQ(o.opener, std::to_string(allowed_.back()));  // The opener keeps its own CPU.
 }
 
 TEST_F(EngineThreadCpusTest, EmptyKeepsTheOpenersCpus) {
-  const std::vector<int> allowed = *AllowedCpus();
-  std::string opener;
-  Status s;
-  const std::set<std::string> cpus = OpenBoundTo(allowed.front(), "", &opener, &s);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(cpus, std::set<std::string>{std::to_string(allowed.front())});
+  const Opened o = OpenBoundTo(allowed_.front(), "");
+  ASSERT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(o.cpus, std::set<std::string>{std::to_string(allowed_.front())});
 }
 
 TEST_F(EngineThreadCpusTest, AListNamesTheCpusAndABadOneFailsOpen) {
-  const std::vector<int> allowed = *AllowedCpus();
-  std::string opener;
-  Status s;
-  const std::string first = std::to_string(allowed.front());
-  EXPECT_EQ(OpenBoundTo(allowed.back(), first, &opener, &s), std::set<std::string>{first});
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string first = std::to_string(allowed_.front());
+  const Opened listed = OpenBoundTo(allowed_.back(), first);
+  ASSERT_TRUE(listed.status.ok()) << listed.status.ToString();
+  EXPECT_EQ(listed.cpus, std::set<std::string>{first});
 
   for (const char* bad : {"half", "4096"}) {
-    OpenBoundTo(allowed.back(), bad, &opener, &s);
-    EXPECT_TRUE(s.IsInvalidArgument()) << bad << ": " << s.ToString();
-    EXPECT_NE(s.message().find("thread_cpus"), std::string::npos) << s.ToString();
-    EXPECT_EQ(opener, std::to_string(allowed.back()));
+    const Opened o = OpenBoundTo(allowed_.back(), bad);
+    EXPECT_TRUE(o.status.IsInvalidArgument()) << bad << ": " << o.status.ToString();
+    EXPECT_NE(o.status.message().find("thread_cpus"), std::string::npos) << o.status.ToString();
+    EXPECT_EQ(o.opener, std::to_string(allowed_.back()));
   }
 }
 

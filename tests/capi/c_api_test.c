@@ -67,6 +67,25 @@ static void InitOptions(kvtier_engine_options_t* o, const char* const* dirs) {
   o->write_policy = KVTIER_WRITE_THROUGH;
 }
 
+/* Stores one chunk (`tokens`: kBlockTokens of them) whose kLayers blocks are all `fill` bytes, and
+ * waits for it; the store must succeed. */
+static void StoreOneChunk(kvtier_engine_t* engine, const kvtier_namespace_t* ns,
+                          const uint32_t* tokens, int fill) {
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  uint8_t* src = malloc(kLayers * block_bytes);
+  CHECK(src != NULL);
+  if (src == NULL) return;
+  memset(src, fill, kLayers * block_bytes);
+  const void* src_ptrs[kLayers];
+  for (size_t l = 0; l < kLayers; ++l) src_ptrs[l] = src + l * block_bytes;
+  kvtier_store_t* store = NULL;
+  kvtier_error_t err;
+  CHECK_OK(kvtier_store(engine, ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  kvtier_store_destroy(store);
+  free(src);
+}
+
 static void TestVersion(void) {
   CHECK(kvtier_abi_version() == KVTIER_ABI_VERSION);
   CHECK(kvtier_version_string() != NULL && strlen(kvtier_version_string()) > 0);
@@ -421,21 +440,11 @@ static void TestRemoteOptions(void) {
   CHECK(setenv(o.remote_key_env,
                "1 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1) == 0);
   CHECK_OK(kvtier_engine_open(&o, &engine, &err));
-  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
   kvtier_namespace_t ns;
   CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
   uint32_t tokens[kBlockTokens];
   for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(7 + i);
-  uint8_t* src = malloc(kLayers * block_bytes);
-  CHECK(src != NULL);
-  memset(src, 0x11, kLayers * block_bytes);
-  const void* src_ptrs[kLayers];
-  for (size_t l = 0; l < kLayers; ++l) src_ptrs[l] = src + l * block_bytes;
-  kvtier_store_t* store = NULL;
-  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
-  CHECK_OK(kvtier_store_wait(store, &err)); /* The remote put failed; the store did not. */
-  kvtier_store_destroy(store);
-  free(src);
+  StoreOneChunk(engine, &ns, tokens, 0x11); /* The remote put failed; the store did not. */
   size_t matched = 0;
   CHECK_OK(kvtier_lookup(engine, &ns, tokens, kBlockTokens, &matched, NULL, 0, &err));
   CHECK(matched == kBlockTokens);
@@ -646,22 +655,12 @@ static void TestWritebackHorizon(void) {
   kvtier_engine_t* engine = NULL;
   kvtier_error_t err;
   CHECK_OK(kvtier_engine_open(&o, &engine, &err));
-  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
   kvtier_namespace_t ns;
   CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
   uint32_t tokens[kBlockTokens];
   for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(900 + i);
-  uint8_t* src = malloc(kLayers * block_bytes);
-  CHECK(src != NULL);
-  memset(src, 0x33, kLayers * block_bytes);
-  const void* src_ptrs[kLayers];
-  for (size_t l = 0; l < kLayers; ++l) src_ptrs[l] = src + l * block_bytes;
-  kvtier_store_t* store = NULL;
-  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
-  CHECK_OK(kvtier_store_wait(store, &err));
+  StoreOneChunk(engine, &ns, tokens, 0x33);
   const uint64_t stored_us = MonotonicUs();
-  kvtier_store_destroy(store);
-  free(src);
   kvtier_engine_stats_t stats;
   int passed = 0;
   for (int i = 0; i < 2000 && !passed; ++i) {
