@@ -1214,13 +1214,16 @@ void Bind(py::module_& m) {
                              "Tokens per chunk.")
       .def_property_readonly("block_bytes",
                              [](const PyEngine& e) { return e.layout().BlockBytes(); },
-                             "Bytes of one block (one layer of one chunk, K and V).")
+                             "Bytes of one block (one layer of one chunk: K and V, or the "
+                             "latent plane of a kind=latent layout).")
       .def_property_readonly("block_shape",
                              [](const PyEngine& e) {
                                const KvLayout& l = e.layout();
-                               return py::make_tuple(2, l.block_tokens, l.kv_heads, l.head_dim);
+                               return py::make_tuple(l.Planes(), l.block_tokens, l.kv_heads,
+                                                     l.head_dim);
                              },
-                             "A block's array shape: (2, block_tokens, kv_heads, head_dim).")
+                             "A block's array shape: (2, block_tokens, kv_heads, head_dim), or "
+                             "(1, block_tokens, 1, head_dim) for a kind=latent layout.")
       .def_property_readonly("numpy_dtype",
                              [](const PyEngine& e) { return NumpyDtype(e.layout().dtype); },
                              "The numpy dtype of a block's elements.")

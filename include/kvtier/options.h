@@ -198,7 +198,10 @@ struct RemoteTierOptions {
   uint64_t write_budget_bytes_per_s = 0;  // Encoded bytes put per second; 0: unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0: one second of budget.
   bool promote_on_load = true;            // Remote hits served by Load are also cached in host.
-  uint32_t io_threads = 2;  // Threads that run the tier's reads and writes; [1, 64].
+  uint32_t io_threads = 2;  // Threads that run the tier's reads, and as many its writes; [1, 64].
+  // Connections to the server the reads (gets, lookups) use side by side; puts have one more of
+  // their own, so a get never waits for a put's pipeline; [1, 64].
+  uint32_t connections = 1;
 
   friend bool operator==(const RemoteTierOptions&, const RemoteTierOptions&) = default;
 };
@@ -241,6 +244,9 @@ struct EngineOptions {
   // CPUs of the engine's threads: "" the opening thread's, "all" every CPU the process may use,
   // or a list such as "0-3,8".
   std::string thread_cpus;
+  // Added to the nice value of the threads that only write blocks down to the SSD and remote
+  // tiers, so that they give way to loads and the inference engine on a busy machine; [0, 19].
+  int background_nice = 10;
   uint32_t sink_chunks = 1;              // Leading chunks stored at least at kHigh priority.
   bool promote_on_load = true;           // SSD hits served by Load are also cached in host.
   std::optional<RemoteTierOptions> remote;  // The shared remote tier; none by default.

@@ -49,6 +49,11 @@ inline constexpr uint32_t kThreadPoolQueueMax = 1u << 16;
 // The remote tier's I/O threads (RemoteTierAdapter): each keeps one store connection busy.
 inline constexpr uint32_t kRemoteIoThreadsDefault = 2;
 inline constexpr uint32_t kRemoteIoThreadsMax = 64;
+// Connections per server the remote tier's reads use by default (its puts have one more).
+inline constexpr uint32_t kRemoteConnectionsDefault = 1;
+inline constexpr uint32_t kRemoteConnectionsMax = 64;
+// The default nice increment of the engine's background write threads (EngineOptions).
+inline constexpr int kBackgroundNiceDefault = 10;
 
 static_assert(kBlockTokensMax % kBlockTokensMultiple == 0);
 static_assert(kBlockTokensMin % kBlockTokensMultiple == 0);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/limits.h"
+#include "core/thread_priority.h"
 
 namespace kvtier {
 
@@ -13,6 +14,11 @@ Result<std::unique_ptr<ThreadPool>> ThreadPool::Create(const ThreadPoolOptions& 
     return Status::InvalidArgument("thread pool threads must be in [1, " +
                                    std::to_string(kThreadPoolThreadsMax) + "], got " +
                                    std::to_string(options.threads));
+  }
+  if (options.nice_increment < 0 || options.nice_increment > kNiceMax) {
+    return Status::InvalidArgument("thread pool nice_increment must be in [0, " +
+                                   std::to_string(kNiceMax) + "], got " +
+                                   std::to_string(options.nice_increment));
   }
   if (options.queue_tasks_max == 0 || options.queue_tasks_max > kThreadPoolQueueMax) {
     return Status::InvalidArgument("thread pool queue_tasks_max must be in [1, " +
@@ -25,7 +31,13 @@ Result<std::unique_ptr<ThreadPool>> ThreadPool::Create(const ThreadPoolOptions& 
 ThreadPool::ThreadPool(const ThreadPoolOptions& options) : options_(options) {
   workers_.reserve(options.threads);
   for (uint32_t i = 0; i < options.threads; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this] {
+      if (options_.nice_increment > 0) {
+        // Refused (a seccomp filter, say): the worker runs at the pool creator's priority.
+        LowerThisThreadPriority(options_.nice_increment).status().IgnoreError();
+      }
+      WorkerLoop();
+    });
     const std::string name = (options_.name + std::to_string(i)).substr(0, 15);
     pthread_setname_np(workers_.back().native_handle(), name.c_str());
   }

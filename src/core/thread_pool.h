@@ -24,6 +24,9 @@ struct ThreadPoolOptions {
   uint32_t threads = 2;
   uint32_t queue_tasks_max = 1024;
   std::string name = "kvtier-pool";  // Thread name prefix (15 bytes at most are kept).
+  // Added to each worker's nice value as it starts (core/thread_priority.h), for pools that do
+  // background work only; [0, kNiceMax]. A refusal by the system leaves the worker as it was.
+  int nice_increment = 0;
 };
 
 class ThreadPool {

@@ -1,6 +1,8 @@
 // Checks the bounded thread pool: every submitted task runs exactly once, TrySubmit reports Busy
 // when the queue is full (back-pressure, not growth), Submit blocks until space frees up, the
-// destructor drains queued work, and invalid options are rejected with a clear error.
+// destructor drains queued work, invalid options are rejected with a clear error, and a pool
+// given a nice increment runs its tasks at that lower priority (read back from the system on the
+// worker) while other threads keep theirs.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+
+#include "core/thread_priority.h"
 
 namespace kvtier {
 namespace {
@@ -21,6 +25,31 @@ TEST(ThreadPoolTest, RunsEveryTask) {
   }
   (*pool)->WaitIdle();
   EXPECT_EQ(count.load(), 1000);
+}
+
+TEST(ThreadPoolTest, NiceIncrementLowersOnlyThePoolsWorkers) {
+  const int base = ThisThreadNice();
+  auto background = ThreadPool::Create({.threads = 2, .name = "bg", .nice_increment = 5});
+  auto normal = ThreadPool::Create({.threads = 1, .name = "fg"});
+  ASSERT_TRUE(background.ok() && normal.ok());
+  std::atomic<int> bg_nice{-100};
+  std::atomic<int> fg_nice{-100};
+  ASSERT_TRUE((*background)->Submit([&] { bg_nice = ThisThreadNice(); }).ok());
+  ASSERT_TRUE((*normal)->Submit([&] { fg_nice = ThisThreadNice(); }).ok());
+  (*background)->WaitIdle();
+  (*normal)->WaitIdle();
+  EXPECT_EQ(bg_nice.load(), std::min(base + 5, kNiceMax));
+  EXPECT_EQ(fg_nice.load(), base);
+  EXPECT_EQ(ThisThreadNice(), base);  // The creating thread is left as it was.
+}
+
+TEST(ThreadPoolTest, NiceIncrementOutOfRangeIsRefused) {
+  for (const int bad : {-1, kNiceMax + 1}) {
+    auto pool = ThreadPool::Create({.threads = 1, .nice_increment = bad});
+    ASSERT_FALSE(pool.ok());
+    EXPECT_NE(pool.status().message().find("nice_increment"), std::string::npos);
+  }
+  EXPECT_FALSE(LowerThisThreadPriority(-3).ok());
 }
 
 TEST(ThreadPoolTest, TrySubmitIsBusyWhenFull) {

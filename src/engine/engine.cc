@@ -1,9 +1,12 @@
 // Engine::Open, namespaces, Lookup, Prefetch, Pin, Flush and Stats. Load and Store live in
 // engine_load.cc and engine_store.cc, slot management in engine_tiers.cc.
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "core/assert.h"
 #include "core/limits.h"
+#include "core/thread_priority.h"
 #include "engine/engine_impl.h"
 #include "env/thread_cpus.h"
 
@@ -85,7 +88,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   e->geometry_ = {.tokens = options.layout.block_tokens,
                   .kv_heads = options.layout.kv_heads,
                   .head_dim = options.layout.head_dim,
-                  .dtype = options.layout.dtype};
+                  .dtype = options.layout.dtype,
+                  .kind = options.layout.kind};
   Logger* logger = e->logger_;
   KV_ASSIGN_OR_RETURN(
       e->ratio_, codecs::RatioMonitor::Create({.on_event = [logger](const codecs::RatioEvent& ev) {
@@ -559,7 +563,12 @@ void EngineImpl::CleanerLoop() {
   // Why a thread of its own and not pool tasks: FlushBatch waits for staging buffers and SSD I/O,
   // and workers never wait (engine.md, Locking). Its batches are small, so it pins few blocks.
   // It sleeps until a Store kicks it, or, while blocks wait for their write-back age limit,
-  // until the next one falls due.
+  // until the next one falls due. It only writes blocks down, so it runs at background_nice.
+  pthread_setname_np(pthread_self(), "kvtier-cleaner");
+  if (const Result<int> nice = LowerThisThreadPriority(options_.background_nice); !nice.ok()) {
+    LogTo(logger_, LogLevel::kWarn,
+          "engine: the cleaner keeps its priority: " + nice.status().ToString());
+  }
   uint64_t wait_us = 0;
   mu_.Lock();
   while (!cleaner_stop_) {

@@ -129,9 +129,15 @@ struct RemoteTierOptions {
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   // Remote hits served by Load are also copied into a free or clean host slot.
   bool promote_on_load = true;
-  // The remote tier's I/O threads: reads and writes are handed to them, so no engine worker
-  // waits for the network; [1, kRemoteIoThreadsMax].
+  // The remote tier's I/O threads: reads are handed to io_threads readers and writes to as many
+  // writers (at EngineOptions::background_nice), so no engine worker waits for the network;
+  // [1, kRemoteIoThreadsMax].
   uint32_t io_threads = kRemoteIoThreadsDefault;
+  // Stores opened on the server for the reads (gets and lookups), each with its own
+  // connections, side by side (tiers/remote_lanes.h); the puts get one more of their own, so a
+  // get never waits for a put's pipeline. [1, kRemoteConnectionsMax]. Used with `redis` only (a
+  // borrowed store is used as it is).
+  uint32_t connections = kRemoteConnectionsDefault;
 
   Status Validate() const;
 };
@@ -201,6 +207,12 @@ struct EngineOptions {
   // The CPUs every thread the engine starts runs on (env/thread_cpus.h): "" those of the thread
   // that opens it, "all" every CPU the process may use, or a list such as "0-3,8".
   std::string thread_cpus;
+  // Added to the nice value of the engine's threads that only write blocks down to the tiers
+  // below memory (the cleaner's write-back to the SSD, the remote tier's puts), so that on a
+  // busy machine they give way to loads and to the inference engine's own threads
+  // (core/thread_priority.h; docs/engine.md, "Background writes"). [0, 19]; 0 keeps them at
+  // the opening thread's priority.
+  int background_nice = kBackgroundNiceDefault;
   uint32_t sink_chunks = 1;       // Leading chunks stored at least at BlockPriority::kHigh.
   // SSD hits served by Load are also copied into the host tier (only into free or clean slots:
   // a promotion never forces a write-back).

@@ -33,6 +33,11 @@ Status RemoteTierOptions::Validate() const {
     return Status::InvalidArgument("io_threads: must be from 1 to " +
                                    std::to_string(kRemoteIoThreadsMax));
   }
+  if (connections == 0 || connections > kRemoteConnectionsMax) {
+    return Status::InvalidArgument("connections: must be from 1 to " +
+                                   std::to_string(kRemoteConnectionsMax) + ", got " +
+                                   std::to_string(connections));
+  }
   return Status::Ok();
 }
 
@@ -73,7 +78,8 @@ Status EngineImpl::OpenLowerTiers() {
                       lower_factory_->Open(options_, {.env = env_,
                                                       .clock = clock_,
                                                       .logger = logger_,
-                                                      .layout_digest = layout_digest_}));
+                                                      .layout_digest = layout_digest_,
+                                                      .background_nice = options_.background_nice}));
   if (opened.owned_env != nullptr) {
     owned_env_ = std::move(opened.owned_env);
     env_ = owned_env_.get();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/limits.h"
+#include "core/thread_priority.h"
 #include "engine/engine.h"
 #include "engine/lower_tier_factory.h"
 #include "engine/staging.h"
@@ -83,6 +84,11 @@ Status PredictionOptions::Validate() const {
 Status EngineOptions::Validate() const {
   KV_RETURN_IF_ERROR(WithField(layout.Validate(), "layout"));
   KV_RETURN_IF_ERROR(ResolveThreadCpus(thread_cpus).status());
+  if (background_nice < 0 || background_nice > kNiceMax) {
+    return Status::InvalidArgument("background_nice: must be from 0 to " +
+                                   std::to_string(kNiceMax) + ", got " +
+                                   std::to_string(background_nice));
+  }
   if (model.name.size() > kModelNameBytesMax) {
     return Status::InvalidArgument("model.name: longer than " + std::to_string(kModelNameBytesMax) +
                                    " bytes");
@@ -105,6 +111,11 @@ Status EngineOptions::Validate() const {
     KV_RETURN_IF_ERROR(CheckCapacity("cxl.capacity_bytes", cxl->capacity_bytes, block_bytes));
   }
   KV_RETURN_IF_ERROR(WithField(ssd_codec.WithDefaults().Validate(), "ssd_codec"));
+  if (layout.kind == LayoutKind::kLatent && !codecs::LatentCodecOk(ssd_codec.WithDefaults())) {
+    return Status::InvalidArgument("ssd_codec: " + codecs::CodecName(ssd_codec.codec) +
+                                   " splits or rotates K and V; a latent layout takes identity, "
+                                   "shuffle-zstd, int8 or int4");
+  }
   if (ssd_codec.rotated() && !std::has_single_bit(layout.head_dim)) {
     return Status::InvalidArgument("ssd_codec: " + codecs::CodecName(ssd_codec.codec) +
                                    " rotates each head (Hadamard) and needs a power-of-two "

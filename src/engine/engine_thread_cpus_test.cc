@@ -1,19 +1,35 @@
-// Goal: show that EngineOptions::thread_cpus puts every thread the engine starts (workers, the
-// SSD tier's I/O and maintenance, the cleaner) on the CPUs it names, whatever CPUs the opening
-// thread is bound to, that the opening thread keeps its own, that "" keeps the opener's CPUs, and
-// that a bad spec fails Open with a message naming the option.
-// Method: Open runs on a thread bound to one CPU (as vLLM's CPU worker binds its process); the
-// threads that appear in /proc/self/task during Open are the engine's, and each one's
-// Cpus_allowed_list is read from its status file.
+// Goal: show how the engine's threads are placed and prioritized.
+// - EngineOptions::thread_cpus puts every thread the engine starts (workers, the SSD tier's I/O
+//   and maintenance, the cleaner) on the CPUs it names, whatever CPUs the opening thread is bound
+//   to; the opening thread keeps its own; "" keeps the opener's CPUs; a bad spec fails Open with
+//   a message naming the option.
+// - EngineOptions::background_nice lowers the priority of exactly the threads that only write
+//   blocks down (the cleaner, the remote tier's writers) by the increment asked for, and leaves
+//   every other thread (workers, completions, the remote readers) and the opener at the opener's
+//   priority; 0 changes no thread; a value out of range fails Open naming the option.
+// Method: for CPUs, Open runs on a thread bound to one CPU (as vLLM's CPU worker binds its
+// process); the threads that appear in /proc/self/task during Open are the engine's, and each
+// one's Cpus_allowed_list is read from its status file. For priorities, an engine with an SSD
+// and a remote tier (a FakeRemoteStore) is opened and each of its threads is found by its name
+// and its nice value read from its stat file; the cleaner lowers itself as it starts, so the
+// test waits for that (bounded) before reading.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "core/kv_layout.h"
+#include "core/small_file.h"
+#include "core/thread_priority.h"
 #include "engine/engine.h"
 #include "env/thread_cpus.h"
+#include "testing/fake_remote_store.h"
 #include "testing/test_util.h"
 
 namespace kvtier {
@@ -38,6 +54,32 @@ std::string CpusOf(const std::string& tid) {
   return "?";
 }
 
+// Thread name -> nice value, for every thread of the process whose name starts with "kvtier-".
+// Threads of one pool share a name prefix and a priority; the last one read wins.
+std::map<std::string, int> KvtierThreadNice() {
+  std::map<std::string, int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    Result<std::string> comm = ReadSmallFile(e.path() / "comm");
+    Result<std::string> stat = ReadSmallFile(e.path() / "stat");
+    if (!comm.ok() || !stat.ok()) continue;  // The thread ended meanwhile.
+    std::string name = comm->substr(0, comm->find('\n'));
+    if (name.rfind("kvtier-", 0) != 0) continue;
+    const std::string& text = *stat;
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(text.substr(paren + 2));  // From field 3 (state) on.
+    std::string field;
+    int nice = 0;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19) nice = std::stoi(field);
+    }
+    // Pools number their threads; one entry per pool.
+    while (!name.empty() && std::isdigit(static_cast<unsigned char>(name.back()))) name.pop_back();
+    out[name] = nice;
+  }
+  return out;
+}
+
 class EngineThreadCpusTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -46,7 +88,8 @@ class EngineThreadCpusTest : public ::testing::Test {
     dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
   }
 
-  EngineOptions Options(const std::string& thread_cpus) {
+  EngineOptions Options(const std::string& thread_cpus, RemoteStore* remote = nullptr,
+                        int background_nice = kBackgroundNiceDefault) {
     EngineOptions o;
     o.layout = {.layers = 2, .kv_heads = 2, .head_dim = 16, .dtype = DType::kF16,
                 .block_tokens = 16};
@@ -61,6 +104,8 @@ class EngineThreadCpusTest : public ::testing::Test {
     s.capacity_bytes = 8 * kMiB;
     o.ssd = s;
     o.thread_cpus = thread_cpus;
+    if (remote != nullptr) o.remote = RemoteTierOptions{.store = remote};
+    o.background_nice = background_nice;
     return o;
   }
 
@@ -123,6 +168,65 @@ TEST_F(EngineThreadCpusTest, AListNamesTheCpusAndABadOneFailsOpen) {
     EXPECT_TRUE(o.status.IsInvalidArgument()) << bad << ": " << o.status.ToString();
     EXPECT_NE(o.status.message().find("thread_cpus"), std::string::npos) << o.status.ToString();
     EXPECT_EQ(o.opener, std::to_string(allowed_.back()));
+  }
+}
+
+class EngineBackgroundNiceTest : public EngineThreadCpusTest {
+ protected:
+
+  // Opens an engine and returns its threads' nice values once the cleaner has started (its name
+  // is set by itself as it starts) and lowered itself when asked to.
+  std::map<std::string, int> OpenAndRead(int background_nice, std::unique_ptr<Engine>* engine) {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(Options("", &remote_, background_nice));
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (!e.ok()) return {};
+    *engine = std::move(e).value();
+    const int want = std::min(base_ + background_nice, kNiceMax);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::map<std::string, int> threads = KvtierThreadNice();
+    while ((threads.count("kvtier-cleaner") == 0 || threads["kvtier-cleaner"] != want) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      threads = KvtierThreadNice();
+    }
+    return threads;
+  }
+
+  const int base_ = ThisThreadNice();
+  FakeRemoteStore remote_{{.layout_digest = LayoutDigest(KvLayout{
+                               .layers = 2, .kv_heads = 2, .head_dim = 16,
+                               .dtype = DType::kF16, .block_tokens = 16})}};
+};
+
+TEST_F(EngineBackgroundNiceTest, OnlyTheWritersAreLowered) {
+  std::unique_ptr<Engine> engine;
+  const std::map<std::string, int> threads = OpenAndRead(7, &engine);
+  const int lowered = std::min(base_ + 7, kNiceMax);
+  ASSERT_EQ(threads.count("kvtier-cleaner"), 1u);
+  EXPECT_EQ(threads.at("kvtier-cleaner"), lowered);
+  ASSERT_EQ(threads.count("kvtier-rput"), 1u);
+  EXPECT_EQ(threads.at("kvtier-rput"), lowered);
+  for (const char* kept : {"kvtier-remote", "kvtier-engine", "kvtier-compl"}) {
+    ASSERT_EQ(threads.count(kept), 1u) << kept;
+    EXPECT_EQ(threads.at(kept), base_) << kept;
+  }
+  EXPECT_EQ(ThisThreadNice(), base_);
+}
+
+TEST_F(EngineBackgroundNiceTest, ZeroLowersNoThread) {
+  std::unique_ptr<Engine> engine;
+  const std::map<std::string, int> threads = OpenAndRead(0, &engine);
+  ASSERT_EQ(threads.count("kvtier-cleaner"), 1u);
+  for (const auto& [name, nice] : threads) EXPECT_EQ(nice, base_) << name;
+}
+
+TEST_F(EngineBackgroundNiceTest, OutOfRangeFailsOpenNamingTheOption) {
+  for (const int bad : {-1, 20}) {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(Options("", &remote_, bad));
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_TRUE(e.status().IsInvalidArgument()) << e.status().ToString();
+    EXPECT_NE(e.status().message().find("background_nice"), std::string::npos)
+        << e.status().ToString();
   }
 }
 

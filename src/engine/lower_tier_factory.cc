@@ -5,8 +5,10 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tiers/redis_store.h"
+#include "tiers/remote_lanes.h"
 #include "tiers/remote_tier_adapter.h"
 #include "tiers/ssd_tier.h"
 #include "tiers/ssd_tier_adapter.h"
@@ -59,7 +61,8 @@ class StandardFactory final : public LowerTierFactory {
         .write_budget_bytes_per_s = r.write_budget_bytes_per_s,
         .write_budget_burst_bytes = r.write_budget_burst_bytes,
         .clock = context.clock,
-        .io_threads = r.io_threads};
+        .io_threads = r.io_threads,
+        .write_nice = context.background_nice};
     std::unique_ptr<RemoteTierAdapter> adapter;
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
@@ -68,8 +71,15 @@ class StandardFactory final : public LowerTierFactory {
       o.layout_digest = context.layout_digest;
       if (o.clock == nullptr) o.clock = context.clock;
       if (o.logger == nullptr) o.logger = context.logger;
-      KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> store, RedisStore::Open(std::move(o)));
-      adapter = std::make_unique<RemoteTierAdapter>(std::move(store), policy);
+      // Lanes of the same server, each store with its own connections (tiers/remote_lanes.h):
+      // `connections` for the reads, and one for the puts, so a get never waits for a put.
+      std::vector<std::unique_ptr<RemoteStore>> reads, writes;
+      for (uint32_t i = 0; i <= r.connections; ++i) {
+        KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> lane, RedisStore::Open(o));
+        (i < r.connections ? reads : writes).push_back(std::move(lane));
+      }
+      adapter = std::make_unique<RemoteTierAdapter>(
+          std::make_unique<RemoteStoreLanes>(std::move(reads), std::move(writes)), policy);
     }
     RemoteStore* store = adapter->store();
     return OpenedLowerTier{.tier = std::move(adapter),

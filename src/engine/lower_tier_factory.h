@@ -43,6 +43,7 @@ struct LowerTierContext {
   Clock* clock = nullptr;    // Never null.
   Logger* logger = nullptr;  // May be null (silent).
   Hash256 layout_digest{};
+  int background_nice = 0;  // EngineOptions::background_nice: for threads that only write.
 };
 
 struct OpenedLowerTiers {

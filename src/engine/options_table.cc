@@ -8,6 +8,7 @@
 
 #include "codecs/codec_params.h"
 #include "core/limits.h"
+#include "core/thread_priority.h"
 
 namespace kvtier {
 namespace {
@@ -417,6 +418,17 @@ constexpr OptionSpec kTable[] = {
        o.thread_cpus = S(v);
        return Status::Ok();
      }},
+    {.name = "background_nice", .type = OptionType::kUint, .default_text = "10", .min = 0,
+     .max = kNiceMax, .surfaces = kSurfaceCpp | kSurfacePython | kSurfaceCli,
+     .cpp_field = "background_nice",
+     .doc = "Added to the nice value of the threads that only write blocks down (the SSD "
+            "write-back, the remote puts), so loads and the inference engine come first on a "
+            "busy machine; 0: the opening thread's priority",
+     .note = "Not in the C struct (its layout is fixed): C programs get the default",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       o.background_nice = static_cast<int>(U32(v));
+       return Status::Ok();
+     }},
     {.name = "sink_chunks", .type = OptionType::kUint, .default_text = "1", .min = 0,
      .max = 1 << 20, .cpp_field = "sink_chunks",
      .doc = "Leading chunks of a sequence stored at least at high priority",
@@ -585,9 +597,19 @@ constexpr OptionSpec kTable[] = {
      }},
     {.name = "remote_io_threads", .type = OptionType::kUint, .default_text = "2", .min = 1,
      .max = kRemoteIoThreadsMax, .cpp_field = "remote.io_threads",
-     .doc = "Threads that run remote reads and writes (workers never wait for the network)",
+     .doc = "Threads that run remote reads, and as many for its writes (workers never wait for "
+            "the network)",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnRemote(o, [&](RemoteTierOptions& r) { r.io_threads = U32(v); });
+     }},
+    {.name = "remote_connections", .type = OptionType::kUint, .default_text = "1", .min = 1,
+     .max = kRemoteConnectionsMax, .surfaces = kSurfaceCpp | kSurfacePython | kSurfaceCli,
+     .cpp_field = "remote.connections",
+     .doc = "Connections to the remote server for reads, side by side; puts have one more of "
+            "their own, so a get never waits for a put's pipeline",
+     .note = "Not in the C struct (its layout is fixed): C programs get the default",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnRemote(o, [&](RemoteTierOptions& r) { r.connections = U32(v); });
      }},
     // ---- Access prediction ----
     {.name = "prediction_enabled", .type = OptionType::kBool, .default_text = "false",

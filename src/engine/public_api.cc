@@ -153,6 +153,7 @@ Result<RemoteTierOptions> ConvertRemote(const api::RemoteTierOptions& in) {
   out.write_budget_burst_bytes = in.write_budget_burst_bytes;
   out.promote_on_load = in.promote_on_load;
   out.io_threads = in.io_threads;
+  out.connections = in.connections;
   return out;
 }
 
@@ -254,6 +255,7 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   out.default_ttl_ms = in.default_ttl_ms;
   out.worker_threads = in.worker_threads;
   out.thread_cpus = in.thread_cpus;
+  out.background_nice = in.background_nice;
   out.sink_chunks = in.sink_chunks;
   out.promote_on_load = in.promote_on_load;
   out.prediction = ConvertPrediction(in.prediction);

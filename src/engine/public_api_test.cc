@@ -42,12 +42,12 @@ constexpr size_t PublicFieldCount() {
   }
 }
 // Update these counts only together with the checks below.
-static_assert(PublicFieldCount<api::EngineOptions>() == 22);
+static_assert(PublicFieldCount<api::EngineOptions>() == 23);
 static_assert(PublicFieldCount<api::Layout>() == 5);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
 static_assert(PublicFieldCount<api::SsdTierOptions>() == 20);
-static_assert(PublicFieldCount<api::RemoteTierOptions>() == 22);
+static_assert(PublicFieldCount<api::RemoteTierOptions>() == 23);
 static_assert(PublicFieldCount<api::PredictionOptions>() == 7);
 static_assert(PublicFieldCount<api::CodecOptions>() == 3);
 static_assert(PublicFieldCount<api::Keyring>() == 2);
@@ -122,6 +122,7 @@ void ExpectRemoteEq(const RemoteTierOptions& a, const RemoteTierOptions& b) {
   EXPECT_EQ(a.write_budget_burst_bytes, b.write_budget_burst_bytes);
   EXPECT_EQ(a.promote_on_load, b.promote_on_load);
   EXPECT_EQ(a.io_threads, b.io_threads);
+  EXPECT_EQ(a.connections, b.connections);
 }
 
 void ExpectPredictionEq(const PredictionOptions& a, const PredictionOptions& b) {
@@ -156,6 +157,7 @@ void ExpectOptionsEq(const EngineOptions& a, const EngineOptions& b) {
   EXPECT_EQ(a.default_ttl_ms, b.default_ttl_ms);
   EXPECT_EQ(a.worker_threads, b.worker_threads);
   EXPECT_EQ(a.thread_cpus, b.thread_cpus);
+  EXPECT_EQ(a.background_nice, b.background_nice);
   EXPECT_EQ(a.sink_chunks, b.sink_chunks);
   EXPECT_EQ(a.promote_on_load, b.promote_on_load);
   ASSERT_EQ(a.remote.has_value(), b.remote.has_value());
@@ -273,7 +275,8 @@ api::RemoteTierOptions PublicRemote(const std::string& key_text) {
           .write_budget_bytes_per_s = 28,
           .write_budget_burst_bytes = 29,
           .promote_on_load = false,
-          .io_threads = 5};
+          .io_threads = 5,
+          .connections = 7};
 }
 
 RemoteTierOptions InternalRemote(RemoteKeyring keys) {
@@ -298,7 +301,8 @@ RemoteTierOptions InternalRemote(RemoteKeyring keys) {
           .write_budget_bytes_per_s = 28,
           .write_budget_burst_bytes = 29,
           .promote_on_load = false,
-          .io_threads = 5};
+          .io_threads = 5,
+          .connections = 7};
 }
 
 api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::string& remote_keys) {
@@ -319,6 +323,7 @@ api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::stri
       .default_ttl_ms = 31,
       .worker_threads = 5,
       .thread_cpus = "all",
+      .background_nice = 12,
       .sink_chunks = 6,
       .promote_on_load = false,
       .remote = PublicRemote(remote_keys),
@@ -351,6 +356,7 @@ EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, 
   e.default_ttl_ms = 31;
   e.worker_threads = 5;
   e.thread_cpus = "all";
+  e.background_nice = 12;
   e.sink_chunks = 6;
   e.promote_on_load = false;
   e.remote = InternalRemote(std::move(remote_keys));

@@ -344,7 +344,13 @@ RedisConnection::~RedisConnection() {
 }
 
 Status RedisConnection::EnsureConnected() {
-  if (context_ != nullptr) return Status::Ok();
+  // An idle link the server closed meanwhile (a restart, its idle timeout) would fail the next
+  // command; one that has bytes nobody asked for is out of step. Either is replaced before use.
+  if (context_ != nullptr) {
+    const Status stale = CheckIdleLink();
+    if (stale.ok()) return Status::Ok();
+    Drop(stale);
+  }
   ScopedSigpipeBlock no_sigpipe;
   Status s = Connect();
   if (!s.ok()) {
@@ -353,6 +359,22 @@ Status RedisConnection::EnsureConnected() {
   }
   MarkUp();
   return Status::Ok();
+}
+
+Status RedisConnection::CheckIdleLink() const {
+  std::byte probe{};
+  const ssize_t n = recv(context_->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();  // Alive, quiet.
+  if (n == 0) {
+    return Status::Unavailable("redis " + endpoint_.ToString() +
+                               ": the server closed the idle connection");
+  }
+  if (n > 0) {
+    return Status::Unavailable("redis " + endpoint_.ToString() +
+                               ": bytes arrived on the idle connection that no command asked for");
+  }
+  return Status::Unavailable("redis " + endpoint_.ToString() +
+                             ": idle connection: " + std::strerror(errno));
 }
 
 Status RedisConnection::Connect() {

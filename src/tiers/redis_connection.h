@@ -235,6 +235,9 @@ class RedisConnection {
   // Releases the reader's buffer when it is empty and above reader_buffer_retain_bytes.
   void TrimReaderBuffer();
   void Drop(const Status& why);
+  // Ok when the open connection is idle and still up: the server has neither closed it nor sent
+  // anything (peeked without blocking); else Unavailable saying which.
+  Status CheckIdleLink() const;
   void MarkUp();
 
   const RedisEndpoint endpoint_;

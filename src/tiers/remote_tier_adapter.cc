@@ -13,10 +13,23 @@ namespace kvtier {
 RemoteTierAdapter::RemoteTierAdapter(RemoteStore* store, const RemoteTierPolicy& policy)
     : store_(store), clock_(policy.clock) {
   KV_CHECK(store_ != nullptr);
-  Result<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(
+  Result<std::unique_ptr<ThreadPool>> readers = ThreadPool::Create(
       {.threads = policy.io_threads, .queue_tasks_max = 1024, .name = "kvtier-remote"});
-  KV_CHECK(pool.ok());  // Only a thread count out of range fails: callers validate it.
-  pool_ = std::move(*pool);
+  Result<std::unique_ptr<ThreadPool>> writers =
+      ThreadPool::Create({.threads = policy.io_threads,
+                          .queue_tasks_max = 1024,
+                          .name = "kvtier-rput",
+                          .nice_increment = policy.write_nice});
+  // Only a thread count or nice increment out of range fails: callers validate them.
+  KV_CHECK(readers.ok() && writers.ok());
+  {
+    MutexLock lock(&io_[static_cast<size_t>(Lane::kRead)].mu);
+    io_[static_cast<size_t>(Lane::kRead)].pool = std::move(*readers);
+  }
+  {
+    MutexLock lock(&io_[static_cast<size_t>(Lane::kWrite)].mu);
+    io_[static_cast<size_t>(Lane::kWrite)].pool = std::move(*writers);
+  }
   if (policy.admission_requests > 1) {
     admission_ =
         std::make_unique<ssd::AdmissionFilter>(policy.admission_requests, policy.admission_slots);
@@ -38,25 +51,29 @@ RemoteTierAdapter::RemoteTierAdapter(std::unique_ptr<RemoteStore> store,
 RemoteTierAdapter::~RemoteTierAdapter() { Close().IgnoreError(); }
 
 Status RemoteTierAdapter::Close() {
-  std::unique_ptr<ThreadPool> pool;
-  {
-    MutexLock lock(&pool_mu_);
-    closed_.store(true, std::memory_order_release);
-    pool = std::move(pool_);
+  closed_.store(true, std::memory_order_release);
+  for (IoThreads& io : io_) {
+    std::unique_ptr<ThreadPool> pool;
+    {
+      MutexLock lock(&io.mu);
+      pool = std::move(io.pool);
+    }
+    // Runs every queued batch (each refused: closed_ is set) and joins the threads; a batch a
+    // thread is running completes first.
+    pool.reset();
   }
-  // Runs every queued batch (each refused: closed_ is set) and joins the threads; a batch a
-  // thread is running completes first.
-  pool.reset();
   return Status::Ok();
 }
 
-void RemoteTierAdapter::Submit(std::function<void()> run, std::function<void()> refuse) {
+void RemoteTierAdapter::Submit(Lane lane, std::function<void()> run,
+                               std::function<void()> refuse) {
   {
-    MutexLock lock(&pool_mu_);
-    if (pool_ != nullptr) {
-      // Waits while the queue is full. A pool in pool_ is not shutting down, so this queues.
+    IoThreads& io = io_[static_cast<size_t>(lane)];
+    MutexLock lock(&io.mu);
+    if (io.pool != nullptr) {
+      // Waits while the queue is full. A pool still held here is not shutting down: this queues.
       const Status queued =
-          pool_->Submit([this, run = std::move(run), refuse = std::move(refuse)] {
+          io.pool->Submit([this, run = std::move(run), refuse = std::move(refuse)] {
             if (closed_.load(std::memory_order_acquire)) {
               refuse();
             } else {
@@ -93,11 +110,11 @@ void MarkClosed(TierWrite& w) {
 }  // namespace
 
 template <typename Item>
-void RemoteTierAdapter::SubmitBatch(std::span<Item> items, Callback done,
+void RemoteTierAdapter::SubmitBatch(Lane lane, std::span<Item> items, Callback done,
                                     void (RemoteTierAdapter::*run)(std::span<Item>,
                                                                    const Callback&)) {
   auto shared = std::make_shared<Callback>(std::move(done));
-  Submit([this, items, shared, run] { (this->*run)(items, *shared); },
+  Submit(lane, [this, items, shared, run] { (this->*run)(items, *shared); },
          [items, shared] {
            for (Item& item : items) MarkClosed(item);
            (*shared)(Closed());
@@ -105,11 +122,11 @@ void RemoteTierAdapter::SubmitBatch(std::span<Item> items, Callback done,
 }
 
 void RemoteTierAdapter::ReadBatch(std::span<TierRead> reads, Callback done) {
-  SubmitBatch(reads, std::move(done), &RemoteTierAdapter::RunReads);
+  SubmitBatch(Lane::kRead, reads, std::move(done), &RemoteTierAdapter::RunReads);
 }
 
 void RemoteTierAdapter::WriteBatch(std::span<TierWrite> writes, Callback done) {
-  SubmitBatch(writes, std::move(done), &RemoteTierAdapter::RunWrites);
+  SubmitBatch(Lane::kWrite, writes, std::move(done), &RemoteTierAdapter::RunWrites);
 }
 
 void RemoteTierAdapter::RunReads(std::span<TierRead> reads, const Callback& done) {

@@ -1,18 +1,21 @@
-// RemoteTierAdapter: a RemoteStore (tiers/remote_store.h: Redis, Redis Cluster, or the fake
-// store of the tests) as a Tier (tiers/tier.h), named "remote".
+// RemoteTierAdapter: a RemoteStore (tiers/remote_store.h: Redis, Redis Cluster, or the fake store
+// of the tests) as a Tier (tiers/tier.h), named "remote".
 //
-// Shared between processes and persistent beyond this process; Contains is one batched Exists
-// call that may fail per key (Unavailable, TimedOut). The store's client is synchronous, so the
-// adapter gives ReadBatch and WriteBatch to a small pool of I/O threads of its own
-// (RemoteTierPolicy::io_threads): the call queues the batch and returns, the store is called and
-// the callback runs on an I/O thread, and the issuing thread (an engine worker) never waits for
-// the network. A call blocks only while the pool's queue is full (back-pressure). Contains and
-// Erase stay synchronous: they call the store on the calling thread (Lookup needs Contains's
-// answer before it returns; Erase is rare). The tier's admission filter and
-// write budget live here (the store has none): a write the filter does not admit is skipped with
-// Aborted, one over the budget with Busy, and a key Contains finds absent counts as a request
-// for the filter, as a miss does for the SSD tier's. A value that fails verification is a miss
-// with `corrupt` set.
+// Shared between processes and persistent beyond this process; Contains is one batched Exists call
+// that may fail per key (Unavailable, TimedOut). The store's client is synchronous, so the adapter
+// gives ReadBatch and WriteBatch to a small pool of I/O threads of its own
+// (RemoteTierPolicy::io_threads readers and as many writers): the call queues the batch and
+// returns, the store is called and the callback runs on an I/O thread, and the issuing thread (an
+// engine worker) never waits for the network. Reads and writes have threads of their own, so a read
+// never queues behind writes; the writers run at a lower CPU priority
+// (RemoteTierPolicy::write_nice): sealing and sending a put gives way to the process's other
+// threads (a load, the inference engine's own compute) when both want a CPU. A call blocks only
+// while its own kind's queue is full (back-pressure). Contains and Erase stay synchronous: they
+// call the store on the calling thread (Lookup needs Contains's answer before it returns; Erase is
+// rare). The tier's admission filter and write budget live here (the store has none): a write the
+// filter does not admit is skipped with Aborted, one over the budget with Busy, and a key Contains
+// finds absent counts as a request for the filter, as a miss does for the SSD tier's. A value that
+// fails verification is a miss with `corrupt` set.
 //
 // Shutdown: Close (and the destructor, for an adapter not closed) stops the I/O threads. A batch
 // an I/O thread is running completes as usual; every batch still queued completes too, without
@@ -46,9 +49,11 @@ struct RemoteTierPolicy {
   uint64_t write_budget_bytes_per_s = 0;  // 0 = unlimited.
   uint64_t write_budget_burst_bytes = 0;  // 0 = one second of budget.
   Clock* clock = nullptr;                 // The write budget's; required with a budget.
-  // Threads that call the store for ReadBatch and WriteBatch; [1, kRemoteIoThreadsMax]. Each
-  // holds one connection of the store busy at a time.
+  // Threads that call the store for ReadBatch, and as many again for WriteBatch;
+  // [1, kRemoteIoThreadsMax]. Each holds one connection of the store busy at a time.
   uint32_t io_threads = kRemoteIoThreadsDefault;
+  // Added to the writer threads' nice value (core/thread_priority.h); [0, kNiceMax].
+  int write_nice = 0;
 };
 
 class RemoteTierAdapter final : public Tier {
@@ -75,15 +80,16 @@ class RemoteTierAdapter final : public Tier {
   Status Flush() override { return Status::Ok(); }
   TierStoreStats Stats() override;
   // Stops the I/O threads: queued batches complete Unavailable, later ones on the calling thread.
-  Status Close() override KV_EXCLUDES(pool_mu_);
+  Status Close() override;
 
  private:
-  // Queues `run` on an I/O thread; when the adapter is closed (or closes before the batch starts)
-  // `refuse` runs instead. Exactly one of them runs, once.
-  void Submit(std::function<void()> run, std::function<void()> refuse) KV_EXCLUDES(pool_mu_);
+  enum class Lane : uint8_t { kRead, kWrite };
+  // Queues `run` on an I/O thread of `lane`; when the adapter is closed (or closes before the
+  // batch starts) `refuse` runs instead. Exactly one of them runs, once.
+  void Submit(Lane lane, std::function<void()> run, std::function<void()> refuse);
   // Submits `items` to be run by `run` (RunReads, RunWrites), or refused item by item.
   template <typename Item>
-  void SubmitBatch(std::span<Item> items, Callback done,
+  void SubmitBatch(Lane lane, std::span<Item> items, Callback done,
                    void (RemoteTierAdapter::*run)(std::span<Item>, const Callback&));
   void RunReads(std::span<TierRead> reads, const Callback& done);
   void RunWrites(std::span<TierWrite> writes, const Callback& done);
@@ -96,9 +102,14 @@ class RemoteTierAdapter final : public Tier {
   std::atomic<uint64_t> not_admitted_{0};
   std::atomic<uint64_t> over_budget_{0};
   std::atomic<bool> closed_{false};  // Set by Close: queued batches are refused.
-  Mutex pool_mu_;
-  // The I/O threads; null once closed. Declared last: destroyed (joined) first.
-  std::unique_ptr<ThreadPool> pool_ KV_GUARDED_BY(pool_mu_);
+  // One lane's I/O threads, null once closed, under a mutex of its own: a call that waits for
+  // room in the writers' full queue holds only the writers' mutex, never a read's way.
+  struct IoThreads {
+    Mutex mu;
+    std::unique_ptr<ThreadPool> pool KV_GUARDED_BY(mu);
+  };
+  // Readers and writers, indexed by Lane. Declared last: destroyed (joined) first.
+  IoThreads io_[2];
 };
 
 }  // namespace kvtier

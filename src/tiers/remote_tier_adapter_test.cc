@@ -1,6 +1,9 @@
 // Goal: show that RemoteTierAdapter never makes its caller wait for the store: ReadBatch and
 // WriteBatch return while the store has not answered, and their callbacks run on the adapter's
-// I/O threads; and that shutdown loses no callback: a batch the store is answering completes as
+// I/O threads; that a read never queues behind writes (reads and writes have threads of their
+// own, and a mutex of their own: not even a write waiting for room in a full queue holds a read
+// up) and that the writers run at the lower priority asked for (their nice value, read on the
+// thread); and that shutdown loses no callback: a batch the store is answering completes as
 // usual, every queued batch completes once with Unavailable without reaching the store, and a
 // batch given after Close completes at once, also Unavailable.
 // Method: FakeRemoteStore behind a store that holds every Get and Put at a gate the test opens,
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "core/thread_priority.h"
 #include "testing/fake_remote_store.h"
 #include "tiers/ssd_test_util.h"
 
@@ -33,10 +37,12 @@ constexpr size_t kPayload = 4096;
 constexpr uint8_t kCodec = 1;
 constexpr uint32_t kRaw = kPayload;
 
-// FakeRemoteStore whose Get and Put wait at a gate until Open() is called.
+// FakeRemoteStore whose Get and Put (or only its Put, with gate_reads false) wait at a gate
+// until Open() is called.
 class GatedStore final : public RemoteStore {
  public:
-  GatedStore() : fake_({.layout_digest = Layout()}) {}
+  explicit GatedStore(bool gate_reads = true)
+      : fake_({.layout_digest = Layout()}), gate_reads_(gate_reads) {}
 
   void Open() KV_EXCLUDES(mu_) {
     MutexLock lock(&mu_);
@@ -59,7 +65,7 @@ class GatedStore final : public RemoteStore {
     return fake_.Put(entries);
   }
   Status Get(std::span<RemoteGet> entries) override {
-    Pass();
+    if (gate_reads_) Pass();
     return fake_.Get(entries);
   }
   Status Exists(std::span<RemoteExists> entries) override { return fake_.Exists(entries); }
@@ -75,6 +81,7 @@ class GatedStore final : public RemoteStore {
   }
 
   FakeRemoteStore fake_;
+  const bool gate_reads_;
   Mutex mu_;
   CondVar cv_;
   bool open_ KV_GUARDED_BY(mu_) = false;
@@ -88,6 +95,7 @@ struct Completion {
   int runs KV_GUARDED_BY(mu) = 0;
   Status status KV_GUARDED_BY(mu);
   std::thread::id thread KV_GUARDED_BY(mu);
+  int nice KV_GUARDED_BY(mu) = 0;  // The calling thread's nice value.
 
   Tier::Callback Callback() {
     return [this](Status s) {
@@ -95,6 +103,7 @@ struct Completion {
       ++runs;
       status = std::move(s);
       thread = std::this_thread::get_id();
+      nice = ThisThreadNice();
       cv.SignalAll();
     };
   }
@@ -111,6 +120,10 @@ struct Completion {
   std::thread::id Thread() {
     MutexLock lock(&mu);
     return thread;
+  }
+  int Nice() {
+    MutexLock lock(&mu);
+    return nice;
   }
 };
 
@@ -151,6 +164,62 @@ TEST(RemoteTierAdapterAsyncTest, HeldStoreDoesNotHoldTheIssuer) {
   EXPECT_TRUE(store.fake().Contains(Key(1)));
 }
 
+TEST(RemoteTierAdapterAsyncTest, ReadsDoNotQueueBehindHeldWrites) {
+  GatedStore store(/*gate_reads=*/false);
+  RemoteTierAdapter tier(&store, RemoteTierPolicy{.io_threads = 1, .write_nice = 3});
+  const std::vector<std::byte> payload = Payload(5, kPayload);
+  constexpr size_t kBatches = 3;
+  std::vector<TierWrite> writes(kBatches);
+  std::vector<Completion> wrote(kBatches);
+  WriteOneByOne(tier, payload, writes, wrote);
+  store.WaitEntered(1);  // The only writer is held in the store; two writes queue behind it.
+  std::vector<std::byte> buf(kPayload);
+  TierRead r{.key = Key(0), .buffer = buf};
+  Completion read;
+  tier.ReadBatch(std::span(&r, 1), read.Callback());
+  EXPECT_TRUE(read.Wait().ok()) << "the read completed while every write is held";
+  EXPECT_TRUE(r.status.IsNotFound()) << r.status.ToString();
+  for (Completion& c : wrote) EXPECT_EQ(c.Runs(), 0);
+  store.Open();
+  const int base = ThisThreadNice();
+  for (size_t i = 0; i < kBatches; ++i) {
+    EXPECT_TRUE(wrote[i].Wait().ok()) << i;
+    EXPECT_EQ(wrote[i].Nice(), std::min(base + 3, kNiceMax)) << "writers run at a lower priority";
+  }
+  EXPECT_EQ(read.Nice(), base) << "readers keep the process's priority";
+}
+
+TEST(RemoteTierAdapterAsyncTest, AReadGoesOnWhileAWriteWaitsForRoomInAFullQueue) {
+  GatedStore store(/*gate_reads=*/false);
+  RemoteTierAdapter tier(&store, RemoteTierPolicy{.io_threads = 1});
+  const std::vector<std::byte> payload = Payload(6, kPayload);
+  // One write held in the store, 1024 queued (the queue's size), and one more that waits in
+  // WriteBatch for room.
+  constexpr size_t kWrites = 1 + 1024 + 1;
+  std::vector<TierWrite> writes(kWrites);
+  std::vector<Completion> wrote(kWrites);
+  std::atomic<size_t> issued{0};
+  std::thread writer([&] {
+    for (size_t i = 0; i < kWrites; ++i) {
+      writes[i] = TierWrite{.key = Key(i), .codec_id = kCodec, .raw_bytes = kRaw,
+                            .payload = payload};
+      issued = i + 1;
+      tier.WriteBatch(std::span(&writes[i], 1), wrote[i].Callback());
+    }
+  });
+  store.WaitEntered(1);
+  while (issued.load() < kWrites) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<std::byte> buf(kPayload);
+  TierRead r{.key = Key(0), .buffer = buf};
+  Completion read;
+  tier.ReadBatch(std::span(&r, 1), read.Callback());
+  EXPECT_TRUE(read.Wait().ok()) << "the read did not wait for the writers' queue";
+  EXPECT_EQ(wrote[kWrites - 1].Runs(), 0);
+  store.Open();
+  writer.join();
+  for (size_t i = 0; i < kWrites; ++i) EXPECT_TRUE(wrote[i].Wait().ok()) << i;
+}
+
 TEST(RemoteTierAdapterAsyncTest, CloseCompletesQueuedBatchesOnceWithoutTheStore) {
   GatedStore store;
   RemoteTierAdapter tier(&store, RemoteTierPolicy{.io_threads = 1});
@@ -163,14 +232,14 @@ TEST(RemoteTierAdapterAsyncTest, CloseCompletesQueuedBatchesOnceWithoutTheStore)
   std::thread closer([&] { EXPECT_TRUE(tier.Close().ok()); });
   // Close waits for the batch in the store. Probe until a batch completes on this thread before
   // the call returns: then Close has begun, and every batch still queued will be refused.
+  // The probes are writes, which queue behind the held one (a read has threads of its own).
   std::vector<std::unique_ptr<Completion>> probes;
-  std::vector<std::unique_ptr<std::vector<std::byte>>> bufs;
-  std::vector<std::unique_ptr<TierRead>> reads;
+  std::vector<std::unique_ptr<TierWrite>> probe_writes;
   for (;;) {
     probes.push_back(std::make_unique<Completion>());
-    bufs.push_back(std::make_unique<std::vector<std::byte>>(kPayload));
-    reads.push_back(std::make_unique<TierRead>(TierRead{.key = Key(0), .buffer = *bufs.back()}));
-    tier.ReadBatch(std::span(reads.back().get(), 1), probes.back()->Callback());
+    probe_writes.push_back(std::make_unique<TierWrite>(
+        TierWrite{.key = Key(100), .codec_id = kCodec, .raw_bytes = kRaw, .payload = payload}));
+    tier.WriteBatch(std::span(probe_writes.back().get(), 1), probes.back()->Callback());
     if (probes.back()->Runs() == 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -188,7 +257,7 @@ TEST(RemoteTierAdapterAsyncTest, CloseCompletesQueuedBatchesOnceWithoutTheStore)
   }
   for (size_t p = 0; p < probes.size(); ++p) {
     EXPECT_TRUE(probes[p]->Wait().IsUnavailable()) << p;
-    EXPECT_TRUE(reads[p]->status.IsUnavailable()) << p;
+    EXPECT_TRUE(probe_writes[p]->status.IsUnavailable()) << p;
   }
   for (Completion& c : done) EXPECT_EQ(c.Runs(), 1);
   for (const auto& c : probes) EXPECT_EQ(c->Runs(), 1);

@@ -56,7 +56,8 @@ NON_DEFAULTS = dict(
     ssd_file_mode=0o640, write_policy="through", writeback_dirty_fraction=0.75,
     writeback_age_ms_max=250,
     ssd_codec="int8", ssd_codec_zstd_level=3, ssd_codec_group_size=64, default_ttl_ms=60000,
-    worker_threads=3, thread_cpus="all", sink_chunks=2, promote_on_load=False, staging_buffers=16,
+    worker_threads=3, thread_cpus="all", background_nice=5, sink_chunks=2, promote_on_load=False,
+    staging_buffers=16,
     remote_cluster=False, remote_user="u", remote_password="p", remote_key_prefix="kt2",
     remote_connect_timeout_ms=50, remote_command_timeout_ms=60,
     remote_breaker_failures_to_open=2, remote_breaker_open_cooldown_us=500000,
@@ -65,7 +66,8 @@ NON_DEFAULTS = dict(
     remote_insecure_plaintext=True, remote_write_policy="back", remote_admission="after_requests",
     remote_admission_requests=3, remote_admission_slots=1024,
     remote_write_budget_bytes_per_s=1 << 20, remote_write_budget_burst_bytes=1 << 20,
-    remote_promote_on_load=False, remote_io_threads=3, prediction_enabled=True, prediction_window=3,
+    remote_promote_on_load=False, remote_io_threads=3, remote_connections=2,
+    prediction_enabled=True, prediction_window=3,
     prediction_successors_max=4, prediction_sessions_max=16, prediction_session_chunks_max=8,
     prediction_predict_k=2, prediction_blocks_max=32)
 # Set elsewhere in this test (the tiers' switches, required ones) or by test_remote/test_engine

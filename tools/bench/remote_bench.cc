@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "core/limits.h"
 #include "tiers/redis_store.h"
+#include "tiers/remote_lanes.h"
 
 namespace kvtier {
 namespace {
@@ -45,43 +49,90 @@ void FillPayload(uint64_t i, std::vector<std::byte>* p) {
   }
 }
 
-// One round of one mode: put, get and check, delete. Adds the two rates to *mode.
-Status RunRound(RedisStore& store, const RemoteBenchOptions& o, uint64_t blocks,
+// Runs fn(0) .. fn(n - 1) side by side (fn(0) on this thread); the first error.
+Status RunSideBySide(size_t n, const std::function<Status(size_t)>& fn) {
+  std::vector<Status> out(n);
+  std::vector<std::thread> threads;
+  for (size_t c = 1; c < n; ++c) threads.emplace_back([&, c] { out[c] = fn(c); });
+  out[0] = fn(0);
+  for (std::thread& t : threads) t.join();
+  for (Status& s : out) KV_RETURN_IF_ERROR(std::move(s));
+  return Status::Ok();
+}
+
+// One round of one mode: put, get and check, delete, one batch per connection at a time. Adds
+// the two rates to *mode.
+Status RunRound(RemoteStore& store, const RemoteBenchOptions& o, uint64_t blocks,
                 RemoteBenchMode* mode) {
-  std::vector<std::vector<std::byte>> payloads(o.batch, std::vector<std::byte>(o.block_bytes));
-  std::vector<std::vector<std::byte>> outs(o.batch, std::vector<std::byte>(o.block_bytes));
+  const size_t lanes = o.connections;
+  const size_t slots = lanes * o.batch;
+  std::vector<std::vector<std::byte>> payloads(slots, std::vector<std::byte>(o.block_bytes));
+  std::vector<std::vector<std::byte>> outs(slots, std::vector<std::byte>(o.block_bytes));
   double put_s = 0, get_s = 0;
-  for (uint64_t base = 0; base < blocks; base += o.batch) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(o.batch, blocks - base));
-    std::vector<RemotePut> puts(n);
-    for (size_t k = 0; k < n; ++k) {
-      FillPayload(base + k, &payloads[k]);
-      puts[k] = {.key = BenchKey(base + k), .payload = payloads[k]};
+  for (uint64_t step = 0; step < blocks; step += slots) {
+    // Connection c's batch: blocks [first(c), first(c) + count(c)).
+    const auto first = [&](size_t c) { return step + c * o.batch; };
+    const auto count = [&](size_t c) -> size_t {
+      return first(c) >= blocks ? 0 : static_cast<size_t>(std::min<uint64_t>(o.batch,
+                                                                              blocks - first(c)));
+    };
+    for (size_t c = 0; c < lanes; ++c) {
+      for (size_t k = 0; k < count(c); ++k) FillPayload(first(c) + k, &payloads[c * o.batch + k]);
     }
     auto t = std::chrono::steady_clock::now();
-    KV_RETURN_IF_ERROR(store.Put(puts));
-    put_s += SecondsSince(t);
-    for (const RemotePut& p : puts) KV_RETURN_IF_ERROR(p.status.WithContext("remote bench put"));
-    std::vector<RemoteGet> gets(n);
-    for (size_t k = 0; k < n; ++k) gets[k] = {.key = BenchKey(base + k), .dst = outs[k]};
-    t = std::chrono::steady_clock::now();
-    KV_RETURN_IF_ERROR(store.Get(gets));
-    get_s += SecondsSince(t);
-    for (size_t k = 0; k < n; ++k) {
-      KV_RETURN_IF_ERROR(gets[k].status.WithContext("remote bench get"));
-      if (gets[k].payload_bytes != o.block_bytes || outs[k] != payloads[k]) {
-        return Status::Corruption("remote bench: block " + std::to_string(base + k) +
-                                  " did not read back intact");
+    const Status put = RunSideBySide(lanes, [&](size_t c) -> Status {
+      std::vector<RemotePut> puts(count(c));
+      for (size_t k = 0; k < puts.size(); ++k) {
+        puts[k] = {.key = BenchKey(first(c) + k), .payload = payloads[c * o.batch + k]};
       }
+      if (puts.empty()) return Status::Ok();
+      KV_RETURN_IF_ERROR(store.Put(puts));
+      for (const RemotePut& p : puts) KV_RETURN_IF_ERROR(p.status.WithContext("remote bench put"));
+      return Status::Ok();
+    });
+    put_s += SecondsSince(t);
+    KV_RETURN_IF_ERROR(put);
+    t = std::chrono::steady_clock::now();
+    std::vector<std::vector<RemoteGet>> gets(lanes);
+    const Status got = RunSideBySide(lanes, [&](size_t c) -> Status {
+      gets[c].resize(count(c));
+      for (size_t k = 0; k < gets[c].size(); ++k) {
+        gets[c][k] = {.key = BenchKey(first(c) + k), .dst = outs[c * o.batch + k]};
+      }
+      return gets[c].empty() ? Status::Ok() : store.Get(gets[c]);
+    });
+    get_s += SecondsSince(t);
+    KV_RETURN_IF_ERROR(got);
+    for (size_t c = 0; c < lanes; ++c) {
+      for (size_t k = 0; k < gets[c].size(); ++k) {
+        const size_t slot = c * o.batch + k;
+        KV_RETURN_IF_ERROR(gets[c][k].status.WithContext("remote bench get"));
+        if (gets[c][k].payload_bytes != o.block_bytes || outs[slot] != payloads[slot]) {
+          return Status::Corruption("remote bench: block " + std::to_string(first(c) + k) +
+                                    " did not read back intact");
+        }
+      }
+      std::vector<RemoteDelete> deletes(count(c));
+      for (size_t k = 0; k < deletes.size(); ++k) deletes[k].key = BenchKey(first(c) + k);
+      if (!deletes.empty()) KV_RETURN_IF_ERROR(store.Delete(deletes));
     }
-    std::vector<RemoteDelete> deletes(n);
-    for (size_t k = 0; k < n; ++k) deletes[k].key = BenchKey(base + k);
-    KV_RETURN_IF_ERROR(store.Delete(deletes));
   }
   const double bytes = static_cast<double>(blocks * o.block_bytes);
   mode->put_bytes_per_s.push_back(put_s > 0 ? bytes / put_s : 0);
   mode->get_bytes_per_s.push_back(get_s > 0 ? bytes / get_s : 0);
   return Status::Ok();
+}
+
+// `connections` stores on the server, as one RemoteStore (lanes when more than one).
+Result<std::unique_ptr<RemoteStore>> OpenLanes(const RedisStoreOptions& options,
+                                               uint32_t connections) {
+  std::vector<std::unique_ptr<RemoteStore>> lanes;
+  for (uint32_t i = 0; i < connections; ++i) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> lane, RedisStore::Open(options));
+    lanes.push_back(std::move(lane));
+  }
+  if (lanes.size() == 1) return std::move(lanes[0]);
+  return std::unique_ptr<RemoteStore>(std::make_unique<RemoteStoreLanes>(std::move(lanes)));
 }
 
 }  // namespace
@@ -102,6 +153,10 @@ Status RemoteBenchOptions::Validate() const {
   }
   if (rounds == 0 || rounds > kRemoteBenchRoundsMax) {
     return Status::InvalidArgument("remote bench: --rounds must be 1..100");
+  }
+  if (connections == 0 || connections > kRemoteConnectionsMax) {
+    return Status::InvalidArgument("remote bench: --connections must be 1.." +
+                                   std::to_string(kRemoteConnectionsMax));
   }
   return Status::Ok();
 }
@@ -129,13 +184,15 @@ Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& o) {
   sealed_options.aes_gcm = o.aes_gcm;
   RedisStoreOptions plain_options = base;
   plain_options.insecure_plaintext = true;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> sealed, RedisStore::Open(sealed_options));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> plain, RedisStore::Open(plain_options));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStore> sealed, OpenLanes(sealed_options,
+                                                                      o.connections));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStore> plain, OpenLanes(plain_options, o.connections));
   RemoteBenchReport r;
   r.block_bytes = o.block_bytes;
   r.blocks = o.total_bytes / o.block_bytes;
   r.batch = o.batch;
   r.rounds = o.rounds;
+  r.connections = o.connections;
   for (uint32_t round = 0; round < o.rounds; ++round) {
     KV_RETURN_IF_ERROR(RunRound(*plain, o, r.blocks, &r.plaintext));
     KV_RETURN_IF_ERROR(RunRound(*sealed, o, r.blocks, &r.sealed));

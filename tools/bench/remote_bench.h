@@ -29,6 +29,9 @@ struct RemoteBenchOptions {
   uint64_t total_bytes = 256 << 20;  // Per round and mode; at least one block.
   uint32_t batch = 8;                // Values per Put/Get call (one pipeline).
   uint32_t rounds = 5;               // Rounds per mode, alternating.
+  // Connections used side by side (the engine's remote_connections lanes), each running its own
+  // batches on a thread of its own; 1..kRemoteConnectionsMax.
+  uint32_t connections = 1;
   // The keys for the sealed rounds; empty: a fresh random key for this run.
   std::optional<RemoteKeyring> keyring;
   // When the sealed rounds open their values (RedisStoreOptions::sealed_open).
@@ -46,14 +49,15 @@ struct RemoteBenchMode {
 };
 
 struct RemoteBenchReport {
-  uint64_t block_bytes = 0, blocks = 0, batch = 0, rounds = 0;
+  uint64_t block_bytes = 0, blocks = 0, batch = 0, rounds = 0, connections = 0;
   RemoteBenchMode sealed, plaintext;
   // 1 - sealed / plaintext of the medians: what encryption costs.
   double sealed_put_cost = 0, sealed_get_cost = 0;
 };
 
 // Each round of a mode puts `blocks` values in batches, reads them all back (checking every
-// byte), then deletes them. Unavailable when the server does not answer; Corruption when a value
+// byte), then deletes them. With several connections, each step runs one batch per connection at
+// once (puts, then gets, then deletes), and a rate is the bytes over the steps' wall time. Unavailable when the server does not answer; Corruption when a value
 // does not read back intact.
 Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& options);
 

@@ -33,16 +33,17 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// redis-benchmark's rates (bytes per second) of `tests` ("set,get" or "get"), one client, with
-// `extra` arguments; its CSV lines look like "SET","1234.57",... (requests per second).
+// redis-benchmark's rates (bytes per second) of `tests` ("set,get" or "get"), `clients` clients,
+// with `extra` arguments; its CSV lines look like "SET","1234.57",... (requests per second).
 Result<std::pair<double, double>> RunRedisBenchmarkOnce(const RedisEndpoint& e,
                                                          uint64_t value_bytes, uint64_t requests,
-                                                         uint32_t pipeline, const char* tests,
+                                                         uint32_t pipeline, uint32_t clients,
+                                                         const char* tests,
                                                          std::vector<std::string> extra) {
   std::vector<std::string> argv = {"redis-benchmark", "-h", e.host, "-p", std::to_string(e.port),
                                    "-t", tests, "-n", std::to_string(requests), "-d",
                                    std::to_string(value_bytes), "-P", std::to_string(pipeline),
-                                   "-c", "1", "--csv"};
+                                   "-c", std::to_string(clients), "--csv"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   KV_ASSIGN_OR_RETURN(const std::string csv, Capture(argv));
   double set = 0, get = 0;
@@ -103,19 +104,19 @@ Status RandKeys(const RedisEndpoint& e, uint64_t count, uint64_t value_bytes, bo
   return Status::Ok();
 }
 
-// redis-benchmark's SET and GET with the same value size, count and pipeline depth, one client,
-// on the same server, `runs` times (medians, as kvtier's rounds). Its GET reads one key again
+// redis-benchmark's SET and GET with the same value size, count and pipeline depth, as many
+// clients as kvtier has connections, on the same server, `runs` times (medians, as kvtier's rounds). Its GET reads one key again
 // and again, so the server sends one value that stays in its caches; it also runs GET over as
 // many distinct keys as kvtier's rounds read (its -r: random keys among `requests`, written
 // beforehand), the access pattern kvtier's gets have.
 Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t value_bytes,
                                                 uint64_t requests, uint32_t pipeline,
-                                                uint32_t runs, bool cluster) {
+                                                uint32_t runs, bool cluster, uint32_t clients) {
   RedisBenchmarkFigures f;
   Status s;
   for (uint32_t i = 0; i < runs && s.ok(); ++i) {
     Result<std::pair<double, double>> r =
-        RunRedisBenchmarkOnce(e, value_bytes, requests, pipeline, "set,get", {});
+        RunRedisBenchmarkOnce(e, value_bytes, requests, pipeline, clients, "set,get", {});
     if (!r.ok()) s = r.status();
     if (r.ok()) f.set_all.push_back(r->first), f.get_all.push_back(r->second);
   }
@@ -123,7 +124,7 @@ Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t
                             : RandKeys(e, requests, value_bytes, /*set=*/true);
   for (uint32_t i = 0; i < runs && s.ok() && distinct.ok(); ++i) {
     Result<std::pair<double, double>> r = RunRedisBenchmarkOnce(
-        e, value_bytes, requests, pipeline, "get", {"-r", std::to_string(requests)});
+        e, value_bytes, requests, pipeline, clients, "get", {"-r", std::to_string(requests)});
     if (!r.ok()) distinct = r.status();
     if (r.ok()) f.get_distinct_all.push_back(r->second);
   }
@@ -154,11 +155,12 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
            const std::string& rb_note, const std::string& sealed_open, const std::string& aes_gcm,
            bool json) {
   if (!json) {
-    std::printf("remote tier, %llu values of %llu bytes, batches of %llu, %llu rounds (medians)\n",
-                static_cast<unsigned long long>(r.blocks),
-                static_cast<unsigned long long>(r.block_bytes),
-                static_cast<unsigned long long>(r.batch),
-                static_cast<unsigned long long>(r.rounds));
+    std::printf(
+        "remote tier, %llu values of %llu bytes, batches of %llu on %llu connections, %llu rounds "
+        "(medians)\n",
+        static_cast<unsigned long long>(r.blocks), static_cast<unsigned long long>(r.block_bytes),
+        static_cast<unsigned long long>(r.batch), static_cast<unsigned long long>(r.connections),
+        static_cast<unsigned long long>(r.rounds));
     std::printf("sealed (AES-256-GCM)  put %s  get %s  (opened %s, %s)\n",
                 Mbps(r.sealed.put_bytes_per_s_median).c_str(),
                 Mbps(r.sealed.get_bytes_per_s_median).c_str(), sealed_open.c_str(),
@@ -195,6 +197,7 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
   j["block_bytes"] = r.block_bytes;
   j["blocks"] = r.blocks;
   j["batch"] = r.batch;
+  j["connections"] = r.connections;
   j["rounds"] = r.rounds;
   j["sealed_open"] = sealed_open;
   j["aes_gcm"] = aes_gcm;
@@ -223,6 +226,9 @@ BenchRemote::BenchRemote(CLI::App* bench)
   app_->add_option("--block-bytes", block_text_, "Bytes per value (default 1MiB)");
   app_->add_option("--total-bytes", total_text_, "Bytes per round and mode (default 256MiB)");
   app_->add_option("--batch", batch_, "Values per pipeline (default 8)");
+  app_->add_option("--connections", connections_,
+                   "Connections side by side, each with its own pipeline, as the engine's "
+                   "remote_connections lanes (default 1); redis-benchmark gets as many clients");
   app_->add_option("--rounds", rounds_, "Rounds per mode, alternating (default 5)");
   app_->add_option("--remote-key-file", key_file_,
                    "Deployment keys (mode 0600); else $KVTIER_REMOTE_KEY; else a fresh key");
@@ -240,7 +246,11 @@ BenchRemote::BenchRemote(CLI::App* bench)
 }
 
 Status BenchRemote::Run() {
-  RemoteBenchOptions o{.cluster = cluster_, .user = user_, .batch = batch_, .rounds = rounds_};
+  RemoteBenchOptions o{.cluster = cluster_,
+                       .user = user_,
+                       .batch = batch_,
+                       .rounds = rounds_,
+                       .connections = connections_};
   o.sealed_open = sealed_open_ == "after-reads" ? SealedOpen::kAfterReads
                   : sealed_open_ == "as-read"   ? SealedOpen::kAsRead
                                                 : SealedOpen::kOverlapped;
@@ -273,7 +283,8 @@ Status BenchRemote::Run() {
       note = "not run: it would need the password on its command line";
     } else {
       Result<RedisBenchmarkFigures> f =
-          RunRedisBenchmark(endpoint, o.block_bytes, r.blocks, o.batch, o.rounds, cluster_);
+          RunRedisBenchmark(endpoint, o.block_bytes, r.blocks, o.batch, o.rounds, cluster_,
+                            o.connections);
       if (f.ok()) {
         rb = *f;
       } else {

@@ -27,7 +27,7 @@ class BenchRemote {
   CLI::App* app_;
   std::string redis_, user_, key_file_, sealed_open_ = "as-read", aes_gcm_ = "auto";
   std::string block_text_ = "1MiB", total_text_ = "256MiB";
-  uint32_t batch_ = 8, rounds_ = 5;
+  uint32_t batch_ = 8, rounds_ = 5, connections_ = 1;
   bool cluster_ = false, json_ = false, no_redis_benchmark_ = false;
 };
 

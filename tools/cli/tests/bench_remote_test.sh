@@ -5,7 +5,9 @@
 # --redis, a zero --rounds and an unknown --sealed-open are refused with one line and a non-zero
 # exit; --sealed-open after-reads (the get path before the overlap) and overlapped run; redis-benchmark
 # runs once per round, also over distinct keys, and leaves no key behind; --aes-gcm openssl
-# runs and is reported, an unknown --aes-gcm is refused.
+# runs and is reported, an unknown --aes-gcm is refused; --connections 3 runs its batches on three
+# connections (every block read back intact, the count reported, redis-benchmark given as many
+# clients) and leaves no key, and --connections 0 is refused.
 # Method: a redis-server on a free loopback port in a temporary directory, killed at the end;
 # the JSON is parsed with python3.
 # Usage: bench_remote_test.sh <path to kvtier>
@@ -74,6 +76,21 @@ expect_choice --sealed-open after-reads sealed_open  # The pre-overlap get path,
 [[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote left keys behind"
 expect_choice --aes-gcm openssl aes_gcm  # Either AES-GCM implementation, to compare in one run.
 
+rc=0
+"$KVTIER" bench remote --redis "127.0.0.1:$PORT" --block-bytes 64KiB --total-bytes 2MiB \
+  --rounds 1 --connections 3 --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench remote --connections 3: exit $rc: $(cat "$TMP/err")"
+else
+  python3 - "$TMP/out" <<'PY' || fail "bench remote --connections 3: $(cat "$TMP/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["connections"] == 3 and j["blocks"] == 32, j
+assert j["get_bytes_per_s"] > 0 and j["plaintext_put_bytes_per_s"] > 0, j
+PY
+fi
+[[ "$(redis-cli -p "$PORT" dbsize)" == 0 ]] || fail "bench remote --connections 3 left keys behind"
+
 # expect_fail <name> <needle> <args...>
 expect_fail() {
   local name="$1" needle="$2"; shift 2
@@ -87,6 +104,7 @@ chmod 644 "$TMP/keys"
 expect_fail open_key_file "0644" --redis "127.0.0.1:$PORT" --remote-key-file "$TMP/keys"
 expect_fail bad_endpoint "port" --redis "127.0.0.1:notaport"
 expect_fail zero_rounds "--rounds" --redis "127.0.0.1:$PORT" --rounds 0
+expect_fail zero_connections "--connections" --redis "127.0.0.1:$PORT" --connections 0
 expect_fail bad_sealed_open "--sealed-open" --redis "127.0.0.1:$PORT" --sealed-open later
 expect_fail bad_aes_gcm "--aes-gcm" --redis "127.0.0.1:$PORT" --aes-gcm rot13
 

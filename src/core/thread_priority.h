@@ -1,0 +1,31 @@
+// Thread CPU priority: lets a thread that does background work (writing blocks down to the SSD
+// and the remote tier) give way to the process's other threads when both want a CPU, by raising
+// its own Linux nice value. Linux keeps a nice value per thread (setpriority on the thread's id);
+// a thread's later threads start with its value.
+//
+// Why nice and not SCHED_IDLE: a nice thread still gets a share of a busy CPU (nice 10 about a
+// tenth of a nice-0 thread's), so writes that must reach the SSD within the write-back age
+// limit keep moving on a machine that is never idle; SCHED_IDLE could starve them.
+//
+// The change cannot be undone without CAP_SYS_NICE (an unprivileged thread may only raise its nice
+// value), so only threads that do nothing else are lowered.
+//
+// Thread safety: each function acts on the calling thread only.
+#pragma once
+
+#include "kvtier/result.h"
+
+namespace kvtier {
+
+// Nice values run from -20 (first) to 19 (last).
+inline constexpr int kNiceMax = 19;
+
+// The calling thread's nice value.
+int ThisThreadNice();
+
+// Raises the calling thread's nice value by `increment` (at most to kNiceMax; 0 changes nothing)
+// and returns the new value. InvalidArgument for a negative increment; the error of setpriority
+// (named with errno's text) otherwise, the thread left as it was.
+Result<int> LowerThisThreadPriority(int increment);
+
+}  // namespace kvtier
