@@ -709,6 +709,11 @@ kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_o
     }
     KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::serve::RemoteEngine> remote,
                         kvtier::serve::Connect(client));
+    // kvtier_layout_t has no layout kind: a latent service's one-plane blocks would read as K|V.
+    if (remote->options().layout.kind != kvtier::LayoutKind::kKv) {
+      return Status::NotSupported("the service's layout " + remote->options().layout.ToString() +
+                                  " is latent (MLA), which the C API cannot express yet");
+    }
     handle->layout = remote->options().layout;  // The service's.
     handle->block_bytes = handle->layout.BlockBytes();
     handle->engine = std::move(remote);

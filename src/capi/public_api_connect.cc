@@ -33,6 +33,11 @@ Result<std::unique_ptr<Engine>> Engine::Connect(const std::string& socket,
   if (options.log) logger = std::make_unique<public_api::FunctionLogger>(options.log);
   client.logger = logger.get();
   KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::RemoteEngine> remote, serve::Connect(client));
+  // api::Layout has no layout kind: a latent service's one-plane blocks would read as K|V.
+  if (remote->options().layout.kind != LayoutKind::kKv) {
+    return Status::NotSupported("the service's layout " + remote->options().layout.ToString() +
+                                " is latent (MLA), which the C++ API cannot express yet");
+  }
   return public_api::WrapEngine(std::move(remote), std::move(logger));
 }
 

@@ -28,6 +28,9 @@ Status CheckFields(const BlockHeader& h, uint8_t bits, uint8_t flags, uint32_t r
   if (bits != HeaderBits(h.params)) {
     return Corrupt("bits " + std::to_string(bits) + " do not match " + CodecName(h.params.codec));
   }
+  if (h.geometry.kind == LayoutKind::kLatent && !LatentCodecOk(h.params)) {
+    return Corrupt("a latent block with the codec " + CodecName(h.params.codec));
+  }
   if (flags != HeaderFlags(h.params)) {
     return Corrupt("flags " + std::to_string(flags) + " do not match " + h.params.ToString());
   }
@@ -74,7 +77,9 @@ void EncodeBlockHeader(const BlockHeader& h, std::span<std::byte, kBlockHeaderBy
   EncodeFixed8(p + 6, static_cast<uint8_t>(h.geometry.dtype));
   EncodeFixed8(p + 7, HeaderBits(h.params));
   EncodeFixed8(p + 8, static_cast<uint8_t>(h.params.zstd_level));
-  EncodeFixed8(p + 9, HeaderFlags(h.params));
+  EncodeFixed8(p + 9, static_cast<uint8_t>(
+                         HeaderFlags(h.params) |
+                         (h.geometry.kind == LayoutKind::kLatent ? kBlockFlagLatent : 0)));
   EncodeFixed16(p + 10, static_cast<uint16_t>(h.params.group_size));
   EncodeFixed32(p + 12, h.geometry.tokens);
   EncodeFixed32(p + 16, h.geometry.kv_heads);
@@ -105,7 +110,8 @@ Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> src) {
   h.geometry.dtype = static_cast<DType>(DecodeFixed8(p + 6));
   const uint8_t bits = DecodeFixed8(p + 7);
   h.params.zstd_level = DecodeFixed8(p + 8);
-  const uint8_t flags = DecodeFixed8(p + 9);
+  const auto flags = static_cast<uint8_t>(DecodeFixed8(p + 9) & ~uint32_t{kBlockFlagLatent});
+  if ((DecodeFixed8(p + 9) & kBlockFlagLatent) != 0) h.geometry.kind = LayoutKind::kLatent;
   h.params.group_size = DecodeFixed16(p + 10);
   h.geometry.tokens = DecodeFixed32(p + 12);
   h.geometry.kv_heads = DecodeFixed32(p + 16);
@@ -128,14 +134,16 @@ QuantLayout ComputeQuantLayout(const BlockGeometry& g, uint32_t key_bits, uint32
   const size_t channels = g.channels();
   const size_t tokens = g.tokens;
   QuantLayout l;
-  l.key_groups = (tokens + group_size - 1) / group_size;
+  // A latent block's one plane is quantized like values (per token); it has no keys.
+  const bool latent = g.kind == LayoutKind::kLatent;
+  l.key_groups = latent ? 0 : (tokens + group_size - 1) / group_size;
   l.value_groups = (channels + group_size - 1) / group_size;
   const size_t key_params_bytes = 2 * l.key_groups * channels;
   const size_t value_params_bytes = 2 * tokens * l.value_groups;
   const auto code_bytes = [&](uint32_t bits) {
     return bits == 8 ? g.half_elements() : (g.half_elements() + 1) / 2;
   };
-  l.code_bytes = code_bytes(key_bits);
+  l.code_bytes = latent ? 0 : code_bytes(key_bits);
   l.v_code_bytes = code_bytes(value_bits);
   l.k_scale_offset = 0;
   l.k_zero_offset = l.k_scale_offset + key_params_bytes;

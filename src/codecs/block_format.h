@@ -34,6 +34,9 @@ inline constexpr uint8_t kBlockFlagZstd = 0x01;
 // quantization; the decoder applies the inverse. Set exactly for the rotated codecs (int8-rot,
 // int4-rot, k8v4-rot), whose head_dim is a power of two.
 inline constexpr uint8_t kBlockFlagHadamard = 0x02;
+// flags bit 2: a latent block (one plane [token][head_dim], kv_heads 1, no K/V split). Only the
+// lossless codecs write it; a build that predates it refuses the block (other flag bits are 0).
+inline constexpr uint8_t kBlockFlagLatent = 0x04;
 
 // The header's bits byte for `params`: the code bits when keys and values share them (8, 4; 0
 // for a lossless codec), else value bits << 4 | key bits (0x48 for k8v4).
@@ -66,7 +69,8 @@ Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> src);
 //   k_codes: codes of K in block order [token][channel]
 //   v_codes: codes of V in block order
 // Codes are one byte each (8 bits) or two per byte, element 2i in the low nibble (4 bits); keys
-// and values may differ (k8v4).
+// and values may differ (k8v4). A latent block has no K half: GK = 0, no key parameters or codes,
+// and its one plane is quantized as values are (per token, groups of G along the latent row).
 struct QuantLayout {
   size_t key_groups = 0;    // GK.
   size_t value_groups = 0;  // GV (per token).

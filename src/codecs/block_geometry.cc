@@ -19,8 +19,11 @@ Status BlockGeometry::Validate() const {
   if (DTypeBytes(dtype) == 0) {
     return Status::InvalidArgument("unknown block dtype: " + ToString());
   }
+  if (kind != LayoutKind::kKv && (kind != LayoutKind::kLatent || kv_heads != 1)) {
+    return Status::InvalidArgument("block kind is not K/V nor latent with one head: " + ToString());
+  }
   // Each factor is bounded above, so the product cannot overflow 64 bits.
-  const uint64_t raw = uint64_t{2} * tokens * kv_heads * head_dim * DTypeBytes(dtype);
+  const uint64_t raw = uint64_t{planes()} * tokens * kv_heads * head_dim * DTypeBytes(dtype);
   if (raw > kBlockBytesMax) {
     return Status::InvalidArgument("block larger than kBlockBytesMax: " + ToString());
   }
@@ -30,7 +33,7 @@ Status BlockGeometry::Validate() const {
 std::string BlockGeometry::ToString() const {
   return "{tokens=" + std::to_string(tokens) + ", kv_heads=" + std::to_string(kv_heads) +
          ", head_dim=" + std::to_string(head_dim) + ", dtype=" + std::string(DTypeName(dtype)) +
-         "}";
+         (kind == LayoutKind::kKv ? "" : ", kind=" + std::string(LayoutKindName(kind))) + "}";
 }
 
 }  // namespace kvtier::codecs

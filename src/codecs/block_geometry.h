@@ -7,7 +7,9 @@
 // Layout taken in and put out by every codec (the canonical block layout of docs/codecs.md):
 //   [k|v][token][kv_head][head_dim], little-endian elements of `dtype`.
 // K is the first half of the block and V the second; within a half, the `kv_heads * head_dim`
-// values of one token are contiguous ("channels" below).
+// values of one token are contiguous ("channels" below). A latent block (kind kLatent, multi-head
+// latent attention) has one plane, [token][head_dim] with kv_heads = 1, and no V half; the
+// codecs LatentCodecOk names take it (MaxEncodedSize refuses the others).
 //
 // Thread safety: value types and pure functions.
 #pragma once
@@ -37,13 +39,16 @@ struct BlockGeometry {
   uint32_t kv_heads = 0;  // KV heads of one layer (1..kKvHeadsMax).
   uint32_t head_dim = 0;  // Elements per head (1..kHeadDimMax).
   DType dtype = DType::kF16;
+  LayoutKind kind = LayoutKind::kKv;  // kLatent: one plane, no K/V split (kv_heads = 1).
 
+  // Planes of the block: 2 (K and V), 1 for a latent block.
+  size_t planes() const { return kind == LayoutKind::kLatent ? 1 : 2; }
   // Channels of one token in one half: kv_heads * head_dim.
   size_t channels() const { return size_t{kv_heads} * head_dim; }
   // Elements of one half (K or V): tokens * channels.
   size_t half_elements() const { return size_t{tokens} * channels(); }
-  // Elements of the whole block (K and V).
-  size_t elements() const { return 2 * half_elements(); }
+  // Elements of the whole block (K and V, or the one latent plane).
+  size_t elements() const { return planes() * half_elements(); }
   // Bytes of the raw (decoded) block.
   size_t raw_bytes() const { return elements() * DTypeBytes(dtype); }
 

@@ -140,6 +140,12 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
 Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& geometry) {
   KV_RETURN_IF_ERROR(params.Validate());
   KV_RETURN_IF_ERROR(geometry.Validate());
+  if (geometry.kind == LayoutKind::kLatent && !LatentCodecOk(params)) {
+    return Status::InvalidArgument(
+        CodecName(params.codec) +
+        " splits or rotates K and V; a latent block (one plane, no K/V split) takes identity, "
+        "shuffle-zstd, int8 or int4");
+  }
   if (params.rotated() && !std::has_single_bit(geometry.head_dim)) {
     return Status::InvalidArgument(CodecName(params.codec) +
                                    " rotates each value head with a Hadamard transform, which "
@@ -158,6 +164,10 @@ Result<size_t> MaxEncodedSizeAnyCodec(const BlockGeometry& geometry) {
   for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
     const auto id = static_cast<CodecId>(v);
     if (SchemeOf(id).key_bits == 0 || SchemeOf(id).rotated) continue;
+    if (geometry.kind == LayoutKind::kLatent &&
+        !LatentCodecOk(CodecParams::Quantized(id, kQuantGroupSizeMin, 0))) {
+      continue;
+    }
     worst.push_back(CodecParams::Quantized(id, kQuantGroupSizeMin, 0));
     worst.push_back(CodecParams::Quantized(id, kQuantGroupSizeMin, kZstdLevelMin));
   }

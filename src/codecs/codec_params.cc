@@ -134,4 +134,8 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
   return params;
 }
 
+bool LatentCodecOk(const CodecParams& params) {
+  return params.lossless() || (params.key_bits() == params.value_bits() && !params.rotated());
+}
+
 }  // namespace kvtier::codecs

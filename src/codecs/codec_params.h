@@ -114,4 +114,10 @@ struct CodecParams {
 Result<CodecParams> ParseCodecParams(const std::string& name, int zstd_level = 0,
                                      uint32_t group_size = 0);
 
+// Whether a latent block (multi-head latent attention: one plane, no K/V split) may be encoded
+// with `params`: the lossless codecs, and int8 and int4, which quantize its one plane per token
+// in groups along the latent row as they quantize values. Not k8v4 (two bit widths for K and V)
+// nor the rotated codecs (a latent row is not a power-of-two head).
+bool LatentCodecOk(const CodecParams& params);
+
 }  // namespace kvtier::codecs

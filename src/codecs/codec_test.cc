@@ -10,7 +10,9 @@
 // the bound computed independently from its group's min and max; encoded blocks are then
 // truncated at
 // every length, bit-flipped at every header bit, re-sealed with altered fields, and mismatched
-// against other geometries, and each case must return Corruption or InvalidArgument.
+// against other geometries, and each case must return Corruption or InvalidArgument. Latent
+// blocks (one plane, multi-head latent attention) round-trip through the lossless codecs, keep
+// their kind in the header and are refused by the quantizing codecs.
 #include "codecs/codec.h"
 
 #include <gtest/gtest.h>
@@ -129,13 +131,13 @@ void ExpectWithinQuantBound(const BlockGeometry& g, const CodecParams& p, const 
   const double qmax = (1 << p.bits()) - 1;
   const double out_rel = g.dtype == DType::kF16 ? 0x1p-11 : g.dtype == DType::kBF16 ? 0x1p-8 : 0;
   for (size_t i = 0; i < g.elements(); ++i) {
-    const bool key = i < g.half_elements();
+    const bool key = g.planes() == 2 && i < g.half_elements();  // A latent plane: values only.
     const size_t j = i % g.half_elements();
     const size_t t = j / channels;
     const size_t c = j % channels;
     double mn = INFINITY;
     double mx = -INFINITY;
-    const size_t base = key ? 0 : g.half_elements();
+    const size_t base = key || g.planes() == 1 ? 0 : g.half_elements();
     if (key) {
       for (size_t u = t / group * group; u < std::min<size_t>(g.tokens, (t / group + 1) * group);
            ++u) {
@@ -592,6 +594,65 @@ TEST(CodecTest, EncodedSizeStaysWithinBoundOnIncompressibleData) {
   Buffer out(g.raw_bytes());
   ASSERT_TRUE(DecodeBlock(enc, g, out.span(), &ctx).ok());
   EXPECT_EQ(std::memcmp(out.data(), raw.data(), g.raw_bytes()), 0);
+}
+
+// A latent block (multi-head latent attention: one plane [token][head_dim], no K/V split)
+// round-trips bit-exactly through the lossless codecs, carries its kind in the header (flags bit
+// 2), never decodes as a K/V block of the same numbers nor the reverse; int8 and int4 quantize
+// it per token along the latent row within the documented bound, and k8v4 and the rotated codecs
+// refuse it up front.
+TEST(LatentCodecTest, LosslessRoundTripAndKindIsChecked) {
+  CodecContext ctx = NewContext();
+  const BlockGeometry latent{.tokens = 16, .kv_heads = 1, .head_dim = 576, .dtype = DType::kBF16,
+                             .kind = LayoutKind::kLatent};
+  BlockGeometry kv = latent;
+  kv.kind = LayoutKind::kKv;
+  ASSERT_TRUE(latent.Validate().ok());
+  EXPECT_EQ(latent.raw_bytes(), 16u * 576 * 2);
+  EXPECT_EQ(kv.raw_bytes(), 2 * latent.raw_bytes());
+  Buffer out(kv.raw_bytes());
+  for (CodecParams p : {CodecParams::Identity(), CodecParams::ShuffleZstd(3)}) {
+    SCOPED_TRACE(p.ToString());
+    Buffer raw = GaussianBlock(latent, kSeed);
+    const std::vector<std::byte> enc = Encode(p, latent, raw, &ctx);
+    ASSERT_GE(enc.size(), kBlockHeaderBytes);
+    EXPECT_EQ(static_cast<uint8_t>(enc[9]) & kBlockFlagLatent, kBlockFlagLatent);
+    ASSERT_TRUE(DecodeBlock(enc, latent, out.span(), &ctx).ok());
+    EXPECT_EQ(std::memcmp(out.data(), raw.data(), latent.raw_bytes()), 0);
+    EXPECT_TRUE(DecodeBlock(enc, kv, out.span(), &ctx).IsCorruption());
+    Buffer kv_raw = GaussianBlock(kv, kSeed);
+    const std::vector<std::byte> kv_enc = Encode(p, kv, kv_raw, &ctx);
+    EXPECT_TRUE(DecodeBlock(kv_enc, latent, out.span(), &ctx).IsCorruption());
+    // The latent flag set on a K/V block (resealed) no longer matches its raw size.
+    std::vector<std::byte> flipped = kv_enc;
+    flipped[9] |= std::byte{kBlockFlagLatent};
+    Reseal(&flipped);
+    EXPECT_TRUE(DecodeBlock(flipped, kv, out.span(), &ctx).IsCorruption());
+  }
+  for (CodecParams p : {CodecParams::Int8(32), CodecParams::Int4(32, 1), CodecParams::Int8(64)}) {
+    SCOPED_TRACE(p.ToString());
+    Buffer raw = GaussianBlock(latent, kSeed + 2);
+    const std::vector<std::byte> enc = Encode(p, latent, raw, &ctx);
+    ASSERT_FALSE(enc.empty());
+    // No key section: per-token parameters and codes of the one plane only.
+    const size_t params_bytes = 2 * 2 * latent.tokens * ((576 + p.group_size - 1) / p.group_size);
+    const size_t codes = latent.half_elements() * p.bits() / 8;
+    if (!p.uses_zstd()) {
+      EXPECT_EQ(enc.size(), kBlockHeaderBytes + params_bytes + codes);
+    }
+    ASSERT_TRUE(DecodeBlock(enc, latent, out.span(), &ctx).ok());
+    ExpectWithinQuantBound(latent, p, raw.data(), out.data());
+  }
+  for (const CodecParams& p : kAllCodecs) {
+    if (LatentCodecOk(p)) continue;
+    Result<size_t> max = MaxEncodedSize(p, latent);
+    ASSERT_FALSE(max.ok()) << p.ToString();
+    EXPECT_TRUE(max.status().IsInvalidArgument());
+    EXPECT_NE(max.status().message().find("latent"), std::string::npos) << max.status().message();
+  }
+  Result<size_t> any = MaxEncodedSizeAnyCodec(latent);
+  ASSERT_TRUE(any.ok()) << any.status().ToString();
+  EXPECT_GE(*any, kBlockHeaderBytes + latent.raw_bytes());
 }
 
 }  // namespace

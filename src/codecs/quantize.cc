@@ -538,8 +538,12 @@ Status QuantizeBlock(const BlockGeometry& g, const QuantScheme& scheme, uint32_t
   const QuantLayout l = ComputeQuantLayout(g, scheme.key_bits, scheme.value_bits, group_size);
   KV_CHECK(raw.size() == g.raw_bytes());
   KV_CHECK(stage.size() == l.total_bytes);
-  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
   const TokenHalf vt{l.v_scale_offset, l.v_zero_offset, l.v_codes_offset};
+  if (g.kind == LayoutKind::kLatent) {  // One plane, quantized per token like values.
+    return QuantizeValues(g, scheme.value_bits, scheme.rotated, group_size, l, vt, raw.data(),
+                          stage.data(), ctx);
+  }
+  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
   KV_RETURN_IF_ERROR(
       QuantizeKeys(g, scheme.key_bits, group_size, l, raw.data(), stage.data(), ctx));
   return QuantizeValues(g, scheme.value_bits, scheme.rotated, group_size, l, vt,
@@ -562,8 +566,12 @@ Status DequantizeBlock(const BlockGeometry& g, const QuantScheme& scheme, uint32
   const QuantLayout l = ComputeQuantLayout(g, scheme.key_bits, scheme.value_bits, group_size);
   KV_CHECK(stage.size() == l.total_bytes);
   KV_CHECK(raw_out.size() >= g.raw_bytes());
-  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
   const TokenHalf vt{l.v_scale_offset, l.v_zero_offset, l.v_codes_offset};
+  if (g.kind == LayoutKind::kLatent) {
+    return DequantizeValues(g, scheme.value_bits, scheme.rotated, group_size, l, vt,
+                            stage.data(), raw_out.data(), ctx);
+  }
+  const size_t half_bytes = g.half_elements() * DTypeBytes(g.dtype);
   KV_RETURN_IF_ERROR(
       DequantizeKeys(g, scheme.key_bits, group_size, l, stage.data(), raw_out.data(), ctx));
   return DequantizeValues(g, scheme.value_bits, scheme.rotated, group_size, l, vt, stage.data(),

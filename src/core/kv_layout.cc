@@ -92,6 +92,16 @@ Result<DType> ParseDType(std::string_view name) {
   return Status::InvalidArgument("dtype '" + std::string(name) + "' is not one of f16, bf16, f32");
 }
 
+std::string_view LayoutKindName(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::kKv:
+      return "kv";
+    case LayoutKind::kLatent:
+      return "latent";
+  }
+  return "invalid";
+}
+
 Status KvLayout::Validate() const {
   KV_RETURN_IF_ERROR(CheckNonZero("layers", layers));
   KV_RETURN_IF_ERROR(CheckNonZero("kv_heads", kv_heads));
@@ -102,16 +112,24 @@ Status KvLayout::Validate() const {
     return Status::InvalidArgument("dtype value " + std::to_string(static_cast<int>(dtype)) +
                                    " is not a known element type");
   }
+  if (LayoutKindName(kind) == "invalid") {
+    return Status::InvalidArgument("layout kind value " + std::to_string(static_cast<int>(kind)) +
+                                   " is not a known kind");
+  }
+  if (kind == LayoutKind::kLatent && kv_heads != 1) {
+    return Status::InvalidArgument("a latent layout has kv_heads=1 (one latent vector per "
+                                   "token), not " + std::to_string(kv_heads));
+  }
   KV_RETURN_IF_ERROR(CheckBlockTokens(block_tokens));
   KV_RETURN_IF_ERROR(CheckAtMost("layers", layers, kLayersMax));
   KV_RETURN_IF_ERROR(CheckAtMost("kv_heads", kv_heads, kKvHeadsMax));
   KV_RETURN_IF_ERROR(CheckAtMost("head_dim", head_dim, kHeadDimMax));
+  KV_RETURN_IF_ERROR(CheckByteCount(
+      "block bytes (planes * block_tokens * kv_heads * head_dim * elem)",
+      std::array<uint64_t, 5>{Planes(), block_tokens, kv_heads, head_dim, elem_bytes}));
   KV_RETURN_IF_ERROR(
-      CheckByteCount("block bytes (2 * block_tokens * kv_heads * head_dim * elem)",
-                     std::array<uint64_t, 5>{2, block_tokens, kv_heads, head_dim, elem_bytes}));
-  KV_RETURN_IF_ERROR(
-      CheckByteCount("token bytes (2 * layers * kv_heads * head_dim * elem)",
-                     std::array<uint64_t, 5>{2, layers, kv_heads, head_dim, elem_bytes}));
+      CheckByteCount("token bytes (planes * layers * kv_heads * head_dim * elem)",
+                     std::array<uint64_t, 5>{Planes(), layers, kv_heads, head_dim, elem_bytes}));
   return Status::Ok();
 }
 
@@ -125,15 +143,15 @@ BlockStrides KvLayout::Strides() const {
   return s;
 }
 
-uint64_t KvLayout::BlockBytes() const { return 2 * Strides().kv_bytes; }
+uint64_t KvLayout::BlockBytes() const { return Planes() * Strides().kv_bytes; }
 
-uint64_t KvLayout::TokenBytesPerLayer() const { return 2 * Strides().token_bytes; }
+uint64_t KvLayout::TokenBytesPerLayer() const { return Planes() * Strides().token_bytes; }
 
 uint64_t KvLayout::TokenBytes() const { return uint64_t{layers} * TokenBytesPerLayer(); }
 
 uint64_t KvLayout::ElementOffsetBytes(uint32_t kv, uint32_t token, uint32_t head,
                                       uint32_t dim) const {
-  KV_DCHECK(kv < 2);
+  KV_DCHECK(kv < Planes());
   KV_DCHECK(token < block_tokens);
   KV_DCHECK(head < kv_heads);
   KV_DCHECK(dim < head_dim);
@@ -144,7 +162,8 @@ uint64_t KvLayout::ElementOffsetBytes(uint32_t kv, uint32_t token, uint32_t head
 std::string KvLayout::ToString() const {
   return "layers=" + std::to_string(layers) + ",kv_heads=" + std::to_string(kv_heads) +
          ",head_dim=" + std::to_string(head_dim) + ",dtype=" + std::string(DTypeName(dtype)) +
-         ",block_tokens=" + std::to_string(block_tokens);
+         ",block_tokens=" + std::to_string(block_tokens) +
+         (kind == LayoutKind::kKv ? "" : ",kind=" + std::string(LayoutKindName(kind)));
 }
 
 namespace {
@@ -168,6 +187,7 @@ Result<uint32_t> ParseU32(std::string_view key, std::string_view text) {
 struct LayoutFields {
   std::optional<uint32_t> layers, kv_heads, head_dim, block_tokens;
   std::optional<DType> dtype;
+  std::optional<LayoutKind> kind;
 };
 
 Status SetOnce(std::string_view key, std::optional<uint32_t>* slot, std::string_view value) {
@@ -195,8 +215,18 @@ Status ParseItem(std::string_view item, LayoutFields* f) {
     f->dtype = d;
     return Status::Ok();
   }
-  return Status::InvalidArgument("unknown layout key '" + std::string(key) +
-                                 "' (expected layers, kv_heads, head_dim, dtype, block_tokens)");
+  if (key == "kind") {
+    if (f->kind.has_value()) return Status::InvalidArgument("layout key 'kind' repeated");
+    for (LayoutKind k : {LayoutKind::kKv, LayoutKind::kLatent}) {
+      if (value == LayoutKindName(k)) f->kind = k;
+    }
+    if (f->kind.has_value()) return Status::Ok();
+    return Status::InvalidArgument("layout kind '" + std::string(value) +
+                                   "' is not one of kv, latent");
+  }
+  return Status::InvalidArgument(
+      "unknown layout key '" + std::string(key) +
+      "' (expected layers, kv_heads, head_dim, dtype, block_tokens, kind)");
 }
 
 Status RequireKey(std::string_view key, bool present) {
@@ -225,7 +255,8 @@ Result<KvLayout> ParseLayout(std::string_view text) {
                   .kv_heads = *f.kv_heads,
                   .head_dim = *f.head_dim,
                   .dtype = *f.dtype,
-                  .block_tokens = *f.block_tokens};
+                  .block_tokens = *f.block_tokens,
+                  .kind = f.kind.value_or(LayoutKind::kKv)};
   KV_RETURN_IF_ERROR(layout.Validate());
   return layout;
 }
@@ -239,6 +270,9 @@ std::string EncodeLayoutForDigest(const KvLayout& layout) {
   PutFixed32(&out, layout.head_dim);
   PutFixed32(&out, layout.block_tokens);
   PutFixed8(&out, static_cast<uint8_t>(layout.dtype));
+  // Only a latent layout has the byte, so a K/V layout's bytes never changed, and a latent
+  // layout's encoding is one byte longer than any K/V layout's: the two never share bytes.
+  if (layout.kind != LayoutKind::kKv) PutFixed8(&out, static_cast<uint8_t>(layout.kind));
   return out;
 }
 

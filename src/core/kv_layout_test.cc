@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/limits.h"
@@ -214,6 +215,88 @@ TEST(LayoutDigestTest, MatchesDocumentedVectors) {
       .layers = 80, .kv_heads = 8, .head_dim = 128, .dtype = DType::kBF16, .block_tokens = 512};
   EXPECT_EQ(ToHex(LayoutDigest(l3)),
             "5cc692bb98e1ba77c0a29e8b6c620cdc93216bba0555aaaed44507a402144f3a");
+  KvLayout l4 = l2;
+  l4.kind = LayoutKind::kLatent;
+  EXPECT_EQ(BytesToHex(EncodeLayoutForDigest(l4)),
+            "0d0000006b76746965722e6c61796f757401000000020000000100000010000000100000000101");
+  EXPECT_EQ(ToHex(LayoutDigest(l4)),
+            "11a363fc4832425bcb7ef92d6e079a2333c8e019339973c28a2b86dae592ebf4");
+  const KvLayout l5{.layers = 60,
+                    .kv_heads = 1,
+                    .head_dim = 576,
+                    .dtype = DType::kBF16,
+                    .block_tokens = 64,
+                    .kind = LayoutKind::kLatent};
+  EXPECT_EQ(ToHex(LayoutDigest(l5)),
+            "b674f60d69918bc81bf5f633084b821c37d304dae335fc8442de85b5253b9fcd");
+}
+
+// A latent layout (MLA): one plane per block, kv_heads = 1, its own text and digest.
+KvLayout DeepSeekV2() {
+  return {.layers = 60,
+          .kv_heads = 1,
+          .head_dim = 576,
+          .dtype = DType::kBF16,
+          .block_tokens = 64,
+          .kind = LayoutKind::kLatent};
+}
+
+TEST(LatentLayoutTest, OnePlaneByteCounts) {
+  const KvLayout l = DeepSeekV2();
+  ASSERT_TRUE(l.Validate().ok()) << l.Validate().ToString();
+  EXPECT_EQ(l.Planes(), 1u);
+  EXPECT_EQ(l.BlockBytes(), 64u * 576 * 2);
+  EXPECT_EQ(l.TokenBytesPerLayer(), 576u * 2);
+  EXPECT_EQ(l.TokenBytes(), 60u * 576 * 2);
+  const BlockStrides s = l.Strides();
+  EXPECT_EQ(s.token_bytes, 576u * 2);
+  EXPECT_EQ(s.kv_bytes, l.BlockBytes());
+  EXPECT_EQ(l.ElementOffsetBytes(0, 3, 0, 513), (3u * 576 + 513) * 2);
+  KvLayout kv = l;
+  kv.kind = LayoutKind::kKv;
+  EXPECT_EQ(kv.BlockBytes(), 2 * l.BlockBytes());
+}
+
+TEST(LatentLayoutTest, NeedsOneHead) {
+  KvLayout l = DeepSeekV2();
+  l.kv_heads = 2;
+  ExpectInvalid(l.Validate(), "kv_heads=1");
+  l = DeepSeekV2();
+  l.kind = static_cast<LayoutKind>(7);
+  ExpectInvalid(l.Validate(), "kind");
+}
+
+TEST(LatentLayoutTest, TextRoundTripsAndKvTextIsUnchanged) {
+  const KvLayout l = DeepSeekV2();
+  EXPECT_EQ(l.ToString(), "layers=60,kv_heads=1,head_dim=576,dtype=bf16,block_tokens=64,kind=latent");
+  Result<KvLayout> back = ParseLayout(l.ToString());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+  // A K/V layout prints as it always did; "kind=kv" is accepted and is the default.
+  EXPECT_EQ(Llama2_7b().ToString(),
+            "layers=32,kv_heads=32,head_dim=128,dtype=f16,block_tokens=256");
+  Result<KvLayout> kv =
+      ParseLayout("layers=32,kv_heads=32,head_dim=128,dtype=f16,block_tokens=256,kind=kv");
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(*kv, Llama2_7b());
+  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"layers=1,kv_heads=1,head_dim=8,dtype=f16,block_tokens=16,kind=mla", "kind 'mla'"},
+           {"layers=1,kv_heads=1,head_dim=8,dtype=f16,block_tokens=16,kind=kv,kind=kv",
+            "'kind' repeated"},
+           {"layers=1,kv_heads=4,head_dim=8,dtype=f16,block_tokens=16,kind=latent", "kv_heads=1"},
+       }) {
+    Result<KvLayout> bad = ParseLayout(text);
+    ASSERT_FALSE(bad.ok()) << text;
+    ExpectInvalid(bad.status(), needle);
+  }
+}
+
+TEST(LatentLayoutTest, NeverAliasesAKvLayout) {
+  KvLayout latent = DeepSeekV2();
+  KvLayout kv = latent;
+  kv.kind = LayoutKind::kKv;
+  EXPECT_NE(LayoutDigest(latent), LayoutDigest(kv));
+  EXPECT_NE(EncodeLayoutForDigest(latent).size(), EncodeLayoutForDigest(kv).size());
 }
 
 TEST(LayoutDigestTest, EveryFieldChangesTheDigest) {

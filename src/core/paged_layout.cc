@@ -20,6 +20,8 @@ const char* PagedLayoutName(PagedLayoutKind kind) {
       return "packed_nhd";
     case PagedLayoutKind::kPackedHnd:
       return "packed_hnd";
+    case PagedLayoutKind::kLatent:
+      return "latent";
   }
   return nullptr;
 }

@@ -19,6 +19,9 @@
 //   kPackedNhd      [P][N][H][2][C]   (vLLM >= 0.30 GPU backends, cache layout LBNHC: K and V
 //                                      side by side in each token's content [2C])
 //   kPackedHnd      [P][H][N][2][C]   (the same, cache layout LBHNC)
+//   kLatent         [P][N][C]         (multi-head latent attention, vLLM's MLA backends: one
+//                                      latent vector per token, kv_lora_rank + rope dim, H = 1,
+//                                      no V: the canonical block is [token][C], one plane)
 // An engine may interleave layers inside a page (vLLM's BLHNC layouts): page_stride_elements
 // then says how far apart two pages of one layer are (0: the layout's dense stride).
 // A block table row maps the T tokens of one kvtier block to ceil(T / page_tokens) pages: token t
@@ -48,12 +51,13 @@ enum class PagedLayoutKind : uint8_t {
   kVllmCpu = 5,         // [P][H][2][N][C].
   kPackedNhd = 6,       // [P][N][H][2][C].
   kPackedHnd = 7,       // [P][H][N][2][C].
+  kLatent = 8,          // [P][N][C], H = 1, no V (MLA).
 };
-inline constexpr uint32_t kPagedLayoutKinds = 8;
+inline constexpr uint32_t kPagedLayoutKinds = 9;
 
 // The layout's name as kvtier's APIs spell it ("vllm_legacy", "flash", "flash_hnd",
-// "flashinfer_nhd", "flashinfer_hnd", "vllm_cpu", "packed_nhd", "packed_hnd"); nullptr for an
-// unknown value.
+// "flashinfer_nhd", "flashinfer_hnd", "vllm_cpu", "packed_nhd", "packed_hnd", "latent"); nullptr
+// for an unknown value.
 const char* PagedLayoutName(PagedLayoutKind kind);
 
 struct PagedGeometry {
@@ -71,10 +75,12 @@ struct PagedGeometry {
   KV_HOST_DEVICE uint64_t page_elements() const {
     return uint64_t{page_tokens} * kv_heads * head_dim;
   }
-  // Whether a page holds both K and V (else two caches, one for each).
+  // Planes of the canonical block: 1 for kLatent (no V), else 2 (K and V).
+  KV_HOST_DEVICE uint32_t planes() const { return kind == PagedLayoutKind::kLatent ? 1u : 2u; }
+  // Whether a page holds both K and V (else two caches, one for each, or no V at all).
   KV_HOST_DEVICE bool KvInOnePage() const {
     return kind != PagedLayoutKind::kVllmLegacy && kind != PagedLayoutKind::kFlash &&
-           kind != PagedLayoutKind::kFlashHnd;
+           kind != PagedLayoutKind::kFlashHnd && kind != PagedLayoutKind::kLatent;
   }
   // Strides in elements (all layouts but kVllmLegacy).
   KV_HOST_DEVICE uint64_t dense_page_stride() const {
@@ -87,6 +93,7 @@ struct PagedGeometry {
     switch (kind) {
       case PagedLayoutKind::kFlash:
       case PagedLayoutKind::kFlashInferNhd:
+      case PagedLayoutKind::kLatent:
         return uint64_t{kv_heads} * head_dim;
       case PagedLayoutKind::kPackedNhd:
         return 2ull * kv_heads * head_dim;
@@ -100,6 +107,7 @@ struct PagedGeometry {
     switch (kind) {
       case PagedLayoutKind::kFlash:
       case PagedLayoutKind::kFlashInferNhd:
+      case PagedLayoutKind::kLatent:
         return head_dim;
       case PagedLayoutKind::kPackedNhd:
         return 2ull * head_dim;
@@ -111,7 +119,7 @@ struct PagedGeometry {
     }
   }
   // Where V starts relative to K, in elements, for the layouts with both in one page (0 for
-  // kFlash, kFlashHnd and kVllmLegacy: two separate caches).
+  // kFlash, kFlashHnd and kVllmLegacy: two separate caches; kLatent has no V).
   KV_HOST_DEVICE uint64_t value_offset() const {
     switch (kind) {
       case PagedLayoutKind::kFlashInferNhd:

@@ -8,6 +8,7 @@ const char* CheckPagedTransfer(const PagedTransfer& t) {
   const PagedGeometry& g = t.geometry;
   if (g.elem_bytes != 2 && g.elem_bytes != 4) return "elem_bytes must be 2 or 4";
   if (g.page_tokens == 0 || g.kv_heads == 0 || g.head_dim == 0) return "zero dimension";
+  if (g.kind == PagedLayoutKind::kLatent) return "latent (MLA) pages are not in the CUDA path yet";
   if (g.kind == PagedLayoutKind::kVllmLegacy && g.head_dim % g.x() != 0) {
     return "head_dim must be a multiple of x = 16 / elem_bytes for the vLLM legacy layout";
   }

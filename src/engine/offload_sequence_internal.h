@@ -44,7 +44,8 @@ inline uint32_t Rank(const codecs::CodecParams& p) {
 
 inline codecs::BlockGeometry GeometryOf(const KvLayout& l) {
   return {
-      .tokens = l.block_tokens, .kv_heads = l.kv_heads, .head_dim = l.head_dim, .dtype = l.dtype};
+      .tokens = l.block_tokens, .kv_heads = l.kv_heads, .head_dim = l.head_dim, .dtype = l.dtype,
+      .kind = l.kind};
 }
 
 // Adds `index` to or removes it from `list` in O(1), keeping `*pos` (its position) and the

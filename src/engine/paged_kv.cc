@@ -107,9 +107,24 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
     g.page_stride_elements = static_cast<uint64_t>(page_stride);
     v_offset = static_cast<uint64_t>(kv_stride);
     layer.pages = static_cast<uint64_t>(pages);
+  } else if (backend == "vllm_mla") {
+    // [P, N, C], or [P, 1, N, C] (vLLM's CPU_MLA shows a head axis of size 1): axis 1 skipped.
+    const size_t x = s.size() == 4 && s[1] == 1 ? 1 : 0;
+    if (H != 1 || s.size() != 3 + x || s[2 + x] != C) {
+      return Mismatch(backend, t, "shape [pages, (1,) page_tokens, " + std::to_string(C) +
+                                      "], 1 head");
+    }
+    if (st[2 + x] != 1 || st[1 + x] != C || st[0] < s[1 + x] * C) {
+      return Mismatch(backend, t, "dense [pages][tokens][latent] pages");
+    }
+    g.kind = PagedLayoutKind::kLatent;
+    g.page_tokens = static_cast<uint32_t>(s[1 + x]);
+    g.page_stride_elements = static_cast<uint64_t>(st[0]);
+    layer.pages = static_cast<uint64_t>(s[0]);
   } else {
     return Status::InvalidArgument("unknown paged KV cache backend \"" + std::string(backend) +
-                                   "\" (known: vllm_cpu, vllm_packed, flash, flashinfer)");
+                                   "\" (known: vllm_cpu, vllm_packed, vllm_mla, flash, "
+                                   "flashinfer)");
   }
   if (layer.pages > (uint64_t{1} << 31)) {
     return Status::InvalidArgument("paged KV cache has more than 2^31 pages");
@@ -153,7 +168,7 @@ Status CheckTransfer(const PagedLayer& layer, uint32_t block_tokens, std::span<c
     }
   }
   const uint64_t block_bytes =
-      2ull * block_tokens * g.kv_heads * g.head_dim * g.elem_bytes;
+      uint64_t{g.planes()} * block_tokens * g.kv_heads * g.head_dim * g.elem_bytes;
   for (size_t b = 0; b < block_sizes.size(); ++b) {
     if (block_sizes[b] != block_bytes) {
       return Status::InvalidArgument("block " + std::to_string(b) + " is " +
@@ -173,7 +188,7 @@ void CopyPage(const PagedLayer& layer, Direction dir, uint64_t page, uint32_t sl
   const size_t e = g.elem_bytes;
   const size_t row = size_t{g.head_dim} * e;
   const uint64_t heads_row = uint64_t{g.kv_heads} * g.head_dim;  // Canonical elements per token.
-  for (uint32_t kv = 0; kv < 2; ++kv) {
+  for (uint32_t kv = 0; kv < g.planes(); ++kv) {
     std::byte* base = kv == 0 ? layer.k : layer.v;
     std::byte* canon = block + (uint64_t{kv} * block_tokens + first_token) * heads_row * e;
     if (g.kind == PagedLayoutKind::kVllmLegacy) {

@@ -46,6 +46,9 @@ struct PagedTensor {
 //                  content, physical order NHD or HND from the strides       -> kPackedNhd/Hnd
 //   "flash"        FlashAttention before vLLM 0.30, [2, P, N, H, C]              -> kFlash/Hnd
 //   "flashinfer"   FlashInfer before vLLM 0.30, [P, 2, N, H, C]        -> kFlashInferNhd/Hnd
+//   "vllm_mla"     vLLM's MLA backends, [P, N, C] or (CPU_MLA) [P, 1, N, C]: H = 1, one latent
+//                  vector per token
+//                                                                            -> kLatent
 // (P pages, N page_tokens, H kv_heads, C head_dim.) Pages may lie further apart than dense (layers
 // interleaved in a page); every other stride must be the layout's own.
 Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTensor& tensor,
@@ -55,7 +58,8 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
 // layer. Block b covers tokens [0, block_tokens) through pages table[b * ppb + i], i < ppb =
 // ceil(block_tokens / page_tokens); a negative entry is "no page" (gather leaves those tokens of
 // the block untouched, scatter skips them). Each block span is the layer's canonical block of
-// block_tokens tokens (2 * block_tokens * kv_heads * head_dim elements). InvalidArgument, with
+// block_tokens tokens (planes * block_tokens * kv_heads * head_dim elements: 2 planes, K and V,
+// or 1 for kLatent). InvalidArgument, with
 // nothing copied, when a page number is out of range or a size does not match.
 Status GatherPages(const PagedLayer& layer, uint32_t block_tokens, std::span<const int32_t> table,
                    std::span<const std::span<std::byte>> blocks);

@@ -6,7 +6,9 @@
 // each element; the tensor is then described the way the engine shows it (shape and strides, as
 // vLLM's register_kv_caches sees them) and gathered through a block table. Every canonical
 // element must hold the code of the token it maps to; a scatter into a zeroed tensor must rebuild
-// exactly the mapped pages and leave every other element zero.
+// exactly the mapped pages and leave every other element zero. The latent (MLA) pages of vLLM's
+// CPU_MLA backend, [P][N][C] with one latent vector per token, get the same gather and scatter
+// checks on their one plane.
 #include "engine/paged_kv.h"
 
 #include <gtest/gtest.h>
@@ -248,6 +250,101 @@ TEST(PagedKvTransfer, RefusesPagesOutOfRangeAndWrongSizesWithNothingCopied) {
   std::vector<std::span<const std::byte>> cshort{std::as_bytes(std::span(block)).first(8)};
   EXPECT_FALSE(ScatterPages(*layer, block_tokens, std::vector<int32_t>{0}, cshort).ok());
   EXPECT_EQ(t, before);
+}
+
+// vLLM's MLA layer tensor [pages, page_tokens, latent]: element (page, slot, dim) holds a code
+// of its position; one plane per block, no V.
+TEST(PagedKvLatent, GatherScatterOnePlanePerBlock) {
+  constexpr uint32_t kP = 5, kN = 16, kL = 40, kBlockTokens = 32;
+  auto code = [](uint32_t page, uint32_t slot, uint32_t dim) {
+    return static_cast<uint16_t>(1 + (page * kN + slot) * kL + dim);
+  };
+  std::vector<uint16_t> t(kP * kN * kL);
+  for (uint32_t p = 0; p < kP; ++p)
+    for (uint32_t s = 0; s < kN; ++s)
+      for (uint32_t d = 0; d < kL; ++d) t[(p * kN + s) * kL + d] = code(p, s, d);
+  PagedTensor shown{.data = reinterpret_cast<std::byte*>(t.data()),
+                    .bytes = t.size() * 2,
+                    .shape = {kP, kN, kL},
+                    .strides = {kN * kL, kL, 1},
+                    .elem_bytes = 2};
+  Result<PagedLayer> layer = DescribePagedLayer("vllm_mla", shown, 1, kL);
+  ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+  EXPECT_EQ(layer->geometry.kind, PagedLayoutKind::kLatent);
+  EXPECT_EQ(layer->pages, kP);
+  EXPECT_EQ(layer->geometry.page_tokens, kN);
+
+  // Two blocks of two pages; the second block's second page is missing (left untouched).
+  const std::vector<int32_t> table{3, 1, 4, -1};
+  std::vector<uint16_t> blocks(2 * kBlockTokens * kL, 0xabcd);  // One plane each: no V half.
+  std::vector<std::span<std::byte>> spans{
+      std::as_writable_bytes(std::span(blocks).first(kBlockTokens * kL)),
+      std::as_writable_bytes(std::span(blocks).subspan(kBlockTokens * kL))};
+  ASSERT_TRUE(GatherPages(*layer, kBlockTokens, table, spans).ok());
+  for (uint32_t b = 0; b < 2; ++b) {
+    for (uint32_t tok = 0; tok < kBlockTokens; ++tok) {
+      const int32_t page = table[b * 2 + tok / kN];
+      for (uint32_t d = 0; d < kL; ++d) {
+        const uint16_t want =
+            page < 0 ? 0xabcd : code(static_cast<uint32_t>(page), tok % kN, d);
+        ASSERT_EQ(blocks[(b * kBlockTokens + tok) * kL + d], want) << b << " " << tok << " " << d;
+      }
+    }
+  }
+
+  // Scatter into zeroed pages rebuilds exactly the mapped pages (3, 1, 4) and nothing else.
+  std::vector<uint16_t> back(t.size(), 0);
+  PagedTensor shown_back = shown;
+  shown_back.data = reinterpret_cast<std::byte*>(back.data());
+  Result<PagedLayer> dst = DescribePagedLayer("vllm_mla", shown_back, 1, kL);
+  ASSERT_TRUE(dst.ok());
+  std::vector<std::span<const std::byte>> cspans{spans[0], spans[1]};
+  ASSERT_TRUE(ScatterPages(*dst, kBlockTokens, table, cspans).ok());
+  for (uint32_t p = 0; p < kP; ++p) {
+    const bool mapped = p == 3 || p == 1 || p == 4;
+    for (uint32_t i = 0; i < kN * kL; ++i) {
+      ASSERT_EQ(back[p * kN * kL + i], mapped ? t[p * kN * kL + i] : 0) << p << " " << i;
+    }
+  }
+
+  // A K/V-sized block (two planes) is the wrong size for latent pages.
+  std::vector<uint16_t> kv_block(2 * kBlockTokens * kL);
+  std::vector<std::span<std::byte>> kv_span{std::as_writable_bytes(std::span(kv_block))};
+  EXPECT_FALSE(GatherPages(*layer, kBlockTokens, std::vector<int32_t>{0, 1}, kv_span).ok());
+}
+
+TEST(PagedKvLatent, RefusesWhatIsNotALatentPage) {
+  constexpr int64_t kP = 4, kN = 16, kL = 24;
+  std::vector<uint16_t> t(kP * kN * kL);
+  const PagedTensor good{.data = reinterpret_cast<std::byte*>(t.data()),
+                         .bytes = t.size() * 2,
+                         .shape = {kP, kN, kL},
+                         .strides = {kN * kL, kL, 1},
+                         .elem_bytes = 2};
+  ASSERT_TRUE(DescribePagedLayer("vllm_mla", good, 1, kL).ok());
+  Result<PagedLayer> r = DescribePagedLayer("vllm_mla", good, 2, kL / 2);  // Heads: none in MLA.
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("1 head"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(DescribePagedLayer("vllm_mla", good, 1, kL - 8).ok());  // Another latent size.
+  PagedTensor transposed = good;  // Tokens not contiguous rows.
+  transposed.strides = {kN * kL, 1, kN};
+  EXPECT_FALSE(DescribePagedLayer("vllm_mla", transposed, 1, kL).ok());
+  PagedTensor small = good;
+  small.bytes -= 2;
+  EXPECT_FALSE(DescribePagedLayer("vllm_mla", small, 1, kL).ok());
+  // vLLM's CPU_MLA shows a head axis of size 1: [P, 1, N, C] is the same pages; two heads are not.
+  PagedTensor four = good;
+  four.shape = {kP, 1, kN, kL};
+  four.strides = {kN * kL, kN * kL, kL, 1};
+  Result<PagedLayer> r4 = DescribePagedLayer("vllm_mla", four, 1, kL);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_EQ(r4->geometry.page_tokens, kN);
+  EXPECT_EQ(r4->pages, kP);
+  four.shape = {kP / 2, 2, kN, kL};
+  four.strides = {2 * kN * kL, kN * kL, kL, 1};
+  EXPECT_FALSE(DescribePagedLayer("vllm_mla", four, 1, kL).ok());
+  // Latent pages are not a K/V layout.
+  EXPECT_FALSE(DescribePagedLayer("vllm_cpu", good, 1, kL / 2).ok());
 }
 
 }  // namespace

@@ -62,6 +62,11 @@ Result<std::shared_ptr<const PagedKvCache>> PagedKvCache::Create(
                                      std::to_string(layout.kv_heads) + " of " +
                                      std::to_string(layout.head_dim));
     }
+    if ((g.kind == PagedLayoutKind::kLatent) != (layout.kind == LayoutKind::kLatent)) {
+      return Status::InvalidArgument(name + " is " + PagedLayoutName(g.kind) +
+                                     " pages but the kvtier layout's kind is " +
+                                     std::string(LayoutKindName(layout.kind)));
+    }
     if (g.elem_bytes != DTypeSizeBytes(layout.dtype)) {
       return Status::InvalidArgument(name + " has " + std::to_string(g.elem_bytes) +
                                      "-byte elements but the kvtier layout's dtype is " +

@@ -30,7 +30,8 @@ class HashCommand final : public Command {
  private:
   void DeclareFlags(CLI::App* sub) {
     sub->add_option("--layout", layout_text_,
-                    "KV layout, e.g. layers=32,kv_heads=8,head_dim=128,dtype=f16,block_tokens=256")
+                    "KV layout, e.g. layers=32,kv_heads=8,head_dim=128,dtype=f16,block_tokens=256 "
+                    "(,kind=latent for an MLA model's latent cache, kv_heads=1)")
         ->required();
     sub->add_option("--salt", salt_, "Tenant salt (bytes of the string)")->required();
     sub->add_option("--model", model_name_, "Model name");

@@ -129,7 +129,8 @@ ServeCommand::ServeCommand(CLI::App* app)
   c->footer(kServeFooter);
   c->add_option("--layout", layout_text_,
                 "The KV geometry served, e.g. layers=32,kv_heads=8,head_dim=128,dtype=bf16,"
-                "block_tokens=256 (clients with another layout are refused)")
+                "block_tokens=256, with ,kind=latent for an MLA model's latent cache (clients with "
+                "another layout are refused)")
       ->envname("KVTIER_LAYOUT")->check(LayoutCheck())->required()->group(kServiceGroup);
   c->add_option("--model-name", model_name_, "The model's name; enters every key")
       ->envname("KVTIER_MODEL_NAME")->group(kServiceGroup);
