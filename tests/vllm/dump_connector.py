@@ -4,11 +4,15 @@ package.
 
 kv_connector_extra_config adds:
   dump_dir   where the pages go: one file per request, <NNN>.pt in the order the requests'
-             prompts complete (torch.save of {"tokens", "loaded", "failed", "layers"}: the prompt's
-             tokens (those of every page that holds one, the last page maybe in part), the
-             [first, end) chunks kvtier loaded into them (or None),
+             prompts complete (torch.save of {"tokens", "loaded", "failed", "layers", "groups",
+             "window_loaded"}: the prompt's tokens (those of every page that holds one, the last
+             page maybe in part), the [first, end) chunks kvtier loaded into them (or None),
              whether any loaded page was reported failed, and per layer (kvtier's layer order) the
-             tensor of those pages, layer_tensor[pages]).
+             tensor of those pages, layer_tensor[pages]; with several KV cache groups "layers"
+             are the first group's, "groups" holds {"kind", "window", "layers"} of each group
+             (its layers at its own pages; a sliding-window group's pages before its window are
+             vLLM's null page) and "window_loaded" {group: [chunks]} the sliding-window chunks
+             kvtier loaded).
   kvtier     false: kvtier does nothing (no engine, no lookup, no load, no save): the pages are
              vLLM's own computation, with the same connector hooks in place.
 
@@ -62,7 +66,7 @@ class DumpKvtierConnector(KvtierConnector):
                 continue
             self._dumped.add(req_id)
             chunks = -(-len(prompt) // bs)
-            meta.dumps.append((req_id, prompt, self._blocks[req_id][:chunks]))
+            meta.dumps.append((req_id, prompt, [p[:chunks] for p in self._blocks[req_id]]))
         return meta
 
     def request_finished(self, request, block_ids):
@@ -79,13 +83,24 @@ class DumpKvtierConnector(KvtierConnector):
                 m = _LAYER_INDEX.search(name)
                 return (int(m.group(1)) if m else 0, name)
 
-            self._layer_index = {n: i for i, n in enumerate(sorted(kv_caches, key=order))}
+            members = self._group_members(sorted(kv_caches, key=order))
+            for group, names in enumerate(members):
+                for i, name in enumerate(names):
+                    self._layer_index[name], self._layer_group[name] = i, group
         self._tensors = {name: kv_caches[name] for name in self._layer_index}
 
     def start_load_kv(self, forward_context, **kwargs):
         if self.has_connector_metadata():
             for op in self._get_connector_metadata().loads:
-                self._loaded[op.req_id] = (op.first_chunk, op.chunks, list(op.pages))
+                record = self._loaded.setdefault(op.req_id, {"prefix": None, "window": {}})
+                if op.at >= 0:
+                    record["window"].setdefault(op.group, []).append(op.at)
+                    record.setdefault("pages", []).extend(op.pages)
+                elif record["prefix"] is None:
+                    record["prefix"] = (op.first_chunk, op.chunks)
+                    record.setdefault("pages", []).extend(op.pages[op.first_chunk:op.chunks])
+                else:
+                    record.setdefault("pages", []).extend(op.pages[op.first_chunk:op.chunks])
         super().start_load_kv(forward_context, **kwargs)
 
     def wait_for_save(self):
@@ -93,15 +108,21 @@ class DumpKvtierConnector(KvtierConnector):
         super().wait_for_save()
         if meta is None:
             return
-        names = sorted(self._tensors, key=lambda n: self._layer_index[n])
+        names = sorted(self._tensors, key=lambda n: (self._layer_group[n], self._layer_index[n]))
         for req_id, tokens, pages in getattr(meta, "dumps", []):
             loaded = self._loaded.pop(req_id, None)
-            index = torch.tensor(pages, dtype=torch.long)
-            failed = loaded is not None and bool(set(loaded[2][loaded[0]:loaded[1]]) &
+            failed = loaded is not None and bool(set(loaded.get("pages", [])) &
                                                  self._failed_pages)
-            record = {"tokens": tokens, "loaded": None if loaded is None else list(loaded[:2]),
-                      "failed": failed,
-                      "layers": [self._tensors[n][index].clone() for n in names]}
+            groups = []
+            for group in self._groups:
+                index = torch.tensor(pages[group.index], dtype=torch.long)
+                groups.append({"kind": group.kind, "window": group.window, "layers": [
+                    self._tensors[n][index].clone() for n in names
+                    if self._layer_group[n] == group.index]})
+            prefix = None if loaded is None or loaded["prefix"] is None else loaded["prefix"]
+            record = {"tokens": tokens, "loaded": None if prefix is None else list(prefix),
+                      "failed": failed, "layers": groups[0]["layers"], "groups": groups,
+                      "window_loaded": {} if loaded is None else loaded["window"]}
             path = os.path.join(self._dump_dir, f"{self._dump_seq:03d}.pt")
             torch.save(record, path + ".tmp")
             os.replace(path + ".tmp", path)

@@ -44,8 +44,8 @@ A prompt's partial last page is cached as a chunk of its own (the connector's pa
 on by default), so a hit loads every prompt token but the last; the byte comparisons cover the
 rows of the prompt's tokens (the rows after them in its last page are not KV yet), and the last
 prompt token's row only where both sides computed it.
-vLLM on CPU needs no extra flags for the connector; vLLM turns off its hybrid KV cache manager by
-itself when a connector that does not declare support for it is configured (logged).
+vLLM on CPU needs no extra flags for the connector (it declares SupportsHMA, so vLLM's hybrid KV
+cache manager stays on; a model of full attention only has one KV cache group either way).
 
 Requires vLLM (scripts/setup_vllm_venv.sh installs it into .venv-vllm) and redis-server; a
 missing one is a skip, which KVTIER_REQUIRE_RESOURCES=1 (CI) turns into a failure.

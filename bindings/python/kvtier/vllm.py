@@ -24,6 +24,14 @@ What happens where:
                       to kvtier, which stores them asynchronously.
 No Python touches KV bytes: gathers, scatters, loads and stores run in C++ with the GIL released.
 
+KV cache groups: the connector declares SupportsHMA, so vLLM keeps its hybrid KV cache manager on
+and gives each attention type a block table of its own. Each group is cached in a namespace of
+its own: full-attention (and MLA) groups every chunk of a prompt; sliding-window groups only the
+chunks of the window before the first uncomputed token, stored at a prompt's end and loaded
+after a hit, each under a digest of its prefix (window_chunk_keys); a hit needs every group's
+part. Layers kvtier cannot cache (state-space / linear attention: vLLM's MambaSpec, or any other
+type it does not know) are refused at startup, naming the type (cache_groups).
+
 kv_connector_extra_config (all optional):
   host_bytes            host memory tier (default 2 GiB)
   ssd_dirs, ssd_bytes   SSD tier directories (a list or one path) and capacity; with several
@@ -34,13 +42,17 @@ kv_connector_extra_config (all optional):
                         worker), or a list such as "0-3,8"
   writeback_age_ms_max  write-back: a stored chunk is on the SSD at most this long after its store
                         completed (default 1000; 0: write-through), docs/reliability.md
+  background_nice       added to the nice value of kvtier's threads that only write chunks down
+                        (SSD write-back, Redis puts), so vLLM's compute and the loads come first
+                        (default 10; 0: no change), docs/engine.md "Background writes"
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
                         "k8v4" | "k8v4-rot" (SSD records; docs/codecs.md), codec_level
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
   remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,
                         remote_write_policy, remote_user, remote_password_env (a variable's
                         name; passwords never go in the config), remote_key_file / remote_key_env
-                        (deployment keys, docs/security.md) or remote_insecure_plaintext
+                        (deployment keys, docs/security.md) or remote_insecure_plaintext,
+                        remote_connections (reads' connections, default 1; puts have one more)
   salt                  the deployment's base salt (a secret separates deployments)
   tenant_secret_file, tenant_secret_env   a secret (at least 16 bytes, checked at startup): each
                         request's cache_salt then becomes the tenant salt
@@ -96,6 +108,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -117,6 +130,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
+
+try:  # vLLM's hybrid KV cache manager (one block table per KV cache group) talks to it.
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # An older vLLM: one group only, the plain request_finished.
+    class SupportsHMA:  # noqa: D101 - a stand-in with nothing to declare
+        pass
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
@@ -134,7 +153,8 @@ _SERVER_TIMEOUT_MS = 5000
 _SERVER_RECONNECT_MS = 1000
 # Options of the connector's own engine, which the node service's configuration replaces.
 _ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
-                "ssd_sync", "worker_threads", "thread_cpus", "writeback_age_ms_max", "codec",
+                "ssd_sync", "worker_threads", "thread_cpus", "background_nice",
+                "writeback_age_ms_max", "codec",
                 "codec_level", "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
 
 
@@ -153,6 +173,8 @@ class LoadOp:
     # The tokens vLLM takes as loaded: the last chunk may be written whole but taken in part
     # (the prompt's last token, and the zero rows after a partial tail, are computed over).
     hit_tokens: int = 0
+    group: int = 0       # The KV cache group whose pages these are
+    at: int = -1         # A sliding-window chunk's index in the prompt (one chunk); -1: a prefix
 
 
 @dataclasses.dataclass
@@ -166,6 +188,8 @@ class SaveOp:
     priority: str = "normal"  # The request's "kvtier" controls (_request_controls)
     ttl_ms: int = 0
     tail_tokens: int = 0  # > 0: the last chunk is the prompt's partial tail of that many tokens
+    group: int = 0
+    at: int = -1
 
 
 @dataclasses.dataclass
@@ -201,6 +225,92 @@ def chunk_tokens(prompt, chunks: int, block_tokens: int) -> list:
     if n <= len(prompt):
         return list(prompt[:n])
     return list(prompt) + [TAIL_PAD_TOKEN] * (n - len(prompt))
+
+
+# ---------------------------------------------------------------------------------------------
+# KV cache groups: vLLM's hybrid KV cache manager gives each attention type its own block table
+# (a group), and a block id belongs to one group at a time. Each group is cached in a namespace
+# of its own (a group's chunks never alias another's). docs/integration.md, "Model families".
+
+@dataclasses.dataclass(frozen=True)
+class CacheGroup:
+    index: int
+    kind: str              # "full" (K/V pages), "latent" (MLA) or "sliding"
+    window: int = 0        # sliding: the window in tokens (a token sees the window - 1 before it)
+    layers: tuple = ()     # vLLM's layer names, () when vLLM did not say
+
+    def key(self) -> str:
+        """The extra key of the group's namespace (only when a model has several groups)."""
+        return f"kv_group:{self.index}:{self.kind}" + (f":{self.window}" if self.window else "")
+
+    def describe(self) -> str:
+        what = {"full": "full attention", "latent": "MLA latent",
+                "sliding": f"sliding window of {self.window} tokens"}[self.kind]
+        return f"group {self.index}: {what}, {len(self.layers)} layers"
+
+
+# vLLM's spec classes kvtier knows, by their exact name: a subclass (sinks, MLA windows, ...)
+# changes what a page holds, so it is refused until kvtier knows it too.
+_GROUP_KINDS = {"FullAttentionSpec": "full", "MLAAttentionSpec": "latent",
+                "SlidingWindowSpec": "sliding"}
+
+
+def cache_groups(kv_cache_config, block_tokens: int) -> list:
+    """The KV cache groups of vLLM's kv_cache_config as CacheGroups, or RuntimeError naming the
+    first layer type kvtier cannot cache (state-space and linear-attention layers keep a
+    recurrent state, not pages of per-token KV). Without a config (an older vLLM): one full
+    attention group."""
+    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or [])
+    if not groups:
+        return [CacheGroup(0, "full")]
+    out = []
+    for i, group in enumerate(groups):
+        spec = group.kv_cache_spec
+        name = type(spec).__name__
+        layers = tuple(getattr(group, "layer_names", ()) or ())
+        kind = _GROUP_KINDS.get(name)
+        if kind is None:
+            # vLLM gives every recurrent-state layer (Mamba, linear attention, short
+            # convolutions, gated delta nets) a MambaSpec.
+            state = any(c.__name__ == "MambaSpec" for c in type(spec).__mro__)
+            what = ("state-space or linear-attention layers, whose recurrent state kvtier does "
+                    "not save" if state else "a layer type kvtier does not cache")
+            raise RuntimeError(
+                f"KvtierConnector: KV cache group {i} has layers of type {name} "
+                f"({', '.join(layers[:4])}{', ...' if len(layers) > 4 else ''}): {what}. "
+                "Supported: full attention, MLA and sliding-window attention "
+                "(docs/integration.md, \"Model families\")")
+        spec_tokens = getattr(spec, "block_size", block_tokens)
+        if spec_tokens != block_tokens:
+            raise RuntimeError(f"KvtierConnector: KV cache group {i} ({name}) has pages of "
+                               f"{spec_tokens} tokens, not the cache's {block_tokens}")
+        window = int(spec.sliding_window) if kind == "sliding" else 0
+        out.append(CacheGroup(i, kind, window, layers))
+    return out
+
+
+def window_start_chunk(group: CacheGroup, hit: int, block_tokens: int) -> int:
+    """The first chunk a sliding-window group needs when `hit` tokens are computed: the one
+    holding the oldest token the next token sees (vLLM's pages before it are freed, or null)."""
+    return max(0, hit - group.window + 1) // block_tokens
+
+
+def window_chunk_keys(prompt, first: int, end: int, block_tokens: int) -> dict:
+    """{chunk: key tokens} for chunks [first, end) of a sliding-window group. Such a group keeps
+    only a window's chunks, so its chunks are cached one by one, each under a chunk of its own
+    whose tokens are a digest of every prompt token up to its end (chunk_tokens: the prompt's
+    partial last chunk padded): a chunk is found without the chunks before it, and its key still
+    covers the whole prefix its KV depends on."""
+    digest = hashlib.blake2b(digest_size=64)
+    tokens = chunk_tokens(prompt, end, block_tokens)
+    keys = {}
+    for chunk in range(end):
+        part = tokens[chunk * block_tokens:(chunk + 1) * block_tokens]
+        digest.update(struct.pack(f"<{len(part)}I", *part))
+        if chunk >= first:
+            words = list(struct.unpack("<16I", digest.copy().digest()))
+            keys[chunk] = (words * -(-block_tokens // 16))[:block_tokens]
+    return keys
 
 
 def _request_controls(params) -> tuple[dict, str | None]:
@@ -643,6 +753,29 @@ def cpu_page_layout(vllm_config) -> str | None:
         return None
 
 
+def _latent_slot_zeroer(layer, page: int, first_slot: int):
+    """zero(layer, page, first_slot) for MLA pages [pages, slots, latent]: a token's latent is a
+    plain row in every ISA (vLLM's MLA cache writer indexes the rows directly)."""
+    layer[page, first_slot:].zero_()
+
+
+def mla_latent_layout(spec, first) -> dict | None:
+    """The latent layout's geometry {kv_heads, head_dim, kind} of an MLA layer (vLLM's
+    MLAAttentionSpec, one tensor per layer of one latent vector per token, kv_lora_rank + rope
+    dim: [pages, page_tokens, latent], or [pages, 1, page_tokens, latent] as vLLM's CPU_MLA shows
+    it), or None for a K/V layer. A spec that says MLA with a tensor of another shape is refused:
+    kvtier would copy the wrong bytes (DescribePagedLayer checks the strides too)."""
+    is_mla = type(spec).__name__ == "MLAAttentionSpec" or (spec is None and first.dim() == 3)
+    if not is_mla:
+        return None
+    width = int(getattr(spec, "head_size", None) or first.shape[-1])
+    shape = list(first.shape)
+    if not (len(shape) == 3 or (len(shape) == 4 and shape[1] == 1)) or shape[-1] != width:
+        raise RuntimeError(f"KvtierConnector: an MLA KV cache layer of shape {shape} is not "
+                           f"[pages, (1,) page_tokens, {width}] (one latent vector per token)")
+    return dict(kv_heads=1, head_dim=width, kind="latent")
+
+
 def _cpu_slot_zeroer(isa: str, dtype):
     """A function zero(layer, page, first_slot) that writes zeros into a page's slots from
     first_slot on with vLLM's own cache writer (so in this ISA's layout), or None when this vLLM
@@ -729,7 +862,7 @@ def _scheduler_hook(default, recover=None):
     return wrap
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector on a kvtier engine (host memory, SSD, Redis tiers)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -740,8 +873,12 @@ class KvtierConnector(KVConnectorBase_V1):
         if not isinstance(self._partial, bool):
             raise RuntimeError(f"kvtier: partial_chunks must be true or false, not "
                                f"{self._partial!r}")
-        # Pages of one CPU attention ISA are not another's KV: the ISA enters every key.
-        self._page_layout = cpu_page_layout(vllm_config)
+        # Pages of one CPU attention ISA are not another's KV: the ISA enters every key. MLA
+        # pages hold plain latent rows in every ISA (and their layout's digest is its own).
+        self._mla = bool(getattr(vllm_config.model_config, "use_mla", False))
+        # Refuses, at startup, a model with layers kvtier cannot cache (state-space, ...).
+        self._groups = cache_groups(kv_cache_config, self._block_size)
+        self._page_layout = None if self._mla else cpu_page_layout(vllm_config)
         parallel = vllm_config.parallel_config
         self._tp_size = parallel.tensor_parallel_size
         if parallel.pipeline_parallel_size != 1:
@@ -772,6 +909,12 @@ class KvtierConnector(KVConnectorBase_V1):
                            "\"recompute\" in --kv-transfer-config to recompute it instead",
                            policy)
         if role == KVConnectorRole.SCHEDULER:
+            logger.info("kvtier: KV cache groups: %s; cached: %s; tensor-parallel ranks: %d",
+                        "; ".join(g.describe() for g in self._groups),
+                        ", ".join(f"group {g.index} " + (
+                            "every chunk of a prompt" if g.kind != "sliding" else
+                            "the chunks of the window before a prompt's first uncomputed "
+                            "token") for g in self._groups), self._tp_size)
             if self._server_path is not None:
                 self._service = _ServiceLookup(self._server_path, self._server_settings,
                                                f"vllm:{self._engine_id}:scheduler",
@@ -790,12 +933,13 @@ class KvtierConnector(KVConnectorBase_V1):
             self._controls: dict[str, dict] = {}     # req_id -> its "kvtier" controls
             # req_id -> (local tokens, hit tokens); a hit may end inside a chunk (partial_chunks).
             self._hits: dict[str, tuple] = {}
-            self._loads: dict[str, LoadOp] = {}      # Decided, not yet sent.
-            self._blocks: dict[str, list] = {}       # req_id -> the request's pages
+            self._loads: dict[str, list] = {}        # Decided, not yet sent: LoadOps.
+            self._blocks: dict[str, list] = {}       # req_id -> per group, the request's pages
             self._saved: set[str] = set()
         else:
             self._engine = None
-            self._cache = None
+            self._caches: list = []                  # Per KV cache group, its paged cache
+            self._layer_group: dict[str, int] = {}   # Layer name -> its group
             self._layer_index: dict[str, int] = {}
             self._namespaces: dict[tuple, Any] = {}
             self._active_loads: list = []            # (LoadOp, PagedLoad)
@@ -845,6 +989,8 @@ class KvtierConnector(KVConnectorBase_V1):
                          f"{getattr(lora, 'lora_path', '') or getattr(lora, 'path', '')}")
         if self._page_layout is not None:
             extra.append("pages:vllm_cpu/" + self._page_layout)
+        elif self._mla:
+            extra.append("pages:vllm_mla")
         return (salt, extra)
 
     # ------------------------------------------------------------------ scheduler side
@@ -920,6 +1066,27 @@ class KvtierConnector(KVConnectorBase_V1):
         # A partial chunk of one token would load nothing (that token is vLLM's to compute).
         return chunks - 1 if len(prompt) % bs == 1 else chunks
 
+    def _group_ns(self, ns: tuple, group: CacheGroup) -> tuple:
+        """The namespace of one KV cache group's chunks (the request's own with one group)."""
+        if len(self._groups) == 1:
+            return ns
+        return (ns[0], list(ns[1]) + [group.key()])
+
+    def _windows_cached(self, ns: tuple, prompt, hit: int) -> bool:
+        """Whether every sliding-window group has the chunks of the window before token `hit`
+        (looked up from the last one back: a miss ends the search)."""
+        bs = self._block_size
+        for group in self._groups:
+            if group.kind != "sliding":
+                continue
+            first = window_start_chunk(group, hit, bs)
+            keys = window_chunk_keys(prompt, first, -(-hit // bs), bs)
+            gns = self._group_ns(ns, group)
+            for chunk in sorted(keys, reverse=True):
+                if min(client.lookup(gns, keys[chunk]) for client in self._clients) < bs:
+                    return False
+        return True
+
     @_scheduler_hook(lambda: (0, False), _no_hit)
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         prompt = list(request.prompt_token_ids or [])
@@ -937,12 +1104,49 @@ class KvtierConnector(KVConnectorBase_V1):
         if ns is None:
             return 0, False
         tokens = chunk_tokens(prompt, chunks, bs)
-        hit = min(client.lookup(ns, tokens) for client in self._clients)
-        hit = min(hit // bs * bs, limit)
-        if hit <= num_computed_tokens:
-            return 0, False
-        self._hits[request.request_id] = (num_computed_tokens, hit)
-        return hit - num_computed_tokens, False
+        hit = limit
+        for group in self._groups:  # Every chunk of each group with pages of all tokens.
+            if group.kind != "sliding":
+                gns = self._group_ns(ns, group)
+                hit = min([hit] + [client.lookup(gns, tokens) // bs * bs
+                                   for client in self._clients])
+        # A sliding-window group needs the window before the hit's first uncomputed token; a
+        # window is stored at the end of a prompt (the prompt's last token, and its last chunk
+        # boundary), so the hit or its chunk boundary is where one is found.
+        for candidate in dict.fromkeys((hit, hit // bs * bs)):
+            if candidate <= num_computed_tokens:
+                break
+            if self._windows_cached(ns, prompt, candidate):
+                self._hits[request.request_id] = (num_computed_tokens, candidate)
+                return candidate - num_computed_tokens, False
+        return 0, False
+
+    def _load_ops(self, request, pages: list, local: int, hit: int) -> list:
+        """The loads of a hit of `hit` tokens after `local` tokens vLLM has: per group, its
+        chunks kvtier gives (a sliding-window group: the window's chunks, one op each)."""
+        bs = self._block_size
+        chunks = -(-hit // bs)  # The last one may be loaded in part (its first tokens only).
+        first = local // bs
+        prompt = list(request.prompt_token_ids or [])
+        ns = self._ns_of(request)
+        ops = []
+        for group in self._groups:
+            group_pages = pages[group.index] if group.index < len(pages) else []
+            if chunks <= first or len(group_pages) < chunks:
+                return []
+            gns = self._group_ns(ns, group)
+            if group.kind != "sliding":
+                ops.append(LoadOp(req_id=request.request_id, ns=gns,
+                                  tokens=chunk_tokens(prompt, chunks, bs),
+                                  pages=group_pages[:chunks], first_chunk=first, chunks=chunks,
+                                  hit_tokens=hit, group=group.index))
+                continue
+            start = max(first, window_start_chunk(group, hit, bs))
+            for chunk, key in window_chunk_keys(prompt, start, chunks, bs).items():
+                ops.append(LoadOp(req_id=request.request_id, ns=gns, tokens=key,
+                                  pages=[group_pages[chunk]], first_chunk=0, chunks=1,
+                                  group=group.index, at=chunk))
+        return ops
 
     def _lose_load(self, request, blocks, num_external_tokens, *args, **kwargs):
         """After a failure in update_state_after_alloc: vLLM counts on num_external_tokens being
@@ -952,41 +1156,44 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loads.pop(req_id, None)
         if num_external_tokens <= 0 or hit <= local:
             return
-        chunks = -(-hit // self._block_size)
-        pages = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        bs = self._block_size
+        chunks = -(-hit // bs)
+        pages = [list(p) for p in blocks.get_block_ids()] if blocks is not None else []
         pages = pages or self._blocks.get(req_id, [])
-        self._loads[req_id] = LoadOp(req_id=req_id, ns=("", []), tokens=[],
-                                     pages=pages[:chunks], first_chunk=local // self._block_size,
-                                     chunks=min(chunks, len(pages)), failed=True)
+        failed = []
+        for group in self._groups:
+            group_pages = pages[group.index] if group.index < len(pages) else []
+            first = local // bs
+            if group.kind == "sliding":  # Pages before the window are vLLM's null page.
+                first = max(first, window_start_chunk(group, hit, bs))
+            failed.append(LoadOp(req_id=req_id, ns=("", []), tokens=[],
+                                 pages=group_pages[:chunks], first_chunk=first,
+                                 chunks=min(chunks, len(group_pages)), failed=True,
+                                 group=group.index))
+        self._loads[req_id] = failed
 
     @_scheduler_hook(lambda: None, _lose_load)
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         req_id = request.request_id
         self._requests[req_id] = request
-        pages = list(blocks.get_block_ids()[0]) if blocks is not None else []
-        if pages:
+        pages = [list(p) for p in blocks.get_block_ids()] if blocks is not None else []
+        if any(pages):
             self._blocks[req_id] = pages
         if num_external_tokens <= 0:
             return
         local, hit = self._hits.get(req_id, (0, 0))
-        bs = self._block_size
-        chunks = -(-hit // bs)  # The last one may be loaded in part (its first tokens only).
-        first = local // bs
-        if chunks <= first or len(pages) < chunks:
-            return
-        prompt = list(request.prompt_token_ids or [])
-        self._loads[req_id] = LoadOp(req_id=req_id, ns=self._ns_of(request),
-                                     tokens=chunk_tokens(prompt, chunks, bs),
-                                     pages=pages[:chunks], first_chunk=first, chunks=chunks,
-                                     hit_tokens=hit)
+        ops = self._load_ops(request, pages, local, hit)
+        if ops:
+            self._loads[req_id] = ops
 
     def _failed_loads_meta(self, *args, **kwargs):
         """After a failure in build_connector_meta: every load decided for this step is sent as
         failed (vLLM recomputes its pages), and no save."""
         meta = KvtierConnectorMetadata()
-        for load in self._loads.values():
-            load.failed = True
-            meta.loads.append(load)
+        for ops in self._loads.values():
+            for load in ops:
+                load.failed = True
+                meta.loads.append(load)
         self._loads.clear()
         return meta
 
@@ -995,37 +1202,39 @@ class KvtierConnector(KVConnectorBase_V1):
         meta = KvtierConnectorMetadata()
         progress = []  # (req_id, computed before this step)
         for new in scheduler_output.scheduled_new_reqs:
-            self._blocks[new.req_id] = list(new.block_ids[0])
+            self._blocks[new.req_id] = [list(p) for p in new.block_ids]
             progress.append((new.req_id, new.num_computed_tokens))
         cached = scheduler_output.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", set()) or set()
         for i, req_id in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
             if new_ids is not None:
-                if req_id in resumed:
-                    self._blocks[req_id] = list(new_ids[0])
+                if req_id in resumed or req_id not in self._blocks:
+                    self._blocks[req_id] = [list(p) for p in new_ids]
                 else:
-                    self._blocks.setdefault(req_id, []).extend(new_ids[0])
+                    for group_pages, more in zip(self._blocks[req_id], new_ids):
+                        group_pages.extend(more)
             progress.append((req_id, cached.num_computed_tokens[i]))
         for req_id, computed in progress:
             try:
                 self._step_ops(meta, req_id, computed, scheduler_output)
             except Exception as e:  # noqa: BLE001 - one request's error spoils only its own ops.
                 self._scheduler_error("build_connector_meta", e)
-                load = self._loads.pop(req_id, None)
-                if load is not None:
+                for load in self._loads.pop(req_id, []):
                     load.failed = True
                     meta.loads.append(load)
         return meta
 
     def _step_ops(self, meta, req_id: str, computed: int, scheduler_output) -> None:
-        """Adds req_id's load (decided in update_state_after_alloc) and, when its prompt's KV is
-        complete after this step, its save."""
+        """Adds req_id's loads (decided in update_state_after_alloc) and, when its prompt's KV is
+        complete after this step, its saves."""
         bs = self._block_size
-        load = self._loads.pop(req_id, None)
-        if load is not None:
-            if not load.failed:
-                load.pages = self._blocks.get(req_id, load.pages)[:load.chunks]
+        pages = self._blocks.get(req_id, [])
+        for load in self._loads.pop(req_id, []):
+            if not load.failed and load.group < len(pages):
+                group_pages = pages[load.group]
+                load.pages = ([group_pages[load.at]] if load.at >= 0
+                              else group_pages[:load.chunks])
             meta.loads.append(load)
         request = self._requests.get(req_id)
         if request is None or req_id in self._saved:
@@ -1046,17 +1255,33 @@ class KvtierConnector(KVConnectorBase_V1):
         tail = len(prompt) % bs if self._partial and len(prompt) % bs > 1 else 0
         chunks = len(prompt) // bs + int(tail > 0)
         local, hit = self._hits.get(req_id, (0, 0))
-        pages = self._blocks.get(req_id, [])
         # Chunks kvtier gave (the last one maybe in part: kvtier has it whole), or vLLM had
         # (kvtier stored them when they were computed), are not copied again: only the chunks
         # after them are gathered and stored.
         first = max(local // bs, -(-hit // bs) if hit > local else 0)
-        if chunks <= first or len(pages) < chunks:
+        if chunks <= first or any(len(p) < chunks for p in pages) or len(pages) < len(
+                self._groups):
             return  # Nothing new to keep.
-        meta.saves.append(SaveOp(req_id=req_id, ns=ns, tokens=chunk_tokens(prompt, chunks, bs),
-                                 pages=pages[:chunks], chunks=chunks, first_chunk=first,
-                                 priority=controls["priority"], ttl_ms=controls["ttl_ms"],
-                                 tail_tokens=tail))
+        for group in self._groups:
+            save = dict(priority=controls["priority"], ttl_ms=controls["ttl_ms"],
+                        group=group.index)
+            gns = self._group_ns(ns, group)
+            if group.kind != "sliding":
+                meta.saves.append(SaveOp(req_id=req_id, ns=gns,
+                                         tokens=chunk_tokens(prompt, chunks, bs),
+                                         pages=pages[group.index][:chunks], chunks=chunks,
+                                         first_chunk=first, tail_tokens=tail, **save))
+                continue
+            # The windows of the hits this prompt can serve: before its last token, and before
+            # its last chunk boundary; never a chunk vLLM freed before this step.
+            end_hit = min(len(prompt) // bs * bs, len(prompt) - 1)
+            start = max(first, window_start_chunk(group, end_hit, bs),
+                        window_start_chunk(group, computed, bs))
+            for chunk, key in window_chunk_keys(prompt, start, chunks, bs).items():
+                meta.saves.append(SaveOp(req_id=req_id, ns=gns, tokens=key,
+                                         pages=[pages[group.index][chunk]], chunks=1,
+                                         tail_tokens=tail if chunk == chunks - 1 else 0,
+                                         at=chunk, **save))
 
     def _forget(self, request, *args, **kwargs):
         req_id = request.request_id
@@ -1070,6 +1295,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self._forget(request)
         # Saves copy their pages out during the step that computed them: nothing to hold.
         return False, None
+
+    @_scheduler_hook(lambda: (False, None), _forget)
+    def request_finished_all_groups(self, request, block_ids):
+        """vLLM's hybrid KV cache manager calls this instead of request_finished."""
+        return self.request_finished(request, block_ids)
 
     # ------------------------------------------------------------------ worker side
 
@@ -1107,7 +1337,8 @@ class KvtierConnector(KVConnectorBase_V1):
             return (int(m.group(1)) if m else item[0], item[0])
 
         names = [n for _, n in sorted(enumerate(names), key=order)]
-        first = kv_caches[names[0]]
+        members = self._group_members(names)
+        first = kv_caches[members[0][0]]
         if first.device.type != "cpu":
             raise RuntimeError(
                 "KvtierConnector: this connector moves KV between kvtier and host-memory pages; "
@@ -1118,11 +1349,15 @@ class KvtierConnector(KVConnectorBase_V1):
                                "(f16, bf16, f32)")
         spec = self._kv_cache_config.kv_cache_groups[0].kv_cache_spec \
             if self._kv_cache_config is not None else None
-        kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
-        head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
-        backend = "vllm_cpu"
-        layout = dict(layers=len(names), kv_heads=int(kv_heads), head_dim=int(head_dim),
-                      dtype=_DTYPES[first.dtype], block_tokens=self._block_size)
+        latent = mla_latent_layout(spec, first)
+        if latent is not None:  # MLA: one latent plane per block (docs/integration.md).
+            backend, geometry = "vllm_mla", latent
+        else:
+            kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
+            head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
+            backend, geometry = "vllm_cpu", dict(kv_heads=int(kv_heads), head_dim=int(head_dim))
+        layout = dict(layers=len(members[0]), dtype=_DTYPES[first.dtype],
+                      block_tokens=self._block_size, **geometry)
         from vllm.distributed import get_tensor_model_parallel_rank
         rank = get_tensor_model_parallel_rank() if self._tp_size > 1 else 0
         self._rank = rank
@@ -1134,38 +1369,48 @@ class KvtierConnector(KVConnectorBase_V1):
                                           **self._server_settings)
         else:
             self._engine = self._open_engine(layout, rank)
-        layers = []
-        for i, name in enumerate(names):
-            t = kv_caches[name]
-            storage = t.untyped_storage()
-            end = storage.data_ptr() + storage.nbytes()
-            layers.append((t, t.data_ptr(), end - t.data_ptr(), list(t.shape), list(t.stride()),
-                           t.element_size()))
-            self._layer_index[name] = i
-        self._cache = self._engine.paged_cache(backend, layers)
-        self._kv_layers = [kv_caches[name] for name in names]
+        for group, group_names in enumerate(members):
+            layers = []
+            for i, name in enumerate(group_names):
+                t = kv_caches[name]
+                storage = t.untyped_storage()
+                end = storage.data_ptr() + storage.nbytes()
+                layers.append((t, t.data_ptr(), end - t.data_ptr(), list(t.shape),
+                               list(t.stride()), t.element_size()))
+                self._layer_index[name] = i
+                self._layer_group[name] = group
+            # A group's tensors may share their memory with another group's (vLLM lays the
+            # groups over one allocation); a page id belongs to one group at a time.
+            self._caches.append(self._engine.paged_cache(backend, layers))
+        self._kv_by_name = {name: kv_caches[name] for name in self._layer_index}
+        cache = self._caches[0]
         # A partial last chunk is stored with zeros after its tokens, written into the page by
         # vLLM's own cache writer: kvtier knows vLLM's CPU pages byte for byte, not token by
         # token (the K layout depends on the ISA). Without it, partial chunks are not stored.
         isa = self._page_layout  # The ISA the keys carry (cpu_page_layout, in __init__).
         self._zero_slots = _cpu_slot_zeroer(isa, first.dtype) if isa is not None else None
+        if latent is not None:  # Plain latent rows: the same in every ISA.
+            isa, self._zero_slots = "any: MLA latent rows", _latent_slot_zeroer
         if self._zero_slots is None and self._partial and rank == 0:
             logger.warning("kvtier: vLLM's CPU attention ISA is unknown here: a prompt's partial "
                            "last chunk is not stored (partial_chunks has no effect)")
         # A staging buffer for a whole context's load, faulted in now: the first hit after a
         # start would otherwise spend tens of milliseconds on page faults before its first layer.
+        # (A sliding-window group loads one chunk at a time: its staging is one chunk's.)
         max_chunks = self._vllm_config.model_config.max_model_len // self._block_size
-        warm = min(int(self._config.get("warm_staging_bytes",
-                                        max_chunks * len(names) * self._engine.block_bytes)),
-                   1 << 30)
-        if warm > 0:
-            self._cache.warm_staging(warm)
+        for group, paged in zip(self._groups, self._caches):
+            chunks = 1 if group.kind == "sliding" else max_chunks
+            warm = min(int(self._config.get("warm_staging_bytes",
+                                            chunks * len(members[0]) * self._engine.block_bytes)),
+                       1 << 30)
+            if warm > 0:
+                paged.warm_staging(warm)
         logger.info("kvtier: %d layers, %s layout (CPU attention ISA %s), %d pages of %d tokens; "
-                    "%s; rank %d of %d; prompts' partial last chunks %s", len(names),
-                    self._cache.layout, isa or "unknown", self._cache.pages,
-                    self._cache.page_tokens, self._engine.layout, rank, self._tp_size,
+                    "%s; rank %d of %d; prompts' partial last chunks %s; KV cache groups: %s",
+                    len(self._layer_index), cache.layout, isa or "unknown", cache.pages,
+                    cache.page_tokens, self._engine.layout, rank, self._tp_size,
                     "cached" if self._partial and self._zero_slots is not None else
-                    "not cached")
+                    "not cached", "; ".join(g.describe() for g in self._groups))
         if self._server_path is not None:
             logger.info("kvtier: on the kvtier service at %s (connected: %s)", self._server_path,
                         self._engine.connected)
@@ -1174,6 +1419,20 @@ class KvtierConnector(KVConnectorBase_V1):
                                      self._serve_lookup,
                                      on_reject=lambda kind: self._count(lookup_rejects=1))
         self._flush_on_signals()
+
+    def _group_members(self, names: list) -> list:
+        """Per KV cache group, its layers' names in the model's order; every group must have as
+        many as the others (one kvtier layout: a chunk is one page of each of a group's layers).
+        With one group, every layer vLLM registered."""
+        if len(self._groups) == 1:
+            return [names]
+        members = [[n for n in names if n in set(g.layers)] for g in self._groups]
+        counts = [len(m) for m in members]
+        if len(set(counts)) != 1 or not counts[0]:
+            raise RuntimeError("KvtierConnector: the KV cache groups have different layer counts ("
+                               + ", ".join(f"group {i}: {c}" for i, c in enumerate(counts))
+                               + "); kvtier caches groups of equal size only")
+        return members
 
     def _open_engine(self, layout: dict, rank: int):
         c = self._config
@@ -1193,8 +1452,9 @@ class KvtierConnector(KVConnectorBase_V1):
                       thread_cpus=str(c.get("thread_cpus", "all")),
                       model_name=f"{self._model_name}|tp{rank}/{self._tp_size}",
                       ssd_key_file=c.get("ssd_key_file", ""), ssd_key_env=c.get("ssd_key_env", ""))
-        if "writeback_age_ms_max" in c:
-            kwargs["writeback_age_ms_max"] = int(c["writeback_age_ms_max"])
+        for key in ("writeback_age_ms_max", "background_nice"):
+            if key in c:
+                kwargs[key] = int(c[key])
         if c.get("remote_endpoints"):
             password = ""
             if c.get("remote_password_env"):
@@ -1202,6 +1462,7 @@ class KvtierConnector(KVConnectorBase_V1):
             kwargs.update(remote_endpoints=list(c["remote_endpoints"]),
                           remote_cluster=bool(c.get("remote_cluster", False)),
                           remote_write_policy=c.get("remote_write_policy", "through"),
+                          remote_connections=int(c.get("remote_connections", 1)),
                           remote_user=c.get("remote_user", ""), remote_password=password,
                           remote_key_file=c.get("remote_key_file", ""),
                           remote_key_env=c.get("remote_key_env", ""),
@@ -1271,14 +1532,16 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
+        loaded = set()  # Requests counted in "loads" (one per request, whatever its groups)
         for op in meta.loads:
             if op.failed:  # The scheduler lost it: vLLM recomputes these pages.
                 self._failed_pages.update(op.pages[op.first_chunk:op.chunks])
                 self._count(load_failures=1)
                 continue
             try:
-                load = self._engine.load_pages(self._namespace(op.ns), op.tokens, self._cache,
-                                               op.pages, op.first_chunk, op.chunks)
+                load = self._engine.load_pages(self._namespace(op.ns), op.tokens,
+                                               self._caches[op.group], op.pages, op.first_chunk,
+                                               op.chunks)
             except kvtier.Error as e:
                 logger.warning("kvtier: load of request %s refused (recomputed): %s",
                                op.req_id, e)
@@ -1286,7 +1549,8 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._count(load_failures=1, service_errors=self._service_error(e))
                 continue
             self._active_loads.append((op, load))
-            self._count(loads=1)
+            self._count(loads=int(op.req_id not in loaded))
+            loaded.add(op.req_id)
 
     def wait_for_layer_load(self, layer_name):
         if not self._active_loads:
@@ -1294,8 +1558,11 @@ class KvtierConnector(KVConnectorBase_V1):
         layer = self._layer_index.get(layer_name)
         if layer is None:
             return
+        group = self._layer_group[layer_name]
         start = time.perf_counter()
         for op, load in self._active_loads:
+            if op.group != group:
+                continue
             try:
                 load.wait_layer(layer)
             except kvtier.Error as e:
@@ -1310,7 +1577,8 @@ class KvtierConnector(KVConnectorBase_V1):
         for op, load in self._active_loads:
             try:
                 load.wait()
-                self._count(loaded_tokens=op.hit_tokens - op.first_chunk * self._block_size)
+                if op.at < 0:  # A window chunk's tokens are counted by its prefix's load.
+                    self._count(loaded_tokens=op.hit_tokens - op.first_chunk * self._block_size)
             except kvtier.Error:
                 self._failed_pages.update(op.pages[op.first_chunk:])
             self._count(loaded_bytes=load.bytes_scattered)
@@ -1326,6 +1594,7 @@ class KvtierConnector(KVConnectorBase_V1):
         layer = self._layer_index.get(layer_name)
         if layer is None:
             return
+        group = self._layer_group[layer_name]
         if self._saves_meta is not meta:  # The step's first layer: make its saves once.
             self._saves_meta = meta
             for op in meta.saves:
@@ -1338,15 +1607,18 @@ class KvtierConnector(KVConnectorBase_V1):
                     # The page's slots after a partial chunk's tokens are zeroed in the page
                     # below, layer by layer, before each gather.
                     self._active_saves.append((op, self._engine.save_pages(
-                        self._cache, op.pages, op.chunks, op.first_chunk)))
+                        self._caches[op.group], op.pages, op.chunks, op.first_chunk)))
                 except kvtier.Error as e:
                     logger.warning("kvtier: save of request %s refused: %s", op.req_id, e)
                     self._count(save_failures=1)
         for op, save in self._active_saves:
+            if op.group != group:
+                continue
             if op.tail_tokens:
                 # Slots after the prompt hold stale KV of the page's earlier user (maybe another
                 # tenant); vLLM writes them only in later steps, after this gather.
-                self._zero_slots(self._kv_layers[layer], op.pages[op.chunks - 1], op.tail_tokens)
+                self._zero_slots(self._kv_by_name[layer_name], op.pages[op.chunks - 1],
+                                 op.tail_tokens)
             save.gather_layer(layer)
 
     def wait_for_save(self):
