@@ -12,7 +12,8 @@ kv_connector_extra_config adds:
              are the first group's, "groups" holds {"kind", "window", "layers"} of each group
              (its layers at its own pages; a sliding-window group's pages before its window are
              vLLM's null page) and "window_loaded" {group: [chunks]} the sliding-window chunks
-             kvtier loaded).
+             kvtier loaded). With several tensor-parallel ranks each rank writes its own pages
+             (its shard of the heads) under dump_dir/tp<rank>/.
   kvtier     false: kvtier does nothing (no engine, no lookup, no load, no save): the pages are
              vLLM's own computation, with the same connector hooks in place.
 
@@ -103,6 +104,14 @@ class DumpKvtierConnector(KvtierConnector):
                     record.setdefault("pages", []).extend(op.pages[op.first_chunk:op.chunks])
         super().start_load_kv(forward_context, **kwargs)
 
+    def _rank_dump_dir(self) -> str:
+        if self._tp_size <= 1:
+            return self._dump_dir
+        from vllm.distributed import get_tensor_model_parallel_rank
+        path = os.path.join(self._dump_dir, f"tp{get_tensor_model_parallel_rank()}")
+        os.makedirs(path, exist_ok=True)
+        return path
+
     def wait_for_save(self):
         meta = self._get_connector_metadata() if self.has_connector_metadata() else None
         super().wait_for_save()
@@ -123,7 +132,7 @@ class DumpKvtierConnector(KvtierConnector):
             record = {"tokens": tokens, "loaded": None if prefix is None else list(prefix),
                       "failed": failed, "layers": groups[0]["layers"], "groups": groups,
                       "window_loaded": {} if loaded is None else loaded["window"]}
-            path = os.path.join(self._dump_dir, f"{self._dump_seq:03d}.pt")
+            path = os.path.join(self._rank_dump_dir(), f"{self._dump_seq:03d}.pt")
             torch.save(record, path + ".tmp")
             os.replace(path + ".tmp", path)
             self._dump_seq += 1

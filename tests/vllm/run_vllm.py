@@ -4,6 +4,7 @@ generated token ids as JSON: the building block of the end-to-end tests and the 
 
   python tests/vllm/run_vllm.py --model DIR --prompts P.json --out OUT.json
       [--connector CONFIG.json] [--max-tokens 16] [--block-size 32] [--repeat N]
+      [--tensor-parallel-size N]
 
 P.json: [{"tokens": [...], "cache_salt": "..." (optional), "kv_transfer_params": {...}
 (optional: the request's, as SamplingParams' extra_args carry them)}, ...], run one after another
@@ -41,6 +42,9 @@ def main():
     parser.add_argument("--prefix-caching", action="store_true",
                         help="keep vLLM's own prefix cache on (off by default, so every hit "
                              "comes from kvtier)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="tensor-parallel ranks (vLLM's CPU build runs one worker process "
+                             "per rank; VLLM_CPU_OMP_THREADS_BIND gives each rank its CPUs)")
     parser.add_argument("--ttft", action="store_true",
                         help="measure each prompt's time to first token before generating")
     args = parser.parse_args()
@@ -59,7 +63,8 @@ def main():
     llm = LLM(model=args.model, dtype="bfloat16", max_model_len=args.max_model_len,
               block_size=args.block_size, enforce_eager=True, seed=0,
               enable_prefix_caching=args.prefix_caching, kv_transfer_config=kv_transfer_config,
-              max_num_batched_tokens=args.max_model_len)
+              max_num_batched_tokens=args.max_model_len,
+              tensor_parallel_size=args.tensor_parallel_size)
     startup = time.perf_counter() - start
 
     outputs, margins, ttfts = [], [], []

@@ -89,15 +89,18 @@ def prompts():
     return out
 
 
-def run(model, tmp, name, prompt_list, connector=None, env=None, check_margins=True):
+def run(model, tmp, name, prompt_list, connector=None, env=None, check_margins=True, tp=1):
     """Runs vLLM on the prompts; their greedy tokens. connector: its --kv-transfer-config; a
-    "dump_dir" in its extra config is filled with the run's page dumps (pages(tmp, name))."""
+    "dump_dir" in its extra config is filled with the run's page dumps (pages(tmp, name)).
+    tp: tensor-parallel ranks."""
     pfile = tmp / f"{name}.prompts.json"
     pfile.write_text(json.dumps(prompt_list))
     out = tmp / f"{name}.out.json"
     cmd = [sys.executable, str(HERE / "run_vllm.py"), "--model", str(model), "--prompts",
            str(pfile), "--out", str(out), "--max-tokens", str(MAX_TOKENS), "--block-size",
            str(BLOCK), "--max-model-len", "1024"]
+    if tp > 1:
+        cmd += ["--tensor-parallel-size", str(tp)]
     if connector is not None:
         extra = connector["kv_connector_extra_config"]
         if "dump_dir" not in extra:
