@@ -347,6 +347,9 @@ struct TierStats {
   uint64_t writeback_lag_us = 0;
 };
 
+// Every counter below and in TierStats is a row of the stats table (engine/stats_table.h), from
+// which the public structs, Python, Prometheus and the service's JSON take it: add a row with a
+// new field (the build fails without one).
 struct EngineStats {
   uint64_t lookups = 0, lookup_hit_tokens = 0, lookup_tokens = 0;
   uint64_t loads = 0, load_blocks = 0, load_failures = 0;

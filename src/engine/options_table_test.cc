@@ -12,24 +12,16 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/table_test_util.h"
+
 namespace kvtier {
 namespace {
-
-std::string ReadSource(const std::string& relative) {
-  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/" + relative);
-  EXPECT_TRUE(in.good()) << relative;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // `text` without // and /* */ comments.
 std::string StripComments(const std::string& text) {
@@ -322,13 +314,7 @@ TEST(OptionsTable, PublicCppOptionsMatchTable) {
 }
 
 TEST(OptionsTable, DocsAreTheTable) {
-  const std::string markdown = OptionsMarkdown();
-  if (const char* path = std::getenv("KVTIER_WRITE_OPTIONS_MD")) {
-    std::ofstream(path) << markdown;
-    GTEST_SKIP() << "wrote " << path;
-  }
-  EXPECT_EQ(ReadSource("docs/options.md"), markdown)
-      << "docs/options.md is generated: see its header to regenerate it";
+  ExpectGeneratedDoc("docs/options.md", OptionsMarkdown(), "KVTIER_WRITE_OPTIONS_MD");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "core/escape.h"
 #include "engine/engine_metrics.h"
+#include "engine/stats_table.h"
 #include "serve/server_internal.h"
 #include "tiers/remote_crypto.h"
 
@@ -388,17 +389,8 @@ std::string Server::StatsJson() {
            ", \"lookup_hit_tokens\": " + u(t.lookup_hit_tokens) + ", \"loads\": " + u(t.loads) +
            ", \"stores\": " + u(t.stores) + "}";
   }
-  out += "], \"engine\": {\"lookups\": " + u(e.lookups) + ", \"lookup_hit_tokens\": " +
-         u(e.lookup_hit_tokens) + ", \"loads\": " + u(e.loads) + ", \"load_blocks\": " +
-         u(e.load_blocks) + ", \"stores\": " + u(e.stores) + ", \"store_blocks\": " +
-         u(e.store_blocks) + ", \"corrupt_blocks\": " + u(e.corrupt_blocks) + ", \"tiers\": [";
-  for (size_t i = 0; i < e.tiers.size(); ++i) {
-    const TierStats& t = e.tiers[i];
-    out += std::string(i ? ", " : "") + "{\"kind\": " + Json(TierKindName(t.kind)) +
-           ", \"capacity_bytes\": " + u(t.capacity_bytes) + ", \"used_bytes\": " +
-           u(t.used_bytes) + ", \"blocks\": " + u(t.blocks) + ", \"hits\": " + u(t.hits) + "}";
-  }
-  return out + "]}}";
+  // The engine's counters: every row of the stats table (engine/stats_table.h) by its name.
+  return out + "], \"engine\": " + kvtier::StatsJson(e) + "}";
 }
 
 }  // namespace kvtier::serve

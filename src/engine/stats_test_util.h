@@ -1,0 +1,30 @@
+// Test stats for the stats table's tests (stats_table_test, serve's stats_wire_test).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <initializer_list>
+
+#include "engine/stats_table.h"
+
+namespace kvtier {
+
+// Stats whose rows hold distinct values: first, first + 1, ... in table order (the engine rows,
+// then the per-tier rows of each tier of `tiers`, in that order).
+inline EngineStats DistinctStats(std::initializer_list<TierKind> tiers, uint64_t first = 1000) {
+  EngineStats s;
+  uint64_t next = first;
+#define KVTIER_TEST_SET(name, type, kind, unit, scope, help) s.name = static_cast<type>(next++);
+  KVTIER_ENGINE_STATS(KVTIER_TEST_SET)
+  for (TierKind tier_kind : tiers) {
+    TierStats& t = s.tiers.emplace_back();
+    t.kind = tier_kind;
+#define KVTIER_TEST_SET_TIER(name, type, kind, unit, scope, help) t.name = next++;
+    KVTIER_TIER_STATS(KVTIER_TEST_SET_TIER)
+#undef KVTIER_TEST_SET_TIER
+  }
+#undef KVTIER_TEST_SET
+  return s;
+}
+
+}  // namespace kvtier
