@@ -445,6 +445,8 @@ KVTIER_API kvtier_status_t kvtier_flush(kvtier_engine_t* engine, kvtier_error_t*
 
 /* ---- Statistics --------------------------------------------------------------------------- */
 
+/* Every counter is a row of the engine's stats table (docs/stats.md), with the same name here. */
+
 #define KVTIER_STATS_TIERS_MAX 8
 
 typedef struct kvtier_tier_stats_s {
@@ -488,6 +490,15 @@ typedef struct kvtier_engine_stats_s {
    * or the write budget, expired or removed; and how far it trails the time of this call. */
   uint64_t tier_writeback_horizon_us[KVTIER_STATS_TIERS_MAX];
   uint64_t tier_writeback_lag_us[KVTIER_STATS_TIERS_MAX];
+  /* Appended: the remote tier's refusals and errors (0 without one): puts that failed, puts
+   * refused by the admission filter or over the write budget, lookups whose remote check failed
+   * (served as misses). */
+  uint64_t remote_put_errors, remote_not_admitted, remote_over_budget, remote_lookup_errors;
+  uint64_t background_writebacks; /* Dirty blocks the cleaner wrote to the SSD. */
+  /* Bytes copied out of memory slots into staging buffers before an SSD or remote write. */
+  uint64_t staged_copy_bytes;
+  /* The SSD codec's compression-ratio monitor: blocks sampled, variation events raised. */
+  uint64_t ratio_samples, ratio_cv_events;
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

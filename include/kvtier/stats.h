@@ -1,5 +1,6 @@
 // EngineStats: the engine's counters (Engine::Stats), as public value types. Counters count from
-// Open; fields marked "gauge" are the value now.
+// Open; fields marked "gauge" are the value now. docs/stats.md lists every field (the engine's
+// stats table; a build check keeps these structs equal to it).
 //
 // Thread safety: value types; Engine::Stats returns a snapshot.
 #pragma once
@@ -71,6 +72,9 @@ struct EngineStats {
   uint64_t remote_lookup_errors = 0;
   std::optional<RemoteStats> remote;  // With a remote tier.
   uint64_t background_writebacks = 0;  // Dirty blocks the cleaner wrote to the SSD.
+  // Bytes copied out of memory slots into staging buffers before an SSD or remote write (device
+  // slots only; host and CXL slots are encoded where they are).
+  uint64_t staged_copy_bytes = 0;
   uint64_t ratio_samples = 0, ratio_cv_events = 0;  // The SSD codec's compression-ratio monitor.
   // Access prediction (EngineOptions::prediction; docs/engine.md, "Access prediction").
   uint64_t prediction_accesses = 0, prediction_scored = 0, prediction_hits = 0;

@@ -10,6 +10,7 @@
 #include "kvtier/c_api.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "codecs/codec_params.h"
@@ -109,7 +111,7 @@ static_assert(KVTIER_CODEC_INT8_ROT == static_cast<int>(codecs::CodecId::kInt8Ro
 static_assert(KVTIER_CODEC_INT4_ROT == static_cast<int>(codecs::CodecId::kInt4Rot));
 static_assert(KVTIER_CODEC_K8V4 == static_cast<int>(codecs::CodecId::kK8V4));
 static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::CodecId::kK8V4Rot));
-static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::kCodecIdLast));
+static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::CodecId::kK8V4Rot));
 static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::kPinnedPrompt));
 static_assert(KVTIER_DEVICE_BACKEND_CUDA == static_cast<int>(DeviceBackend::kCuda));
 static_assert(KVTIER_HUGE_PAGES_IF_AVAILABLE == static_cast<int>(HugePages::kIfAvailable));
@@ -453,7 +455,9 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
                                      " is not a kvtier_write_policy_t");
   }
   const int32_t codec = RawEnum(in.ssd_codec);
-  if (codec < KVTIER_CODEC_IDENTITY || codec > KVTIER_CODEC_K8V4_ROT) {
+  // The codec registry's ids (codecs/codec_params.h): a new codec needs no change here.
+  if (codec < static_cast<int32_t>(codecs::CodecId::kIdentity) ||
+      codec > static_cast<int32_t>(codecs::kCodecIdLast)) {
     return Status::InvalidArgument("ssd_codec " + std::to_string(codec) +
                                    " is not a kvtier_codec_t");
   }
@@ -508,16 +512,83 @@ Status CheckBlockArray(const kvtier_engine_t* engine, const void* array, size_t 
   return Status::Ok();
 }
 
-void FillTierStats(const TierStats& in, kvtier_tier_stats_t* out) {
-  out->kind = static_cast<kvtier_tier_t>(in.kind);
-  out->capacity_bytes = in.capacity_bytes;
-  out->used_bytes = in.used_bytes;
-  out->blocks = in.blocks;
-  out->hits = in.hits;
-  out->evictions = in.evictions;
-  out->writebacks = in.writebacks;
-  out->promotions = in.promotions;
+// Where the per-tier rows of the stats table live in C: fields of kvtier_tier_stats_t (those of
+// ABI version 1), or arrays tier_<name>[KVTIER_STATS_TIERS_MAX] appended to kvtier_engine_stats_t.
+// Together they name every row once (the checks below).
+#define KVTIER_C_TIER_STRUCT_ROWS(X) \
+  X(capacity_bytes) X(used_bytes) X(blocks) X(hits) X(evictions) X(writebacks) X(promotions)
+#define KVTIER_C_TIER_ARRAY_ROWS(X) X(write_failures) X(writeback_horizon_us) X(writeback_lag_us)
+
+void FillTierStats(const TierStats& in, size_t i, kvtier_engine_stats_t* out) {
+  out->tiers[i].kind = static_cast<kvtier_tier_t>(in.kind);
+#define KVTIER_C_COPY_IN_STRUCT(name) out->tiers[i].name = in.name;
+#define KVTIER_C_COPY_TO_ARRAY(name) out->tier_##name[i] = in.name;
+  KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COPY_IN_STRUCT)
+  KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_COPY_TO_ARRAY)
+#undef KVTIER_C_COPY_IN_STRUCT
+#undef KVTIER_C_COPY_TO_ARRAY
 }
+
+// The C stats structs against the stats table (stats_table.h): each row is a field of the row's
+// name and type, and the structs hold no other field (the fields named here, sorted by offset,
+// must follow each other with only alignment padding between and end where the struct does).
+struct StructField {
+  size_t offset, size, align;
+};
+template <size_t N>
+constexpr bool FieldsTile(std::array<StructField, N> fields, size_t size, size_t align) {
+  const auto round_up = [](size_t n, size_t a) { return (n + a - 1) / a * a; };
+  std::sort(fields.begin(), fields.end(),
+            [](const StructField& a, const StructField& b) { return a.offset < b.offset; });
+  size_t end = 0;
+  for (const StructField& f : fields) {
+    if (f.offset != round_up(end, f.align)) return false;
+    end = f.offset + f.size;
+  }
+  return round_up(end, align) == size;
+}
+#define KVTIER_C_FIELD(Struct, member) \
+  StructField{offsetof(Struct, member), sizeof(Struct::member), alignof(decltype(Struct::member))},
+#define KVTIER_C_ENGINE_ROW(name, type, kind, unit, scope, help)           \
+  KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_engine_stats_t, name, type)
+#define KVTIER_C_STRUCT_ROW(name) \
+  KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_tier_stats_t, name, decltype(TierStats::name))
+#define KVTIER_C_ARRAY_ROW(name)                                                              \
+  static_assert(std::is_same_v<decltype(kvtier_engine_stats_t::tier_##name),                \
+                               decltype(TierStats::name)[KVTIER_STATS_TIERS_MAX]>,          \
+                "kvtier_engine_stats_t::tier_" #name " is not an array of the row's type");
+KVTIER_ENGINE_STATS(KVTIER_C_ENGINE_ROW)
+KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_STRUCT_ROW)
+KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_ROW)
+#define KVTIER_C_COUNT(name) +1
+static_assert(0 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COUNT) KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_COUNT) ==
+                  stats_internal::kTierRows,
+              "a per-tier row of the stats table is in neither C place (struct or array)");
+#define KVTIER_C_ENGINE_FIELD(name, type, kind, unit, scope, help) \
+  KVTIER_C_FIELD(kvtier_engine_stats_t, name)
+#define KVTIER_C_ARRAY_FIELD(name) KVTIER_C_FIELD(kvtier_engine_stats_t, tier_##name)
+#define KVTIER_C_STRUCT_FIELD(name) KVTIER_C_FIELD(kvtier_tier_stats_t, name)
+static_assert(FieldsTile(std::to_array<StructField>({
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, struct_size)
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, tier_count)
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, tiers)
+                             KVTIER_ENGINE_STATS(KVTIER_C_ENGINE_FIELD)
+                             KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_FIELD)}),
+                         sizeof(kvtier_engine_stats_t), alignof(kvtier_engine_stats_t)),
+              "kvtier_engine_stats_t has a field that is not a row of the stats table");
+static_assert(FieldsTile(std::to_array<StructField>({KVTIER_C_FIELD(kvtier_tier_stats_t, kind)
+                                                    KVTIER_C_TIER_STRUCT_ROWS(
+                                                        KVTIER_C_STRUCT_FIELD)}),
+                         sizeof(kvtier_tier_stats_t), alignof(kvtier_tier_stats_t)),
+              "kvtier_tier_stats_t has a field that is not a row of the stats table");
+#undef KVTIER_C_FIELD
+#undef KVTIER_C_ENGINE_ROW
+#undef KVTIER_C_STRUCT_ROW
+#undef KVTIER_C_ARRAY_ROW
+#undef KVTIER_C_COUNT
+#undef KVTIER_C_ENGINE_FIELD
+#undef KVTIER_C_ARRAY_FIELD
+#undef KVTIER_C_STRUCT_FIELD
 
 }  // namespace
 }  // namespace kvtier
@@ -998,27 +1069,10 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     const kvtier::EngineStats in = engine->engine->Stats();
     kvtier_engine_stats_t out;
     kvtier_stats_init(&out);
-    out.lookups = in.lookups;
-    out.lookup_hit_tokens = in.lookup_hit_tokens;
-    out.lookup_tokens = in.lookup_tokens;
-    out.loads = in.loads;
-    out.load_blocks = in.load_blocks;
-    out.load_failures = in.load_failures;
-    out.stores = in.stores;
-    out.store_blocks = in.store_blocks;
-    out.busy_rejections = in.busy_rejections;
-    out.prefetches = in.prefetches;
-    out.prefetch_blocks = in.prefetch_blocks;
-    out.corrupt_blocks = in.corrupt_blocks;
+    kvtier::CopyEngineStatRows(in, &out);
     const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
     out.tier_count = static_cast<uint32_t>(tiers);
-    for (size_t i = 0; i < tiers; ++i) {
-      kvtier::FillTierStats(in.tiers[i], &out.tiers[i]);
-      out.tier_write_failures[i] = in.tiers[i].write_failures;
-      out.tier_writeback_horizon_us[i] = in.tiers[i].writeback_horizon_us;
-      out.tier_writeback_lag_us[i] = in.tiers[i].writeback_lag_us;
-    }
-    kvtier::CopyPredictionStats(in, &out);
+    for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], i, &out);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller
     // header has no room for the fields appended since. Fields appended after the caller's header
     // keep whatever the caller had (nothing is known about them); struct_size keeps its value.

@@ -42,7 +42,11 @@ static_assert(static_cast<int>(api::Codec::kInt4Rot) ==
               static_cast<int>(codecs::CodecId::kInt4Rot));
 static_assert(static_cast<int>(api::Codec::kK8V4) == static_cast<int>(codecs::CodecId::kK8V4));
 static_assert(static_cast<int>(api::Codec::kK8V4Rot) ==
-              static_cast<int>(codecs::kCodecIdLast));
+              static_cast<int>(codecs::CodecId::kK8V4Rot));
+// The range a caller's codec must lie in is the codec registry's (codecs/codec_params.h: ids from
+// 1 to kCodecIdLast), so a new codec needs no change here; the public enum names it.
+constexpr auto kApiCodecFirst = static_cast<api::Codec>(codecs::CodecId::kIdentity);
+constexpr auto kApiCodecLast = static_cast<api::Codec>(codecs::kCodecIdLast);
 static_assert(static_cast<int>(api::Codec::kShuffleZstd) ==
               static_cast<int>(codecs::CodecId::kShuffleZstd));
 static_assert(static_cast<int>(api::HugePages::kIfAvailable) ==
@@ -248,7 +252,7 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
                               api::WritePolicy::kWriteBack, "write_policy", &out.write_policy));
   out.writeback_dirty_fraction = in.writeback_dirty_fraction;
   out.writeback_age_ms_max = in.writeback_age_ms_max;
-  KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, api::Codec::kIdentity, api::Codec::kK8V4Rot,
+  KV_RETURN_IF_ERROR(CastEnum(in.ssd_codec.codec, kApiCodecFirst, kApiCodecLast,
                               "ssd_codec.codec", &out.ssd_codec.codec));
   out.ssd_codec.zstd_level = in.ssd_codec.zstd_level;
   out.ssd_codec.group_size = in.ssd_codec.group_size;
@@ -264,42 +268,30 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   return out;
 }
 
+// api::EngineStats and api::TierStats hold every row of the stats table, of the row's type, and
+// nothing else but the tier list, the remote store's counters and the tier's kind.
+#define KVTIER_API_STATS_ENGINE_ROW(name, type, kind, unit, scope, help) \
+  KVTIER_STATS_CHECK_MIRROR_ROW(api::EngineStats, name, type)
+#define KVTIER_API_STATS_TIER_ROW(name, type, kind, unit, scope, help) \
+  KVTIER_STATS_CHECK_MIRROR_ROW(api::TierStats, name, type)
+KVTIER_ENGINE_STATS(KVTIER_API_STATS_ENGINE_ROW)
+KVTIER_TIER_STATS(KVTIER_API_STATS_TIER_ROW)
+#undef KVTIER_API_STATS_ENGINE_ROW
+#undef KVTIER_API_STATS_TIER_ROW
+static_assert(MemberCount<api::EngineStats>() == stats_internal::kEngineRows + 2,
+              "api::EngineStats has a member outside the stats table (tiers and remote aside)");
+static_assert(MemberCount<api::TierStats>() == stats_internal::kTierRows + 1,
+              "api::TierStats has a member outside the stats table (kind aside)");
+
 api::EngineStats FromEngineStats(const EngineStats& in) {
   api::EngineStats out;
-  out.lookups = in.lookups;
-  out.lookup_hit_tokens = in.lookup_hit_tokens;
-  out.lookup_tokens = in.lookup_tokens;
-  out.loads = in.loads;
-  out.load_blocks = in.load_blocks;
-  out.load_failures = in.load_failures;
-  out.stores = in.stores;
-  out.store_blocks = in.store_blocks;
-  out.busy_rejections = in.busy_rejections;
-  out.prefetches = in.prefetches;
-  out.prefetch_blocks = in.prefetch_blocks;
-  out.corrupt_blocks = in.corrupt_blocks;
+  CopyEngineStatRows(in, &out);
   for (const TierStats& t : in.tiers) {
-    out.tiers.push_back({.kind = static_cast<api::TierKind>(t.kind),
-                         .capacity_bytes = t.capacity_bytes,
-                         .used_bytes = t.used_bytes,
-                         .blocks = t.blocks,
-                         .hits = t.hits,
-                         .evictions = t.evictions,
-                         .writebacks = t.writebacks,
-                         .promotions = t.promotions,
-                         .write_failures = t.write_failures,
-                         .writeback_horizon_us = t.writeback_horizon_us,
-                         .writeback_lag_us = t.writeback_lag_us});
+    api::TierStats& tier = out.tiers.emplace_back();
+    tier.kind = static_cast<api::TierKind>(t.kind);
+    CopyTierStatRows(t, &tier);
   }
-  out.remote_put_errors = in.remote_put_errors;
-  out.remote_not_admitted = in.remote_not_admitted;
-  out.remote_over_budget = in.remote_over_budget;
-  out.remote_lookup_errors = in.remote_lookup_errors;
   if (in.remote.has_value()) out.remote = FromRemoteStats(*in.remote);
-  out.background_writebacks = in.background_writebacks;
-  out.ratio_samples = in.ratio_samples;
-  out.ratio_cv_events = in.ratio_cv_events;
-  CopyPredictionStats(in, &out);
   return out;
 }
 

@@ -1,28 +1,35 @@
-// Copies of EngineStats' counters into the public mirrors that spell the fields the same way (the
-// C API's kvtier_engine_stats_t, the C++ API's api::EngineStats), written once for both.
+// Copies of the stats table's rows (stats_table.h) into the public mirrors that spell the fields
+// the same way (the C API's kvtier_engine_stats_t, the C++ API's api::EngineStats), expanded from
+// the table so that a row missing from a mirror fails to compile.
 //
 // Thread safety: pure functions.
 #pragma once
 
-#include "engine/engine.h"
+#include <type_traits>
+
+#include "engine/stats_table.h"
 
 namespace kvtier {
 
-// The access-prediction counters (EngineStats' prediction_* and hint_* fields).
+// Every engine row (KVTIER_ENGINE_STATS) of `in` into the field of the same name of `*out`.
 template <typename Out>
-void CopyPredictionStats(const EngineStats& in, Out* out) {
-  out->prediction_accesses = in.prediction_accesses;
-  out->prediction_scored = in.prediction_scored;
-  out->prediction_hits = in.prediction_hits;
-  out->prediction_accuracy = in.prediction_accuracy;
-  out->prediction_promoted_blocks = in.prediction_promoted_blocks;
-  out->prediction_useful_blocks = in.prediction_useful_blocks;
-  out->hints = in.hints;
-  out->hint_promoted_blocks = in.hint_promoted_blocks;
-  out->hint_useful_blocks = in.hint_useful_blocks;
-  out->prediction_dropped_blocks = in.prediction_dropped_blocks;
-  out->prediction_sessions = in.prediction_sessions;
-  out->prediction_tasks_pending = in.prediction_tasks_pending;
+void CopyEngineStatRows(const EngineStats& in, Out* out) {
+#define KVTIER_STATS_COPY(name, type, kind, unit, scope, help) out->name = in.name;
+  KVTIER_ENGINE_STATS(KVTIER_STATS_COPY)
+#undef KVTIER_STATS_COPY
 }
+
+// Every per-tier row (KVTIER_TIER_STATS) of `in` into the field of the same name of `*out`.
+template <typename Out>
+void CopyTierStatRows(const TierStats& in, Out* out) {
+#define KVTIER_STATS_COPY(name, type, kind, unit, scope, help) out->name = in.name;
+  KVTIER_TIER_STATS(KVTIER_STATS_COPY)
+#undef KVTIER_STATS_COPY
+}
+
+// A static_assert that the struct `Out` has a member `name` of the row's `type`.
+#define KVTIER_STATS_CHECK_MIRROR_ROW(Out, name, type)                                    \
+  static_assert(std::is_same_v<decltype(Out::name), type>, #Out "::" #name " is missing " \
+                                                                     "or not of the row's type");
 
 }  // namespace kvtier
