@@ -45,6 +45,7 @@
 #include "engine/paged_transfer.h"
 #include "kvtier/status.h"
 #include "kvtier/version.h"
+#include "kvtier_stats.h"
 #include "serve/client.h"
 
 namespace py = pybind11;
@@ -1033,47 +1034,7 @@ void Bind(py::module_& m) {
         return "<kvtier.LookupResult matched_tokens=" + std::to_string(r.matched_tokens) + ">";
       });
 
-  py::class_<TierStats>(m, "TierStats")
-      .def_readonly("kind", &TierStats::kind)
-      .def_readonly("capacity_bytes", &TierStats::capacity_bytes)
-      .def_readonly("used_bytes", &TierStats::used_bytes)
-      .def_readonly("blocks", &TierStats::blocks)
-      .def_readonly("hits", &TierStats::hits)
-      .def_readonly("evictions", &TierStats::evictions)
-      .def_readonly("writebacks", &TierStats::writebacks)
-      .def_readonly("promotions", &TierStats::promotions)
-      .def_readonly("write_failures", &TierStats::write_failures)
-      .def_readonly("writeback_horizon_us", &TierStats::writeback_horizon_us)
-      .def_readonly("writeback_lag_us", &TierStats::writeback_lag_us);
-
-  py::class_<EngineStats>(m, "EngineStats")
-      .def_readonly("lookups", &EngineStats::lookups)
-      .def_readonly("lookup_hit_tokens", &EngineStats::lookup_hit_tokens)
-      .def_readonly("lookup_tokens", &EngineStats::lookup_tokens)
-      .def_readonly("loads", &EngineStats::loads)
-      .def_readonly("load_blocks", &EngineStats::load_blocks)
-      .def_readonly("load_failures", &EngineStats::load_failures)
-      .def_readonly("stores", &EngineStats::stores)
-      .def_readonly("store_blocks", &EngineStats::store_blocks)
-      .def_readonly("busy_rejections", &EngineStats::busy_rejections)
-      .def_readonly("prefetches", &EngineStats::prefetches)
-      .def_readonly("prefetch_blocks", &EngineStats::prefetch_blocks)
-      .def_readonly("corrupt_blocks", &EngineStats::corrupt_blocks)
-      .def_readonly("remote_put_errors", &EngineStats::remote_put_errors)
-      .def_readonly("remote_lookup_errors", &EngineStats::remote_lookup_errors)
-      .def_readonly("prediction_accesses", &EngineStats::prediction_accesses)
-      .def_readonly("prediction_scored", &EngineStats::prediction_scored)
-      .def_readonly("prediction_hits", &EngineStats::prediction_hits)
-      .def_readonly("prediction_accuracy", &EngineStats::prediction_accuracy)
-      .def_readonly("prediction_promoted_blocks", &EngineStats::prediction_promoted_blocks)
-      .def_readonly("prediction_useful_blocks", &EngineStats::prediction_useful_blocks)
-      .def_readonly("hints", &EngineStats::hints)
-      .def_readonly("hint_promoted_blocks", &EngineStats::hint_promoted_blocks)
-      .def_readonly("hint_useful_blocks", &EngineStats::hint_useful_blocks)
-      .def_readonly("prediction_dropped_blocks", &EngineStats::prediction_dropped_blocks)
-      .def_readonly("prediction_sessions", &EngineStats::prediction_sessions)
-      .def_readonly("prediction_tasks_pending", &EngineStats::prediction_tasks_pending)
-      .def_readonly("tiers", &EngineStats::tiers);
+  BindStats(m);  // TierStats, EngineStats, _stats_fields (kvtier_stats.cc).
 
   py::class_<PyLoad>(m, "LoadHandle",
                      "A load in flight; wait_layer(i) returns once layer i is in place.")

@@ -44,6 +44,7 @@ from ._kvtier import (  # noqa: F401  (re-exported API)
     TierStats,
     TimedOutError,
     UnavailableError,
+    _stats_fields,
     derive_tenant_salt,
     generate_remote_key,
 )
