@@ -70,6 +70,21 @@ kv_connector_extra_config (all optional):
                         vocabulary has) and whose rows after its tokens are zeros; a hit loads
                         every prompt token but the last, from the prompt's last chunk too.
                         false: whole chunks only, never the one holding the last prompt token.
+  kv_events             KV events for routers: "auto" (default) reports the chunks kvtier holds
+                        through vLLM's KV cache events when vLLM publishes its own
+                        (kv_events_config.enable_kv_cache_events); true / false: always / never.
+                        BlockStored when a save's whole chunks are in kvtier (its store
+                        completed), BlockRemoved when kvtier no longer holds one, under vLLM's own
+                        block hashes, with the tier as medium: "kvtier:host", "kvtier:cxl",
+                        "kvtier:ssd", "kvtier:remote"; a chunk that moves tier is removed from its
+                        old medium and stored in its new one. Removals are found by looking the
+                        announced prompts up again from the worker's reaper thread:
+  kv_events_interval_ms at most this often (default 1000),
+  kv_events_prompts_per_tick  this many prompts each time, checked longest ago first (128),
+  kv_events_max_prompts prompts tracked (default 4096; past it the oldest is dropped without an
+                        event, counted in kv_events_untracked). The events go out with the next
+                        step's output; with several tensor-parallel ranks, once every rank has
+                        reported them. docs/integration.md, "KV events for routers".
 
 On kvtier's node service (`kvtier serve`, docs/serve.md), which owns the node's tiers and is
 shared by every vLLM of the node and kept across their restarts:
@@ -136,6 +151,10 @@ try:  # vLLM's hybrid KV cache manager (one block table per KV cache group) talk
 except ImportError:  # An older vLLM: one group only, the plain request_finished.
     class SupportsHMA:  # noqa: D101 - a stand-in with nothing to declare
         pass
+try:  # KV cache events of connectors (KV-aware routers); absent from older vLLMs.
+    from vllm.distributed.kv_events import KVConnectorKVEvents
+except ImportError:
+    KVConnectorKVEvents = object
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
@@ -190,6 +209,9 @@ class SaveOp:
     tail_tokens: int = 0  # > 0: the last chunk is the prompt's partial tail of that many tokens
     group: int = 0
     at: int = -1
+    # With KV events on: what the worker needs to report the whole chunks [first, first +
+    # len(hashes)) once kvtier holds them (_block_event_info).
+    events: dict | None = None
 
 
 @dataclasses.dataclass
@@ -362,6 +384,339 @@ class KvtierConnectorStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not any(self.data.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# KV events for routers: the chunks kvtier holds, reported through vLLM's KV cache events
+# (BlockStored / BlockRemoved with medium "kvtier:<tier>"), under vLLM's own block hashes, so a
+# KV-aware router indexing vLLM's events sees kvtier's copies of the same blocks.
+# docs/integration.md, "KV events for routers".
+#
+#   scheduler  _block_event_info puts a saved prompt's block hashes (request.block_hashes, as vLLM
+#              converts them for its own events), token ids and LoRA into its SaveOp.
+#   worker     when the store completes, _KvEventTracker looks the prompt up (the tier of each of
+#              its chunks) and reports what changed; it keeps the prompt and looks it up again
+#              from the reaper thread, at most every kv_events_interval_ms, a bounded number of
+#              prompts each time: a chunk that moved reports BlockRemoved for its old medium and
+#              BlockStored for its new one, a chunk gone BlockRemoved. The events travel with the
+#              step's output (get_kv_connector_kv_cache_events).
+#   scheduler  update_connector_output collects them; with several tensor-parallel ranks an event
+#              is published once every rank has reported it (each rank holds its own shard).
+
+KV_EVENTS_MEDIUM_PREFIX = "kvtier:"
+_KV_EVENTS_INTERVAL_MS = 1000
+_KV_EVENTS_MAX_PROMPTS = 4096
+_KV_EVENTS_PROMPTS_PER_TICK = 128
+_KV_EVENTS_MAX_QUEUED = 1 << 16     # Events waiting for a step (or for the other ranks)
+
+
+def kv_events_settings(vllm_config, config: dict) -> dict | None:
+    """The KV event settings, or None when the connector reports no events: "kv_events" true or
+    false, or "auto" (default): on when vLLM publishes its own KV cache events
+    (kv_events_config.enable_kv_cache_events)."""
+    mode = config.get("kv_events", "auto")
+    if mode == "auto":
+        events_config = getattr(vllm_config, "kv_events_config", None)
+        mode = bool(getattr(events_config, "enable_kv_cache_events", False))
+    if not isinstance(mode, bool):
+        raise RuntimeError(f'kvtier: kv_events must be true, false or "auto", not {mode!r}')
+    settings = {}
+    for key, default in (("kv_events_interval_ms", _KV_EVENTS_INTERVAL_MS),
+                         ("kv_events_max_prompts", _KV_EVENTS_MAX_PROMPTS),
+                         ("kv_events_prompts_per_tick", _KV_EVENTS_PROMPTS_PER_TICK)):
+        value = config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise RuntimeError(f"kvtier: {key} must be a positive integer, got {value!r}")
+        settings[key[len("kv_events_"):]] = value
+    return settings if mode else None
+
+
+def _block_event_info(request, first: int, end: int, block_tokens: int, group: int,
+                      hash_block_tokens: int) -> dict | None:
+    """What the worker needs to report a prompt's whole chunks [first, end) as vLLM reports its
+    own blocks: vLLM's block hashes (request.block_hashes at hash_block_tokens granularity, a
+    block's hash being that of its last hash block; converted by vLLM's
+    maybe_convert_block_hash), the parent of the first one, the LoRA and vLLM's per-block extra
+    keys. None when vLLM has no hashes for them (no prefix hashing)."""
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+    hashes = list(getattr(request, "block_hashes", None) or [])
+    scale = block_tokens // hash_block_tokens if block_tokens % hash_block_tokens == 0 else 0
+    if end <= first or not scale or len(hashes) < end * scale:
+        return None
+    block = [maybe_convert_block_hash(hashes[(c + 1) * scale - 1]) for c in range(end)]
+    lora = getattr(request, "lora_request", None)
+    return {"first": first, "hashes": block[first:],
+            "parent": block[first - 1] if first > 0 else None, "group": group,
+            "lora_id": getattr(lora, "adapter_id", None) if lora is not None else None,
+            "lora_name": getattr(lora, "name", None) if lora is not None else None,
+            "extra_keys": _block_extra_keys(request, first, end, block_tokens)}
+
+
+def _block_extra_keys(request, first: int, end: int, block_tokens: int):
+    """vLLM's per-block extra keys of blocks [first, end), in the form its events carry them;
+    None when this vLLM has none to give (or they do not apply)."""
+    try:
+        from vllm.v1.core.kv_cache_utils import (generate_block_hash_extra_keys,
+                                                 to_event_extra_keys)
+
+        keys, mm_index = [], 0
+        for c in range(end):  # From block 0: the multimodal index runs through the prompt.
+            extra, mm_index = generate_block_hash_extra_keys(request, c * block_tokens,
+                                                             (c + 1) * block_tokens, mm_index)
+            if c >= first:
+                keys.append(extra)
+        return to_event_extra_keys(keys)
+    except Exception:  # noqa: BLE001 - another vLLM's request: the events go without them.
+        return None
+
+
+def _event_fields(cls, **fields):
+    """fields, less those this vLLM's event class does not have (older ones lack a few)."""
+    known = getattr(cls, "__struct_fields__", None)
+    return cls(**{k: v for k, v in fields.items() if known is None or k in known})
+
+
+class KvtierKVEvents(KVConnectorKVEvents):
+    """One step's KV events of the workers, as (tensor-parallel rank, event) pairs: vLLM's
+    KVOutputAggregator merges the workers' (add_events, increment_workers) and hands the result
+    to the scheduler's update_connector_output, which counts the ranks of each event."""
+
+    def __init__(self, rank=None, events=()):
+        self._pairs = [(rank, event) for event in events]
+        self._workers = 1
+
+    def add_events(self, events) -> None:
+        for item in events:
+            self._pairs.append(item if isinstance(item, tuple) else (None, item))
+
+    def aggregate(self) -> "KvtierKVEvents":
+        return self
+
+    def increment_workers(self, count: int = 1) -> None:
+        self._workers += count
+
+    def get_all_events(self) -> list:
+        return list(self._pairs)
+
+    def get_number_of_workers(self) -> int:
+        return self._workers
+
+    def clear_events(self) -> None:
+        self._pairs = []
+
+    def __repr__(self):
+        return f"<KvtierKVEvents workers={self._workers} events={len(self._pairs)}>"
+
+
+class _KvEventGather:
+    """The scheduler's side: an event goes out once each of the `ranks` workers reported it
+    (events a rank reports twice before the others caught up count once). At most
+    _KV_EVENTS_MAX_QUEUED events wait for their ranks; older ones are dropped (counted)."""
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        self.pending: dict = {}   # event -> the ranks that reported it, oldest first
+        self.ready: list = []
+        self.dropped = 0
+
+    def add(self, pairs) -> None:
+        for rank, event in pairs:
+            if self.ranks <= 1 or rank is None:
+                self.ready.append(event)
+                continue
+            seen = self.pending.setdefault(event, set())
+            seen.add(rank)
+            if len(seen) >= self.ranks:
+                del self.pending[event]
+                self.ready.append(event)
+            elif len(self.pending) > _KV_EVENTS_MAX_QUEUED:
+                del self.pending[next(iter(self.pending))]
+                self.dropped += 1
+        if len(self.ready) > _KV_EVENTS_MAX_QUEUED:
+            self.dropped += len(self.ready) - _KV_EVENTS_MAX_QUEUED
+            del self.ready[:-_KV_EVENTS_MAX_QUEUED]
+
+    def take(self) -> list:
+        ready, self.ready = self.ready, []
+        return ready
+
+
+@dataclasses.dataclass
+class _TrackedPrompt:
+    ns: tuple
+    tokens: list          # The key tokens of chunks [0, first + len(hashes))
+    info: dict            # _block_event_info's
+    checked: float = 0.0
+
+
+class _KvEventTracker:
+    """The worker's side: the prompts whose chunks were reported (at most max_prompts, the
+    oldest dropped without an event, counted in untracked), each chunk's medium as last
+    reported (keyed by group and block hash, shared by the prompts holding it), and the events
+    not yet handed to vLLM.
+
+    stored(op) takes a completed store (any thread); tick(lookup, now) runs on the reaper
+    thread: stores completed since the last tick are looked up at once (at most per_tick per
+    tick, the rest at the next one), and at most every interval_ms the per_tick prompts checked
+    longest ago are looked up again. lookup(ns, tokens) gives the medium of each chunk kvtier
+    holds from the first on, or raises (counted in errors; nothing changes). A prompt none of
+    whose chunks kvtier holds any more is no longer tracked. per_chunk: one event per chunk
+    (with several ranks: each rank's events must be equal to be matched, and a rank may see a
+    run of chunks change over two ticks), else one per run of chunks that changed together."""
+
+    def __init__(self, block_tokens: int, settings: dict, per_chunk: bool = False):
+        self.block_tokens = block_tokens
+        self.interval_s = settings["interval_ms"] / 1000
+        self.max_prompts = settings["max_prompts"]
+        self.per_tick = settings["prompts_per_tick"]
+        self.per_chunk = per_chunk
+        self._lock = threading.Lock()     # _new, _out and the counters
+        self._new: list = []              # _TrackedPrompts whose stores completed
+        self._out: list = []              # Events for the next step
+        self._prompts: dict = {}          # id -> _TrackedPrompt, oldest first (reaper thread)
+        self._chunks: dict = {}           # (group, hash) -> [medium or None, prompts holding it]
+        self._next_id = 0
+        self._next_check = 0.0
+        self._logged_error = False
+        self.counters = {"kv_events_stored": 0, "kv_events_removed": 0, "kv_events_errors": 0,
+                         "kv_events_untracked": 0, "kv_events_dropped": 0}
+
+    def busy(self) -> bool:
+        """Whether a tick has anything to do (the reaper thread runs while it has)."""
+        return bool(self._new or self._prompts)
+
+    def stored(self, op) -> None:
+        info = op.events
+        if not info or not info.get("hashes"):
+            return
+        end = (info["first"] + len(info["hashes"])) * self.block_tokens
+        prompt = _TrackedPrompt(ns=op.ns, tokens=list(op.tokens[:end]), info=info)
+        with self._lock:
+            self._new.append(prompt)
+            if len(self._new) > self.max_prompts:
+                del self._new[0]
+                self.counters["kv_events_untracked"] += 1
+
+    def take(self) -> list:
+        with self._lock:
+            out, self._out = self._out, []
+        return out
+
+    def error(self, error) -> None:
+        """Counts an error in kv_events_errors; the first one is logged."""
+        with self._lock:
+            self.counters["kv_events_errors"] += 1
+        if not self._logged_error:
+            self._logged_error = True
+            logger.warning("kvtier: KV events: a lookup or check failed (no event; further "
+                           "failures are counted in kv_events_errors): %r", error)
+
+    def take_counters(self) -> dict:
+        with self._lock:
+            counters = dict(self.counters)
+            for key in self.counters:
+                self.counters[key] = 0
+        return counters
+
+    def tick(self, lookup, now: float) -> None:
+        if not self._prompts:  # The first recheck comes an interval after tracking starts.
+            self._next_check = now + self.interval_s
+        elif now >= self._next_check:
+            self._next_check = now + self.interval_s
+            due = sorted(self._prompts, key=lambda i: self._prompts[i].checked)[:self.per_tick]
+            for prompt_id in due:
+                self._check(prompt_id, lookup, now)
+        with self._lock:
+            new, self._new = self._new[:self.per_tick], self._new[self.per_tick:]
+        for prompt in new:
+            self._track(prompt)
+            self._check(self._next_id - 1, lookup, now)
+
+    def _track(self, prompt) -> None:
+        self._prompts[self._next_id] = prompt
+        self._next_id += 1
+        for h in prompt.info["hashes"]:
+            self._chunks.setdefault((prompt.info["group"], h), [None, 0])[1] += 1
+        while len(self._prompts) > self.max_prompts:
+            self._untrack(next(iter(self._prompts)))
+            with self._lock:
+                self.counters["kv_events_untracked"] += 1
+
+    def _untrack(self, prompt_id) -> None:
+        prompt = self._prompts.pop(prompt_id)
+        for h in prompt.info["hashes"]:
+            key = (prompt.info["group"], h)
+            entry = self._chunks.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._chunks[key]
+
+    def _check(self, prompt_id, lookup, now: float) -> None:
+        prompt = self._prompts.get(prompt_id)
+        if prompt is None:
+            return
+        prompt.checked = now
+        info = prompt.info
+        try:
+            media = list(lookup(prompt.ns, prompt.tokens))
+        except Exception as e:  # noqa: BLE001 - a failed lookup changes nothing; counted.
+            self.error(e)
+            return
+        removed, stored = [], []  # (chunk index in info["hashes"], medium)
+        for i, h in enumerate(info["hashes"]):
+            chunk = info["first"] + i
+            medium = media[chunk] if chunk < len(media) else None
+            entry = self._chunks[(info["group"], h)]
+            if entry[0] != medium:
+                if entry[0] is not None:
+                    removed.append((i, entry[0]))
+                if medium is not None:
+                    stored.append((i, medium))
+                entry[0] = medium
+        events = [self._removed(info, run, medium) for run, medium in self._runs(removed)]
+        events += [self._stored(prompt, run, medium) for run, medium in self._runs(stored)]
+        if events:
+            with self._lock:
+                self.counters["kv_events_removed"] += len(removed)
+                self.counters["kv_events_stored"] += len(stored)
+                self._out.extend(events)
+                if len(self._out) > _KV_EVENTS_MAX_QUEUED:
+                    self.counters["kv_events_dropped"] += len(self._out) - _KV_EVENTS_MAX_QUEUED
+                    del self._out[:-_KV_EVENTS_MAX_QUEUED]
+        if all(self._chunks[(info["group"], h)][0] is None for h in info["hashes"]):
+            self._untrack(prompt_id)  # kvtier holds none of its chunks any more.
+
+    def _runs(self, changes):
+        """[(chunk indexes, medium)]: consecutive chunks of one medium (one each: per_chunk)."""
+        runs = []
+        for i, medium in changes:
+            if runs and not self.per_chunk and runs[-1][1] == medium and runs[-1][0][-1] == i - 1:
+                runs[-1][0].append(i)
+            else:
+                runs.append(([i], medium))
+        return runs
+
+    @staticmethod
+    def _removed(info, run, medium):
+        from vllm.distributed.kv_events import BlockRemoved
+
+        return _event_fields(BlockRemoved, block_hashes=[info["hashes"][i] for i in run],
+                             medium=medium, group_idx=info["group"])
+
+    def _stored(self, prompt, run, medium):
+        from vllm.distributed.kv_events import BlockStored
+
+        info, bs = prompt.info, self.block_tokens
+        first = info["first"] + run[0]
+        extra = info["extra_keys"]
+        return _event_fields(
+            BlockStored, block_hashes=[info["hashes"][i] for i in run],
+            parent_block_hash=info["hashes"][run[0] - 1] if run[0] > 0 else info["parent"],
+            token_ids=list(prompt.tokens[first * bs:(first + len(run)) * bs]), block_size=bs,
+            lora_id=info["lora_id"], medium=medium, lora_name=info["lora_name"],
+            extra_keys=[extra[i] for i in run] if extra else None, group_idx=info["group"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -901,6 +1256,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                "ignored: %s", ", ".join(ignored))
         self._tenant_secret = _read_tenant_secret(self._config)
         self._default_tenant = self._config.get("default_tenant")
+        self._kv_events = kv_events_settings(vllm_config, self._config)
         self._salt = str(self._config.get("salt", ""))
         policy = getattr(vllm_config.kv_transfer_config, "kv_load_failure_policy", "recompute")
         if role == KVConnectorRole.SCHEDULER and policy != "recompute":
@@ -936,6 +1292,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._loads: dict[str, list] = {}        # Decided, not yet sent: LoadOps.
             self._blocks: dict[str, list] = {}       # req_id -> per group, the request's pages
             self._saved: set[str] = set()
+            # KV events: the workers' events, out once every rank has reported them.
+            self._event_gather = _KvEventGather(self._tp_size) if self._kv_events else None
         else:
             self._engine = None
             self._caches: list = []                  # Per KV cache group, its paged cache
@@ -959,6 +1317,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._stats_written = ()
             self._previous_handlers: dict[int, Any] = {}  # Signals flushed on, and vLLM's handlers
             self._signal_flushed = False
+            # KV events: the chunks this worker reported, rechecked from the reaper thread.
+            self._event_tracker = (_KvEventTracker(self._block_size, self._kv_events,
+                                                   per_chunk=self._tp_size > 1)
+                                   if self._kv_events else None)
 
     # ------------------------------------------------------------------ namespaces
 
@@ -1000,7 +1362,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     @staticmethod
     def _zero_sched_counters() -> dict:
         return {"scheduler_errors": 0, "lookup_errors": 0, "unsalted_requests": 0,
-                "bad_transfer_params": 0, "unloaded_requests": 0, "unsaved_requests": 0}
+                "bad_transfer_params": 0, "unloaded_requests": 0, "unsaved_requests": 0,
+                "kv_events_published": 0, "kv_events_dropped": 0}
 
     def _count_sched(self, **deltas):
         with self._sched_lock:
@@ -1267,10 +1630,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                         group=group.index)
             gns = self._group_ns(ns, group)
             if group.kind != "sliding":
+                events = None
+                if self._kv_events is not None:  # The whole chunks: vLLM hashes no partial one.
+                    events = _block_event_info(
+                        request, first, len(prompt) // bs, bs, group.index,
+                        getattr(self._kv_cache_config, "hash_block_size", None) or bs)
                 meta.saves.append(SaveOp(req_id=req_id, ns=gns,
                                          tokens=chunk_tokens(prompt, chunks, bs),
                                          pages=pages[group.index][:chunks], chunks=chunks,
-                                         first_chunk=first, tail_tokens=tail, **save))
+                                         first_chunk=first, tail_tokens=tail, events=events,
+                                         **save))
                 continue
             # The windows of the hits this prompt can serve: before its last token, and before
             # its last chunk boundary; never a chunk vLLM freed before this step.
@@ -1301,6 +1670,27 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """vLLM's hybrid KV cache manager calls this instead of request_finished."""
         return self.request_finished(request, block_ids)
 
+    @_scheduler_hook(lambda: None)
+    def update_connector_output(self, connector_output):
+        """Collects the workers' KV events of a step (KV events for routers, above)."""
+        events = getattr(connector_output, "kv_cache_events", None)
+        if self._event_gather is None or not isinstance(events, KvtierKVEvents):
+            return
+        dropped = self._event_gather.dropped
+        self._event_gather.add(events.get_all_events())
+        if self._event_gather.dropped != dropped:
+            self._count_sched(kv_events_dropped=self._event_gather.dropped - dropped)
+
+    @_scheduler_hook(lambda: ())
+    def take_events(self):
+        """The KV events every rank has reported, for vLLM to publish with its own."""
+        if self._event_gather is None:
+            return ()
+        events = self._event_gather.take()
+        if events:
+            self._count_sched(kv_events_published=len(events))
+        return events
+
     # ------------------------------------------------------------------ worker side
 
     @staticmethod
@@ -1308,7 +1698,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         return {"loads": 0, "load_failures": 0, "loaded_tokens": 0, "loaded_bytes": 0,
                 "load_stall_s": 0.0, "saves": 0, "save_failures": 0, "saved_chunks": 0,
                 "gathered_bytes": 0, "stored_chunks": 0, "stored_bytes": 0, "lookups": 0,
-                "lookup_hit_tokens": 0, "lookup_rejects": 0, "service_errors": 0}
+                "lookup_hit_tokens": 0, "lookup_rejects": 0, "service_errors": 0,
+                "kv_events_stored": 0, "kv_events_removed": 0, "kv_events_errors": 0,
+                "kv_events_untracked": 0, "kv_events_dropped": 0}
 
     def _count(self, **deltas):
         with self._stats_lock:
@@ -1649,23 +2041,55 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         and the stats file do not wait for a next step that may never come (the last request of
         a burst)."""
         with self._saves_lock:
-            if self._reaper is not None or not self._pending_saves or self._closing:
+            if self._reaper is not None or not self._reaper_busy() or self._closing:
                 return
             self._reaper = threading.Thread(target=self._reap_in_background,
                                             name="kvtier-reaper", daemon=True)
             self._reaper.start()
+
+    def _reaper_busy(self) -> bool:
+        """Whether the reaper thread has work: stores in flight, or KV events to track."""
+        return bool(self._pending_saves) or (self._event_tracker is not None
+                                             and self._event_tracker.busy())
 
     def _reap_in_background(self):
         while True:
             time.sleep(0.05)
             with self._saves_lock:
                 self._reap_saves(block=False)
-                done = not self._pending_saves or self._closing
+            self._kv_events_tick()
+            with self._saves_lock:
+                done = not self._reaper_busy() or self._closing
                 if done:
                     self._reaper = None
             self._maybe_write_stats()
             if done:
                 return
+
+    def _kv_events_tick(self):
+        """Looks up the chunks of completed stores and, at the configured rate, the chunks
+        reported before (KV events for routers). Never raises: errors are counted and logged."""
+        tracker = self._event_tracker
+        if tracker is None:
+            return
+        try:
+            tracker.tick(self._chunk_media, time.monotonic())
+        except Exception as e:  # noqa: BLE001 - the reaper thread must go on.
+            tracker.error(e)
+        self._count(**tracker.take_counters())
+
+    def _chunk_media(self, ns: tuple, tokens: list) -> list:
+        """The medium ("kvtier:<tier>") of each chunk of `tokens` kvtier holds, from the first
+        on. On the node service, a lookup while it is not reachable is a miss: it raises
+        instead, so that the chunks are not reported removed."""
+        service = self._server_path is not None
+        if service and not self._engine.connected:
+            raise ConnectionError("the kvtier service is not reachable")
+        result = self._engine.lookup(self._namespace(ns), tokens)
+        if service and not self._engine.connected:
+            raise ConnectionError("the kvtier service went away during a lookup")
+        return [KV_EVENTS_MEDIUM_PREFIX + str(t).split(".")[-1].lower()
+                for t in result.chunk_tiers]
 
     def _reap_saves(self, block: bool):
         still = []
@@ -1678,6 +2102,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 self._count(stored_chunks=save.chunks_stored,
                             stored_bytes=save.chunks_stored * self._engine.layers *
                             self._engine.block_bytes)
+                if self._event_tracker is not None:
+                    self._event_tracker.stored(op)
             except kvtier.Error as e:
                 logger.warning("kvtier: store of request %s failed: %s", op.req_id, e)
                 self._count(save_failures=1, service_errors=self._service_error(e))
@@ -1692,6 +2118,13 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_finished(self, finished_req_ids):
         return None, None
+
+    def get_kv_connector_kv_cache_events(self):
+        """The KV events this worker found since the last step (KV events for routers)."""
+        if self._role != KVConnectorRole.WORKER or self._event_tracker is None:
+            return None
+        events = self._event_tracker.take()
+        return KvtierKVEvents(self._rank, events) if events else None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         failed, self._failed_pages = self._failed_pages, set()
