@@ -8,7 +8,8 @@ longer holds them (evicted from a small host tier, no SSD: every chunk but the f
 keeps at high priority as the sequence's attention sink, and the chunks still announced are
 always a leading run); a chunk that moves tier is removed
 from its old medium and stored in its new one; with several tensor-parallel ranks an event goes
-out once every rank reported it; and the connector changes no generated token.
+out once every rank reported it (checked with TP=2 on vLLM's CPU build too); and the connector
+changes no generated token.
 
 Method:
   * Fast checks without a vLLM engine: the scheduler's hooks on test_connector_safety.py's
@@ -314,6 +315,7 @@ def driver_main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--connector")
     parser.add_argument("--kv-events", required=True)
+    parser.add_argument("--tp", type=int, default=1)
     args = parser.parse_args(sys.argv[2:])
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
@@ -323,7 +325,7 @@ def driver_main():
     llm = LLM(model=args.model, dtype="bfloat16", max_model_len=1024, block_size=BLOCK,
               enforce_eager=True, seed=0, enable_prefix_caching=True,
               kv_transfer_config=connector, max_num_batched_tokens=1024,
-              kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+              tensor_parallel_size=args.tp, kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
                                               endpoint=args.kv_events, topic="kvtier-test"))
     print(MARK + json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
@@ -385,16 +387,17 @@ class Subscriber:
 class Driver:
     """The vLLM subprocess of driver_main: generate(tokens) -> its greedy tokens."""
 
-    def __init__(self, tmp, model, connector, endpoint):
+    def __init__(self, tmp, model, connector, endpoint, tp=1, env=None):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--driver", "--model", str(model),
-               "--kv-events", endpoint]
+               "--kv-events", endpoint, "--tp", str(tp)]
         if connector is not None:
             cfile = tmp / "connector.json"
             cfile.write_text(json.dumps(connector))
             cmd += ["--connector", str(cfile)]
         self.log = tmp / "driver.log"
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+                                     stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                     env=dict(os.environ, **(env or {})))
         self.replies = queue.Queue()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -518,10 +521,10 @@ def baseline_tokens(tmp, model, prompt_list):
     return json.loads(out.read_text())["outputs"]
 
 
-def test_vllm_publishes_kvtier_stored_and_removed_under_vllms_block_hashes(
-        tmp_path, tmp_path_factory, model):
-    prompt = random_prompt(1, 6 * BLOCK + 9)   # 6 whole chunks and a partial one
-    expected = baseline_tokens(tmp_path, model, [prompt])[0]
+def start_vllm(tmp_path, tmp_path_factory, model, tp=1, env=None):
+    """A subscriber, then the driver's vLLM with the connector on a HOST_BYTES host tier and
+    events on; probe requests (not stored in kvtier) run until the first batch arrives, so the
+    subscription is live. (subscriber, driver)."""
     sockets = tmp_path_factory.mktemp("kvev")  # A short path: Unix socket paths are short
     runtime = sockets / "run"
     runtime.mkdir(mode=0o700)
@@ -532,26 +535,50 @@ def test_vllm_publishes_kvtier_stored_and_removed_under_vllms_block_hashes(
                                                "stats_file": str(tmp_path / "stats.json")}}
     endpoint = f"ipc://{sockets / 'events.sock'}"
     sub = Subscriber(endpoint)  # Connected before vLLM binds: ZMQ connects when it does.
-    driver = Driver(tmp_path, model, connector, endpoint)
     try:
-        # Probes (not stored in kvtier) until the first batch arrives: the subscription is live.
+        driver = Driver(tmp_path, model, connector, endpoint, tp=tp, env=env)
+    except BaseException:
+        sub.close()
+        raise
+    try:
         wait_until(sub, lambda events: events,
                    lambda i: driver.generate(random_prompt(1000 + i, 40), 1, save=False),
                    "KV event (probe)")
-        assert driver.generate(prompt) == expected, "the connector changed the greedy tokens"
+    except BaseException:
+        driver.close()
+        sub.close()
+        raise
+    return sub, driver
 
-        def stored(events):
-            mine = chain(blocks_of(events, kvtier=True), prompt)
-            return mine if len(mine) == len(prompt) // BLOCK else None
 
-        mine = wait_until(sub, stored,
-                          lambda i: driver.generate(random_prompt(2000 + i, 40), 1, save=False),
-                          "BlockStored(kvtier:host) for every whole chunk of the prompt")
-        own = chain(blocks_of(sub.snapshot(), kvtier=False), prompt)
-        assert own == mine, "kvtier's block hashes are not vLLM's own for the same blocks"
-        media = {e.medium for e in sub.snapshot() if type(e).__name__ == "BlockStored"
-                 and set(e.block_hashes) & set(mine) and e.medium.startswith("kvtier:")}
-        assert media == {"kvtier:host"}, media
+def store_and_check(sub, driver, prompt, expected):
+    """Generates `prompt` (its tokens must be `expected`) and waits for kvtier's BlockStored of
+    its whole chunks: their hashes (parents, token ids) are those of vLLM's own events for the
+    same blocks, in medium kvtier:host. Their hashes, in prompt order."""
+    assert driver.generate(prompt) == expected, "the connector changed the greedy tokens"
+
+    def stored(events):
+        mine = chain(blocks_of(events, kvtier=True), prompt)
+        return mine if len(mine) == len(prompt) // BLOCK else None
+
+    mine = wait_until(sub, stored,
+                      lambda i: driver.generate(random_prompt(2000 + i, 40), 1, save=False),
+                      "BlockStored(kvtier:host) for every whole chunk of the prompt")
+    own = chain(blocks_of(sub.snapshot(), kvtier=False), prompt)
+    assert own == mine, "kvtier's block hashes are not vLLM's own for the same blocks"
+    media = {e.medium for e in sub.snapshot() if type(e).__name__ == "BlockStored"
+             and set(e.block_hashes) & set(mine) and e.medium.startswith("kvtier:")}
+    assert media == {"kvtier:host"}, media
+    return mine
+
+
+def test_vllm_publishes_kvtier_stored_and_removed_under_vllms_block_hashes(
+        tmp_path, tmp_path_factory, model):
+    prompt = random_prompt(1, 6 * BLOCK + 9)   # 6 whole chunks and a partial one
+    expected = baseline_tokens(tmp_path, model, [prompt])[0]
+    sub, driver = start_vllm(tmp_path, tmp_path_factory, model)
+    try:
+        mine = store_and_check(sub, driver, prompt, expected)
 
         # Other prompts fill the 16-chunk host tier (no SSD): the prompt's chunks are evicted,
         # all but the first maybe (kvtier stores a sequence's first chunk, its attention sink, at
@@ -572,6 +599,25 @@ def test_vllm_publishes_kvtier_stored_and_removed_under_vllms_block_hashes(
         sub.close()
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["kv_events_errors"] == 0 and stats["kv_events_stored"] >= len(mine), stats
+
+
+def test_two_tensor_parallel_ranks_publish_each_chunk_once(tmp_path, tmp_path_factory, model):
+    """TP=2 (one worker process per rank, each rank storing its shard): vLLM's executor merges
+    the ranks' events and the scheduler publishes each chunk's once both ranks reported it."""
+    from test_vllm_tp import TP_ENV
+
+    prompt = random_prompt(5, 6 * BLOCK + 9)
+    expected = baseline_tokens(tmp_path, model, [prompt])[0]
+    sub, driver = start_vllm(tmp_path, tmp_path_factory, model, tp=2, env=TP_ENV)
+    try:
+        mine = store_and_check(sub, driver, prompt, expected)
+    finally:
+        driver.close()
+        sub.close()
+    stored = [e for e in sub.snapshot() if type(e).__name__ == "BlockStored"
+              and e.medium.startswith("kvtier:") and set(e.block_hashes) & set(mine)]
+    assert sorted(h for e in stored for h in e.block_hashes) == sorted(mine), \
+        "a chunk was published more than once (once per rank?)"
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--driver"]:
