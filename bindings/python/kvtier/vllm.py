@@ -62,7 +62,8 @@ kv_connector_extra_config (all optional):
   default_tenant        names the tenant id such requests share
   model_name            enters every key (default: vLLM's model and dtype)
   stats_file            JSON counters written by the worker after each step that changed them,
-                        and within 50 ms of a store's completion when no step follows it
+                        and within 50 ms of a store's completion when no step follows it (with
+                        several tensor-parallel ranks each rank writes <stats_file>.tp<rank>)
   warm_staging_bytes    staging faulted in at startup (default: one max_model_len load, <= 1 GiB)
   runtime_dir           where the lookup socket lives (default: $TMPDIR/kvtier-<uid>, mode 0700)
   partial_chunks        true (default): a prompt's partial last chunk is stored as well, as a
@@ -2156,6 +2157,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         path = self._config.get("stats_file")
         if not path:
             return
+        if self._tp_size > 1:  # Each rank its own file: the ranks' counters are their own.
+            path = f"{path}.tp{self._rank}"
         # One writer at a time (the step loop and the reaper): the last file written holds the
         # latest counters.
         with self._stats_write_lock:
