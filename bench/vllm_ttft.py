@@ -60,7 +60,18 @@ every mode is compared with (a)'s.
   .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
       [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
       [--modes offline,serve,service]  (offline: a-d, serve: e, service: f; default all)
-      [--service-bin build/tools/cli/kvtier]
+      [--service-bin build/tools/cli/kvtier] [--model-kind llama|mla|swa]
+
+--model-kind picks the attention of the TinyLlama-1.1B-shaped model (make_model.py --arch):
+  llama  full attention, separate K and V per layer (the default);
+  mla    DeepSeek-V2's multi-head latent attention (one 512 + 64-element latent vector per token
+         and layer; vLLM's CPU MLA backend takes 16-token pages and turns its own prefix cache
+         off, so mode (b) is not run);
+  swa    Gemma-3's mix: every other layer attends over a sliding window of SWA_WINDOW tokens
+         (Gemma 3's own window), the others over the whole prompt; kvtier stores and loads only
+         the window's chunks of the sliding-window layers, so a hit moves less than the KV
+         vLLM keeps (the connector's loaded bytes say how much less).
+mla and swa run modes a-d only (--modes offline).
 
 The plot in docs/benchmarks.md is drawn from the --json report by bench/plot.py ttft.
 
@@ -90,6 +101,16 @@ SERVICE_MODES = ("service_cold", "kvtier_service_host_after_restart",
 # vllm serve --shutdown-timeout: with vLLM's default 0 the worker is force-killed right after
 # Ctrl-C, before its flush of the documents just stored (README, "Use with vLLM").
 SERVE_SHUTDOWN_TIMEOUT_S = 30
+SWA_WINDOW = 1024  # --model-kind swa: Gemma 3's sliding window, in tokens.
+# --model-kind: make_model.py's --arch, vLLM's page size on the CPU backend, what the report says.
+MODEL_KINDS = {
+    "llama": ("llama", BLOCK_TOKENS, "random-weight Llama, TinyLlama-1.1B shape (hidden 2048, "
+              "32 heads, 4 KV heads, head_dim 64), bf16"),
+    "mla": ("deepseek_v2", 16, "random-weight DeepSeek-V2 (MLA: latent 512 + rope 64 per token "
+            "and layer) on TinyLlama-1.1B's hidden size and layers, bf16, 16-token pages"),
+    "swa": ("gemma3", BLOCK_TOKENS, f"random-weight Gemma-3 text model, TinyLlama-1.1B shape, "
+            f"sliding-window ({SWA_WINDOW} tokens) and full-attention layers alternating, bf16"),
+}
 RATIO_TARGETS = {"ssd_restart_over_vllm_prefix": 1.5, "recompute_over_ssd_restart": 10.0}
 
 
@@ -103,7 +124,7 @@ def make_llm(plan: dict):
     from vllm import LLM
 
     return LLM(model=plan["model"], dtype="bfloat16", max_model_len=plan["max_model_len"],
-               block_size=BLOCK_TOKENS, enforce_eager=True, seed=0,
+               block_size=plan.get("block_tokens", BLOCK_TOKENS), enforce_eager=True, seed=0,
                enable_prefix_caching=plan["prefix_caching"], kv_transfer_config=plan["connector"],
                max_num_batched_tokens=plan["max_model_len"])
 
@@ -120,7 +141,9 @@ def worker(plan_path: str) -> int:
     start = time.perf_counter()
     llm = make_llm(plan)
     startup_s = time.perf_counter() - start
-    params = SamplingParams(temperature=0, max_tokens=1)
+    # logprobs=2: the first token's lead over the runner-up, which says how far a rounding
+    # difference between two code paths (a full prefill, a step over loaded KV) is from flipping it.
+    params = SamplingParams(temperature=0, max_tokens=1, logprobs=2)
     loadavg_start = os.getloadavg()[0]
     stats_file = plan.get("stats_file")
     results = []
@@ -131,8 +154,11 @@ def worker(plan_path: str) -> int:
         snapshot = None
         if stats_file and os.path.exists(stats_file):
             snapshot = json.loads(Path(stats_file).read_text())
+        first = out[0].outputs[0]
+        best = sorted((lp.logprob for lp in (first.logprobs or [{}])[0].values()), reverse=True)
         results.append({"label": request["label"], "length": request["length"],
-                        "ttft_s": ttft_s, "first_token": out[0].outputs[0].token_ids[0],
+                        "ttft_s": ttft_s, "first_token": first.token_ids[0],
+                        "first_token_margin": best[0] - best[1] if len(best) > 1 else None,
                         "stats": snapshot})
     Path(plan["out"]).write_text(json.dumps({"startup_s": startup_s, "requests": results,
                                              "loadavg_1m": [loadavg_start, os.getloadavg()[0]]}))
@@ -164,6 +190,9 @@ def warmup_requests(seed: int) -> list[dict]:
 
 def kv_bytes_per_token(model_dir: Path) -> int:
     config = json.loads((model_dir / "config.json").read_text())
+    if config.get("kv_lora_rank"):  # MLA: one latent vector per token and layer, bf16.
+        return config["num_hidden_layers"] * (config["kv_lora_rank"] +
+                                              config["qk_rope_head_dim"]) * 2
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     # K and V, bf16, per layer: [layer][k|v][kv_head][head_dim] for one token.
     return config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 2
@@ -172,6 +201,7 @@ def kv_bytes_per_token(model_dir: Path) -> int:
 def run_process(args, work: Path, name: str, requests: list[dict], prefix_caching: bool,
                 connector: dict | None) -> dict:
     plan = {"model": str(args.model_dir), "max_model_len": args.max_model_len,
+            "block_tokens": args.block_tokens,
             "kv_space_gib": args.kv_space_gib, "prefix_caching": prefix_caching,
             "connector": connector, "requests": requests, "out": str(work / f"{name}.out.json"),
             "stats_file": (connector or {}).get("kv_connector_extra_config", {}).get(
@@ -252,8 +282,9 @@ def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
 
     # Modes alternate in time so that a burst of other load on the machine does not land on one
     # mode only; (d) is spread over the whole run.
-    processes["vllm_prefix"] = run_process(
-        args, work, "vllm_prefix", cold_then_hits("cold", "vllm_prefix", 1), True, None)
+    if args.model_kind != "mla":  # vLLM's CPU platform turns its prefix cache off for MLA.
+        processes["vllm_prefix"] = run_process(
+            args, work, "vllm_prefix", cold_then_hits("cold", "vllm_prefix", 1), True, None)
     processes["kvtier_host"] = run_process(
         args, work, "kvtier_host", cold_then_hits("cold_store", "kvtier_host", 2), False,
         connector_config(cache, runtime, work / "kvtier_host.stats.json"))
@@ -491,9 +522,12 @@ def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> 
                                     "service_cold" if mode in SERVICE_MODES else "no_cache", n)
             mine = [r for r in requests if r["label"] == mode and r["length"] == n]
             ttfts = [r["ttft_s"] for r in mine]
+            margins = [r.get("first_token_margin") for r in mine]
             entry = {"ttft_s_median": statistics.median(ttfts), "ttft_s": ttfts,
                      "first_token_matches": None if reference is None else
                      sum(r["first_token"] == reference for r in mine),
+                     "first_token_margin_min": min((m for m in margins if m is not None),
+                                                   default=None),
                      "requests": len(mine)}
             moved = [r["connector"] for r in mine if r["connector"]]
             if moved:
@@ -580,6 +614,12 @@ def render_text(report: dict) -> str:
                   if row[mode]["first_token_matches"] not in (None, row[mode]["requests"])]
     lines.append("first token equal to the cold run's in every request" if not mismatches else
                  f"first token differs from the cold run's in: {mismatches}")
+    margins = [row[mode]["first_token_margin_min"] for row in report["table"].values()
+               for mode in present if row[mode].get("first_token_margin_min") is not None]
+    if margins:
+        lines.append(f"least lead of a first token over the runner-up: {min(margins):.2f} "
+                     "(logprob; a model whose lead is small lets rounding differences between "
+                     "vLLM's code paths flip it)")
     lines.append(f"wall time {report['wall_s'] / 60:.1f} min")
     return "\n".join(lines)
 
@@ -605,10 +645,15 @@ def main() -> int:
                         help="report on the measurements of an earlier run (WORK_DIR/raw.json) "
                              "instead of measuring; give that run's --model-dir and --lengths")
     parser.add_argument("--process-timeout-s", type=int, default=1800)
-    parser.add_argument("--modes", default="offline,serve,service",
+    parser.add_argument("--modes",
                         help="offline: modes a-d (vLLM's offline API); serve: mode e (through "
                              "`vllm serve`); service: mode f (on kvtier's node service); "
-                             "comma-separated")
+                             "comma-separated (default: all three; offline for --model-kind "
+                             "mla and swa)")
+    parser.add_argument("--model-kind", choices=sorted(MODEL_KINDS), default="llama",
+                        help="the model's attention: llama (full), mla (DeepSeek-V2's latent "
+                             "attention) or swa (Gemma-3's sliding-window/full mix); mla and swa "
+                             "run --modes offline only")
     parser.add_argument("--service-bin", type=Path,
                         default=REPO / "build" / "tools" / "cli" / "kvtier",
                         help="mode f's kvtier CLI, run as `kvtier serve` (default: the build's)")
@@ -623,6 +668,11 @@ def main() -> int:
     lengths = sorted(int(n) for n in args.lengths.split(","))
     if min(lengths) <= SHARED_TOKENS + BLOCK_TOKENS or args.repeats < 1:
         parser.error(f"lengths must exceed {SHARED_TOKENS + BLOCK_TOKENS} and repeats be >= 1")
+    arch, args.block_tokens, model_text = MODEL_KINDS[args.model_kind]
+    if args.modes is None:
+        args.modes = "offline,serve,service" if args.model_kind == "llama" else "offline"
+    if args.model_kind != "llama" and set(args.modes.split(",")) != {"offline"}:
+        parser.error(f"--model-kind {args.model_kind} runs --modes offline only")
     started = time.perf_counter()
     loadavg_start = os.getloadavg()[0]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvtier-vllm-ttft-"))
@@ -631,12 +681,13 @@ def main() -> int:
         parser.error("--from-raw needs --model-dir")
     if args.model_dir is None:
         args.model_dir = work / "model"
-        log(f"making the model ({args.layers} layers) in {args.model_dir}")
+        log(f"making the model ({arch}, {args.layers} layers) in {args.model_dir}")
         subprocess.run([sys.executable, str(REPO / "tests" / "vllm" / "make_model.py"),
-                        str(args.model_dir), "--shape", "tinyllama-1.1b", "--layers",
-                        str(args.layers)], check=True, capture_output=True)
+                        str(args.model_dir), "--arch", arch, "--shape", "tinyllama-1.1b",
+                        "--layers", str(args.layers), "--sliding-window", str(SWA_WINDOW)],
+                       check=True, capture_output=True)
     layers = json.loads((args.model_dir / "config.json").read_text())["num_hidden_layers"]
-    args.max_model_len = max(lengths) + 2 * BLOCK_TOKENS
+    args.max_model_len = max(lengths) + 2 * args.block_tokens
     per_token = kv_bytes_per_token(args.model_dir)
     # vLLM's KV space: every document at once (mode b keeps them all), with room to spare.
     args.kv_space_gib = max(1, -(-3 * sum(lengths) * per_token // (1 << 30)))
@@ -656,11 +707,10 @@ def main() -> int:
             processes.update(measure_service(args, work, docs))
         (work / "raw.json").write_text(json.dumps(
             {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
-    report = {"setup": {"model": "random-weight Llama, TinyLlama-1.1B shape "
-                                 "(hidden 2048, 32 heads, 4 KV heads, head_dim 64), bf16",
+    report = {"setup": {"model": model_text, "model_kind": args.model_kind,
                         "layers": layers, "lengths": lengths, "shared_prefix_tokens":
                         SHARED_TOKENS, "repeats": args.repeats,
-                        "hit_repeats": args.hit_repeats, "block_tokens": BLOCK_TOKENS,
+                        "hit_repeats": args.hit_repeats, "block_tokens": args.block_tokens,
                         "kv_bytes_per_token": per_token, "cpus": os.cpu_count(),
                         "loadavg_1m_start": loadavg_start,
                         "command": "bench/vllm_ttft.py " + " ".join(sys.argv[1:])},

@@ -32,7 +32,7 @@ With --arch mamba it writes a Mamba (state-space) model, for the connector's ref
 only: its output head is left random (not decisive), since no tokens of it are compared.
 
   python tests/vllm/make_model.py OUT_DIR [--arch llama|deepseek_v2|gemma3|mamba]
-      [--shape tiny|tinyllama-1.1b] [--layers N]
+      [--shape tiny|tinyllama-1.1b] [--layers N] [--sliding-window TOKENS]
 """
 
 import argparse
@@ -98,6 +98,9 @@ def main():
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--layers", type=int, help="override the shape's layer count")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--sliding-window", type=int, default=SLIDING_WINDOW,
+                        help=f"gemma3: the sliding-window layers' window in tokens "
+                             f"(default {SLIDING_WINDOW})")
     args = parser.parse_args()
 
     import torch
@@ -126,7 +129,7 @@ def main():
         layers = shape["num_hidden_layers"]
         head_dim = shape["hidden_size"] // shape["num_attention_heads"]
         config = Config(**common, head_dim=head_dim, query_pre_attn_scalar=head_dim,
-                        sliding_window=SLIDING_WINDOW, pad_token_id=0,
+                        sliding_window=args.sliding_window, pad_token_id=0,
                         layer_types=["sliding_attention" if i % 2 == 0 else "full_attention"
                                      for i in range(layers)])
     elif args.arch == "mamba":
