@@ -308,8 +308,14 @@ def plot_ttft(plt, report):
         lengths = sorted(table, key=int)
     except ValueError:
         raise PlotError(f"not {what}: 'table' keys are not token counts")
+    # The modes the run measured ("modes"; --model-kind mla has no vLLM prefix cache), else all.
+    listed = report.get("modes")
+    modes = [m for m in TTFT_MODES if not isinstance(listed, list) or m in listed]
+    if "no_cache" not in modes or len(modes) < 2:
+        raise PlotError(f"not {what}: no recompute mode and a cache mode to compare it with")
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
-    for mode, title in TTFT_MODES.items():
+    for mode in modes:
+        title = TTFT_MODES[mode]
         ys = [number(need(need(table[n], mode, what), "ttft_s_median", what),
                      f"{n} tokens, {mode}") for n in lengths]
         ax.plot([int(n) for n in lengths], ys, marker="o", color=TTFT_COLORS[mode], label=title,
@@ -324,8 +330,10 @@ def plot_ttft(plt, report):
     ax.grid(color="#dddddd", which="both")
     ax.set_axisbelow(True)
     s = report.get("setup", {})
-    fig.suptitle("vLLM time to first token (medians), CPU\nrandom-weight TinyLlama-1.1B shape, "
-                 f"{s.get('layers', '?')} layers, bf16; documents sharing their first "
+    kind = {"mla": "DeepSeek-V2 (MLA) of ", "swa": "Gemma-3 (sliding window) of "}.get(
+        s.get("model_kind"), "")
+    fig.suptitle(f"vLLM time to first token (medians), CPU\nrandom-weight {kind}TinyLlama-1.1B "
+                 f"shape, {s.get('layers', '?')} layers, bf16; documents sharing their first "
                  f"{s.get('shared_prefix_tokens', '?')} tokens", fontsize=10)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
     note(fig, "bench/vllm_ttft.py --json")
