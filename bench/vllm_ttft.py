@@ -564,6 +564,27 @@ def summarize(processes: dict, docs: dict, kv_bytes_token: int, layers: int) -> 
             "connector_totals": totals}
 
 
+# Options whose value is a path on the machine that ran: the report names them, not the path.
+PATH_OPTIONS = {"--work-dir": "DIR", "--model-dir": "MODEL_DIR", "--from-raw": "RAW_JSON",
+                "--service-bin": "KVTIER_BIN"}
+
+
+def portable_args(argv: list[str]) -> list[str]:
+    """The command line as the report records it: path values replaced by placeholders."""
+    out, placeholder = [], None
+    for arg in argv:
+        name, eq, _ = arg.partition("=")
+        if placeholder is not None:
+            out.append(placeholder)
+            placeholder = None
+        elif eq and name in PATH_OPTIONS:
+            out.append(f"{name}={PATH_OPTIONS[name]}")
+        else:
+            out.append(arg)
+            placeholder = PATH_OPTIONS.get(arg)
+    return out
+
+
 def render_text(report: dict) -> str:
     s = report["setup"]
     present = report["modes"]
@@ -713,7 +734,7 @@ def main() -> int:
                         "hit_repeats": args.hit_repeats, "block_tokens": args.block_tokens,
                         "kv_bytes_per_token": per_token, "cpus": os.cpu_count(),
                         "loadavg_1m_start": loadavg_start,
-                        "command": "bench/vllm_ttft.py " + " ".join(sys.argv[1:])},
+                        "command": "bench/vllm_ttft.py " + " ".join(portable_args(sys.argv[1:]))},
               "machine": machine}
     report.update(summarize(processes, docs, per_token, layers))
     report["machine"]["loadavg_1m_end"] = os.getloadavg()[0]
