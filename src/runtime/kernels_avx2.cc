@@ -20,7 +20,7 @@
 // Estimate: each query head and row costs 2 * head_dim / 8 FMAs in the two passes (32 for
 // head_dim 128, 16 cycles at 2 FMAs per cycle), so the FMA bound is ~512 bytes of K and V per
 // 16 * group cycles: ~32 bytes per cycle for MHA and ~8 for groups of 4, against ~3-4 bytes per
-// cycle that one core's DRAM bandwidth delivers. Measured (docs/benchmarks.md) the kernel
+// cycle that one core's DRAM bandwidth delivers. Measured (docs/benchmarks-history.md) the kernel
 // reaches about half the FMA bound, so MHA streams at the memory's rate while groups of 4 are
 // close to compute-bound on one core.
 #include <immintrin.h>

@@ -52,7 +52,7 @@
 // dots them with the weights' two int8 halves (q15 = 128 hi + lo) by vpdpbusd. The weights keep
 // 15 bits relative to the largest in their step and group, so a part attended apart (a run set
 // under top-k selection) keeps its precision when merged; 8-bit weights did not (quant_attention
-// benchmarks, docs/benchmarks.md). ref::AttendQuantQ15 includes this too.
+// benchmarks, docs/benchmarks-history.md). ref::AttendQuantQ15 includes this too.
 //
 // Preconditions (programmer errors, not checked): pointers valid for the stated counts; payloads
 // are int8/int4 stage-1 payloads of `block_tokens` tokens with this geometry, bits and group size

@@ -107,7 +107,7 @@ struct Geometry {
 // cache, and DRAM serves the next step in long sequential runs while they compute. (Asking for
 // each row group's rows just before their use, KV head by KV head, took over a quarter of the
 // score pass in prefetch loops, and the integer kernel ran 16 % (INT8) and 27 % (INT4) slower
-// from DRAM on MHA: docs/benchmarks.md.)
+// from DRAM on MHA: docs/benchmarks-history.md.)
 struct StepAhead {
   struct Range {
     const char* p;    // The next line to ask for (64-byte aligned).

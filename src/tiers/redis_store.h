@@ -69,7 +69,7 @@ enum class SealedOpen : uint8_t {
   // as its reply has been read, on the reading thread: no hand-off, the value is still in this
   // core's cache, and the next values keep arriving in the socket's buffer meanwhile. The
   // default: it measured as fast as kOverlapped or faster on 2 shared vCPUs
-  // (docs/benchmarks.md, 2026-12-06), where the worker finds no free core.
+  // (docs/benchmarks-history.md, 2026-12-06), where the worker finds no free core.
   kAsRead = 2,
 };
 

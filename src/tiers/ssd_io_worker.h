@@ -91,7 +91,7 @@ class IoWorker {
 // their records into, so the write path allocates nothing. One per directory, made at open.
 //
 // Why: a fresh buffer per write costs one minor page fault per 4 KiB on first touch (~1 GB/s,
-// measured), which made writes kernel-bound at 0.69x of fio (docs/benchmarks.md §1). The
+// measured), which made writes kernel-bound at 0.69x of fio (docs/benchmarks-history.md §1). The
 // pool is one mapping, advised to use transparent huge pages where the kernel has them, and
 // touched once at creation so that no write ever faults on it.
 //

@@ -163,9 +163,10 @@ std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env, const RecoverOpt
 
 // A window over one segment file's bytes [begin_, begin_ + size_), refilled with large
 // sequential reads as the scan moves forward. Why: reading each record's header block and then
-// the record, one synchronous request at a time, scanned at 45-55 MB/s (docs/benchmarks.md §2);
-// chunks of kScanChunkBytes let the disk stream. Bytes of a record that straddles the end of the
-// window move to its front before the next read, so every read stays 4 KiB-aligned (O_DIRECT).
+// the record, one synchronous request at a time, scanned at 45-55 MB/s
+// (docs/benchmarks-history.md §2); chunks of kScanChunkBytes let the disk stream. Bytes of a
+// record that straddles the end of the window move to its front before the next read, so every
+// read stays 4 KiB-aligned (O_DIRECT).
 class ScanWindow {
  public:
   // `limit`: no byte at or past it is read (the segment's size).
