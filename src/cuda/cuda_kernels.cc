@@ -152,9 +152,8 @@ Status QuantAttendError(const std::string& problem) {
   return Status::InvalidArgument("quantized attention: " + problem);
 }
 
-}  // namespace
-
-Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBatch& b) {
+// PlanQuantAttend's checks of the batch as a whole, before its runs'.
+Status CheckQuantAttendBatch(const QuantAttendBatch& b) {
   if (b.n_heads == 0 || b.n_kv_heads == 0 || b.n_heads % b.n_kv_heads != 0) {
     return QuantAttendError("n_heads " + std::to_string(b.n_heads) +
                             " is not a positive multiple of n_kv_heads " +
@@ -174,31 +173,44 @@ Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBat
   if (b.runs.size() > std::numeric_limits<uint32_t>::max()) {
     return QuantAttendError("too many runs");
   }
+  return Status::Ok();
+}
+
+// Run `i` of the batch, checked, with its payload's offsets.
+Result<internal::QuantAttendRun> PlanQuantAttendRun(const QuantAttendBatch& b, size_t i) {
+  const QuantAttendRunRef& r = b.runs[i];
+  const codecs::BlockGeometry g{.tokens = r.block_tokens, .kv_heads = b.n_kv_heads,
+                                .head_dim = b.head_dim, .dtype = DType::kF16};
+  if (Status st = g.Validate(); !st.ok()) {
+    return QuantAttendError("run " + std::to_string(i) + ": " + st.message());
+  }
+  if (r.payload == nullptr || reinterpret_cast<uintptr_t>(r.payload) % 2 != 0) {
+    return QuantAttendError("run " + std::to_string(i) + " has a null or odd payload address");
+  }
+  if (r.rows == 0 || r.rows > r.block_tokens) {
+    return QuantAttendError("run " + std::to_string(i) + " has rows " + std::to_string(r.rows) +
+                            " outside 1.." + std::to_string(r.block_tokens));
+  }
+  const codecs::QuantLayout l = codecs::ComputeQuantLayout(g, b.bits, b.group_size);
+  return internal::QuantAttendRun{.payload = r.payload,
+                                  .rows = r.rows,
+                                  .k_scale_offset = l.k_scale_offset,
+                                  .k_zero_offset = l.k_zero_offset,
+                                  .v_scale_offset = l.v_scale_offset,
+                                  .v_zero_offset = l.v_zero_offset,
+                                  .k_codes_offset = l.k_codes_offset,
+                                  .v_codes_offset = l.v_codes_offset};
+}
+
+}  // namespace
+
+Result<internal::QuantAttendPlan> internal::PlanQuantAttend(const QuantAttendBatch& b) {
+  if (Status st = CheckQuantAttendBatch(b); !st.ok()) return st;
   internal::QuantAttendPlan plan;
   plan.runs.reserve(b.runs.size());
   for (size_t i = 0; i < b.runs.size(); ++i) {
-    const QuantAttendRunRef& r = b.runs[i];
-    const codecs::BlockGeometry g{.tokens = r.block_tokens, .kv_heads = b.n_kv_heads,
-                                  .head_dim = b.head_dim, .dtype = DType::kF16};
-    if (Status st = g.Validate(); !st.ok()) {
-      return QuantAttendError("run " + std::to_string(i) + ": " + st.message());
-    }
-    if (r.payload == nullptr || reinterpret_cast<uintptr_t>(r.payload) % 2 != 0) {
-      return QuantAttendError("run " + std::to_string(i) + " has a null or odd payload address");
-    }
-    if (r.rows == 0 || r.rows > r.block_tokens) {
-      return QuantAttendError("run " + std::to_string(i) + " has rows " + std::to_string(r.rows) +
-                              " outside 1.." + std::to_string(r.block_tokens));
-    }
-    const codecs::QuantLayout l = codecs::ComputeQuantLayout(g, b.bits, b.group_size);
-    plan.runs.push_back({.payload = r.payload,
-                         .rows = r.rows,
-                         .k_scale_offset = l.k_scale_offset,
-                         .k_zero_offset = l.k_zero_offset,
-                         .v_scale_offset = l.v_scale_offset,
-                         .v_zero_offset = l.v_zero_offset,
-                         .k_codes_offset = l.k_codes_offset,
-                         .v_codes_offset = l.v_codes_offset});
+    KV_ASSIGN_OR_RETURN(const internal::QuantAttendRun run, PlanQuantAttendRun(b, i));
+    plan.runs.push_back(run);
   }
   const uint64_t channels = uint64_t{b.n_kv_heads} * b.head_dim;
   if (b.bits == 4 && channels % 2 != 0) {

@@ -139,6 +139,7 @@ class LoadHandleImpl;
 class StoreHandleImpl;
 struct TierReadBatch;  // One read in flight to a tier below memory (engine_lower.cc).
 struct TierWriteCall;  // One write call in flight to a tier below memory (engine_lower.cc).
+struct TierWriteBatch;  // One batch of a TierWriteCall (engine_lower.cc).
 
 // Whether an eviction may write a dirty victim to the SSD or the remote tier on this thread.
 enum class EvictWrites : uint8_t {
@@ -278,6 +279,12 @@ class EngineImpl final : public Engine {
   // Runs `task` where `post` says, or on a completion thread when `post` is empty.
   void PostCompletion(const Post& post, std::function<void()> task);
   class ContinueHere;  // The waiting forms' Post (engine_lower.cc).
+  // The callback of one of WriteToTierAsync's batches, on the tier's I/O thread (after Close: on
+  // the issuing thread, before WriteBatch returns): copies the outcomes into the call's items,
+  // releases the batch's buffers and, for the call's last batch, posts CompleteWrite.
+  void WriteBatchAnswered(size_t below, const std::shared_ptr<TierWriteCall>& call,
+                          TierWriteBatch& batch, const Post& post, const Status& s)
+      KV_EXCLUDES(mu_, io_mu_);
   // WriteToTierAsync's continuation, once every batch answered: counts the call in the tier's
   // counters, releases its staging buffers, runs its `then` and ends its count in flight.
   void CompleteWrite(size_t below, TierWriteCall& call) KV_EXCLUDES(mu_, io_mu_);

@@ -410,15 +410,11 @@ struct TierWriteCall {
   std::vector<StagingLease> leases KV_GUARDED_BY(mu);
 };
 
-namespace {
-
 struct TierWriteBatch {
   std::vector<TierWrite> writes;  // Borrowed by the tier until its callback has run.
   std::vector<size_t> which;      // The item of each write.
   std::optional<StagingLease> own;  // The encode buffers, unless the caller gave them.
 };
-
-}  // namespace
 
 void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
                                   std::span<const std::span<std::byte>> encode_buffers,
@@ -476,23 +472,7 @@ void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items
     // returns): it copies the outcomes and, for the call's last batch, hands the rest to a
     // completion thread (or to the thread waiting in WriteToTier).
     tier.tier->WriteBatch(batch->writes, [this, below, call, batch, post](Status s) {
-      for (size_t w = 0; w < batch->writes.size(); ++w) {
-        TierWriteItem& item = call->items[batch->which[w]];
-        item.status = batch->writes[w].status;
-        item.skipped = batch->writes[w].skipped;
-      }
-      bool last = false;
-      {
-        MutexLock lock(&call->mu);
-        if (!s.ok() && call->first.ok()) call->first = s;
-        last = --call->pending == 0;
-        if (last && batch->own.has_value()) call->leases.push_back(std::move(*batch->own));
-      }
-      // The tier is done with the payloads: the buffers serve the next batch (this call's
-      // issuer may be waiting for them).
-      batch->own.reset();
-      if (!last) return;
-      PostCompletion(post, [this, below, call] { CompleteWrite(below, *call); });
+      WriteBatchAnswered(below, call, *batch, post, s);
     });
   }
   bool last = false;
@@ -502,6 +482,27 @@ void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items
   }
   // Every batch answered already (or there was none): the issuing thread completes the call.
   if (last) CompleteWrite(below, *call);
+}
+
+void EngineImpl::WriteBatchAnswered(size_t below, const std::shared_ptr<TierWriteCall>& call,
+                                    TierWriteBatch& batch, const Post& post, const Status& s) {
+  for (size_t w = 0; w < batch.writes.size(); ++w) {
+    TierWriteItem& item = call->items[batch.which[w]];
+    item.status = batch.writes[w].status;
+    item.skipped = batch.writes[w].skipped;
+  }
+  bool last = false;
+  {
+    MutexLock lock(&call->mu);
+    if (!s.ok() && call->first.ok()) call->first = s;
+    last = --call->pending == 0;
+    if (last && batch.own.has_value()) call->leases.push_back(std::move(*batch.own));
+  }
+  // The tier is done with the payloads: the buffers serve the next batch (this call's issuer may
+  // be waiting for them).
+  batch.own.reset();
+  if (!last) return;
+  PostCompletion(post, [this, below, call] { CompleteWrite(below, *call); });
 }
 
 void EngineImpl::CompleteWrite(size_t below, TierWriteCall& call) {

@@ -27,10 +27,8 @@ uint64_t Extent(const PagedGeometry& g, uint64_t pages, uint64_t base_offset) {
          (g.kv_heads - 1) * g.head_stride() + g.head_dim;
 }
 
-}  // namespace
-
-Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTensor& t,
-                                      uint32_t kv_heads, uint32_t head_dim) {
+// The checks every backend's tensor passes first: element size, data, rank, positive sizes.
+Status CheckPagedTensor(std::string_view backend, const PagedTensor& t) {
   if (t.elem_bytes != 2 && t.elem_bytes != 4) {
     return Status::InvalidArgument("paged KV cache elements must be 2 or 4 bytes, not " +
                                    std::to_string(t.elem_bytes));
@@ -44,8 +42,109 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
       return Mismatch(backend, t, "positive sizes and strides");
     }
   }
+  return Status::Ok();
+}
+
+// The backend-specific part of DescribePagedLayer: fills layer->pages and the geometry's kind,
+// page_tokens and page stride (kv_heads, head_dim and elem_bytes are set), and *v_offset, the
+// elements from K's base to V's. H: kv heads, C: head_dim.
+
+// vllm_cpu and vllm_packed: [pages, H, page_tokens, 2 * C].
+Status DescribeVllmPages(std::string_view backend, const PagedTensor& t, int64_t H, int64_t C,
+                         PagedLayer* layer, uint64_t* v_offset) {
   const auto& s = t.shape;
   const auto& st = t.strides;
+  PagedGeometry& g = layer->geometry;
+  if (s.size() != 4 || s[1] != H || s[3] != 2 * C) {
+    return Mismatch(backend, t, "shape [pages, " + std::to_string(H) + ", page_tokens, " +
+                                    std::to_string(2 * C) + "]");
+  }
+  const int64_t N = s[2];
+  const bool hnd = st[3] == 1 && st[2] == 2 * C && st[1] == N * 2 * C;
+  const bool nhd = st[3] == 1 && st[1] == 2 * C && st[2] == H * 2 * C;
+  if (backend == "vllm_cpu") {
+    if (!hnd) return Mismatch(backend, t, "dense [pages][heads][tokens][2 * head_dim] pages");
+    g.kind = PagedLayoutKind::kVllmCpu;
+    *v_offset = static_cast<uint64_t>(N * C);
+  } else {
+    if (!hnd && !nhd) {
+      return Mismatch(backend, t, "the NHD or HND order inside a page, content innermost");
+    }
+    g.kind = hnd ? PagedLayoutKind::kPackedHnd : PagedLayoutKind::kPackedNhd;
+    *v_offset = static_cast<uint64_t>(C);
+  }
+  g.page_tokens = static_cast<uint32_t>(N);
+  if (st[0] < 2 * H * N * C) return Mismatch(backend, t, "pages at least a page apart");
+  g.page_stride_elements = static_cast<uint64_t>(st[0]);
+  layer->pages = static_cast<uint64_t>(s[0]);
+  return Status::Ok();
+}
+
+// flash [2, P, N, H, C] and flashinfer [P, 2, N, H, C].
+Status DescribeFlashPages(std::string_view backend, const PagedTensor& t, int64_t H, int64_t C,
+                          PagedLayer* layer, uint64_t* v_offset) {
+  const auto& s = t.shape;
+  const auto& st = t.strides;
+  PagedGeometry& g = layer->geometry;
+  const bool flash = backend == "flash";
+  // Axes: flash [2, P, N, H, C], flashinfer [P, 2, N, H, C].
+  const size_t kv_axis = flash ? 0 : 1;
+  const size_t page_axis = flash ? 1 : 0;
+  if (s.size() != 5 || s[kv_axis] != 2 || s[3] != H || s[4] != C) {
+    return Mismatch(backend, t,
+                    flash ? "shape [2, pages, page_tokens, " + std::to_string(H) + ", " +
+                                std::to_string(C) + "]"
+                          : "shape [pages, 2, page_tokens, " + std::to_string(H) + ", " +
+                                std::to_string(C) + "]");
+  }
+  const int64_t N = s[2];
+  const bool nhd = st[4] == 1 && st[3] == C && st[2] == H * C;
+  const bool hnd = st[4] == 1 && st[2] == C && st[3] == N * C;
+  if (!nhd && !hnd) return Mismatch(backend, t, "the NHD or HND order inside a page");
+  g.kind = flash ? (nhd ? PagedLayoutKind::kFlash : PagedLayoutKind::kFlashHnd)
+                 : (nhd ? PagedLayoutKind::kFlashInferNhd : PagedLayoutKind::kFlashInferHnd);
+  g.page_tokens = static_cast<uint32_t>(N);
+  const int64_t half = N * H * C;  // One of K or V of a page.
+  const int64_t pages = s[page_axis];
+  const int64_t page_stride = st[page_axis];
+  const int64_t kv_stride = st[kv_axis];
+  // K and V of a page side by side inside it, or the V pages after all the K pages.
+  const bool inside = kv_stride >= half && kv_stride + half <= page_stride;
+  const bool after = page_stride >= half && kv_stride >= pages * page_stride;
+  if (!inside && !after) return Mismatch(backend, t, "K and V pages that do not overlap");
+  g.page_stride_elements = static_cast<uint64_t>(page_stride);
+  *v_offset = static_cast<uint64_t>(kv_stride);
+  layer->pages = static_cast<uint64_t>(pages);
+  return Status::Ok();
+}
+
+// vllm_mla: [P, N, C], or [P, 1, N, C] (vLLM's CPU_MLA shows a head axis of size 1): axis 1
+// skipped. One latent vector per token; V is K (*v_offset stays 0).
+Status DescribeLatentPages(std::string_view backend, const PagedTensor& t, int64_t H, int64_t C,
+                           PagedLayer* layer) {
+  const auto& s = t.shape;
+  const auto& st = t.strides;
+  PagedGeometry& g = layer->geometry;
+  const size_t x = s.size() == 4 && s[1] == 1 ? 1 : 0;
+  if (H != 1 || s.size() != 3 + x || s[2 + x] != C) {
+    return Mismatch(backend, t, "shape [pages, (1,) page_tokens, " + std::to_string(C) +
+                                    "], 1 head");
+  }
+  if (st[2 + x] != 1 || st[1 + x] != C || st[0] < s[1 + x] * C) {
+    return Mismatch(backend, t, "dense [pages][tokens][latent] pages");
+  }
+  g.kind = PagedLayoutKind::kLatent;
+  g.page_tokens = static_cast<uint32_t>(s[1 + x]);
+  g.page_stride_elements = static_cast<uint64_t>(st[0]);
+  layer->pages = static_cast<uint64_t>(s[0]);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTensor& t,
+                                      uint32_t kv_heads, uint32_t head_dim) {
+  if (Status st = CheckPagedTensor(backend, t); !st.ok()) return st;
   const int64_t H = kv_heads;
   const int64_t C = head_dim;
   PagedLayer layer;
@@ -54,78 +153,19 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
   g.head_dim = head_dim;
   g.elem_bytes = t.elem_bytes;
   uint64_t v_offset = 0;  // Elements from K's base to V's.
+  Status described;
   if (backend == "vllm_cpu" || backend == "vllm_packed") {
-    if (s.size() != 4 || s[1] != H || s[3] != 2 * C) {
-      return Mismatch(backend, t, "shape [pages, " + std::to_string(H) + ", page_tokens, " +
-                                      std::to_string(2 * C) + "]");
-    }
-    const int64_t N = s[2];
-    const bool hnd = st[3] == 1 && st[2] == 2 * C && st[1] == N * 2 * C;
-    const bool nhd = st[3] == 1 && st[1] == 2 * C && st[2] == H * 2 * C;
-    if (backend == "vllm_cpu") {
-      if (!hnd) return Mismatch(backend, t, "dense [pages][heads][tokens][2 * head_dim] pages");
-      g.kind = PagedLayoutKind::kVllmCpu;
-      v_offset = static_cast<uint64_t>(N * C);
-    } else {
-      if (!hnd && !nhd) {
-        return Mismatch(backend, t, "the NHD or HND order inside a page, content innermost");
-      }
-      g.kind = hnd ? PagedLayoutKind::kPackedHnd : PagedLayoutKind::kPackedNhd;
-      v_offset = static_cast<uint64_t>(C);
-    }
-    g.page_tokens = static_cast<uint32_t>(N);
-    if (st[0] < 2 * H * N * C) return Mismatch(backend, t, "pages at least a page apart");
-    g.page_stride_elements = static_cast<uint64_t>(st[0]);
-    layer.pages = static_cast<uint64_t>(s[0]);
+    described = DescribeVllmPages(backend, t, H, C, &layer, &v_offset);
   } else if (backend == "flash" || backend == "flashinfer") {
-    const bool flash = backend == "flash";
-    // Axes: flash [2, P, N, H, C], flashinfer [P, 2, N, H, C].
-    const size_t kv_axis = flash ? 0 : 1;
-    const size_t page_axis = flash ? 1 : 0;
-    if (s.size() != 5 || s[kv_axis] != 2 || s[3] != H || s[4] != C) {
-      return Mismatch(backend, t,
-                      flash ? "shape [2, pages, page_tokens, " + std::to_string(H) + ", " +
-                                  std::to_string(C) + "]"
-                            : "shape [pages, 2, page_tokens, " + std::to_string(H) + ", " +
-                                  std::to_string(C) + "]");
-    }
-    const int64_t N = s[2];
-    const bool nhd = st[4] == 1 && st[3] == C && st[2] == H * C;
-    const bool hnd = st[4] == 1 && st[2] == C && st[3] == N * C;
-    if (!nhd && !hnd) return Mismatch(backend, t, "the NHD or HND order inside a page");
-    g.kind = flash ? (nhd ? PagedLayoutKind::kFlash : PagedLayoutKind::kFlashHnd)
-                   : (nhd ? PagedLayoutKind::kFlashInferNhd : PagedLayoutKind::kFlashInferHnd);
-    g.page_tokens = static_cast<uint32_t>(N);
-    const int64_t half = N * H * C;  // One of K or V of a page.
-    const int64_t pages = s[page_axis];
-    const int64_t page_stride = st[page_axis];
-    const int64_t kv_stride = st[kv_axis];
-    // K and V of a page side by side inside it, or the V pages after all the K pages.
-    const bool inside = kv_stride >= half && kv_stride + half <= page_stride;
-    const bool after = page_stride >= half && kv_stride >= pages * page_stride;
-    if (!inside && !after) return Mismatch(backend, t, "K and V pages that do not overlap");
-    g.page_stride_elements = static_cast<uint64_t>(page_stride);
-    v_offset = static_cast<uint64_t>(kv_stride);
-    layer.pages = static_cast<uint64_t>(pages);
+    described = DescribeFlashPages(backend, t, H, C, &layer, &v_offset);
   } else if (backend == "vllm_mla") {
-    // [P, N, C], or [P, 1, N, C] (vLLM's CPU_MLA shows a head axis of size 1): axis 1 skipped.
-    const size_t x = s.size() == 4 && s[1] == 1 ? 1 : 0;
-    if (H != 1 || s.size() != 3 + x || s[2 + x] != C) {
-      return Mismatch(backend, t, "shape [pages, (1,) page_tokens, " + std::to_string(C) +
-                                      "], 1 head");
-    }
-    if (st[2 + x] != 1 || st[1 + x] != C || st[0] < s[1 + x] * C) {
-      return Mismatch(backend, t, "dense [pages][tokens][latent] pages");
-    }
-    g.kind = PagedLayoutKind::kLatent;
-    g.page_tokens = static_cast<uint32_t>(s[1 + x]);
-    g.page_stride_elements = static_cast<uint64_t>(st[0]);
-    layer.pages = static_cast<uint64_t>(s[0]);
+    described = DescribeLatentPages(backend, t, H, C, &layer);
   } else {
     return Status::InvalidArgument("unknown paged KV cache backend \"" + std::string(backend) +
                                    "\" (known: vllm_cpu, vllm_packed, vllm_mla, flash, "
                                    "flashinfer)");
   }
+  if (!described.ok()) return described;
   if (layer.pages > (uint64_t{1} << 31)) {
     return Status::InvalidArgument("paged KV cache has more than 2^31 pages");
   }

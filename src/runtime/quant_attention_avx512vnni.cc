@@ -525,8 +525,108 @@ struct Vec16Vnni : Vec16 {
     }
   }
 
+  // HeadInRegisters' INT8 pass over the head's elements [d0, d0 + 128): the hi and lo sums of
+  // its two 64-element halves in sixteen registers over the step's `sets` sets of four rows
+  // (row(j, u): row u of set j), then into o. The first chunk's sets send out the next step's
+  // lines.
+  template <typename Row>
+  static KV_QATTN_TARGET KV_QATTN_INLINE void Int8HeadChunk(const Row& row, size_t sets,
+                                                            size_t d0, size_t kv,
+                                                            const qattn::IntValueLayout& l,
+                                                            uint32_t group_size,
+                                                            const float* scale, const float* zero,
+                                                            float* o, qattn::StepAhead* ahead) {
+    const bool two = d0 + 64 < l.head_dim;
+    const __mmask64 mask0 = FirstBytes(l.head_dim - d0);
+    const __mmask64 mask1 = two ? FirstBytes(l.head_dim - d0 - 64) : 0;
+    const __m512i index0 = _mm512_loadu_si512(l.chunk_index + d0 / 64 * 4 * 16);
+    const __m512i index1 = _mm512_loadu_si512(l.chunk_index + (d0 / 64 + 1) * 4 * 16);
+    __m512i hi[2][4], lo[2][4];
+#pragma GCC unroll 4
+    for (size_t x = 0; x < 4; ++x) {
+      hi[0][x] = lo[0][x] = hi[1][x] = lo[1][x] = _mm512_setzero_si512();
+    }
+    for (size_t j = 0; j < sets; ++j) {
+      const __m512i wrow_hi = _mm512_loadu_si512(l.whi + j * l.gv_pad + kv * l.head_groups);
+      const __m512i wrow_lo = _mm512_loadu_si512(l.wlo + j * l.gv_pad + kv * l.head_groups);
+      const uint8_t* p[4] = {row(j, 0), row(j, 1), row(j, 2), row(j, 3)};
+#pragma GCC unroll 2
+      for (size_t c = 0; c < 2; ++c) {
+        if (c == 1 && !two) break;
+        const __mmask64 mask = c == 0 ? mask0 : mask1;
+        const size_t d = d0 + 64 * c;
+        __m512i x[4];
+        LoadInterleaved(p, d, mask, x);
+        const __m512i index = c == 0 ? index0 : index1;
+        const __m512i wh = _mm512_permutexvar_epi32(index, wrow_hi);
+        const __m512i wl = _mm512_permutexvar_epi32(index, wrow_lo);
+#pragma GCC unroll 4
+        for (size_t xi = 0; xi < 4; ++xi) {
+          hi[c][xi] = _mm512_dpbusd_epi32(hi[c][xi], x[xi], wh);
+          lo[c][xi] = _mm512_dpbusd_epi32(lo[c][xi], x[xi], wl);
+        }
+      }
+      if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
+    }
+    for (size_t c = 0; c < 2; ++c) {
+      const size_t d = d0 + 64 * c;
+      if (d >= l.head_dim) break;
+      __m512i a[4];
+      for (size_t x = 0; x < 4; ++x) a[x] = Joined(hi[c][x], lo[c][x]);
+      AddInt8Sums(o, d, a, scale, zero, group_size, l.head_dim);
+    }
+  }
+
+  // HeadInRegisters' INT4 pass over the head's elements [d0, d0 + 128), as Int8HeadChunk's:
+  // the even and odd elements' hi and lo sums apart, in sixteen registers. UniformX: the four
+  // index vectors of the chunk pick the same weights (one permutation for all four).
+  template <bool UniformX, typename Row>
+  static KV_QATTN_TARGET KV_QATTN_INLINE void Int4HeadChunk(const Row& row, size_t sets,
+                                                            size_t d0, size_t kv,
+                                                            const qattn::IntValueLayout& l,
+                                                            uint32_t group_size,
+                                                            const float* scale, const float* zero,
+                                                            float* o, qattn::StepAhead* ahead) {
+    const __mmask64 mask = FirstBytes((l.head_dim - d0) / 2);
+    const int32_t* chunk_index = l.chunk_index + d0 / 128 * 4 * 16;
+    __m512i ehi[4], elo[4], ohi[4], olo[4];
+#pragma GCC unroll 4
+    for (size_t x = 0; x < 4; ++x) {
+      ehi[x] = elo[x] = ohi[x] = olo[x] = _mm512_setzero_si512();
+    }
+    for (size_t j = 0; j < sets; ++j) {
+      const __m512i wrow_hi = _mm512_loadu_si512(l.whi + j * l.gv_pad + kv * l.head_groups);
+      const __m512i wrow_lo = _mm512_loadu_si512(l.wlo + j * l.gv_pad + kv * l.head_groups);
+      const uint8_t* p[4] = {row(j, 0), row(j, 1), row(j, 2), row(j, 3)};
+      __m512i xe[4], xo[4];
+      LoadInterleavedNibbles(p, d0 / 2, mask, xe, xo);
+      __m512i wh = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_hi);
+      __m512i wl = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_lo);
+#pragma GCC unroll 4
+      for (size_t xi = 0; xi < 4; ++xi) {
+        if constexpr (!UniformX) {
+          const __m512i index = _mm512_loadu_si512(chunk_index + 16 * xi);
+          wh = _mm512_permutexvar_epi32(index, wrow_hi);
+          wl = _mm512_permutexvar_epi32(index, wrow_lo);
+        }
+        ehi[xi] = _mm512_dpbusd_epi32(ehi[xi], xe[xi], wh);
+        elo[xi] = _mm512_dpbusd_epi32(elo[xi], xe[xi], wl);
+        ohi[xi] = _mm512_dpbusd_epi32(ohi[xi], xo[xi], wh);
+        olo[xi] = _mm512_dpbusd_epi32(olo[xi], xo[xi], wl);
+      }
+      if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
+    }
+    __m512i even[4], odd[4];
+    for (size_t x = 0; x < 4; ++x) {
+      even[x] = Joined(ehi[x], elo[x]);
+      odd[x] = Joined(ohi[x], olo[x]);
+    }
+    AddInt4Sums(o, d0, even, odd, scale, zero, group_size, l.head_dim);
+  }
+
   // One query head per KV head (MHA): one KV head's rows of the step at a time, its sums in
-  // registers (no accumulator traffic), then into out. Rows past n read row n - 1 with weight 0.
+  // registers (no accumulator traffic), then into out, 128 elements at a time (Int8HeadChunk,
+  // Int4HeadChunk, inlined here). Rows past n read row n - 1 with weight 0.
   // After every four rows, their share of the next step's lines goes out (AdvanceAhead). With
   // a KV head's share at once (about 72 prefetches in one burst for INT8), this pass's own loads
   // waited longer, and INT8 from DRAM took 10-27 % longer (docs/benchmarks.md).
@@ -542,85 +642,11 @@ struct Vec16Vnni : Vec16 {
     };
     const float* scale = l.wscale + kv * l.head_groups;
     const float* zero = l.wzero + kv * l.head_groups;
-    if constexpr (Bits == 8) {
-      for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
-        const bool two = d0 + 64 < l.head_dim;
-        const __mmask64 mask0 = FirstBytes(l.head_dim - d0);
-        const __mmask64 mask1 = two ? FirstBytes(l.head_dim - d0 - 64) : 0;
-        const __m512i index0 = _mm512_loadu_si512(l.chunk_index + d0 / 64 * 4 * 16);
-        const __m512i index1 = _mm512_loadu_si512(l.chunk_index + (d0 / 64 + 1) * 4 * 16);
-        __m512i hi[2][4], lo[2][4];
-#pragma GCC unroll 4
-        for (size_t x = 0; x < 4; ++x) {
-          hi[0][x] = lo[0][x] = hi[1][x] = lo[1][x] = _mm512_setzero_si512();
-        }
-        for (size_t j = 0; j < sets; ++j) {
-          const __m512i wrow_hi = _mm512_loadu_si512(l.whi + j * l.gv_pad + kv * l.head_groups);
-          const __m512i wrow_lo = _mm512_loadu_si512(l.wlo + j * l.gv_pad + kv * l.head_groups);
-          const uint8_t* p[4] = {row(j, 0), row(j, 1), row(j, 2), row(j, 3)};
-#pragma GCC unroll 2
-          for (size_t c = 0; c < 2; ++c) {
-            if (c == 1 && !two) break;
-            const __mmask64 mask = c == 0 ? mask0 : mask1;
-            const size_t d = d0 + 64 * c;
-            __m512i x[4];
-            LoadInterleaved(p, d, mask, x);
-            const __m512i index = c == 0 ? index0 : index1;
-            const __m512i wh = _mm512_permutexvar_epi32(index, wrow_hi);
-            const __m512i wl = _mm512_permutexvar_epi32(index, wrow_lo);
-#pragma GCC unroll 4
-            for (size_t xi = 0; xi < 4; ++xi) {
-              hi[c][xi] = _mm512_dpbusd_epi32(hi[c][xi], x[xi], wh);
-              lo[c][xi] = _mm512_dpbusd_epi32(lo[c][xi], x[xi], wl);
-            }
-          }
-          if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
-        }
-        for (size_t c = 0; c < 2; ++c) {
-          const size_t d = d0 + 64 * c;
-          if (d >= l.head_dim) break;
-          __m512i a[4];
-          for (size_t x = 0; x < 4; ++x) a[x] = Joined(hi[c][x], lo[c][x]);
-          AddInt8Sums(o, d, a, scale, zero, group_size, l.head_dim);
-        }
-      }
-    } else {
-      for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
-        const __mmask64 mask = FirstBytes((l.head_dim - d0) / 2);
-        const int32_t* chunk_index = l.chunk_index + d0 / 128 * 4 * 16;
-        __m512i ehi[4], elo[4], ohi[4], olo[4];
-#pragma GCC unroll 4
-        for (size_t x = 0; x < 4; ++x) {
-          ehi[x] = elo[x] = ohi[x] = olo[x] = _mm512_setzero_si512();
-        }
-        for (size_t j = 0; j < sets; ++j) {
-          const __m512i wrow_hi = _mm512_loadu_si512(l.whi + j * l.gv_pad + kv * l.head_groups);
-          const __m512i wrow_lo = _mm512_loadu_si512(l.wlo + j * l.gv_pad + kv * l.head_groups);
-          const uint8_t* p[4] = {row(j, 0), row(j, 1), row(j, 2), row(j, 3)};
-          __m512i xe[4], xo[4];
-          LoadInterleavedNibbles(p, d0 / 2, mask, xe, xo);
-          __m512i wh = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_hi);
-          __m512i wl = _mm512_permutexvar_epi32(_mm512_loadu_si512(chunk_index), wrow_lo);
-#pragma GCC unroll 4
-          for (size_t xi = 0; xi < 4; ++xi) {
-            if constexpr (!UniformX) {
-              const __m512i index = _mm512_loadu_si512(chunk_index + 16 * xi);
-              wh = _mm512_permutexvar_epi32(index, wrow_hi);
-              wl = _mm512_permutexvar_epi32(index, wrow_lo);
-            }
-            ehi[xi] = _mm512_dpbusd_epi32(ehi[xi], xe[xi], wh);
-            elo[xi] = _mm512_dpbusd_epi32(elo[xi], xe[xi], wl);
-            ohi[xi] = _mm512_dpbusd_epi32(ohi[xi], xo[xi], wh);
-            olo[xi] = _mm512_dpbusd_epi32(olo[xi], xo[xi], wl);
-          }
-          if (d0 == 0) qattn::AdvanceAhead<Vec16>(ahead, 4);
-        }
-        __m512i even[4], odd[4];
-        for (size_t x = 0; x < 4; ++x) {
-          even[x] = Joined(ehi[x], elo[x]);
-          odd[x] = Joined(ohi[x], olo[x]);
-        }
-        AddInt4Sums(o, d0, even, odd, scale, zero, group_size, l.head_dim);
+    for (size_t d0 = 0; d0 < l.head_dim; d0 += 128) {
+      if constexpr (Bits == 8) {
+        Int8HeadChunk(row, sets, d0, kv, l, group_size, scale, zero, o, ahead);
+      } else {
+        Int4HeadChunk<UniformX>(row, sets, d0, kv, l, group_size, scale, zero, o, ahead);
       }
     }
   }

@@ -78,6 +78,12 @@ class Conn {
   bool Admitted(std::string* why);
   std::string DescribeUidText() const;
   void Serve(const FrameHeader& header, std::vector<std::byte>& payload);
+  // Serve's requests that answer and then queue a job for a waiter: on success the OK reply
+  // (status and `out`) has gone; on failure nothing has, and the caller replies the status.
+  Status ServeLoad(uint64_t id, WireReader& r, WireWriter* out);
+  Status ServeStore(uint64_t id, WireReader& r, WireWriter* out);
+  Status PrefetchOrHint(Op op, WireReader& r);
+  void ReplyOk(uint64_t id, const WireWriter& out);  // An OK status, then `out`.
   void Reply(uint64_t id, const WireWriter& w);
   void ReplyStatus(uint64_t id, const Status& s);
   void Send(Op op, uint64_t id, const WireWriter& w);

@@ -34,52 +34,18 @@ void Conn::Serve(const FrameHeader& h, std::vector<std::byte>& payload) {
     case Op::kLookup:
       s = Lookup(r, &out);
       break;
-    case Op::kLoad: {
-      std::unique_ptr<LoadHandle> handle;
-      uint32_t layers = 0;
-      s = Load(h.id, r, &out, &handle, &layers);
-      if (s.ok()) {
-        WireWriter w;
-        w.PutStatus(s);
-        w.Append(out);
-        Reply(h.id, w);  // The reply goes before any layer's completion.
-        MutexLock lock(&q_mu_);
-        loads_.push_back({h.id, std::move(handle), layers});
-        q_cv_.SignalAll();
-        return;
-      }
+    case Op::kLoad:
+      s = ServeLoad(h.id, r, &out);
+      if (s.ok()) return;  // Answered, and queued for its waiter.
       break;
-    }
-    case Op::kStore: {
-      std::unique_ptr<StoreHandle> handle;
-      s = Store(h.id, r, &out, &handle);
-      if (s.ok()) {
-        WireWriter w;
-        w.PutStatus(s);
-        w.Append(out);
-        Reply(h.id, w);
-        MutexLock lock(&q_mu_);
-        stores_.push_back({h.id, std::move(handle)});
-        q_cv_.SignalAll();
-        return;
-      }
+    case Op::kStore:
+      s = ServeStore(h.id, r, &out);
+      if (s.ok()) return;  // Answered, and queued for its waiter.
       break;
-    }
     case Op::kPrefetch:
-    case Op::kHint: {
-      const NsEntry* ns = FindNs(r.U64());
-      uint64_t session = h.op == Op::kHint ? r.U64() : 0;
-      std::vector<uint32_t> tokens = r.U32s(kTokensMax);
-      if (!r.done()) {
-        s = Malformed(h.op);
-      } else if (ns == nullptr) {
-        s = Status::InvalidArgument("an unknown namespace handle");
-      } else {
-        s = h.op == Op::kHint ? server_->engine->Hint(ns->ns, tokens, session)
-                              : server_->engine->Prefetch(ns->ns, tokens);
-      }
+    case Op::kHint:
+      s = PrefetchOrHint(h.op, r);
       break;
-    }
     case Op::kPin:
       s = Pin(r, &out);
       break;
@@ -114,10 +80,47 @@ void Conn::Serve(const FrameHeader& h, std::vector<std::byte>& payload) {
     ReplyStatus(h.id, s);
     return;
   }
+  ReplyOk(h.id, out);
+}
+
+void Conn::ReplyOk(uint64_t id, const WireWriter& out) {
   WireWriter w;
-  w.PutStatus(s);
+  w.PutStatus(Status::Ok());
   w.Append(out);
-  Reply(h.id, w);
+  Reply(id, w);
+}
+
+Status Conn::ServeLoad(uint64_t id, WireReader& r, WireWriter* out) {
+  std::unique_ptr<LoadHandle> handle;
+  uint32_t layers = 0;
+  Status s = Load(id, r, out, &handle, &layers);
+  if (!s.ok()) return s;
+  ReplyOk(id, *out);  // The reply goes before any layer's completion.
+  MutexLock lock(&q_mu_);
+  loads_.push_back({id, std::move(handle), layers});
+  q_cv_.SignalAll();
+  return s;
+}
+
+Status Conn::ServeStore(uint64_t id, WireReader& r, WireWriter* out) {
+  std::unique_ptr<StoreHandle> handle;
+  Status s = Store(id, r, out, &handle);
+  if (!s.ok()) return s;
+  ReplyOk(id, *out);
+  MutexLock lock(&q_mu_);
+  stores_.push_back({id, std::move(handle)});
+  q_cv_.SignalAll();
+  return s;
+}
+
+Status Conn::PrefetchOrHint(Op op, WireReader& r) {
+  const NsEntry* ns = FindNs(r.U64());
+  uint64_t session = op == Op::kHint ? r.U64() : 0;
+  std::vector<uint32_t> tokens = r.U32s(kTokensMax);
+  if (!r.done()) return Malformed(op);
+  if (ns == nullptr) return Status::InvalidArgument("an unknown namespace handle");
+  return op == Op::kHint ? server_->engine->Hint(ns->ns, tokens, session)
+                         : server_->engine->Prefetch(ns->ns, tokens);
 }
 
 const Conn::NsEntry* Conn::FindNs(uint64_t handle) {

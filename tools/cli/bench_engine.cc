@@ -144,72 +144,62 @@ Result<std::optional<RemoteTierOptions>> RedisTier(const std::string& list,
   return std::optional<RemoteTierOptions>(RemoteTierOptions{.redis = std::move(redis)});
 }
 
-void Print(const BenchEngineReport& r, bool json) {
+// The share of the blocks asked that each tier served.
+struct HitRatios {
+  double host, ssd, remote;
+};
+
+HitRatios Hits(const BenchEngineReport& r) {
+  return {.host = Ratio(r.host_hits, r.blocks_requested),
+          .ssd = Ratio(r.ssd_hits, r.blocks_requested),
+          .remote = Ratio(r.remote_hits, r.blocks_requested)};
+}
+
+void PrintText(const BenchEngineReport& r) {
   const double block = static_cast<double>(r.layout.BlockBytes());
-  const double hit_host = Ratio(r.host_hits, r.blocks_requested);
-  const double hit_ssd = Ratio(r.ssd_hits, r.blocks_requested);
-  const double hit_remote = Ratio(r.remote_hits, r.blocks_requested);
-  if (!json) {
-    std::printf("engine host tier, %s, %s per round, medians of %u\n",
-                r.layout.ToString().c_str(),
-                Progress::FormatBytes(static_cast<double>(r.put_get_bytes)).c_str(), r.repeat);
-    std::printf("put (Store)        %8.0f MB/s  %.2fx memcpy\n", r.put_bytes_per_s / 1e6,
-                r.put_bytes_per_s / r.memcpy_bytes_per_s);
-    std::printf("get (Lookup+Load)  %8.0f MB/s  %.2fx memcpy\n", r.get_bytes_per_s / 1e6,
-                r.get_bytes_per_s / r.memcpy_bytes_per_s);
-    std::printf("memcpy             %8.0f MB/s\n", r.memcpy_bytes_per_s / 1e6);
-    if (!r.server.empty()) {
-      std::printf("service put        %8.0f MB/s  %.2fx the in-process engine\n",
-                  r.service_put_bytes_per_s / 1e6, r.service_put_bytes_per_s / r.put_bytes_per_s);
-      std::printf("service get        %8.0f MB/s  %.2fx the in-process engine\n",
-                  r.service_get_bytes_per_s / 1e6, r.service_get_bytes_per_s / r.get_bytes_per_s);
-    }
-    std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions,
-                r.turns, Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
-                Progress::FormatBytes(static_cast<double>(r.ssd_bytes)).c_str(),
-                r.remote ? ", Redis tier" : "");
-    std::printf("hit ratio  host %.3f  ssd %.3f", hit_host, hit_ssd);
-    if (r.remote) std::printf("  remote %.3f", hit_remote);
-    std::printf("  (of %llu blocks asked)\n", static_cast<unsigned long long>(r.blocks_requested));
-    std::printf("bytes      host<-ssd %s  ssd<-host %s",
-                Progress::FormatBytes(block * static_cast<double>(r.ssd_hits)).c_str(),
-                Progress::FormatBytes(block * static_cast<double>(r.host_writebacks)).c_str());
-    if (r.remote) {
-      std::printf("  host<-remote %s  remote<-engine %s",
-                  Progress::FormatBytes(block * static_cast<double>(r.remote_hits)).c_str(),
-                  Progress::FormatBytes(block * static_cast<double>(r.remote_puts)).c_str());
-    }
-    if (r.remote) {
-      std::printf("  (%llu failed puts)", static_cast<unsigned long long>(r.remote_put_errors));
-    }
-    std::printf("\nevictions  host %llu  ssd %llu\n",
-                static_cast<unsigned long long>(r.host_evictions),
-                static_cast<unsigned long long>(r.ssd_evictions));
-    std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
-                r.load_ms_median, r.store_ms_median, r.request_ms_median);
-    return;
-  }
-  nlohmann::ordered_json j;
-  j["layout"] = r.layout.ToString();
-  j["block_bytes"] = r.layout.BlockBytes();
-  nlohmann::ordered_json h;
-  h["bytes"] = r.put_get_bytes;
-  h["repeat"] = r.repeat;
-  h["put_bytes_per_s"] = r.put_bytes_per_s;
-  h["get_bytes_per_s"] = r.get_bytes_per_s;
-  h["memcpy_bytes_per_s"] = r.memcpy_bytes_per_s;
-  h["put_over_memcpy"] = r.put_bytes_per_s / r.memcpy_bytes_per_s;
-  h["get_over_memcpy"] = r.get_bytes_per_s / r.memcpy_bytes_per_s;
-  j["host"] = h;
+  const auto [hit_host, hit_ssd, hit_remote] = Hits(r);
+  std::printf("engine host tier, %s, %s per round, medians of %u\n",
+              r.layout.ToString().c_str(),
+              Progress::FormatBytes(static_cast<double>(r.put_get_bytes)).c_str(), r.repeat);
+  std::printf("put (Store)        %8.0f MB/s  %.2fx memcpy\n", r.put_bytes_per_s / 1e6,
+              r.put_bytes_per_s / r.memcpy_bytes_per_s);
+  std::printf("get (Lookup+Load)  %8.0f MB/s  %.2fx memcpy\n", r.get_bytes_per_s / 1e6,
+              r.get_bytes_per_s / r.memcpy_bytes_per_s);
+  std::printf("memcpy             %8.0f MB/s\n", r.memcpy_bytes_per_s / 1e6);
   if (!r.server.empty()) {
-    nlohmann::ordered_json sv;
-    sv["socket"] = r.server;
-    sv["put_bytes_per_s"] = r.service_put_bytes_per_s;
-    sv["get_bytes_per_s"] = r.service_get_bytes_per_s;
-    sv["put_over_engine"] = r.service_put_bytes_per_s / r.put_bytes_per_s;
-    sv["get_over_engine"] = r.service_get_bytes_per_s / r.get_bytes_per_s;
-    j["service"] = sv;
+    std::printf("service put        %8.0f MB/s  %.2fx the in-process engine\n",
+                r.service_put_bytes_per_s / 1e6, r.service_put_bytes_per_s / r.put_bytes_per_s);
+    std::printf("service get        %8.0f MB/s  %.2fx the in-process engine\n",
+                r.service_get_bytes_per_s / 1e6, r.service_get_bytes_per_s / r.get_bytes_per_s);
   }
+  std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions,
+              r.turns, Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
+              Progress::FormatBytes(static_cast<double>(r.ssd_bytes)).c_str(),
+              r.remote ? ", Redis tier" : "");
+  std::printf("hit ratio  host %.3f  ssd %.3f", hit_host, hit_ssd);
+  if (r.remote) std::printf("  remote %.3f", hit_remote);
+  std::printf("  (of %llu blocks asked)\n", static_cast<unsigned long long>(r.blocks_requested));
+  std::printf("bytes      host<-ssd %s  ssd<-host %s",
+              Progress::FormatBytes(block * static_cast<double>(r.ssd_hits)).c_str(),
+              Progress::FormatBytes(block * static_cast<double>(r.host_writebacks)).c_str());
+  if (r.remote) {
+    std::printf("  host<-remote %s  remote<-engine %s",
+                Progress::FormatBytes(block * static_cast<double>(r.remote_hits)).c_str(),
+                Progress::FormatBytes(block * static_cast<double>(r.remote_puts)).c_str());
+  }
+  if (r.remote) {
+    std::printf("  (%llu failed puts)", static_cast<unsigned long long>(r.remote_put_errors));
+  }
+  std::printf("\nevictions  host %llu  ssd %llu\n",
+              static_cast<unsigned long long>(r.host_evictions),
+              static_cast<unsigned long long>(r.ssd_evictions));
+  std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
+              r.load_ms_median, r.store_ms_median, r.request_ms_median);
+}
+
+// The report's "trace" object.
+nlohmann::ordered_json TraceJson(const BenchEngineReport& r) {
+  const auto [hit_host, hit_ssd, hit_remote] = Hits(r);
   nlohmann::ordered_json t;
   t["sessions"] = r.sessions;
   t["turns"] = r.turns;
@@ -241,8 +231,90 @@ void Print(const BenchEngineReport& r, bool json) {
   t["load_ms_median"] = r.load_ms_median;
   t["store_ms_median"] = r.store_ms_median;
   t["request_ms_median"] = r.request_ms_median;
-  j["trace"] = t;
+  return t;
+}
+
+void PrintJson(const BenchEngineReport& r) {
+  nlohmann::ordered_json j;
+  j["layout"] = r.layout.ToString();
+  j["block_bytes"] = r.layout.BlockBytes();
+  nlohmann::ordered_json h;
+  h["bytes"] = r.put_get_bytes;
+  h["repeat"] = r.repeat;
+  h["put_bytes_per_s"] = r.put_bytes_per_s;
+  h["get_bytes_per_s"] = r.get_bytes_per_s;
+  h["memcpy_bytes_per_s"] = r.memcpy_bytes_per_s;
+  h["put_over_memcpy"] = r.put_bytes_per_s / r.memcpy_bytes_per_s;
+  h["get_over_memcpy"] = r.get_bytes_per_s / r.memcpy_bytes_per_s;
+  j["host"] = h;
+  if (!r.server.empty()) {
+    nlohmann::ordered_json sv;
+    sv["socket"] = r.server;
+    sv["put_bytes_per_s"] = r.service_put_bytes_per_s;
+    sv["get_bytes_per_s"] = r.service_get_bytes_per_s;
+    sv["put_over_engine"] = r.service_put_bytes_per_s / r.put_bytes_per_s;
+    sv["get_over_engine"] = r.service_get_bytes_per_s / r.get_bytes_per_s;
+    j["service"] = sv;
+  }
+  j["trace"] = TraceJson(r);
   std::printf("%s\n", JsonText(j, 2).c_str());
+}
+
+void Print(const BenchEngineReport& r, bool json) {
+  if (json) {
+    PrintJson(r);
+  } else {
+    PrintText(r);
+  }
+}
+
+// The trace's engine: the host tier of `host_bytes`, the SSD tier of report.ssd_bytes in
+// scratch/ssd, write-back, and the report's remote tier when it has one. `logger` must outlive it.
+Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
+                                                uint64_t host_bytes, const std::string& scratch,
+                                                Logger* logger) {
+  EngineOptions o;
+  o.layout = report.layout;
+  o.model = {.name = "kvtier-bench-engine"};
+  o.host.capacity_bytes = host_bytes;
+  o.device_backend = DeviceBackend::kCpu;
+  o.ssd = SsdTierOptions{
+      .dirs = {scratch + "/ssd"}, .capacity_bytes = report.ssd_bytes, .segment_bytes = 16 * kMiB};
+  o.write_policy = WritePolicy::kWriteBack;
+  o.logger = logger;
+  o.remote = report.remote_tier;
+  return Engine::Open(o);
+}
+
+// One turn's Store of the chunks from `first_chunk` on. Busy: the host tier's victims are being
+// written back by the engine's cleaner; tried again after a millisecond, for at most
+// kStoreBusyRetriesMax times (each counted in *retries).
+Result<std::unique_ptr<StoreHandle>> StoreRetryingBusy(
+    Engine& engine, const Namespace& ns, std::span<const uint32_t> prompt,
+    std::span<const std::span<const std::byte>> src, size_t first_chunk, uint64_t* retries) {
+  Result<std::unique_ptr<StoreHandle>> h = Status::Busy("not tried");
+  for (uint32_t attempt = 0; attempt <= kStoreBusyRetriesMax; ++attempt) {
+    if (attempt != 0) {
+      ++*retries;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    h = engine.Store(ns, prompt, src, StoreOptions{.first_chunk = first_chunk});
+    if (!h.status().IsBusy() || Interrupted()) break;
+  }
+  return h;
+}
+
+// The trace's tier counters: what the engine's statistics gained from `before` to `after`.
+void CountTrace(const EngineStats& before, const EngineStats& after, BenchEngineReport* report) {
+  report->host_hits = Delta(before, after, TierKind::kHost, &TierStats::hits);
+  report->ssd_hits = Delta(before, after, TierKind::kSsd, &TierStats::hits);
+  report->remote_hits = Delta(before, after, TierKind::kRemote, &TierStats::hits);
+  report->host_evictions = Delta(before, after, TierKind::kHost, &TierStats::evictions);
+  report->ssd_evictions = Delta(before, after, TierKind::kSsd, &TierStats::evictions);
+  report->host_writebacks = Delta(before, after, TierKind::kHost, &TierStats::writebacks);
+  report->remote_puts = Delta(before, after, TierKind::kRemote, &TierStats::writebacks);
+  report->remote_put_errors = after.remote_put_errors - before.remote_put_errors;
+  report->store_blocks = after.store_blocks - before.store_blocks;
 }
 
 }  // namespace
@@ -487,17 +559,8 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
   report->turns = turns_;
   report->ssd_bytes = ssd_bytes;
   StderrLogger logger(CliLogLevel());
-  EngineOptions o;
-  o.layout = layout;
-  o.model = {.name = "kvtier-bench-engine"};
-  o.host.capacity_bytes = host_bytes;
-  o.device_backend = DeviceBackend::kCpu;
-  o.ssd = SsdTierOptions{
-      .dirs = {scratch + "/ssd"}, .capacity_bytes = ssd_bytes, .segment_bytes = 16 * kMiB};
-  o.write_policy = WritePolicy::kWriteBack;
-  o.logger = &logger;
-  o.remote = report->remote_tier;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(o));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      OpenTraceEngine(*report, host_bytes, scratch, &logger));
   // Every run gets its own salt, so a shared Redis never serves a previous run's blocks.
   std::mt19937_64 rng(seed_ + 7);
   KV_ASSIGN_OR_RETURN(const Namespace ns,
@@ -535,20 +598,11 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
           FillRandom(rng, {buffers[b].data(), buffers[b].size()});
         }
         const double before_store = request.Seconds();
-        // Busy: the host tier's victims are being written back by the engine's cleaner; tried
-        // again after a millisecond, for at most kStoreBusyRetriesMax times.
-        Result<std::unique_ptr<StoreHandle>> h = Status::Busy("not tried");
-        for (uint32_t attempt = 0; attempt <= kStoreBusyRetriesMax; ++attempt) {
-          if (attempt != 0) {
-            ++report->store_busy_retries;
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          h = engine->Store(ns, prompt,
-                            Spans<const std::byte>(buffers, cached * layout.layers,
-                                                   (full - cached) * layout.layers, block),
-                            StoreOptions{.first_chunk = cached});
-          if (!h.status().IsBusy() || Interrupted()) break;
-        }
+        Result<std::unique_ptr<StoreHandle>> h = StoreRetryingBusy(
+            *engine, ns, prompt,
+            Spans<const std::byte>(buffers, cached * layout.layers,
+                                   (full - cached) * layout.layers, block),
+            cached, &report->store_busy_retries);
         KV_RETURN_IF_ERROR(h.status());
         KV_RETURN_IF_ERROR((*h)->Wait());
         store_ms.push_back((request.Seconds() - before_store) * 1e3);
@@ -561,16 +615,7 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
     }
   }
   progress.Finish();
-  const EngineStats after = engine->Stats();
-  report->host_hits = Delta(before, after, TierKind::kHost, &TierStats::hits);
-  report->ssd_hits = Delta(before, after, TierKind::kSsd, &TierStats::hits);
-  report->remote_hits = Delta(before, after, TierKind::kRemote, &TierStats::hits);
-  report->host_evictions = Delta(before, after, TierKind::kHost, &TierStats::evictions);
-  report->ssd_evictions = Delta(before, after, TierKind::kSsd, &TierStats::evictions);
-  report->host_writebacks = Delta(before, after, TierKind::kHost, &TierStats::writebacks);
-  report->remote_puts = Delta(before, after, TierKind::kRemote, &TierStats::writebacks);
-  report->remote_put_errors = after.remote_put_errors - before.remote_put_errors;
-  report->store_blocks = after.store_blocks - before.store_blocks;
+  CountTrace(before, engine->Stats(), report);
   report->load_ms_median = Median(load_ms);
   report->store_ms_median = Median(store_ms);
   report->request_ms_median = Median(request_ms);

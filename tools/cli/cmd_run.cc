@@ -51,7 +51,25 @@ class RunCommand final : public Command {
   }
 
  private:
+  // What one run did, for its report on stdout (--json) or stderr.
+  struct RunReport {
+    runtime::CachedPrefillStats stats;
+    uint64_t prefill_us = 0;
+    uint64_t decode_us = 0;
+    LlmSession::Decoded decoded;
+    size_t stored_chunks = 0;
+    bool persistent = false;  // Stored chunks outlive this process.
+    std::string text;         // The prompt and the continuation, with --json only.
+    nlohmann::ordered_json repeats;
+  };
+
   Status Generate();
+  // Decodes the continuation of `sequence`, printing the prompt's text and then each token's as
+  // it comes on stdout; with --json into report->text instead. Sets report->decode_us.
+  Result<LlmSession::Decoded> DecodeText(LlmSession& session, std::vector<uint32_t>& sequence,
+                                         std::vector<float>& logits, RunReport* report);
+  void PrintJsonReport(const RunReport& report, LlmSession& session) const;
+  static void PrintTextReport(const RunReport& report, LlmSession& session);
   // Prints one line for the first failure to store into the cache; later ones are quiet.
   void CacheFailed(const Status& s);
 
@@ -109,78 +127,98 @@ Status RunCommand::Generate() {
                            std::to_string(session->context_tokens()) +
                            " (leave room to generate, or raise --context)");
   }
+  RunReport report;
   std::vector<float> logits;
   const uint64_t t0 = SteadyNowUs();
-  KV_ASSIGN_OR_RETURN(runtime::CachedPrefillStats stats, session->Prefill(sequence, &logits));
-  const uint64_t prefill_us = SteadyNowUs() - t0;
-  if (!stats.store_status.ok()) CacheFailed(stats.store_status);
+  KV_ASSIGN_OR_RETURN(report.stats, session->Prefill(sequence, &logits));
+  report.prefill_us = SteadyNowUs() - t0;
+  if (!report.stats.store_status.ok()) CacheFailed(report.stats.store_status);
   // Stored chunks outlive this process on the SSD, or in the service that holds them.
-  const bool persistent = !flags_.session.cache_dir.empty() || session->via_server();
-  if (!json_) PrintPrefill("", stats, prefill_us);
+  report.persistent = !flags_.session.cache_dir.empty() || session->via_server();
+  if (!json_) PrintPrefill("", report.stats, report.prefill_us);
 
-  // With --json the text is collected (the decoder writes it to a memory stream).
-  char* text_buffer = nullptr;
-  size_t text_bytes = 0;
-  std::FILE* text_out = json_ ? open_memstream(&text_buffer, &text_bytes) : stdout;
-  if (text_out == nullptr) return Status::FromErrno(errno, "open_memstream");
-  const std::string prompt_text = session->tokenizer().Decode(sequence);
-  std::fwrite(prompt_text.data(), 1, prompt_text.size(), text_out);
-  runtime::Sampler sampler(flags_.sampler);
   const size_t prompt_tokens = sequence.size();
   const std::vector<uint32_t> prompt(sequence);
-  const uint64_t t1 = SteadyNowUs();
-  Result<LlmSession::Decoded> decoded =
-      session->Decode(sequence, logits, sampler, {.max_new_tokens = flags_.steps}, text_out);
-  const uint64_t decode_us = SteadyNowUs() - t1;
-  std::string text;
-  if (json_) {
-    std::fclose(text_out);
-    text.assign(text_buffer, text_bytes);
-    std::free(text_buffer);  // NOLINT(cppcoreguidelines-no-malloc): open_memstream's buffer.
-  } else {
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  }
-  if (!decoded.ok()) return decoded.status();
-  const size_t generated = decoded->tokens;
-  const bool at_context = decoded->stop == LlmSession::Stop::kContext;
+  KV_ASSIGN_OR_RETURN(report.decoded, DecodeText(*session, sequence, logits, &report));
+  const size_t generated = report.decoded.tokens;
   // The decoded tokens' chunks too (all but the last token were run), so a later prompt that
   // extends this text starts from the cache.
   const size_t run_tokens = generated > 0 ? sequence.size() - 1 : prompt_tokens;
   Result<size_t> stored = session->StoreSequence(std::span(sequence).first(run_tokens));
   if (!stored.ok()) CacheFailed(stored.status());
-  const size_t stored_chunks = stats.stored_chunks + (stored.ok() ? *stored : 0);
-  KV_ASSIGN_OR_RETURN(nlohmann::ordered_json repeats, Repeat(*session, prompt));
+  report.stored_chunks = report.stats.stored_chunks + (stored.ok() ? *stored : 0);
+  KV_ASSIGN_OR_RETURN(report.repeats, Repeat(*session, prompt));
   KV_RETURN_IF_ERROR(WriteMetricsFile(flags_, session->MetricsText()));
-  const double tokens_per_s = decode_us > 0 ? double(generated) * 1e6 / double(decode_us) : 0.0;
   if (json_) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::object();
-    PutText(&j, "text", text);  // And "text_hex" when the bytes are not valid UTF-8.
-    j.update(PrefillJson(stats));
-    j.update(nlohmann::ordered_json{
-        {"ttft_ms", MsFromUs(prefill_us)},
-        {"lookup_ms", MsFromUs(stats.lookup_us)},
-        {"compute_ms", MsFromUs(stats.compute_us)},
-        {"generated_tokens", generated},
-        {"decode_ms", MsFromUs(decode_us)},
-        {"tokens_per_s", tokens_per_s},
-        {"stop", LlmSession::StopName(decoded->stop)},
-        {"stored_chunks", stored_chunks},
-        {"persistent", persistent},
-        {"repeats", repeats},
-        {"tiers", TierActivityJson(session->Stats())},
-        {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
-    std::printf("%s\n", JsonText(j, 1).c_str());
-    return Status::Ok();
+    PrintJsonReport(report, *session);
+  } else {
+    PrintTextReport(report, *session);
   }
+  return Status::Ok();
+}
+
+Result<LlmSession::Decoded> RunCommand::DecodeText(LlmSession& session,
+                                                   std::vector<uint32_t>& sequence,
+                                                   std::vector<float>& logits, RunReport* report) {
+  // With --json the text is collected (the decoder writes it to a memory stream).
+  char* text_buffer = nullptr;
+  size_t text_bytes = 0;
+  std::FILE* text_out = json_ ? open_memstream(&text_buffer, &text_bytes) : stdout;
+  if (text_out == nullptr) return Status::FromErrno(errno, "open_memstream");
+  const std::string prompt_text = session.tokenizer().Decode(sequence);
+  std::fwrite(prompt_text.data(), 1, prompt_text.size(), text_out);
+  runtime::Sampler sampler(flags_.sampler);
+  const uint64_t t1 = SteadyNowUs();
+  Result<LlmSession::Decoded> decoded =
+      session.Decode(sequence, logits, sampler, {.max_new_tokens = flags_.steps}, text_out);
+  report->decode_us = SteadyNowUs() - t1;
+  if (json_) {
+    std::fclose(text_out);
+    report->text.assign(text_buffer, text_bytes);
+    std::free(text_buffer);  // NOLINT(cppcoreguidelines-no-malloc): open_memstream's buffer.
+  } else {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  return decoded;
+}
+
+double TokensPerSecond(size_t tokens, uint64_t us) {
+  return us > 0 ? double(tokens) * 1e6 / double(us) : 0.0;
+}
+
+void RunCommand::PrintJsonReport(const RunReport& report, LlmSession& session) const {
+  const runtime::CachedPrefillStats& stats = report.stats;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  PutText(&j, "text", report.text);  // And "text_hex" when the bytes are not valid UTF-8.
+  j.update(PrefillJson(stats));
+  j.update(nlohmann::ordered_json{
+      {"ttft_ms", MsFromUs(report.prefill_us)},
+      {"lookup_ms", MsFromUs(stats.lookup_us)},
+      {"compute_ms", MsFromUs(stats.compute_us)},
+      {"generated_tokens", report.decoded.tokens},
+      {"decode_ms", MsFromUs(report.decode_us)},
+      {"tokens_per_s", TokensPerSecond(report.decoded.tokens, report.decode_us)},
+      {"stop", LlmSession::StopName(report.decoded.stop)},
+      {"stored_chunks", report.stored_chunks},
+      {"persistent", report.persistent},
+      {"repeats", report.repeats},
+      {"tiers", TierActivityJson(session.Stats())},
+      {"cache_error", cache_error_.ok() ? "" : cache_error_.ToString()}});
+  std::printf("%s\n", JsonText(j, 1).c_str());
+}
+
+void RunCommand::PrintTextReport(const RunReport& report, LlmSession& session) {
+  const bool at_context = report.decoded.stop == LlmSession::Stop::kContext;
   std::fprintf(stderr, "kvtier run: generated %zu tokens in %.1f ms (%.0f tokens/s)%s; %zu chunks "
                "stored%s\n",
-               generated, MsFromUs(decode_us), tokens_per_s,
+               report.decoded.tokens, MsFromUs(report.decode_us),
+               TokensPerSecond(report.decoded.tokens, report.decode_us),
                at_context ? ", stopped at the context limit (raise --context)" : "",
-               stored_chunks,
-               persistent ? "" : " in memory only (gone at exit; --cache-dir keeps them)");
+               report.stored_chunks,
+               report.persistent ? "" : " in memory only (gone at exit; --cache-dir keeps them)");
   std::string tiers;
-  for (const TierStats& t : session->Stats().tiers) {
+  for (const TierStats& t : session.Stats().tiers) {
     char line[160];
     std::snprintf(line, sizeof(line), "%s%s %llu blocks (%.1f MiB), %llu evicted",
                   tiers.empty() ? "" : "; ", std::string(TierKindName(t.kind)).c_str(),
@@ -189,7 +227,6 @@ Status RunCommand::Generate() {
     tiers += line;
   }
   std::fprintf(stderr, "kvtier run: cache tiers: %s\n", tiers.c_str());
-  return Status::Ok();
 }
 
 void RunCommand::CacheFailed(const Status& s) {
