@@ -369,7 +369,8 @@ def gate(rows: list[dict]) -> None:
         r["why"] = f"{len(bad)} requests differ from recompute: {bad[0]}" if bad else ""
 
 
-def main():
+def parse_args() -> tuple[argparse.Namespace, list[str]]:
+    """The arguments (--smoke's sizes applied) and the modes to run, checked."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", help="default recompute,vllm_prefix,kvtier,kvtier_service "
                    "(--smoke: recompute,kvtier)")
@@ -407,6 +408,41 @@ def main():
     bad = [m for m in modes if m not in MODES]
     if bad:
         p.error(f"unknown mode {bad[0]} (modes: {', '.join(MODES)})")
+    return args, modes
+
+
+def make_report(args, longest: int, rows: list[dict], started: float) -> dict:
+    """The JSON report: the trace, the setup and the rows."""
+    return {"trace": {"users": args.users, "turns": args.turns,
+                      "system_prompts": args.system_prompts,
+                      "system_tokens": args.system_tokens, "user_tokens": args.user_tokens,
+                      "reply_tokens": args.reply_tokens, "max_tokens": args.max_tokens,
+                      "seed": args.seed, "requests": args.users * args.turns,
+                      "longest_prompt_tokens": longest},
+            "setup": {"layers": args.layers, "vllm_blocks": args.vllm_blocks,
+                      "block_tokens": BLOCK_TOKENS, "kvtier_host_bytes": args.host_bytes,
+                      "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
+                      # The command without --work-dir: a report names no machine's paths.
+                      "command": " ".join(["bench/serve_trace.py"] + [
+                          a for i, a in enumerate(sys.argv) if i > 0 and a != "--work-dir"
+                          and sys.argv[i - 1] != "--work-dir"])},
+            "rows": rows, "wall_s": time.perf_counter() - started}
+
+
+def print_table(rows: list[dict]) -> None:
+    """The rows as a table on stdout."""
+    print(f"{'mode':16} {'conc':>4} {'ok':>3} {'TTFT p50':>9} {'TTFT p99':>9} "
+          f"{'tok/s':>7} {'vLLM hit':>8} {'kvtier':>7}")
+    for r in rows:
+        fmt = (lambda v: f"{v:9.3f}" if v is not None else f"{'-':>9}")
+        print(f"{r['mode']:16} {r['concurrency']:4d} {'yes' if r['correct'] else 'NO':>3} "
+              f"{fmt(r['ttft_p50_s'])} {fmt(r['ttft_p99_s'])} "
+              f"{(r['output_tokens_per_s'] or 0):7.1f} {r['vllm_prefix_hit_ratio']:8.2f} "
+              f"{r['kvtier_loaded_ratio']:7.2f}")
+
+
+def main():
+    args, modes = parse_args()
     if "lmcache" in modes:
         import lmcache_vllm
         import peerlib
@@ -441,31 +477,11 @@ def main():
             for key in ("ttft_p50_s", "ttft_p99_s", "output_tokens_per_s"):
                 r[key] = None  # A run that fails the gate is not timed.
         r.pop("texts")
-    report = {"trace": {"users": args.users, "turns": args.turns,
-                        "system_prompts": args.system_prompts,
-                        "system_tokens": args.system_tokens, "user_tokens": args.user_tokens,
-                        "reply_tokens": args.reply_tokens, "max_tokens": args.max_tokens,
-                        "seed": args.seed, "requests": args.users * args.turns,
-                        "longest_prompt_tokens": longest},
-              "setup": {"layers": args.layers, "vllm_blocks": args.vllm_blocks,
-                        "block_tokens": BLOCK_TOKENS, "kvtier_host_bytes": args.host_bytes,
-                        "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
-                        # The command without --work-dir: a report names no machine's paths.
-                        "command": " ".join(["bench/serve_trace.py"] + [
-                            a for i, a in enumerate(sys.argv) if i > 0 and a != "--work-dir"
-                            and sys.argv[i - 1] != "--work-dir"])},
-              "rows": rows, "wall_s": time.perf_counter() - started}
+    report = make_report(args, longest, rows, started)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(f"{'mode':16} {'conc':>4} {'ok':>3} {'TTFT p50':>9} {'TTFT p99':>9} "
-              f"{'tok/s':>7} {'vLLM hit':>8} {'kvtier':>7}")
-        for r in rows:
-            fmt = (lambda v: f"{v:9.3f}" if v is not None else f"{'-':>9}")
-            print(f"{r['mode']:16} {r['concurrency']:4d} {'yes' if r['correct'] else 'NO':>3} "
-                  f"{fmt(r['ttft_p50_s'])} {fmt(r['ttft_p99_s'])} "
-                  f"{(r['output_tokens_per_s'] or 0):7.1f} {r['vllm_prefix_hit_ratio']:8.2f} "
-                  f"{r['kvtier_loaded_ratio']:7.2f}")
+        print_table(rows)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if all(r["correct"] for r in rows) else 1

@@ -645,7 +645,8 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -678,6 +679,33 @@ def main() -> int:
     parser.add_argument("--service-bin", type=Path,
                         default=REPO / "build" / "tools" / "cli" / "kvtier",
                         help="mode f's kvtier CLI, run as `kvtier serve` (default: the build's)")
+    return parser
+
+
+def measure_or_read(args, parser: argparse.ArgumentParser, work: Path, docs, lengths: list[int],
+                    per_token: int, loadavg_start: float) -> tuple[dict, dict, float]:
+    """The machine's limits, the processes' measurements and the 1-minute load average at the
+    start: those of --from-raw's earlier run, or measured now (and kept in WORK_DIR/raw.json)."""
+    if args.from_raw:
+        raw = json.loads(args.from_raw.read_text())
+        machine, processes, loadavg_start = raw["machine"], raw["processes"], raw["loadavg"]
+    else:
+        machine = machine_limits(work, max(lengths) * per_token)
+        modes = set(args.modes.split(","))
+        if not modes <= {"offline", "serve", "service"} or not modes:
+            parser.error("--modes: offline, serve, service, or several of them")
+        processes = measure(args, work, docs) if "offline" in modes else {}
+        if "serve" in modes:
+            processes.update(measure_serve(args, work, docs))
+        if "service" in modes:
+            processes.update(measure_service(args, work, docs))
+        (work / "raw.json").write_text(json.dumps(
+            {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
+    return machine, processes, loadavg_start
+
+
+def main() -> int:
+    parser = make_parser()
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
@@ -713,21 +741,8 @@ def main() -> int:
     # vLLM's KV space: every document at once (mode b keeps them all), with room to spare.
     args.kv_space_gib = max(1, -(-3 * sum(lengths) * per_token // (1 << 30)))
     docs = make_documents(lengths, args.seed)
-    if args.from_raw:
-        raw = json.loads(args.from_raw.read_text())
-        machine, processes, loadavg_start = raw["machine"], raw["processes"], raw["loadavg"]
-    else:
-        machine = machine_limits(work, max(lengths) * per_token)
-        modes = set(args.modes.split(","))
-        if not modes <= {"offline", "serve", "service"} or not modes:
-            parser.error("--modes: offline, serve, service, or several of them")
-        processes = measure(args, work, docs) if "offline" in modes else {}
-        if "serve" in modes:
-            processes.update(measure_serve(args, work, docs))
-        if "service" in modes:
-            processes.update(measure_service(args, work, docs))
-        (work / "raw.json").write_text(json.dumps(
-            {"machine": machine, "processes": processes, "loadavg": loadavg_start}))
+    machine, processes, loadavg_start = measure_or_read(args, parser, work, docs, lengths,
+                                                        per_token, loadavg_start)
     report = {"setup": {"model": model_text, "model_kind": args.model_kind,
                         "layers": layers, "lengths": lengths, "shared_prefix_tokens":
                         SHARED_TOKENS, "repeats": args.repeats,

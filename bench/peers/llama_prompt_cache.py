@@ -253,6 +253,55 @@ def one_round(args, r: int, prompt: str, prompt_file: Path, run_dir: Path) -> di
     return out
 
 
+def _hit_parts(rounds: list[dict]) -> dict:
+    """The parts of a hit's time, medians over the rounds."""
+    med = peerlib.median
+    return {
+        "llama_load_state_ms": med([r["llama"]["load_state_ms"] for r in rounds]),
+        "kvtier_restart_lookup_ms": med([r["kvtier_restart"]["lookup_ms"] for r in rounds]),
+        # The SSD loads run beside the forward pass (layer-gated), so they are in compute_ms.
+        "kvtier_restart_load_and_compute_ms": med([r["kvtier_restart"]["compute_ms"]
+                                                   for r in rounds]),
+        "kvtier_restart_other_ms": med([r["kvtier_restart"]["other_ms"] for r in rounds]),
+        "segment_direct_read_4KiB_reads_ms": med([r["segment_direct_read_ms"]["4KiB_reads"]
+                                                  for r in rounds]),
+        "segment_direct_read_1MiB_reads_ms": med([r["segment_direct_read_ms"]["1024KiB_reads"]
+                                                  for r in rounds]),
+        "kvtier_restart_computed_tokens": rounds[0]["kvtier_restart"]["computed_tokens"],
+        "kvtier_cold_compute_ms": med([r["kvtier_cold"]["compute_ms"] for r in rounds]),
+    }
+
+
+def _process_walls(rounds: list[dict]) -> dict:
+    """Whole processes' wall times, medians over the rounds."""
+    med = peerlib.median
+    return {
+        "llama_restart_process_ms": med([r["llama_restart"]["process_wall_ms"] for r in rounds]),
+        "llama_restart_model_load_ms": med([r["llama_restart"]["load_ms"] for r in rounds]),
+        "kvtier_cold_process_ms": med([r["kvtier_cold"]["process_wall_ms"] for r in rounds]),
+        "kvtier_restart_process_ms": med([r["kvtier_restart"]["process_wall_ms"]
+                                          for r in rounds]),
+    }
+
+
+def _checks(rounds: list[dict]) -> dict:
+    """Whether every round's hits agreed with its cold run and found what they should."""
+    return {
+        "llama_hits_agree_with_cold": all(r["llama"]["hits_agree"] for r in rounds),
+        "llama_restart_found_entry": all(r["llama_restart"]["found"] for r in rounds),
+        "llama_restart_agrees": all(r["llama_restart"]["text"] == r["llama"]["cold_text"]
+                                    for r in rounds),
+        "kvtier_restart_agrees": all(r["kvtier_restart"]["text"] == r["kvtier_cold"]["text"]
+                                     for r in rounds),
+        "kvtier_restart_cached_tokens": [r["kvtier_restart"]["cached_tokens"] for r in rounds],
+        "kvtier_host_hit_cached_tokens": [r["kvtier_cold"]["repeats"][0]["cached_tokens"]
+                                          for r in rounds],
+        "kvtier_host_hit_only_host": all(
+            set(r["kvtier_cold"]["repeats"][0]["cached_chunks_per_tier"]) == {"host"}
+            for r in rounds),
+    }
+
+
 def summarize(rounds: list[dict]) -> dict:
     med = peerlib.median
     l0, k0 = rounds[0]["llama"], rounds[0]["kvtier_cold"]
@@ -271,27 +320,8 @@ def summarize(rounds: list[dict]) -> dict:
         "kvtier_ssd_restart_hit_ms": med([r["kvtier_restart"]["prefill_ms"] for r in rounds]),
         "kvtier_host_hit_ms": med([r["kvtier_cold"]["repeats"][0]["ttft_ms"] for r in rounds]),
     }
-    parts = {
-        "llama_load_state_ms": med([r["llama"]["load_state_ms"] for r in rounds]),
-        "kvtier_restart_lookup_ms": med([r["kvtier_restart"]["lookup_ms"] for r in rounds]),
-        # The SSD loads run beside the forward pass (layer-gated), so they are in compute_ms.
-        "kvtier_restart_load_and_compute_ms": med([r["kvtier_restart"]["compute_ms"]
-                                                   for r in rounds]),
-        "kvtier_restart_other_ms": med([r["kvtier_restart"]["other_ms"] for r in rounds]),
-        "segment_direct_read_4KiB_reads_ms": med([r["segment_direct_read_ms"]["4KiB_reads"]
-                                                  for r in rounds]),
-        "segment_direct_read_1MiB_reads_ms": med([r["segment_direct_read_ms"]["1024KiB_reads"]
-                                                  for r in rounds]),
-        "kvtier_restart_computed_tokens": rounds[0]["kvtier_restart"]["computed_tokens"],
-        "kvtier_cold_compute_ms": med([r["kvtier_cold"]["compute_ms"] for r in rounds]),
-    }
-    wall = {
-        "llama_restart_process_ms": med([r["llama_restart"]["process_wall_ms"] for r in rounds]),
-        "llama_restart_model_load_ms": med([r["llama_restart"]["load_ms"] for r in rounds]),
-        "kvtier_cold_process_ms": med([r["kvtier_cold"]["process_wall_ms"] for r in rounds]),
-        "kvtier_restart_process_ms": med([r["kvtier_restart"]["process_wall_ms"]
-                                          for r in rounds]),
-    }
+    parts = _hit_parts(rounds)
+    wall = _process_walls(rounds)
     bytes_per_token = {
         "raw_kv_f32": layers * 2 * kv_dim * 4,
         "raw_kv_f16": layers * 2 * kv_dim * 2,
@@ -300,20 +330,7 @@ def summarize(rounds: list[dict]) -> dict:
         "llama_disk_cache_dir": l0["disk_dir_bytes"] / l0["state_tokens"],
         "kvtier_cache_dir": rounds[0]["kvtier_cache_dir_bytes"] / max(1, kv_cached),
     }
-    checks = {
-        "llama_hits_agree_with_cold": all(r["llama"]["hits_agree"] for r in rounds),
-        "llama_restart_found_entry": all(r["llama_restart"]["found"] for r in rounds),
-        "llama_restart_agrees": all(r["llama_restart"]["text"] == r["llama"]["cold_text"]
-                                    for r in rounds),
-        "kvtier_restart_agrees": all(r["kvtier_restart"]["text"] == r["kvtier_cold"]["text"]
-                                     for r in rounds),
-        "kvtier_restart_cached_tokens": [r["kvtier_restart"]["cached_tokens"] for r in rounds],
-        "kvtier_host_hit_cached_tokens": [r["kvtier_cold"]["repeats"][0]["cached_tokens"]
-                                          for r in rounds],
-        "kvtier_host_hit_only_host": all(
-            set(r["kvtier_cold"]["repeats"][0]["cached_chunks_per_tier"]) == {"host"}
-            for r in rounds),
-    }
+    checks = _checks(rounds)
     ratios = {
         "kvtier_ssd_restart_hit_vs_llama_disk_restart_hit":
             peerlib.ratio(ttft["kvtier_ssd_restart_hit_ms"], ttft["llama_disk_restart_hit_ms"]),

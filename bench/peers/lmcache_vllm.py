@@ -541,99 +541,124 @@ def lmcache_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port) 
             full_restart("resp", "lmcache_resp")]
 
 
-def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
-                 key_file: str) -> list:
-    """kvtier's processes of round r, in order, as closures."""
-    rdir = ctx.work / f"r{r}"
-    n = sorted(docs)
-    sealed = {"remote_endpoints": [f"127.0.0.1:{redis_port}"], "remote_key_file": key_file}
-    plain = {"remote_endpoints": [f"127.0.0.1:{redis_port}"], "remote_insecure_plaintext": True,
-             "salt": "plaintext"}  # its own keys: sealed and plaintext values never meet
-    state = {}
+class _KvtierRound:
+    """kvtier's processes of round r (kvtier_steps): each step a method, in the order
+    kvtier_steps lists them."""
 
-    def hits(label, repeats):
-        return [doc(docs, label, k) for _ in range(repeats) for k in n]
+    def __init__(self, ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
+                 key_file: str):
+        self.ctx, self.res, self.r, self.docs, self.ref, self.want = ctx, res, r, docs, ref, want
+        self.rdir = ctx.work / f"r{r}"
+        self.n = sorted(docs)
+        self.sealed = {"remote_endpoints": [f"127.0.0.1:{redis_port}"],
+                       "remote_key_file": key_file}
+        self.plain = {"remote_endpoints": [f"127.0.0.1:{redis_port}"],
+                      "remote_insecure_plaintext": True,
+                      "salt": "plaintext"}  # its own keys: sealed and plaintext values never meet
+        self.service = None  # The node service between its first step and its restart.
 
-    def run(cell, name, reqs, connector):
+    def hits(self, label, repeats):
+        return [doc(self.docs, label, k) for _ in range(repeats) for k in self.n]
+
+    def run(self, cell, name, reqs, connector):
         try:
-            res.add(cell, run_vllm(ctx, name, reqs, connector=connector), ref, BLOCK)
+            self.res.add(cell, run_vllm(self.ctx, name, reqs, connector=connector), self.ref,
+                         BLOCK)
         except Failed as e:
-            res.error([cell], str(e))
+            self.res.error([cell], str(e))
 
-    def host():
+    def host(self):
         # Stores into the host tier, the SSD tier (flushed when vLLM exits) and Redis (sealed).
-        if not {"kvtier_host", "kvtier_ssd_restart", "kvtier_redis_sealed"} & want:
+        if not {"kvtier_host", "kvtier_ssd_restart", "kvtier_redis_sealed"} & self.want:
             return
-        reqs = (vllm_ttft.warmup_requests(200 + r) + [doc(docs, "store:kvtier", k) for k in n]
-                + hits("kvtier_host", ctx.args.hit_repeats) + tail_requests(docs, 200 + r))
-        run("kvtier_host", f"r{r}_kvtier_host", reqs, kvtier_connector(rdir, True, sealed))
+        r, docs = self.r, self.docs
+        reqs = (vllm_ttft.warmup_requests(200 + r)
+                + [doc(docs, "store:kvtier", k) for k in self.n]
+                + self.hits("kvtier_host", self.ctx.args.hit_repeats)
+                + tail_requests(docs, 200 + r))
+        self.run("kvtier_host", f"r{r}_kvtier_host", reqs,
+                 kvtier_connector(self.rdir, True, self.sealed))
 
-    def host_below(cell, ssd, seed):
+    def host_below(self, cell, ssd, seed):
         # The host tier with only some tiers below it (diagnostic cells: what the writes below
         # the host tier cost the hits timed right after the stores).
         def step():
-            if cell not in want:
+            if cell not in self.want:
                 return
+            r, docs = self.r, self.docs
             reqs = (vllm_ttft.warmup_requests(seed + r)
-                    + [doc(docs, f"store:{cell}", k) for k in n]
-                    + hits(cell, ctx.args.hit_repeats) + tail_requests(docs, seed + r))
-            run(cell, f"r{r}_{cell}", reqs, kvtier_connector(rdir / cell, ssd, None))
+                    + [doc(docs, f"store:{cell}", k) for k in self.n]
+                    + self.hits(cell, self.ctx.args.hit_repeats) + tail_requests(docs, seed + r))
+            self.run(cell, f"r{r}_{cell}", reqs, kvtier_connector(self.rdir / cell, ssd, None))
         return step
 
-    def service_start_and_hits():
+    def service_start_and_hits(self):
         cells = ["kvtier_service_host", "kvtier_service_host_after_restart"]
-        if not set(cells) & want:
+        if not set(cells) & self.want:
             return
+        r, docs, rdir = self.r, self.docs, self.rdir
         try:
-            svc = vllm_ttft.NodeService(ctx, rdir)
+            svc = vllm_ttft.NodeService(self.ctx, rdir)
             svc.start()
         except (SystemExit, OSError) as e:
-            res.error(cells, f"kvtier serve did not start: {e}")
+            self.res.error(cells, f"kvtier serve did not start: {e}")
             return
-        state["service"] = svc
+        self.service = svc
         reqs = (vllm_ttft.warmup_requests(210 + r)
-                + [doc(docs, "store:kvtier_service", k) for k in n]
-                + hits("kvtier_service_host", ctx.args.hit_repeats) + tail_requests(docs, 210 + r))
-        run("kvtier_service_host", f"r{r}_kvtier_service_host", reqs,
-            svc.connector(rdir / "service.stats.json"))
+                + [doc(docs, "store:kvtier_service", k) for k in self.n]
+                + self.hits("kvtier_service_host", self.ctx.args.hit_repeats)
+                + tail_requests(docs, 210 + r))
+        self.run("kvtier_service_host", f"r{r}_kvtier_service_host", reqs,
+                 svc.connector(rdir / "service.stats.json"))
 
-    def service_restart():
-        svc = state.pop("service", None)
+    def service_restart(self):
+        svc, self.service = self.service, None
         if svc is None:
             return
+        r = self.r
         try:
             reqs = (vllm_ttft.warmup_requests(220 + r)
-                    + hits("kvtier_service_host_after_restart", 1) + tail_requests(docs, 220 + r))
-            run("kvtier_service_host_after_restart", f"r{r}_kvtier_service_host_after_restart",
-                reqs, svc.connector(rdir / "service.stats.json"))
+                    + self.hits("kvtier_service_host_after_restart", 1)
+                    + tail_requests(self.docs, 220 + r))
+            self.run("kvtier_service_host_after_restart",
+                     f"r{r}_kvtier_service_host_after_restart", reqs,
+                     svc.connector(self.rdir / "service.stats.json"))
         finally:
             svc.stop()
 
-    def restart(cell, ssd, remote):
+    def restart(self, cell, ssd, remote):
         def step():
-            if cell not in want:
+            if cell not in self.want:
                 return
-            reqs = (vllm_ttft.warmup_requests(230 + r) + hits(cell, 1)
-                    + tail_requests(docs, 230 + r))
-            run(cell, f"r{r}_{cell}", reqs, kvtier_connector(rdir / cell, ssd, remote)
-                if not ssd else kvtier_connector(rdir, ssd, remote))
+            r, rdir = self.r, self.rdir
+            reqs = (vllm_ttft.warmup_requests(230 + r) + self.hits(cell, 1)
+                    + tail_requests(self.docs, 230 + r))
+            self.run(cell, f"r{r}_{cell}", reqs, kvtier_connector(rdir / cell, ssd, remote)
+                     if not ssd else kvtier_connector(rdir, ssd, remote))
         return step
 
-    def plain_store():
-        if "kvtier_redis_plain" not in want:
+    def plain_store(self):
+        if "kvtier_redis_plain" not in self.want:
             return
-        reqs = vllm_ttft.warmup_requests(240 + r) + [doc(docs, "store:kvtier_plain", k) for k in n]
+        r = self.r
+        reqs = (vllm_ttft.warmup_requests(240 + r)
+                + [doc(self.docs, "store:kvtier_plain", k) for k in self.n])
         try:
-            run_vllm(ctx, f"r{r}_kvtier_redis_plain_store", reqs,
-                     connector=kvtier_connector(rdir / "plain_store", False, plain))
+            run_vllm(self.ctx, f"r{r}_kvtier_redis_plain_store", reqs,
+                     connector=kvtier_connector(self.rdir / "plain_store", False, self.plain))
         except Failed as e:
-            res.error(["kvtier_redis_plain"], str(e))
+            self.res.error(["kvtier_redis_plain"], str(e))
 
-    return [host, host_below("kvtier_host_alone", False, 205),
-            host_below("kvtier_host_ssd", True, 207), service_start_and_hits, service_restart,
-            restart("kvtier_ssd_restart", True, None),
-            restart("kvtier_redis_sealed", False, sealed), plain_store,
-            restart("kvtier_redis_plain", False, plain)]
+
+def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
+                 key_file: str) -> list:
+    """kvtier's processes of round r, in order, as callables."""
+    k = _KvtierRound(ctx, res, r, docs, ref, want, redis_port, key_file)
+    return [k.host, k.host_below("kvtier_host_alone", False, 205),
+            k.host_below("kvtier_host_ssd", True, 207), k.service_start_and_hits,
+            k.service_restart, k.restart("kvtier_ssd_restart", True, None),
+            k.restart("kvtier_redis_sealed", False, k.sealed), k.plain_store,
+            k.restart("kvtier_redis_plain", False, k.plain)]
 
 
 

@@ -323,6 +323,72 @@ def summarize(per_round: dict, systems: list[str]) -> dict:
     return cells
 
 
+def start_services(args, systems: list[str], run_dir: Path):
+    """The servers the systems need: Mooncake's master and segment holder, one Redis for the
+    kvtier_redis systems and its key file. Returns (every service, system -> the services whose
+    CPU time its cells are charged, the cells' base config, the Redis port or None)."""
+    services = []
+    servers = {}  # system -> the services whose CPU time its cells are charged
+    base_cfg = {}
+    if "mooncake" in systems:
+        svc, base_cfg["master"] = start_mooncake(run_dir, args.deadline_s)
+        services += svc
+        servers["mooncake"] = svc
+    redis_port = None
+    if any(s.startswith("kvtier_redis") for s in systems):
+        redis, redis_port = peerlib.start_redis(run_dir, args.deadline_s)
+        services.append(redis)
+        servers["kvtier_redis_sealed"] = servers["kvtier_redis_plain"] = [redis]
+        base_cfg["redis_port"] = redis_port
+        base_cfg["key_file"] = write_key_file(run_dir)
+    return services, servers, base_cfg, redis_port
+
+
+def run_rounds(args, systems: list[str], sizes: list[int], clients_list: list[int],
+               per_client: int, base_cfg: dict, run_dir: Path, servers: dict, redis_port):
+    """Every round's cells, the systems in an order that rotates from cell to cell. Returns
+    ({cell key: {system: [one result per round]}}, the retried cells)."""
+    per_round = {}
+    retries = []
+    cell_keys = [(size, clients) for size in sizes for clients in clients_list]
+    for r in range(args.rounds):
+        for ci, (size, clients) in enumerate(cell_keys):
+            ops = max(8, per_client // size)
+            key = f"{peerlib.size_name(size)} x{clients}"
+            shift = (r + ci) % len(systems)
+            order = systems[shift:] + systems[:shift]
+            for s in order:
+                try:
+                    res = run_cell(s, size, clients, ops, base_cfg,
+                                   f"r{r}-{s}-{size}-{clients}", run_dir, servers.get(s, []))
+                except RuntimeError as e:  # once more, with new keys, then give up
+                    log(f"round {r + 1} {key} {s}: {e}; retrying once")
+                    retries.append(f"round {r + 1} {key} {s}: {e}")
+                    res = run_cell(s, size, clients, ops, base_cfg,
+                                   f"r{r}-{s}-{size}-{clients}-retry", run_dir,
+                                   servers.get(s, []))
+                per_round.setdefault(key, {}).setdefault(s, []).append(res)
+                if redis_port and s.startswith("kvtier_redis"):
+                    peerlib.redis_command(redis_port, "FLUSHALL")
+                log(f"round {r + 1}/{args.rounds} {key:>10} {s:<20} put "
+                    f"{res['put_GBps']:.3f} GB/s get {res['get_GBps']:.3f} GB/s "
+                    f"(p50 put {peerlib.median(res['put_us']):.0f} us, "
+                    f"get {peerlib.median(res['get_us']):.0f} us)")
+    return per_round, retries
+
+
+def bench_pipelined(args, redis_port: int, sizes: list[int], key_file: str) -> dict:
+    """`kvtier bench remote` against the same Redis, per value size (GB/s)."""
+    pipelined = {}
+    for size in sizes:
+        pipelined[peerlib.size_name(size)] = bench_remote(
+            args.kvtier_cli, redis_port, size, key_file, args.deadline_s)
+        peerlib.redis_command(redis_port, "FLUSHALL")
+        log(f"kvtier bench remote {peerlib.size_name(size)} (GB/s): "
+            f"{peerlib.rounded(pipelined[peerlib.size_name(size)])}")
+    return pipelined
+
+
 def main() -> None:
     args = parse_args()
     peerlib.ensure_venv([("mooncake.store", "mooncake-transfer-engine-non-cuda")],
@@ -342,57 +408,14 @@ def main() -> None:
               "loopback_tcp_one_stream_GBps": peerlib.loopback_tcp_gbps()}
     log(f"mooncake_store: machine limits {peerlib.rounded(limits)}")
 
-    services = []
-    servers = {}  # system -> the services whose CPU time its cells are charged
-    base_cfg = {}
-    if "mooncake" in systems:
-        svc, base_cfg["master"] = start_mooncake(run_dir, args.deadline_s)
-        services += svc
-        servers["mooncake"] = svc
-    redis_port = None
-    if any(s.startswith("kvtier_redis") for s in systems):
-        redis, redis_port = peerlib.start_redis(run_dir, args.deadline_s)
-        services.append(redis)
-        servers["kvtier_redis_sealed"] = servers["kvtier_redis_plain"] = [redis]
-        base_cfg["redis_port"] = redis_port
-        base_cfg["key_file"] = write_key_file(run_dir)
-
-    per_round = {}
-    retries = []
-    cell_keys = [(size, clients) for size in sizes for clients in clients_list]
+    services, servers, base_cfg, redis_port = start_services(args, systems, run_dir)
     t_start = time.monotonic()
     try:
-        for r in range(args.rounds):
-            for ci, (size, clients) in enumerate(cell_keys):
-                ops = max(8, per_client // size)
-                key = f"{peerlib.size_name(size)} x{clients}"
-                shift = (r + ci) % len(systems)
-                order = systems[shift:] + systems[:shift]
-                for s in order:
-                    try:
-                        res = run_cell(s, size, clients, ops, base_cfg,
-                                       f"r{r}-{s}-{size}-{clients}", run_dir, servers.get(s, []))
-                    except RuntimeError as e:  # once more, with new keys, then give up
-                        log(f"round {r + 1} {key} {s}: {e}; retrying once")
-                        retries.append(f"round {r + 1} {key} {s}: {e}")
-                        res = run_cell(s, size, clients, ops, base_cfg,
-                                       f"r{r}-{s}-{size}-{clients}-retry", run_dir,
-                                       servers.get(s, []))
-                    per_round.setdefault(key, {}).setdefault(s, []).append(res)
-                    if redis_port and s.startswith("kvtier_redis"):
-                        peerlib.redis_command(redis_port, "FLUSHALL")
-                    log(f"round {r + 1}/{args.rounds} {key:>10} {s:<20} put "
-                        f"{res['put_GBps']:.3f} GB/s get {res['get_GBps']:.3f} GB/s "
-                        f"(p50 put {peerlib.median(res['put_us']):.0f} us, "
-                        f"get {peerlib.median(res['get_us']):.0f} us)")
+        per_round, retries = run_rounds(args, systems, sizes, clients_list, per_client, base_cfg,
+                                        run_dir, servers, redis_port)
         pipelined = {}
         if redis_port and args.kvtier_cli and Path(args.kvtier_cli).is_file():
-            for size in sizes:
-                pipelined[peerlib.size_name(size)] = bench_remote(
-                    args.kvtier_cli, redis_port, size, base_cfg["key_file"], args.deadline_s)
-                peerlib.redis_command(redis_port, "FLUSHALL")
-                log(f"kvtier bench remote {peerlib.size_name(size)} (GB/s): "
-                    f"{peerlib.rounded(pipelined[peerlib.size_name(size)])}")
+            pipelined = bench_pipelined(args, redis_port, sizes, base_cfg["key_file"])
     finally:
         for svc in services:
             svc.stop()

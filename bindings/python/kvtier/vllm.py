@@ -1246,15 +1246,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._server = None
         self._server_path = _server_path(self._config)
         if self._server_path is not None:
-            self._server_settings = _server_settings(self._config)
-            if self._config.get("tenant_secret_file") or self._config.get("tenant_secret_env"):
-                raise RuntimeError("kvtier: with \"server\", the kvtier service derives tenant "
-                                   "salts with its own secret: set tenant_secret on `kvtier "
-                                   "serve`, not tenant_secret_file/_env in vLLM")
-            ignored = [k for k in _ENGINE_KEYS if k in self._config]
-            if ignored and role == KVConnectorRole.SCHEDULER:
-                logger.warning("kvtier: with \"server\" the tiers are the kvtier service's; "
-                               "ignored: %s", ", ".join(ignored))
+            self._init_server_settings(role)
         self._tenant_secret = _read_tenant_secret(self._config)
         self._default_tenant = self._config.get("default_tenant")
         self._kv_events = kv_events_settings(vllm_config, self._config)
@@ -1266,62 +1258,85 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                            "\"recompute\" in --kv-transfer-config to recompute it instead",
                            policy)
         if role == KVConnectorRole.SCHEDULER:
-            logger.info("kvtier: KV cache groups: %s; cached: %s; tensor-parallel ranks: %d",
-                        "; ".join(g.describe() for g in self._groups),
-                        ", ".join(f"group {g.index} " + (
-                            "every chunk of a prompt" if g.kind != "sliding" else
-                            "the chunks of the window before a prompt's first uncomputed "
-                            "token") for g in self._groups), self._tp_size)
-            if self._server_path is not None:
-                self._service = _ServiceLookup(self._server_path, self._server_settings,
-                                               f"vllm:{self._engine_id}:scheduler",
-                                               self._tp_size, on_error=self._lookup_error)
-                self._clients = [_RankLookup(self._service)]
-            else:
-                self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r),
-                                               on_error=self._lookup_error)
-                                 for r in range(self._tp_size)]
-            self._sched_lock = threading.Lock()
-            self._sched_counters = self._zero_sched_counters()
-            self._sched_interval = self._zero_sched_counters()
-            self._logged_errors: set[str] = set()
-            self._requests: dict[str, Any] = {}      # req_id -> Request
-            self._ns: dict[str, tuple | None] = {}   # req_id -> namespace, None: not cached
-            self._controls: dict[str, dict] = {}     # req_id -> its "kvtier" controls
-            # req_id -> (local tokens, hit tokens); a hit may end inside a chunk (partial_chunks).
-            self._hits: dict[str, tuple] = {}
-            self._loads: dict[str, list] = {}        # Decided, not yet sent: LoadOps.
-            self._blocks: dict[str, list] = {}       # req_id -> per group, the request's pages
-            self._saved: set[str] = set()
-            # KV events: the workers' events, out once every rank has reported them.
-            self._event_gather = _KvEventGather(self._tp_size) if self._kv_events else None
+            self._init_scheduler()
         else:
-            self._engine = None
-            self._caches: list = []                  # Per KV cache group, its paged cache
-            self._layer_group: dict[str, int] = {}   # Layer name -> its group
-            self._layer_index: dict[str, int] = {}
-            self._namespaces: dict[tuple, Any] = {}
-            self._active_loads: list = []            # (LoadOp, PagedLoad)
-            self._active_saves: list = []            # (SaveOp, PagedSave) gathering this step
-            self._saves_meta = None                  # The metadata _active_saves were made for
-            self._pending_saves: list = []           # Committed, store in flight
-            # _pending_saves and the saves in it, shared with the reaper thread (below).
-            self._saves_lock = threading.Lock()
-            self._reaper = None                      # Runs while stores are in flight
-            self._closing = False
-            self._failed_pages: set[int] = set()
-            self._stats_lock = threading.Lock()
-            self._stats_write_lock = threading.Lock()
-            self._counters = self._zero_counters()
-            self._interval = self._zero_counters()
-            self._rank = 0
-            self._stats_written = ()
-            self._previous_handlers: dict[int, Any] = {}  # Signals flushed on, and vLLM's handlers
-            self._signal_flushed = False
-            # KV events: the chunks this worker reported, rechecked from the reaper thread.
-            self._event_tracker = (_KvEventTracker(self._block_size, self._kv_events,
-                                                   per_chunk=self._tp_size > 1)
-                                   if self._kv_events else None)
+            self._init_worker()
+
+    def _init_server_settings(self, role):
+        """With "server": the service's connection settings; refuses tenant secrets of vLLM's
+        own and warns (in the scheduler) of engine keys the service's tiers make moot."""
+        self._server_settings = _server_settings(self._config)
+        if self._config.get("tenant_secret_file") or self._config.get("tenant_secret_env"):
+            raise RuntimeError("kvtier: with \"server\", the kvtier service derives tenant "
+                               "salts with its own secret: set tenant_secret on `kvtier "
+                               "serve`, not tenant_secret_file/_env in vLLM")
+        ignored = [k for k in _ENGINE_KEYS if k in self._config]
+        if ignored and role == KVConnectorRole.SCHEDULER:
+            logger.warning("kvtier: with \"server\" the tiers are the kvtier service's; "
+                           "ignored: %s", ", ".join(ignored))
+
+    def _init_scheduler(self):
+        """The scheduler's side: one log line on the groups, the lookup clients (of the service,
+        or of each rank's worker) and the per-request state."""
+        logger.info("kvtier: KV cache groups: %s; cached: %s; tensor-parallel ranks: %d",
+                    "; ".join(g.describe() for g in self._groups),
+                    ", ".join(f"group {g.index} " + (
+                        "every chunk of a prompt" if g.kind != "sliding" else
+                        "the chunks of the window before a prompt's first uncomputed "
+                        "token") for g in self._groups), self._tp_size)
+        if self._server_path is not None:
+            self._service = _ServiceLookup(self._server_path, self._server_settings,
+                                           f"vllm:{self._engine_id}:scheduler",
+                                           self._tp_size, on_error=self._lookup_error)
+            self._clients = [_RankLookup(self._service)]
+        else:
+            self._clients = [_LookupClient(_socket_path(self._config, self._engine_id, r),
+                                           on_error=self._lookup_error)
+                             for r in range(self._tp_size)]
+        self._sched_lock = threading.Lock()
+        self._sched_counters = self._zero_sched_counters()
+        self._sched_interval = self._zero_sched_counters()
+        self._logged_errors: set[str] = set()
+        self._requests: dict[str, Any] = {}      # req_id -> Request
+        self._ns: dict[str, tuple | None] = {}   # req_id -> namespace, None: not cached
+        self._controls: dict[str, dict] = {}     # req_id -> its "kvtier" controls
+        # req_id -> (local tokens, hit tokens); a hit may end inside a chunk (partial_chunks).
+        self._hits: dict[str, tuple] = {}
+        self._loads: dict[str, list] = {}        # Decided, not yet sent: LoadOps.
+        self._blocks: dict[str, list] = {}       # req_id -> per group, the request's pages
+        self._saved: set[str] = set()
+        # KV events: the workers' events, out once every rank has reported them.
+        self._event_gather = _KvEventGather(self._tp_size) if self._kv_events else None
+
+    def _init_worker(self):
+        """A worker's side: the engine (opened in register_kv_caches), its caches and the state
+        of its loads, saves and statistics."""
+        self._engine = None
+        self._caches: list = []                  # Per KV cache group, its paged cache
+        self._layer_group: dict[str, int] = {}   # Layer name -> its group
+        self._layer_index: dict[str, int] = {}
+        self._namespaces: dict[tuple, Any] = {}
+        self._active_loads: list = []            # (LoadOp, PagedLoad)
+        self._active_saves: list = []            # (SaveOp, PagedSave) gathering this step
+        self._saves_meta = None                  # The metadata _active_saves were made for
+        self._pending_saves: list = []           # Committed, store in flight
+        # _pending_saves and the saves in it, shared with the reaper thread (below).
+        self._saves_lock = threading.Lock()
+        self._reaper = None                      # Runs while stores are in flight
+        self._closing = False
+        self._failed_pages: set[int] = set()
+        self._stats_lock = threading.Lock()
+        self._stats_write_lock = threading.Lock()
+        self._counters = self._zero_counters()
+        self._interval = self._zero_counters()
+        self._rank = 0
+        self._stats_written = ()
+        self._previous_handlers: dict[int, Any] = {}  # Signals flushed on, and vLLM's handlers
+        self._signal_flushed = False
+        # KV events: the chunks this worker reported, rechecked from the reaper thread.
+        self._event_tracker = (_KvEventTracker(self._block_size, self._kv_events,
+                                               per_chunk=self._tp_size > 1)
+                               if self._kv_events else None)
 
     # ------------------------------------------------------------------ namespaces
 
@@ -1732,23 +1747,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         names = [n for _, n in sorted(enumerate(names), key=order)]
         members = self._group_members(names)
         first = kv_caches[members[0][0]]
-        if first.device.type != "cpu":
-            raise RuntimeError(
-                "KvtierConnector: this connector moves KV between kvtier and host-memory pages; "
-                f"the KV cache is on {first.device} (GPU pages need kvtier's CUDA gather/scatter, "
-                "not wired into the connector yet)")
-        if first.dtype not in _DTYPES:
-            raise RuntimeError(f"KvtierConnector: KV cache dtype {first.dtype} is not supported "
-                               "(f16, bf16, f32)")
-        spec = self._kv_cache_config.kv_cache_groups[0].kv_cache_spec \
-            if self._kv_cache_config is not None else None
-        latent = mla_latent_layout(spec, first)
-        if latent is not None:  # MLA: one latent plane per block (docs/integration.md).
-            backend, geometry = "vllm_mla", latent
-        else:
-            kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
-            head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
-            backend, geometry = "vllm_cpu", dict(kv_heads=int(kv_heads), head_dim=int(head_dim))
+        backend, geometry, latent = self._paged_backend(first)
         layout = dict(layers=len(members[0]), dtype=_DTYPES[first.dtype],
                       block_tokens=self._block_size, **geometry)
         from vllm.distributed import get_tensor_model_parallel_rank
@@ -1762,42 +1761,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                           **self._server_settings)
         else:
             self._engine = self._open_engine(layout, rank)
-        for group, group_names in enumerate(members):
-            layers = []
-            for i, name in enumerate(group_names):
-                t = kv_caches[name]
-                storage = t.untyped_storage()
-                end = storage.data_ptr() + storage.nbytes()
-                layers.append((t, t.data_ptr(), end - t.data_ptr(), list(t.shape),
-                               list(t.stride()), t.element_size()))
-                self._layer_index[name] = i
-                self._layer_group[name] = group
-            # A group's tensors may share their memory with another group's (vLLM lays the
-            # groups over one allocation); a page id belongs to one group at a time.
-            self._caches.append(self._engine.paged_cache(backend, layers))
-        self._kv_by_name = {name: kv_caches[name] for name in self._layer_index}
+        self._register_paged_caches(kv_caches, members, backend)
         cache = self._caches[0]
-        # A partial last chunk is stored with zeros after its tokens, written into the page by
-        # vLLM's own cache writer: kvtier knows vLLM's CPU pages byte for byte, not token by
-        # token (the K layout depends on the ISA). Without it, partial chunks are not stored.
-        isa = self._page_layout  # The ISA the keys carry (cpu_page_layout, in __init__).
-        self._zero_slots = _cpu_slot_zeroer(isa, first.dtype) if isa is not None else None
-        if latent is not None:  # Plain latent rows: the same in every ISA.
-            isa, self._zero_slots = "any: MLA latent rows", _latent_slot_zeroer
-        if self._zero_slots is None and self._partial and rank == 0:
-            logger.warning("kvtier: vLLM's CPU attention ISA is unknown here: a prompt's partial "
-                           "last chunk is not stored (partial_chunks has no effect)")
-        # A staging buffer for a whole context's load, faulted in now: the first hit after a
-        # start would otherwise spend tens of milliseconds on page faults before its first layer.
-        # (A sliding-window group loads one chunk at a time: its staging is one chunk's.)
-        max_chunks = self._vllm_config.model_config.max_model_len // self._block_size
-        for group, paged in zip(self._groups, self._caches):
-            chunks = 1 if group.kind == "sliding" else max_chunks
-            warm = min(int(self._config.get("warm_staging_bytes",
-                                            chunks * len(members[0]) * self._engine.block_bytes)),
-                       1 << 30)
-            if warm > 0:
-                paged.warm_staging(warm)
+        isa = self._choose_slot_zeroer(first, latent, rank)
+        self._warm_staging(len(members[0]))
         logger.info("kvtier: %d layers, %s layout (CPU attention ISA %s), %d pages of %d tokens; "
                     "%s; rank %d of %d; prompts' partial last chunks %s; KV cache groups: %s",
                     len(self._layer_index), cache.layout, isa or "unknown", cache.pages,
@@ -1812,6 +1779,74 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                      self._serve_lookup,
                                      on_reject=lambda kind: self._count(lookup_rejects=1))
         self._flush_on_signals()
+
+    def _paged_backend(self, first) -> tuple:
+        """The paged cache backend of vLLM's KV cache tensors (like `first`), its geometry (the
+        layout's keyword arguments besides layers, dtype and block_tokens) and the MLA latent
+        layout (None when the model's attention is not MLA). Refuses GPU pages and dtypes kvtier
+        does not store."""
+        if first.device.type != "cpu":
+            raise RuntimeError(
+                "KvtierConnector: this connector moves KV between kvtier and host-memory pages; "
+                f"the KV cache is on {first.device} (GPU pages need kvtier's CUDA gather/scatter, "
+                "not wired into the connector yet)")
+        if first.dtype not in _DTYPES:
+            raise RuntimeError(f"KvtierConnector: KV cache dtype {first.dtype} is not supported "
+                               "(f16, bf16, f32)")
+        spec = self._kv_cache_config.kv_cache_groups[0].kv_cache_spec \
+            if self._kv_cache_config is not None else None
+        latent = mla_latent_layout(spec, first)
+        if latent is not None:  # MLA: one latent plane per block (docs/integration.md).
+            return "vllm_mla", latent, latent
+        kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
+        head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
+        return "vllm_cpu", dict(kv_heads=int(kv_heads), head_dim=int(head_dim)), None
+
+    def _register_paged_caches(self, kv_caches: dict, members: list, backend: str) -> None:
+        """One paged cache of the engine per KV cache group, over its layers' tensors; and the
+        maps from a layer's name to its group and its index in the group."""
+        for group, group_names in enumerate(members):
+            layers = []
+            for i, name in enumerate(group_names):
+                t = kv_caches[name]
+                storage = t.untyped_storage()
+                end = storage.data_ptr() + storage.nbytes()
+                layers.append((t, t.data_ptr(), end - t.data_ptr(), list(t.shape),
+                               list(t.stride()), t.element_size()))
+                self._layer_index[name] = i
+                self._layer_group[name] = group
+            # A group's tensors may share their memory with another group's (vLLM lays the
+            # groups over one allocation); a page id belongs to one group at a time.
+            self._caches.append(self._engine.paged_cache(backend, layers))
+        self._kv_by_name = {name: kv_caches[name] for name in self._layer_index}
+
+    def _choose_slot_zeroer(self, first, latent, rank: int):
+        """Sets _zero_slots; returns the ISA the log line names (None: unknown).
+
+        A partial last chunk is stored with zeros after its tokens, written into the page by
+        vLLM's own cache writer: kvtier knows vLLM's CPU pages byte for byte, not token by
+        token (the K layout depends on the ISA). Without it, partial chunks are not stored."""
+        isa = self._page_layout  # The ISA the keys carry (cpu_page_layout, in __init__).
+        self._zero_slots = _cpu_slot_zeroer(isa, first.dtype) if isa is not None else None
+        if latent is not None:  # Plain latent rows: the same in every ISA.
+            isa, self._zero_slots = "any: MLA latent rows", _latent_slot_zeroer
+        if self._zero_slots is None and self._partial and rank == 0:
+            logger.warning("kvtier: vLLM's CPU attention ISA is unknown here: a prompt's partial "
+                           "last chunk is not stored (partial_chunks has no effect)")
+        return isa
+
+    def _warm_staging(self, layers: int) -> None:
+        """A staging buffer for a whole context's load, faulted in now: the first hit after a
+        start would otherwise spend tens of milliseconds on page faults before its first layer.
+        (A sliding-window group loads one chunk at a time: its staging is one chunk's.)"""
+        max_chunks = self._vllm_config.model_config.max_model_len // self._block_size
+        for group, paged in zip(self._groups, self._caches):
+            chunks = 1 if group.kind == "sliding" else max_chunks
+            warm = min(int(self._config.get("warm_staging_bytes",
+                                            chunks * layers * self._engine.block_bytes)),
+                       1 << 30)
+            if warm > 0:
+                paged.warm_staging(warm)
 
     def _group_members(self, names: list) -> list:
         """Per KV cache group, its layers' names in the model's order; every group must have as
