@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kvtier needs to build, test and benchmark. Idempotent: packages
-# already installed are skipped, and `apt-get update` runs only when something is missing.
-# Nothing is downloaded outside Debian's package archive. Run as root (or through sudo).
+# Installs the Debian packages kvtier needs to build, test and benchmark, then the project's
+# Python tools from PyPI, pinned, into their own virtual environment (.venv-tools): lizard,
+# which the function_length_check test runs (tests/style).
+# Idempotent: packages already installed are skipped, `apt-get update` runs only when something
+# is missing, and a tools environment that already has the pinned versions is kept. Nothing else
+# is downloaded outside Debian's package archive. Run as root (or through sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LIZARD_VERSION=1.24.3
 
 packages=(
   # Toolchain.
@@ -42,19 +48,38 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install_deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then SUDO=sudo; else
-    echo "install_deps: missing packages (${missing[*]}) and not root; run as root" >&2
-    exit 1
+install_packages() {
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "install_deps: all ${#packages[@]} packages present"
+    return
   fi
-fi
-echo "install_deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then SUDO=sudo; else
+      echo "install_deps: missing packages (${missing[*]}) and not root; run as root" >&2
+      exit 1
+    fi
+  fi
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# The tools environment, on Debian's python3 (python3-venv above).
+install_tools_venv() {
+  local venv=.venv-tools
+  local stamp="$venv/.kvtier-tools-lizard-$LIZARD_VERSION"
+  if [ -f "$stamp" ]; then
+    echo "install_deps: $venv has lizard $LIZARD_VERSION"
+    return
+  fi
+  echo "install_deps: installing lizard $LIZARD_VERSION into $venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "lizard==$LIZARD_VERSION"
+  touch "$stamp"
+}
+
+install_packages
+install_tools_venv
