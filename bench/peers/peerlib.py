@@ -14,9 +14,12 @@ Thread safety: single-threaded scripts; nothing here is shared across threads.
 
 import atexit
 import ctypes
+import fcntl
+import hashlib
 import json
 import math
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -109,44 +112,116 @@ def ensure_venv(requirements: list[tuple[str, str]], kvtier_python: Path,
         sys.path.insert(0, str(kvtier_python))
 
 
+OVERLAY_RECIPE = 1  # ensure_overlay_venv's recipe; bump it whenever _build_overlay changes.
+OVERLAY_STAMP = ".kvtier-overlay"
+
+
+def venv_cache_dir() -> Path:
+    """Where the shared virtual environments are built, one directory per pin set (the same
+    directory as scripts/setup_vllm_venv.sh's)."""
+    if os.environ.get("KVTIER_VENV_CACHE"):
+        return Path(os.environ["KVTIER_VENV_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtier" / "venvs"
+
+
+def _purelib(python: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                               check=True).stdout.strip())
+
+
+def _overlay_pins(base_venv: Path, packages: list[str]) -> dict:
+    """What an overlay environment is built from: its recipe, its packages, and the environment
+    it reads (resolved, with the names of its stamp files, which name its pins)."""
+    base = base_venv.resolve()
+    stamps = sorted(p.name for p in base.glob(".kvtier-*"))
+    return {"recipe": OVERLAY_RECIPE, "packages": packages, "base_venv": str(base),
+            "base_stamps": stamps}
+
+
+def _build_overlay(target: Path, base_site: Path, packages: list[str], imports: list[str]) -> None:
+    """Builds the overlay environment in `target` (deleted first), stamp not yet written."""
+    shutil.rmtree(target, ignore_errors=True)
+    log(f"peers: creating {target} with {SYSTEM_PYTHON} -m venv")
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(target)], check=True)
+    site = _purelib(target / "bin" / "python")
+    if site.parent.name != base_site.parent.name:
+        sys.exit(f"peers: {target} and {base_site} have different Pythons "
+                 f"({site.parent.name}, {base_site.parent.name})")
+    (site / "_peer_base_venv.pth").write_text(str(base_site.resolve()) + "\n")
+    log(f"peers: installing {' '.join(packages)} into {target} (pip install --no-deps)")
+    python = str(target / "bin" / "python")
+    r = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", *packages])
+    probe = subprocess.run([python, "-c", "; ".join(f"import {m}" for m in imports)],
+                           capture_output=True, text=True)
+    if r.returncode != 0 or probe.returncode != 0:
+        sys.exit(f"peers: could not install {' '.join(packages)} (pip exit "
+                 f"{r.returncode}):\n{probe.stderr[-2000:]}")
+
+
+def _shared_overlay(base_venv: Path, packages: list[str],
+                    imports: list[str]) -> tuple[str, Path]:
+    """The cached overlay environment for these pins, built first when absent (under an exclusive
+    flock on the lock file beside it; the stamp is written last, and a directory without one is
+    a build that died, deleted and built again). Returns ("reused" or "built", its path)."""
+    pins = _overlay_pins(base_venv, packages)
+    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:12]
+    cache = venv_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache.resolve() / f"{packages[0].replace('==', '-')}-{digest}"
+    stamp = target / OVERLAY_STAMP
+    if stamp.is_file():
+        return "reused", target
+    with open(f"{target}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"peers: waiting for another setup building {target}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file():
+            return "reused", target
+        _build_overlay(target, _purelib(base_venv / "bin" / "python"), packages, imports)
+        stamp.write_text(json.dumps(pins, indent=1) + "\n")
+    return "built", target
+
+
+def _link(link: Path, target: Path) -> None:
+    """Makes `link` a symlink to `target`; a directory there (an environment of the clone's own,
+    from before the environments were shared) is deleted first."""
+    if link.is_symlink():
+        if Path(os.readlink(link)) == target:
+            return
+    elif link.exists():
+        log(f"peers: deleting {report_path(str(link))}, a directory of its own (the environment "
+            f"is now shared)")
+        shutil.rmtree(link)
+    tmp = link.with_name(f"{link.name}.tmp.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
 def ensure_overlay_venv(venv: Path, base_venv: Path, packages: list[str], imports: list[str],
                         kvtier_python: Path) -> None:
-    """Like ensure_venv, for a peer whose pins clash with the vLLM it must run in: `venv` is a
-    virtual environment of its own (created with the system Python when absent) whose
-    site-packages lists `base_venv`'s site-packages after its own (a .pth file), so it runs
-    base_venv's vLLM and torch unchanged; `packages` (pip specs) go into `venv` with
-    `pip install --no-deps`, so that pip never replaces what base_venv pins. Then every module of
-    `imports` must import, and this script is re-executed inside `venv` with `kvtier_python`
-    first on PYTHONPATH. Returns only when already running inside `venv`."""
+    """Like ensure_venv, for a peer whose pins clash with the vLLM it must run in: an environment
+    of its own (created with the system Python) whose site-packages lists `base_venv`'s
+    site-packages after its own (a .pth file), so it runs base_venv's vLLM and torch unchanged;
+    `packages` (pip specs) go into it with `pip install --no-deps`, so that pip never replaces
+    what base_venv pins, and every module of `imports` must then import. That environment is
+    shared by the clones on the machine: built once per pin set (`packages`, base_venv and the
+    pins its stamps name, OVERLAY_RECIPE) in venv_cache_dir(), and `venv` is a symlink to it.
+    Then this script is re-executed inside `venv` with `kvtier_python` first on PYTHONPATH.
+    Returns only when already running inside `venv`."""
     kvtier_python = kvtier_python.resolve()
-    python = venv / "bin" / "python"
     if Path(sys.prefix).resolve() != venv.resolve():
-        base_python = base_venv / "bin" / "python"
-        if not base_python.exists():
+        if not (base_venv / "bin" / "python").exists():
             sys.exit(f"peers: no vLLM environment at {base_venv} (scripts/setup_vllm_venv.sh "
                      f"makes one)")
-        site_code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-        base_site = subprocess.run([str(base_python), "-c", site_code], capture_output=True,
-                                   text=True, check=True).stdout.strip()
-        if not python.exists():
-            log(f"peers: creating {report_path(str(venv))} with {SYSTEM_PYTHON} -m venv")
-            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
-        site = subprocess.run([str(python), "-c", site_code], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        if Path(site).parent.name != Path(base_site).parent.name:
-            sys.exit(f"peers: {venv} and {base_venv} have different Pythons "
-                     f"({Path(site).parent.name}, {Path(base_site).parent.name})")
-        (Path(site) / "_peer_base_venv.pth").write_text(str(Path(base_site).resolve()) + "\n")
-        check = [str(python), "-c", "; ".join(f"import {m}" for m in imports)]
-        if subprocess.run(check, capture_output=True).returncode != 0:
-            log(f"peers: installing {' '.join(packages)} into {report_path(str(venv))} "
-                f"(pip install --no-deps)")
-            r = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", *packages])
-            probe = subprocess.run(check, capture_output=True, text=True)
-            if r.returncode != 0 or probe.returncode != 0:
-                sys.exit(f"peers: could not install {' '.join(packages)} (pip exit "
-                         f"{r.returncode}):\n{probe.stderr[-2000:]}")
-        _reexec(python, kvtier_python)
+        how, target = _shared_overlay(base_venv, packages, imports)
+        _link(venv, target)
+        log(f"peers: {how} {report_path(str(venv))} -> {target}")
+        _reexec(venv / "bin" / "python", kvtier_python)
     if str(kvtier_python) not in sys.path:
         sys.path.insert(0, str(kvtier_python))
 
