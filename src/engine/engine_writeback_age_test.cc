@@ -113,11 +113,23 @@ class EngineWritebackAgeTest : public ::testing::Test {
 
   // Waits (at most about 10 s) until the SSD tier holds at least `blocks` blocks.
   static bool WaitForSsdBlocks(Engine& e, uint64_t blocks) {
+    return WaitFor([&] { return SsdBlocks(e) >= blocks; });
+  }
+
+  // Waits (at most about 10 s) until the cleaner has counted `blocks` written blocks: the SSD
+  // tier holds a block as soon as it is written, the engine counts it in background_writebacks
+  // once the whole batch is answered.
+  static bool WaitForBackgroundWritebacks(Engine& e, uint64_t blocks) {
+    return WaitFor([&] { return e.Stats().background_writebacks >= blocks; });
+  }
+
+  template <typename Done>
+  static bool WaitFor(Done done) {
     for (int i = 0; i < 2000; ++i) {
-      if (SsdBlocks(e) >= blocks) return true;
+      if (done()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    return SsdBlocks(e) >= blocks;
+    return done();
   }
 
   // What a killed process leaves behind: the directory as it is now, with no flush.
@@ -152,6 +164,7 @@ TEST_F(EngineWritebackAgeTest, DirtyBlocksReachTheSsdAtTheirAgeWithoutFlush) {
   // (due half a limit later on a clock that no longer moves).
   clock_.Advance(uint64_t{kAgeMs} * 1000 / 2);
   ASSERT_TRUE(WaitForSsdBlocks(*e, 4 * kLayers));
+  ASSERT_TRUE(WaitForBackgroundWritebacks(*e, 4 * kLayers));
   EXPECT_EQ(SsdBlocks(*e), 4u * kLayers);
   EXPECT_EQ(e->Stats().background_writebacks, 4u * kLayers);
 
