@@ -29,7 +29,7 @@ for a flip where recompute itself nearly chose the other token (near_tie_flips);
 mode is reported failed and not timed. Tier hits come from kvtier's stats_file, vLLM's from its
 /metrics (vllm:prefix_cache_hits_total / _queries_total).
 
-  .venv-vllm/bin/python bench/serve_trace.py [--json] [--modes recompute,vllm_prefix,kvtier,
+  PYTHONPATH=build/python .venv-vllm/bin/python bench/serve_trace.py [--json] [--modes recompute,vllm_prefix,kvtier,
       kvtier_service,lmcache] [--concurrency 4,8] [--users 8] [--turns 4] [--layers 4] [--smoke]
 
 --smoke: two users of two turns, concurrency 2, recompute and kvtier (or --modes), a 2-layer

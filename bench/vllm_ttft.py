@@ -57,7 +57,7 @@ The connector's counters (stats_file) are read after every request; their differ
 bytes loaded and stored and the per-tier hits of each request. The first generated token of
 every mode is compared with (a)'s.
 
-  .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
+  PYTHONPATH=build/python .venv-vllm/bin/python bench/vllm_ttft.py [--json] [--lengths 1024,2048,4096] [--repeats 3]
       [--hit-repeats 5] [--layers 22] [--model-dir DIR] [--work-dir DIR]
       [--modes offline,serve,service]  (offline: a-d, serve: e, service: f; default all)
       [--service-bin build/tools/cli/kvtier] [--model-kind llama|mla|swa]
@@ -713,7 +713,7 @@ def main() -> int:
     try:
         import kvtier.vllm  # noqa: F401 - the connector must import where vLLM's workers run.
     except ImportError as e:
-        sys.exit(f"vllm_ttft: {e}: run with the vLLM venv's python (scripts/setup_vllm_venv.sh)")
+        sys.exit(f"vllm_ttft: {e}: run with the vLLM venv's python (scripts/setup_vllm_venv.sh) and PYTHONPATH=build/python")
     lengths = sorted(int(n) for n in args.lengths.split(","))
     if min(lengths) <= SHARED_TOKENS + BLOCK_TOKENS or args.repeats < 1:
         parser.error(f"lengths must exceed {SHARED_TOKENS + BLOCK_TOKENS} and repeats be >= 1")
