@@ -131,6 +131,14 @@ typedef struct kvtier_layout_s {
   uint32_t block_tokens; /* A multiple of 16 in [16, 1024]. */
 } kvtier_layout_t;
 
+/* What one token's KV is (docs/key_format.md). A kvtier_layout_t is K|V unless an options
+ * struct's appended layout_kind says otherwise. */
+typedef enum kvtier_layout_kind {
+  KVTIER_LAYOUT_KV = 0,    /* K and V per KV head: the block [k|v][token][kv_head][head_dim]. */
+  KVTIER_LAYOUT_LATENT = 1 /* One latent vector per token (MLA: DeepSeek-V2/V3): the block
+                            * [token][head_dim], block_tokens * head_dim elements; kv_heads 1. */
+} kvtier_layout_kind_t;
+
 typedef enum kvtier_log_level {
   KVTIER_LOG_DEBUG = 0,
   KVTIER_LOG_INFO = 1,
@@ -293,6 +301,9 @@ typedef struct kvtier_engine_options_s {
   /* Appended: write-back only, a stored block reaches the SSD at most this many milliseconds
    * after its store completed (docs/reliability.md); 0: write-through; default 1000. */
   uint32_t writeback_age_ms_max;
+  /* Appended: the kind of `layout`; default KVTIER_LAYOUT_KV. KVTIER_LAYOUT_LATENT caches MLA's
+   * latent vectors (kv_heads must be 1); it enters every key. */
+  kvtier_layout_kind_t layout_kind;
 } kvtier_engine_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */
@@ -309,6 +320,12 @@ KVTIER_API kvtier_status_t kvtier_derive_tenant_salt(const char* tenant_id, cons
 /* K and V of one chunk for one layer; INVALID_ARGUMENT (naming the field) for a bad layout. */
 KVTIER_API kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout,
                                                      uint64_t* block_bytes, kvtier_error_t* err);
+/* The same for a layout of either kind (a latent block holds one plane: half a K|V block's bytes
+ * at the same kv_heads = 1 and head_dim). */
+KVTIER_API kvtier_status_t kvtier_layout_kind_block_bytes(const kvtier_layout_t* layout,
+                                                          kvtier_layout_kind_t kind,
+                                                          uint64_t* block_bytes,
+                                                          kvtier_error_t* err);
 
 /* ---- Engine ------------------------------------------------------------------------------- */
 
@@ -335,6 +352,8 @@ KVTIER_API void kvtier_engine_close(kvtier_engine_t* engine);
 /* The engine's validated layout and block size. */
 KVTIER_API void kvtier_engine_layout(const kvtier_engine_t* engine, kvtier_layout_t* layout);
 KVTIER_API uint64_t kvtier_engine_block_bytes(const kvtier_engine_t* engine);
+/* The kind of the engine's layout: a service's, for an engine from kvtier_engine_connect. */
+KVTIER_API kvtier_layout_kind_t kvtier_engine_layout_kind(const kvtier_engine_t* engine);
 
 /* The namespace of a tenant: salt (salt_len bytes, may contain NUL) and extra keys (LoRA id,
  * media hashes; each extra_key_lens[i] bytes, or NUL-terminated when extra_key_lens is NULL). */
@@ -533,6 +552,8 @@ typedef struct kvtier_connect_options_s {
   kvtier_log_fn log_fn;
   void* log_context;
   kvtier_log_level_t log_min_level; /* Default KVTIER_LOG_INFO. */
+  /* Appended: the kind of `layout` when one is given; default KVTIER_LAYOUT_KV. */
+  kvtier_layout_kind_t layout_kind;
 } kvtier_connect_options_t;
 
 /* Fills *options with the defaults (and struct_size). Call it before setting fields. */

@@ -103,6 +103,8 @@ static_assert(KVTIER_TIER_REMOTE == static_cast<int>(TierKind::kRemote));
 static_assert(KVTIER_DTYPE_F16 == static_cast<int>(DType::kF16));
 static_assert(KVTIER_DTYPE_BF16 == static_cast<int>(DType::kBF16));
 static_assert(KVTIER_DTYPE_F32 == static_cast<int>(DType::kF32));
+static_assert(KVTIER_LAYOUT_KV == static_cast<int>(LayoutKind::kKv));
+static_assert(KVTIER_LAYOUT_LATENT == static_cast<int>(LayoutKind::kLatent));
 static_assert(KVTIER_CODEC_IDENTITY == static_cast<int>(codecs::CodecId::kIdentity));
 static_assert(KVTIER_CODEC_SHUFFLE_ZSTD == static_cast<int>(codecs::CodecId::kShuffleZstd));
 static_assert(KVTIER_CODEC_INT8 == static_cast<int>(codecs::CodecId::kInt8));
@@ -126,7 +128,8 @@ static_assert(KVTIER_ADMISSION_AFTER_REQUESTS == static_cast<int>(SsdAdmission::
 constexpr size_t kEngineOptionsV1Bytes = offsetof(kvtier_engine_options_t, remote_endpoints);
 constexpr size_t kStoreOptionsV1Bytes = sizeof(kvtier_store_options_t);
 constexpr size_t kLookupOptionsV1Bytes = sizeof(kvtier_lookup_options_t);
-constexpr size_t kConnectOptionsV1Bytes = sizeof(kvtier_connect_options_t);
+// The first version ended before layout_kind (appended since).
+constexpr size_t kConnectOptionsV1Bytes = offsetof(kvtier_connect_options_t, layout_kind);
 // The offset of the first field appended to kvtier_engine_stats_t since ABI version 1 (the
 // prediction counters): callers built against the first header pass exactly this many bytes.
 constexpr size_t kStatsV1Bytes = offsetof(kvtier_engine_stats_t, prediction_accesses);
@@ -211,17 +214,23 @@ Status ReadVersioned(const T* src, size_t min_bytes, T* dst, std::string_view wh
   return Status::Ok();
 }
 
-Result<KvLayout> ConvertLayout(const kvtier_layout_t& in) {
+Result<KvLayout> ConvertLayout(const kvtier_layout_t& in, kvtier_layout_kind_t kind_in) {
   const int32_t dtype = RawEnum(in.dtype);
   if (dtype < KVTIER_DTYPE_F16 || dtype > KVTIER_DTYPE_F32) {
     return Status::InvalidArgument("layout.dtype " + std::to_string(dtype) +
                                    " is not a kvtier_dtype_t");
   }
+  const int32_t kind = RawEnum(kind_in);
+  if (kind < KVTIER_LAYOUT_KV || kind > KVTIER_LAYOUT_LATENT) {
+    return Status::InvalidArgument("layout_kind " + std::to_string(kind) +
+                                   " is not a kvtier_layout_kind_t");
+  }
   KvLayout layout{.layers = in.layers,
                   .kv_heads = in.kv_heads,
                   .head_dim = in.head_dim,
                   .dtype = static_cast<DType>(dtype),
-                  .block_tokens = in.block_tokens};
+                  .block_tokens = in.block_tokens,
+                  .kind = static_cast<LayoutKind>(kind)};
   KV_RETURN_IF_ERROR(layout.Validate().WithContext("layout"));
   return layout;
 }
@@ -410,7 +419,7 @@ Status ConvertAppendedOptions(const kvtier_engine_options_t& in, EngineOptions* 
 
 Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   EngineOptions out;
-  KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout));
+  KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout, in.layout_kind));
   if (in.model_name != nullptr) out.model.name = in.model_name;
   if (in.weights_digest != nullptr) {
     std::memcpy(out.model.weights_digest.data(), in.weights_digest,
@@ -701,7 +710,21 @@ kvtier_status_t kvtier_layout_block_bytes(const kvtier_layout_t* layout, uint64_
     if (layout == nullptr || block_bytes == nullptr) {
       return Status::InvalidArgument("layout and block_bytes must not be NULL");
     }
-    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted, kvtier::ConvertLayout(*layout));
+    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted,
+                        kvtier::ConvertLayout(*layout, KVTIER_LAYOUT_KV));
+    *block_bytes = converted.BlockBytes();
+    return Status::Ok();
+  });
+}
+
+kvtier_status_t kvtier_layout_kind_block_bytes(const kvtier_layout_t* layout,
+                                               kvtier_layout_kind_t kind, uint64_t* block_bytes,
+                                               kvtier_error_t* err) {
+  return Guard(err, [&]() -> Status {
+    if (layout == nullptr || block_bytes == nullptr) {
+      return Status::InvalidArgument("layout and block_bytes must not be NULL");
+    }
+    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted, kvtier::ConvertLayout(*layout, kind));
     *block_bytes = converted.BlockBytes();
     return Status::Ok();
   });
@@ -768,7 +791,7 @@ kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_o
     if (in.token != nullptr) client.token = in.token;
     if (in.name != nullptr) client.name = in.name;
     if (in.layout != nullptr) {
-      KV_ASSIGN_OR_RETURN(client.layout, kvtier::ConvertLayout(*in.layout));
+      KV_ASSIGN_OR_RETURN(client.layout, kvtier::ConvertLayout(*in.layout, in.layout_kind));
     }
     if (in.timeout_ms != 0) client.timeout_ms = in.timeout_ms;
     if (in.reconnect_interval_ms != 0) client.reconnect_interval_ms = in.reconnect_interval_ms;
@@ -780,11 +803,6 @@ kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_o
     }
     KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::serve::RemoteEngine> remote,
                         kvtier::serve::Connect(client));
-    // kvtier_layout_t has no layout kind: a latent service's one-plane blocks would read as K|V.
-    if (remote->options().layout.kind != kvtier::LayoutKind::kKv) {
-      return Status::NotSupported("the service's layout " + remote->options().layout.ToString() +
-                                  " is latent (MLA), which the C API cannot express yet");
-    }
     handle->layout = remote->options().layout;  // The service's.
     handle->block_bytes = handle->layout.BlockBytes();
     handle->engine = std::move(remote);
@@ -809,6 +827,11 @@ void kvtier_engine_layout(const kvtier_engine_t* engine, kvtier_layout_t* layout
 
 uint64_t kvtier_engine_block_bytes(const kvtier_engine_t* engine) {
   return engine == nullptr ? 0 : engine->block_bytes;
+}
+
+kvtier_layout_kind_t kvtier_engine_layout_kind(const kvtier_engine_t* engine) {
+  if (engine == nullptr || engine->layout.kind == kvtier::LayoutKind::kKv) return KVTIER_LAYOUT_KV;
+  return KVTIER_LAYOUT_LATENT;
 }
 
 kvtier_status_t kvtier_make_namespace(kvtier_engine_t* engine, const void* salt, size_t salt_len,

@@ -24,6 +24,10 @@ Result<std::unique_ptr<Engine>> Engine::Connect(const std::string& socket,
       return Status::InvalidArgument("layout.dtype " + std::to_string(dtype) +
                                      " is out of range");
     }
+    const auto kind = static_cast<int>(options.layout->kind);
+    if (kind > static_cast<int>(LayoutKind::kLatent)) {
+      return Status::InvalidArgument("layout.kind " + std::to_string(kind) + " is out of range");
+    }
     client.layout = public_api::ToKvLayout(*options.layout);
     KV_RETURN_IF_ERROR(client.layout->Validate().WithContext("layout"));
   }
@@ -33,11 +37,6 @@ Result<std::unique_ptr<Engine>> Engine::Connect(const std::string& socket,
   if (options.log) logger = std::make_unique<public_api::FunctionLogger>(options.log);
   client.logger = logger.get();
   KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::RemoteEngine> remote, serve::Connect(client));
-  // api::Layout has no layout kind: a latent service's one-plane blocks would read as K|V.
-  if (remote->options().layout.kind != LayoutKind::kKv) {
-    return Status::NotSupported("the service's layout " + remote->options().layout.ToString() +
-                                " is latent (MLA), which the C++ API cannot express yet");
-  }
   return public_api::WrapEngine(std::move(remote), std::move(logger));
 }
 

@@ -1,8 +1,9 @@
 // Goal: show that api::Engine::Connect (include/kvtier/engine.h) gives the public API over the
 // node service's engine: two clients of one service share its cache (one stores, the other looks
 // the chunks up and loads the same bytes), tenants stay apart, the layout comes from the service,
-// a client given a layout starts before the service and works once it is up, and bad options are
-// refused naming the field.
+// a client given a layout starts before the service and works once it is up, a service with a
+// latent (MLA) layout gives clients its kind and one-plane blocks, and bad options are refused
+// naming the field.
 // Method: a serve::Server started in this process on a socket in a ScopedTempDir, over an
 // in-process host-only engine; clients connect through the public API only.
 #include <gtest/gtest.h>
@@ -47,13 +48,14 @@ class PublicApiConnectTest : public ::testing::Test {
   }
 
   // Starts the service on socket_ over a new host-only engine.
-  void StartService() {
+  void StartService(LayoutKind kind = LayoutKind::kKv) {
     EngineOptions options;
     options.layout = KvLayout{.layers = kLayout.layers,
                               .kv_heads = kLayout.kv_heads,
                               .head_dim = kLayout.head_dim,
                               .dtype = DType::kF16,
-                              .block_tokens = kLayout.block_tokens};
+                              .block_tokens = kLayout.block_tokens,
+                              .kind = kind};
     options.host.capacity_bytes = 64 * options.layout.BlockBytes();
     options.host.prefault = false;
     options.device_backend = DeviceBackend::kCpu;
@@ -145,6 +147,29 @@ TEST_F(PublicApiConnectTest, TwoClientsShareTheServiceEngine) {
   EXPECT_EQ(stats.stores, engine_->Stats().stores);
   EXPECT_GE(stats.stores, 1u);
   EXPECT_GE(stats.load_blocks, 3u * kLayout.layers);
+}
+
+TEST_F(PublicApiConnectTest, LatentServiceGivesItsKindAndOnePlaneBlocks) {
+  StartService(LayoutKind::kLatent);
+  Result<std::unique_ptr<api::Engine>> a = api::Engine::Connect(socket_, {.name = "mla"});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)->layout().kind, api::LayoutKind::kLatent);
+  EXPECT_EQ((*a)->block_bytes(), kLayout.BlockBytes() / 2);
+  const std::vector<uint32_t> tokens = TestTokens(2, 2 * kLayout.block_tokens);
+  Result<api::Namespace> ns = (*a)->MakeNamespace("tenant");
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ASSERT_TRUE(StoreChunks(**a, *ns, tokens, 2, 4).ok());
+  ExpectLoadsStoredBytes(**a, *ns, tokens, 2, 4);
+
+  // A client that names the layout must name its kind: as K|V it is refused, as latent it works.
+  api::ConnectOptions named{.layout = kLayout, .timeout_ms = 2000};
+  EXPECT_FALSE(api::Engine::Connect(socket_, named).ok());
+  named.layout->kind = api::LayoutKind::kLatent;
+  Result<std::unique_ptr<api::Engine>> b = api::Engine::Connect(socket_, named);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Result<api::Namespace> ns_b = (*b)->MakeNamespace("tenant");
+  ASSERT_TRUE(ns_b.ok()) << ns_b.status().ToString();
+  ExpectLoadsStoredBytes(**b, *ns_b, tokens, 2, 4);
 }
 
 TEST_F(PublicApiConnectTest, ClientWithLayoutStartsBeforeTheService) {

@@ -226,7 +226,8 @@ KvLayout ToKvLayout(const api::Layout& layout) {
                   .kv_heads = layout.kv_heads,
                   .head_dim = layout.head_dim,
                   .dtype = static_cast<DType>(layout.dtype),
-                  .block_tokens = layout.block_tokens};
+                  .block_tokens = layout.block_tokens,
+                  .kind = static_cast<LayoutKind>(layout.kind)};
 }
 
 api::Layout FromKvLayout(const KvLayout& layout) {
@@ -234,7 +235,8 @@ api::Layout FromKvLayout(const KvLayout& layout) {
                      .kv_heads = layout.kv_heads,
                      .head_dim = layout.head_dim,
                      .dtype = static_cast<api::DType>(layout.dtype),
-                     .block_tokens = layout.block_tokens};
+                     .block_tokens = layout.block_tokens,
+                     .kind = static_cast<api::LayoutKind>(layout.kind)};
 }
 
 Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logger) {
@@ -242,6 +244,9 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   DType dtype;  // Checked here; ToKvLayout casts.
   KV_RETURN_IF_ERROR(
       CastEnum(in.layout.dtype, api::DType::kF16, api::DType::kF32, "layout.dtype", &dtype));
+  LayoutKind kind;  // Checked here; ToKvLayout casts.
+  KV_RETURN_IF_ERROR(CastEnum(in.layout.kind, api::LayoutKind::kKv, api::LayoutKind::kLatent,
+                              "layout.kind", &kind));
   out.layout = ToKvLayout(in.layout);
   out.model.name = in.model_name;
   std::memcpy(out.model.weights_digest.data(), in.weights_digest.data(),

@@ -43,7 +43,7 @@ constexpr size_t PublicFieldCount() {
 }
 // Update these counts only together with the checks below.
 static_assert(PublicFieldCount<api::EngineOptions>() == 23);
-static_assert(PublicFieldCount<api::Layout>() == 5);
+static_assert(PublicFieldCount<api::Layout>() == 6);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
 static_assert(PublicFieldCount<api::SsdTierOptions>() == 20);
@@ -308,7 +308,7 @@ RemoteTierOptions InternalRemote(RemoteKeyring keys) {
 api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::string& remote_keys) {
   api::EngineOptions in{
       .layout = {.layers = 3, .kv_heads = 2, .head_dim = 32, .dtype = api::DType::kBF16,
-                 .block_tokens = 32},
+                 .block_tokens = 32, .kind = api::LayoutKind::kLatent},
       .model_name = "model",
       .device = {.capacity_bytes = 1 << 20, .copy_threads = 2, .copy_queue_max = 3},
       .host = PublicHost(2 << 20),
@@ -339,7 +339,7 @@ api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::stri
 EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, Logger* logger) {
   EngineOptions e;
   e.layout = {.layers = 3, .kv_heads = 2, .head_dim = 32, .dtype = DType::kBF16,
-              .block_tokens = 32};
+              .block_tokens = 32, .kind = LayoutKind::kLatent};
   e.model.name = "model";
   e.model.weights_digest[0] = 0xab;
   e.model.weights_digest[31] = 0xcd;
@@ -413,6 +413,12 @@ TEST(PublicApiTest, BadEnumsAndKeysNameTheField) {
   out = public_api::ToEngineOptions(o, nullptr);
   ASSERT_TRUE(out.status().IsInvalidArgument());
   EXPECT_NE(out.status().message().find("layout.dtype"), std::string::npos);
+
+  o.layout.dtype = api::DType::kF16;
+  o.layout.kind = static_cast<api::LayoutKind>(7);
+  out = public_api::ToEngineOptions(o, nullptr);
+  ASSERT_TRUE(out.status().IsInvalidArgument());
+  EXPECT_NE(out.status().message().find("layout.kind"), std::string::npos);
 }
 
 // Bytes of block (chunk, layer) of the test sequence: distinct per block.
@@ -581,6 +587,61 @@ TEST_F(PublicApiEngineTest, CodecZerosAreTheCodecsDefaults) {
       EXPECT_EQ(dst[l], BlockBytes((*engine)->block_bytes(), 0, l)) << l;
     }
   }
+}
+
+// A latent layout (MLA): one plane per block, half a K|V block of the same geometry; blocks go
+// through Store, Load, the SSD and a restart byte for byte, and the kind enters every key (an
+// engine with the K|V layout on the same directory finds nothing). A latent layout with more
+// than one KV head is refused, naming kv_heads.
+TEST_F(PublicApiEngineTest, LatentLayoutCachesOnePlanePerBlock) {
+  const std::vector<uint32_t> tokens(2 * kLayout.block_tokens, 7);
+  api::EngineOptions o = Options();
+  o.layout.kind = api::LayoutKind::kLatent;
+  EXPECT_EQ(o.layout.BlockBytes(), kLayout.BlockBytes() / 2);
+  {
+    Result<std::unique_ptr<api::Engine>> engine = api::Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    api::Engine& e = **engine;
+    EXPECT_EQ(e.layout().kind, api::LayoutKind::kLatent);
+    EXPECT_EQ(e.block_bytes(), 16u * 1 * 16 * 2);
+    Result<api::Namespace> ns = e.MakeNamespace("tenant");
+    ASSERT_TRUE(ns.ok());
+    StoreThenLoad(e, *ns, tokens, 2);
+    ASSERT_TRUE(e.Flush().ok());
+  }
+  {
+    Result<std::unique_ptr<api::Engine>> engine = api::Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    Result<api::Namespace> ns = (*engine)->MakeNamespace("tenant");
+    ASSERT_TRUE(ns.ok());
+    Result<api::LookupResult> hit = (*engine)->Lookup(*ns, tokens);
+    ASSERT_TRUE(hit.ok());
+    EXPECT_EQ(hit->matched_tokens, tokens.size());
+    const uint64_t block = (*engine)->block_bytes();
+    std::vector<std::vector<std::byte>> dst(2 * kLayout.layers, std::vector<std::byte>(block));
+    std::vector<std::span<std::byte>> dst_spans(dst.begin(), dst.end());
+    Result<api::LoadHandle> load = (*engine)->Load(*ns, tokens, dst_spans);
+    ASSERT_TRUE(load.ok()) << load.status().ToString();
+    ASSERT_TRUE(load->Wait().ok());
+    for (size_t c = 0; c < 2; ++c) {  // From the SSD, the bytes stored before the restart.
+      for (uint32_t l = 0; l < kLayout.layers; ++l) {
+        EXPECT_EQ(dst[c * kLayout.layers + l], BlockBytes(block, c, l));
+      }
+    }
+  }
+  {
+    Result<std::unique_ptr<api::Engine>> engine = api::Engine::Open(Options());
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    Result<api::Namespace> ns = (*engine)->MakeNamespace("tenant");
+    ASSERT_TRUE(ns.ok());
+    Result<api::LookupResult> hit = (*engine)->Lookup(*ns, tokens);
+    ASSERT_TRUE(hit.ok());
+    EXPECT_EQ(hit->matched_tokens, 0u);
+  }
+  o.layout.kv_heads = 2;
+  Result<std::unique_ptr<api::Engine>> refused = api::Engine::Open(o);
+  ASSERT_TRUE(refused.status().IsInvalidArgument());
+  EXPECT_NE(refused.status().message().find("kv_heads"), std::string::npos);
 }
 
 TEST_F(PublicApiEngineTest, OpenRefusesBadOptionsNamingTheField) {

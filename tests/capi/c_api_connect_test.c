@@ -2,7 +2,9 @@
  * connected to one node service share its cache (one stores, the other looks the chunks up and
  * loads the same bytes), another tenant misses, the layout comes from the service, statistics are
  * the service's; a handle given a layout connects before the service runs (a miss, a store that
- * fails KVTIER_UNAVAILABLE); and bad arguments are refused naming the problem.
+ * fails KVTIER_UNAVAILABLE); a service with a latent (MLA) layout serves one-plane blocks byte
+ * for byte, and a handle that names a K|V layout is refused by it; and bad arguments are refused
+ * naming the problem.
  * Method: the service is `kvtier serve` (the CLI named by argv[1]), started
  * with fork/exec on a socket in a temporary directory and stopped with SIGTERM. Exits 0 on
  * success, 1 with a message on the first failed check. */
@@ -57,7 +59,7 @@ static pid_t service = -1;
 
 /* Starts `kvtier serve` on socket_path and waits (at most 20 s) for its "listening on" line on
  * stdout: the socket accepts connections from then on (its file exists a moment earlier). */
-static int StartService(void) {
+static int StartServiceWith(const char* layout_text) {
   int out[2];
   if (pipe(out) != 0) return 0;
   service = fork();
@@ -66,7 +68,7 @@ static int StartService(void) {
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);
-    execl(fixture, fixture, "serve", "--layout", LAYOUT_TEXT, "--host-bytes", "4194304",
+    execl(fixture, fixture, "serve", "--layout", layout_text, "--host-bytes", "4194304",
           "--host-prefault=false", "--socket", socket_path, (char*)NULL);
     perror("exec kvtier serve");
     _exit(127);
@@ -88,6 +90,8 @@ static int StartService(void) {
   close(out[0]); /* The service's later stdout lines go nowhere (it writes none). */
   return ready;
 }
+
+static int StartService(void) { return StartServiceWith(LAYOUT_TEXT); }
 
 static void StopService(void) {
   if (service <= 0) return;
@@ -245,6 +249,64 @@ static void TestSharedService(void) {
   kvtier_engine_close(reader);
 }
 
+/* A service with a latent layout: the handle reports the kind and one-plane blocks, which go
+ * through store and load byte for byte; a handle that names the same geometry as K|V is refused
+ * (its layout differs from the service's), one that names it latent connects. */
+static void TestLatentService(void) {
+  kvtier_connect_options_t o;
+  kvtier_connect_options_init(&o);
+  o.timeout_ms = 2000;
+  kvtier_engine_t* engine = NULL;
+  kvtier_error_t err;
+  CHECK_OK(kvtier_engine_connect(socket_path, &o, &engine, &err));
+  CHECK(kvtier_engine_layout_kind(engine) == KVTIER_LAYOUT_LATENT);
+  const size_t block_bytes = (size_t)kvtier_engine_block_bytes(engine);
+  CHECK(block_bytes == (size_t)kBlockTokens * kHeadDim * 2u);
+  uint32_t tokens[kBlockTokens];
+  for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(900 + i);
+  kvtier_namespace_t ns;
+  CHECK_OK(kvtier_make_namespace(engine, "tenant", 6, NULL, NULL, 0, &ns, &err));
+  uint8_t* src = malloc(kLayers * block_bytes);
+  uint8_t* dst = calloc(kLayers, block_bytes);
+  CHECK(src != NULL && dst != NULL);
+  const void* src_ptrs[kLayers];
+  void* dst_ptrs[kLayers];
+  for (size_t l = 0; l < kLayers; ++l) {
+    for (size_t i = 0; i < block_bytes; ++i) src[l * block_bytes + i] = Pattern(4, l, i);
+    src_ptrs[l] = src + l * block_bytes;
+    dst_ptrs[l] = dst + l * block_bytes;
+  }
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  kvtier_store_destroy(store);
+  kvtier_load_t* load = NULL;
+  CHECK_OK(kvtier_load(engine, &ns, tokens, kBlockTokens, dst_ptrs, kLayers, &load, &err));
+  CHECK_OK(kvtier_load_wait(load, &err));
+  kvtier_load_destroy(load);
+  CHECK(memcmp(src, dst, kLayers * block_bytes) == 0);
+  free(src);
+  free(dst);
+  kvtier_engine_close(engine);
+
+  kvtier_layout_t layout;
+  InitLayout(&layout);
+  o.layout = &layout;
+  engine = NULL;
+  CHECK(kvtier_engine_connect(socket_path, &o, &engine, &err) != KVTIER_OK);
+  CHECK(engine == NULL);
+  o.layout_kind = KVTIER_LAYOUT_LATENT;
+  CHECK_OK(kvtier_engine_connect(socket_path, &o, &engine, &err));
+  CHECK(kvtier_engine_layout_kind(engine) == KVTIER_LAYOUT_LATENT);
+  kvtier_engine_close(engine);
+
+  /* A caller built against the header before layout_kind passes the shorter struct. */
+  kvtier_connect_options_init(&o);
+  o.struct_size = offsetof(kvtier_connect_options_t, layout_kind);
+  CHECK_OK(kvtier_engine_connect(socket_path, &o, &engine, &err));
+  kvtier_engine_close(engine);
+}
+
 /* Removes temp_dir and the files the service left in it (its socket, its lock). */
 static void RemoveTree(void) {
   DIR* dir = opendir(temp_dir);
@@ -282,6 +344,13 @@ int main(int argc, char** argv) {
     failures++;
   } else {
     TestSharedService();
+  }
+  StopService();
+  if (!StartServiceWith(LAYOUT_TEXT ",kind=latent")) {
+    fprintf(stderr, "c_api_connect_test: the latent service did not start\n");
+    failures++;
+  } else {
+    TestLatentService();
   }
   StopService();
   RemoveTree();

@@ -4,9 +4,10 @@
  * prediction), set the options appended for the options table (docs/options.md: CXL tier,
  * device backend, SSD I/O, staging buffers, file mode) and check that they reach the engine, and
  * check the error paths (bad layout, bad block arrays, versioned structs, bad prediction options,
- * appended options out of their table range), and that a codec's zstd level and group size of 0
- * are its defaults. Exits 0 on success, 1 with a message on the first
- * failed check. */
+ * appended options out of their table range), that a codec's zstd level and group size of 0
+ * are its defaults, and that a latent (MLA) layout, asked for by the appended layout_kind, caches
+ * one plane per block byte for byte (and a bad kind, or a latent layout with two KV heads, is
+ * refused naming the field). Exits 0 on success, 1 with a message on the first failed check. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "kvtier/c_api.h"
@@ -635,6 +636,64 @@ static void TestCodecDefaults(void) {
   }
 }
 
+static void TestLatentLayout(void) {
+  const char* dirs[1] = {temp_dir};
+  kvtier_engine_options_t o;
+  InitOptions(&o, dirs);
+  o.model_name = "c-api-test-latent";
+  o.layout.kv_heads = 1;
+  o.layout_kind = KVTIER_LAYOUT_LATENT;
+  kvtier_error_t err;
+  uint64_t kv_bytes = 0, latent_bytes = 0;
+  CHECK_OK(kvtier_layout_block_bytes(&o.layout, &kv_bytes, &err));
+  CHECK_OK(kvtier_layout_kind_block_bytes(&o.layout, KVTIER_LAYOUT_LATENT, &latent_bytes, &err));
+  CHECK(kv_bytes == 2u * kBlockTokens * kHeadDim * 2u);
+  CHECK(latent_bytes == kv_bytes / 2);
+  CHECK(kvtier_layout_kind_block_bytes(&o.layout, (kvtier_layout_kind_t)5, &latent_bytes, &err) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "layout_kind") != NULL);
+
+  kvtier_engine_t* engine = NULL;
+  CHECK_OK(kvtier_engine_open(&o, &engine, &err));
+  CHECK(kvtier_engine_layout_kind(engine) == KVTIER_LAYOUT_LATENT);
+  const uint64_t block_bytes = kvtier_engine_block_bytes(engine);
+  CHECK(block_bytes == latent_bytes);
+  kvtier_namespace_t ns;
+  CHECK_OK(kvtier_make_namespace(engine, "t", 1, NULL, NULL, 0, &ns, &err));
+  uint32_t tokens[kBlockTokens];
+  for (size_t i = 0; i < kBlockTokens; ++i) tokens[i] = (uint32_t)(500 + i);
+  uint8_t* src = malloc(kLayers * block_bytes);
+  uint8_t* dst = calloc(kLayers, block_bytes);
+  CHECK(src != NULL && dst != NULL);
+  const void* src_ptrs[kLayers];
+  void* dst_ptrs[kLayers];
+  for (size_t l = 0; l < kLayers; ++l) {
+    for (size_t i = 0; i < block_bytes; ++i) src[l * block_bytes + i] = Pattern(9, l, i);
+    src_ptrs[l] = src + l * block_bytes;
+    dst_ptrs[l] = dst + l * block_bytes;
+  }
+  kvtier_store_t* store = NULL;
+  CHECK_OK(kvtier_store(engine, &ns, tokens, kBlockTokens, src_ptrs, kLayers, NULL, &store, &err));
+  CHECK_OK(kvtier_store_wait(store, &err));
+  kvtier_store_destroy(store);
+  kvtier_load_t* load = NULL;
+  CHECK_OK(kvtier_load(engine, &ns, tokens, kBlockTokens, dst_ptrs, kLayers, &load, &err));
+  CHECK_OK(kvtier_load_wait(load, &err));
+  kvtier_load_destroy(load);
+  CHECK(memcmp(src, dst, kLayers * block_bytes) == 0);
+  free(src);
+  free(dst);
+  kvtier_engine_close(engine);
+
+  o.layout_kind = (kvtier_layout_kind_t)3;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "layout_kind") != NULL);
+  o.layout_kind = KVTIER_LAYOUT_LATENT;
+  o.layout.kv_heads = 2;
+  CHECK(kvtier_engine_open(&o, &engine, &err) == KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(err.message, "kv_heads") != NULL);
+}
+
 static uint64_t MonotonicUs(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -707,6 +766,7 @@ int main(void) {
   TestAppendedOptions();
   TestCodecDefaults();
   TestWritebackHorizon();
+  TestLatentLayout();
   RemoveTree(temp_dir);
   if (failures != 0) {
     fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
