@@ -24,6 +24,19 @@ py::dict TierDict(const TierStats& t) {
   return d;
 }
 
+// A remote store row's value as Python sees it: the number (breaker_state as its value).
+uint64_t PyValue(uint64_t v) { return v; }
+uint32_t PyValue(uint32_t v) { return v; }
+unsigned PyValue(BreakerState v) { return static_cast<unsigned>(v); }
+
+py::dict RemoteDict(const RemoteStoreStats& r) {
+  py::dict d;
+  ForEachRemoteStoreStat(r, [&](const StatSpec& spec, auto value) {
+    d[py::str(Name(spec.name))] = PyValue(value);
+  });
+  return d;
+}
+
 py::dict EngineDict(const EngineStats& s) {
   py::dict d;
   ForEachEngineStat(s, [&](const StatSpec& spec, auto value) {
@@ -32,6 +45,7 @@ py::dict EngineDict(const EngineStats& s) {
   py::list tiers;
   for (const TierStats& t : s.tiers) tiers.append(TierDict(t));
   d["tiers"] = tiers;
+  d["remote"] = s.remote.has_value() ? py::object(RemoteDict(*s.remote)) : py::object(py::none());
   return d;
 }
 
@@ -61,6 +75,15 @@ void BindStats(py::module_& m) {
 #undef KVTIER_PY_TIER_ROW
   tier.def("as_dict", &TierDict, "The counters as a dict (kind as its name).");
 
+  py::class_<RemoteStoreStats> remote(m, "RemoteStats",
+                                      "The remote store's own counters (docs/stats.md).");
+#define KVTIER_PY_REMOTE_ROW(name, type, kind, unit, scope, help)                               \
+  remote.def_property_readonly(                                                                 \
+      #name, [](const RemoteStoreStats& r) { return PyValue(r.name); }, help);
+  KVTIER_REMOTE_STORE_STATS(KVTIER_PY_REMOTE_ROW)
+#undef KVTIER_PY_REMOTE_ROW
+  remote.def("as_dict", &RemoteDict, "The counters as a dict.");
+
   py::class_<EngineStats> engine(m, "EngineStats",
                                  "A snapshot of the engine's counters (docs/stats.md).");
 #define KVTIER_PY_ENGINE_ROW(name, type, kind, unit, scope, help) \
@@ -68,12 +91,16 @@ void BindStats(py::module_& m) {
   KVTIER_ENGINE_STATS(KVTIER_PY_ENGINE_ROW)
 #undef KVTIER_PY_ENGINE_ROW
   engine.def_readonly("tiers", &EngineStats::tiers, "Per tier, fastest first (TierStats).");
+  engine.def_readonly("remote", &EngineStats::remote,
+                      "The remote store's counters (RemoteStats), None without a remote tier.");
   engine.def("as_dict", &EngineDict,
-             "The counters as a dict: every row by name, and 'tiers' as a list of dicts.");
+             "The counters as a dict: every row by name, 'tiers' as a list of dicts and 'remote' "
+             "as a dict (None without a remote tier).");
 
   m.def("_stats_fields", &StatsFields,
         "The rows of the engine's stats table: dicts of name, type, kind (counter, gauge, "
-        "ratio, timestamp), unit, scope (engine, remote, tier, age-limited tier) and help.");
+        "ratio, timestamp), unit, scope (engine, remote, tier, age-limited tier, remote store) "
+        "and help.");
 }
 
 }  // namespace kvtier::python

@@ -468,6 +468,28 @@ KVTIER_API kvtier_status_t kvtier_flush(kvtier_engine_t* engine, kvtier_error_t*
 
 #define KVTIER_STATS_TIERS_MAX 8
 
+/* A remote node's circuit breaker; the worst over all nodes is kvtier_remote_stats_t's. */
+typedef enum kvtier_breaker_state {
+  KVTIER_BREAKER_CLOSED = 0,
+  KVTIER_BREAKER_OPEN = 1,
+  KVTIER_BREAKER_HALF_OPEN = 2
+} kvtier_breaker_state_t;
+
+/* The remote store's own counters (docs/stats.md, scope "remote store"); fields only appended. */
+typedef struct kvtier_remote_stats_s {
+  uint64_t gets, hits, misses; /* Keys asked; found a usable value; found none. */
+  uint64_t corrupt;            /* Values that failed their checks (misses). */
+  uint64_t mismatched;         /* Well-formed values for another key or layout (misses). */
+  uint64_t auth_failures;      /* Sealed values refused by authentication (misses). */
+  uint64_t puts;
+  uint64_t errors, timeouts, reconnects, breaker_trips;
+  uint32_t breakers_open;               /* Gauge: nodes whose breaker is not closed. */
+  kvtier_breaker_state_t breaker_state; /* Gauge: the worst over all nodes. */
+  uint64_t redirects_moved, redirects_ask, redirects_refused;
+  uint64_t endpoints_refused; /* Cluster endpoints on a host neither a seed's nor allowed. */
+  uint64_t topology_refreshes;
+} kvtier_remote_stats_t;
+
 typedef struct kvtier_tier_stats_s {
   kvtier_tier_t kind;
   uint64_t capacity_bytes;
@@ -518,6 +540,10 @@ typedef struct kvtier_engine_stats_s {
   uint64_t staged_copy_bytes;
   /* The SSD codec's compression-ratio monitor: blocks sampled, variation events raised. */
   uint64_t ratio_samples, ratio_cv_events;
+  /* Appended: the remote store's own counters; has_remote is 1 with a remote tier (remote is all
+   * zeros without one). */
+  uint32_t has_remote;
+  kvtier_remote_stats_t remote;
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

@@ -42,7 +42,8 @@ struct TierStats {
   uint64_t writeback_lag_us = 0;
 };
 
-// The remote store's own counters.
+// The remote store's own counters (docs/stats.md, scope "remote store"; a build check keeps this
+// struct equal to the table).
 struct RemoteStats {
   uint64_t gets = 0, hits = 0, misses = 0;
   uint64_t corrupt = 0;        // Values that failed their checks (misses).

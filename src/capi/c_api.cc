@@ -566,7 +566,10 @@ constexpr bool FieldsTile(std::array<StructField, N> fields, size_t size, size_t
   static_assert(std::is_same_v<decltype(kvtier_engine_stats_t::tier_##name),                \
                                decltype(TierStats::name)[KVTIER_STATS_TIERS_MAX]>,          \
                 "kvtier_engine_stats_t::tier_" #name " is not an array of the row's type");
+#define KVTIER_C_REMOTE_ROW(name, type, kind, unit, scope, help) \
+  KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_remote_stats_t, name, type)
 KVTIER_ENGINE_STATS(KVTIER_C_ENGINE_ROW)
+KVTIER_REMOTE_STORE_STATS(KVTIER_C_REMOTE_ROW)
 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_STRUCT_ROW)
 KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_ROW)
 #define KVTIER_C_COUNT(name) +1
@@ -575,12 +578,16 @@ static_assert(0 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COUNT) KVTIER_C_TIER_ARRAY_RO
               "a per-tier row of the stats table is in neither C place (struct or array)");
 #define KVTIER_C_ENGINE_FIELD(name, type, kind, unit, scope, help) \
   KVTIER_C_FIELD(kvtier_engine_stats_t, name)
+#define KVTIER_C_REMOTE_FIELD(name, type, kind, unit, scope, help) \
+  KVTIER_C_FIELD(kvtier_remote_stats_t, name)
 #define KVTIER_C_ARRAY_FIELD(name) KVTIER_C_FIELD(kvtier_engine_stats_t, tier_##name)
 #define KVTIER_C_STRUCT_FIELD(name) KVTIER_C_FIELD(kvtier_tier_stats_t, name)
 static_assert(FieldsTile(std::to_array<StructField>({
                              KVTIER_C_FIELD(kvtier_engine_stats_t, struct_size)
                              KVTIER_C_FIELD(kvtier_engine_stats_t, tier_count)
                              KVTIER_C_FIELD(kvtier_engine_stats_t, tiers)
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, has_remote)
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, remote)
                              KVTIER_ENGINE_STATS(KVTIER_C_ENGINE_FIELD)
                              KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_FIELD)}),
                          sizeof(kvtier_engine_stats_t), alignof(kvtier_engine_stats_t)),
@@ -590,7 +597,15 @@ static_assert(FieldsTile(std::to_array<StructField>({KVTIER_C_FIELD(kvtier_tier_
                                                         KVTIER_C_STRUCT_FIELD)}),
                          sizeof(kvtier_tier_stats_t), alignof(kvtier_tier_stats_t)),
               "kvtier_tier_stats_t has a field that is not a row of the stats table");
+static_assert(FieldsTile(std::to_array<StructField>(
+                             {KVTIER_REMOTE_STORE_STATS(KVTIER_C_REMOTE_FIELD)}),
+                         sizeof(kvtier_remote_stats_t), alignof(kvtier_remote_stats_t)),
+              "kvtier_remote_stats_t has a field that is not a row of the stats table");
+static_assert(KVTIER_BREAKER_HALF_OPEN == static_cast<int>(BreakerState::kHalfOpen) &&
+              KVTIER_BREAKER_OPEN == static_cast<int>(BreakerState::kOpen));
 #undef KVTIER_C_FIELD
+#undef KVTIER_C_REMOTE_ROW
+#undef KVTIER_C_REMOTE_FIELD
 #undef KVTIER_C_ENGINE_ROW
 #undef KVTIER_C_STRUCT_ROW
 #undef KVTIER_C_ARRAY_ROW
@@ -1096,6 +1111,8 @@ kvtier_status_t kvtier_engine_stats(kvtier_engine_t* engine, kvtier_engine_stats
     const size_t tiers = std::min<size_t>(in.tiers.size(), KVTIER_STATS_TIERS_MAX);
     out.tier_count = static_cast<uint32_t>(tiers);
     for (size_t i = 0; i < tiers; ++i) kvtier::FillTierStats(in.tiers[i], i, &out);
+    out.has_remote = in.remote.has_value() ? 1 : 0;
+    if (in.remote.has_value()) kvtier::CopyRemoteStoreStatRows(*in.remote, &out.remote);
     // Only the caller's struct_size bytes are written: a caller built against an older, smaller
     // header has no room for the fields appended since. Fields appended after the caller's header
     // keep whatever the caller had (nothing is known about them); struct_size keeps its value.

@@ -68,23 +68,21 @@ PromFamily FamilyOf(const StatSpec& spec, std::string_view prefix) {
   return {name, spec.kind == StatKind::kCounter ? "counter" : "gauge", divisor};
 }
 
-// The remote store's own counters (RemoteStoreStats, the tier's, outside the stats table).
+double D(uint32_t v) { return static_cast<double>(v); }
+double D(BreakerState v) { return static_cast<double>(v); }
+
+// The remote store's rows as kvtier_remote_<name>. kvtier_remote_corrupt_total counts mismatched
+// values too, as it did before they had a family of their own (dashboards read it).
 void RemoteStoreMetrics(const RemoteStoreStats& r, Writer* w) {
-  w->One("remote_auth_failures_total", "counter",
-         "Remote values refused by authentication (forged, moved, damaged).", D(r.auth_failures));
-  w->One("remote_corrupt_total", "counter", "Remote values that failed their checks.",
-         D(r.corrupt + r.mismatched));
-  w->One("remote_timeouts_total", "counter", "Remote operations that timed out.", D(r.timeouts));
-  w->One("remote_breaker_trips_total", "counter", "Times a node's circuit breaker opened.",
-         D(r.breaker_trips));
-  w->One("remote_breakers_open", "gauge", "Remote nodes whose breaker is not closed.",
-         static_cast<double>(r.breakers_open));
-  w->One("remote_redirects_refused_total", "counter",
-         "MOVED/ASK redirects refused (a foreign host, or outside the cluster's slot map).",
-         D(r.redirects_refused));
-  w->One("remote_endpoints_refused_total", "counter",
-         "Cluster endpoints refused: a host that is neither a seed's nor allowed.",
-         D(r.endpoints_refused));
+  ForEachRemoteStoreStat(r, [&](const StatSpec& spec, auto value) {
+    const PromFamily f = FamilyOf(spec, "remote_");
+    if (spec.name == "corrupt") {
+      w->One(f.name, f.type, std::string(spec.help) + std::string(kRemoteCorruptAlsoMismatched),
+             D(value) + D(r.mismatched));
+      return;
+    }
+    w->One(f.name, f.type, spec.help, D(value) / f.divisor);
+  });
 }
 
 }  // namespace

@@ -192,26 +192,6 @@ Status ConvertTiers(const api::EngineOptions& in, EngineOptions* out) {
   return Status::Ok();
 }
 
-api::RemoteStats FromRemoteStats(const RemoteStoreStats& in) {
-  return api::RemoteStats{.gets = in.gets,
-                          .hits = in.hits,
-                          .misses = in.misses,
-                          .corrupt = in.corrupt,
-                          .mismatched = in.mismatched,
-                          .auth_failures = in.auth_failures,
-                          .puts = in.puts,
-                          .errors = in.errors,
-                          .timeouts = in.timeouts,
-                          .reconnects = in.reconnects,
-                          .breaker_trips = in.breaker_trips,
-                          .breakers_open = in.breakers_open,
-                          .breaker_state = static_cast<api::BreakerState>(in.breaker_state),
-                          .redirects_moved = in.redirects_moved,
-                          .redirects_ask = in.redirects_ask,
-                          .redirects_refused = in.redirects_refused,
-                          .topology_refreshes = in.topology_refreshes,
-                          .endpoints_refused = in.endpoints_refused};
-}
 
 }  // namespace
 
@@ -273,20 +253,26 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   return out;
 }
 
-// api::EngineStats and api::TierStats hold every row of the stats table, of the row's type, and
-// nothing else but the tier list, the remote store's counters and the tier's kind.
+// api::EngineStats, api::TierStats and api::RemoteStats hold every row of the stats table, of the
+// row's type, and nothing else but the tier list, the remote store's counters and the tier's kind.
 #define KVTIER_API_STATS_ENGINE_ROW(name, type, kind, unit, scope, help) \
   KVTIER_STATS_CHECK_MIRROR_ROW(api::EngineStats, name, type)
 #define KVTIER_API_STATS_TIER_ROW(name, type, kind, unit, scope, help) \
   KVTIER_STATS_CHECK_MIRROR_ROW(api::TierStats, name, type)
 KVTIER_ENGINE_STATS(KVTIER_API_STATS_ENGINE_ROW)
 KVTIER_TIER_STATS(KVTIER_API_STATS_TIER_ROW)
+#define KVTIER_API_STATS_REMOTE_ROW(name, type, kind, unit, scope, help) \
+  KVTIER_STATS_CHECK_MIRROR_ROW(api::RemoteStats, name, type)
+KVTIER_REMOTE_STORE_STATS(KVTIER_API_STATS_REMOTE_ROW)
 #undef KVTIER_API_STATS_ENGINE_ROW
 #undef KVTIER_API_STATS_TIER_ROW
+#undef KVTIER_API_STATS_REMOTE_ROW
 static_assert(MemberCount<api::EngineStats>() == stats_internal::kEngineRows + 2,
               "api::EngineStats has a member outside the stats table (tiers and remote aside)");
 static_assert(MemberCount<api::TierStats>() == stats_internal::kTierRows + 1,
               "api::TierStats has a member outside the stats table (kind aside)");
+static_assert(MemberCount<api::RemoteStats>() == stats_internal::kRemoteStoreRows,
+              "api::RemoteStats has a member outside the stats table");
 
 api::EngineStats FromEngineStats(const EngineStats& in) {
   api::EngineStats out;
@@ -296,7 +282,7 @@ api::EngineStats FromEngineStats(const EngineStats& in) {
     tier.kind = static_cast<api::TierKind>(t.kind);
     CopyTierStatRows(t, &tier);
   }
-  if (in.remote.has_value()) out.remote = FromRemoteStats(*in.remote);
+  if (in.remote.has_value()) CopyRemoteStoreStatRows(*in.remote, &out.remote.emplace());
   return out;
 }
 

@@ -12,10 +12,13 @@ constexpr auto kRows = std::to_array<StatSpec>({
 #define KVTIER_STATS_ROW(name, type, kind, unit, scope, help) \
   KVTIER_STATS_SPEC(name, type, kind, unit, scope, help),
     KVTIER_ENGINE_STATS(KVTIER_STATS_ROW) KVTIER_TIER_STATS(KVTIER_STATS_ROW)
+        KVTIER_REMOTE_STORE_STATS(KVTIER_STATS_ROW)
 #undef KVTIER_STATS_ROW
 });
 
 std::string Number(uint64_t v) { return std::to_string(v); }
+std::string Number(uint32_t v) { return std::to_string(v); }
+std::string Number(BreakerState v) { return std::to_string(static_cast<unsigned>(v)); }
 
 std::string Number(double v) {
   char text[32];
@@ -59,6 +62,8 @@ std::string_view StatScopeName(StatScope scope) {
       return "tier";
     case StatScope::kAgeLimitedTier:
       return "age-limited tier";
+    case StatScope::kRemoteStore:
+      return "remote store";
   }
   return "?";
 }
@@ -73,7 +78,9 @@ std::string StatsJson(const EngineStats& stats) {
     out += std::string(i == 0 ? "" : ", ") + "{\"kind\": \"" + std::string(TierKindName(t.kind)) +
            "\", " + Members([&](auto f) { ForEachTierStat(t, f); }) + "}";
   }
-  return out + "]}";
+  out += "], \"remote\": ";
+  if (!stats.remote.has_value()) return out + "null}";
+  return out + "{" + Members([&](auto f) { ForEachRemoteStoreStat(*stats.remote, f); }) + "}}";
 }
 
 std::string StatsMarkdown() {
@@ -93,10 +100,20 @@ std::string StatsMarkdown() {
       "with a `tier` label; counters end in `_total`, times in microseconds are shown in\n"
       "seconds (`_us` becomes `_seconds`), timestamps are not exported, and remote rows\n"
       "appear with a remote tier only.\n\n"
+      "The remote store's rows (scope `remote store`) are the fields of `remote`, present with a\n"
+      "remote tier: `EngineStats::remote` in C++, `stats.remote` in Python (None without one),\n"
+      "the struct `remote` of `kvtier_engine_stats_t` (valid when `has_remote` is 1), the\n"
+      "`remote` object of the JSON (null without one). In Prometheus they are\n"
+      "`kvtier_remote_<name>`; `kvtier_remote_corrupt_total` counts `corrupt` and `mismatched`\n"
+      "together, as it did before `mismatched` was exported on its own.\n"
+      "`breaker_state` is a number: 0 closed, 1 open, 2 half-open.\n\n"
       "## Adding a counter\n\n"
       "1. Add the field to `EngineStats` (or `TierStats`) in src/engine/engine.h and one row to\n"
       "   `KVTIER_ENGINE_STATS` (or `KVTIER_TIER_STATS`) in src/engine/stats_table.h: name,\n"
-      "   type, kind, unit, scope, help.\n"
+      "   type, kind, unit, scope, help. A remote store counter: the field to\n"
+      "   `RemoteStoreStats` (src/tiers/remote_store.h) and a row to `KVTIER_REMOTE_STORE_STATS`;\n"
+      "   the build then also asks for it in `kvtier::api::RemoteStats`, in C's\n"
+      "   `kvtier_remote_stats_t` (appended) and on the service's wire (appended).\n"
       "2. Python, Prometheus, the service's JSON and the copies into the public structs follow\n"
       "   from the row. The build then fails until the field is added to\n"
       "   `kvtier::api::EngineStats` (include/kvtier/stats.h) and appended to\n"

@@ -1,10 +1,11 @@
 /* The C API from C (compiled as C11): open an engine with an SSD directory in a temporary
  * directory, store a prefix, look it up, load it back layer by layer, compare the bytes, pin,
- * prefetch, flush, read statistics, hint a session and look it up with a session id (access
- * prediction), set the options appended for the options table (docs/options.md: CXL tier,
- * device backend, SSD I/O, staging buffers, file mode) and check that they reach the engine, and
- * check the error paths (bad layout, bad block arrays, versioned structs, bad prediction options,
- * appended options out of their table range), that a codec's zstd level and group size of 0
+ * prefetch, flush, read statistics (the remote store's absent without a remote tier), hint a
+ * session and look it up with a session id (access prediction), set the options appended for the
+ * options table (docs/options.md: CXL tier, device backend, SSD I/O, staging buffers, file mode)
+ * and check that they reach the engine, and check the error paths (bad layout, bad block
+ * arrays, versioned structs, bad prediction options, appended options out of their table range),
+ * that a codec's zstd level and group size of 0
  * are its defaults, and that a latent (MLA) layout, asked for by the appended layout_kind, caches
  * one plane per block byte for byte (and a bad kind, or a latent layout with two KV heads, is
  * refused naming the field). Exits 0 on success, 1 with a message on the first failed check. */
@@ -291,6 +292,17 @@ static void TestRoundTrip(void) {
   CHECK(stats.store_blocks == kChunks * kLayers);
   CHECK(stats.load_blocks >= (kChunks + 2) * kLayers);
   CHECK(stats.tier_count >= 2); /* host and SSD */
+  CHECK(stats.has_remote == 0 && stats.remote.gets == 0 && stats.remote.puts == 0);
+  CHECK(stats.remote.breaker_state == KVTIER_BREAKER_CLOSED);
+  {
+    /* A caller built before the remote store's counters: they keep the caller's values. */
+    kvtier_engine_stats_t before;
+    kvtier_stats_init(&before);
+    before.struct_size = offsetof(kvtier_engine_stats_t, has_remote);
+    before.has_remote = 7;
+    CHECK_OK(kvtier_engine_stats(engine, &before, &err));
+    CHECK(before.has_remote == 7 && before.store_blocks == kChunks * kLayers);
+  }
   {
     size_t needed = 0;
     char small[8] = "keep";

@@ -2,19 +2,28 @@
 an attribute of EngineStats or TierStats with the row's help as its docstring, the classes have no
 counter outside the table, as_dict() holds the same values, counters that used to be missing
 (staged_copy_bytes, remote_not_admitted, ...) are there, and the Prometheus text names every
-exported row.
+exported row; the remote store's rows (scope "remote store") are the attributes of stats.remote
+(a RemoteStats with a remote tier, None without).
 Method: list the rows with kvtier._stats_fields(), compare them with the public attributes of a
-live engine's stats after a store, a lookup and a load, and search metrics_text() for each row's
-family."""
+live engine's stats after a store, a lookup and a load (one engine with a remote tier on a
+redis-server of the test's own), and search metrics_text() for each row's family."""
 
 import numpy as np
 
 import kvtier
 
 
+_TIER_SCOPES = ("tier", "age-limited tier")
+_ENGINE_SCOPES = ("engine", "remote")
+
+
 def _rows(per_tier):
-    tier_scopes = ("tier", "age-limited tier")
-    return [r for r in kvtier._stats_fields() if (r["scope"] in tier_scopes) == per_tier]
+    scopes = _TIER_SCOPES if per_tier else _ENGINE_SCOPES
+    return [r for r in kvtier._stats_fields() if r["scope"] in scopes]
+
+
+def _remote_store_rows():
+    return [r for r in kvtier._stats_fields() if r["scope"] == "remote store"]
 
 
 def _attributes(obj):
@@ -35,7 +44,8 @@ def test_rows_are_the_attributes(engine):
     stats = _exercised(engine)
     engine_rows = {r["name"] for r in _rows(per_tier=False)}
     tier_rows = {r["name"] for r in _rows(per_tier=True)}
-    assert _attributes(stats) == engine_rows | {"tiers"}
+    assert _attributes(stats) == engine_rows | {"tiers", "remote"}
+    assert stats.remote is None  # No remote tier.
     for tier in stats.tiers:
         assert _attributes(tier) == tier_rows | {"kind"}
     for name in ("staged_copy_bytes", "remote_not_admitted", "remote_over_budget",
@@ -46,20 +56,24 @@ def test_rows_are_the_attributes(engine):
 
 def test_rows_are_well_formed_and_documented():
     rows = kvtier._stats_fields()
+    assert len(rows) == len(_rows(per_tier=False)) + len(_rows(per_tier=True)) + len(
+        _remote_store_rows())
     assert len({r["name"] for r in rows if r["scope"] in ("engine", "remote")}) == len(
         _rows(per_tier=False))
     for r in rows:
         assert r["kind"] in ("counter", "gauge", "ratio", "timestamp"), r
         assert r["type"] in ("int", "float"), r
         assert r["help"].endswith("."), r
-        owner = kvtier.TierStats if r in _rows(per_tier=True) else kvtier.EngineStats
+        owner = (kvtier.TierStats if r in _rows(per_tier=True) else
+                 kvtier.RemoteStats if r["scope"] == "remote store" else kvtier.EngineStats)
         assert r["help"] in getattr(owner, r["name"]).__doc__, r
 
 
 def test_as_dict_holds_every_row(engine):
     stats = _exercised(engine)
     d = stats.as_dict()
-    assert set(d) == {r["name"] for r in _rows(per_tier=False)} | {"tiers"}
+    assert set(d) == {r["name"] for r in _rows(per_tier=False)} | {"tiers", "remote"}
+    assert d["remote"] is None
     for r in _rows(per_tier=False):
         assert d[r["name"]] == getattr(stats, r["name"]), r["name"]
     assert [t["kind"] for t in d["tiers"]] == [str(t.kind).split(".")[-1].lower()
@@ -74,8 +88,30 @@ def test_prometheus_names_every_exported_row(engine):
     _exercised(engine)
     text = engine.metrics_text()
     for r in kvtier._stats_fields():
-        if r["kind"] == "timestamp" or r["scope"] in ("remote", "age-limited tier"):
+        if r["kind"] == "timestamp" or r["scope"] in ("remote", "age-limited tier",
+                                                      "remote store"):
             continue  # Timestamps are not exported; the others need a remote tier or an age limit.
         family = ("tier_" if r["scope"] == "tier" else "") + r["name"]
         family += "_total" if r["kind"] == "counter" else ""
         assert f"# HELP kvtier_{family} {r['help']}\n" in text, family
+
+
+def test_remote_store_rows_reach_python_and_prometheus(make_engine, redis_endpoint):
+    engine = make_engine(remote_endpoints=[redis_endpoint], remote_insecure_plaintext=True)
+    stats = _exercised(engine)
+    rows = _remote_store_rows()
+    names = {r["name"] for r in rows}
+    assert "breaker_state" in names and "topology_refreshes" in names
+    assert isinstance(stats.remote, kvtier.RemoteStats)
+    assert _attributes(stats.remote) == names
+    d = stats.as_dict()["remote"]
+    assert d == dict(stats.remote.as_dict())
+    for r in rows:
+        assert isinstance(getattr(stats.remote, r["name"]), int), r["name"]
+        assert d[r["name"]] == getattr(stats.remote, r["name"]), r["name"]
+    assert stats.remote.breaker_state == 0  # Closed.
+    text = engine.metrics_text()
+    for r in rows:
+        family = "remote_" + r["name"] + ("_total" if r["kind"] == "counter" else "")
+        assert f"# TYPE kvtier_{family} {'counter' if r['kind'] == 'counter' else 'gauge'}\n" \
+            in text, family

@@ -39,6 +39,7 @@ from ._kvtier import (  # noqa: F401  (re-exported API)
     NotSupportedError,
     PinHandle,
     Priority,
+    RemoteStats,
     StoreHandle,
     Tier,
     TierStats,
@@ -53,9 +54,10 @@ __version__ = _kvtier.__version__
 
 __all__ = [
     "Engine", "Namespace", "LookupResult", "LoadHandle", "StoreHandle", "PinHandle", "Tier",
-    "Priority", "EngineStats", "TierStats", "Error", "NotFoundError", "CorruptionError", "IoError",
-    "InvalidArgumentError", "NotSupportedError", "NoSpaceError", "BusyError", "AbortedError",
-    "TimedOutError", "UnavailableError", "empty_blocks", "derive_tenant_salt",
+    "Priority", "EngineStats", "TierStats", "RemoteStats", "Error", "NotFoundError",
+    "CorruptionError", "IoError", "InvalidArgumentError", "NotSupportedError", "NoSpaceError",
+    "BusyError", "AbortedError", "TimedOutError", "UnavailableError", "empty_blocks",
+    "derive_tenant_salt",
     "generate_remote_key", "connect", "__version__",
 ]
 
@@ -244,7 +246,7 @@ def _stats_repr(obj):
     return f"{type(obj).__name__}({', '.join(parts)})"
 
 
-for _cls in (_kvtier.EngineStats, _kvtier.TierStats, _kvtier.LookupResult):
+for _cls in (_kvtier.EngineStats, _kvtier.TierStats, _kvtier.RemoteStats, _kvtier.LookupResult):
     _cls.__repr__ = _stats_repr
 
 
