@@ -471,7 +471,9 @@ Result<RemoteEngine::ClearResult> RemoteEngineImpl::ClearTenant(uint32_t uid,
 EngineStats RemoteEngineImpl::Stats() {
   Result<std::shared_ptr<Connection>> c = Live(false);
   if (!c.ok()) return {};
-  Result<std::vector<std::byte>> reply = Call(*c, Op::kStats, WireWriter(), Timeout());
+  WireWriter request;
+  request.U8(kStatsWithRemoteStore);
+  Result<std::vector<std::byte>> reply = Call(*c, Op::kStats, request, Timeout());
   if (!reply.ok()) return {};
   WireReader r(*reply);
   EngineStats stats = GetEngineStats(&r);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/coding.h"
+#include "engine/stats_table.h"
 
 namespace kvtier::serve {
 namespace {
@@ -251,7 +252,41 @@ Status RecvFrame(int fd, FrameHeader* header, std::vector<std::byte>* payload, i
   return Status::Ok();
 }
 
-void PutEngineStats(const EngineStats& s, WireWriter* w) {
+namespace {
+
+// The remote store's rows on the wire, each as its own type.
+void PutStat(uint64_t v, WireWriter* w) { w->U64(v); }
+void PutStat(uint32_t v, WireWriter* w) { w->U32(v); }
+void PutStat(BreakerState v, WireWriter* w) { w->U8(static_cast<uint8_t>(v)); }
+void GetStat(WireReader* r, uint64_t* v) { *v = r->U64(); }
+void GetStat(WireReader* r, uint32_t* v) { *v = r->U32(); }
+void GetStat(WireReader* r, BreakerState* v) {
+  const uint8_t state = r->U8();
+  *v = state <= static_cast<uint8_t>(BreakerState::kHalfOpen) ? static_cast<BreakerState>(state)
+                                                                : BreakerState::kClosed;
+}
+
+void PutRemoteStoreStats(const std::optional<RemoteStoreStats>& remote, WireWriter* w) {
+  w->U8(remote.has_value() ? 1 : 0);
+  if (!remote.has_value()) return;
+#define KVTIER_WIRE_PUT(name, type, kind, unit, scope, help) PutStat(remote->name, w);
+  KVTIER_REMOTE_STORE_STATS(KVTIER_WIRE_PUT)
+#undef KVTIER_WIRE_PUT
+}
+
+std::optional<RemoteStoreStats> GetRemoteStoreStats(WireReader* r) {
+  if (r->U8() != 1) return std::nullopt;
+  RemoteStoreStats remote;
+#define KVTIER_WIRE_GET(name, type, kind, unit, scope, help) GetStat(r, &remote.name);
+  KVTIER_REMOTE_STORE_STATS(KVTIER_WIRE_GET)
+#undef KVTIER_WIRE_GET
+  if (!r->ok()) return std::nullopt;
+  return remote;
+}
+
+}  // namespace
+
+void PutEngineStats(const EngineStats& s, WireWriter* w, bool remote_store) {
   for (uint64_t v : {s.lookups, s.lookup_hit_tokens, s.lookup_tokens, s.loads, s.load_blocks,
                      s.load_failures, s.stores, s.store_blocks, s.busy_rejections, s.prefetches,
                      s.prefetch_blocks, s.corrupt_blocks, s.remote_put_errors,
@@ -279,6 +314,9 @@ void PutEngineStats(const EngineStats& s, WireWriter* w) {
     w->U64(t.writeback_horizon_us);
     w->U64(t.writeback_lag_us);
   }
+  // Appended after the horizons, only when the request asked (a client from before reads the
+  // horizons only when nothing follows them).
+  if (remote_store) PutRemoteStoreStats(s.remote, w);
 }
 
 EngineStats GetEngineStats(WireReader* r) {
@@ -308,12 +346,13 @@ EngineStats GetEngineStats(WireReader* r) {
     }
     s.tiers.push_back(t);
   }
-  if (r->ok() && r->remaining() == s.tiers.size() * 16) {  // The write-back horizons.
+  if (r->ok() && r->remaining() >= s.tiers.size() * 16) {  // The write-back horizons.
     for (TierStats& t : s.tiers) {
       t.writeback_horizon_us = r->U64();
       t.writeback_lag_us = r->U64();
     }
   }
+  if (r->ok() && r->remaining() > 0) s.remote = GetRemoteStoreStats(r);
   return s;
 }
 

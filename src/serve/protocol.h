@@ -23,7 +23,7 @@
 //   kPin          ns, tokens                             kReply: status, pin id, chunks
 //   kUnpin        pin id                                 (none)
 //   kFlush, kDrain                                       kReply: status
-//   kStats                                               kReply: status, EngineStats
+//   kStats        (remote store flag)                    kReply: status, EngineStats
 //   kServiceStats                                        kReply: status, JSON text
 //   kClearTenant  uid, tenant id                         kReply: status, new generation
 //
@@ -139,7 +139,16 @@ Status SendFrame(int fd, Op op, uint64_t id, std::span<const std::byte> payload,
 Status RecvFrame(int fd, FrameHeader* header, std::vector<std::byte>* payload,
                  int* received_fd = nullptr);
 
-void PutEngineStats(const EngineStats& stats, WireWriter* w);
+// The kStats request's flag asking for the remote store's counters (EngineStats::remote). A client
+// from before sends no flag and gets the reply it knows; a service from before ignores the flag
+// and sends no remote block (the reply decodes with remote unset).
+inline constexpr uint8_t kStatsWithRemoteStore = 1;
+
+// EngineStats: the engine rows, the tiers, then their write-back horizons; with `remote_store`,
+// then a byte saying whether the remote store's rows follow and those rows (in the stats table's
+// order, each as its type: U64, U32, or U8 for breaker_state). GetEngineStats decodes each
+// version: a reply ending after the tiers or after the horizons leaves the rest unset.
+void PutEngineStats(const EngineStats& stats, WireWriter* w, bool remote_store = false);
 EngineStats GetEngineStats(WireReader* r);
 
 }  // namespace kvtier::serve

@@ -55,8 +55,9 @@ void Conn::Serve(const FrameHeader& h, std::vector<std::byte>& payload) {
     case Op::kFlush:
       s = server_->engine->Flush();
       break;
-    case Op::kStats:
-      PutEngineStats(server_->engine->Stats(), &out);
+    case Op::kStats:  // The remote store's counters when the request asks (protocol.h).
+      PutEngineStats(server_->engine->Stats(), &out,
+                     r.remaining() > 0 && r.U8() == kStatsWithRemoteStore);
       break;
     case Op::kServiceStats:
       out.Str(server_->owner->StatsJson());

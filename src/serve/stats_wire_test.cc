@@ -1,10 +1,15 @@
 // Goal: the service's wire format for EngineStats (protocol.h, PutEngineStats / GetEngineStats)
 // carries every row of the stats table (engine/stats_table.h), so a connected engine's Stats()
 // reports what the service's engine counts; a row added to the table without reaching the wire
-// fails here.
-// Method: stats with a distinct value per row (engine rows and the rows of two tiers, expanded
-// from the table's X-macro lists) are written and read back, and each row compared.
+// fails here. The remote store's rows travel when the request asks for them, after everything a
+// client from before reads, so old replies still decode and old clients get the reply they know.
+// Method: stats with a distinct value per row (engine rows, the rows of two tiers and the remote
+// store's rows, expanded from the table's X-macro lists) are written and read back, and each row
+// compared; a reply without the remote block, and one cut before it, decode with remote unset.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "engine/stats_test_util.h"
 #include "serve/protocol.h"
@@ -12,10 +17,16 @@
 namespace kvtier::serve {
 namespace {
 
+EngineStats Distinct() {
+  EngineStats s = DistinctStats({TierKind::kHost, TierKind::kSsd});
+  s.remote = DistinctRemoteStats();
+  return s;
+}
+
 TEST(StatsWire, EveryRowRoundTrips) {
-  const EngineStats in = DistinctStats({TierKind::kHost, TierKind::kSsd});
+  const EngineStats in = Distinct();
   WireWriter w;
-  PutEngineStats(in, &w);
+  PutEngineStats(in, &w, /*remote_store=*/true);
   WireReader r(w.bytes());
   const EngineStats out = GetEngineStats(&r);
   ASSERT_TRUE(r.done());
@@ -32,7 +43,39 @@ TEST(StatsWire, EveryRowRoundTrips) {
     KVTIER_TIER_STATS(KVTIER_TEST_CHECK_TIER)
 #undef KVTIER_TEST_CHECK_TIER
   }
+  ASSERT_TRUE(out.remote.has_value());
+#define KVTIER_TEST_CHECK_REMOTE(name, type, kind, unit, scope, help) \
+  EXPECT_EQ(out.remote->name, in.remote->name) << #name;
+  KVTIER_REMOTE_STORE_STATS(KVTIER_TEST_CHECK_REMOTE)
+#undef KVTIER_TEST_CHECK_REMOTE
 #undef KVTIER_TEST_CHECK
+}
+
+TEST(StatsWire, RemoteStoreOnlyWhenAskedAndOldRepliesStillDecode) {
+  const EngineStats in = Distinct();
+  WireWriter old_format;  // What a client from before asks for and gets.
+  PutEngineStats(in, &old_format);
+  WireWriter with_remote;
+  PutEngineStats(in, &with_remote, /*remote_store=*/true);
+  const std::vector<std::byte>& a = old_format.bytes();
+  const std::vector<std::byte>& b = with_remote.bytes();
+  ASSERT_GT(b.size(), a.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));  // Appended after the horizons.
+
+  WireReader r(a);  // A service from before, or a request without the flag.
+  const EngineStats out = GetEngineStats(&r);
+  ASSERT_TRUE(r.done());
+  EXPECT_FALSE(out.remote.has_value());
+  EXPECT_EQ(out.tiers[1].writeback_horizon_us, in.tiers[1].writeback_horizon_us);
+
+  EngineStats none = in;  // No remote tier: one byte says so.
+  none.remote.reset();
+  WireWriter w;
+  PutEngineStats(none, &w, /*remote_store=*/true);
+  EXPECT_EQ(w.bytes().size(), a.size() + 1);
+  WireReader rn(w.bytes());
+  EXPECT_FALSE(GetEngineStats(&rn).remote.has_value());
+  EXPECT_TRUE(rn.done());
 }
 
 }  // namespace
