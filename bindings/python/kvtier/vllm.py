@@ -367,6 +367,30 @@ def _request_controls(params) -> tuple[dict, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------
+# The engine's counters in the connector's stats (stats_file): every row of the engine's stats
+# table (kvtier._stats_fields(), docs/stats.md) under its own name, so they follow the table.
+
+_STATS_TIER_SCOPES = ("tier", "age-limited tier")
+_STATS_ENGINE_SCOPES = ("engine", "remote")
+
+
+def engine_stats_dict(es) -> dict:
+    """"tiers": per tier kind its per-tier rows; "engine": the engine rows; and "remote_store":
+    the remote store's rows, with a remote tier only."""
+    rows = kvtier._stats_fields()
+    tier_names = [r["name"] for r in rows if r["scope"] in _STATS_TIER_SCOPES]
+    engine_names = [r["name"] for r in rows if r["scope"] in _STATS_ENGINE_SCOPES]
+    out = {
+        "tiers": {str(t.kind).split(".")[-1].lower(): {n: getattr(t, n) for n in tier_names}
+                  for t in es.tiers},
+        "engine": {n: getattr(es, n) for n in engine_names},
+    }
+    if es.remote is not None:
+        out["remote_store"] = dict(es.remote.as_dict())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Stats through vLLM's connector stats (KVConnectorLogging aggregates them per interval).
 
 @dataclasses.dataclass
@@ -2176,15 +2200,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # A service that is down is not asked (each step would wait for it).
         if (self._engine is not None and not self._engine.closed
                 and (not service or out["service"]["connected"])):
-            es = self._engine.stats()
-            out["tiers"] = {str(t.kind).split(".")[-1].lower(): {
-                "hits": t.hits, "blocks": t.blocks, "used_bytes": t.used_bytes,
-                "write_failures": t.write_failures} for t in es.tiers}
-            out["engine"] = {"lookups": es.lookups, "lookup_hit_tokens": es.lookup_hit_tokens,
-                             "loads": es.loads, "load_blocks": es.load_blocks,
-                             "load_failures": es.load_failures, "stores": es.stores,
-                             "store_blocks": es.store_blocks, "corrupt_blocks": es.corrupt_blocks,
-                             "busy_rejections": es.busy_rejections}
+            out.update(engine_stats_dict(self._engine.stats()))
         return out
 
     def _maybe_write_stats(self, force: bool = False):
