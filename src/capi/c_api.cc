@@ -214,13 +214,13 @@ Status ReadVersioned(const T* src, size_t min_bytes, T* dst, std::string_view wh
   return Status::Ok();
 }
 
-Result<KvLayout> ConvertLayout(const kvtier_layout_t& in, kvtier_layout_kind_t kind_in) {
+// `kind` is a kvtier_layout_kind_t's raw value (RawEnum): it may be out of the enum's range.
+Result<KvLayout> ConvertLayout(const kvtier_layout_t& in, int32_t kind) {
   const int32_t dtype = RawEnum(in.dtype);
   if (dtype < KVTIER_DTYPE_F16 || dtype > KVTIER_DTYPE_F32) {
     return Status::InvalidArgument("layout.dtype " + std::to_string(dtype) +
                                    " is not a kvtier_dtype_t");
   }
-  const int32_t kind = RawEnum(kind_in);
   if (kind < KVTIER_LAYOUT_KV || kind > KVTIER_LAYOUT_LATENT) {
     return Status::InvalidArgument("layout_kind " + std::to_string(kind) +
                                    " is not a kvtier_layout_kind_t");
@@ -419,7 +419,7 @@ Status ConvertAppendedOptions(const kvtier_engine_options_t& in, EngineOptions* 
 
 Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
   EngineOptions out;
-  KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout, in.layout_kind));
+  KV_ASSIGN_OR_RETURN(out.layout, ConvertLayout(in.layout, RawEnum(in.layout_kind)));
   if (in.model_name != nullptr) out.model.name = in.model_name;
   if (in.weights_digest != nullptr) {
     std::memcpy(out.model.weights_digest.data(), in.weights_digest,
@@ -739,7 +739,8 @@ kvtier_status_t kvtier_layout_kind_block_bytes(const kvtier_layout_t* layout,
     if (layout == nullptr || block_bytes == nullptr) {
       return Status::InvalidArgument("layout and block_bytes must not be NULL");
     }
-    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted, kvtier::ConvertLayout(*layout, kind));
+    KV_ASSIGN_OR_RETURN(const kvtier::KvLayout converted,
+                        kvtier::ConvertLayout(*layout, kvtier::RawEnum(kind)));
     *block_bytes = converted.BlockBytes();
     return Status::Ok();
   });
@@ -806,7 +807,8 @@ kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_o
     if (in.token != nullptr) client.token = in.token;
     if (in.name != nullptr) client.name = in.name;
     if (in.layout != nullptr) {
-      KV_ASSIGN_OR_RETURN(client.layout, kvtier::ConvertLayout(*in.layout, in.layout_kind));
+      KV_ASSIGN_OR_RETURN(client.layout,
+                          kvtier::ConvertLayout(*in.layout, kvtier::RawEnum(in.layout_kind)));
     }
     if (in.timeout_ms != 0) client.timeout_ms = in.timeout_ms;
     if (in.reconnect_interval_ms != 0) client.reconnect_interval_ms = in.reconnect_interval_ms;
