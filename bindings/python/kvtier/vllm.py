@@ -374,12 +374,18 @@ _STATS_TIER_SCOPES = ("tier", "age-limited tier")
 _STATS_ENGINE_SCOPES = ("engine", "remote")
 
 
+@functools.cache
+def _stats_row_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The per-tier and the engine rows' names: the table is fixed, so read it once."""
+    rows = kvtier._stats_fields()
+    return (tuple(r["name"] for r in rows if r["scope"] in _STATS_TIER_SCOPES),
+            tuple(r["name"] for r in rows if r["scope"] in _STATS_ENGINE_SCOPES))
+
+
 def engine_stats_dict(es) -> dict:
     """"tiers": per tier kind its per-tier rows; "engine": the engine rows; and "remote_store":
     the remote store's rows, with a remote tier only."""
-    rows = kvtier._stats_fields()
-    tier_names = [r["name"] for r in rows if r["scope"] in _STATS_TIER_SCOPES]
-    engine_names = [r["name"] for r in rows if r["scope"] in _STATS_ENGINE_SCOPES]
+    tier_names, engine_names = _stats_row_names()
     out = {
         "tiers": {str(t.kind).split(".")[-1].lower(): {n: getattr(t, n) for n in tier_names}
                   for t in es.tiers},
