@@ -46,6 +46,12 @@ if [ -n "${KVTIER_VLLM_VENV:-}" ]; then
 else
   cache="${KVTIER_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvtier/venvs}"
   mkdir -p "$cache"
+  # Whoever can write the cache directory can plant an environment whose python this script
+  # and the tests then run: it must be this user's own, writable by no one else.
+  if [ "$(stat -L -c %u "$cache")" != "$(id -u)" ] || (( 8#$(stat -L -c %a "$cache") & 8#022 )); then
+    echo "setup_vllm_venv: $cache is not owned by $(id -un) alone (owner $(stat -L -c %U "$cache"), mode $(stat -L -c %a "$cache")): another user could plant an environment there; use a directory of your own (KVTIER_VENV_CACHE)" >&2
+    exit 1
+  fi
   venv="$(cd "$cache" && pwd)/$name"
 fi
 stamp="$venv/.kvtier-$name"

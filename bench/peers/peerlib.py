@@ -169,6 +169,12 @@ def _shared_overlay(base_venv: Path, packages: list[str],
     digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:12]
     cache = venv_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    # Whoever can write the cache directory can plant an environment this script then runs.
+    st = cache.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise SystemExit(f"peers: {cache} is not this user's alone (uid {st.st_uid}, mode "
+                         f"{st.st_mode & 0o777:o}): another user could plant an environment there; "
+                         "use a directory of your own (KVTIER_VENV_CACHE)")
     target = cache.resolve() / f"{packages[0].replace('==', '-')}-{digest}"
     stamp = target / OVERLAY_STAMP
     if stamp.is_file():
