@@ -54,8 +54,12 @@ std::string CpusOf(const std::string& tid) {
   return "?";
 }
 
+// Stands for a pool whose threads have different nice values (never a real one: -20..19).
+constexpr int kMixedNice = -100;
+
 // Thread name -> nice value, for every thread of the process whose name starts with "kvtier-".
-// Threads of one pool share a name prefix and a priority; the last one read wins.
+// Threads of one pool share a name prefix and, once started, a priority.
+
 std::map<std::string, int> KvtierThreadNice() {
   std::map<std::string, int> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -73,9 +77,10 @@ std::map<std::string, int> KvtierThreadNice() {
     for (int i = 3; i <= 19 && fields >> field; ++i) {
       if (i == 19) nice = std::stoi(field);
     }
-    // Pools number their threads; one entry per pool.
+    // Pools number their threads; one entry per pool, kMixedNice while its threads disagree.
     while (!name.empty() && std::isdigit(static_cast<unsigned char>(name.back()))) name.pop_back();
-    out[name] = nice;
+    const auto [it, inserted] = out.emplace(name, nice);
+    if (!inserted && it->second != nice) it->second = kMixedNice;
   }
   return out;
 }
@@ -175,7 +180,8 @@ class EngineBackgroundNiceTest : public EngineThreadCpusTest {
  protected:
 
   // Opens an engine and returns its threads' nice values once the cleaner has started (its name
-  // is set by itself as it starts) and lowered itself when asked to.
+  // is set by itself as it starts) and the cleaner and the remote writers have lowered themselves
+  // when asked to: each thread lowers its own priority as it starts, after its name is set.
   std::map<std::string, int> OpenAndRead(int background_nice, std::unique_ptr<Engine>* engine) {
     Result<std::unique_ptr<Engine>> e = Engine::Open(Options("", &remote_, background_nice));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -184,8 +190,13 @@ class EngineBackgroundNiceTest : public EngineThreadCpusTest {
     const int want = std::min(base_ + background_nice, kNiceMax);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     std::map<std::string, int> threads = KvtierThreadNice();
-    while ((threads.count("kvtier-cleaner") == 0 || threads["kvtier-cleaner"] != want) &&
-           std::chrono::steady_clock::now() < deadline) {
+    const auto lowered = [&] {
+      for (const char* name : {"kvtier-cleaner", "kvtier-rput"}) {
+        if (threads.count(name) == 0 || threads[name] != want) return false;
+      }
+      return true;
+    };
+    while (!lowered() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       threads = KvtierThreadNice();
     }
