@@ -112,6 +112,14 @@ class RemoteStore {
   virtual Status Exists(std::span<RemoteExists> entries) = 0;
   virtual Status Delete(std::span<RemoteDelete> entries) = 0;
   virtual RemoteStoreStats Stats() const = 0;
+  // What the store holds, for stores that know it and remove values themselves (the fs tier's
+  // directory); a server that evicts on its own (Redis) reports zeros: not known.
+  struct Usage {
+    uint64_t capacity_bytes = 0;
+    uint64_t used_bytes = 0;
+    uint64_t removed = 0;  // Values the store removed for room or age, since open.
+  };
+  virtual Usage StoreUsage() const { return {}; }
 };
 
 // "<prefix>:{<hex chunk hash>}:<layer>".

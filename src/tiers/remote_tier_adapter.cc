@@ -218,7 +218,11 @@ Status RemoteTierAdapter::Erase(std::span<const BlockKey> keys) {
 
 TierStoreStats RemoteTierAdapter::Stats() {
   const RemoteStoreStats s = store_->Stats();
+  const RemoteStore::Usage usage = store_->StoreUsage();
   return TierStoreStats{.blocks_known = false,
+                        .capacity_bytes = usage.capacity_bytes,
+                        .used_bytes = usage.used_bytes,
+                        .dropped = usage.removed,
                         .reads = s.gets,
                         .read_hits = s.hits,
                         .read_misses = s.misses,

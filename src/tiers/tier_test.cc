@@ -1,4 +1,5 @@
-// Goal: show that the SSD tier and the remote tier keep the one contract of tiers/tier.h, so that
+// Goal: show that the SSD tier and the remote tier (on a store, and on a shared directory: the fs
+// tier) keep the one contract of tiers/tier.h, so that
 // the engine can walk a list of tiers without knowing which is which: records written in a batch
 // read back with their codec id and size, misses and refused records are NotFound (refused ones
 // flagged corrupt), Contains and Erase agree with reads, TTLs expire, each call's callback runs
@@ -7,9 +8,9 @@
 // write budget skip writes without failing them.
 // Method: one parameterised suite over both adapters. The SSD tier runs on the in-memory Env with
 // a manual clock (only its directory's LOCK is a real file, in a temporary directory); the remote
-// tier runs on FakeRemoteStore with the same clock. A corrupt record is made per tier: the SSD
-// one by writing under another layout digest through the SsdTier itself, the remote one by
-// flipping a stored bit.
+// tier runs on FakeRemoteStore with the same clock, and on FsStore in a temporary directory with
+// it. A corrupt record is made per tier: the SSD one by writing under another layout digest
+// through the SsdTier itself, the remote ones by flipping a stored bit.
 #include "tiers/tier.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "env/mem_env.h"
 #include "testing/fake_remote_store.h"
 #include "testing/test_util.h"
+#include "tiers/fs/fs_store.h"
 #include "tiers/remote_tier_adapter.h"
 #include "tiers/ssd_test_util.h"
 #include "tiers/ssd_tier_adapter.h"
@@ -58,6 +61,17 @@ class TierContractTest : public ::testing::TestWithParam<std::string> {
       auto adapter = std::make_unique<SsdTierAdapter>(std::move(ssd).value(), Layout());
       ssd_ = adapter.get();
       tier_ = std::move(adapter);
+    } else if (GetParam() == "fs") {
+      Result<ScopedTempDir> d = ScopedTempDir::Create();
+      ASSERT_TRUE(d.ok());
+      dir_ = std::make_unique<ScopedTempDir>(std::move(d).value());
+      Result<std::unique_ptr<FsStore>> fs = FsStore::Open({.dir = dir_->Join("shared"),
+                                                           .insecure_plaintext = true,
+                                                           .layout_digest = Layout(),
+                                                           .clock = &clock_});
+      ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+      fs_ = fs->get();
+      tier_ = std::make_unique<RemoteTierAdapter>(std::move(fs).value(), RemoteTierPolicy{});
     } else {
       fake_ = std::make_unique<FakeRemoteStore>(
           FakeRemoteStoreOptions{.layout_digest = Layout(), .clock = &clock_});
@@ -114,6 +128,14 @@ class TierContractTest : public ::testing::TestWithParam<std::string> {
       KV_CHECK_OK(fake_->CorruptStoredValue(Key(i), ssd::kRecordHeaderBytes + 5));
       return;
     }
+    if (fs_ != nullptr) {
+      std::fstream f(dir_->Join("shared/" + fs_->RelativePath(Key(i))),
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(kFsFileHeaderBytes + ssd::kRecordHeaderBytes + 5);
+      f.put('\x5a');
+      KV_CHECK(f.good());
+      return;
+    }
     SsdBlockWrite w{.key = Key(i),
                     .layout_digest = Layout(0x17),
                     .codec_id = kCodec,
@@ -127,17 +149,18 @@ class TierContractTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<ScopedTempDir> dir_;
   std::unique_ptr<Env> env_;
   std::unique_ptr<FakeRemoteStore> fake_;
+  FsStore* fs_ = nullptr;  // Owned by tier_.
   SsdTierAdapter* ssd_ = nullptr;
   std::unique_ptr<Tier> tier_;
   std::vector<std::vector<std::byte>> payloads_;
 };
 
 TEST_P(TierContractTest, NameCapabilitiesAndBuffers) {
-  EXPECT_EQ(tier_->name(), GetParam());
+  EXPECT_EQ(tier_->name(), GetParam() == "ssd" ? "ssd" : "remote");
   const TierCapabilities c = tier_->capabilities();
   EXPECT_TRUE(c.persistent);
   EXPECT_TRUE(c.write_back);
-  EXPECT_EQ(c.shared, GetParam() == "remote");
+  EXPECT_EQ(c.shared, GetParam() != "ssd");
   EXPECT_EQ(c.local_contains, GetParam() == "ssd");
   EXPECT_GE(tier_->batch_max(), 1024u);
   EXPECT_GE(tier_->ReadBufferBytes(kPayload), kPayload);
@@ -264,7 +287,7 @@ TEST_P(TierContractTest, SmallBufferIsRefusedPerItem) {
 TEST_P(TierContractTest, OversizedBatchFailsWhole) {
   std::vector<TierContains> asks(tier_->batch_max() + 1);
   for (uint64_t i = 0; i < asks.size(); ++i) asks[i].key = Key(i);
-  if (GetParam() == "remote") {
+  if (GetParam() != "ssd") {
     EXPECT_TRUE(tier_->Contains(asks).IsInvalidArgument());
   }
   std::vector<TierRead> reads(tier_->batch_max() + 1);
@@ -279,7 +302,7 @@ TEST_P(TierContractTest, OversizedBatchFailsWhole) {
   EXPECT_FALSE(Present(0)) << "nothing of a refused batch was written";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiers, TierContractTest, ::testing::Values("ssd", "remote"),
+INSTANTIATE_TEST_SUITE_P(Tiers, TierContractTest, ::testing::Values("ssd", "remote", "fs"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // The remote tier's admission filter and write budget: refusals are skips, not failures.

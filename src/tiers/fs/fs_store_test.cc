@@ -1,0 +1,432 @@
+// Goal: the fs tier keeps a shared directory of verified values: what is put is read back byte
+// for byte, sealed and in the clear; every damaged, truncated, moved, foreign, planted or linked
+// file is a counted miss that leaves nothing in the caller's buffer; a writer's temporary is
+// never read and a dead writer's is swept; the sweeps remove by age and, above the size bound,
+// oldest first down to 90 %, a hit renewing a value's time; two stores on one directory (two
+// nodes) writing and sweeping at once lose nothing below the bound and leave only verified
+// values; a write that fails (the file size limit) publishes nothing and leaves no temporary; an
+// untrusted directory and incomplete options are refused with the option's name.
+// Method: FsStore on a fresh temporary directory; files damaged, planted and aged with POSIX
+// calls (utimensat sets the times the sweeps read); RLIMIT_FSIZE makes writes fail.
+#include "tiers/fs/fs_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/hex.h"
+#include "testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+const std::string kKeys = "1 " + std::string(64, '1');
+
+BlockKey Key(uint32_t seed, uint32_t layer = 0) {
+  BlockKey key;
+  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
+    key.chunk_hash[i] = static_cast<uint8_t>(seed * 31 + i * 7);
+  }
+  key.layer = layer;
+  return key;
+}
+
+std::vector<std::byte> Payload(uint32_t seed, size_t n) {
+  std::vector<std::byte> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((seed * 131 + i * 17) & 0xff);
+  return p;
+}
+
+std::vector<std::string> ValueFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+void SetAge(const std::string& path, int64_t seconds_ago) {
+  timespec times[2];
+  times[0].tv_sec = times[1].tv_sec = ::time(nullptr) - seconds_ago;
+  times[0].tv_nsec = times[1].tv_nsec = 0;
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+class FsStoreTest : public ::testing::TestWithParam<bool> {  // Sealed or plaintext.
+ protected:
+  void SetUp() override {
+    Result<ScopedTempDir> t = ScopedTempDir::Create();
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    tmp_.emplace(std::move(*t));
+    dir_ = tmp_->Join("fs");
+  }
+
+  FsStoreOptions Options(bool sealed) const {
+    FsStoreOptions o{.dir = dir_};
+    if (sealed) {
+      Result<RemoteKeyring> ring = RemoteKeyring::Parse(kKeys);
+      KV_CHECK_OK(ring.status());
+      o.keyring = std::move(*ring);
+    } else {
+      o.insecure_plaintext = true;
+    }
+    o.layout_digest.fill(7);
+    return o;
+  }
+
+  std::unique_ptr<FsStore> Open(FsStoreOptions o) {
+    Result<std::unique_ptr<FsStore>> s = FsStore::Open(std::move(o));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static Status PutOne(FsStore& s, const BlockKey& key, std::span<const std::byte> payload,
+                       uint8_t codec = 3) {
+    RemotePut p{.key = key,
+                .codec_id = codec,
+                .raw_bytes = static_cast<uint32_t>(payload.size() * 2),
+                .payload = payload};
+    KV_RETURN_IF_ERROR(s.Put(std::span(&p, 1)));
+    return p.status;
+  }
+
+  // Gets into a buffer filled with 0xEE first; returns the entry.
+  static RemoteGet GetOne(FsStore& s, const BlockKey& key, std::vector<std::byte>* buffer) {
+    std::fill(buffer->begin(), buffer->end(), std::byte{0xEE});
+    RemoteGet g{.key = key, .dst = *buffer};
+    KV_CHECK_OK(s.Get(std::span(&g, 1)));
+    return g;
+  }
+
+  std::string PathOf(FsStore& s, const BlockKey& key) const {
+    return dir_ + "/" + s.RelativePath(key);
+  }
+
+  std::optional<ScopedTempDir> tmp_;
+  std::string dir_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, FsStoreTest, ::testing::Values(true, false),
+                         [](const auto& p) { return p.param ? "Sealed" : "Plaintext"; });
+
+bool AllZeroOrUntouched(const std::vector<std::byte>& b) {
+  return std::all_of(b.begin(), b.end(), [](std::byte x) { return x == std::byte{0}; });
+}
+
+TEST_P(FsStoreTest, WhatIsPutIsReadBackByteForByte) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  const std::vector<size_t> sizes = {1, 4096, 1 << 20};
+  for (uint32_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(PutOne(*s, Key(i, i), Payload(i, sizes[i])).ok());
+  }
+  std::vector<std::byte> buf(1 << 20);
+  for (uint32_t i = 0; i < sizes.size(); ++i) {
+    const RemoteGet g = GetOne(*s, Key(i, i), &buf);
+    ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+    EXPECT_EQ(g.payload_bytes, sizes[i]);
+    EXPECT_EQ(g.codec_id, 3);
+    EXPECT_EQ(g.raw_bytes, sizes[i] * 2);
+    EXPECT_EQ(std::memcmp(buf.data(), Payload(i, sizes[i]).data(), sizes[i]), 0);
+  }
+  RemoteExists ex[2] = {{.key = Key(0, 0)}, {.key = Key(9)}};
+  ASSERT_TRUE(s->Exists(ex).ok());
+  EXPECT_TRUE(ex[0].exists);
+  EXPECT_FALSE(ex[1].exists);
+  // Sealed names do not show the chunk hash.
+  const std::string name = s->RelativePath(Key(0, 0));
+  const BlockKey k0 = Key(0, 0);
+  const std::string hash_hex =
+      HexOf(std::string_view(reinterpret_cast<const char*>(k0.chunk_hash.data()), 8));
+  EXPECT_EQ(name.find(hash_hex.substr(0, 16)) == std::string::npos, GetParam()) << name;
+
+  RemoteDelete del{.key = Key(1, 1)};
+  ASSERT_TRUE(s->Delete(std::span(&del, 1)).ok());
+  EXPECT_TRUE(GetOne(*s, Key(1, 1), &buf).status.IsNotFound());
+  const RemoteStoreStats st = s->Stats();
+  EXPECT_EQ(st.puts, 3u);
+  EXPECT_EQ(st.gets, 4u);
+  EXPECT_EQ(st.hits, 3u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.corrupt + st.mismatched + st.auth_failures + st.errors, 0u);
+}
+
+TEST_P(FsStoreTest, DamagedShortMovedAndLinkedFilesAreCountedMisses) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  for (uint32_t i = 0; i < 5; ++i) ASSERT_TRUE(PutOne(*s, Key(i), Payload(i, 8192)).ok());
+  std::vector<std::byte> buf(8192);
+
+  // A flipped byte in the payload's place.
+  {
+    std::fstream f(PathOf(*s, Key(0)), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4000);
+    f.put('\x5a');
+  }
+  RemoteGet g = GetOne(*s, Key(0), &buf);
+  EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
+  EXPECT_TRUE(AllZeroOrUntouched(buf));
+  // Cut short.
+  ASSERT_EQ(::truncate(PathOf(*s, Key(1)).c_str(), 5000), 0);
+  g = GetOne(*s, Key(1), &buf);
+  EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
+  EXPECT_TRUE(AllZeroOrUntouched(buf));
+  // Key 3's value moved under key 2's name: well formed, for another key.
+  std::filesystem::rename(PathOf(*s, Key(3)), PathOf(*s, Key(2)));
+  g = GetOne(*s, Key(2), &buf);
+  EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
+  EXPECT_TRUE(AllZeroOrUntouched(buf));
+  // A link in a value's place is not followed.
+  std::filesystem::remove(PathOf(*s, Key(4)));
+  std::filesystem::create_symlink(PathOf(*s, Key(2)), PathOf(*s, Key(4)));
+  g = GetOne(*s, Key(4), &buf);
+  EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
+  RemoteExists ex{.key = Key(4)};
+  ASSERT_TRUE(s->Exists(std::span(&ex, 1)).ok());
+  EXPECT_FALSE(ex.exists);
+
+  const RemoteStoreStats st = s->Stats();
+  EXPECT_EQ(st.hits, 0u);
+  EXPECT_EQ(st.misses, 4u);
+  if (GetParam()) {
+    // The GCM tag refuses the damaged, the short and the moved value (the name is in its
+    // associated data).
+    EXPECT_EQ(st.auth_failures, 3u);
+    EXPECT_EQ(st.corrupt, 1u);  // The link.
+  } else {
+    EXPECT_EQ(st.corrupt, 3u);
+    EXPECT_EQ(st.mismatched, 1u);
+  }
+}
+
+TEST_P(FsStoreTest, AnotherLayoutsValuesAndPlantedPlaintextAreMisses) {
+  std::unique_ptr<FsStore> a = Open(Options(GetParam()));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(PutOne(*a, Key(1), Payload(1, 4096)).ok());
+  FsStoreOptions other = Options(GetParam());
+  other.layout_digest.fill(8);
+  std::unique_ptr<FsStore> b = Open(std::move(other));
+  ASSERT_NE(b, nullptr);
+  std::vector<std::byte> buf(4096);
+  EXPECT_TRUE(GetOne(*b, Key(1), &buf).status.IsCorruption());
+  EXPECT_EQ(b->Stats().mismatched, 1u);
+  EXPECT_TRUE(AllZeroOrUntouched(buf));
+  if (GetParam()) {
+    // A writer without the keys plants a well-formed plaintext value under the sealed name.
+    std::unique_ptr<FsStore> plain = Open(Options(false));
+    ASSERT_NE(plain, nullptr);
+    ASSERT_TRUE(PutOne(*plain, Key(2), Payload(2, 4096)).ok());
+    std::filesystem::rename(PathOf(*plain, Key(2)), PathOf(*a, Key(2)));
+    EXPECT_TRUE(GetOne(*a, Key(2), &buf).status.IsCorruption());
+    EXPECT_EQ(a->Stats().auth_failures, 1u);
+    EXPECT_TRUE(AllZeroOrUntouched(buf));
+  }
+}
+
+TEST_P(FsStoreTest, AForeignFileAndAnExpiredValueAreNotThere) {
+  ManualClock clock(1'000'000'000);
+  FsStoreOptions o = Options(GetParam());
+  o.clock = &clock;
+  std::unique_ptr<FsStore> s = Open(o);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(PutOne(*s, Key(1), Payload(1, 4096)).ok());
+  // Key 2's name holds a file of the right size that kvtier did not write.
+  std::filesystem::copy_file(PathOf(*s, Key(1)), PathOf(*s, Key(2)));
+  {
+    std::fstream f(PathOf(*s, Key(2)), std::ios::in | std::ios::out | std::ios::binary);
+    f.put('X');
+  }
+  std::vector<std::byte> buf(4096);
+  EXPECT_TRUE(GetOne(*s, Key(2), &buf).status.IsCorruption());
+  EXPECT_EQ(s->Stats().corrupt, 1u);
+  RemoteExists ex[2] = {{.key = Key(1)}, {.key = Key(2)}};
+  ASSERT_TRUE(s->Exists(ex).ok());
+  EXPECT_TRUE(ex[0].exists);
+  EXPECT_FALSE(ex[1].exists);
+
+  RemotePut p{.key = Key(3), .payload = Payload(3, 4096), .ttl_ms = 1000};
+  ASSERT_TRUE(s->Put(std::span(&p, 1)).ok());
+  ASSERT_TRUE(p.status.ok());
+  EXPECT_TRUE(GetOne(*s, Key(3), &buf).status.ok());
+  clock.Advance(1'000'001);
+  EXPECT_TRUE(GetOne(*s, Key(3), &buf).status.IsNotFound());
+  EXPECT_FALSE(std::filesystem::exists(PathOf(*s, Key(3))));  // Removed by the read.
+}
+
+TEST_P(FsStoreTest, TemporariesAreNeverReadAndDeadWritersAreSwept) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(PutOne(*s, Key(1), Payload(1, 4096)).ok());
+  const std::string path = PathOf(*s, Key(1));
+  const std::string parent = std::filesystem::path(path).parent_path();
+  const std::string base = std::filesystem::path(path).filename();
+  // A writer died before its rename: its temporary holds a whole value, still never read.
+  const std::string stale = parent + "/." + base + ".tmp.0123456789abcdef";
+  const std::string fresh = parent + "/." + base + ".tmp.fedcba9876543210";
+  std::filesystem::rename(path, stale);
+  std::filesystem::copy_file(stale, fresh);
+  SetAge(stale, kFsStaleTemporaryS + 60);
+  std::vector<std::byte> buf(4096);
+  EXPECT_TRUE(GetOne(*s, Key(1), &buf).status.IsNotFound());
+  ASSERT_TRUE(s->SweepNow().ok());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(fresh));  // Its writer may still be at work.
+  EXPECT_EQ(s->FsStats().stale_temporaries, 1u);
+  EXPECT_EQ(s->FsStats().values_seen, 0u);
+}
+
+TEST_P(FsStoreTest, SweepsRemoveByAgeThenOldestFirstDownTo90Percent) {
+  FsStoreOptions o = Options(GetParam());
+  o.max_age_s = 3600;
+  o.sweep_interval_ms = 3'600'000;  // Only the sweeps this test runs.
+  std::unique_ptr<FsStore> s = Open(o);
+  ASSERT_NE(s, nullptr);
+  constexpr uint32_t kValues = 10;
+  for (uint32_t i = 0; i < kValues; ++i) {
+    ASSERT_TRUE(PutOne(*s, Key(i), Payload(i, 65536)).ok());
+    SetAge(PathOf(*s, Key(i)), 1000 - i * 10);  // Key 0 the oldest.
+  }
+  SetAge(PathOf(*s, Key(5)), 7200);  // Past max_age_s.
+  ASSERT_TRUE(s->SweepNow().ok());
+  EXPECT_FALSE(std::filesystem::exists(PathOf(*s, Key(5))));
+  EXPECT_EQ(s->FsStats().evicted_values, 1u);
+  EXPECT_EQ(ValueFiles(dir_).size(), kValues - 1);
+
+  // A bound of 5 values: the sweep removes the oldest until at most 4.5 values' bytes remain.
+  const uint64_t value_bytes = std::filesystem::file_size(PathOf(*s, Key(0)));
+  o.bytes_max = value_bytes * 5;
+  std::unique_ptr<FsStore> bounded = Open(o);
+  ASSERT_NE(bounded, nullptr);
+  // A hit renews key 0 (read 1000 s ago): it is then the newest and stays.
+  std::vector<std::byte> buf(65536);
+  ASSERT_TRUE(GetOne(*bounded, Key(0), &buf).status.ok());
+  ASSERT_TRUE(bounded->SweepNow().ok());
+  std::vector<uint32_t> kept;
+  for (uint32_t i = 0; i < kValues; ++i) {
+    if (std::filesystem::exists(PathOf(*s, Key(i)))) kept.push_back(i);
+  }
+  EXPECT_EQ(kept, (std::vector<uint32_t>{0, 7, 8, 9}));
+  EXPECT_EQ(bounded->FsStats().evicted_bytes, value_bytes * 5);
+  for (uint32_t i : kept) EXPECT_TRUE(GetOne(*bounded, Key(i), &buf).status.ok()) << i;
+}
+
+TEST_P(FsStoreTest, TwoNodesWritingAndSweepingAtOnceKeepEverythingBelowTheBound) {
+  FsStoreOptions o = Options(GetParam());
+  o.bytes_max = 64ull << 20;  // Far above what they write: nothing may go.
+  o.sweep_interval_ms = 1;    // Their own sweepers too, as fast as they go.
+  std::unique_ptr<FsStore> a = Open(o);
+  std::unique_ptr<FsStore> b = Open(o);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr uint32_t kPerNode = 100;
+  auto writer = [&](FsStore* s, uint32_t first) {
+    for (uint32_t i = 0; i < kPerNode; ++i) {
+      // Both nodes also write a shared half (the same prefix seen on both).
+      const uint32_t k = i % 2 == 0 ? i : first + i;
+      EXPECT_TRUE(PutOne(*s, Key(k), Payload(k, 16384)).ok());
+      if (i % 10 == 0) {
+        EXPECT_TRUE(s->SweepNow().ok());
+      }
+    }
+  };
+  std::thread ta(writer, a.get(), 1000);
+  std::thread tb(writer, b.get(), 2000);
+  ta.join();
+  tb.join();
+  std::vector<std::byte> buf(16384);
+  for (uint32_t i = 0; i < kPerNode; ++i) {
+    for (uint32_t k : {i % 2 == 0 ? i : 1000 + i, i % 2 == 0 ? i : 2000 + i}) {
+      const RemoteGet g = GetOne(i % 3 == 0 ? *a : *b, Key(k), &buf);
+      ASSERT_TRUE(g.status.ok()) << k << ": " << g.status.ToString();
+      ASSERT_EQ(std::memcmp(buf.data(), Payload(k, 16384).data(), 16384), 0) << k;
+    }
+  }
+  EXPECT_EQ(a->FsStats().evicted_values + b->FsStats().evicted_values, 0u);
+
+  // Now a bound of half: both sweep at once; what stays verifies, and the total is under it.
+  o.bytes_max = 100 * std::filesystem::file_size(PathOf(*a, Key(0))) / 2;
+  o.sweep_interval_ms = 3'600'000;
+  std::unique_ptr<FsStore> c = Open(o);
+  std::unique_ptr<FsStore> d = Open(o);
+  std::thread tc([&] { EXPECT_TRUE(c->SweepNow().ok()); });
+  std::thread td([&] { EXPECT_TRUE(d->SweepNow().ok()); });
+  tc.join();
+  td.join();
+  uint64_t total = 0;
+  for (const std::string& f : ValueFiles(dir_)) total += std::filesystem::file_size(f);
+  EXPECT_LE(total, o.bytes_max);
+  EXPECT_GT(total, o.bytes_max / 2);  // Not everything: the nodes did not double the removal.
+  uint32_t found = 0;
+  for (uint32_t k = 0; k < 2100; ++k) {
+    const RemoteGet g = GetOne(*c, Key(k), &buf);
+    if (g.status.ok()) ++found;
+    ASSERT_TRUE(g.status.ok() || g.status.IsNotFound()) << g.status.ToString();
+  }
+  EXPECT_GT(found, 0u);
+  EXPECT_EQ(c->Stats().corrupt + c->Stats().auth_failures + c->Stats().mismatched, 0u);
+}
+
+TEST_P(FsStoreTest, AFailedWritePublishesNothingAndLeavesNoTemporary) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 10000;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status put = PutOne(*s, Key(1), Payload(1, 65536));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_FALSE(put.ok());
+  EXPECT_NE(put.ToString().find(dir_), std::string::npos) << put.ToString();
+  EXPECT_TRUE(ValueFiles(dir_).empty());
+  EXPECT_EQ(s->Stats().errors, 1u);
+  std::vector<std::byte> buf(65536);
+  EXPECT_TRUE(GetOne(*s, Key(1), &buf).status.IsNotFound());
+}
+
+TEST(FsStoreOpenTest, UntrustedDirectoriesAndIncompleteOptionsAreRefused) {
+  Result<ScopedTempDir> t = ScopedTempDir::Create();
+  ASSERT_TRUE(t.ok());
+  const std::string dir = t->Join("shared");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  Result<std::unique_ptr<FsStore>> s =
+      FsStore::Open({.dir = dir, .insecure_plaintext = true});
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.status().IsInvalidArgument()) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("fs_dir"), std::string::npos) << s.status().ToString();
+
+  s = FsStore::Open({.dir = t->Join("a")});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("remote_key_file"), std::string::npos);
+  s = FsStore::Open({.dir = t->Join("a"), .key_prefix = "../x", .insecure_plaintext = true});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("key_prefix"), std::string::npos);
+  s = FsStore::Open({.dir = "", .insecure_plaintext = true});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("fs_dir"), std::string::npos);
+  // A file where the directory should be.
+  std::ofstream(t->Join("file")) << "x";
+  s = FsStore::Open({.dir = t->Join("file"), .insecure_plaintext = true});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("fs_dir"), std::string::npos) << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier
