@@ -168,9 +168,9 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
   if (o.ssd.has_value()) {
     KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &o.ssd->keyring));
   }
-  if (o.remote.has_value()) {
+  if (o.remote.has_value() && o.remote->keyring() != nullptr) {
     KV_RETURN_IF_ERROR(
-        LoadKeys(a.remote_key_file, a.remote_key_env, "remote", &o.remote->redis->keyring));
+        LoadKeys(a.remote_key_file, a.remote_key_env, "remote", o.remote->keyring()));
   }
   return o;
 }

@@ -48,6 +48,7 @@
 #include "core/limits.h"
 #include "env/env.h"
 #include "tiers/memory_tier.h"
+#include "tiers/fs/fs_store.h"
 #include "tiers/redis_store.h"
 #include "tiers/remote_store.h"
 #include "tiers/ssd_tier.h"
@@ -118,6 +119,9 @@ struct RemoteTierOptions {
   // The engine fills in layout_digest, and clock / logger when they are null (env->clock(),
   // EngineOptions::logger).
   std::optional<RedisStoreOptions> redis;
+  // A shared directory instead of Redis (tiers/fs/fs_store.h): one file per block, for nodes
+  // that share a file system. Its keyring and insecure_plaintext are its own fields.
+  std::optional<FsStoreOptions> fs;
   RemoteStore* store = nullptr;  // Borrowed; must outlive the Engine.
   // kWriteThrough: every Store also puts its blocks (on a worker, before StoreHandle::Wait
   // returns). kWriteBack: blocks are put when their last memory copy is evicted, and on Flush.
@@ -140,6 +144,10 @@ struct RemoteTierOptions {
   uint32_t connections = kRemoteConnectionsDefault;
 
   Status Validate() const;
+  // The deployment keys and the plaintext choice of whichever store is configured (nullptr when
+  // the store is borrowed).
+  std::optional<RemoteKeyring>* keyring();
+  bool* insecure_plaintext();
 };
 
 // Access prediction (docs/engine.md, "Access prediction"): the engine tags every Lookup with a

@@ -17,8 +17,10 @@
 namespace kvtier {
 
 Status RemoteTierOptions::Validate() const {
-  if (redis.has_value() == (store != nullptr)) {
-    return Status::InvalidArgument("exactly one of redis and store must be set");
+  if (int{redis.has_value()} + int{fs.has_value()} + int{store != nullptr} != 1) {
+    return Status::InvalidArgument(
+        "exactly one of redis, fs and store must be set (remote_endpoints and fs_dir name two "
+        "remote tiers; give one)");
   }
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
     return Status::InvalidArgument("write_policy: unknown value");
@@ -39,6 +41,16 @@ Status RemoteTierOptions::Validate() const {
                                    std::to_string(connections));
   }
   return Status::Ok();
+}
+
+std::optional<RemoteKeyring>* RemoteTierOptions::keyring() {
+  if (fs.has_value()) return &fs->keyring;
+  return redis.has_value() ? &redis->keyring : nullptr;
+}
+
+bool* RemoteTierOptions::insecure_plaintext() {
+  if (fs.has_value()) return &fs->insecure_plaintext;
+  return redis.has_value() ? &redis->insecure_plaintext : nullptr;
 }
 
 // --- Open --------------------------------------------------------------------------------------

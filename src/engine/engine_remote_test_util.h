@@ -32,11 +32,14 @@ inline KvLayout SmallLayout() {
           .block_tokens = kBlockTokens};
 }
 
+// The tier's row; a failure and an empty row when the engine has no such tier (never null).
 inline const TierStats* FindTier(const EngineStats& s, TierKind kind) {
   for (const TierStats& t : s.tiers) {
     if (t.kind == kind) return &t;
   }
-  return nullptr;
+  ADD_FAILURE() << "the engine has no tier of kind " << static_cast<int>(kind);
+  static const TierStats kNone{};
+  return &kNone;
 }
 
 // A node without its remote tier: host memory for `host_blocks` blocks, an SSD in `ssd_dir` when

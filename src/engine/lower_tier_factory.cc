@@ -1,4 +1,4 @@
-// StandardLowerTiers: the SSD tier and the remote tier, opened from EngineOptions, and
+// StandardLowerTiers: the SSD tier and the remote tier (on Redis or a shared directory), opened from EngineOptions, and
 // Engine::Open with them (lower_tier_factory.h). The only file of the engine that names a tier
 // below memory; it is in kvtier_engine, not in kvtier_engine_core.
 #include "engine/lower_tier_factory.h"
@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "tiers/fs/fs_store.h"
 #include "tiers/redis_store.h"
 #include "tiers/remote_lanes.h"
 #include "tiers/remote_tier_adapter.h"
@@ -66,6 +67,13 @@ class StandardFactory final : public LowerTierFactory {
     std::unique_ptr<RemoteTierAdapter> adapter;
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
+    } else if (r.fs.has_value()) {
+      FsStoreOptions o = *r.fs;
+      o.layout_digest = context.layout_digest;
+      if (o.clock == nullptr) o.clock = context.clock;
+      if (o.logger == nullptr) o.logger = context.logger;
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<FsStore> fs, FsStore::Open(std::move(o)));
+      adapter = std::make_unique<RemoteTierAdapter>(std::move(fs), policy);
     } else {
       RedisStoreOptions o = *r.redis;
       o.layout_digest = context.layout_digest;

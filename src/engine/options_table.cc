@@ -57,6 +57,11 @@ Status OnRedis(EngineOptions& o, F f) {
   if (o.remote.has_value() && o.remote->redis.has_value()) f(*o.remote->redis);
   return Status::Ok();
 }
+template <typename F>
+Status OnFs(EngineOptions& o, F f) {
+  if (o.remote.has_value() && o.remote->fs.has_value()) f(*o.remote->fs);
+  return Status::Ok();
+}
 
 // The codec with one of its parameters changed, re-derived as ParseCodecParams does (0: the
 // codec's default level or group size).
@@ -80,6 +85,10 @@ constexpr std::string_view kKeyEnvNote =
 constexpr std::string_view kKeyTextNote =
     "C++ only: C and Python callers name a variable instead (*_key_env), so that key text never "
     "sits in an argument list, and the CLI reads a file";
+constexpr std::string_view kFsNote =
+    "Python, the CLI, its config file and kvtier serve (so C and C++ programs through "
+    "kvtier_engine_connect / Engine::Connect); not in the fixed C struct or the public C++ "
+    "options yet";
 
 constexpr OptionSpec kTable[] = {
     // ---- Identity and geometry ----
@@ -465,6 +474,60 @@ constexpr OptionSpec kTable[] = {
        }
        return Status::Ok();
      }},
+    // ---- The remote tier on a shared directory (the fs tier) ----
+    {.name = "fs_dir", .type = OptionType::kString, .default_text = "\"\"",
+     .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "A shared directory (NFS, Lustre, CephFS, local) as the remote tier instead of "
+            "Redis, one file per block; empty: none",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       const std::string& dir = S(v);
+       if (dir.empty()) {
+         if (o.remote.has_value() && o.remote->fs.has_value()) o.remote.reset();
+         return Status::Ok();
+       }
+       if (!o.remote.has_value()) o.remote = RemoteTierOptions{};
+       if (!o.remote->fs.has_value()) o.remote->fs.emplace();
+       o.remote->fs->dir = dir;
+       return Status::Ok();
+     }},
+    {.name = "fs_bytes_max", .type = OptionType::kBytes, .default_text = "0", .min = 0,
+     .max = kBytesMax, .unit = "bytes", .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "Bytes the shared directory may hold, over every node; above it the oldest values "
+            "go; 0: no bound",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnFs(o, [&](FsStoreOptions& f) { f.bytes_max = U(v); });
+     }},
+    {.name = "fs_max_age_s", .type = OptionType::kUint, .default_text = "0", .min = 0,
+     .max = 10ull * 365 * 86400, .unit = "s", .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "Values not read or written for this long are removed; 0: no bound",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnFs(o, [&](FsStoreOptions& f) { f.max_age_s = U(v); });
+     }},
+    {.name = "fs_sweep_interval_ms", .type = OptionType::kUint, .default_text = "10000",
+     .min = 1, .max = 3'600'000, .unit = "ms", .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "Time between two sweeps of the shared directory (with a bound set)",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnFs(o, [&](FsStoreOptions& f) { f.sweep_interval_ms = U32(v); });
+     }},
+    {.name = "fs_fsync", .type = OptionType::kBool, .default_text = "true",
+     .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "Sync each value before it is published (a crash then leaves it whole or absent)",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnFs(o, [&](FsStoreOptions& f) { f.fsync = B(v); });
+     }},
+    {.name = "fs_group_shared", .type = OptionType::kBool, .default_text = "false",
+     .surfaces = kSurfacePython | kSurfaceCli,
+     .doc = "Files 0660 and a group-writable directory allowed, for nodes that run as several "
+            "users of one group",
+     .note = kFsNote,
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       return OnFs(o, [&](FsStoreOptions& f) { f.group_shared = B(v); });
+     }},
     {.name = "remote_cluster", .type = OptionType::kBool, .default_text = "false",
      .cpp_field = "remote.mode", .doc = "The endpoints are Redis Cluster seeds",
      .set = [](EngineOptions& o, const OptionValue& v) {
@@ -487,6 +550,7 @@ constexpr OptionSpec kTable[] = {
     {.name = "remote_key_prefix", .type = OptionType::kString, .default_text = "kvt",
      .cpp_field = "remote.key_prefix", .doc = "Prefix of every Redis key name",
      .set = [](EngineOptions& o, const OptionValue& v) {
+       OnFs(o, [&](FsStoreOptions& f) { f.key_prefix = S(v); }).IgnoreError();
        return OnRedis(o, [&](RedisStoreOptions& r) { r.key_prefix = S(v); });
      }},
     {.name = "remote_connect_timeout_ms", .type = OptionType::kUint, .default_text = "200",
@@ -546,9 +610,11 @@ constexpr OptionSpec kTable[] = {
      .doc = "The remote keys' text, in the key file's format", .note = kKeyTextNote},
     {.name = "remote_insecure_plaintext", .type = OptionType::kBool, .default_text = "false",
      .cpp_field = "remote.insecure_plaintext",
-     .doc = "Remote values in the clear (only for a Redis nobody else can reach)",
+     .doc = "Remote values in the clear (only for a Redis or fs_dir nobody else can reach)",
      .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.insecure_plaintext = B(v); });
+       return OnRemote(o, [&](RemoteTierOptions& r) {
+         if (bool* plaintext = r.insecure_plaintext(); plaintext != nullptr) *plaintext = B(v);
+       });
      }},
     {.name = "remote_write_policy", .type = OptionType::kChoice, .default_text = "through",
      .choices = kPolicy, .cpp_field = "remote.write_policy",

@@ -44,7 +44,11 @@ Status ApplyEngineSettings(const LlmSessionOptions& options, EngineOptions* o) {
     const bool cxl_switch = spec->name == "cxl_bytes";
     std::string needs;
     if (spec->name.starts_with("ssd_") && !o->ssd.has_value()) needs = "--cache-dir";
-    if (spec->name.starts_with("remote_") && !o->remote.has_value()) needs = "--redis";
+    if (spec->name.starts_with("remote_") && !o->remote.has_value()) needs = "--redis or --fs-dir";
+    if (spec->name.starts_with("fs_") && spec->name != "fs_dir" &&
+        !(o->remote.has_value() && o->remote->fs.has_value())) {
+      needs = "--fs-dir";
+    }
     if (spec->name.starts_with("cxl_") && !cxl_switch && !o->cxl.has_value()) {
       needs = "--cxl-bytes";
     }
@@ -151,7 +155,24 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
     redis.insecure_plaintext = options.remote_insecure_plaintext;
     o->remote = RemoteTierOptions{.redis = std::move(redis)};
   }
-  return ApplyEngineSettings(options, o);
+  KV_RETURN_IF_ERROR(ApplyEngineSettings(options, o));
+  if (o->remote.has_value() && o->remote->fs.has_value()) {
+    if (o->remote->redis.has_value()) {
+      return Status::InvalidArgument("--fs-dir and --redis name two remote tiers; give one");
+    }
+    if (options.remote_key_file.empty() && !options.remote_insecure_plaintext) {
+      return Status::InvalidArgument(
+          "--fs-dir needs --remote-key-file (deployment keys that encrypt and authenticate the "
+          "values; docs/security.md), or --remote-insecure-plaintext for a directory nobody "
+          "else can read or write");
+    }
+    if (!options.remote_key_file.empty()) {
+      KV_ASSIGN_OR_RETURN(o->remote->fs->keyring,
+                          RemoteKeyring::LoadFile(options.remote_key_file));
+    }
+    o->remote->fs->insecure_plaintext = options.remote_insecure_plaintext;
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<LlmSession>> LlmSession::Open(const LlmSessionOptions& options) {
