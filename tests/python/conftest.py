@@ -73,6 +73,15 @@ def engine(make_engine):
 
 # A redis-server of the test's own on a free loopback port, no persistence; killed afterwards.
 @pytest.fixture
+def key_file(tmp_path):
+    """A 0600 file of deployment keys (kvtier.generate_remote_key) for the remote tier."""
+    path = tmp_path / "remote.keys"
+    path.write_text(kvtier.generate_remote_key(1))
+    path.chmod(0o600)
+    return str(path)
+
+
+@pytest.fixture
 def redis_endpoint(tmp_path):
     server = shutil.which("redis-server")
     if server is None:

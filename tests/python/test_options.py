@@ -72,8 +72,10 @@ NON_DEFAULTS = dict(
     prediction_predict_k=2, prediction_blocks_max=32)
 # Set elsewhere in this test (the tiers' switches, required ones) or by test_remote/test_engine
 # (key material, which needs a key file or variable).
+# The fs tier is the remote tier on a directory instead of Redis: test_fs_tier.py sets its rows.
 ASIDE = {"layout", "host_bytes", "ssd_dirs", "remote_endpoints", "ssd_key_file", "ssd_key_env",
-         "remote_key_file", "remote_key_env"}
+         "remote_key_file", "remote_key_env", "fs_dir", "fs_bytes_max", "fs_max_age_s",
+         "fs_sweep_interval_ms", "fs_fsync", "fs_group_shared"}
 
 
 def test_every_option_reaches_the_engine(tmp_path):

@@ -15,14 +15,6 @@ import kvtier
 LAYOUT = "layers=3,kv_heads=2,head_dim=16,dtype=f16,block_tokens=16"
 
 
-@pytest.fixture
-def key_file(tmp_path):
-    path = tmp_path / "remote.keys"
-    path.write_text(kvtier.generate_remote_key(1))
-    path.chmod(0o600)
-    return str(path)
-
-
 def test_two_engines_share_a_prefix_through_redis(redis_endpoint, tmp_path, key_file,
                                                   monkeypatch):
     (tmp_path / "ssd").mkdir()

@@ -53,6 +53,11 @@ kv_connector_extra_config (all optional):
                         name; passwords never go in the config), remote_key_file / remote_key_env
                         (deployment keys, docs/security.md) or remote_insecure_plaintext,
                         remote_connections (reads' connections, default 1; puts have one more)
+  fs_dir                a shared directory (NFS, Lustre, CephFS) as the remote tier instead of
+                        Redis, one file per block, for vLLM instances on many nodes:
+                        fs_bytes_max, fs_max_age_s, fs_sweep_interval_ms, fs_fsync,
+                        fs_group_shared; the same remote_key_file / remote_key_env or
+                        remote_insecure_plaintext and remote_write_policy (docs/fs_tier.md)
   salt                  the deployment's base salt (a secret separates deployments)
   tenant_secret_file, tenant_secret_env   a secret (at least 16 bytes, checked at startup): each
                         request's cache_salt then becomes the tenant salt
@@ -175,7 +180,8 @@ _SERVER_RECONNECT_MS = 1000
 _ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
                 "ssd_sync", "worker_threads", "thread_cpus", "background_nice",
                 "writeback_age_ms_max", "codec",
-                "codec_level", "ssd_key_file", "ssd_key_env", "remote_endpoints", "runtime_dir")
+                "codec_level", "ssd_key_file", "ssd_key_env", "remote_endpoints", "fs_dir",
+                "runtime_dir")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1926,6 +1932,19 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                           remote_key_env=c.get("remote_key_env", ""),
                           remote_insecure_plaintext=bool(c.get("remote_insecure_plaintext",
                                                                False)))
+        if c.get("fs_dir"):
+            kwargs.update(fs_dir=str(c["fs_dir"]),
+                          remote_write_policy=c.get("remote_write_policy", "through"),
+                          remote_key_file=c.get("remote_key_file", ""),
+                          remote_key_env=c.get("remote_key_env", ""),
+                          remote_insecure_plaintext=bool(c.get("remote_insecure_plaintext",
+                                                               False)))
+            for key in ("fs_bytes_max", "fs_max_age_s", "fs_sweep_interval_ms"):
+                if key in c:
+                    kwargs[key] = int(c[key])
+            for key in ("fs_fsync", "fs_group_shared"):
+                if key in c:
+                    kwargs[key] = bool(c[key])
         return kvtier.Engine(**kwargs)
 
     # ------------------------------------------------------------------ stopping
