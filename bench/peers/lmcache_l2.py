@@ -10,6 +10,11 @@ side goes first alternates between rounds):
          per key, buffered I/O) and its `fs_native` adapter (its native file I/O), each on a fresh
          directory under --dir; kvtier's SSD tier (`kvtier bench ssd`: a log of segments, O_DIRECT,
          io_uring, queue depth 16, then a cold read) on another fresh directory under --dir.
+  files  the same LMCache `fs` runs against kvtier's fs tier (`kvtier bench remote --fs-dir
+         --no-fsync`: one file per block through the page cache, published by rename without a
+         sync, as LMCache's adapter writes; sealed and plaintext, every read verified) and plain
+         files of the same sizes written, renamed and read back without checks (the directory's
+         own rate for this pattern), on a fresh directory under --dir.
   Redis  LMCache's `resp` adapter and kvtier's remote tier (`kvtier bench remote`: sealed with
          AES-256-GCM and plaintext, beside redis-benchmark's SET and GET of the same value size,
          the server's own limit) on one redis-server of this script's, flushed between runs.
@@ -134,6 +139,28 @@ def kvtier_remote(args, size: int, port: int) -> dict:
     return out
 
 
+def kvtier_fs(args, size: int, directory: Path) -> dict:
+    """kvtier's fs tier (the remote tier on a directory, docs/fs_tier.md) on `directory`, sealed
+    and plaintext, without a sync before each publish, as LMCache's `fs` adapter writes; beside
+    plain files of the same sizes (its baseline)."""
+    total = max(args.keys * args.in_flight * size, 8 * size)
+    r = subprocess.run([args.kvtier_cli, "bench", "remote", "--fs-dir", str(directory),
+                        "--no-fsync", "--block-bytes", str(size), "--total-bytes", str(total),
+                        "--rounds", "1", "--json"], capture_output=True, text=True,
+                       timeout=args.deadline_s)
+    if r.returncode != 0:
+        raise RuntimeError(f"kvtier bench remote --fs-dir exited {r.returncode}: "
+                           f"{r.stderr[-1500:]}")
+    d = json.loads(r.stdout)
+    out = {}
+    for mode, prefix in (("sealed", ""), ("plaintext", "plaintext_"), ("files", "files_")):
+        for op in ("put", "get"):
+            bps = d[f"{prefix}{op}_bytes_per_s"]
+            out[f"{mode}_{op}_bytes_per_s"] = bps
+            out[f"{mode}_{op}_ms_per_value"] = 1000 * size / bps
+    return out
+
+
 def fio_limits(directory: Path) -> dict:
     """The disk's sequential write and read with O_DIRECT, 1 MiB at queue depth 16."""
     out = {}
@@ -178,6 +205,9 @@ def measure(args, work: Path, disk: Path, port: int) -> dict:
                 d = disk / f"kvtier_ssd_{tag}"
                 add(size, "kvtier_ssd", kvtier_ssd(args, size, d))
                 shutil.rmtree(d, ignore_errors=True)
+                d = disk / f"kvtier_fs_{tag}"
+                add(size, "kvtier_fs", kvtier_fs(args, size, d))
+                shutil.rmtree(d, ignore_errors=True)
                 peerlib.redis_command(port, "FLUSHALL")
                 add(size, "kvtier_remote", kvtier_remote(args, size, port))
                 peerlib.redis_command(port, "FLUSHALL")
@@ -194,6 +224,16 @@ COMPARISONS = (  # (measure, LMCache cell and key, kvtier cell and key)
     ("disk get (LMCache fs)", ("lmcache_fs", "get"), ("kvtier_ssd", "get")),
     ("disk put (LMCache fs_native)", ("lmcache_fs_native", "put"), ("kvtier_ssd", "put")),
     ("disk get (LMCache fs_native)", ("lmcache_fs_native", "get"), ("kvtier_ssd", "get")),
+    ("files put (kvtier fs tier sealed)", ("lmcache_fs", "put"), ("kvtier_fs", "sealed_put")),
+    ("files get (kvtier fs tier sealed)", ("lmcache_fs", "get"), ("kvtier_fs", "sealed_get")),
+    ("files put (kvtier fs tier plaintext)", ("lmcache_fs", "put"),
+     ("kvtier_fs", "plaintext_put")),
+    ("files get (kvtier fs tier plaintext)", ("lmcache_fs", "get"),
+     ("kvtier_fs", "plaintext_get")),
+    ("files put (plain files, the directory's own)", ("lmcache_fs", "put"),
+     ("kvtier_fs", "files_put")),
+    ("files get (plain files, the directory's own)", ("lmcache_fs", "get"),
+     ("kvtier_fs", "files_get")),
     ("Redis put (kvtier sealed)", ("lmcache_resp", "put"), ("kvtier_remote", "sealed_put")),
     ("Redis get (kvtier sealed)", ("lmcache_resp", "get"), ("kvtier_remote", "sealed_get")),
     ("Redis put (kvtier plaintext)", ("lmcache_resp", "put"), ("kvtier_remote", "plaintext_put")),

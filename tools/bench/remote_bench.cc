@@ -1,6 +1,8 @@
 // See remote_bench.h.
 #include "bench/remote_bench.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/hex.h"
 #include "core/limits.h"
+#include "tiers/fs/fs_store.h"
 #include "tiers/redis_store.h"
 #include "tiers/remote_lanes.h"
 
@@ -60,10 +64,79 @@ Status RunSideBySide(size_t n, const std::function<Status(size_t)>& fn) {
   return Status::Ok();
 }
 
+// Called with a step's keys after their puts and before their gets are timed.
+using BeforeGets = std::function<void(std::span<const BlockKey>)>;
+
+// The fs tier's baseline: each value in a plain file "<dir>/<key hex>", written to a temporary,
+// synced, renamed, and read back whole, with no header, check or seal.
+class PlainFiles final : public RemoteStore {
+ public:
+  PlainFiles(std::string dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
+  std::string Path(const BlockKey& key) const {
+    return dir_ + "/" +
+           HexOf(std::string_view(reinterpret_cast<const char*>(key.chunk_hash.data()), 16)) +
+           "." + std::to_string(key.layer);
+  }
+  Status Put(std::span<RemotePut> entries) override {
+    for (RemotePut& e : entries) {
+      const std::string path = Path(e.key), temp = path + ".tmp";
+      const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) return Status::FromErrno(errno, temp);
+      const bool ok = ::write(fd, e.payload.data(), e.payload.size()) ==
+                          static_cast<ssize_t>(e.payload.size()) &&
+                      (!sync_ || ::fdatasync(fd) == 0);
+      ::close(fd);
+      if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) return Status::IoError(temp);
+      e.status = Status::Ok();
+    }
+    return Status::Ok();
+  }
+  Status Get(std::span<RemoteGet> entries) override {
+    for (RemoteGet& e : entries) {
+      const int fd = ::open(Path(e.key).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Status::FromErrno(errno, Path(e.key));
+      const ssize_t n = ::read(fd, e.dst.data(), e.dst.size());
+      ::close(fd);
+      if (n < 0) return Status::IoError(Path(e.key));
+      e.payload_bytes = static_cast<uint32_t>(n);
+      e.status = Status::Ok();
+    }
+    return Status::Ok();
+  }
+  Status Exists(std::span<RemoteExists> entries) override {
+    for (RemoteExists& e : entries) {
+      struct stat st {};
+      e.exists = ::stat(Path(e.key).c_str(), &st) == 0;
+      e.status = Status::Ok();
+    }
+    return Status::Ok();
+  }
+  Status Delete(std::span<RemoteDelete> entries) override {
+    for (RemoteDelete& e : entries) {
+      ::unlink(Path(e.key).c_str());
+      e.status = Status::Ok();
+    }
+    return Status::Ok();
+  }
+  RemoteStoreStats Stats() const override { return {}; }
+
+ private:
+  std::string dir_;
+  bool sync_;
+};
+
+// Drops a file's pages from the page cache (those already written back; with fsync, all).
+void DropCached(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 // One round of one mode: put, get and check, delete, one batch per connection at a time. Adds
 // the two rates to *mode.
 Status RunRound(RemoteStore& store, const RemoteBenchOptions& o, uint64_t blocks,
-                RemoteBenchMode* mode) {
+                RemoteBenchMode* mode, const BeforeGets& before_gets = {}) {
   const size_t lanes = o.connections;
   const size_t slots = lanes * o.batch;
   std::vector<std::vector<std::byte>> payloads(slots, std::vector<std::byte>(o.block_bytes));
@@ -92,6 +165,13 @@ Status RunRound(RemoteStore& store, const RemoteBenchOptions& o, uint64_t blocks
     });
     put_s += SecondsSince(t);
     KV_RETURN_IF_ERROR(put);
+    if (before_gets) {
+      std::vector<BlockKey> keys;
+      for (size_t c = 0; c < lanes; ++c) {
+        for (size_t k = 0; k < count(c); ++k) keys.push_back(BenchKey(first(c) + k));
+      }
+      before_gets(keys);
+    }
     t = std::chrono::steady_clock::now();
     std::vector<std::vector<RemoteGet>> gets(lanes);
     const Status got = RunSideBySide(lanes, [&](size_t c) -> Status {
@@ -138,7 +218,12 @@ Result<std::unique_ptr<RemoteStore>> OpenLanes(const RedisStoreOptions& options,
 }  // namespace
 
 Status RemoteBenchOptions::Validate() const {
-  if (endpoint.empty()) return Status::InvalidArgument("remote bench: --redis is required");
+  if (endpoint.empty() == fs_dir.empty()) {
+    return Status::InvalidArgument("remote bench: give --redis or --fs-dir (one of them)");
+  }
+  if ((fs_cold || !fs_fsync) && fs_dir.empty()) {
+    return Status::InvalidArgument("remote bench: --cold and --no-fsync are for --fs-dir");
+  }
   if (block_bytes == 0 || block_bytes > kRemoteValueBytesMax) {
     return Status::InvalidArgument("remote bench: --block-bytes must be 1 B.." +
                                    std::to_string(kRemoteValueBytesMax) + " bytes");
@@ -161,6 +246,66 @@ Status RemoteBenchOptions::Validate() const {
   return Status::Ok();
 }
 
+// The fs tier's rounds: sealed, plaintext and the plain files, alternating, in fs_dir.
+Result<RemoteBenchReport> BenchFs(const RemoteBenchOptions& o, const RemoteKeyring& keyring,
+                                  RemoteBenchReport r) {
+  const std::string prefix = "kvtier-bench-" + std::to_string(::getpid());
+  const std::string files_dir = o.fs_dir + "/" + prefix + "-files";
+  if (::mkdir(o.fs_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, "--fs-dir " + o.fs_dir);
+  }
+  if (::mkdir(files_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, files_dir);
+  }
+  FsStoreOptions base{.dir = o.fs_dir, .fsync = o.fs_fsync, .key_prefix = prefix};
+  FsStoreOptions sealed_options = base;
+  sealed_options.keyring = keyring;
+  sealed_options.aes_gcm = o.aes_gcm;
+  FsStoreOptions plain_options = base;
+  plain_options.insecure_plaintext = true;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<FsStore> sealed, FsStore::Open(sealed_options));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<FsStore> plain, FsStore::Open(plain_options));
+  PlainFiles files(files_dir, o.fs_fsync);
+  const auto cold = [&](const std::function<std::string(const BlockKey&)>& path) -> BeforeGets {
+    if (!o.fs_cold) return {};
+    return [path](std::span<const BlockKey> keys) {
+      for (const BlockKey& k : keys) DropCached(path(k));
+    };
+  };
+  const BeforeGets sealed_cold =
+      cold([&](const BlockKey& k) { return o.fs_dir + "/" + sealed->RelativePath(k); });
+  const BeforeGets plain_cold =
+      cold([&](const BlockKey& k) { return o.fs_dir + "/" + plain->RelativePath(k); });
+  const BeforeGets files_cold = cold([&](const BlockKey& k) { return files.Path(k); });
+  Status s;
+  for (uint32_t round = 0; round < o.rounds && s.ok(); ++round) {
+    s = RunRound(files, o, r.blocks, &r.files, files_cold);
+    if (s.ok()) s = RunRound(*plain, o, r.blocks, &r.plaintext, plain_cold);
+    if (s.ok()) s = RunRound(*sealed, o, r.blocks, &r.sealed, sealed_cold);
+  }
+  ::rmdir(files_dir.c_str());
+  KV_RETURN_IF_ERROR(s);
+  r.files.put_bytes_per_s_median = Median(r.files.put_bytes_per_s);
+  r.files.get_bytes_per_s_median = Median(r.files.get_bytes_per_s);
+  return r;
+}
+
+// Medians and what sealing costs, from the rounds.
+void Summarize(RemoteBenchReport* r) {
+  for (RemoteBenchMode* m : {&r->sealed, &r->plaintext}) {
+    m->put_bytes_per_s_median = Median(m->put_bytes_per_s);
+    m->get_bytes_per_s_median = Median(m->get_bytes_per_s);
+  }
+  if (r->plaintext.put_bytes_per_s_median > 0) {
+    r->sealed_put_cost =
+        1 - r->sealed.put_bytes_per_s_median / r->plaintext.put_bytes_per_s_median;
+  }
+  if (r->plaintext.get_bytes_per_s_median > 0) {
+    r->sealed_get_cost =
+        1 - r->sealed.get_bytes_per_s_median / r->plaintext.get_bytes_per_s_median;
+  }
+}
+
 Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& o) {
   KV_RETURN_IF_ERROR(o.Validate());
   RemoteKeyring keyring;
@@ -169,6 +314,19 @@ Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& o) {
   } else {
     KV_ASSIGN_OR_RETURN(const std::string text, RemoteKeyring::GenerateText(1));
     KV_ASSIGN_OR_RETURN(keyring, RemoteKeyring::Parse(text));
+  }
+  if (!o.fs_dir.empty()) {
+    RemoteBenchReport r{.block_bytes = o.block_bytes,
+                        .blocks = o.total_bytes / o.block_bytes,
+                        .batch = o.batch,
+                        .rounds = o.rounds,
+                        .connections = o.connections,
+                        .fs = true,
+                        .fs_cold = o.fs_cold,
+                        .fs_fsync = o.fs_fsync};
+    KV_ASSIGN_OR_RETURN(r, BenchFs(o, keyring, r));
+    Summarize(&r);
+    return r;
   }
   const std::string prefix = "kvtier-bench-" + std::to_string(::getpid());
   RedisStoreOptions base{.endpoints = {o.endpoint},
@@ -197,16 +355,7 @@ Result<RemoteBenchReport> BenchRemote(const RemoteBenchOptions& o) {
     KV_RETURN_IF_ERROR(RunRound(*plain, o, r.blocks, &r.plaintext));
     KV_RETURN_IF_ERROR(RunRound(*sealed, o, r.blocks, &r.sealed));
   }
-  for (RemoteBenchMode* m : {&r.sealed, &r.plaintext}) {
-    m->put_bytes_per_s_median = Median(m->put_bytes_per_s);
-    m->get_bytes_per_s_median = Median(m->get_bytes_per_s);
-  }
-  if (r.plaintext.put_bytes_per_s_median > 0) {
-    r.sealed_put_cost = 1 - r.sealed.put_bytes_per_s_median / r.plaintext.put_bytes_per_s_median;
-  }
-  if (r.plaintext.get_bytes_per_s_median > 0) {
-    r.sealed_get_cost = 1 - r.sealed.get_bytes_per_s_median / r.plaintext.get_bytes_per_s_median;
-  }
+  Summarize(&r);
   return r;
 }
 

@@ -1,5 +1,5 @@
 // Driver of `kvtier bench remote`: put and get throughput of the remote tier on a real
-// Redis, with sealed values (the deployment keys, the default) and with insecure_plaintext, in
+// Redis (or on a directory: the fs tier), with sealed values (the deployment keys, the default) and with insecure_plaintext, in
 // alternating rounds so that both see the same server and the same machine load; the CLI adds
 // redis-benchmark's figures for the same value size beside them.
 //
@@ -22,7 +22,12 @@ inline constexpr uint64_t kRemoteBenchTotalBytesMax = uint64_t{16} << 30;
 inline constexpr uint32_t kRemoteBenchRoundsMax = 100;
 
 struct RemoteBenchOptions {
-  std::string endpoint;        // "host:port" (the first seed in cluster mode).
+  std::string endpoint;        // "host:port" (the first seed in cluster mode); or fs_dir.
+  // The fs tier (tiers/fs/fs_store.h) on this directory instead of a Redis, beside plain files
+  // of the same sizes written, synced, renamed and read back without any check.
+  std::string fs_dir;
+  bool fs_cold = false;  // fs: each round's values leave the page cache before they are read.
+  bool fs_fsync = true;  // fs: each value (and each plain file) synced before it is published.
   bool cluster = false;
   std::string user, password;  // AUTH; empty password = none.
   uint64_t block_bytes = 1 << 20;    // Payload per value, 1 B..kRemoteValueBytesMax.
@@ -50,7 +55,9 @@ struct RemoteBenchMode {
 
 struct RemoteBenchReport {
   uint64_t block_bytes = 0, blocks = 0, batch = 0, rounds = 0, connections = 0;
+  bool fs = false, fs_cold = false, fs_fsync = true;
   RemoteBenchMode sealed, plaintext;
+  RemoteBenchMode files;  // fs only: the plain files, the directory's own rate for this pattern.
   // 1 - sealed / plaintext of the medians: what encryption costs.
   double sealed_put_cost = 0, sealed_get_cost = 0;
 };

@@ -170,7 +170,12 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
                 Mbps(r.plaintext.get_bytes_per_s_median).c_str());
     std::printf("encryption costs %.1f %% of put, %.1f %% of get throughput\n",
                 100 * r.sealed_put_cost, 100 * r.sealed_get_cost);
-    if (rb.has_value()) {
+    if (r.fs) {
+      std::printf("plain files           put %s  get %s  (%s reads, %s)\n",
+                  Mbps(r.files.put_bytes_per_s_median).c_str(),
+                  Mbps(r.files.get_bytes_per_s_median).c_str(), r.fs_cold ? "cold" : "cached",
+                  r.fs_fsync ? "synced" : "not synced");
+    } else if (rb.has_value()) {
       std::printf("redis-benchmark       SET %s  GET %s (one key), %s (distinct keys)\n",
                   Mbps(rb->set_bytes_per_s).c_str(), Mbps(rb->get_bytes_per_s).c_str(),
                   Mbps(rb->get_distinct_bytes_per_s).c_str());
@@ -180,6 +185,7 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
     return;
   }
   nlohmann::ordered_json j;
+  j["store"] = r.fs ? "fs" : "redis";
   j["put_bytes_per_s"] = r.sealed.put_bytes_per_s_median;
   j["get_bytes_per_s"] = r.sealed.get_bytes_per_s_median;
   j["plaintext_put_bytes_per_s"] = r.plaintext.put_bytes_per_s_median;
@@ -194,6 +200,14 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
     j["redis_benchmark_distinct_note"] = rb->distinct_note;
   }
   if (!rb.has_value()) j["redis_benchmark_note"] = rb_note;
+  if (r.fs) {
+    j["fs_cold"] = r.fs_cold;
+    j["fs_fsync"] = r.fs_fsync;
+    j["files_put_bytes_per_s"] = r.files.put_bytes_per_s_median;
+    j["files_get_bytes_per_s"] = r.files.get_bytes_per_s_median;
+    j["files_put_bytes_per_s_all"] = r.files.put_bytes_per_s;
+    j["files_get_bytes_per_s_all"] = r.files.get_bytes_per_s;
+  }
   j["block_bytes"] = r.block_bytes;
   j["blocks"] = r.blocks;
   j["batch"] = r.batch;
@@ -217,10 +231,15 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
 
 BenchRemote::BenchRemote(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "remote", "Put/get throughput of the remote tier on a Redis, sealed and plaintext, "
-                    "beside redis-benchmark")) {
-  app_->add_option("--redis", redis_, "host:port of the Redis (cluster: a seed) (required)")
-      ->required();
+          "remote", "Put/get throughput of the remote tier on a Redis (beside redis-benchmark) "
+                    "or on a directory (the fs tier, beside plain files), sealed and plaintext")) {
+  app_->add_option("--redis", redis_, "host:port of the Redis (cluster: a seed)");
+  app_->add_option("--fs-dir", fs_dir_,
+                   "A directory: the fs tier there instead of a Redis (fs_dir; docs/fs_tier.md)");
+  app_->add_flag("--cold", cold_,
+                 "With --fs-dir: drop each round's values from the page cache before reading");
+  app_->add_flag("--no-fsync", no_fsync_,
+                 "With --fs-dir: publish values without syncing them first (fs_fsync=false)");
   app_->add_flag("--cluster", cluster_, "The endpoint is a Redis Cluster seed");
   app_->add_option("--user", user_, "ACL user (password from KVTIER_REDIS_PASSWORD)");
   app_->add_option("--block-bytes", block_text_, "Bytes per value (default 1MiB)");
@@ -262,9 +281,18 @@ Status BenchRemote::Run() {
     }
     o.aes_gcm = GcmImpl::kIpsecMb;
   }
+  o.fs_dir = fs_dir_;
+  o.fs_cold = cold_;
+  o.fs_fsync = !no_fsync_;
+  if (redis_.empty() == fs_dir_.empty()) {
+    return Status::InvalidArgument("bench remote: give --redis or --fs-dir (one of them)");
+  }
   const std::string_view url = redis_;
   o.endpoint = std::string(url.substr(url.rfind("redis://", 0) == 0 ? 8 : 0));
-  KV_ASSIGN_OR_RETURN(const RedisEndpoint endpoint, ParseRedisEndpoint(o.endpoint));
+  RedisEndpoint endpoint;
+  if (!o.endpoint.empty()) {
+    KV_ASSIGN_OR_RETURN(endpoint, ParseRedisEndpoint(o.endpoint));
+  }
   if (const char* pw = std::getenv("KVTIER_REDIS_PASSWORD"); pw != nullptr) o.password = pw;
   KV_ASSIGN_OR_RETURN(o.block_bytes, ParseBytes("--block-bytes", block_text_));
   KV_ASSIGN_OR_RETURN(o.total_bytes, ParseBytes("--total-bytes", total_text_));
@@ -278,7 +306,9 @@ Status BenchRemote::Run() {
   KV_ASSIGN_OR_RETURN(const RemoteBenchReport r, ::kvtier::BenchRemote(o));
   std::optional<RedisBenchmarkFigures> rb;
   std::string note = "not run (--no-redis-benchmark)";
-  if (!no_redis_benchmark_) {
+  if (r.fs) {
+    note = "not run: --fs-dir (the plain files are the baseline)";
+  } else if (!no_redis_benchmark_) {
     if (!o.password.empty()) {
       note = "not run: it would need the password on its command line";
     } else {

@@ -7,7 +7,9 @@
 # runs once per round, also over distinct keys, and leaves no key behind; --aes-gcm openssl
 # runs and is reported, an unknown --aes-gcm is refused; --connections 3 runs its batches on three
 # connections (every block read back intact, the count reported, redis-benchmark given as many
-# clients) and leaves no key, and --connections 0 is refused.
+# clients) and leaves no key, and --connections 0 is refused; --fs-dir measures the fs tier on a
+# directory beside plain files (cached, and --cold --no-fsync), leaves no file, and is refused
+# beside --redis (or with neither), as --cold is without it.
 # Method: a redis-server on a free loopback port in a temporary directory, killed at the end;
 # the JSON is parsed with python3.
 # Usage: bench_remote_test.sh <path to kvtier>
@@ -107,6 +109,34 @@ expect_fail zero_rounds "--rounds" --redis "127.0.0.1:$PORT" --rounds 0
 expect_fail zero_connections "--connections" --redis "127.0.0.1:$PORT" --connections 0
 expect_fail bad_sealed_open "--sealed-open" --redis "127.0.0.1:$PORT" --sealed-open later
 expect_fail bad_aes_gcm "--aes-gcm" --redis "127.0.0.1:$PORT" --aes-gcm rot13
+expect_fail neither "one of them" --block-bytes 64KiB
+expect_fail both "one of them" --redis "127.0.0.1:$PORT" --fs-dir "$TMP/fs"
+expect_fail cold_on_redis "--cold" --redis "127.0.0.1:$PORT" --cold
+
+# The fs tier on a directory: sealed, plaintext and the plain files, cached and cold; every block
+# read back intact (the run fails otherwise) and nothing left in the directory but its folders.
+for extra in "" "--cold --no-fsync"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$KVTIER" bench remote --fs-dir "$TMP/fs" --block-bytes 64KiB --total-bytes 1MiB --rounds 2     $extra --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    fail "bench remote --fs-dir $extra: exit $rc: $(cat "$TMP/err")"
+    continue
+  fi
+  python3 - "$TMP/out" "$extra" <<'PY' || fail "bench remote --fs-dir $extra: JSON: $(cat "$TMP/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+cold = "--cold" in sys.argv[2]
+assert j["store"] == "fs" and j["fs_cold"] == cold and j["fs_fsync"] == (not cold), j
+for k in ("put_bytes_per_s", "get_bytes_per_s", "plaintext_put_bytes_per_s",
+          "plaintext_get_bytes_per_s", "files_put_bytes_per_s", "files_get_bytes_per_s"):
+    assert j[k] > 0, k
+assert len(j["files_get_bytes_per_s_all"]) == 2 and j["blocks"] == 16, j
+assert "redis_benchmark_note" in j, j
+PY
+  left="$(find "$TMP/fs" -type f | wc -l)"
+  [[ "$left" == 0 ]] || fail "bench remote --fs-dir $extra left $left files behind"
+done
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)" >&2
