@@ -18,7 +18,8 @@ side goes first alternates between rounds):
   Redis  LMCache's `resp` adapter and kvtier's remote tier (`kvtier bench remote`: sealed with
          AES-256-GCM and plaintext, beside redis-benchmark's SET and GET of the same value size,
          the server's own limit) on one redis-server of this script's, flushed between runs.
-Each LMCache run stores --keys keys per submit, --in-flight submits per round, --lmcache-rounds
+kvtier's commands run --lmcache-rounds + 1 rounds and report their medians (LMCache's run has a
+warmup round and --lmcache-rounds timed ones). Each LMCache run stores --keys keys per submit, --in-flight submits per round, --lmcache-rounds
 timed rounds after a warmup round, then looks them up and loads them back, verifying the bytes
 (--no-skip-verify); kvtier moves the same bytes per run (keys x in-flight x size, 256 MiB at 1 MiB).
 LMCache reports per-round durations: its throughput here is the round bytes over the median round
@@ -123,7 +124,8 @@ def kvtier_ssd(args, size: int, directory: Path) -> dict:
 def kvtier_remote(args, size: int, port: int) -> dict:
     total = max(args.keys * args.in_flight * size, 8 * size)
     r = subprocess.run([args.kvtier_cli, "bench", "remote", "--redis", f"127.0.0.1:{port}",
-                        "--block-bytes", str(size), "--total-bytes", str(total), "--rounds", "1",
+                        "--block-bytes", str(size), "--total-bytes", str(total),
+                        "--rounds", str(args.lmcache_rounds + 1),
                         "--json"], capture_output=True, text=True, timeout=args.deadline_s)
     if r.returncode != 0:
         raise RuntimeError(f"kvtier bench remote exited {r.returncode}: {r.stderr[-1500:]}")
@@ -136,6 +138,10 @@ def kvtier_remote(args, size: int, port: int) -> dict:
             out[f"{mode}_{op}_ms_per_value"] = 1000 * size / bps
     out["redis_benchmark_set_bytes_per_s"] = d.get("redis_benchmark_set_bytes_per_s")
     out["redis_benchmark_get_bytes_per_s"] = d.get("redis_benchmark_get_bytes_per_s")
+    # GET over as many distinct keys as kvtier's rounds read: the server's limit for that pattern
+    # (one key stays hot in the server's CPU caches).
+    out["redis_benchmark_get_distinct_bytes_per_s"] = d.get(
+        "redis_benchmark_get_distinct_bytes_per_s")
     return out
 
 
@@ -146,7 +152,8 @@ def kvtier_fs(args, size: int, directory: Path) -> dict:
     total = max(args.keys * args.in_flight * size, 8 * size)
     r = subprocess.run([args.kvtier_cli, "bench", "remote", "--fs-dir", str(directory),
                         "--no-fsync", "--block-bytes", str(size), "--total-bytes", str(total),
-                        "--rounds", "1", "--json"], capture_output=True, text=True,
+                        "--rounds", str(args.lmcache_rounds + 1), "--json"],
+                       capture_output=True, text=True,
                        timeout=args.deadline_s)
     if r.returncode != 0:
         raise RuntimeError(f"kvtier bench remote --fs-dir exited {r.returncode}: "

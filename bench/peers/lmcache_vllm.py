@@ -25,6 +25,8 @@ Cells (LMCache against kvtier), each a median over rounds:
     lmcache_fs_after_full_restart, lmcache_fs_native_after_full_restart   LMCache's L2 `fs`
                                        (Python, aiofiles) and `fs_native` (C++) on a directory
     kvtier_ssd_restart                 kvtier's SSD tier, connector in process
+    kvtier_fs_restart                  kvtier's fs tier (one sealed file per chunk through the
+                                       page cache, as LMCache's fs), stored by a vLLM of its own
   hit from Redis after everything restarted (a redis-server of its own, kept):
     lmcache_resp                       LMCache's L2 `resp`
     kvtier_redis_sealed, kvtier_redis_plain   kvtier's remote tier, sealed (AES-256-GCM) and
@@ -121,6 +123,7 @@ CELLS = {  # name: (side, kind of hit); the order of the report's table
     "lmcache_fs_after_full_restart": ("lmcache", "everything restarted, disk"),
     "lmcache_fs_native_after_full_restart": ("lmcache", "everything restarted, disk"),
     "kvtier_ssd_restart": ("kvtier", "everything restarted, disk"),
+    "kvtier_fs_restart": ("kvtier", "everything restarted, disk"),
     "lmcache_resp": ("lmcache", "everything restarted, Redis"),
     "kvtier_redis_sealed": ("kvtier", "everything restarted, Redis"),
     "kvtier_redis_plain": ("kvtier", "everything restarted, Redis"),
@@ -138,6 +141,8 @@ COMPARISONS = (  # (measure, LMCache cell, kvtier cell)
      "kvtier_ssd_restart"),
     ("hit after a full restart, disk (LMCache fs_native)", "lmcache_fs_native_after_full_restart",
      "kvtier_ssd_restart"),
+    ("hit after a full restart, one file per chunk (LMCache fs, kvtier fs tier sealed)",
+     "lmcache_fs_after_full_restart", "kvtier_fs_restart"),
     ("hit from Redis (kvtier sealed)", "lmcache_resp", "kvtier_redis_sealed"),
     ("hit from Redis (kvtier plaintext)", "lmcache_resp", "kvtier_redis_plain"),
 )
@@ -555,6 +560,10 @@ class _KvtierRound:
         self.plain = {"remote_endpoints": [f"127.0.0.1:{redis_port}"],
                       "remote_insecure_plaintext": True,
                       "salt": "plaintext"}  # its own keys: sealed and plaintext values never meet
+        # The fs tier (docs/fs_tier.md) on a directory of its own, sealed, with a salt of its
+        # own so that its chunks are never found in another cell's tiers.
+        self.fs = {"fs_dir": str(self.rdir / "kvtier_fs"), "remote_key_file": key_file,
+                   "salt": "fs"}
         self.service = None  # The node service between its first step and its restart.
 
     def hits(self, label, repeats):
@@ -637,6 +646,18 @@ class _KvtierRound:
                      if not ssd else kvtier_connector(rdir, ssd, remote))
         return step
 
+    def fs_store(self):
+        if "kvtier_fs_restart" not in self.want:
+            return
+        r = self.r
+        reqs = (vllm_ttft.warmup_requests(250 + r)
+                + [doc(self.docs, "store:kvtier_fs", k) for k in self.n])
+        try:
+            run_vllm(self.ctx, f"r{r}_kvtier_fs_store", reqs,
+                     connector=kvtier_connector(self.rdir / "fs_store", False, self.fs))
+        except Failed as e:
+            self.res.error(["kvtier_fs_restart"], str(e))
+
     def plain_store(self):
         if "kvtier_redis_plain" not in self.want:
             return
@@ -658,7 +679,8 @@ def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
             k.host_below("kvtier_host_ssd", True, 207), k.service_start_and_hits,
             k.service_restart, k.restart("kvtier_ssd_restart", True, None),
             k.restart("kvtier_redis_sealed", False, k.sealed), k.plain_store,
-            k.restart("kvtier_redis_plain", False, k.plain)]
+            k.restart("kvtier_redis_plain", False, k.plain), k.fs_store,
+            k.restart("kvtier_fs_restart", False, k.fs)]
 
 
 
