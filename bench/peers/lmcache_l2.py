@@ -19,7 +19,8 @@ side goes first alternates between rounds):
          AES-256-GCM and plaintext, beside redis-benchmark's SET and GET of the same value size,
          the server's own limit) on one redis-server of this script's, flushed between runs.
 kvtier's commands run --lmcache-rounds + 1 rounds and report their medians (LMCache's run has a
-warmup round and --lmcache-rounds timed ones). Each LMCache run stores --keys keys per submit, --in-flight submits per round, --lmcache-rounds
+warmup round and --lmcache-rounds timed ones). Each LMCache run stores --keys keys per submit,
+--in-flight submits per round, --lmcache-rounds
 timed rounds after a warmup round, then looks them up and loads them back, verifying the bytes
 (--no-skip-verify); kvtier moves the same bytes per run (keys x in-flight x size, 256 MiB at 1 MiB).
 LMCache reports per-round durations: its throughput here is the round bytes over the median round

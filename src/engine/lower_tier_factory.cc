@@ -1,5 +1,5 @@
-// StandardLowerTiers: the SSD tier and the remote tier (on Redis or a shared directory), opened from EngineOptions, and
-// Engine::Open with them (lower_tier_factory.h). The only file of the engine that names a tier
+// StandardLowerTiers: the SSD tier and the remote tier (on Redis or a shared directory), opened
+// from EngineOptions, and Engine::Open with them (lower_tier_factory.h). The only file of the engine that names a tier
 // below memory; it is in kvtier_engine, not in kvtier_engine_core.
 #include "engine/lower_tier_factory.h"
 

@@ -31,6 +31,8 @@ layer, page and byte. What kvtier did is read from the connector's stats file.
      not recompute them) and the tokens differ;
   5. Redis: node A (host tier + Redis, no SSD) stores; node B, a fresh process with its own empty
      host tier, loads from Redis: its pages equal node A's and the baseline's, and so do its tokens;
+     5b. the same through the fs tier (fs_dir: a shared directory, sealed), whose files are
+     private to the user;
   6. a corrupted SSD tier (bytes flipped inside every record of a copy of the cache directory)
      fails closed: the blocks that do not verify are reported to vLLM, which recomputes them,
      and the tokens still equal the baseline's;
@@ -387,6 +389,37 @@ def test_5_two_vllm_processes_share_a_prefix_through_redis(work, redis_endpoint,
         assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from Redis")
     assert_same_pages(work["baseline_pages"][0], pages_b[0], loadable_chunks(work["prompts"][0]),
                       "prompt 0 loaded from Redis, against the baseline")
+
+
+def test_5b_two_vllm_processes_share_a_prefix_through_a_shared_directory(work, tmp_path):
+    import kvtier
+
+    key = tmp_path / "remote.keys"
+    key.write_text(kvtier.generate_remote_key(1))
+    key.chmod(0o600)
+    shared = tmp_path / "shared"
+
+    def node(name):
+        s = work["tmp"] / f"{name}.stats.json"
+        extra = {"host_bytes": 64 << 20, "fs_dir": str(shared), "fs_bytes_max": 1 << 30,
+                 "remote_key_file": str(key), "salt": "deployment-1", "stats_file": str(s),
+                 "runtime_dir": str(work["runtime"])}
+        return run(work["model"], work["tmp"], name, work["prompts"], connector(extra)), stats(s)
+
+    out_a, st_a = node("fs_a")
+    assert out_a == work["baseline"]
+    assert st_a["stored_chunks"] >= 7, st_a
+    files = [p for p in shared.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_mode & 0o077 == 0 for p in files), files[:3]
+    out_b, st_b = node("fs_b")
+    assert out_b == work["baseline"]
+    assert st_b["loads"] == 3, st_b
+    assert st_b["tiers"]["remote"]["hits"] > 0, st_b
+    pages_a, pages_b = pages(work["tmp"], "fs_a"), pages(work["tmp"], "fs_b")
+    for i, prompt in enumerate(work["prompts"]):
+        chunks = loadable_chunks(prompt)
+        assert pages_b[i]["loaded"] == [0, len(chunks)] and not pages_b[i]["failed"]
+        assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from the fs tier")
 
 
 def test_6_corrupted_ssd_records_are_recomputed_not_served(work):

@@ -1,6 +1,6 @@
 // Driver of `kvtier bench remote`: put and get throughput of the remote tier on a real
-// Redis (or on a directory: the fs tier), with sealed values (the deployment keys, the default) and with insecure_plaintext, in
-// alternating rounds so that both see the same server and the same machine load; the CLI adds
+// Redis (or on a directory: the fs tier), with sealed values (the deployment keys, the
+// default) and with insecure_plaintext, in alternating rounds so that both see the same server and the same machine load; the CLI adds
 // redis-benchmark's figures for the same value size beside them.
 //
 // Thread safety: one call at a time per server (it writes and deletes its own keys, under a

@@ -44,7 +44,9 @@ Status ApplyEngineSettings(const LlmSessionOptions& options, EngineOptions* o) {
     const bool cxl_switch = spec->name == "cxl_bytes";
     std::string needs;
     if (spec->name.starts_with("ssd_") && !o->ssd.has_value()) needs = "--cache-dir";
-    if (spec->name.starts_with("remote_") && !o->remote.has_value()) needs = "--redis or --fs-dir";
+    if (spec->name.starts_with("remote_") && !o->remote.has_value()) {
+      needs = "--redis or --fs-dir";
+    }
     if (spec->name.starts_with("fs_") && spec->name != "fs_dir" &&
         !(o->remote.has_value() && o->remote->fs.has_value())) {
       needs = "--fs-dir";

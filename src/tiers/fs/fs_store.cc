@@ -259,7 +259,7 @@ Status FsStore::PutOne(RemotePut* e, RemoteCipher* cipher) {
   std::array<std::byte, kFsFileHeaderBytes> file_header{};
   std::memcpy(file_header.data(), kFileMagic.data(), kFileMagic.size());
   EncodeFixed64(file_header.data() + kFileMagic.size(), expiry_us);
-  std::vector<std::byte> sealed;
+  thread_local std::vector<std::byte> sealed;  // Reused: a value's pages are faulted in once.
   std::array<std::span<const std::byte>, 3> parts{std::span<const std::byte>(file_header),
                                                   std::span<const std::byte>(head), e->payload};
   size_t part_count = 3;

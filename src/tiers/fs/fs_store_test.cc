@@ -258,7 +258,8 @@ TEST_P(FsStoreTest, AForeignFileAndAnExpiredValueAreNotThere) {
   EXPECT_TRUE(ex[0].exists);
   EXPECT_FALSE(ex[1].exists);
 
-  RemotePut p{.key = Key(3), .payload = Payload(3, 4096), .ttl_ms = 1000};
+  const std::vector<std::byte> payload = Payload(3, 4096);
+  RemotePut p{.key = Key(3), .payload = payload, .ttl_ms = 1000};
   ASSERT_TRUE(s->Put(std::span(&p, 1)).ok());
   ASSERT_TRUE(p.status.ok());
   EXPECT_TRUE(GetOne(*s, Key(3), &buf).status.ok());
