@@ -361,65 +361,56 @@ def test_4_altered_kv_changes_the_tokens(work):
     assert out != work["baseline"], "altered KV left every token unchanged: is the load used?"
 
 
-def test_5_two_vllm_processes_share_a_prefix_through_redis(work, redis_endpoint, tmp_path):
+def two_nodes_share_a_prefix(work, tmp_path, remote: dict, name: str, where: str,
+                             between=None):
+    """Node A (host tier + the remote tier `remote`, no SSD) stores the prompts; node B, a
+    fresh process with its own empty host tier, loads them from the remote tier: its pages equal
+    node A's and the baseline's, and so do both nodes' tokens. `between` runs after node A."""
     import kvtier
 
     key = tmp_path / "remote.keys"
     key.write_text(kvtier.generate_remote_key(1))
     key.chmod(0o600)
 
-    def node(name):
-        s = work["tmp"] / f"{name}.stats.json"
-        extra = {"host_bytes": 64 << 20, "remote_endpoints": [redis_endpoint],
-                 "remote_key_file": str(key), "salt": "deployment-1", "stats_file": str(s),
+    def node(label):
+        s = work["tmp"] / f"{label}.stats.json"
+        extra = {"host_bytes": 64 << 20, **remote, "remote_key_file": str(key),
+                 "salt": "deployment-1", "stats_file": str(s),
                  "runtime_dir": str(work["runtime"])}
-        return run(work["model"], work["tmp"], name, work["prompts"], connector(extra)), stats(s)
+        return run(work["model"], work["tmp"], label, work["prompts"], connector(extra)), stats(s)
 
-    out_a, st_a = node("redis_a")
+    out_a, st_a = node(f"{name}_a")
     assert out_a == work["baseline"]
     assert st_a["stored_chunks"] >= 7, st_a
-    out_b, st_b = node("redis_b")
+    if between is not None:
+        between()
+    out_b, st_b = node(f"{name}_b")
     assert out_b == work["baseline"]
     assert st_b["loads"] == 3, st_b
     assert st_b["tiers"]["remote"]["hits"] > 0, st_b
-    pages_a, pages_b = pages(work["tmp"], "redis_a"), pages(work["tmp"], "redis_b")
+    pages_a, pages_b = pages(work["tmp"], f"{name}_a"), pages(work["tmp"], f"{name}_b")
     for i, prompt in enumerate(work["prompts"]):
         chunks = loadable_chunks(prompt)
         assert pages_b[i]["loaded"] == [0, len(chunks)] and not pages_b[i]["failed"]
-        assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from Redis")
+        assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from {where}")
     assert_same_pages(work["baseline_pages"][0], pages_b[0], loadable_chunks(work["prompts"][0]),
-                      "prompt 0 loaded from Redis, against the baseline")
+                      f"prompt 0 loaded from {where}, against the baseline")
+
+
+def test_5_two_vllm_processes_share_a_prefix_through_redis(work, redis_endpoint, tmp_path):
+    two_nodes_share_a_prefix(work, tmp_path, {"remote_endpoints": [redis_endpoint]}, "redis",
+                             "Redis")
 
 
 def test_5b_two_vllm_processes_share_a_prefix_through_a_shared_directory(work, tmp_path):
-    import kvtier
-
-    key = tmp_path / "remote.keys"
-    key.write_text(kvtier.generate_remote_key(1))
-    key.chmod(0o600)
     shared = tmp_path / "shared"
 
-    def node(name):
-        s = work["tmp"] / f"{name}.stats.json"
-        extra = {"host_bytes": 64 << 20, "fs_dir": str(shared), "fs_bytes_max": 1 << 30,
-                 "remote_key_file": str(key), "salt": "deployment-1", "stats_file": str(s),
-                 "runtime_dir": str(work["runtime"])}
-        return run(work["model"], work["tmp"], name, work["prompts"], connector(extra)), stats(s)
+    def files_are_private():
+        files = [p for p in shared.rglob("*") if p.is_file()]
+        assert files and all(p.stat().st_mode & 0o077 == 0 for p in files), files[:3]
 
-    out_a, st_a = node("fs_a")
-    assert out_a == work["baseline"]
-    assert st_a["stored_chunks"] >= 7, st_a
-    files = [p for p in shared.rglob("*") if p.is_file()]
-    assert files and all(p.stat().st_mode & 0o077 == 0 for p in files), files[:3]
-    out_b, st_b = node("fs_b")
-    assert out_b == work["baseline"]
-    assert st_b["loads"] == 3, st_b
-    assert st_b["tiers"]["remote"]["hits"] > 0, st_b
-    pages_a, pages_b = pages(work["tmp"], "fs_a"), pages(work["tmp"], "fs_b")
-    for i, prompt in enumerate(work["prompts"]):
-        chunks = loadable_chunks(prompt)
-        assert pages_b[i]["loaded"] == [0, len(chunks)] and not pages_b[i]["failed"]
-        assert_same_pages(pages_a[i], pages_b[i], chunks, f"prompt {i} loaded from the fs tier")
+    two_nodes_share_a_prefix(work, tmp_path, {"fs_dir": str(shared), "fs_bytes_max": 1 << 30},
+                             "fs", "the fs tier", between=files_are_private)
 
 
 def test_6_corrupted_ssd_records_are_recomputed_not_served(work):
