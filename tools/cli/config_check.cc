@@ -20,8 +20,9 @@ constexpr std::string_view kOtherVariables[] = {
     "KVTIER_REMOTE_KEY",    "KVTIER_REQUIRE_RESOURCES", "KVTIER_SHARED_MODELS_DIR",
     "KVTIER_VLLM_VENV",     "KVTIER_WRITE_OPTIONS_MD",  "KVTIER_CONFIG",
     "KVTIER_VENV_CACHE",  // Where scripts/setup_*_venv.sh keep the shared environments.
-    // The kvtier CLI the client tests start as `kvtier serve`; serve_test.cc's client processes.
-    "KVTIER_SERVE_BIN",     "KVTIER_SERVE_CHILD",
+    // The kvtier CLI the client tests start as `kvtier serve`; serve_test.cc's client processes;
+    // engine_fs_tier_test.cc's writer processes.
+    "KVTIER_SERVE_BIN",     "KVTIER_SERVE_CHILD",       "KVTIER_FS_CHILD",
 };
 
 std::string Dashed(std::string name) {

@@ -277,9 +277,12 @@ Status FsStore::PutOne(RemotePut* e, RemoteCipher* cipher) {
   UniqueFd fd(::openat(dir_fd_.get(), temp.c_str(),
                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_));
   if (!fd.valid()) return Status::FromErrno(errno, what);
-  // The mode exactly, whatever the umask: group_shared nodes of one group read each other's.
-  Status s = ::fchmod(fd.get(), file_mode_) == 0 ? Status::Ok()
-                                                 : Status::FromErrno(errno, what + ": fchmod");
+  // The mode exactly, whatever the umask: group_shared nodes of one group read each other's. A
+  // value with an expiry gets no write permission: the mark that lets Exists skip the header
+  // of every other value (the descriptor open for writing keeps its own access).
+  const mode_t mode = expiry_us == 0 ? file_mode_ : (file_mode_ & ~mode_t{0222});
+  Status s = ::fchmod(fd.get(), mode) == 0 ? Status::Ok()
+                                           : Status::FromErrno(errno, what + ": fchmod");
   if (s.ok()) s = WriteAll(fd.get(), std::span(parts.data(), part_count), what);
   if (s.ok() && options_.fsync && ::fdatasync(fd.get()) != 0) {
     s = Status::FromErrno(errno, what + ": fdatasync");
@@ -311,6 +314,15 @@ Status FsStore::Get(std::span<RemoteGet> entries) {
   return Status::Ok();
 }
 
+Status FsStore::StatValue(const std::string& path, const std::string& what, struct stat* st) {
+  if (::fstatat(dir_fd_.get(), path.c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return Status::NotFound("fs tier: miss");
+    return Status::FromErrno(errno, what);
+  }
+  if (S_ISLNK(st->st_mode)) return Status::Corruption(what + " is a symbolic link; not followed");
+  return CheckValueKind(*st, what);
+}
+
 Status FsStore::OpenValue(const std::string& path, const std::string& what, UniqueFd* fd,
                           struct stat* st) {
   *fd = UniqueFd(::openat(dir_fd_.get(), path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -321,9 +333,13 @@ Status FsStore::OpenValue(const std::string& path, const std::string& what, Uniq
     return Status::FromErrno(err, what);
   }
   if (::fstat(fd->get(), st) != 0) return Status::FromErrno(errno, what);
-  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  return CheckValueKind(*st, what);
+}
+
+Status FsStore::CheckValueKind(const struct stat& st, const std::string& what) const {
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   const uint64_t sealed_extra = options_.keyring.has_value() ? kSealedOverheadBytes : 0;
-  if (!S_ISREG(st->st_mode) || size < kFsFileHeaderBytes + kRemoteValueHeaderBytes + sealed_extra ||
+  if (!S_ISREG(st.st_mode) || size < kFsFileHeaderBytes + kRemoteValueHeaderBytes + sealed_extra ||
       size > kFsFileHeaderBytes + kValueBytesMax) {
     return Status::Corruption(what + ": not a value (" + std::to_string(size) + " bytes)");
   }
@@ -454,13 +470,18 @@ void FsStore::Touch(int fd, const struct stat& st) const {
 Status FsStore::Exists(std::span<RemoteExists> entries) {
   KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
   for (RemoteExists& e : entries) {
-    // As a get up to the file header: a foreign, damaged or expired file is not there.
+    // One stat: a regular file of a possible size is there (the read checks the rest). A value
+    // with an expiry was published without write permission; only its header is read here, so
+    // an expired value is not there.
     const std::string path = RelativePath(e.key);
     const std::string what = "fs tier: " + options_.dir + "/" + path;
-    UniqueFd fd;
     struct stat st {};
-    Status s = OpenValue(path, what, &fd, &st);
-    if (s.ok()) s = CheckFileHeader(fd.get(), st, path, what);
+    Status s = StatValue(path, what, &st);
+    if (s.ok() && (st.st_mode & S_IWUSR) == 0) {
+      UniqueFd fd;
+      s = OpenValue(path, what, &fd, &st);
+      if (s.ok()) s = CheckFileHeader(fd.get(), st, path, what);
+    }
     e.exists = s.ok();
     e.status = s.ok() || s.IsNotFound() || s.IsCorruption() ? Status::Ok() : s;
     if (!e.status.ok()) CountFailure(e.status);

@@ -122,6 +122,9 @@ class FsStore final : public RemoteStore {
   Status SweepLocked() KV_REQUIRES(sweep_mu_);
   Status PutOne(RemotePut* e, RemoteCipher* cipher);
   void GetOne(RemoteGet* e, RemoteCipher* cipher);
+  // Stats a value's file (never following a link) and checks its kind and size.
+  Status StatValue(const std::string& path, const std::string& what, struct stat* st);
+  Status CheckValueKind(const struct stat& st, const std::string& what) const;
   // Opens a value's file (never a link) and checks its kind and size. Counts nothing.
   Status OpenValue(const std::string& path, const std::string& what, UniqueFd* fd,
                    struct stat* st);

@@ -253,17 +253,31 @@ TEST_P(FsStoreTest, AForeignFileAndAnExpiredValueAreNotThere) {
   std::vector<std::byte> buf(4096);
   EXPECT_TRUE(GetOne(*s, Key(2), &buf).status.IsCorruption());
   EXPECT_EQ(s->Stats().corrupt, 1u);
-  RemoteExists ex[2] = {{.key = Key(1)}, {.key = Key(2)}};
+  // A lookup trusts a regular file of a possible size (one stat); the read refused it above.
+  RemoteExists ex[3] = {{.key = Key(1)}, {.key = Key(2)}, {.key = Key(9)}};
   ASSERT_TRUE(s->Exists(ex).ok());
   EXPECT_TRUE(ex[0].exists);
-  EXPECT_FALSE(ex[1].exists);
+  EXPECT_TRUE(ex[1].exists);
+  EXPECT_FALSE(ex[2].exists);
 
   const std::vector<std::byte> payload = Payload(3, 4096);
   RemotePut p{.key = Key(3), .payload = payload, .ttl_ms = 1000};
   ASSERT_TRUE(s->Put(std::span(&p, 1)).ok());
   ASSERT_TRUE(p.status.ok());
+  // Published without write permission: the mark that makes a lookup read its expiry.
+  EXPECT_EQ(std::filesystem::status(PathOf(*s, Key(3))).permissions() &
+                std::filesystem::perms::owner_write,
+            std::filesystem::perms::none);
   EXPECT_TRUE(GetOne(*s, Key(3), &buf).status.ok());
+  RemoteExists ttl{.key = Key(3)};
+  ASSERT_TRUE(s->Exists(std::span(&ttl, 1)).ok());
+  EXPECT_TRUE(ttl.exists);
   clock.Advance(1'000'001);
+  ASSERT_TRUE(s->Exists(std::span(&ttl, 1)).ok());
+  EXPECT_FALSE(ttl.exists);
+  EXPECT_FALSE(std::filesystem::exists(PathOf(*s, Key(3))));  // Removed by the lookup.
+  ASSERT_TRUE(s->Put(std::span(&p, 1)).ok());  // Again, and past its expiry once more.
+  clock.Advance(2'000'000);
   EXPECT_TRUE(GetOne(*s, Key(3), &buf).status.IsNotFound());
   EXPECT_FALSE(std::filesystem::exists(PathOf(*s, Key(3))));  // Removed by the read.
 }
