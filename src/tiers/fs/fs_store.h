@@ -26,7 +26,9 @@
 //
 // Trust: the directory must be owned by the effective user and writable by no one else (by its
 // group too with group_shared), as the SSD tier's directories (env/dir_trust.h). Files are 0600
-// (0660 with group_shared). Links and other non-regular entries are never followed or read.
+// (0660 with group_shared); a value with an expiry has no write permission (0400 or 0440), the
+// mark that makes Exists read its header (for every other value Exists is one stat). Links and
+// other non-regular entries are never followed or read.
 //
 // Thread safety: safe for concurrent calls. Calls run on the caller's thread (the remote tier's
 // I/O threads); the sweeper runs on its own thread from Open to destruction.
