@@ -646,30 +646,21 @@ class _KvtierRound:
                      if not ssd else kvtier_connector(rdir, ssd, remote))
         return step
 
-    def fs_store(self):
-        if "kvtier_fs_restart" not in self.want:
-            return
-        r = self.r
-        reqs = (vllm_ttft.warmup_requests(250 + r)
-                + [doc(self.docs, "store:kvtier_fs", k) for k in self.n])
-        try:
-            run_vllm(self.ctx, f"r{r}_kvtier_fs_store", reqs,
-                     connector=kvtier_connector(self.rdir / "fs_store", False, self.fs))
-        except Failed as e:
-            self.res.error(["kvtier_fs_restart"], str(e))
-
-    def plain_store(self):
-        if "kvtier_redis_plain" not in self.want:
-            return
-        r = self.r
-        reqs = (vllm_ttft.warmup_requests(240 + r)
-                + [doc(self.docs, "store:kvtier_plain", k) for k in self.n])
-        try:
-            run_vllm(self.ctx, f"r{r}_kvtier_redis_plain_store", reqs,
-                     connector=kvtier_connector(self.rdir / "plain_store", False, self.plain))
-        except Failed as e:
-            self.res.error(["kvtier_redis_plain"], str(e))
-
+    def store_only(self, cell, label, remote, seed):
+        """A vLLM process that only stores the round's documents through `remote` (no SSD), for
+        `cell`'s restart to find."""
+        def step():
+            if cell not in self.want:
+                return
+            r = self.r
+            reqs = (vllm_ttft.warmup_requests(seed + r)
+                    + [doc(self.docs, f"store:{label}", k) for k in self.n])
+            try:
+                run_vllm(self.ctx, f"r{r}_{label}_store", reqs,
+                         connector=kvtier_connector(self.rdir / f"{label}_store", False, remote))
+            except Failed as e:
+                self.res.error([cell], str(e))
+        return step
 
 def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
                  key_file: str) -> list:
@@ -678,8 +669,10 @@ def kvtier_steps(ctx, res: Results, r: int, docs: dict, ref, want, redis_port,
     return [k.host, k.host_below("kvtier_host_alone", False, 205),
             k.host_below("kvtier_host_ssd", True, 207), k.service_start_and_hits,
             k.service_restart, k.restart("kvtier_ssd_restart", True, None),
-            k.restart("kvtier_redis_sealed", False, k.sealed), k.plain_store,
-            k.restart("kvtier_redis_plain", False, k.plain), k.fs_store,
+            k.restart("kvtier_redis_sealed", False, k.sealed),
+            k.store_only("kvtier_redis_plain", "kvtier_redis_plain", k.plain, 240),
+            k.restart("kvtier_redis_plain", False, k.plain),
+            k.store_only("kvtier_fs_restart", "kvtier_fs", k.fs, 250),
             k.restart("kvtier_fs_restart", False, k.fs)]
 
 
@@ -905,7 +898,8 @@ def from_raw(args, ctx, lengths: list[int], want: list[str]) -> Results:
                 continue
             gran = args.lmcache_chunk_tokens if CELLS[cell][0] == "lmcache" else BLOCK
             res.add(cell, result, refs[r], gran)
-        for name in (f"r{r}_lmcache_store", f"r{r}_kvtier_redis_plain_store"):
+        for name in (f"r{r}_lmcache_store", f"r{r}_kvtier_redis_plain_store",
+                     f"r{r}_kvtier_fs_store"):
             _, result = kept(name)
             if result is not None:
                 res.add("-", result, refs[r], None)

@@ -220,10 +220,7 @@ std::string FsStore::KeyName(const BlockKey& key) const {
 
 std::string FsStore::RelativePath(const BlockKey& key) const { return PathOfKeyName(KeyName(key)); }
 
-void FsStore::CountFailure(const Status& s) {
-  (void)s;
-  counters_->errors.fetch_add(1, std::memory_order_relaxed);
-}
+void FsStore::CountFailure() { counters_->errors.fetch_add(1, std::memory_order_relaxed); }
 
 Status FsStore::Put(std::span<RemotePut> entries) {
   KV_RETURN_IF_ERROR(CheckBatch(entries.size()));
@@ -239,7 +236,7 @@ Status FsStore::Put(std::span<RemotePut> entries) {
     if (e.status.ok()) {
       counters_->puts.fetch_add(1, std::memory_order_relaxed);
     } else {
-      CountFailure(e.status);
+      CountFailure();
     }
   }
   return Status::Ok();
@@ -306,7 +303,7 @@ Status FsStore::Get(std::span<RemoteGet> entries) {
     } else if (e.status.IsNotFound() || e.status.IsCorruption()) {
       counters_->misses.fetch_add(1, std::memory_order_relaxed);
     } else if (!e.status.IsInvalidArgument()) {
-      CountFailure(e.status);
+      CountFailure();
     }
     // Nothing that was not verified stays in the caller's buffer.
     if (!e.status.ok() && !e.dst.empty()) std::memset(e.dst.data(), 0, e.dst.size());
@@ -374,6 +371,9 @@ Status FsStore::ReadSealed(int fd, uint64_t size, const std::string& name,
                            const std::string& what, RemoteGet* e, RemoteCipher* cipher,
                            std::span<std::byte, kRemoteValueHeaderBytes> head,
                            size_t* body_bytes) {
+  // Read into a buffer reused by this thread, then opened into the caller's: reading the
+  // ciphertext into the caller's buffer and opening it in place measured slower (1 MiB values
+  // from the page cache: 6.7-7.4 GB/s against 8.8-8.9, `kvtier bench remote --fs-dir`).
   thread_local std::vector<std::byte> value;
   value.resize(size);
   KV_ASSIGN_OR_RETURN(const bool whole, ReadExactly(fd, value, kFsFileHeaderBytes, what));
@@ -484,7 +484,7 @@ Status FsStore::Exists(std::span<RemoteExists> entries) {
     }
     e.exists = s.ok();
     e.status = s.ok() || s.IsNotFound() || s.IsCorruption() ? Status::Ok() : s;
-    if (!e.status.ok()) CountFailure(e.status);
+    if (!e.status.ok()) CountFailure();
   }
   return Status::Ok();
 }
@@ -497,7 +497,7 @@ Status FsStore::Delete(std::span<RemoteDelete> entries) {
       e.status = Status::Ok();
     } else {
       e.status = Status::FromErrno(errno, "fs tier: " + options_.dir + "/" + path);
-      CountFailure(e.status);
+      CountFailure();
     }
   }
   return Status::Ok();

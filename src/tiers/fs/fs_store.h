@@ -141,7 +141,7 @@ class FsStore final : public RemoteStore {
   Status ReadPlain(int fd, uint64_t body, const std::string& what, RemoteGet* e,
                    std::span<std::byte, kRemoteValueHeaderBytes> head);
   void Touch(int fd, const struct stat& st) const;
-  void CountFailure(const Status& s);
+  void CountFailure();  // An entry that failed without an answer (an I/O error).
 
   FsStoreOptions options_;
   UniqueFd dir_fd_;
