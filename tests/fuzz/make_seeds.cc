@@ -9,9 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "runtime/kernels.h"
 #include "runtime/model_config.h"
 #include "runtime/model_weights.h"
+#include "tiers/fs/fs_store.h"
 #include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
 #include "tiers/ssd_checkpoint.h"
@@ -170,6 +174,61 @@ void RemoteSeeds(const fs::path& dir) {
   Write(dir, "redis_reply_fuzzer", "ask", "-ASK 12 redis-node-2:7000\r\n");
   Write(dir, "redis_reply_fuzzer", "bad_slot", "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n$1\r\nh\r\n:1\r\n");
   Write(dir, "redis_reply_fuzzer", "bulk_value", "$5\r\nhello\r\n+OK\r\n:42\r\n");
+}
+
+// The fs tier's files for fs_file_fuzzer's block (its key, a 512-byte payload of 0x5a), written
+// by an FsStore in a temporary directory, plaintext and sealed with the harness's key.
+std::string FsFile(bool sealed) {
+  char tmpl[] = "/tmp/kvtier-fs-seeds-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return {};
+  FsStoreOptions o;
+  o.dir = std::string(tmpl) + "/store";
+  o.fsync = false;
+  if (sealed) {
+    o.keyring = RemoteKeyring::Parse(
+        "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n").value();
+  } else {
+    o.insecure_plaintext = true;
+  }
+  Result<std::unique_ptr<FsStore>> store = FsStore::Open(std::move(o));
+  if (!store.ok()) return {};
+  BlockKey key;
+  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
+    key.chunk_hash[i] = static_cast<uint8_t>(i * 7 + 1);
+  }
+  key.layer = 3;
+  const std::vector<std::byte> payload(512, std::byte{0x5a});
+  RemotePut put{.key = key, .codec_id = 0, .raw_bytes = 512, .payload = payload};
+  std::string bytes;
+  if ((*store)->Put(std::span(&put, 1)).ok() && put.status.ok()) {
+    std::ifstream in(std::string(tmpl) + "/store/" + (*store)->RelativePath(key),
+                     std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  store->reset();
+  fs::remove_all(tmpl);
+  return bytes;
+}
+
+void FsSeeds(const fs::path& dir) {
+  const std::string plain = FsFile(false);
+  const std::string sealed = FsFile(true);
+  if (plain.size() < 200 || sealed.size() < 200) {
+    std::fprintf(stderr, "make_seeds: the fs tier's files could not be written\n");
+    std::exit(1);
+  }
+  Write(dir, "fs_file_fuzzer", "plain_whole", Mode(0, plain));
+  Write(dir, "fs_file_fuzzer", "sealed_whole", Mode(1, sealed));
+  Write(dir, "fs_file_fuzzer", "plain_own_prefix", Mode(2, plain.substr(0, 160)));
+  Write(dir, "fs_file_fuzzer", "sealed_own_prefix", Mode(3, sealed.substr(0, 40)));
+  std::string expired = plain.substr(0, 16);
+  expired[8] = 1;  // Expiry: one second after the epoch.
+  Write(dir, "fs_file_fuzzer", "plain_expired", Mode(2, expired));
+  std::string flipped = plain.substr(0, 200);
+  flipped[190] = static_cast<char>(flipped[190] ^ 1);  // A payload byte: the CRC fails.
+  Write(dir, "fs_file_fuzzer", "plain_payload_flipped", Mode(2, flipped));
+  Write(dir, "fs_file_fuzzer", "sealed_truncated", Mode(1, sealed.substr(0, sealed.size() - 9)));
+  Write(dir, "fs_file_fuzzer", "foreign", Mode(0, "not a kvtier value\n"));
 }
 
 // Builds GGUF v3 images field by field.
@@ -403,6 +462,7 @@ int main(int argc, char** argv) {
   kvtier::fuzz::CheckpointSeeds(dir);
   kvtier::fuzz::ManifestSeeds(dir);
   kvtier::fuzz::RemoteSeeds(dir);
+  kvtier::fuzz::FsSeeds(dir);
   kvtier::fuzz::RuntimeSeeds(dir);
   kvtier::fuzz::CodecSeeds(dir);
   return 0;
