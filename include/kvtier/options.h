@@ -33,6 +33,12 @@
 
 namespace kvtier::api {
 
+// How the threads that only write blocks down give way to the rest.
+enum class BackgroundPriority : uint8_t {
+  kNice = 0,  // At background_nice.
+  kIdle = 1,  // At background_nice and under SCHED_IDLE.
+};
+
 enum class WritePolicy : uint8_t {
   kWriteThrough = 0,  // A Store also writes its blocks to the tier below before Wait returns.
   kWriteBack = 1,     // Blocks are written down when evicted from memory, on Flush and on close.
@@ -247,6 +253,9 @@ struct EngineOptions {
   // Added to the nice value of the threads that only write blocks down to the SSD and remote
   // tiers, so that they give way to loads and the inference engine on a busy machine; [0, 19].
   int background_nice = 10;
+  // kIdle: those threads also run under SCHED_IDLE, so their wake-ups never preempt the
+  // application's threads and they use idle CPU time (for machines with idle cores).
+  BackgroundPriority background_priority = BackgroundPriority::kNice;
   uint32_t sink_chunks = 1;              // Leading chunks stored at least at kHigh priority.
   bool promote_on_load = true;           // SSD hits served by Load are also cached in host.
   std::optional<RemoteTierOptions> remote;  // The shared remote tier; none by default.

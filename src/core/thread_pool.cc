@@ -36,6 +36,7 @@ ThreadPool::ThreadPool(const ThreadPoolOptions& options) : options_(options) {
         // Refused (a seccomp filter, say): the worker runs at the pool creator's priority.
         LowerThisThreadPriority(options_.nice_increment).status().IgnoreError();
       }
+      if (options_.idle_scheduling) UseIdleScheduling().IgnoreError();
       WorkerLoop();
     });
     const std::string name = (options_.name + std::to_string(i)).substr(0, 15);

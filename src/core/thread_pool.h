@@ -27,6 +27,9 @@ struct ThreadPoolOptions {
   // Added to each worker's nice value as it starts (core/thread_priority.h), for pools that do
   // background work only; [0, kNiceMax]. A refusal by the system leaves the worker as it was.
   int nice_increment = 0;
+  // Each worker also moves itself to SCHED_IDLE as it starts (core/thread_priority.h); the same
+  // refusal rule.
+  bool idle_scheduling = false;
 };
 
 class ThreadPool {

@@ -2,7 +2,8 @@
 // when the queue is full (back-pressure, not growth), Submit blocks until space frees up, the
 // destructor drains queued work, invalid options are rejected with a clear error, and a pool
 // given a nice increment runs its tasks at that lower priority (read back from the system on the
-// worker) while other threads keep theirs.
+// worker) while other threads keep theirs, and one asked for idle scheduling runs them under
+// SCHED_IDLE (sched_getscheduler on the worker) with its nice value kept.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -41,6 +42,28 @@ TEST(ThreadPoolTest, NiceIncrementLowersOnlyThePoolsWorkers) {
   EXPECT_EQ(bg_nice.load(), std::min(base + 5, kNiceMax));
   EXPECT_EQ(fg_nice.load(), base);
   EXPECT_EQ(ThisThreadNice(), base);  // The creating thread is left as it was.
+}
+
+TEST(ThreadPoolTest, IdleSchedulingMovesOnlyThePoolsWorkers) {
+  const int base = ThisThreadNice();
+  auto background = ThreadPool::Create(
+      {.threads = 2, .name = "idle", .nice_increment = 3, .idle_scheduling = true});
+  auto normal = ThreadPool::Create({.threads = 1, .name = "fg"});
+  ASSERT_TRUE(background.ok() && normal.ok());
+  std::atomic<int> bg_idle{-1}, fg_idle{-1}, bg_nice{-100};
+  ASSERT_TRUE((*background)
+                  ->Submit([&] {
+                    bg_idle = ThisThreadIdleScheduled() ? 1 : 0;
+                    bg_nice = ThisThreadNice();
+                  })
+                  .ok());
+  ASSERT_TRUE((*normal)->Submit([&] { fg_idle = ThisThreadIdleScheduled() ? 1 : 0; }).ok());
+  (*background)->WaitIdle();
+  (*normal)->WaitIdle();
+  EXPECT_EQ(bg_idle.load(), 1);
+  EXPECT_EQ(bg_nice.load(), std::min(base + 3, kNiceMax));
+  EXPECT_EQ(fg_idle.load(), 0);
+  EXPECT_FALSE(ThisThreadIdleScheduled());  // The creating thread is left as it was.
 }
 
 TEST(ThreadPoolTest, NiceIncrementOutOfRangeIsRefused) {

@@ -1,5 +1,6 @@
 #include "core/thread_priority.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,5 +35,18 @@ Result<int> LowerThisThreadPriority(int increment) {
   }
   return next;
 }
+
+Status UseIdleScheduling() {
+  const sched_param param{.sched_priority = 0};
+  // pid 0: the calling thread (Linux keeps the policy per thread).
+  if (sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
+    const int err = errno;
+    return Status::IoError(std::string("thread priority: sched_setscheduler(SCHED_IDLE) failed: ") +
+                           std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+bool ThisThreadIdleScheduled() { return sched_getscheduler(0) == SCHED_IDLE; }
 
 }  // namespace kvtier

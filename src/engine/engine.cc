@@ -569,6 +569,11 @@ void EngineImpl::CleanerLoop() {
     LogTo(logger_, LogLevel::kWarn,
           "engine: the cleaner keeps its priority: " + nice.status().ToString());
   }
+  if (options_.background_priority == BackgroundPriority::kIdle) {
+    if (const Status idle = UseIdleScheduling(); !idle.ok()) {
+      LogTo(logger_, LogLevel::kWarn, "engine: the cleaner keeps its policy: " + idle.ToString());
+    }
+  }
   uint64_t wait_us = 0;
   mu_.Lock();
   while (!cleaner_stop_) {

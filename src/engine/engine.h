@@ -65,6 +65,15 @@ enum class TierKind : uint8_t {
 };
 std::string_view TierKindName(TierKind kind);
 
+// How the threads that only write blocks down (the SSD write-back, the remote puts) give way to
+// the rest (core/thread_priority.h): kNice adds EngineOptions::background_nice to their nice
+// value; kIdle also runs them under SCHED_IDLE, for machines whose cores idle between the
+// inference engine's steps (docs/engine.md, "Background writes").
+enum class BackgroundPriority : uint8_t {
+  kNice = 0,
+  kIdle = 1,
+};
+
 enum class WritePolicy : uint8_t {
   kWriteThrough = 0,  // Store also writes every block to the persistent tier (SSD) right away.
   kWriteBack = 1,     // Blocks are written down only when evicted from memory (dirty bit).
@@ -221,6 +230,7 @@ struct EngineOptions {
   // (core/thread_priority.h; docs/engine.md, "Background writes"). [0, 19]; 0 keeps them at
   // the opening thread's priority.
   int background_nice = kBackgroundNiceDefault;
+  BackgroundPriority background_priority = BackgroundPriority::kNice;
   uint32_t sink_chunks = 1;       // Leading chunks stored at least at BlockPriority::kHigh.
   // SSD hits served by Load are also copied into the host tier (only into free or clean slots:
   // a promotion never forces a write-back).

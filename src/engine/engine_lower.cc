@@ -91,7 +91,10 @@ Status EngineImpl::OpenLowerTiers() {
                                                       .clock = clock_,
                                                       .logger = logger_,
                                                       .layout_digest = layout_digest_,
-                                                      .background_nice = options_.background_nice}));
+                                                      .background_nice = options_.background_nice,
+                                                      .background_idle =
+                                                          options_.background_priority ==
+                                                          BackgroundPriority::kIdle}));
   if (opened.owned_env != nullptr) {
     owned_env_ = std::move(opened.owned_env);
     env_ = owned_env_.get();

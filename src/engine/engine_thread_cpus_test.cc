@@ -7,13 +7,16 @@
 //   blocks down (the cleaner, the remote tier's writers) by the increment asked for, and leaves
 //   every other thread (workers, completions, the remote readers) and the opener at the opener's
 //   priority; 0 changes no thread; a value out of range fails Open naming the option.
+// - EngineOptions::background_priority = kIdle also moves those same threads (and no other) to
+//   SCHED_IDLE, their nice value kept.
 // Method: for CPUs, Open runs on a thread bound to one CPU (as vLLM's CPU worker binds its
 // process); the threads that appear in /proc/self/task during Open are the engine's, and each
 // one's Cpus_allowed_list is read from its status file. For priorities, an engine with an SSD
 // and a remote tier (a FakeRemoteStore) is opened and each of its threads is found by its name
-// and its nice value read from its stat file; the cleaner lowers itself as it starts, so the
+// and its nice value and scheduling policy read from its stat file; the cleaner lowers itself as it starts, so the
 // test waits for that (bounded) before reading.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cctype>
 #include <chrono>
@@ -60,7 +63,9 @@ constexpr int kMixedNice = -100;
 // Thread name -> nice value, for every thread of the process whose name starts with "kvtier-".
 // Threads of one pool share a name prefix and, once started, a priority.
 
-std::map<std::string, int> KvtierThreadNice() {
+// One field of each kvtier thread's /proc stat line (proc(5): 19 is the nice value, 41 the
+// scheduling policy), by thread name.
+std::map<std::string, int> KvtierThreadStat(int wanted) {
   std::map<std::string, int> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
     Result<std::string> comm = ReadSmallFile(e.path() / "comm");
@@ -73,17 +78,20 @@ std::map<std::string, int> KvtierThreadNice() {
     if (paren == std::string::npos) continue;
     std::istringstream fields(text.substr(paren + 2));  // From field 3 (state) on.
     std::string field;
-    int nice = 0;
-    for (int i = 3; i <= 19 && fields >> field; ++i) {
-      if (i == 19) nice = std::stoi(field);
+    int value = 0;
+    for (int i = 3; i <= wanted && fields >> field; ++i) {
+      if (i == wanted) value = std::stoi(field);
     }
     // Pools number their threads; one entry per pool, kMixedNice while its threads disagree.
     while (!name.empty() && std::isdigit(static_cast<unsigned char>(name.back()))) name.pop_back();
-    const auto [it, inserted] = out.emplace(name, nice);
-    if (!inserted && it->second != nice) it->second = kMixedNice;
+    const auto [it, inserted] = out.emplace(name, value);
+    if (!inserted && it->second != value) it->second = kMixedNice;
   }
   return out;
 }
+
+std::map<std::string, int> KvtierThreadNice() { return KvtierThreadStat(19); }
+std::map<std::string, int> KvtierThreadPolicy() { return KvtierThreadStat(41); }
 
 class EngineThreadCpusTest : public ::testing::Test {
  protected:
@@ -222,6 +230,33 @@ TEST_F(EngineBackgroundNiceTest, OnlyTheWritersAreLowered) {
     EXPECT_EQ(threads.at(kept), base_) << kept;
   }
   EXPECT_EQ(ThisThreadNice(), base_);
+}
+
+// background_priority = idle: the same two writers also run under SCHED_IDLE, at their nice.
+TEST_F(EngineBackgroundNiceTest, IdlePriorityMovesOnlyTheWritersToSchedIdle) {
+  EngineOptions o = Options("", &remote_, 4);
+  o.background_priority = BackgroundPriority::kIdle;
+  Result<std::unique_ptr<Engine>> e = Engine::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::map<std::string, int> policy = KvtierThreadPolicy();
+  const auto moved = [&] {
+    return policy.count("kvtier-cleaner") == 1 && policy["kvtier-cleaner"] == SCHED_IDLE &&
+           policy.count("kvtier-rput") == 1 && policy["kvtier-rput"] == SCHED_IDLE;
+  };
+  while (!moved() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    policy = KvtierThreadPolicy();
+  }
+  EXPECT_TRUE(moved());
+  for (const char* kept : {"kvtier-remote", "kvtier-engine", "kvtier-compl"}) {
+    ASSERT_EQ(policy.count(kept), 1u) << kept;
+    EXPECT_EQ(policy.at(kept), SCHED_OTHER) << kept;
+  }
+  const std::map<std::string, int> nice = KvtierThreadNice();
+  EXPECT_EQ(nice.at("kvtier-cleaner"), std::min(base_ + 4, kNiceMax));
+  EXPECT_EQ(nice.at("kvtier-rput"), std::min(base_ + 4, kNiceMax));
+  EXPECT_FALSE(ThisThreadIdleScheduled());
 }
 
 TEST_F(EngineBackgroundNiceTest, ZeroLowersNoThread) {

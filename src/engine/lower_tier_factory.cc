@@ -63,7 +63,8 @@ class StandardFactory final : public LowerTierFactory {
         .write_budget_burst_bytes = r.write_budget_burst_bytes,
         .clock = context.clock,
         .io_threads = r.io_threads,
-        .write_nice = context.background_nice};
+        .write_nice = context.background_nice,
+        .write_idle = context.background_idle};
     std::unique_ptr<RemoteTierAdapter> adapter;
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);

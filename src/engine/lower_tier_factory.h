@@ -44,6 +44,7 @@ struct LowerTierContext {
   Logger* logger = nullptr;  // May be null (silent).
   Hash256 layout_digest{};
   int background_nice = 0;  // EngineOptions::background_nice: for threads that only write.
+  bool background_idle = false;  // EngineOptions::background_priority is kIdle.
 };
 
 struct OpenedLowerTiers {

@@ -438,6 +438,17 @@ constexpr OptionSpec kTable[] = {
        o.background_nice = static_cast<int>(U32(v));
        return Status::Ok();
      }},
+    {.name = "background_priority", .type = OptionType::kChoice, .default_text = "nice",
+     .choices = "nice|idle", .surfaces = kSurfaceCpp | kSurfacePython | kSurfaceCli,
+     .cpp_field = "background_priority",
+     .doc = "nice: the threads that only write blocks down run at background_nice; idle: also "
+            "under SCHED_IDLE, so their wake-ups never preempt the inference engine and they "
+            "run on idle CPU time (for machines whose cores idle between its steps)",
+     .note = "Not in the C struct (its layout is fixed): C programs get the default",
+     .set = [](EngineOptions& o, const OptionValue& v) {
+       o.background_priority = Pick<BackgroundPriority>("nice|idle", v);
+       return Status::Ok();
+     }},
     {.name = "sink_chunks", .type = OptionType::kUint, .default_text = "1", .min = 0,
      .max = 1 << 20, .cpp_field = "sink_chunks",
      .doc = "Leading chunks of a sequence stored at least at high priority",

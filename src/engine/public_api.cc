@@ -245,6 +245,9 @@ Result<EngineOptions> ToEngineOptions(const api::EngineOptions& in, Logger* logg
   out.worker_threads = in.worker_threads;
   out.thread_cpus = in.thread_cpus;
   out.background_nice = in.background_nice;
+  KV_RETURN_IF_ERROR(CastEnum(in.background_priority, api::BackgroundPriority::kNice,
+                              api::BackgroundPriority::kIdle, "background_priority",
+                              &out.background_priority));
   out.sink_chunks = in.sink_chunks;
   out.promote_on_load = in.promote_on_load;
   out.prediction = ConvertPrediction(in.prediction);

@@ -42,7 +42,7 @@ constexpr size_t PublicFieldCount() {
   }
 }
 // Update these counts only together with the checks below.
-static_assert(PublicFieldCount<api::EngineOptions>() == 23);
+static_assert(PublicFieldCount<api::EngineOptions>() == 24);
 static_assert(PublicFieldCount<api::Layout>() == 6);
 static_assert(PublicFieldCount<api::DeviceTierOptions>() == 3);
 static_assert(PublicFieldCount<api::HostTierOptions>() == 5);
@@ -158,6 +158,7 @@ void ExpectOptionsEq(const EngineOptions& a, const EngineOptions& b) {
   EXPECT_EQ(a.worker_threads, b.worker_threads);
   EXPECT_EQ(a.thread_cpus, b.thread_cpus);
   EXPECT_EQ(a.background_nice, b.background_nice);
+  EXPECT_EQ(a.background_priority, b.background_priority);
   EXPECT_EQ(a.sink_chunks, b.sink_chunks);
   EXPECT_EQ(a.promote_on_load, b.promote_on_load);
   ASSERT_EQ(a.remote.has_value(), b.remote.has_value());
@@ -324,6 +325,7 @@ api::EngineOptions PublicAllSet(const std::string& ssd_key_file, const std::stri
       .worker_threads = 5,
       .thread_cpus = "all",
       .background_nice = 12,
+      .background_priority = api::BackgroundPriority::kIdle,
       .sink_chunks = 6,
       .promote_on_load = false,
       .remote = PublicRemote(remote_keys),
@@ -357,6 +359,7 @@ EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, 
   e.worker_threads = 5;
   e.thread_cpus = "all";
   e.background_nice = 12;
+  e.background_priority = BackgroundPriority::kIdle;
   e.sink_chunks = 6;
   e.promote_on_load = false;
   e.remote = InternalRemote(std::move(remote_keys));

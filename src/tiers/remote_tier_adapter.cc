@@ -19,7 +19,8 @@ RemoteTierAdapter::RemoteTierAdapter(RemoteStore* store, const RemoteTierPolicy&
       ThreadPool::Create({.threads = policy.io_threads,
                           .queue_tasks_max = 1024,
                           .name = "kvtier-rput",
-                          .nice_increment = policy.write_nice});
+                          .nice_increment = policy.write_nice,
+                          .idle_scheduling = policy.write_idle});
   // Only a thread count or nice increment out of range fails: callers validate them.
   KV_CHECK(readers.ok() && writers.ok());
   {

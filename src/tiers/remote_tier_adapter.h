@@ -54,6 +54,7 @@ struct RemoteTierPolicy {
   uint32_t io_threads = kRemoteIoThreadsDefault;
   // Added to the writer threads' nice value (core/thread_priority.h); [0, kNiceMax].
   int write_nice = 0;
+  bool write_idle = false;  // The writer threads also run under SCHED_IDLE.
 };
 
 class RemoteTierAdapter final : public Tier {

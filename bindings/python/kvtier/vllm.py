@@ -45,6 +45,9 @@ kv_connector_extra_config (all optional):
   background_nice       added to the nice value of kvtier's threads that only write chunks down
                         (SSD write-back, Redis puts), so vLLM's compute and the loads come first
                         (default 10; 0: no change), docs/engine.md "Background writes"
+  background_priority   "nice" (default) | "idle": those threads also run under SCHED_IDLE, so
+                        their wake-ups never preempt vLLM's forward pass (for machines whose
+                        cores idle between its steps), docs/engine.md "Background writes"
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
                         "k8v4" | "k8v4-rot" (SSD records; docs/codecs.md), codec_level
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
@@ -179,6 +182,7 @@ _SERVER_RECONNECT_MS = 1000
 # Options of the connector's own engine, which the node service's configuration replaces.
 _ENGINE_KEYS = ("host_bytes", "ssd_dirs", "ssd_bytes", "ssd_segment_bytes", "write_policy",
                 "ssd_sync", "worker_threads", "thread_cpus", "background_nice",
+                "background_priority",
                 "writeback_age_ms_max", "codec",
                 "codec_level", "ssd_key_file", "ssd_key_env", "remote_endpoints", "fs_dir",
                 "runtime_dir")
@@ -1919,6 +1923,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         for key in ("writeback_age_ms_max", "background_nice"):
             if key in c:
                 kwargs[key] = int(c[key])
+        if "background_priority" in c:
+            kwargs["background_priority"] = str(c["background_priority"])
         if c.get("remote_endpoints"):
             password = ""
             if c.get("remote_password_env"):
