@@ -8,9 +8,9 @@
 // write-back age limit keep moving on a machine that is never idle. A SCHED_IDLE thread gets
 // about 0.3 % of a CPU another thread wants, and its wake-ups never preempt that thread: what a
 // machine with idle cores between the inference engine's steps wants (measured in vLLM: the
-// write threads' wake-ups preempting its forward pass). Its writes then wait for idle time; the
-// queues' back-pressure bounds how far they fall behind (a full queue makes the engine's own
-// threads wait, which frees the CPU).
+// write threads' wake-ups preempting its forward pass). Its writes then wait for idle time; on
+// a machine that is never idle they fall behind until back-pressure (a full queue, a memory
+// tier full of blocks not yet written) makes the engine's own threads wait or refuse.
 //
 // The change cannot be undone without CAP_SYS_NICE (an unprivileged thread may only raise its nice
 // value), so only threads that do nothing else are lowered.

@@ -7,7 +7,8 @@
 // keyring (else plaintext, CRC-checked). Bit 1: the harness first stores a known value through the
 // store and then overwrites the start of its file with the input (a mutated real file, so the
 // parser gets past the magic and the size checks); otherwise the input is the whole file.
-// Each input runs Exists and Get on the block's path in a private temporary directory.
+// Each input runs Exists and Get on the block's path in a private temporary directory, removed
+// at exit.
 // Built by the fuzz preset and, for replay over the corpus, by the asan preset.
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,34 +43,48 @@ BlockKey FuzzKey() {
   return key;
 }
 
-struct Harness {
-  std::string dir;
-  std::unique_ptr<FsStore> store;
-  std::string path;  // The block's file, absolute.
+// A store on a private temporary directory, removed at exit with the store.
+class Harness {
+ public:
+  explicit Harness(bool sealed) {
+    char tmpl[] = "/tmp/kvtier-fs-fuzz-XXXXXX";
+    KV_CHECK(::mkdtemp(tmpl) != nullptr);
+    dir_ = tmpl;
+    FsStoreOptions o;
+    o.dir = dir_ + "/store";
+    o.fsync = false;
+    if (sealed) {
+      o.keyring = std::move(RemoteKeyring::Parse(
+          "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n").value());
+    } else {
+      o.insecure_plaintext = true;
+    }
+    Result<std::unique_ptr<FsStore>> store = FsStore::Open(std::move(o));
+    KV_CHECK(store.ok());
+    store_ = std::move(store).value();
+    path_ = dir_ + "/store/" + store_->RelativePath(FuzzKey());
+  }
+  ~Harness() {
+    store_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  Harness(const Harness&) = delete;
+  Harness& operator=(const Harness&) = delete;
+
+  FsStore& store() { return *store_; }
+  const std::string& path() const { return path_; }  // The block's file, absolute.
+
+ private:
+  std::string dir_;
+  std::unique_ptr<FsStore> store_;
+  std::string path_;
 };
 
-Harness OpenHarness(bool sealed) {
-  char tmpl[] = "/tmp/kvtier-fs-fuzz-XXXXXX";
-  KV_CHECK(::mkdtemp(tmpl) != nullptr);
-  FsStoreOptions o;
-  o.dir = std::string(tmpl) + "/store";
-  o.fsync = false;
-  if (sealed) {
-    o.keyring = std::move(RemoteKeyring::Parse(
-        "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n").value());
-  } else {
-    o.insecure_plaintext = true;
-  }
-  Result<std::unique_ptr<FsStore>> store = FsStore::Open(std::move(o));
-  KV_CHECK(store.ok());
-  Harness h{.dir = tmpl, .store = std::move(store).value(), .path = {}};
-  h.path = h.dir + "/store/" + h.store->RelativePath(FuzzKey());
-  return h;
-}
-
 Harness& Get(bool sealed) {
-  static Harness harnesses[2] = {OpenHarness(false), OpenHarness(true)};
-  return harnesses[sealed ? 1 : 0];
+  static Harness plain(false);
+  static Harness sealed_store(true);
+  return sealed ? sealed_store : plain;
 }
 
 void StoreKnownValue(FsStore& store) {
@@ -127,15 +143,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> bytes(data + 1, size - 1);
   Harness& h = Get((mode & 1) != 0);
   const bool mutate_real = (mode & 2) != 0;
-  ::unlink(h.path.c_str());
+  ::unlink(h.path().c_str());
   if (mutate_real) {
-    StoreKnownValue(*h.store);
-    WriteFile(h.path, bytes, /*over_existing=*/true);
+    StoreKnownValue(h.store());
+    WriteFile(h.path(), bytes, /*over_existing=*/true);
   } else {
-    WriteFile(h.path, bytes, /*over_existing=*/false);
+    WriteFile(h.path(), bytes, /*over_existing=*/false);
   }
   // An overwrite with the file's own bytes (or none) leaves the stored value intact.
-  ReadBack(*h.store, mutate_real);
-  ::unlink(h.path.c_str());
+  ReadBack(h.store(), mutate_real);
+  ::unlink(h.path().c_str());
   return 0;
 }
