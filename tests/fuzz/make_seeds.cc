@@ -26,6 +26,7 @@
 #include "runtime/model_config.h"
 #include "runtime/model_weights.h"
 #include "tiers/fs/fs_store.h"
+#include "tiers/fs/fuzz/fs_fuzz_block.h"
 #include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
 #include "tiers/ssd_checkpoint.h"
@@ -176,32 +177,17 @@ void RemoteSeeds(const fs::path& dir) {
   Write(dir, "redis_reply_fuzzer", "bulk_value", "$5\r\nhello\r\n+OK\r\n:42\r\n");
 }
 
-// The fs tier's files for fs_file_fuzzer's block (its key, a 512-byte payload of 0x5a), written
-// by an FsStore in a temporary directory, plaintext and sealed with the harness's key.
+// The fs tier's files for fs_file_fuzzer's block (tiers/fs/fuzz/fs_fuzz_block.h), written by an
+// FsStore in a temporary directory, plaintext and sealed with the harness's key.
 std::string FsFile(bool sealed) {
   char tmpl[] = "/tmp/kvtier-fs-seeds-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return {};
-  FsStoreOptions o;
-  o.dir = std::string(tmpl) + "/store";
-  o.fsync = false;
-  if (sealed) {
-    o.keyring = RemoteKeyring::Parse(
-        "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n").value();
-  } else {
-    o.insecure_plaintext = true;
-  }
-  Result<std::unique_ptr<FsStore>> store = FsStore::Open(std::move(o));
+  Result<std::unique_ptr<FsStore>> store =
+      FsStore::Open(FsFuzzOptions(std::string(tmpl) + "/store", sealed));
   if (!store.ok()) return {};
-  BlockKey key;
-  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
-    key.chunk_hash[i] = static_cast<uint8_t>(i * 7 + 1);
-  }
-  key.layer = 3;
-  const std::vector<std::byte> payload(512, std::byte{0x5a});
-  RemotePut put{.key = key, .codec_id = 0, .raw_bytes = 512, .payload = payload};
   std::string bytes;
-  if ((*store)->Put(std::span(&put, 1)).ok() && put.status.ok()) {
-    std::ifstream in(std::string(tmpl) + "/store/" + (*store)->RelativePath(key),
+  if (PutFsFuzzValue(**store).ok()) {
+    std::ifstream in(std::string(tmpl) + "/store/" + (*store)->RelativePath(FsFuzzKey()),
                      std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }

@@ -26,22 +26,10 @@
 
 #include "core/assert.h"
 #include "tiers/fs/fs_store.h"
-#include "tiers/remote_crypto.h"
+#include "tiers/fs/fuzz/fs_fuzz_block.h"
 
 namespace kvtier {
 namespace {
-
-constexpr uint32_t kValueBytes = 512;
-constexpr std::byte kFill{0x5a};
-
-BlockKey FuzzKey() {
-  BlockKey key;
-  for (size_t i = 0; i < key.chunk_hash.size(); ++i) {
-    key.chunk_hash[i] = static_cast<uint8_t>(i * 7 + 1);
-  }
-  key.layer = 3;
-  return key;
-}
 
 // A store on a private temporary directory, removed at exit with the store.
 class Harness {
@@ -50,19 +38,11 @@ class Harness {
     char tmpl[] = "/tmp/kvtier-fs-fuzz-XXXXXX";
     KV_CHECK(::mkdtemp(tmpl) != nullptr);
     dir_ = tmpl;
-    FsStoreOptions o;
-    o.dir = dir_ + "/store";
-    o.fsync = false;
-    if (sealed) {
-      o.keyring = std::move(RemoteKeyring::Parse(
-          "7 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n").value());
-    } else {
-      o.insecure_plaintext = true;
-    }
-    Result<std::unique_ptr<FsStore>> store = FsStore::Open(std::move(o));
+    Result<std::unique_ptr<FsStore>> store =
+        FsStore::Open(fuzz::FsFuzzOptions(dir_ + "/store", sealed));
     KV_CHECK(store.ok());
     store_ = std::move(store).value();
-    path_ = dir_ + "/store/" + store_->RelativePath(FuzzKey());
+    path_ = dir_ + "/store/" + store_->RelativePath(fuzz::FsFuzzKey());
   }
   ~Harness() {
     store_.reset();
@@ -87,13 +67,6 @@ Harness& Get(bool sealed) {
   return sealed ? sealed_store : plain;
 }
 
-void StoreKnownValue(FsStore& store) {
-  const std::vector<std::byte> payload(kValueBytes, kFill);
-  RemotePut put{.key = FuzzKey(), .codec_id = 0, .raw_bytes = kValueBytes, .payload = payload};
-  KV_CHECK(store.Put(std::span(&put, 1)).ok());
-  KV_CHECK(put.status.ok());
-}
-
 void WriteFile(const std::string& path, std::span<const uint8_t> bytes, bool over_existing) {
   ::unlink((path + ".in").c_str());
   const int fd = ::open(over_existing ? path.c_str() : (path + ".in").c_str(),
@@ -113,11 +86,11 @@ void WriteFile(const std::string& path, std::span<const uint8_t> bytes, bool ove
 // must give back that value (a seal cannot be forged, nor a CRC matched over other bytes by
 // chance); otherwise a read that verifies (a whole valid file from the corpus) fits the buffer.
 void ReadBack(FsStore& store, bool stored) {
-  RemoteExists exists{.key = FuzzKey()};
+  RemoteExists exists{.key = fuzz::FsFuzzKey()};
   KV_CHECK(store.Exists(std::span(&exists, 1)).ok());
   KV_CHECK(exists.status.ok());
-  std::vector<std::byte> dst(kValueBytes + 64, std::byte{0});
-  RemoteGet get{.key = FuzzKey(), .dst = dst};
+  std::vector<std::byte> dst(fuzz::kFsFuzzValueBytes + 64, std::byte{0});
+  RemoteGet get{.key = fuzz::FsFuzzKey(), .dst = dst};
   KV_CHECK(store.Get(std::span(&get, 1)).ok());
   if (!get.status.ok()) {
     KV_CHECK(get.status.IsNotFound() || get.status.IsCorruption() ||
@@ -127,9 +100,9 @@ void ReadBack(FsStore& store, bool stored) {
   KV_CHECK(exists.exists);
   KV_CHECK(get.payload_bytes <= dst.size());
   if (stored) {
-    KV_CHECK(get.payload_bytes == kValueBytes);
-    KV_CHECK(std::all_of(dst.begin(), dst.begin() + kValueBytes,
-                         [](std::byte b) { return b == kFill; }));
+    KV_CHECK(get.payload_bytes == fuzz::kFsFuzzValueBytes);
+    KV_CHECK(std::all_of(dst.begin(), dst.begin() + fuzz::kFsFuzzValueBytes,
+                         [](std::byte b) { return b == fuzz::kFsFuzzFill; }));
   }
 }
 
@@ -145,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool mutate_real = (mode & 2) != 0;
   ::unlink(h.path().c_str());
   if (mutate_real) {
-    StoreKnownValue(h.store());
+    KV_CHECK(fuzz::PutFsFuzzValue(h.store()).ok());
     WriteFile(h.path(), bytes, /*over_existing=*/true);
   } else {
     WriteFile(h.path(), bytes, /*over_existing=*/false);
