@@ -410,6 +410,10 @@ TEST_F(SsdRaceTest, WritersWaitForASlowReclaimInsteadOfGivingUp) {
     EXPECT_TRUE(Get(*tier, 200 + static_cast<uint64_t>(w), kBlock).ok()) << w;
   }
   EXPECT_TRUE(Get(*tier, 0, kBlock).ok());
+  // The writers may finish in the reclaim's segment once its copies are placed, while it still
+  // syncs them and drops segment 1. A checkpoint is serialized with the reclaim, so it returns
+  // after that reclaim has ended, and only then is its count final.
+  ASSERT_TRUE(tier->Checkpoint().ok());
   EXPECT_GE(tier->Stats().reclaimed_segments, 1u);
   ASSERT_TRUE(tier->Close().ok());
 }
