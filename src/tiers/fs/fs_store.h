@@ -12,9 +12,10 @@
 //
 // Publishing is atomic: a put writes a temporary ".<name>.tmp.<16 random hex>" beside the file
 // (O_EXCL, O_NOFOLLOW), syncs it (with `fsync`), and renames it over the name; a reader sees the
-// whole value or none. A get verifies every value (length, header and payload CRCs, key, layout
-// digest; with a keyring its GCM tag first) and fails closed to a miss, counted as corrupt,
-// mismatched or refused, as RedisStore's gets do.
+// whole value or none. A batch writes up to kFsPutGroup temporaries before it syncs the first, so
+// their syncs share journal commits. A get verifies every value (length, header and payload
+// CRCs, key, layout digest; with a keyring its GCM tag first) and fails closed to a miss,
+// counted as corrupt, mismatched or refused, as RedisStore's gets do.
 //
 // Eviction: a sweeper thread walks the folders every sweep_interval_ms (with jitter, so nodes do
 // not sweep in step), removes values older than max_age_s and, above bytes_max, the oldest until
@@ -59,6 +60,8 @@ inline constexpr uint32_t kFsFanout = 256;
 // microseconds, 0: none), in the clear so that Exists can tell an expired value without opening
 // its seal; Get checks the expiry inside the (sealed) record header.
 inline constexpr size_t kFsFileHeaderBytes = 16;
+// Values a put writes before it syncs the first of them (so also the descriptors it holds).
+inline constexpr size_t kFsPutGroup = 64;
 
 struct FsStoreOptions {
   std::string dir;  // Created (0700, or 0770 with group_shared) when missing.
@@ -122,7 +125,16 @@ class FsStore final : public RemoteStore {
   Status Init();
   void SweeperLoop() KV_EXCLUDES(stop_mu_, sweep_mu_);
   Status SweepLocked() KV_REQUIRES(sweep_mu_);
-  Status PutOne(RemotePut* e, RemoteCipher* cipher);
+  // A value being published: its temporary, written and not yet synced or renamed.
+  struct PendingPut {
+    std::string path, temp, what;
+    UniqueFd fd;
+  };
+  // Writes the value to a new temporary and starts its write-back; on error the temporary is
+  // gone. FinishPut syncs it (with `fsync`), closes it and renames it over the value's name.
+  Status BeginPut(RemotePut* e, RemoteCipher* cipher, PendingPut* out);
+  Status FinishPut(PendingPut* p);
+  void AbandonPut(PendingPut* p);  // Closes and removes the temporary.
   void GetOne(RemoteGet* e, RemoteCipher* cipher);
   // Stats a value's file (never following a link) and checks its kind and size.
   Status StatValue(const std::string& path, const std::string& what, struct stat* st);

@@ -4,10 +4,12 @@
 // never read and a dead writer's is swept; the sweeps remove by age and, above the size bound,
 // oldest first down to 90 %, a hit renewing a value's time; two stores on one directory (two
 // nodes) writing and sweeping at once lose nothing below the bound and leave only verified
-// values; a write that fails (the file size limit) publishes nothing and leaves no temporary; an
+// values; a write that fails (the file size limit) publishes nothing and leaves no temporary, also
+// in the middle of a batch published in groups under a descriptor limit one group fits; an
 // untrusted directory and incomplete options are refused with the option's name.
 // Method: FsStore on a fresh temporary directory; files damaged, planted and aged with POSIX
-// calls (utimensat sets the times the sweeps read); RLIMIT_FSIZE makes writes fail.
+// calls (utimensat sets the times the sweeps read); RLIMIT_FSIZE makes writes fail and
+// RLIMIT_NOFILE bounds the descriptors.
 #include "tiers/fs/fs_store.h"
 
 #include <dirent.h>
@@ -413,6 +415,64 @@ TEST_P(FsStoreTest, AFailedWritePublishesNothingAndLeavesNoTemporary) {
   EXPECT_EQ(s->Stats().errors, 1u);
   std::vector<std::byte> buf(65536);
   EXPECT_TRUE(GetOne(*s, Key(1), &buf).status.IsNotFound());
+}
+
+// A batch of several groups (kFsPutGroup temporaries are open at once) under a descriptor limit
+// that one group fits and the whole batch would not, with one value in the middle over the file
+// size limit: every other value is published and reads back, the failed one is a miss with its
+// own error, and no temporary is left.
+TEST_P(FsStoreTest, ABatchIsPublishedInGroupsAndOneFailureStaysItsOwn) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  constexpr size_t kValues = 3 * kFsPutGroup + 5;
+  constexpr size_t kBig = kFsPutGroup + 7;  // In the second group.
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<RemotePut> puts;
+  for (size_t i = 0; i < kValues; ++i) {
+    const uint32_t seed = static_cast<uint32_t>(i);
+    payloads.push_back(Payload(seed, i == kBig ? 65536 : 3000 + i));
+  }
+  for (size_t i = 0; i < kValues; ++i) {
+    puts.push_back(RemotePut{.key = Key(static_cast<uint32_t>(i)),
+                             .codec_id = 3,
+                             .raw_bytes = static_cast<uint32_t>(payloads[i].size()),
+                             .payload = payloads[i]});
+  }
+  size_t open_fds = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++open_fds;
+  }
+  struct rlimit old_files {}, old_size {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old_files), 0);
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_size), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit files = old_files, size = old_size;
+  files.rlim_cur = open_fds + kFsPutGroup + 16;
+  ASSERT_LT(files.rlim_cur, open_fds + kValues);
+  size.rlim_cur = 10000;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &size), 0);
+  const Status call = s->Put(puts);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_size), 0);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old_files), 0);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_TRUE(call.ok()) << call.ToString();
+  for (size_t i = 0; i < kValues; ++i) {
+    std::vector<std::byte> buf(65536);
+    const RemoteGet g = GetOne(*s, puts[i].key, &buf);
+    if (i == kBig) {
+      EXPECT_FALSE(puts[i].status.ok());
+      EXPECT_TRUE(g.status.IsNotFound()) << g.status.ToString();
+      continue;
+    }
+    ASSERT_TRUE(puts[i].status.ok()) << i << ": " << puts[i].status.ToString();
+    ASSERT_TRUE(g.status.ok()) << i << ": " << g.status.ToString();
+    ASSERT_EQ(g.payload_bytes, payloads[i].size()) << i;
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), buf.begin())) << i;
+  }
+  EXPECT_EQ(ValueFiles(dir_).size(), kValues - 1);  // No temporary beside the values.
+  EXPECT_EQ(s->Stats().errors, 1u);
+  EXPECT_EQ(s->Stats().puts, kValues - 1);
 }
 
 TEST(FsStoreOpenTest, UntrustedDirectoriesAndIncompleteOptionsAreRefused) {
