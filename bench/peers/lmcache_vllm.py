@@ -61,9 +61,10 @@ processes a run kept in its --work-dir.
 
 --smoke: one 512-token document, a 2-layer model, one round, hit-repeats 1: every cell and its
 gate, exit status 1 when one fails (10 minutes on two busy cores, nearly all of it vLLM starting
-14 processes, 20-30 s each; the first run adds the install, about a minute). CI runs it with
---cells lmcache_l1,kvtier_host (recompute, LMCache's L1 and kvtier's host tier: 3 processes;
-tests/vllm/test_peer_lmcache_smoke.py). --setup-only makes the environment and exits
+14 processes; the first run adds the install, about a minute). A smoke run starts vLLM in one
+process (its in-process mode, about 9 s against 16 s) except under LMCache's connector, which
+fails to start that way. CI runs it with --cells lmcache_l1,kvtier_host (recompute, LMCache's L1
+and kvtier's host tier: 3 processes, 55 s; tests/vllm/test_peer_lmcache_smoke.py). --setup-only makes the environment and exits
 (scripts/setup_lmcache_venv.sh, which `./run.sh test` runs).
 Environment: `.venv-lmcache` at the repository root (git-ignored), made on first use by
 peerlib.ensure_overlay_venv: a venv of its own that reads `.venv-vllm`'s packages (vLLM's CPU
@@ -237,9 +238,13 @@ def _tail(path: Path, lines: int = 12) -> str:
 
 def run_vllm(ctx, name: str, requests: list[dict], prefix_caching: bool = False,
              connector: dict | None = None, env: dict | None = None) -> dict:
+    # Smoke runs start vLLM in one process where they can: LMCache's connector fails to start in
+    # vLLM's in-process mode (its kernel overrides), so its processes keep vLLM's three.
+    lmcache = connector is not None and connector.get("kv_connector") != "KvtierConnector"
     plan = {"model": str(ctx.model_dir), "max_model_len": ctx.max_model_len,
             "kv_space_gib": ctx.kv_space_gib, "prefix_caching": prefix_caching,
             "connector": connector, "requests": requests, "env": env or {},
+            "in_process": ctx.args.smoke and not lmcache,
             "out": str(ctx.work / f"{name}.out.json")}
     plan_path = ctx.work / f"{name}.plan.json"
     plan_path.write_text(json.dumps(plan))
