@@ -319,6 +319,12 @@ def driver_main():
     parser.add_argument("--tp", type=int, default=1)
     args = parser.parse_args(sys.argv[2:])
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # One rank: vLLM in this process, as tests/vllm/run_vllm.py runs it (it starts faster); the
+    # events still leave through the ZMQ publisher.
+    extra = {}
+    if args.tp == 1:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        extra["distributed_executor_backend"] = "uni"
     from vllm import LLM, SamplingParams
     from vllm.config import KVEventsConfig
 
@@ -327,7 +333,8 @@ def driver_main():
               enforce_eager=True, seed=0, enable_prefix_caching=True,
               kv_transfer_config=connector, max_num_batched_tokens=1024,
               tensor_parallel_size=args.tp, kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
-                                              endpoint=args.kv_events, topic="kvtier-test"))
+                                              endpoint=args.kv_events, topic="kvtier-test"),
+              **extra)
     print(MARK + json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         ask = json.loads(line)
