@@ -64,8 +64,9 @@ gate, exit status 1 when one fails (10 minutes on two busy cores, nearly all of 
 14 processes; the first run adds the install, about a minute). A smoke run starts vLLM in one
 process (its in-process mode, about 9 s against 16 s) except under LMCache's connector, which
 fails to start that way. CI runs it with --cells lmcache_l1,kvtier_host (recompute, LMCache's L1
-and kvtier's host tier: 3 processes, 55 s; tests/vllm/test_peer_lmcache_smoke.py). --setup-only makes the environment and exits
-(scripts/setup_lmcache_venv.sh, which `./run.sh test` runs).
+and kvtier's host tier: 3 processes, 55 s; tests/vllm/test_peer_lmcache_smoke.py).
+--setup-only makes the environment and exits (scripts/setup_lmcache_venv.sh, which
+`./run.sh test` runs).
 Environment: `.venv-lmcache` at the repository root (git-ignored), made on first use by
 peerlib.ensure_overlay_venv: a venv of its own that reads `.venv-vllm`'s packages (vLLM's CPU
 build, made by scripts/setup_vllm_venv.sh) after its own, with lmcache and the three pure-Python
