@@ -58,6 +58,7 @@ processes a run kept in its --work-dir.
 
   bench/peers/lmcache_vllm.py [--json] [--lengths 1024,2048,4096] [--rounds 3] [--hit-repeats 3]
       [--layers 22] [--cells all|NAME,...] [--smoke] [--kvtier-background-priority nice|idle]
+      [--kvtier-remote-write-policy through|back]
 
 --smoke: one 512-token document, a 2-layer model, one round, hit-repeats 1: every cell and its
 gate, exit status 1 when one fails (10 minutes on two busy cores, nearly all of it vLLM starting
@@ -175,6 +176,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kvtier-background-priority", choices=("nice", "idle"), default="nice",
                    help="the in-process kvtier cells' background_priority (docs/engine.md, "
                         "\"Background writes\")")
+    p.add_argument("--kvtier-remote-write-policy", choices=("through", "back"),
+                   default="through",
+                   help="the in-process kvtier cells' remote_write_policy: through (the "
+                        "default: a block is put to the remote tier when stored) or back (when "
+                        "it leaves the host tier)")
     p.add_argument("--model-dir", type=Path)
     p.add_argument("--work-dir", type=Path, help="keep logs here (else a temporary directory)")
     p.add_argument("--seed", type=int, default=7)
@@ -471,7 +477,8 @@ class Context:
         self.service_bin = Path(args.kvtier_cli)  # for vllm_ttft.NodeService
 
 
-# Connector keys every in-process kvtier cell gets (--kvtier-background-priority).
+# Connector keys every in-process kvtier cell gets (--kvtier-background-priority,
+# --kvtier-remote-write-policy).
 KVTIER_EXTRA: dict = {}
 
 
@@ -933,6 +940,7 @@ def build_report(args, ctx, res: Results, want: list[str], host: dict, started: 
                    "lmcache_chunk_tokens": args.lmcache_chunk_tokens,
                    "lmcache_transfer_mode": args.lmcache_transfer_mode,
                    "kvtier_background_priority": args.kvtier_background_priority,
+                   "kvtier_remote_write_policy": args.kvtier_remote_write_policy,
                    "lmcache_l1_gb": ctx.l1_gb, "gate_tokens": GATE_TOKENS,
                    "gate_near_tie_nats": GATE_MARGIN,
                    "command": "bench/peers/lmcache_vllm.py " + " ".join(
@@ -965,6 +973,8 @@ def main() -> int:
     started = time.perf_counter()
     if args.kvtier_background_priority != "nice":
         KVTIER_EXTRA["background_priority"] = args.kvtier_background_priority
+    if args.kvtier_remote_write_policy != "through":
+        KVTIER_EXTRA["remote_write_policy"] = args.kvtier_remote_write_policy
     lengths = sorted(int(x) for x in args.lengths.split(","))
     if min(lengths) <= vllm_ttft.SHARED_TOKENS + BLOCK or args.rounds < 1:
         sys.exit(f"lmcache_vllm: lengths must exceed {vllm_ttft.SHARED_TOKENS + BLOCK} tokens "
