@@ -1,6 +1,6 @@
 // Codec throughput on Gaussian FP16 blocks (256 tokens x 8 KV heads x 128 dims = 1 MiB raw, the
 // Llama-2-70B block shape), in raw bytes per second: shuffle-zstd encode/decode, and int8/int4
-// quantize/dequantize (the full EncodeBlock/DecodeBlock path, header and FP16 conversion
+// quantize/dequantize and ecq5/ecq6 (the full EncodeBlock/DecodeBlock path, header and FP16 conversion
 // included), each with the dispatched (the widest the CPU runs: AVX-512, else AVX2), the AVX2
 // and the scalar kernels. The compression ratio is reported as a counter.
 #include <benchmark/benchmark.h>
@@ -33,6 +33,10 @@ CodecParams ParamsFor(int64_t which) {
       return CodecParams::Int8(32);
     case 2:
       return CodecParams::Int4(32);
+    case 4:
+      return CodecParams::Ecq(CodecId::kEcq5);
+    case 5:
+      return CodecParams::Ecq(CodecId::kEcq6);
     default:
       return CodecParams::Int8(32, 1);
   }
@@ -114,10 +118,10 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMicrosecond);
 
-// Args: {codec (0 shuffle-zstd-1, 1 int8/32, 2 int4/32, 3 int8/32+zstd-1),
+// Args: {codec (0 shuffle-zstd-1, 1 int8/32, 2 int4/32, 3 int8/32+zstd-1, 4 ecq5, 5 ecq6),
 //        isa (0 auto, 1 scalar, 2 AVX2)}.
-BENCHMARK(BM_Encode)->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Decode)->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Encode)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Decode)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0, 1, 2}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvtier::codecs

@@ -103,7 +103,9 @@ typedef enum kvtier_codec {
   KVTIER_CODEC_INT8_ROT = 5,     /* Lossy: int8, values rotated per head (Hadamard) first. */
   KVTIER_CODEC_INT4_ROT = 6,     /* Lossy: int4, values rotated per head first. */
   KVTIER_CODEC_K8V4 = 7,         /* Lossy: keys int8, values int4. */
-  KVTIER_CODEC_K8V4_ROT = 8      /* Lossy: k8v4, values rotated per head first. */
+  KVTIER_CODEC_K8V4_ROT = 8,     /* Lossy: k8v4, values rotated per head first. */
+  KVTIER_CODEC_ECQ5 = 9,         /* Lossy: entropy-coded quantization, about 5 bits. */
+  KVTIER_CODEC_ECQ6 = 10         /* Lossy: entropy-coded quantization, about 6 bits. */
 } kvtier_codec_t;
 
 typedef enum kvtier_ssd_sync {

@@ -74,6 +74,8 @@ enum class Codec : uint8_t {
   kInt4Rot = 6,      // int4, values rotated per head first. Lossy.
   kK8V4 = 7,         // Keys int8, values int4. Lossy.
   kK8V4Rot = 8,      // k8v4, values rotated per head first. Lossy.
+  kEcq5 = 9,         // Entropy-coded quantization, about 5 bits (step sd / 8), zstd. Lossy.
+  kEcq6 = 10,        // Entropy-coded quantization, about 6 bits (step sd / 16), zstd. Lossy.
 };
 
 enum class HugePages : uint8_t {
@@ -116,11 +118,12 @@ struct Keyring {
 
 struct CodecOptions {
   Codec codec = Codec::kIdentity;
-  // 0 (the default): the codec's default level, which is 1 for kShuffleZstd and no zstd stage
-  // after quantization for kInt8 / kInt4. Else 1..22 (kIdentity: 0 only).
+  // 0 (the default): the codec's default level, which is 1 for kShuffleZstd, kEcq5 and kEcq6
+  // and no zstd stage after quantization for kInt8 / kInt4 and their kin. Else 1..22 (kIdentity:
+  // 0 only).
   int32_t zstd_level = 0;
-  // kInt8 / kInt4: tokens per key group and channels per value group, 8..1024; 0 (the default):
-  // 32. Otherwise 0.
+  // kInt8 / kInt4 and their kin: tokens per key group and channels per value group, 8..1024; 0
+  // (the default): 32. Otherwise 0 (kEcq5 and kEcq6 scale each channel by its own spread).
   uint32_t group_size = 0;
 
   friend bool operator==(const CodecOptions&, const CodecOptions&) = default;

@@ -157,6 +157,10 @@ QuantLayout ComputeQuantLayout(const BlockGeometry& g, uint32_t key_bits, uint32
 
 size_t StagePayloadBytes(const CodecParams& params, const BlockGeometry& geometry) {
   if (params.lossless()) return geometry.raw_bytes();
+  if (params.entropy_coded()) {  // EcqLayout (entropy_quant.h) with every element escaped.
+    return geometry.planes() * (2 * geometry.channels() + geometry.kv_heads) +
+           geometry.elements() * (1 + DTypeBytes(geometry.dtype));
+  }
   return ComputeQuantLayout(geometry, params.key_bits(), params.value_bits(), params.group_size)
       .total_bytes;
 }

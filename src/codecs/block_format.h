@@ -90,7 +90,8 @@ QuantLayout ComputeQuantLayout(const BlockGeometry& geometry, uint32_t key_bits,
 
 // Upper bound of the payload for valid params and geometry.
 size_t MaxPayloadBytes(const CodecParams& params, const BlockGeometry& geometry);
-// Bytes of the payload before zstd (== the payload when no zstd is used).
+// Bytes of the payload before zstd (== the payload when no zstd is used). For ecq5/ecq6, whose
+// stage has a variable number of escaped elements, its largest size.
 size_t StagePayloadBytes(const CodecParams& params, const BlockGeometry& geometry);
 
 }  // namespace kvtier::codecs

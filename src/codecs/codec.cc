@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/entropy_quant.h"
 #include "codecs/quantize.h"
 #include "core/assert.h"
 
@@ -40,9 +41,9 @@ Status CodecContext::Reserve(const BlockGeometry& geometry) {
   // The smallest group size gives the largest quantized stage payload.
   const size_t quant_bytes = ComputeQuantLayout(geometry, 8, kQuantGroupSizeMin).total_bytes;
   F32Scratch(n);
-  ParamScratch(QuantizeParamFloats(geometry));
+  ParamScratch(std::max(QuantizeParamFloats(geometry), 4 * geometry.channels()));
   CodeScratch(n);
-  Staging(std::max(geometry.raw_bytes(), quant_bytes));
+  Staging(std::max({geometry.raw_bytes(), quant_bytes, ComputeEcqLayout(geometry).max_bytes}));
   return Status::Ok();
 }
 
@@ -131,6 +132,13 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       KV_RETURN_IF_ERROR(QuantizeBlock(g, scheme, params.group_size, raw, stage, ctx));
       return ZstdCompress(ctx, params.zstd_level, stage, payload, payload_bytes);
     }
+    case CodecId::kEcq5:
+    case CodecId::kEcq6: {
+      std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
+      size_t used = 0;
+      KV_RETURN_IF_ERROR(EcqQuantize(g, params.bits(), raw, stage, &used, ctx));
+      return ZstdCompress(ctx, params.zstd_level, stage.first(used), payload, payload_bytes);
+    }
   }
   return Status::InvalidArgument("unknown codec: " + params.ToString());
 }
@@ -144,7 +152,7 @@ Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& ge
     return Status::InvalidArgument(
         CodecName(params.codec) +
         " splits or rotates K and V; a latent block (one plane, no K/V split) takes identity, "
-        "shuffle-zstd, int8 or int4");
+        "shuffle-zstd, int8, int4, ecq5 or ecq6");
   }
   if (params.rotated() && !std::has_single_bit(geometry.head_dim)) {
     return Status::InvalidArgument(CodecName(params.codec) +
@@ -160,10 +168,13 @@ Result<size_t> MaxEncodedSizeAnyCodec(const BlockGeometry& geometry) {
   // The smallest quantization group has the most scale/zero parameters, and a zstd frame's bound
   // exceeds its input; the zstd level does not change the bound, nor does the rotation (the
   // rotated codecs' sizes are their unrotated twins'). Keep in step with CodecId.
-  std::vector<CodecParams> worst = {CodecParams::Identity(), CodecParams::ShuffleZstd()};
+  std::vector<CodecParams> worst = {CodecParams::Identity(), CodecParams::ShuffleZstd(),
+                                    CodecParams::Ecq(CodecId::kEcq5)};
   for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
     const auto id = static_cast<CodecId>(v);
-    if (SchemeOf(id).key_bits == 0 || SchemeOf(id).rotated) continue;
+    if (SchemeOf(id).key_bits == 0 || SchemeOf(id).rotated || SchemeOf(id).entropy_coded) {
+      continue;
+    }
     if (geometry.kind == LayoutKind::kLatent &&
         !LatentCodecOk(CodecParams::Quantized(id, kQuantGroupSizeMin, 0))) {
       continue;
@@ -236,9 +247,27 @@ Status ZstdDecompressExact(CodecContext* ctx, std::span<const std::byte> src,
   return Status::Ok();
 }
 
+// ecq5/ecq6: one zstd frame of a stage whose size the frame states, at most the layout's bound.
+Status DecodeEcqPayload(const BlockGeometry& g, std::span<const std::byte> payload,
+                        std::span<std::byte> out, CodecContext* ctx) {
+  const EcqLayout l = ComputeEcqLayout(g);
+  const unsigned long long content = ZSTD_getFrameContentSize(payload.data(), payload.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return Status::Corruption("encoded block: payload is not a zstd frame with a content size");
+  }
+  if (content > l.max_bytes) {
+    return Status::Corruption("encoded block: ecq stage of " + std::to_string(content) +
+                              " bytes exceeds its bound " + std::to_string(l.max_bytes));
+  }
+  std::span<std::byte> stage(ctx->Staging(content), content);
+  KV_RETURN_IF_ERROR(ZstdDecompressExact(ctx, payload, stage));
+  return EcqDequantize(g, stage, out, ctx);
+}
+
 Status DecodePayload(const BlockHeader& h, std::span<const std::byte> payload,
                      std::span<std::byte> out, CodecContext* ctx) {
   const BlockGeometry& g = h.geometry;
+  if (h.params.entropy_coded()) return DecodeEcqPayload(g, payload, out, ctx);
   const size_t stage_bytes = StagePayloadBytes(h.params, g);
   std::span<const std::byte> stage = payload;
   if (h.params.uses_zstd()) {
@@ -261,6 +290,9 @@ Status DecodePayload(const BlockHeader& h, std::span<const std::byte> payload,
     case CodecId::kK8V4:
     case CodecId::kK8V4Rot:
       return DequantizeBlock(g, SchemeOf(h.params.codec), h.params.group_size, stage, out, ctx);
+    case CodecId::kEcq5:
+    case CodecId::kEcq6:
+      break;  // DecodeEcqPayload above.
   }
   return Status::Corruption("encoded block: unknown codec");  // DecodeBlockHeader refuses it.
 }

@@ -23,6 +23,10 @@ std::string CodecName(CodecId id) {
       return "k8v4";
     case CodecId::kK8V4Rot:
       return "k8v4-rot";
+    case CodecId::kEcq5:
+      return "ecq5";
+    case CodecId::kEcq6:
+      return "ecq6";
   }
   return "codec(" + std::to_string(static_cast<int>(id)) + ")";
 }
@@ -41,6 +45,10 @@ QuantScheme SchemeOf(CodecId id) {
       return {.key_bits = 8, .value_bits = 4};
     case CodecId::kK8V4Rot:
       return {.key_bits = 8, .value_bits = 4, .rotated = true};
+    case CodecId::kEcq5:
+      return {.key_bits = 5, .value_bits = 5, .entropy_coded = true};
+    case CodecId::kEcq6:
+      return {.key_bits = 6, .value_bits = 6, .entropy_coded = true};
     case CodecId::kIdentity:
     case CodecId::kShuffleZstd:
       return {};
@@ -60,7 +68,9 @@ bool ZstdLevelInRange(int level) { return level >= kZstdLevelMin && level <= kZs
 std::optional<CodecId> QuantizedCodecNamed(const std::string& name) {
   for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
     const auto id = static_cast<CodecId>(v);
-    if (SchemeOf(id).key_bits != 0 && CodecName(id) == name) return id;
+    if (SchemeOf(id).key_bits != 0 && !SchemeOf(id).entropy_coded && CodecName(id) == name) {
+      return id;
+    }
   }
   return std::nullopt;
 }
@@ -70,9 +80,8 @@ std::optional<CodecId> QuantizedCodecNamed(const std::string& name) {
 CodecParams CodecParams::WithDefaults() const {
   CodecParams out = *this;
   if (codec == CodecId::kShuffleZstd && zstd_level == 0) out.zstd_level = kShuffleZstdLevelDefault;
-  if (SchemeOf(codec).key_bits != 0 && group_size == 0) {
-    out.group_size = kQuantGroupSizeDefault;
-  }
+  if (grouped() && group_size == 0) out.group_size = kQuantGroupSizeDefault;
+  if (entropy_coded() && zstd_level == 0) out.zstd_level = kZstdLevelMin;
   return out;
 }
 
@@ -106,6 +115,16 @@ Status CodecParams::Validate() const {
                                        ToString());
       }
       return Status::Ok();
+    case CodecId::kEcq5:
+    case CodecId::kEcq6:
+      if (!ZstdLevelInRange(zstd_level)) {
+        return Status::InvalidArgument(CodecName(codec) + " zstd level must be in [1, 22]: " +
+                                       ToString());
+      }
+      if (group_size != 0) {
+        return Status::InvalidArgument(CodecName(codec) + " takes no group size: " + ToString());
+      }
+      return Status::Ok();
   }
   return Status::InvalidArgument("unknown codec: " + ToString());
 }
@@ -125,10 +144,14 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
     params = CodecParams::Int8(group, level).WithDefaults();
   } else if (std::optional<CodecId> id = QuantizedCodecNamed(name); id.has_value()) {
     params = CodecParams::Quantized(*id, group, level).WithDefaults();
+  } else if (name == CodecName(CodecId::kEcq5) || name == CodecName(CodecId::kEcq6)) {
+    params = CodecParams::Ecq(name == "ecq5" ? CodecId::kEcq5 : CodecId::kEcq6, level);
+    params.group_size = group;
+    params = params.WithDefaults();
   } else {
-    return Status::InvalidArgument(
-        "codec '" + name +
-        "' is not one of identity, shuffle-zstd, int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot");
+    return Status::InvalidArgument("codec '" + name +
+                                   "' is not one of identity, shuffle-zstd, int8, int4, int8-rot, "
+                                   "int4-rot, k8v4, k8v4-rot, ecq5, ecq6");
   }
   KV_RETURN_IF_ERROR(params.Validate());
   return params;

@@ -24,23 +24,28 @@ enum class CodecId : uint8_t {
   kInt4Rot = 6,      // int4, each value head rotated (randomized Hadamard) first. Lossy.
   kK8V4 = 7,         // Keys int8, values int4 (KIVI-style layout of both). Lossy.
   kK8V4Rot = 8,      // k8v4, each value head rotated (randomized Hadamard) first. Lossy.
+  kEcq5 = 9,         // Entropy-coded quantization, step sd / 8 (about 5 bits), zstd. Lossy.
+  kEcq6 = 10,        // Entropy-coded quantization, step sd / 16 (about 6 bits), zstd. Lossy.
 };
 // The largest CodecId value (the surfaces' enums check their range against it).
-inline constexpr CodecId kCodecIdLast = CodecId::kK8V4Rot;
+inline constexpr CodecId kCodecIdLast = CodecId::kEcq6;
 
 // What a quantized codec does: bits of the key and value codes (8 or 4; 0 for a lossless codec)
 // and whether each head of the values is rotated first (docs/codecs.md, "Hadamard rotation";
-// keys, quantized per channel, are never rotated).
+// keys, quantized per channel, are never rotated). The entropy-coded codecs (ecq5, ecq6) have
+// `entropy_coded` set and their nominal bits (5, 6): one byte per code, stored by zstd in about
+// that many bits, with no group size (docs/codecs.md, "Entropy-coded quantization").
 struct QuantScheme {
   uint32_t key_bits = 0;
   uint32_t value_bits = 0;
   bool rotated = false;
+  bool entropy_coded = false;
 };
 // The scheme of `id`: all zero for identity, shuffle-zstd and unknown ids.
 QuantScheme SchemeOf(CodecId id);
 
-// "identity", "shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot" or
-// "codec(<n>)".
+// "identity", "shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot", "ecq5",
+// "ecq6" or "codec(<n>)".
 std::string CodecName(CodecId id);
 
 // zstd levels accepted by the codecs. Level 0 (zstd's "default") and negative levels are refused:
@@ -65,8 +70,9 @@ struct CodecParams {
   // shuffle-zstd: kZstdLevelMin..kZstdLevelMax. quantized: 0 = no zstd after quantization, else
   // kZstdLevelMin..kZstdLevelMax. identity: 0.
   int zstd_level = 0;
-  // Quantized codecs (every id but identity and shuffle-zstd): kQuantGroupSizeMin..
-  // kQuantGroupSizeMax. identity/shuffle-zstd: 0.
+  // Grouped quantized codecs (int8, int4, their rotated twins, k8v4, k8v4-rot):
+  // kQuantGroupSizeMin..kQuantGroupSizeMax. identity, shuffle-zstd, ecq5, ecq6: 0.
+  // ecq5/ecq6 always end in zstd: their level is kZstdLevelMin..kZstdLevelMax (0 resolves to 1).
   uint32_t group_size = 0;
 
   static CodecParams Identity() { return {.codec = CodecId::kIdentity}; }
@@ -79,24 +85,34 @@ struct CodecParams {
   static CodecParams Int4(uint32_t group_size = kQuantGroupSizeDefault, int zstd_level = 0) {
     return {.codec = CodecId::kInt4, .zstd_level = zstd_level, .group_size = group_size};
   }
-  // Any quantized codec by id (int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot).
+  // An entropy-coded codec (ecq5, ecq6); level 0 resolves to 1 in WithDefaults.
+  static CodecParams Ecq(CodecId id, int zstd_level = 1) {
+    return {.codec = id, .zstd_level = zstd_level};
+  }
+  // Any grouped quantized codec by id (int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot).
   static CodecParams Quantized(CodecId id, uint32_t group_size = kQuantGroupSizeDefault,
                                int zstd_level = 0) {
     return {.codec = id, .zstd_level = zstd_level, .group_size = group_size};
   }
 
-  // Quantization bits: the fewer of the key and value bits (8 or 4), or 0 for the lossless codecs.
+  // Quantization bits: the fewer of the key and value bits (8 or 4; ecq's nominal 5 or 6), or 0 for
+  // the lossless codecs.
   uint32_t bits() const;
   uint32_t key_bits() const { return SchemeOf(codec).key_bits; }
   uint32_t value_bits() const { return SchemeOf(codec).value_bits; }
   // True when each value head is rotated (randomized Hadamard) before quantization.
   bool rotated() const { return SchemeOf(codec).rotated; }
+  // True for ecq5 and ecq6 (variable-size stage payload, always zstd, no group size).
+  bool entropy_coded() const { return SchemeOf(codec).entropy_coded; }
+  // True for the codecs with a quantization group (lossy and not entropy-coded).
+  bool grouped() const { return !lossless() && !entropy_coded(); }
   bool lossless() const { return bits() == 0; }
   // True when the payload is a zstd frame.
   bool uses_zstd() const { return zstd_level != 0; }
 
   // These parameters with the options' zeros made the codec's defaults: shuffle-zstd's level 0
-  // becomes kShuffleZstdLevelDefault, the quantized codecs' group size 0 kQuantGroupSizeDefault. Every
+  // becomes kShuffleZstdLevelDefault, the grouped codecs' group size 0 kQuantGroupSizeDefault, ecq's
+  // level 0 kZstdLevelMin. Every
   // other value is kept, for Validate to judge. Encoded headers always hold resolved values.
   CodecParams WithDefaults() const;
 

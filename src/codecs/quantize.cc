@@ -40,19 +40,6 @@ Status ReadParams(const std::byte* scale_src, const std::byte* zero_src, float* 
   return Status::Ok();
 }
 
-Status CheckQuantizable(const Kernels& k, const float* x, size_t n) {
-  if (!k.all_finite(x, n)) {
-    return Status::InvalidArgument("int quantization needs finite values (found NaN or Inf)");
-  }
-  float min = 0;
-  float max = 0;
-  k.min_max(x, n, &min, &max);
-  if (min < -kF16Max || max > kF16Max) {
-    return Status::InvalidArgument("int quantization needs values within the FP16 range");
-  }
-  return Status::Ok();
-}
-
 float QMax(uint32_t bits) { return static_cast<float>((1u << bits) - 1); }
 
 // Rows [t0, t1) of one half as F32: the rows themselves in an F32 block, else converted into
@@ -487,6 +474,19 @@ size_t QuantizeParamFloats(const BlockGeometry& g) {
   // at most one group per kQuantGroupSizeMin elements of the chunk.
   const size_t chunk = ValueChunkRows(g) * g.channels();
   return 3 * std::max(g.channels(), (chunk + kQuantGroupSizeMin - 1) / kQuantGroupSizeMin);
+}
+
+Status CheckQuantizable(const Kernels& k, const float* x, size_t n) {
+  if (!k.all_finite(x, n)) {
+    return Status::InvalidArgument("int quantization needs finite values (found NaN or Inf)");
+  }
+  float min = 0;
+  float max = 0;
+  k.min_max(x, n, &min, &max);
+  if (min < -kF16Max || max > kF16Max) {
+    return Status::InvalidArgument("int quantization needs values within the FP16 range");
+  }
+  return Status::Ok();
 }
 
 void ToF32(const Kernels& kernels, DType dtype, const std::byte* src, size_t n, float* dst) {

@@ -34,6 +34,10 @@ namespace kvtier::codecs {
 // Largest finite FP16 value: inputs beyond it cannot get an FP16 zero point.
 inline constexpr float kF16Max = 65504.0f;
 
+// OK when the n values are finite and within +-kF16Max, which every quantizing codec needs (their
+// scales and zero points are FP16); else InvalidArgument naming the first problem.
+Status CheckQuantizable(const Kernels& k, const float* x, size_t n);
+
 // `n` elements of `dtype` at `src` (aligned to the element size) to F32, and back (RNE).
 void ToF32(const Kernels& kernels, DType dtype, const std::byte* src, size_t n, float* dst);
 void FromF32(const Kernels& kernels, DType dtype, const float* src, size_t n, std::byte* dst);

@@ -381,7 +381,7 @@ constexpr OptionSpec kTable[] = {
        return Status::Ok();
      }},
     {.name = "ssd_codec", .type = OptionType::kChoice, .default_text = "identity",
-     .choices = "identity|shuffle-zstd|int8|int4|int8-rot|int4-rot|k8v4|k8v4-rot",
+     .choices = "identity|shuffle-zstd|int8|int4|int8-rot|int4-rot|k8v4|k8v4-rot|ecq5|ecq6",
      .cpp_field = "ssd_codec.codec",
      .doc = "Encoding on the SSD and remote tiers (all but identity and shuffle-zstd are lossy; "
             "docs/codecs.md)",
@@ -389,16 +389,16 @@ constexpr OptionSpec kTable[] = {
      .set = [](EngineOptions& o, const OptionValue& v) { return SetCodec(o, S(v), 0, 0); }},
     {.name = "ssd_codec_zstd_level", .type = OptionType::kInt, .default_text = "0", .min = 0,
      .max = 22, .cpp_field = "ssd_codec.zstd_level",
-     .doc = "zstd level; 0: the codec's default (shuffle-zstd 1, the quantized codecs no zstd); "
-            "else 1..22",
+     .doc = "zstd level; 0: the codec's default (shuffle-zstd and ecq 1, int8, int4 and their "
+            "kin no zstd); else 1..22",
      .aliases = "ssd_codec_level",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), I32(v), o.ssd_codec.group_size);
      }},
     {.name = "ssd_codec_group_size", .type = OptionType::kUint, .default_text = "0", .min = 0,
      .max = 1024, .cpp_field = "ssd_codec.group_size",
-     .doc = "Quantized codecs: tokens per key group and channels per value group, 8..1024; 0: "
-            "the default, 32",
+     .doc = "Grouped quantized codecs (int8, int4, their kin): tokens per key group and channels "
+            "per value group, 8..1024; 0: the default, 32 (ecq takes 0)",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return SetCodec(o, CodecNameOf(o), o.ssd_codec.zstd_level, U32(v));
      }},

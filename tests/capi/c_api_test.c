@@ -623,13 +623,15 @@ static void TestAppendedOptions(void) {
 }
 
 /* A zstd level or group size of 0 is the codec's default for every codec (shuffle-zstd level 1,
- * the quantized codecs groups of 32 without zstd): the engine opens and round-trips a block.
- * The rotated and mixed-width codecs (5..8) are accepted like the others. */
+ * the quantized codecs groups of 32 without zstd, ecq level 1): the engine opens and round-trips
+ * a block. The rotated and mixed-width codecs (5..8) and the entropy-coded ones (9, 10) are
+ * accepted like the others. */
 static void TestCodecDefaults(void) {
   const kvtier_codec_t codecs[] = {KVTIER_CODEC_SHUFFLE_ZSTD, KVTIER_CODEC_INT8,
                                    KVTIER_CODEC_INT4,         KVTIER_CODEC_INT8_ROT,
                                    KVTIER_CODEC_INT4_ROT,     KVTIER_CODEC_K8V4,
-                                   KVTIER_CODEC_K8V4_ROT};
+                                   KVTIER_CODEC_K8V4_ROT,     KVTIER_CODEC_ECQ5,
+                                   KVTIER_CODEC_ECQ6};
   for (size_t c = 0; c < sizeof(codecs) / sizeof(codecs[0]); ++c) {
     char dir[300];
     snprintf(dir, sizeof(dir), "%s/codec%zu", temp_dir, c);

@@ -416,7 +416,9 @@ void CodecSeeds(const fs::path& dir) {
       {"int8_rot", codecs::CodecParams::Quantized(codecs::CodecId::kInt8Rot, 16)},
       {"int4_rot_zstd", codecs::CodecParams::Quantized(codecs::CodecId::kInt4Rot, 8, 1)},
       {"k8v4", codecs::CodecParams::Quantized(codecs::CodecId::kK8V4, 16)},
-      {"k8v4_rot", codecs::CodecParams::Quantized(codecs::CodecId::kK8V4Rot, 32)}};
+      {"k8v4_rot", codecs::CodecParams::Quantized(codecs::CodecId::kK8V4Rot, 32)},
+      {"ecq5", codecs::CodecParams::Ecq(codecs::CodecId::kEcq5)},
+      {"ecq6_zstd3", codecs::CodecParams::Ecq(codecs::CodecId::kEcq6, 3)}};
   for (const auto& [name, params] : codecs_used) {
     std::vector<std::byte> out(codecs::MaxEncodedSize(params, g).value());
     Result<size_t> n = codecs::EncodeBlock(params, g, Bytes(raw), out, &*ctx);
@@ -428,7 +430,7 @@ void CodecSeeds(const fs::path& dir) {
   }
   // Mode 2: the harness encodes a block itself (codec byte, shape byte), then XORs the rest over
   // its payload: every codec id, with and without zstd.
-  for (int codec = 0; codec < 8; ++codec) {
+  for (int codec = 0; codec < static_cast<int>(codecs::kCodecIdLast); ++codec) {
     const char pick = static_cast<char>(codec | (codec % 2 == 1 ? 0x80 : 0));  // Odd: zstd.
     Write(dir, "codecs_decode_block_fuzzer", "encoded_codec" + std::to_string(codec + 1),
           Mode(2, std::string(1, pick) + "\x1a" + std::string("\x00\x10\x00\x01\x80", 5)));

@@ -165,9 +165,10 @@ def test_older_spellings_still_work():
 def test_a_codec_level_or_group_of_zero_is_the_codecs_default(tmp_path):
     # 0 (the keywords' default) means the codec's own level and group size, as in the C and C++
     # APIs and the CLI: shuffle-zstd at level 1, the quantized codecs (the rotated and
-    # mixed-width ones too) in groups of 32 without zstd. The engine opens and serves a stored
-    # chunk back from the SSD after a reopen.
-    for codec in ("shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot"):
+    # mixed-width ones too) in groups of 32 without zstd, the entropy-coded ones at level 1. The
+    # engine opens and serves a stored chunk back from the SSD after a reopen.
+    for codec in ("shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot",
+                  "ecq5", "ecq6"):
         d = tmp_path / codec
         d.mkdir()
         opts = dict(layout=LAYOUT, host_bytes=1 << 20, ssd_dirs=[str(d)], ssd_bytes=8 << 20,

@@ -227,6 +227,8 @@ const NamedCodec kCodecs[] = {
     {"int4-rot+zstd", CodecParams::Quantized(codecs::CodecId::kInt4Rot, 32, 1)},
     {"k8v4", CodecParams::Quantized(codecs::CodecId::kK8V4)},
     {"k8v4-rot", CodecParams::Quantized(codecs::CodecId::kK8V4Rot)},
+    {"ecq5", CodecParams::Ecq(codecs::CodecId::kEcq5)},
+    {"ecq6", CodecParams::Ecq(codecs::CodecId::kEcq6)},
 };
 
 Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,

@@ -45,8 +45,9 @@ void EncodeMutateDecode(uint8_t pick, uint8_t shape, std::span<const std::byte> 
   Result<CodecContext> ctx = CodecContext::Create();
   if (!ctx.ok()) return;
   const auto id = static_cast<CodecId>(1 + pick % static_cast<uint8_t>(kCodecIdLast));
-  const bool quantized = SchemeOf(id).key_bits != 0;
-  const int level = (pick & 0x80) != 0 ? 1 : (id == CodecId::kShuffleZstd ? 1 : 0);
+  const bool quantized = SchemeOf(id).key_bits != 0 && !SchemeOf(id).entropy_coded;
+  const bool zstd_always = id == CodecId::kShuffleZstd || SchemeOf(id).entropy_coded;
+  const int level = (pick & 0x80) != 0 ? 1 : (zstd_always ? 1 : 0);
   const CodecParams params{.codec = id,
                            .zstd_level = id == CodecId::kIdentity ? 0 : level,
                            .group_size = quantized ? 8u + (shape & 0x18u) : 0u};

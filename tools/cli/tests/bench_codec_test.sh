@@ -34,7 +34,7 @@ want_model, want_zstd = sys.argv[2] == "1", sys.argv[3] == "1"
 keys = ["codec", "data", "ratio", "encode_bytes_per_s", "decode_bytes_per_s", "rel_rmse",
         "attn_cosine", "attn_cosine_min"]
 codecs = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
-          "int4-rot", "int4-rot+zstd", "k8v4", "k8v4-rot"]
+          "int4-rot", "int4-rot+zstd", "k8v4", "k8v4-rot", "ecq5", "ecq6"]
 lossless = {"identity", "shuffle-zstd", "zstd-cli"}
 errors = []
 assert isinstance(rows, list) and rows, "not a non-empty array"
@@ -76,6 +76,14 @@ for d in expect_sets:
         errors.append(f"{d}: int4 not worse than int8")
     if "k8v4" in by and not by["int4"]["ratio"] > by["k8v4"]["ratio"] > by["int8"]["ratio"]:
         errors.append(f"{d}: k8v4's ratio not between int8's and int4's")
+    # The entropy-coded codecs: each finer step halves the error, ecq5 both smaller than k8v4
+    # and closer than int4, ecq6 smaller than int8.
+    if "ecq5" in by and not (by["ecq6"]["rel_rmse"] < by["ecq5"]["rel_rmse"] <
+                             by["int4"]["rel_rmse"] * 0.75):
+        errors.append(f"{d}: errors not ecq6 < ecq5 < 0.75 int4")
+    if "ecq5" in by and not (by["ecq5"]["ratio"] > by["k8v4"]["ratio"] and
+                             by["ecq6"]["ratio"] > by["int8"]["ratio"]):
+        errors.append(f"{d}: ratios not ecq5 > k8v4 and ecq6 > int8")
 ladder = [r for r in rows if r["codec"] == "ladder"]
 if len(ladder) != 1 or ladder[0]["data"] != "synthetic-outliers-4096-tokens":
     errors.append(f"ladder rows {ladder}")

@@ -49,7 +49,7 @@ keys = ["codec", "model", "windows", "rows", "ratio", "kl_mean", "kl_max", "top1
         "top1_flips", "near_ties", "perplexity_exact", "perplexity", "perplexity_change",
         "meets_99_9"]
 want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
-        "int4-rot", "k8v4", "k8v4-rot", "ladder-short"]
+        "int4-rot", "k8v4", "k8v4-rot", "ecq5", "ecq6", "ladder-short"]
 errors = []
 if [r.get("codec") for r in rows] != want:
     errors.append(f"codecs {[r.get('codec') for r in rows]}")
@@ -81,6 +81,9 @@ if len(by) == len(want) and not by["int4"]["ratio"] > by["int8"]["ratio"] > by["
     errors.append("ratios not int4 > int8 > shuffle-zstd")
 if len(by) == len(want) and not by["int4"]["ratio"] > by["k8v4"]["ratio"] > by["int8"]["ratio"]:
     errors.append("ratios not int4 > k8v4 > int8")
+if len(by) == len(want) and not (by["ecq6"]["kl_mean"] < by["ecq5"]["kl_mean"] <
+                                 by["int4"]["kl_mean"] and by["ecq5"]["ratio"] > by["k8v4"]["ratio"]):
+    errors.append("not KL ecq6 < ecq5 < int4 with ecq5 smaller than k8v4")
 if len(by) == len(want) and len({r["near_ties"] for r in rows}) != 1:
     errors.append("near ties differ between codecs (they are the exact KV's)")
 if errors:

@@ -1,0 +1,323 @@
+#include "codecs/entropy_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "codecs/kernels.h"
+#include "codecs/quantize.h"
+#include "core/assert.h"
+#include "core/coding.h"
+
+namespace kvtier::codecs {
+
+namespace {
+
+// Adding and subtracting 1.5 * 2^23 rounds an F32 of magnitude below 2^22 to the nearest
+// integer, ties to even, in the default rounding mode; unlike nearbyint it vectorizes.
+constexpr float kRoundMagic = 12582912.0f;
+// Centers are 16-bit: a step of at least |mean| / kCenterMax keeps rne(mean / step) in range.
+constexpr float kCenterMax = 30000.0f;
+
+// Steps are stored as one byte e: step = 2^((e - kStepExpBias) / 8), from 2^-14 (e = 0) to
+// 2^17.875 (e = 255), an eighth of an octave apart. The fractions 2^(j/8) are written out so
+// that every build decodes the same steps.
+constexpr int kStepExpBias = 112;
+constexpr float kEighthOctaves[8] = {1.0f,          1.09050773f, 1.18920712f, 1.29683955f,
+                                     1.41421356f,   1.54221083f, 1.68179283f, 1.83400809f};
+
+float StepOf(uint8_t e) {
+  const int q = static_cast<int>(e) - kStepExpBias;
+  const int whole = q >= 0 ? q / 8 : -((-q + 7) / 8);
+  return std::ldexp(kEighthOctaves[q - 8 * whole], whole);
+}
+
+// The byte of the step nearest `target` (in octaves) that is not below `floor`.
+uint8_t StepByte(float target, float floor) {
+  const auto eighths = [](float v, bool up) {
+    const float e = 8.0f * std::log2(v) + static_cast<float>(kStepExpBias);
+    return up ? std::ceil(e) : std::nearbyint(e);
+  };
+  float e = std::max(eighths(std::max(target, 1e-30f), false), eighths(floor, true));
+  e = std::clamp(e, 0.0f, 255.0f);
+  uint8_t b = static_cast<uint8_t>(e);
+  while (b < 255 && StepOf(b) < floor) ++b;  // log2's rounding must not undercut the floor.
+  return b;
+}
+
+float ElementF32(DType dtype, const std::byte* p) {
+  switch (dtype) {
+    case DType::kF16:
+      return F16ToF32(DecodeFixed16(p));
+    case DType::kBF16:
+      return BF16ToF32(DecodeFixed16(p));
+    case DType::kF32: {
+      float f = 0;
+      std::memcpy(&f, p, sizeof f);
+      return f;
+    }
+  }
+  return NAN;
+}
+
+// Per-channel mean and standard deviation of the T x C plane `x` (two passes: the spread of a
+// channel far from zero keeps its precision). Each channel's sums run over the tokens in order,
+// so every vector width gives the same bits.
+[[gnu::always_inline]] inline void ChannelStatsBody(const float* x, size_t tokens, size_t channels,
+                                                    float* mean, float* sd) {
+  std::fill(mean, mean + channels, 0.0f);
+  std::fill(sd, sd + channels, 0.0f);
+  for (size_t t = 0; t < tokens; ++t) {
+    const float* row = x + t * channels;
+    for (size_t c = 0; c < channels; ++c) mean[c] += row[c];
+  }
+  const float inv_t = 1.0f / static_cast<float>(tokens);
+  for (size_t c = 0; c < channels; ++c) mean[c] *= inv_t;
+  for (size_t t = 0; t < tokens; ++t) {
+    const float* row = x + t * channels;
+    for (size_t c = 0; c < channels; ++c) {
+      const float d = row[c] - mean[c];
+      sd[c] += d * d;
+    }
+  }
+  for (size_t c = 0; c < channels; ++c) sd[c] = std::sqrt(sd[c] * inv_t);
+}
+
+void ChannelStats(const float* x, size_t tokens, size_t channels, float* mean, float* sd) {
+  ChannelStatsBody(x, tokens, channels, mean, sd);
+}
+
+// The step byte of one head: 2^(2 - bits) times the geometric mean of its channels' standard
+// deviations (over the channels that vary), so that every channel of the head gets the same
+// absolute error, which for a given number of bits minimizes the head's squared error (the
+// channels with the larger spread take the more bits); not below any channel's |mean| / 30000.
+uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) {
+  double log_sum = 0;
+  size_t varying = 0;
+  float floor = 0;
+  for (size_t c = 0; c < n; ++c) {
+    floor = std::max(floor, std::fabs(mean[c]) / kCenterMax);
+    if (sd[c] > 0.0f) {
+      log_sum += std::log2(static_cast<double>(sd[c]));
+      ++varying;
+    }
+  }
+  const float geo =
+      varying == 0 ? 0.0f
+                   : static_cast<float>(std::exp2(log_sum / static_cast<double>(varying)));
+  return StepByte(geo * scale, floor);
+}
+
+// One row of codes: rne(x / step) - center, or the escape when that is outside [-127, 127].
+// |x / step| <= 65504 * 2^14 and |center| < 2^15 keep the rounded value within int32 (the
+// rounding trick is exact below 2^22 and keeps larger values large); it is clamped to +-128 as an
+// integer, and 128 wraps to the escape in the narrowing. Written so that it vectorizes; the AVX2
+// build of the same loop (below) gives the same bits (no contraction: -ffp-contract=off).
+[[gnu::always_inline]] inline void QuantizeRowBody(const float* x, size_t n,
+                                                   const float* inv_step, const float* center,
+                                                   int8_t* codes) {
+  for (size_t c = 0; c < n; ++c) {
+    const float r = x[c] * inv_step[c] - center[c];
+    int32_t q = static_cast<int32_t>((r + kRoundMagic) - kRoundMagic);
+    q = q < -128 ? -128 : q;
+    q = q > 128 ? 128 : q;
+    codes[c] = static_cast<int8_t>(static_cast<uint8_t>(q));
+  }
+}
+
+[[gnu::always_inline]] inline void DequantizeRowBody(const int8_t* codes, size_t n,
+                                                     const float* step, const float* center,
+                                                     float* y) {
+  for (size_t c = 0; c < n; ++c) y[c] = (static_cast<float>(codes[c]) + center[c]) * step[c];
+}
+
+void QuantizeRow(const float* x, size_t n, const float* inv_step, const float* center,
+                 int8_t* codes) {
+  QuantizeRowBody(x, n, inv_step, center, codes);
+}
+void DequantizeRow(const int8_t* codes, size_t n, const float* step, const float* center,
+                   float* y) {
+  DequantizeRowBody(codes, n, step, center, y);
+}
+
+#if defined(__x86_64__)
+#define KV_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+KV_TARGET_AVX2 void QuantizeRowAvx2(const float* x, size_t n, const float* inv_step,
+                                    const float* center, int8_t* codes) {
+  QuantizeRowBody(x, n, inv_step, center, codes);
+}
+KV_TARGET_AVX2 void ChannelStatsAvx2(const float* x, size_t tokens, size_t channels,
+                                     float* mean, float* sd) {
+  ChannelStatsBody(x, tokens, channels, mean, sd);
+}
+KV_TARGET_AVX2 void DequantizeRowAvx2(const int8_t* codes, size_t n, const float* step,
+                                      const float* center, float* y) {
+  DequantizeRowBody(codes, n, step, center, y);
+}
+#undef KV_TARGET_AVX2
+#else
+constexpr auto ChannelStatsAvx2 = ChannelStats;
+constexpr auto QuantizeRowAvx2 = QuantizeRow;
+constexpr auto DequantizeRowAvx2 = DequantizeRow;
+#endif
+
+using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*);
+using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, int8_t*);
+using DequantizeRowFn = void (*)(const int8_t*, size_t, const float*, const float*, float*);
+
+// The loop for a kernel set: its AVX2 build unless the set is the scalar one (a set other than
+// scalar is only ever selected on a CPU with AVX2).
+template <typename Fn>
+Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2) {
+#if defined(__x86_64__)
+  if (k.isa != KernelIsa::kScalar) return avx2;
+#endif
+  (void)k;
+  return scalar;
+}
+
+// Calls f(i) for each escaped code i of codes[0, n), in order; stops at the first false.
+template <typename F>
+bool ForEachEscape(const int8_t* codes, size_t n, F f) {
+  const auto* base = reinterpret_cast<const uint8_t*>(codes);
+  for (size_t i = 0; i < n; ++i) {
+    const void* at = std::memchr(base + i, 0x80, n - i);
+    if (at == nullptr) break;
+    i = static_cast<size_t>(static_cast<const uint8_t*>(at) - base);
+    if (!f(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+EcqLayout ComputeEcqLayout(const BlockGeometry& g) {
+  EcqLayout l;
+  l.params = g.planes() * g.channels();
+  l.centers_offset = 0;
+  l.steps_offset = 2 * l.params;
+  l.codes_offset = l.steps_offset + g.planes() * g.kv_heads;
+  l.escapes_offset = l.codes_offset + g.elements();
+  l.max_bytes = l.escapes_offset + g.elements() * DTypeBytes(g.dtype);
+  return l;
+}
+
+Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::byte> raw,
+                   std::span<std::byte> stage, size_t* stage_bytes, CodecContext* ctx) {
+  KV_CHECK(bits >= 2 && bits <= 8);
+  const EcqLayout l = ComputeEcqLayout(g);
+  KV_CHECK(raw.size() == g.raw_bytes());
+  KV_CHECK(stage.size() >= l.max_bytes);
+  const Kernels& k = ctx->kernels();
+  const size_t channels = g.channels();
+  const size_t half = g.half_elements();
+  const size_t eb = DTypeBytes(g.dtype);
+  const float scale = std::ldexp(1.0f, 2 - static_cast<int>(bits));
+  float* x = ctx->F32Scratch(half);
+  float* p = ctx->ParamScratch(4 * channels);
+  float* mean = p;
+  float* sd = p + channels;
+  float* inv_step = p + 2 * channels;
+  float* center = p + 3 * channels;
+  auto* codes = reinterpret_cast<int8_t*>(stage.data() + l.codes_offset);
+  for (size_t plane = 0; plane < g.planes(); ++plane) {
+    ToF32(k, g.dtype, raw.data() + plane * half * eb, half, x);
+    KV_RETURN_IF_ERROR(CheckQuantizable(k, x, half));
+    LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2)(x, g.tokens, channels, mean, sd);
+    for (size_t h = 0; h < g.kv_heads; ++h) {
+      const size_t c0 = h * g.head_dim;
+      const uint8_t step_byte = HeadStepByte(mean + c0, sd + c0, g.head_dim, scale);
+      stage[l.steps_offset + plane * g.kv_heads + h] = static_cast<std::byte>(step_byte);
+      const float step = StepOf(step_byte);
+      for (size_t c = c0; c < c0 + g.head_dim; ++c) {
+        const float cen = std::clamp(std::nearbyint(mean[c] / step), -32767.0f, 32767.0f);
+        const size_t i = plane * channels + c;
+        const auto cen16 = static_cast<uint16_t>(static_cast<int16_t>(cen));
+        stage[l.centers_offset + i] = static_cast<std::byte>(cen16 & 0xff);
+        stage[l.centers_offset + l.params + i] = static_cast<std::byte>(cen16 >> 8);
+        inv_step[c] = 1.0f / step;
+        center[c] = cen;
+      }
+    }
+    const QuantizeRowFn quantize_row = LoopFor<QuantizeRowFn>(k, QuantizeRow, QuantizeRowAvx2);
+    for (size_t t = 0; t < g.tokens; ++t) {
+      quantize_row(x + t * channels, channels, inv_step, center,
+                  codes + plane * half + t * channels);
+    }
+  }
+  // Escapes: the elements themselves, in block order.
+  std::byte* esc = stage.data() + l.escapes_offset;
+  ForEachEscape(codes, g.elements(), [&](size_t i) {
+    std::memcpy(esc, raw.data() + i * eb, eb);
+    esc += eb;
+    return true;
+  });
+  *stage_bytes = static_cast<size_t>(esc - stage.data());
+  return Status::Ok();
+}
+
+Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
+                     std::span<std::byte> raw_out, CodecContext* ctx) {
+  const EcqLayout l = ComputeEcqLayout(g);
+  KV_CHECK(raw_out.size() >= g.raw_bytes());
+  const size_t eb = DTypeBytes(g.dtype);
+  if (stage.size() < l.escapes_offset || (stage.size() - l.escapes_offset) % eb != 0) {
+    return Status::Corruption("encoded block: ecq payload of " + std::to_string(stage.size()) +
+                              " bytes does not fit its " + std::to_string(l.escapes_offset) +
+                              "-byte codes and whole escaped elements");
+  }
+  const Kernels& k = ctx->kernels();
+  const size_t channels = g.channels();
+  const size_t half = g.half_elements();
+  float* y = ctx->F32Scratch(half);
+  float* p = ctx->ParamScratch(2 * channels);
+  float* step = p;
+  float* center = p + channels;
+  const auto* codes = reinterpret_cast<const int8_t*>(stage.data() + l.codes_offset);
+  for (size_t plane = 0; plane < g.planes(); ++plane) {
+    for (size_t c = 0; c < channels; ++c) {
+      const size_t i = plane * channels + c;
+      step[c] = StepOf(static_cast<uint8_t>(stage[l.steps_offset + plane * g.kv_heads +
+                                                  c / g.head_dim]));
+      const auto lo = static_cast<uint16_t>(stage[l.centers_offset + i]);
+      const auto hi = static_cast<uint16_t>(stage[l.centers_offset + l.params + i]);
+      center[c] = static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(lo | hi << 8)));
+    }
+    const DequantizeRowFn dequantize_row =
+        LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2);
+    for (size_t t = 0; t < g.tokens; ++t) {
+      dequantize_row(codes + plane * half + t * channels, channels, step, center,
+                    y + t * channels);
+    }
+    // Every decoded value is at most (127 + 32767) * 2^18 in magnitude: finite in F32, and
+    // rounded to the dtype as any codec's output is.
+    FromF32(k, g.dtype, y, half, raw_out.data() + plane * half * eb);
+  }
+  const std::byte* esc = stage.data() + l.escapes_offset;
+  const std::byte* esc_end = stage.data() + stage.size();
+  Status bad = Status::Ok();
+  ForEachEscape(codes, g.elements(), [&](size_t i) {
+    if (esc == esc_end) {
+      bad = Status::Corruption("encoded block: ecq codes name more escapes than it stores");
+      return false;
+    }
+    const float v = ElementF32(g.dtype, esc);
+    if (!std::isfinite(v) || std::fabs(v) > kF16Max) {
+      bad = Status::Corruption(
+          "encoded block: an ecq escaped element is not finite or beyond the FP16 range");
+      return false;
+    }
+    std::memcpy(raw_out.data() + i * eb, esc, eb);
+    esc += eb;
+    return true;
+  });
+  KV_RETURN_IF_ERROR(bad);
+  if (esc != esc_end) {
+    return Status::Corruption(
+        "encoded block: ecq stores more escaped elements than its codes name");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::codecs

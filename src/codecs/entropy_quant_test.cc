@@ -1,0 +1,291 @@
+// Goal: the entropy-coded codecs (ecq5, ecq6) decode every element within half its head's step
+// (or exactly, when escaped), compress Gaussian KV to the documented ratio at the
+// documented error, write the same bytes with every kernel set, and refuse malformed payloads
+// with Corruption. Method: seeded Gaussian blocks with outlier channels, constant channels and a
+// few huge elements, in FP16, BF16 and FP32 and as a latent block, are encoded and decoded; each
+// element's error is checked against a bound computed here from its head's channels' own means
+// and standard deviations (in double). Crafted payloads (extra or missing escapes, a short stage, a
+// NaN escape) are built by decompressing a real payload, editing it and sealing it again under a
+// valid header, so that only the ecq checks can refuse them.
+#include "codecs/entropy_quant.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codecs/block_format.h"
+#include "codecs/codec.h"
+#include "codecs/element_test_util.h"
+
+namespace kvtier::codecs {
+namespace {
+
+struct Block {
+  BlockGeometry g;
+  std::vector<float> storage;  // Aligned for every dtype.
+  std::byte* data() { return reinterpret_cast<std::byte*>(storage.data()); }
+  std::span<const std::byte> span() { return {data(), g.raw_bytes()}; }
+};
+
+// Gaussian channels, each with its own mean and spread (some far from zero, as outlier key
+// channels are), one constant channel, and `huge` elements a thousand spreads out.
+Block MakeBlock(const BlockGeometry& g, uint32_t seed, size_t huge) {
+  Block b{g, std::vector<float>(g.raw_bytes() / sizeof(float) + 1)};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const size_t channels = g.channels();
+  std::vector<float> mean(g.planes() * channels), sd(g.planes() * channels);
+  for (size_t i = 0; i < mean.size(); ++i) {
+    mean[i] = i % 7 == 3 ? 20.0f * n01(rng) : 0.1f * n01(rng);
+    sd[i] = i % 5 == 1 ? 4.0f : 0.5f + 0.1f * static_cast<float>(i % 3);
+    if (i % channels == channels - 1) sd[i] = 0.0f;  // A constant channel.
+  }
+  for (size_t p = 0; p < g.planes(); ++p) {
+    for (size_t t = 0; t < g.tokens; ++t) {
+      for (size_t c = 0; c < channels; ++c) {
+        const size_t i = p * channels + c;
+        StoreElement(g.dtype, mean[i] + sd[i] * n01(rng), b.data(),
+                     (p * g.tokens + t) * channels + c);
+      }
+    }
+  }
+  for (size_t h = 0; h < huge; ++h) {
+    StoreElement(g.dtype, h % 2 == 0 ? 3000.0f : -2500.0f, b.data(),
+                 (h * 7919 + 13) % g.elements());
+  }
+  return b;
+}
+
+std::vector<std::byte> Encode(const CodecParams& params, Block& b, CodecContext* ctx) {
+  std::vector<std::byte> out(MaxEncodedSize(params, b.g).value());
+  const Result<size_t> n = EncodeBlock(params, b.g, b.span(), out, ctx);
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  out.resize(n.ok() ? *n : 0);
+  return out;
+}
+
+uint32_t BitsOf(CodecId id) { return id == CodecId::kEcq5 ? 5 : 6; }
+
+// Every element within half its head's step of the original, or bit-exact. The step is at most
+// the eighth-octave above 2^(2 - bits) times the geometric mean of the head's channels' standard
+// deviations (those that vary), or the floors (the largest |mean| / 30000, 2^-14).
+void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, uint32_t bits) {
+  const BlockGeometry& g = in.g;
+  const size_t channels = g.channels();
+  const double rounding =
+      g.dtype == DType::kBF16 ? 1.0 / 256 : g.dtype == DType::kF16 ? 1.0 / 2048 : 1e-7;
+  const auto at = [&](const std::byte* base, size_t p, size_t t, size_t c) {
+    return static_cast<double>(LoadElement(g.dtype, base, (p * g.tokens + t) * channels + c));
+  };
+  for (size_t p = 0; p < g.planes(); ++p) {
+    for (size_t h = 0; h < g.kv_heads; ++h) {
+      double log_sum = 0, floor = std::ldexp(1.0, -14);
+      size_t varying = 0;
+      for (size_t c = h * g.head_dim; c < (h + 1) * g.head_dim; ++c) {
+        double sum = 0, sq = 0;
+        for (size_t t = 0; t < g.tokens; ++t) sum += at(in.data(), p, t, c);
+        const double mean = sum / g.tokens;
+        for (size_t t = 0; t < g.tokens; ++t) {
+          sq += (at(in.data(), p, t, c) - mean) * (at(in.data(), p, t, c) - mean);
+        }
+        const double sd = std::sqrt(sq / g.tokens);
+        floor = std::max(floor, std::fabs(mean) / 30000 * 1.0906);
+        if (sd > 0) {
+          log_sum += std::log2(sd);
+          ++varying;
+        }
+      }
+      const double geo = varying == 0 ? 0 : std::exp2(log_sum / static_cast<double>(varying));
+      const double step =
+          std::max(geo * std::ldexp(1.0, 2 - static_cast<int>(bits)) * 1.0906, floor);
+      for (size_t c = h * g.head_dim; c < (h + 1) * g.head_dim; ++c) {
+        for (size_t t = 0; t < g.tokens; ++t) {
+          const double x = at(in.data(), p, t, c);
+          const double y = at(out.data(), p, t, c);
+          ASSERT_LE(std::fabs(x - y), step / 2 * (1 + 1e-4) + std::fabs(y) * rounding + 1e-30)
+              << "plane " << p << " token " << t << " channel " << c << " of " << g.ToString();
+        }
+      }
+    }
+  }
+}
+
+TEST(EcqTest, EveryElementDecodesWithinHalfItsHeadsStep) {
+  CodecContext ctx = CodecContext::Create().value();
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (const BlockGeometry& geo :
+         {BlockGeometry{16, 2, 8, dtype}, BlockGeometry{64, 4, 24, dtype},
+          BlockGeometry{48, 1, 40, dtype, LayoutKind::kLatent}}) {
+      for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+        Block b = MakeBlock(geo, 7 + static_cast<uint32_t>(id), 5);
+        const std::vector<std::byte> enc = Encode(CodecParams::Ecq(id), b, &ctx);
+        std::vector<float> out(geo.raw_bytes() / sizeof(float) + 1);
+        std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), geo.raw_bytes());
+        ASSERT_TRUE(DecodeBlock(enc, geo, out_bytes, &ctx).ok()) << geo.ToString();
+        std::vector<std::byte> decoded(out_bytes.begin(), out_bytes.end());
+        ExpectWithinHalfAStep(b, decoded, BitsOf(id));
+      }
+    }
+  }
+}
+
+// A block long enough that one huge element cannot raise its channel's spread to its own level
+// (an element counts once in sd over 512 tokens): it lies beyond 127 steps and is escaped.
+TEST(EcqTest, EscapesAreExact) {
+  CodecContext ctx = CodecContext::Create().value();
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    const BlockGeometry g{512, 1, 8, dtype};
+    Block b = MakeBlock(g, 5, 4);
+    for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+      const std::vector<std::byte> enc = Encode(CodecParams::Ecq(id), b, &ctx);
+      std::vector<float> out(g.raw_bytes() / sizeof(float));
+      std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), g.raw_bytes());
+      ASSERT_TRUE(DecodeBlock(enc, g, out_bytes, &ctx).ok());
+      const std::vector<std::byte> decoded(out_bytes.begin(), out_bytes.end());
+      for (size_t h = 0; h < 4; ++h) {
+        const size_t i = (h * 7919 + 13) % g.elements();
+        EXPECT_EQ(LoadElement(dtype, b.data(), i), LoadElement(dtype, decoded.data(), i))
+            << CodecName(id) << " element " << i;
+      }
+      ExpectWithinHalfAStep(b, decoded, BitsOf(id));
+    }
+  }
+}
+
+TEST(EcqTest, GaussianFp16CompressesAtTheDocumentedRatioAndError) {
+  const BlockGeometry g{256, 8, 128, DType::kF16};
+  Block b{g, std::vector<float>(g.raw_bytes() / sizeof(float))};
+  std::mt19937 rng(42);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  for (size_t i = 0; i < g.elements(); ++i) StoreElement(g.dtype, n01(rng), b.data(), i);
+  CodecContext ctx = CodecContext::Create().value();
+  struct Want {
+    CodecId id;
+    double ratio_lo, ratio_hi, rmse_lo, rmse_hi;
+  };
+  // About log2(sd / step) + 2.05 bits per element (a Gaussian's entropy at that step) and a
+  // relative error of step / sqrt(12): ecq5 step sd / 8, ecq6 sd / 16.
+  for (const Want& w : {Want{CodecId::kEcq5, 2.9, 3.3, 0.033, 0.039},
+                        Want{CodecId::kEcq6, 2.45, 2.75, 0.0165, 0.0195}}) {
+    const std::vector<std::byte> enc = Encode(CodecParams::Ecq(w.id), b, &ctx);
+    const double ratio = static_cast<double>(g.raw_bytes()) / static_cast<double>(enc.size());
+    EXPECT_GT(ratio, w.ratio_lo) << CodecName(w.id);
+    EXPECT_LT(ratio, w.ratio_hi) << CodecName(w.id);
+    std::vector<uint16_t> out(g.elements());
+    std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), g.raw_bytes());
+    ASSERT_TRUE(DecodeBlock(enc, g, out_bytes, &ctx).ok());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < g.elements(); ++i) {
+      const double x = LoadElement(g.dtype, b.data(), i);
+      const double y = F16ToF32(out[i]);
+      err += (x - y) * (x - y);
+      norm += x * x;
+    }
+    const double rmse = std::sqrt(err / norm);
+    EXPECT_GT(rmse, w.rmse_lo) << CodecName(w.id);
+    EXPECT_LT(rmse, w.rmse_hi) << CodecName(w.id);
+  }
+}
+
+TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
+  const BlockGeometry g{128, 4, 64, DType::kF16};
+  Block b = MakeBlock(g, 99, 3);
+  CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
+  CodecContext wide = CodecContext::Create({.isa = KernelIsa::kAuto}).value();
+  for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+    EXPECT_EQ(Encode(CodecParams::Ecq(id), b, &scalar), Encode(CodecParams::Ecq(id), b, &wide));
+  }
+}
+
+TEST(EcqTest, ParamsTakeALevelAndNoGroup) {
+  const CodecParams p = ParseCodecParams("ecq5").value();
+  EXPECT_EQ(p.codec, CodecId::kEcq5);
+  EXPECT_EQ(p.zstd_level, 1);
+  EXPECT_EQ(p.group_size, 0u);
+  EXPECT_TRUE(p.entropy_coded());
+  EXPECT_FALSE(p.lossless());
+  EXPECT_FALSE(p.grouped());
+  EXPECT_EQ(ParseCodecParams("ecq6", 3).value().zstd_level, 3);
+  EXPECT_EQ(ParseCodecParams("ecq6", 0, 32).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CodecParams{.codec = CodecId::kEcq5}.Validate().code(), StatusCode::kInvalidArgument);
+  // Blocks of any codec must fit the any-codec bound, ecq's worst case (every element escaped)
+  // included.
+  const BlockGeometry g{16, 1, 8, DType::kF32};
+  EXPECT_GE(MaxEncodedSizeAnyCodec(g).value(), MaxEncodedSize(p, g).value());
+  EXPECT_EQ(StagePayloadBytes(p, g), ComputeEcqLayout(g).max_bytes);
+}
+
+TEST(EcqTest, NonFiniteInputIsRefused) {
+  const BlockGeometry g{16, 2, 8, DType::kF32};
+  Block b = MakeBlock(g, 3, 0);
+  StoreElement(g.dtype, NAN, b.data(), 17);
+  CodecContext ctx = CodecContext::Create().value();
+  std::vector<std::byte> out(MaxEncodedSize(CodecParams::Ecq(CodecId::kEcq5), g).value());
+  EXPECT_EQ(EncodeBlock(CodecParams::Ecq(CodecId::kEcq5), g, b.span(), out, &ctx).status().code(),
+            StatusCode::kInvalidArgument);
+  StoreElement(g.dtype, 1e6f, b.data(), 17);
+  EXPECT_EQ(EncodeBlock(CodecParams::Ecq(CodecId::kEcq5), g, b.span(), out, &ctx).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A real block's stage, edited by `edit` and sealed again as a valid block: only the ecq checks
+// stand between it and the decoder's output.
+Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)) {
+  const BlockGeometry g{512, 1, 8, DType::kF16};
+  Block b = MakeBlock(g, 11, 2);  // Two escaped elements (EscapesAreExact).
+  CodecContext ctx = CodecContext::Create().value();
+  const CodecParams params = CodecParams::Ecq(CodecId::kEcq5);
+  const std::vector<std::byte> enc = Encode(params, b, &ctx);
+  const std::span<const std::byte> payload(enc.data() + kBlockHeaderBytes,
+                                           enc.size() - kBlockHeaderBytes);
+  std::vector<std::byte> stage(ZSTD_getFrameContentSize(payload.data(), payload.size()));
+  EXPECT_EQ(ZSTD_decompress(stage.data(), stage.size(), payload.data(), payload.size()),
+            stage.size());
+  edit(&stage, ComputeEcqLayout(g));
+  std::vector<std::byte> sealed(kBlockHeaderBytes + ZSTD_compressBound(stage.size()));
+  const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
+                                 sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(), 1);
+  EXPECT_FALSE(ZSTD_isError(n));
+  const BlockHeader h{.params = params, .geometry = g, .raw_bytes = g.raw_bytes(),
+                      .payload_bytes = n};
+  EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
+  sealed.resize(kBlockHeaderBytes + n);
+  std::vector<uint16_t> out(g.elements());
+  return DecodeBlock(sealed, g, {reinterpret_cast<std::byte*>(out.data()), g.raw_bytes()}, &ctx);
+}
+
+TEST(EcqTest, MalformedStagesAreCorruption) {
+  EXPECT_TRUE(DecodeEditedStage([](std::vector<std::byte>*, const EcqLayout&) {}).ok());
+  const auto corrupt = [](void (*edit)(std::vector<std::byte>*, const EcqLayout&)) {
+    const Status s = DecodeEditedStage(edit);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  };
+  // One escaped element too many.
+  corrupt([](std::vector<std::byte>* s, const EcqLayout&) { s->resize(s->size() + 2); });
+  // Half an escaped element.
+  corrupt([](std::vector<std::byte>* s, const EcqLayout&) { s->resize(s->size() + 1); });
+  // A code turned into an escape with no element stored for it.
+  corrupt([](std::vector<std::byte>* s, const EcqLayout& l) {
+    for (size_t i = l.codes_offset; i < l.escapes_offset; ++i) {
+      if ((*s)[i] != std::byte{0x80}) {
+        (*s)[i] = std::byte{0x80};
+        return;
+      }
+    }
+  });
+  // Shorter than the codes.
+  corrupt([](std::vector<std::byte>* s, const EcqLayout& l) { s->resize(l.escapes_offset - 1); });
+  // An escaped element that is NaN.
+  corrupt([](std::vector<std::byte>* s, const EcqLayout& l) {
+    ASSERT_GT(s->size(), l.escapes_offset + 1);
+    (*s)[l.escapes_offset] = std::byte{0x00};
+    (*s)[l.escapes_offset + 1] = std::byte{0x7e};  // FP16 0x7e00: NaN.
+  });
+}
+
+}  // namespace
+}  // namespace kvtier::codecs
