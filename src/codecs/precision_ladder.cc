@@ -24,15 +24,34 @@ Status PrecisionLadderOptions::Validate() const {
   if (!full_precision_memory.lossless() || !full_precision_at_rest.lossless()) {
     return Status::InvalidArgument("ladder: full-precision codecs must be lossless");
   }
+  if (lossy_from_tier == Tier::kDevice || static_cast<uint8_t>(lossy_from_tier) > 3) {
+    return Status::InvalidArgument("ladder: lossy_from_tier must be host, ssd or remote");
+  }
+  if (int8.entropy_coded() || int4.entropy_coded()) {
+    // At rest only; the middle rung 8-bit keys or ecq, the coarsest 4-bit codes or ecq, and
+    // the coarsest with fewer bits.
+    if (static_cast<uint8_t>(lossy_from_tier) < static_cast<uint8_t>(Tier::kSsd)) {
+      return Status::InvalidArgument(
+          "ladder: entropy-coded rungs (ecq5, ecq6) are for ssd and remote only (their codes are "
+          "decoded before attention); set lossy_from_tier to ssd or remote: " +
+          int8.ToString() + ", " + int4.ToString());
+    }
+    const bool middle_ok = int8.entropy_coded() || (int8.grouped() && int8.key_bits() == 8);
+    const bool coarse_ok = int4.entropy_coded() || (int4.grouped() && int4.bits() == 4);
+    if (!middle_ok || !coarse_ok || int4.bits() >= int8.bits()) {
+      return Status::InvalidArgument(
+          "ladder: the int8 rung must have 8-bit keys or be entropy-coded, the int4 rung 4-bit "
+          "codes or be entropy-coded, and the int4 rung fewer bits: " +
+          int8.ToString() + ", " + int4.ToString());
+    }
+    return Status::Ok();
+  }
   // The int8 rung: 8-bit keys (int8, int8-rot, k8v4, k8v4-rot); the int4 rung: 4-bit codes
   // (int4, int4-rot, k8v4, k8v4-rot); the int4 rung no finer than the int8 rung.
   if (int8.key_bits() != 8 || int4.bits() != 4 || int4 == int8) {
     return Status::InvalidArgument(
         "ladder: the int8 rung must have 8-bit keys and the int4 rung 4-bit codes, and differ: " +
         int8.ToString() + ", " + int4.ToString());
-  }
-  if (lossy_from_tier == Tier::kDevice || static_cast<uint8_t>(lossy_from_tier) > 3) {
-    return Status::InvalidArgument("ladder: lossy_from_tier must be host, ssd or remote");
   }
   return Status::Ok();
 }
@@ -57,7 +76,7 @@ CodecParams PrecisionLadder::Choose(Tier tier, uint64_t age_tokens, ChunkKind ki
 }
 
 CodecParams PrecisionLadder::Finer(Tier tier, const CodecParams& rung) const {
-  if (rung == options_.int4 || (!rung.lossless() && rung.key_bits() == 4)) return options_.int8;
+  if (rung == options_.int4 || (rung.grouped() && rung.key_bits() == 4)) return options_.int8;
   return FullPrecision(tier);
 }
 

@@ -47,9 +47,13 @@ struct PrecisionLadderOptions {
   // Full precision in memory tiers (device, host) and at rest (ssd, remote). Must be lossless.
   CodecParams full_precision_memory = CodecParams::Identity();
   CodecParams full_precision_at_rest = CodecParams::ShuffleZstd(1);
-  // The middle rung: 8-bit keys (int8, int8-rot, k8v4, k8v4-rot).
+  // The middle rung: 8-bit keys (int8, int8-rot, k8v4, k8v4-rot), or at rest an entropy-coded
+  // codec (ecq5, ecq6).
   CodecParams int8 = CodecParams::Int8(32);
-  // The coarsest rung: 4-bit codes (int4, int4-rot, k8v4, k8v4-rot), other than the middle one.
+  // The coarsest rung: 4-bit codes (int4, int4-rot, k8v4, k8v4-rot), other than the middle one,
+  // or at rest an entropy-coded codec with fewer bits than the middle rung. Entropy-coded rungs
+  // need lossy_from_tier ssd or remote: their variable-length codes are decoded before attention,
+  // so no memory tier may hold them.
   CodecParams int4 = CodecParams::Int4(32);
   // Lossy rungs are used in this tier and colder ones only. Never kDevice: attention kernels
   // read device blocks directly.

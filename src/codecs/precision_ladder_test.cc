@@ -84,6 +84,35 @@ TEST(PrecisionLadderTest, RotatedAndMixedRungs) {
   EXPECT_FALSE(PrecisionLadder::Create({.int8 = k8v4_rot, .int4 = k8v4_rot}).ok());
 }
 
+// Entropy-coded rungs (ecq5, ecq6) are taken at rest only (lossy_from_tier ssd or remote), with
+// the coarsest rung having fewer bits than the middle one; memory tiers stay exact.
+TEST(PrecisionLadderTest, EntropyCodedRungsAtRestOnly) {
+  const CodecParams ecq5 = CodecParams::Ecq(CodecId::kEcq5);
+  const CodecParams ecq6 = CodecParams::Ecq(CodecId::kEcq6);
+  Result<PrecisionLadder> l =
+      PrecisionLadder::Create({.recent_window_tokens = 10, .int4_age_tokens = 100, .int8 = ecq6,
+                               .int4 = ecq5, .lossy_from_tier = Tier::kSsd});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->Choose(Tier::kHost, 500, ChunkKind::kRegular), CodecParams::Identity());
+  EXPECT_EQ(l->Choose(Tier::kSsd, 50, ChunkKind::kRegular), ecq6);
+  EXPECT_EQ(l->Choose(Tier::kRemote, 500, ChunkKind::kRegular), ecq5);
+  EXPECT_EQ(l->Finer(Tier::kSsd, ecq5), ecq6);
+  EXPECT_EQ(l->Finer(Tier::kSsd, ecq6), CodecParams::ShuffleZstd(1));
+  // Mixed with the grouped rungs: int8 then ecq5, ecq6 then int4.
+  EXPECT_TRUE(PrecisionLadder::Create({.int4 = ecq5, .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_TRUE(PrecisionLadder::Create({.int8 = ecq6, .lossy_from_tier = Tier::kRemote}).ok());
+  // In a memory tier, the coarsest rung finer than the middle one, or a middle rung of k8v4.
+  const Status host = PrecisionLadder::Create({.int8 = ecq6, .int4 = ecq5}).status();
+  EXPECT_TRUE(host.IsInvalidArgument());
+  EXPECT_NE(host.message().find("lossy_from_tier"), std::string::npos) << host.message();
+  EXPECT_FALSE(
+      PrecisionLadder::Create({.int8 = ecq5, .int4 = ecq6, .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = ecq5, .int4 = ecq5,
+                                        .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = CodecParams::Quantized(CodecId::kK8V4),
+                                        .int4 = ecq5, .lossy_from_tier = Tier::kSsd}).ok());
+}
+
 TEST(AttentionTest, MatchesHandComputedSoftmax) {
   const BlockGeometry g{.tokens = 2, .kv_heads = 1, .head_dim = 2, .dtype = DType::kF32};
   const float q[] = {1, 0};

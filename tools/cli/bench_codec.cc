@@ -436,6 +436,8 @@ Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& int8_run
   }
   if (recent != 0) o.recent_window_tokens = recent;
   if (int4_age != 0) o.int4_age_tokens = int4_age;
+  // The measure is at rest (the SSD tier), where entropy-coded rungs may be used.
+  if (o.int8.entropy_coded() || o.int4.entropy_coded()) o.lossy_from_tier = codecs::Tier::kSsd;
   KV_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -460,9 +462,11 @@ BenchCodec::BenchCodec(CLI::App* bench)
                    "Tokens of the precision ladder's sequence (default 32768)")
       ->check(WholeNumber(kSyntheticGeometry.tokens, 1u << 20));
   app_->add_option("--ladder-int8", ladder_int8_,
-                   "The ladder's middle rung by codec name (default int8; 8-bit keys)");
+                   "The ladder's middle rung by codec name (default int8; 8-bit keys, or "
+                   "ecq5/ecq6)");
   app_->add_option("--ladder-int4", ladder_int4_,
-                   "The ladder's coarsest rung by codec name (default int4; 4-bit codes)");
+                   "The ladder's coarsest rung by codec name (default int4; 4-bit codes, or an "
+                   "ecq with fewer bits than the middle rung)");
   app_->add_option("--ladder-recent", ladder_recent_,
                    "Tokens the ladder keeps lossless (default 2048)")
       ->check(WholeNumber(1, 1u << 20));

@@ -131,6 +131,22 @@ int8 = [r for r in rows if r["codec"] == "int8" and r["data"] == "synthetic-outl
 assert ladder["ratio"] > int8["ratio"], (ladder, int8)
 PY
 fi
+# Entropy-coded rungs at rest (ecq6, then ecq5 from 2048 tokens): more compression than the
+# default ladder and a closer attention output (both run here, same sequence and query).
+rc=0
+"$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --ladder-int8 ecq6 --ladder-int4 ecq5 \
+  --ladder-recent 1024 --ladder-int4-age 2048 --json >"$TMP/ecq" 2>"$TMP/err" || rc=$?
+"$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --ladder-recent 1024 --ladder-int4-age 2048 \
+  --json >"$TMP/grouped" 2>>"$TMP/err" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  fail "bench codec with ecq rungs: exit $rc: $(cat "$TMP/err")"
+else
+  python3 - "$TMP/ecq" "$TMP/grouped" <<'PY' || fail "bench codec with ecq rungs: see above"
+import json, sys
+ecq, grouped = ([r for r in json.load(open(p)) if r["codec"] == "ladder"][0] for p in sys.argv[1:])
+assert ecq["ratio"] > grouped["ratio"] and ecq["attn_cosine"] > grouped["attn_cosine"], (ecq, grouped)
+PY
+fi
 # A bad rung is refused before any measurement, with one line naming it.
 rc=0
 "$KVTIER" bench codec "${SMALL[@]}" --ladder-int8 int4 >"$TMP/out" 2>"$TMP/err" || rc=$?
