@@ -89,6 +89,9 @@ def number(value, what: str) -> float:
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f"]
+# The codec plot has more series than COLORS: COLORS, then their darker and lighter kin.
+CODEC_COLORS = COLORS + ["#bcbd22", "#17becf", "#000000", "#aec7e8", "#ffbb78", "#98df8a",
+                         "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2"]
 
 
 def fmt(v: float) -> str:
@@ -256,7 +259,7 @@ def plot_codec(plt, report):
     for r in rows:
         c, d = str(r["codec"]), str(r.get("data", ""))
         ratio = number(need(r, "ratio", what), f"{c}/{d}: ratio")
-        style = dict(color=COLORS[codecs.index(c) % len(COLORS)],
+        style = dict(color=CODEC_COLORS[codecs.index(c) % len(CODEC_COLORS)],
                      marker=markers[datas.index(d) % len(markers)], s=55)
         if r.get("rel_rmse") is not None:
             e = number(r["rel_rmse"], f"{c}/{d}: rel_rmse")
@@ -277,7 +280,7 @@ def plot_codec(plt, report):
         ax.set_axisbelow(True)
     # One legend for colours (codecs) and one for markers (data kinds).
     from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color=COLORS[i % len(COLORS)], marker="o", linestyle="", label=c)
+    handles = [Line2D([], [], color=CODEC_COLORS[i % len(CODEC_COLORS)], marker="o", linestyle="", label=c)
                for i, c in enumerate(codecs)]
     handles += [Line2D([], [], color="#555555", marker=markers[i % len(markers)], linestyle="",
                        label=f"data: {d}") for i, d in enumerate(datas) if d]
