@@ -297,9 +297,10 @@ def plot_codec(plt, report):
 TTFT_MODES = {"no_cache": "(a) no cache (recompute)",
               "vllm_prefix": "(b) vLLM prefix cache",
               "kvtier_host": "(c) kvtier host hit",
-              "kvtier_ssd_restart": "(d) kvtier SSD hit after restart"}
+              "kvtier_ssd_restart": "(d) kvtier SSD hit after restart",
+              "kvtier_ssd_codec_restart": "(d') the same, records encoded (--ssd-codec)"}
 TTFT_COLORS = {"no_cache": "#d62728", "vllm_prefix": "#1f77b4", "kvtier_host": "#2ca02c",
-               "kvtier_ssd_restart": "#ff7f0e"}
+               "kvtier_ssd_restart": "#ff7f0e", "kvtier_ssd_codec_restart": "#9467bd"}
 
 
 def plot_ttft(plt, report):
@@ -313,7 +314,8 @@ def plot_ttft(plt, report):
         raise PlotError(f"not {what}: 'table' keys are not token counts")
     # The modes the run measured ("modes"; --model-kind mla has no vLLM prefix cache), else all.
     listed = report.get("modes")
-    modes = [m for m in TTFT_MODES if not isinstance(listed, list) or m in listed]
+    modes = [m for m in TTFT_MODES if m in listed] if isinstance(listed, list) else \
+        [m for m in TTFT_MODES if m != "kvtier_ssd_codec_restart" or m in table[lengths[0]]]
     if "no_cache" not in modes or len(modes) < 2:
         raise PlotError(f"not {what}: no recompute mode and a cache mode to compare it with")
     fig, ax = plt.subplots(figsize=(8.5, 4.8))

@@ -94,7 +94,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BLOCK_TOKENS = 32
 SHARED_TOKENS = 256
-MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart")
+MODES = ("no_cache", "vllm_prefix", "kvtier_host", "kvtier_ssd_restart",
+         "kvtier_ssd_codec_restart")  # The last with --ssd-codec only.
 SERVE_MODES = ("serve_cold", "kvtier_ssd_serve_restart")
 SERVICE_MODES = ("service_cold", "kvtier_service_host_after_restart",
                  "kvtier_service_ssd_after_restart")
@@ -230,13 +231,16 @@ def run_process(args, work: Path, name: str, requests: list[dict], prefix_cachin
     return result
 
 
-def connector_config(cache_dir: Path, runtime_dir: Path, stats_file: Path) -> dict:
+def connector_config(cache_dir: Path, runtime_dir: Path, stats_file: Path,
+                     codec: str | None = None) -> dict:
+    extra = {"host_bytes": 1 << 30, "ssd_dirs": [str(cache_dir)], "ssd_bytes": 4 << 30,
+             "ssd_segment_bytes": 64 << 20, "stats_file": str(stats_file),
+             "runtime_dir": str(runtime_dir)}
+    if codec:
+        extra["codec"] = codec
     return {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
             "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-            "kv_connector_extra_config": {
-                "host_bytes": 1 << 30, "ssd_dirs": [str(cache_dir)], "ssd_bytes": 4 << 30,
-                "ssd_segment_bytes": 64 << 20, "stats_file": str(stats_file),
-                "runtime_dir": str(runtime_dir)}}
+            "kv_connector_extra_config": extra}
 
 
 def flat_counters(stats: dict | None) -> dict:
@@ -272,6 +276,7 @@ def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
     runtime = work / "run"
     runtime.mkdir(mode=0o700)
     cache = work / "cache"
+    cache_codec = work / "cache_codec"
     processes = {}
 
     def cold_then_hits(label_cold, label_hit, seed):
@@ -285,6 +290,13 @@ def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
         name = f"kvtier_ssd_restart_{i + 1}"
         processes[name] = run_process(args, work, name, reqs, False,
                                       connector_config(cache, runtime, work / f"{name}.stats.json"))
+        if args.ssd_codec:  # The same hits from records encoded with --ssd-codec.
+            reqs = warmup_requests(3 + i) + [doc("kvtier_ssd_codec_restart", n) for n in order]
+            name = f"kvtier_ssd_codec_restart_{i + 1}"
+            processes[name] = run_process(
+                args, work, name, reqs, False,
+                connector_config(cache_codec, runtime, work / f"{name}.stats.json",
+                                 args.ssd_codec))
 
     # Modes alternate in time so that a burst of other load on the machine does not land on one
     # mode only; (d) is spread over the whole run.
@@ -294,6 +306,12 @@ def measure(args, work: Path, docs: dict[int, list[int]]) -> dict:
     processes["kvtier_host"] = run_process(
         args, work, "kvtier_host", cold_then_hits("cold_store", "kvtier_host", 2), False,
         connector_config(cache, runtime, work / "kvtier_host.stats.json"))
+    if args.ssd_codec:  # Stores the documents once more, encoded, for its restarts.
+        reqs = warmup_requests(2) + [doc("cold_store_codec", n) for n in lengths]
+        processes["kvtier_codec_store"] = run_process(
+            args, work, "kvtier_codec_store", reqs, False,
+            connector_config(cache_codec, runtime, work / "kvtier_codec_store.stats.json",
+                             args.ssd_codec))
     restart(0)
     reqs = warmup_requests(0) + [doc("no_cache", n) for _ in range(args.repeats) for n in lengths]
     processes["no_cache"] = run_process(args, work, "no_cache", reqs, False, None)
@@ -490,6 +508,7 @@ def machine_limits(work: Path, kv_bytes: int) -> dict:
 RATIOS = {  # name: (numerator mode, denominator mode)
     "ssd_restart_over_vllm_prefix": ("kvtier_ssd_restart", "vllm_prefix"),
     "recompute_over_ssd_restart": ("no_cache", "kvtier_ssd_restart"),
+    "ssd_codec_restart_over_ssd_restart": ("kvtier_ssd_codec_restart", "kvtier_ssd_restart"),
     "host_over_vllm_prefix": ("kvtier_host", "vllm_prefix"),
     "serve_recompute_over_serve_restart": ("serve_cold", "kvtier_ssd_serve_restart"),
     "serve_restart_over_offline_restart": ("kvtier_ssd_serve_restart", "kvtier_ssd_restart"),
@@ -682,6 +701,10 @@ def make_parser() -> argparse.ArgumentParser:
                         help="the model's attention: llama (full), mla (DeepSeek-V2's latent "
                              "attention) or swa (Gemma-3's sliding-window/full mix); mla and swa "
                              "run --modes offline only")
+    parser.add_argument("--ssd-codec",
+                        help="also measure the hit after a restart from SSD records encoded with "
+                             "this codec (the connector's `codec`: ecq6, int8, ...), in its own "
+                             "cache directory, as mode kvtier_ssd_codec_restart (offline modes)")
     parser.add_argument("--service-bin", type=Path,
                         default=REPO / "build" / "tools" / "cli" / "kvtier",
                         help="mode f's kvtier CLI, run as `kvtier serve` (default: the build's)")
@@ -753,6 +776,7 @@ def main() -> int:
                         "layers": layers, "lengths": lengths, "shared_prefix_tokens":
                         SHARED_TOKENS, "repeats": args.repeats,
                         "hit_repeats": args.hit_repeats, "block_tokens": args.block_tokens,
+                        "ssd_codec": args.ssd_codec,
                         "kv_bytes_per_token": per_token, "cpus": os.cpu_count(),
                         "loadavg_1m_start": loadavg_start,
                         "command": "bench/vllm_ttft.py " + " ".join(portable_args(sys.argv[1:]))},
