@@ -134,6 +134,7 @@ void Unshuffle16(const uint8_t* src, size_t n, uint8_t* dst);
 void F16ToF32(const uint16_t* src, size_t n, float* dst);
 void F32ToF16(const float* src, size_t n, uint16_t* dst);
 void BF16ToF32(const uint16_t* src, size_t n, float* dst);
+void F32ToBF16(const float* src, size_t n, uint16_t* dst);
 bool AllFinite(const float* x, size_t n);
 void MinMaxAccumulate(const float* row, size_t n, float* mins, float* maxs);
 void MinMax(const float* x, size_t n, float* min_out, float* max_out);

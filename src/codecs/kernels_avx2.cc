@@ -134,6 +134,30 @@ KV_TARGET_AVX2 void F32ToF16(const float* src, size_t n, uint16_t* dst) {
   ref::F32ToF16(src + i, n - i, dst + i);
 }
 
+// 8 floats to BF16 as the scalar F32ToBF16 rounds them: NaNs keep their top bits and turn quiet
+// (| 0x40), the rest round to nearest even by adding 0x7fff plus the kept LSB.
+KV_TARGET_AVX2 inline __m256i Bf16Bits(__m256i x) {
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+KV_TARGET_AVX2 void F32ToBF16(const float* src, size_t n, uint16_t* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = Bf16Bits(_mm256_castps_si256(_mm256_loadu_ps(src + i)));
+    const __m256i b = Bf16Bits(_mm256_castps_si256(_mm256_loadu_ps(src + i + 8)));
+    // packus interleaves the 128-bit lanes (a0 b0 a1 b1); the permute puts them in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+    StoreU(dst + i, packed);
+  }
+  ref::F32ToBF16(src + i, n - i, dst + i);
+}
+
 KV_TARGET_AVX2 void BF16ToF32(const uint16_t* src, size_t n, float* dst) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -413,6 +413,13 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
           return out;
         },
         "f32_to_f16 len " + std::to_string(len));
+    ExpectSameForAllSets(
+        [&](const Kernels& k) {
+          std::vector<uint16_t> out(len);
+          k.f32_to_bf16(in.data(), len, out.data());
+          return out;
+        },
+        "f32_to_bf16 len " + std::to_string(len));
   }
 }
 
