@@ -109,34 +109,42 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
   return StepByte(geo * scale, floor);
 }
 
-// One row of codes: rne(x / step) - center, or the escape when that is outside [-127, 127].
-// |x / step| <= 65504 * 2^14 and |center| < 2^15 keep the rounded value within int32 (the
-// rounding trick is exact below 2^22 and keeps larger values large); it is clamped to +-128 as an
-// integer, and 128 wraps to the escape in the narrowing. Written so that it vectorizes; the AVX2
-// build of the same loop (below) gives the same bits (no contraction: -ffp-contract=off).
+// One row of codes: q = rne(x / step) - center as its zigzag byte (0, -1, 1, -2, .. -> 0, 1, 2,
+// 3, ..), or the escape 255 when q is outside [-127, 127]. Zigzag keeps the frequent small codes
+// in the low byte values, so zstd's Huffman table describes few symbols. |x / step| <= 65504 *
+// 2^14 and |center| < 2^15 keep the rounded value within int32 (the rounding trick is exact below
+// 2^22 and keeps larger values large); clamped to +-128, whose zigzag is 255 or more. Written so
+// that it vectorizes; the AVX2 build of the same loop (below) gives the same bits (no
+// contraction: -ffp-contract=off).
 [[gnu::always_inline]] inline void QuantizeRowBody(const float* x, size_t n,
                                                    const float* inv_step, const float* center,
-                                                   int8_t* codes) {
+                                                   uint8_t* codes) {
   for (size_t c = 0; c < n; ++c) {
     const float r = x[c] * inv_step[c] - center[c];
     int32_t q = static_cast<int32_t>((r + kRoundMagic) - kRoundMagic);
     q = q < -128 ? -128 : q;
     q = q > 128 ? 128 : q;
-    codes[c] = static_cast<int8_t>(static_cast<uint8_t>(q));
+    int32_t z = static_cast<int32_t>(static_cast<uint32_t>(q) << 1) ^ (q >> 31);
+    z = z > 255 ? 255 : z;
+    codes[c] = static_cast<uint8_t>(z);
   }
 }
 
-[[gnu::always_inline]] inline void DequantizeRowBody(const int8_t* codes, size_t n,
+[[gnu::always_inline]] inline void DequantizeRowBody(const uint8_t* codes, size_t n,
                                                      const float* step, const float* center,
                                                      float* y) {
-  for (size_t c = 0; c < n; ++c) y[c] = (static_cast<float>(codes[c]) + center[c]) * step[c];
+  for (size_t c = 0; c < n; ++c) {
+    const int32_t z = codes[c];
+    const int32_t q = (z >> 1) ^ -(z & 1);
+    y[c] = (static_cast<float>(q) + center[c]) * step[c];
+  }
 }
 
 void QuantizeRow(const float* x, size_t n, const float* inv_step, const float* center,
-                 int8_t* codes) {
+                 uint8_t* codes) {
   QuantizeRowBody(x, n, inv_step, center, codes);
 }
-void DequantizeRow(const int8_t* codes, size_t n, const float* step, const float* center,
+void DequantizeRow(const uint8_t* codes, size_t n, const float* step, const float* center,
                    float* y) {
   DequantizeRowBody(codes, n, step, center, y);
 }
@@ -144,14 +152,14 @@ void DequantizeRow(const int8_t* codes, size_t n, const float* step, const float
 #if defined(__x86_64__)
 #define KV_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
 KV_TARGET_AVX2 void QuantizeRowAvx2(const float* x, size_t n, const float* inv_step,
-                                    const float* center, int8_t* codes) {
+                                    const float* center, uint8_t* codes) {
   QuantizeRowBody(x, n, inv_step, center, codes);
 }
 KV_TARGET_AVX2 void ChannelStatsAvx2(const float* x, size_t tokens, size_t channels,
                                      float* mean, float* sd) {
   ChannelStatsBody(x, tokens, channels, mean, sd);
 }
-KV_TARGET_AVX2 void DequantizeRowAvx2(const int8_t* codes, size_t n, const float* step,
+KV_TARGET_AVX2 void DequantizeRowAvx2(const uint8_t* codes, size_t n, const float* step,
                                       const float* center, float* y) {
   DequantizeRowBody(codes, n, step, center, y);
 }
@@ -163,8 +171,8 @@ constexpr auto DequantizeRowAvx2 = DequantizeRow;
 #endif
 
 using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*);
-using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, int8_t*);
-using DequantizeRowFn = void (*)(const int8_t*, size_t, const float*, const float*, float*);
+using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, uint8_t*);
+using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const float*, float*);
 
 // The loop for a kernel set: its AVX2 build unless the set is the scalar one (a set other than
 // scalar is only ever selected on a CPU with AVX2).
@@ -179,10 +187,10 @@ Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2) {
 
 // Calls f(i) for each escaped code i of codes[0, n), in order; stops at the first false.
 template <typename F>
-bool ForEachEscape(const int8_t* codes, size_t n, F f) {
-  const auto* base = reinterpret_cast<const uint8_t*>(codes);
+bool ForEachEscape(const uint8_t* codes, size_t n, F f) {
+  const uint8_t* base = codes;
   for (size_t i = 0; i < n; ++i) {
-    const void* at = std::memchr(base + i, 0x80, n - i);
+    const void* at = std::memchr(base + i, kEcqEscape, n - i);
     if (at == nullptr) break;
     i = static_cast<size_t>(static_cast<const uint8_t*>(at) - base);
     if (!f(i)) return false;
@@ -220,7 +228,7 @@ Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::b
   float* sd = p + channels;
   float* inv_step = p + 2 * channels;
   float* center = p + 3 * channels;
-  auto* codes = reinterpret_cast<int8_t*>(stage.data() + l.codes_offset);
+  auto* codes = reinterpret_cast<uint8_t*>(stage.data() + l.codes_offset);
   for (size_t plane = 0; plane < g.planes(); ++plane) {
     ToF32(k, g.dtype, raw.data() + plane * half * eb, half, x);
     KV_RETURN_IF_ERROR(CheckQuantizable(k, x, half));
@@ -233,7 +241,8 @@ Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::b
       for (size_t c = c0; c < c0 + g.head_dim; ++c) {
         const float cen = std::clamp(std::nearbyint(mean[c] / step), -32767.0f, 32767.0f);
         const size_t i = plane * channels + c;
-        const auto cen16 = static_cast<uint16_t>(static_cast<int16_t>(cen));
+        const auto c16 = static_cast<int16_t>(cen);  // Zigzag, as the codes.
+        const auto cen16 = static_cast<uint16_t>((static_cast<uint16_t>(c16) << 1) ^ (c16 >> 15));
         stage[l.centers_offset + i] = static_cast<std::byte>(cen16 & 0xff);
         stage[l.centers_offset + l.params + i] = static_cast<std::byte>(cen16 >> 8);
         inv_step[c] = 1.0f / step;
@@ -274,7 +283,7 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
   float* p = ctx->ParamScratch(2 * channels);
   float* step = p;
   float* center = p + channels;
-  const auto* codes = reinterpret_cast<const int8_t*>(stage.data() + l.codes_offset);
+  const auto* codes = reinterpret_cast<const uint8_t*>(stage.data() + l.codes_offset);
   for (size_t plane = 0; plane < g.planes(); ++plane) {
     for (size_t c = 0; c < channels; ++c) {
       const size_t i = plane * channels + c;
@@ -282,7 +291,8 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
                                                   c / g.head_dim]));
       const auto lo = static_cast<uint16_t>(stage[l.centers_offset + i]);
       const auto hi = static_cast<uint16_t>(stage[l.centers_offset + l.params + i]);
-      center[c] = static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(lo | hi << 8)));
+      const int32_t z = lo | hi << 8;
+      center[c] = static_cast<float>((z >> 1) ^ -(z & 1));
     }
     const DequantizeRowFn dequantize_row =
         LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2);

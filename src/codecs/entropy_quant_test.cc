@@ -271,8 +271,8 @@ TEST(EcqTest, MalformedStagesAreCorruption) {
   // A code turned into an escape with no element stored for it.
   corrupt([](std::vector<std::byte>* s, const EcqLayout& l) {
     for (size_t i = l.codes_offset; i < l.escapes_offset; ++i) {
-      if ((*s)[i] != std::byte{0x80}) {
-        (*s)[i] = std::byte{0x80};
+      if ((*s)[i] != std::byte{kEcqEscape}) {
+        (*s)[i] = std::byte{kEcqEscape};
         return;
       }
     }
