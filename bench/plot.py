@@ -280,8 +280,8 @@ def plot_codec(plt, report):
         ax.set_axisbelow(True)
     # One legend for colours (codecs) and one for markers (data kinds).
     from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color=CODEC_COLORS[i % len(CODEC_COLORS)], marker="o", linestyle="", label=c)
-               for i, c in enumerate(codecs)]
+    handles = [Line2D([], [], color=CODEC_COLORS[i % len(CODEC_COLORS)], marker="o",
+                      linestyle="", label=c) for i, c in enumerate(codecs)]
     handles += [Line2D([], [], color="#555555", marker=markers[i % len(markers)], linestyle="",
                        label=f"data: {d}") for i, d in enumerate(datas) if d]
     fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), fontsize=8,

@@ -111,9 +111,9 @@ struct CodecParams {
   bool uses_zstd() const { return zstd_level != 0; }
 
   // These parameters with the options' zeros made the codec's defaults: shuffle-zstd's level 0
-  // becomes kShuffleZstdLevelDefault, the grouped codecs' group size 0 kQuantGroupSizeDefault, ecq's
-  // level 0 kZstdLevelMin. Every
-  // other value is kept, for Validate to judge. Encoded headers always hold resolved values.
+  // becomes kShuffleZstdLevelDefault, the grouped codecs' group size 0 kQuantGroupSizeDefault,
+  // ecq's level 0 kZstdLevelMin. Every other value is kept, for Validate to judge. Encoded
+  // headers always hold resolved values.
   CodecParams WithDefaults() const;
 
   // InvalidArgument naming the bad field. Takes resolved values: a shuffle-zstd level of 0 is
