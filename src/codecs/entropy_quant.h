@@ -19,9 +19,9 @@
 // for the stored byte e[h] (2^-14 .. 2^17.875, an eighth of an octave apart). The encoder picks
 // the e[h] nearest to 2^(2 - bits) times the geometric mean of the standard deviations (over the
 // block's tokens) of the head's channels that vary, but not below any of its channels'
-// |mean| / 30000, so that center[c] = rne(mean[c] / step[h]) fits 16 bits. One absolute step per head gives each channel
-// the same error, which for a given number of bits minimizes the head's squared error. The code
-// byte 255 is an escape: that element is stored exactly, in the block's dtype, in `escapes`, in
+// |mean| / 30000, so that center[c] = rne(mean[c] / step[h]) fits 16 bits. One absolute step per
+// head gives each channel the same error, which for a given number of bits minimizes the head's
+// squared error. The code byte 255 is an escape: that element is stored exactly, in the block's dtype, in `escapes`, in
 // block order. Every other element decodes within step[h] / 2 of its value (plus the rounding of
 // the result to the dtype).
 //
