@@ -14,15 +14,15 @@
 //   center_lo: u8[P][C]  center_hi: u8[P][C]  step: u8[P][H]  codes: u8[P][T][C]  escapes
 // (H = kv_heads; each 16-bit center zigzag-coded, its low and high bytes in two planes, so that
 // zstd stores the mostly zero high bytes in almost nothing; codes in block order, each the zigzag
-// byte of a signed code q in [-127, 127]: 0, -1, 1, -2, .. as 0, 1, 2, 3, ..). Element x of
-// channel c of head h decodes as (q + center[c]) * step[h], with step[h] = 2^((e[h] - 112) / 8)
-// for the stored byte e[h] (2^-14 .. 2^17.875, an eighth of an octave apart). The encoder picks
-// the e[h] nearest to 2^(2 - bits) times the geometric mean of the standard deviations (over the
-// block's tokens) of the head's channels that vary, but not below any of its channels'
-// |mean| / 30000, so that center[c] = rne(mean[c] / step[h]) fits 16 bits. One absolute step per
-// head gives each channel the same error, which for a given number of bits minimizes the head's
-// squared error. The code byte 255 is an escape: that element is stored exactly, in the block's dtype, in `escapes`, in
-// block order. Every other element decodes within step[h] / 2 of its value (plus the rounding of
+// byte of a signed code q in [-127, 127]: 0, -1, 1, -2, .. as 0, 1, 2, 3, ..). Element x of channel
+// c of head h decodes as (q + center[c]) * step[h], with step[h] = 2^((e[h] - 112) / 8) for the
+// stored byte e[h] (2^-14 .. 2^17.875, an eighth of an octave apart). The encoder picks the e[h]
+// nearest to 2^(2 - bits) times the geometric mean of the standard deviations (over the block's
+// tokens) of the head's channels that vary, but not below any of its channels' |mean| / 30000, so
+// that center[c] = rne(mean[c] / step[h]) fits 16 bits. One absolute step per head gives each
+// channel the same error, which for a given number of bits minimizes the head's squared error. The
+// code byte 255 is an escape: that element is stored exactly, in the block's dtype, in `escapes`,
+// in block order. Every other element decodes within step[h] / 2 of its value (plus the rounding of
 // the result to the dtype).
 //
 // Thread safety: pure functions except for the CodecContext scratch they use (one thread per
