@@ -105,7 +105,8 @@ typedef enum kvtier_codec {
   KVTIER_CODEC_K8V4 = 7,         /* Lossy: keys int8, values int4. */
   KVTIER_CODEC_K8V4_ROT = 8,     /* Lossy: k8v4, values rotated per head first. */
   KVTIER_CODEC_ECQ5 = 9,         /* Lossy: entropy-coded quantization, about 5 bits. */
-  KVTIER_CODEC_ECQ6 = 10         /* Lossy: entropy-coded quantization, about 6 bits. */
+  KVTIER_CODEC_ECQ6 = 10,        /* Lossy: entropy-coded quantization, about 6 bits. */
+  KVTIER_CODEC_ECQ6V5 = 11       /* Lossy: ecq6's keys, values about 5.25 bits. */
 } kvtier_codec_t;
 
 typedef enum kvtier_ssd_sync {

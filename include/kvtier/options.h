@@ -76,6 +76,7 @@ enum class Codec : uint8_t {
   kK8V4Rot = 8,      // k8v4, values rotated per head first. Lossy.
   kEcq5 = 9,         // Entropy-coded quantization, about 5 bits (step sd / 8), zstd. Lossy.
   kEcq6 = 10,        // Entropy-coded quantization, about 6 bits (step sd / 16), zstd. Lossy.
+  kEcq6V5 = 11,      // ecq6's keys, values about 5.25 bits (step sd / 9.5). Lossy.
 };
 
 enum class HugePages : uint8_t {

@@ -115,6 +115,7 @@ static_assert(KVTIER_CODEC_K8V4 == static_cast<int>(codecs::CodecId::kK8V4));
 static_assert(KVTIER_CODEC_K8V4_ROT == static_cast<int>(codecs::CodecId::kK8V4Rot));
 static_assert(KVTIER_CODEC_ECQ5 == static_cast<int>(codecs::CodecId::kEcq5));
 static_assert(KVTIER_CODEC_ECQ6 == static_cast<int>(codecs::CodecId::kEcq6));
+static_assert(KVTIER_CODEC_ECQ6V5 == static_cast<int>(codecs::CodecId::kEcq6V5));
 static_assert(KVTIER_PRIORITY_PINNED_PROMPT == static_cast<int>(BlockPriority::kPinnedPrompt));
 static_assert(KVTIER_DEVICE_BACKEND_CUDA == static_cast<int>(DeviceBackend::kCuda));
 static_assert(KVTIER_HUGE_PAGES_IF_AVAILABLE == static_cast<int>(HugePages::kIfAvailable));

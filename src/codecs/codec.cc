@@ -133,10 +133,11 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       return ZstdCompress(ctx, params.zstd_level, stage, payload, payload_bytes);
     }
     case CodecId::kEcq5:
-    case CodecId::kEcq6: {
+    case CodecId::kEcq6:
+    case CodecId::kEcq6V5: {
       std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
       size_t used = 0;
-      KV_RETURN_IF_ERROR(EcqQuantize(g, params.bits(), raw, stage, &used, ctx));
+      KV_RETURN_IF_ERROR(EcqQuantize(g, EcqPrecisionOf(params.codec), raw, stage, &used, ctx));
       return ZstdCompress(ctx, params.zstd_level, stage.first(used), payload, payload_bytes);
     }
   }
@@ -152,7 +153,7 @@ Result<size_t> MaxEncodedSize(const CodecParams& params, const BlockGeometry& ge
     return Status::InvalidArgument(
         CodecName(params.codec) +
         " splits or rotates K and V; a latent block (one plane, no K/V split) takes identity, "
-        "shuffle-zstd, int8, int4, ecq5 or ecq6");
+        "shuffle-zstd, int8, int4, ecq5 or ecq6");  // ecq6v5 has two precisions, as k8v4
   }
   if (params.rotated() && !std::has_single_bit(geometry.head_dim)) {
     return Status::InvalidArgument(CodecName(params.codec) +
@@ -292,6 +293,7 @@ Status DecodePayload(const BlockHeader& h, std::span<const std::byte> payload,
       return DequantizeBlock(g, SchemeOf(h.params.codec), h.params.group_size, stage, out, ctx);
     case CodecId::kEcq5:
     case CodecId::kEcq6:
+    case CodecId::kEcq6V5:
       break;  // DecodeEcqPayload above.
   }
   return Status::Corruption("encoded block: unknown codec");  // DecodeBlockHeader refuses it.

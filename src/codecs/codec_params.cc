@@ -27,6 +27,8 @@ std::string CodecName(CodecId id) {
       return "ecq5";
     case CodecId::kEcq6:
       return "ecq6";
+    case CodecId::kEcq6V5:
+      return "ecq6v5";
   }
   return "codec(" + std::to_string(static_cast<int>(id)) + ")";
 }
@@ -49,6 +51,8 @@ QuantScheme SchemeOf(CodecId id) {
       return {.key_bits = 5, .value_bits = 5, .entropy_coded = true};
     case CodecId::kEcq6:
       return {.key_bits = 6, .value_bits = 6, .entropy_coded = true};
+    case CodecId::kEcq6V5:
+      return {.key_bits = 6, .value_bits = 5, .entropy_coded = true};
     case CodecId::kIdentity:
     case CodecId::kShuffleZstd:
       return {};
@@ -71,6 +75,14 @@ std::optional<CodecId> QuantizedCodecNamed(const std::string& name) {
     if (SchemeOf(id).key_bits != 0 && !SchemeOf(id).entropy_coded && CodecName(id) == name) {
       return id;
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<CodecId> EcqCodecNamed(const std::string& name) {
+  for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
+    const auto id = static_cast<CodecId>(v);
+    if (SchemeOf(id).entropy_coded && CodecName(id) == name) return id;
   }
   return std::nullopt;
 }
@@ -117,6 +129,7 @@ Status CodecParams::Validate() const {
       return Status::Ok();
     case CodecId::kEcq5:
     case CodecId::kEcq6:
+    case CodecId::kEcq6V5:
       if (!ZstdLevelInRange(zstd_level)) {
         return Status::InvalidArgument(CodecName(codec) + " zstd level must be in [1, 22]: " +
                                        ToString());
@@ -144,14 +157,14 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
     params = CodecParams::Int8(group, level).WithDefaults();
   } else if (std::optional<CodecId> id = QuantizedCodecNamed(name); id.has_value()) {
     params = CodecParams::Quantized(*id, group, level).WithDefaults();
-  } else if (name == CodecName(CodecId::kEcq5) || name == CodecName(CodecId::kEcq6)) {
-    params = CodecParams::Ecq(name == "ecq5" ? CodecId::kEcq5 : CodecId::kEcq6, level);
+  } else if (std::optional<CodecId> ecq = EcqCodecNamed(name); ecq.has_value()) {
+    params = CodecParams::Ecq(*ecq, level);
     params.group_size = group;
     params = params.WithDefaults();
   } else {
     return Status::InvalidArgument("codec '" + name +
                                    "' is not one of identity, shuffle-zstd, int8, int4, int8-rot, "
-                                   "int4-rot, k8v4, k8v4-rot, ecq5, ecq6");
+                                   "int4-rot, k8v4, k8v4-rot, ecq5, ecq6, ecq6v5");
   }
   KV_RETURN_IF_ERROR(params.Validate());
   return params;

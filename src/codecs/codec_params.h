@@ -26,15 +26,17 @@ enum class CodecId : uint8_t {
   kK8V4Rot = 8,      // k8v4, each value head rotated (randomized Hadamard) first. Lossy.
   kEcq5 = 9,         // Entropy-coded quantization, step sd / 8 (about 5 bits), zstd. Lossy.
   kEcq6 = 10,        // Entropy-coded quantization, step sd / 16 (about 6 bits), zstd. Lossy.
+  kEcq6V5 = 11,      // ecq, keys as ecq6, values at step sd / 9.5 (about 5.25 bits). Lossy.
 };
 // The largest CodecId value (the surfaces' enums check their range against it).
-inline constexpr CodecId kCodecIdLast = CodecId::kEcq6;
+inline constexpr CodecId kCodecIdLast = CodecId::kEcq6V5;
 
 // What a quantized codec does: bits of the key and value codes (8 or 4; 0 for a lossless codec)
 // and whether each head of the values is rotated first (docs/codecs.md, "Hadamard rotation";
-// keys, quantized per channel, are never rotated). The entropy-coded codecs (ecq5, ecq6) have
-// `entropy_coded` set and their nominal bits (5, 6): one byte per code, stored by zstd in about
-// that many bits, with no group size (docs/codecs.md, "Entropy-coded quantization").
+// keys, quantized per channel, are never rotated). The entropy-coded codecs (ecq5, ecq6, ecq6v5)
+// have `entropy_coded` set and their nominal bits (5, 6; ecq6v5 6 for keys, 5 for values, whose
+// step is a quarter bit finer than ecq5's): one byte per code, stored by zstd in about that many
+// bits, with no group size (docs/codecs.md, "Entropy-coded quantization").
 struct QuantScheme {
   uint32_t key_bits = 0;
   uint32_t value_bits = 0;
@@ -45,7 +47,7 @@ struct QuantScheme {
 QuantScheme SchemeOf(CodecId id);
 
 // "identity", "shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot", "ecq5",
-// "ecq6" or "codec(<n>)".
+// "ecq6", "ecq6v5" or "codec(<n>)".
 std::string CodecName(CodecId id);
 
 // zstd levels accepted by the codecs. Level 0 (zstd's "default") and negative levels are refused:
@@ -71,8 +73,8 @@ struct CodecParams {
   // kZstdLevelMin..kZstdLevelMax. identity: 0.
   int zstd_level = 0;
   // Grouped quantized codecs (int8, int4, their rotated twins, k8v4, k8v4-rot):
-  // kQuantGroupSizeMin..kQuantGroupSizeMax. identity, shuffle-zstd, ecq5, ecq6: 0.
-  // ecq5/ecq6 always end in zstd: their level is kZstdLevelMin..kZstdLevelMax (0 resolves to 1).
+  // kQuantGroupSizeMin..kQuantGroupSizeMax. identity, shuffle-zstd and the ecq codecs: 0.
+  // The ecq codecs always end in zstd: level kZstdLevelMin..kZstdLevelMax (0 resolves to 1).
   uint32_t group_size = 0;
 
   static CodecParams Identity() { return {.codec = CodecId::kIdentity}; }
@@ -85,7 +87,7 @@ struct CodecParams {
   static CodecParams Int4(uint32_t group_size = kQuantGroupSizeDefault, int zstd_level = 0) {
     return {.codec = CodecId::kInt4, .zstd_level = zstd_level, .group_size = group_size};
   }
-  // An entropy-coded codec (ecq5, ecq6); level 0 resolves to 1 in WithDefaults.
+  // An entropy-coded codec (ecq5, ecq6, ecq6v5); level 0 resolves to 1 in WithDefaults.
   static CodecParams Ecq(CodecId id, int zstd_level = 1) {
     return {.codec = id, .zstd_level = zstd_level};
   }
@@ -102,7 +104,7 @@ struct CodecParams {
   uint32_t value_bits() const { return SchemeOf(codec).value_bits; }
   // True when each value head is rotated (randomized Hadamard) before quantization.
   bool rotated() const { return SchemeOf(codec).rotated; }
-  // True for ecq5 and ecq6 (variable-size stage payload, always zstd, no group size).
+  // True for ecq5, ecq6 and ecq6v5 (variable-size stage payload, always zstd, no group size).
   bool entropy_coded() const { return SchemeOf(codec).entropy_coded; }
   // True for the codecs with a quantization group (lossy and not entropy-coded).
   bool grouped() const { return !lossless() && !entropy_coded(); }

@@ -33,6 +33,13 @@ float StepOf(uint8_t e) {
   return std::ldexp(kEighthOctaves[q - 8 * whole], whole);
 }
 
+// 2^(2 - quarter_bits / 4): a head's step in units of its channels' (geometric mean) spread.
+float StepScale(uint32_t quarter_bits) {
+  KV_CHECK(quarter_bits >= 8 && quarter_bits <= 32);
+  constexpr float kQuarterOctaves[4] = {1.0f, 0.840896415f, 0.707106781f, 0.594603558f};
+  return std::ldexp(kQuarterOctaves[quarter_bits % 4], 2 - static_cast<int>(quarter_bits / 4));
+}
+
 // The byte of the step nearest `target` (in octaves) that is not below `floor`.
 uint8_t StepByte(float target, float floor) {
   const auto eighths = [](float v, bool up) {
@@ -200,6 +207,21 @@ bool ForEachEscape(const uint8_t* codes, size_t n, F f) {
 
 }  // namespace
 
+EcqPrecision EcqPrecisionOf(CodecId id) {
+  switch (id) {
+    case CodecId::kEcq5:
+      return {.key_quarter_bits = 20, .value_quarter_bits = 20};
+    case CodecId::kEcq6:
+      return {.key_quarter_bits = 24, .value_quarter_bits = 24};
+    case CodecId::kEcq6V5:
+      return {.key_quarter_bits = 24, .value_quarter_bits = 21};
+    default:
+      break;
+  }
+  KV_CHECK(false && "not an entropy-coded codec");
+  return {};
+}
+
 EcqLayout ComputeEcqLayout(const BlockGeometry& g) {
   EcqLayout l;
   l.params = g.planes() * g.channels();
@@ -211,9 +233,9 @@ EcqLayout ComputeEcqLayout(const BlockGeometry& g) {
   return l;
 }
 
-Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::byte> raw,
-                   std::span<std::byte> stage, size_t* stage_bytes, CodecContext* ctx) {
-  KV_CHECK(bits >= 2 && bits <= 8);
+Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
+                   std::span<const std::byte> raw, std::span<std::byte> stage,
+                   size_t* stage_bytes, CodecContext* ctx) {
   const EcqLayout l = ComputeEcqLayout(g);
   KV_CHECK(raw.size() == g.raw_bytes());
   KV_CHECK(stage.size() >= l.max_bytes);
@@ -221,7 +243,6 @@ Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::b
   const size_t channels = g.channels();
   const size_t half = g.half_elements();
   const size_t eb = DTypeBytes(g.dtype);
-  const float scale = std::ldexp(1.0f, 2 - static_cast<int>(bits));
   float* x = ctx->F32Scratch(half);
   float* p = ctx->ParamScratch(4 * channels);
   float* mean = p;
@@ -233,6 +254,8 @@ Status EcqQuantize(const BlockGeometry& g, uint32_t bits, std::span<const std::b
     ToF32(k, g.dtype, raw.data() + plane * half * eb, half, x);
     KV_RETURN_IF_ERROR(CheckQuantizable(k, x, half));
     LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2)(x, g.tokens, channels, mean, sd);
+    const float scale = StepScale(plane == 0 ? precision.key_quarter_bits
+                                             : precision.value_quarter_bits);
     for (size_t h = 0; h < g.kv_heads; ++h) {
       const size_t c0 = h * g.head_dim;
       const uint8_t step_byte = HeadStepByte(mean + c0, sd + c0, g.head_dim, scale);

@@ -1,6 +1,6 @@
-// The entropy-coded quantizers (ecq5, ecq6): uniform quantization with a step set by each head's
-// spread, one byte per code, then zstd, whose Huffman stage codes the bytes near their entropy
-// (docs/codecs.md, "Entropy-coded quantization").
+// The entropy-coded quantizers (ecq5, ecq6, ecq6v5): uniform quantization with a step set by each
+// head's spread, one byte per code, then zstd, whose Huffman stage codes the bytes near their
+// entropy (docs/codecs.md, "Entropy-coded quantization").
 //
 // Why: int8 and int4 give every code the same bits, so their codes look almost uniform to zstd
 // (it gains 2-4 % on them), and int4's min-max scale spends its 16 levels on a group's extremes.
@@ -52,11 +52,21 @@ struct EcqLayout {
 };
 EcqLayout ComputeEcqLayout(const BlockGeometry& geometry);
 
+// The precision of each plane in quarter bits: a head's step is 2^(2 - quarter_bits / 4) times
+// the geometric mean of its channels' standard deviations. ecq5: 20 and 20; ecq6: 24 and 24;
+// ecq6v5: keys 24, values 21. A latent block's one plane takes the key precision.
+struct EcqPrecision {
+  uint32_t key_quarter_bits = 0;
+  uint32_t value_quarter_bits = 0;
+};
+// The precision of an entropy-coded codec (CHECK-fails for any other id).
+EcqPrecision EcqPrecisionOf(CodecId id);
+
 // Quantizes `raw` (geometry.raw_bytes()) into `stage` (at least ComputeEcqLayout().max_bytes)
-// with `bits` (2..8: each head's step is 2^(2 - bits) times the geometric mean of its channels'
-// standard deviations) and sets `stage_bytes`.
+// with `precision` (quarter bits in 8..32) and sets `stage_bytes`.
 // InvalidArgument when a value is not finite or beyond the FP16 range.
-Status EcqQuantize(const BlockGeometry& geometry, uint32_t bits, std::span<const std::byte> raw,
+Status EcqQuantize(const BlockGeometry& geometry, EcqPrecision precision,
+                   std::span<const std::byte> raw,
                    std::span<std::byte> stage, size_t* stage_bytes, CodecContext* ctx);
 
 // Reconstructs `raw_out` (geometry.raw_bytes()) from a stage payload of exactly `stage.size()`

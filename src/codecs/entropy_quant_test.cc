@@ -1,12 +1,12 @@
-// Goal: the entropy-coded codecs (ecq5, ecq6) decode every element within half its head's step
-// (or exactly, when escaped), compress Gaussian KV to the documented ratio at the
-// documented error, write the same bytes with every kernel set, and refuse malformed payloads
-// with Corruption. Method: seeded Gaussian blocks with outlier channels, constant channels and a
-// few huge elements, in FP16, BF16 and FP32 and as a latent block, are encoded and decoded; each
-// element's error is checked against a bound computed here from its head's channels' own means
-// and standard deviations (in double). Crafted payloads (extra or missing escapes, a short stage, a
-// NaN escape) are built by decompressing a real payload, editing it and sealing it again under a
-// valid header, so that only the ecq checks can refuse them.
+// Goal: the entropy-coded codecs (ecq5, ecq6, ecq6v5) decode every element within half its head's
+// step (or exactly, when escaped), compress Gaussian KV to the documented ratio at the documented
+// error, write the same bytes with every kernel set, and refuse malformed payloads with Corruption.
+// Method: seeded Gaussian blocks with outlier channels, constant channels and a few huge elements,
+// in FP16, BF16 and FP32 and as a latent block, are encoded and decoded; each element's error is
+// checked against a bound computed here from its head's channels' own means and standard deviations
+// (in double). Crafted payloads (extra or missing escapes, a short stage, a NaN escape) are built
+// by decompressing a real payload, editing it and sealing it again under a valid header, so that
+// only the ecq checks can refuse them.
 #include "codecs/entropy_quant.h"
 
 #include <gtest/gtest.h>
@@ -68,12 +68,11 @@ std::vector<std::byte> Encode(const CodecParams& params, Block& b, CodecContext*
   return out;
 }
 
-uint32_t BitsOf(CodecId id) { return id == CodecId::kEcq5 ? 5 : 6; }
 
 // Every element within half its head's step of the original, or bit-exact. The step is at most
 // the eighth-octave above 2^(2 - bits) times the geometric mean of the head's channels' standard
 // deviations (those that vary), or the floors (the largest |mean| / 30000, 2^-14).
-void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, uint32_t bits) {
+void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, EcqPrecision precision) {
   const BlockGeometry& g = in.g;
   const size_t channels = g.channels();
   const double rounding =
@@ -100,8 +99,9 @@ void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, uint32_
         }
       }
       const double geo = varying == 0 ? 0 : std::exp2(log_sum / static_cast<double>(varying));
-      const double step =
-          std::max(geo * std::ldexp(1.0, 2 - static_cast<int>(bits)) * 1.0906, floor);
+      const uint32_t quarters =
+          p == 0 ? precision.key_quarter_bits : precision.value_quarter_bits;
+      const double step = std::max(geo * std::exp2(2.0 - quarters / 4.0) * 1.0906, floor);
       for (size_t c = h * g.head_dim; c < (h + 1) * g.head_dim; ++c) {
         for (size_t t = 0; t < g.tokens; ++t) {
           const double x = at(in.data(), p, t, c);
@@ -120,14 +120,20 @@ TEST(EcqTest, EveryElementDecodesWithinHalfItsHeadsStep) {
     for (const BlockGeometry& geo :
          {BlockGeometry{16, 2, 8, dtype}, BlockGeometry{64, 4, 24, dtype},
           BlockGeometry{48, 1, 40, dtype, LayoutKind::kLatent}}) {
-      for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+      for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6, CodecId::kEcq6V5}) {
+        if (geo.kind == LayoutKind::kLatent && id == CodecId::kEcq6V5) {
+          // Two precisions need a K and a V plane: a latent block is refused up front.
+          EXPECT_EQ(MaxEncodedSize(CodecParams::Ecq(id), geo).status().code(),
+                    StatusCode::kInvalidArgument);
+          continue;
+        }
         Block b = MakeBlock(geo, 7 + static_cast<uint32_t>(id), 5);
         const std::vector<std::byte> enc = Encode(CodecParams::Ecq(id), b, &ctx);
         std::vector<float> out(geo.raw_bytes() / sizeof(float) + 1);
         std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), geo.raw_bytes());
         ASSERT_TRUE(DecodeBlock(enc, geo, out_bytes, &ctx).ok()) << geo.ToString();
         std::vector<std::byte> decoded(out_bytes.begin(), out_bytes.end());
-        ExpectWithinHalfAStep(b, decoded, BitsOf(id));
+        ExpectWithinHalfAStep(b, decoded, EcqPrecisionOf(id));
       }
     }
   }
@@ -140,7 +146,7 @@ TEST(EcqTest, EscapesAreExact) {
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
     const BlockGeometry g{512, 1, 8, dtype};
     Block b = MakeBlock(g, 5, 4);
-    for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+    for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6, CodecId::kEcq6V5}) {
       const std::vector<std::byte> enc = Encode(CodecParams::Ecq(id), b, &ctx);
       std::vector<float> out(g.raw_bytes() / sizeof(float));
       std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), g.raw_bytes());
@@ -151,7 +157,7 @@ TEST(EcqTest, EscapesAreExact) {
         EXPECT_EQ(LoadElement(dtype, b.data(), i), LoadElement(dtype, decoded.data(), i))
             << CodecName(id) << " element " << i;
       }
-      ExpectWithinHalfAStep(b, decoded, BitsOf(id));
+      ExpectWithinHalfAStep(b, decoded, EcqPrecisionOf(id));
     }
   }
 }
@@ -196,7 +202,7 @@ TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
   Block b = MakeBlock(g, 99, 3);
   CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
   CodecContext wide = CodecContext::Create({.isa = KernelIsa::kAuto}).value();
-  for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6}) {
+  for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6, CodecId::kEcq6V5}) {
     EXPECT_EQ(Encode(CodecParams::Ecq(id), b, &scalar), Encode(CodecParams::Ecq(id), b, &wide));
   }
 }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/entropy_quant.h"
 #include "codecs/quantize.h"
 #include "core/assert.h"
 
@@ -11,6 +12,20 @@ namespace kvtier::codecs {
 
 // ---------------------------------------------------------------------------------------------
 // PrecisionLadder
+
+namespace {
+
+// Bits per element of a lossy codec, keys and values averaged (ecq in its quarter bits: ecq6v5
+// 5.625), to order two rungs.
+double MeanBits(const CodecParams& p) {
+  if (p.entropy_coded()) {
+    const EcqPrecision e = EcqPrecisionOf(p.codec);
+    return (e.key_quarter_bits + e.value_quarter_bits) / 8.0;
+  }
+  return (p.key_bits() + p.value_bits()) / 2.0;
+}
+
+}  // namespace
 
 Status PrecisionLadderOptions::Validate() const {
   if (recent_window_tokens > int4_age_tokens) {
@@ -32,13 +47,13 @@ Status PrecisionLadderOptions::Validate() const {
     // the coarsest with fewer bits.
     if (static_cast<uint8_t>(lossy_from_tier) < static_cast<uint8_t>(Tier::kSsd)) {
       return Status::InvalidArgument(
-          "ladder: entropy-coded rungs (ecq5, ecq6) are for ssd and remote only (their codes are "
+          "ladder: entropy-coded rungs (ecq5, ecq6, ecq6v5) are for ssd and remote only (their codes are "
           "decoded before attention); set lossy_from_tier to ssd or remote: " +
           int8.ToString() + ", " + int4.ToString());
     }
     const bool middle_ok = int8.entropy_coded() || (int8.grouped() && int8.key_bits() == 8);
     const bool coarse_ok = int4.entropy_coded() || (int4.grouped() && int4.bits() == 4);
-    if (!middle_ok || !coarse_ok || int4.bits() >= int8.bits()) {
+    if (!middle_ok || !coarse_ok || MeanBits(int4) >= MeanBits(int8)) {
       return Status::InvalidArgument(
           "ladder: the int8 rung must have 8-bit keys or be entropy-coded, the int4 rung 4-bit "
           "codes or be entropy-coded, and the int4 rung fewer bits: " +

@@ -84,7 +84,7 @@ TEST(PrecisionLadderTest, RotatedAndMixedRungs) {
   EXPECT_FALSE(PrecisionLadder::Create({.int8 = k8v4_rot, .int4 = k8v4_rot}).ok());
 }
 
-// Entropy-coded rungs (ecq5, ecq6) are taken at rest only (lossy_from_tier ssd or remote), with
+// Entropy-coded rungs (ecq5, ecq6, ecq6v5) are taken at rest only (lossy_from_tier ssd or remote), with
 // the coarsest rung having fewer bits than the middle one; memory tiers stay exact.
 TEST(PrecisionLadderTest, EntropyCodedRungsAtRestOnly) {
   const CodecParams ecq5 = CodecParams::Ecq(CodecId::kEcq5);
@@ -109,8 +109,19 @@ TEST(PrecisionLadderTest, EntropyCodedRungsAtRestOnly) {
       PrecisionLadder::Create({.int8 = ecq5, .int4 = ecq6, .lossy_from_tier = Tier::kSsd}).ok());
   EXPECT_FALSE(PrecisionLadder::Create({.int8 = ecq5, .int4 = ecq5,
                                         .lossy_from_tier = Tier::kSsd}).ok());
+  // Ordered by bits per element, keys and values averaged: ecq6v5 (5.625) between ecq6 and
+  // ecq5, k8v4 (6) above ecq5; int4 (4) below ecq6v5.
+  const CodecParams ecq6v5 = CodecParams::Ecq(CodecId::kEcq6V5);
+  EXPECT_TRUE(PrecisionLadder::Create({.int8 = ecq6, .int4 = ecq6v5,
+                                       .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_TRUE(PrecisionLadder::Create({.int8 = ecq6v5, .int4 = ecq5,
+                                       .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_FALSE(PrecisionLadder::Create({.int8 = ecq5, .int4 = ecq6v5,
+                                        .lossy_from_tier = Tier::kSsd}).ok());
+  EXPECT_TRUE(PrecisionLadder::Create({.int8 = CodecParams::Quantized(CodecId::kK8V4),
+                                       .int4 = ecq5, .lossy_from_tier = Tier::kSsd}).ok());
   EXPECT_FALSE(PrecisionLadder::Create({.int8 = CodecParams::Quantized(CodecId::kK8V4),
-                                        .int4 = ecq5, .lossy_from_tier = Tier::kSsd}).ok());
+                                        .int4 = ecq6, .lossy_from_tier = Tier::kSsd}).ok());
 }
 
 TEST(AttentionTest, MatchesHandComputedSoftmax) {

@@ -381,7 +381,7 @@ constexpr OptionSpec kTable[] = {
        return Status::Ok();
      }},
     {.name = "ssd_codec", .type = OptionType::kChoice, .default_text = "identity",
-     .choices = "identity|shuffle-zstd|int8|int4|int8-rot|int4-rot|k8v4|k8v4-rot|ecq5|ecq6",
+     .choices = "identity|shuffle-zstd|int8|int4|int8-rot|int4-rot|k8v4|k8v4-rot|ecq5|ecq6|ecq6v5",
      .cpp_field = "ssd_codec.codec",
      .doc = "Encoding on the SSD and remote tiers (all but identity and shuffle-zstd are lossy; "
             "docs/codecs.md)",

@@ -45,6 +45,8 @@ static_assert(static_cast<int>(api::Codec::kK8V4Rot) ==
               static_cast<int>(codecs::CodecId::kK8V4Rot));
 static_assert(static_cast<int>(api::Codec::kEcq5) == static_cast<int>(codecs::CodecId::kEcq5));
 static_assert(static_cast<int>(api::Codec::kEcq6) == static_cast<int>(codecs::CodecId::kEcq6));
+static_assert(static_cast<int>(api::Codec::kEcq6V5) ==
+              static_cast<int>(codecs::CodecId::kEcq6V5));
 // The range a caller's codec must lie in is the codec registry's (codecs/codec_params.h: ids from
 // 1 to kCodecIdLast), so a new codec needs no change here; the public enum names it.
 constexpr auto kApiCodecFirst = static_cast<api::Codec>(codecs::CodecId::kIdentity);

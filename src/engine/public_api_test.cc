@@ -566,7 +566,7 @@ TEST_F(PublicApiEngineTest, CodecZerosAreTheCodecsDefaults) {
   for (const api::Codec codec :
        {api::Codec::kShuffleZstd, api::Codec::kInt8, api::Codec::kInt4, api::Codec::kInt8Rot,
         api::Codec::kInt4Rot, api::Codec::kK8V4, api::Codec::kK8V4Rot, api::Codec::kEcq5,
-        api::Codec::kEcq6}) {
+        api::Codec::kEcq6, api::Codec::kEcq6V5}) {
     api::EngineOptions o = Options();
     o.ssd_codec = {.codec = codec};
     Result<std::unique_ptr<api::Engine>> engine = api::Engine::Open(o);

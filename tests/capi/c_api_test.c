@@ -631,7 +631,7 @@ static void TestCodecDefaults(void) {
                                    KVTIER_CODEC_INT4,         KVTIER_CODEC_INT8_ROT,
                                    KVTIER_CODEC_INT4_ROT,     KVTIER_CODEC_K8V4,
                                    KVTIER_CODEC_K8V4_ROT,     KVTIER_CODEC_ECQ5,
-                                   KVTIER_CODEC_ECQ6};
+                                   KVTIER_CODEC_ECQ6,         KVTIER_CODEC_ECQ6V5};
   for (size_t c = 0; c < sizeof(codecs) / sizeof(codecs[0]); ++c) {
     char dir[300];
     snprintf(dir, sizeof(dir), "%s/codec%zu", temp_dir, c);

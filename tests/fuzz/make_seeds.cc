@@ -418,7 +418,8 @@ void CodecSeeds(const fs::path& dir) {
       {"k8v4", codecs::CodecParams::Quantized(codecs::CodecId::kK8V4, 16)},
       {"k8v4_rot", codecs::CodecParams::Quantized(codecs::CodecId::kK8V4Rot, 32)},
       {"ecq5", codecs::CodecParams::Ecq(codecs::CodecId::kEcq5)},
-      {"ecq6_zstd3", codecs::CodecParams::Ecq(codecs::CodecId::kEcq6, 3)}};
+      {"ecq6_zstd3", codecs::CodecParams::Ecq(codecs::CodecId::kEcq6, 3)},
+      {"ecq6v5", codecs::CodecParams::Ecq(codecs::CodecId::kEcq6V5)}};
   for (const auto& [name, params] : codecs_used) {
     std::vector<std::byte> out(codecs::MaxEncodedSize(params, g).value());
     Result<size_t> n = codecs::EncodeBlock(params, g, Bytes(raw), out, &*ctx);

@@ -168,7 +168,7 @@ def test_a_codec_level_or_group_of_zero_is_the_codecs_default(tmp_path):
     # mixed-width ones too) in groups of 32 without zstd, the entropy-coded ones at level 1. The
     # engine opens and serves a stored chunk back from the SSD after a reopen.
     for codec in ("shuffle-zstd", "int8", "int4", "int8-rot", "int4-rot", "k8v4", "k8v4-rot",
-                  "ecq5", "ecq6"):
+                  "ecq5", "ecq6", "ecq6v5"):
         d = tmp_path / codec
         d.mkdir()
         opts = dict(layout=LAYOUT, host_bytes=1 << 20, ssd_dirs=[str(d)], ssd_bytes=8 << 20,

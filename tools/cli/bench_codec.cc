@@ -229,6 +229,7 @@ const NamedCodec kCodecs[] = {
     {"k8v4-rot", CodecParams::Quantized(codecs::CodecId::kK8V4Rot)},
     {"ecq5", CodecParams::Ecq(codecs::CodecId::kEcq5)},
     {"ecq6", CodecParams::Ecq(codecs::CodecId::kEcq6)},
+    {"ecq6v5", CodecParams::Ecq(codecs::CodecId::kEcq6V5)},
 };
 
 Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,

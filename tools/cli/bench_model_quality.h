@@ -35,7 +35,7 @@ class BenchQuality {
   CLI::App* app_;
   std::string model_, tokenizer_, text_file_, codecs_text_ =
       "identity,shuffle-zstd,int8,int8+zstd,int4,int4+zstd,int8-rot,int4-rot,k8v4,k8v4-rot,"
-      "ecq5,ecq6,ladder-short";
+      "ecq5,ecq6,ecq6v5,ladder-short";
   std::string ladder_int8_, ladder_int4_;
   uint32_t prefix_tokens_ = 256, continue_tokens_ = 128, stride_ = 64, windows_max_ = 64;
   bool json_ = false;

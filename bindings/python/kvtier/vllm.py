@@ -49,7 +49,7 @@ kv_connector_extra_config (all optional):
                         their wake-ups never preempt vLLM's forward pass (for machines whose
                         cores idle between its steps), docs/engine.md "Background writes"
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
-                        "k8v4" | "k8v4-rot" | "ecq5" | "ecq6" (SSD and remote records;
+                        "k8v4" | "k8v4-rot" | "ecq5" | "ecq6" | "ecq6v5" (SSD and remote records;
                         docs/codecs.md), codec_level
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
   remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,

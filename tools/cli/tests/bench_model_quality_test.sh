@@ -49,7 +49,8 @@ keys = ["codec", "model", "windows", "rows", "ratio", "kl_mean", "kl_max", "top1
         "top1_flips", "near_ties", "perplexity_exact", "perplexity", "perplexity_change",
         "meets_99_9"]
 want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
-        "int4-rot", "k8v4", "k8v4-rot", "ecq5", "ecq6", "ladder-short"]
+        "int4-rot", "k8v4", "k8v4-rot", "ecq5", "ecq6", "ecq6v5",
+        "ladder-short"]
 errors = []
 if [r.get("codec") for r in rows] != want:
     errors.append(f"codecs {[r.get('codec') for r in rows]}")
