@@ -48,11 +48,14 @@ QuantScheme SchemeOf(CodecId id) {
     case CodecId::kK8V4Rot:
       return {.key_bits = 8, .value_bits = 4, .rotated = true};
     case CodecId::kEcq5:
-      return {.key_bits = 5, .value_bits = 5, .entropy_coded = true};
+      return {.key_bits = 5, .value_bits = 5, .entropy_coded = true, .key_quarter_bits = 20,
+              .value_quarter_bits = 20};
     case CodecId::kEcq6:
-      return {.key_bits = 6, .value_bits = 6, .entropy_coded = true};
+      return {.key_bits = 6, .value_bits = 6, .entropy_coded = true, .key_quarter_bits = 24,
+              .value_quarter_bits = 24};
     case CodecId::kEcq6V5:
-      return {.key_bits = 6, .value_bits = 5, .entropy_coded = true};
+      return {.key_bits = 6, .value_bits = 5, .entropy_coded = true, .key_quarter_bits = 24,
+              .value_quarter_bits = 21};
     case CodecId::kIdentity:
     case CodecId::kShuffleZstd:
       return {};

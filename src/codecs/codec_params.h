@@ -42,6 +42,9 @@ struct QuantScheme {
   uint32_t value_bits = 0;
   bool rotated = false;
   bool entropy_coded = false;
+  // Entropy-coded codecs: each plane's step precision in quarter bits (entropy_quant.h).
+  uint32_t key_quarter_bits = 0;
+  uint32_t value_quarter_bits = 0;
 };
 // The scheme of `id`: all zero for identity, shuffle-zstd and unknown ids.
 QuantScheme SchemeOf(CodecId id);

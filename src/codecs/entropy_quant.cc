@@ -208,18 +208,9 @@ bool ForEachEscape(const uint8_t* codes, size_t n, F f) {
 }  // namespace
 
 EcqPrecision EcqPrecisionOf(CodecId id) {
-  switch (id) {
-    case CodecId::kEcq5:
-      return {.key_quarter_bits = 20, .value_quarter_bits = 20};
-    case CodecId::kEcq6:
-      return {.key_quarter_bits = 24, .value_quarter_bits = 24};
-    case CodecId::kEcq6V5:
-      return {.key_quarter_bits = 24, .value_quarter_bits = 21};
-    default:
-      break;
-  }
-  KV_CHECK(false && "not an entropy-coded codec");
-  return {};
+  const QuantScheme s = SchemeOf(id);
+  KV_CHECK(s.entropy_coded);
+  return {.key_quarter_bits = s.key_quarter_bits, .value_quarter_bits = s.value_quarter_bits};
 }
 
 EcqLayout ComputeEcqLayout(const BlockGeometry& g) {
