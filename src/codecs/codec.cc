@@ -248,7 +248,8 @@ Status ZstdDecompressExact(CodecContext* ctx, std::span<const std::byte> src,
   return Status::Ok();
 }
 
-// ecq5/ecq6: one zstd frame of a stage whose size the frame states, at most the layout's bound.
+// The ecq codecs: one zstd frame of a stage whose size the frame states, at most the layout's
+// bound.
 Status DecodeEcqPayload(const BlockGeometry& g, std::span<const std::byte> payload,
                         std::span<std::byte> out, CodecContext* ctx) {
   const EcqLayout l = ComputeEcqLayout(g);

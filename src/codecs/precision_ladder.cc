@@ -47,8 +47,8 @@ Status PrecisionLadderOptions::Validate() const {
     // the coarsest with fewer bits.
     if (static_cast<uint8_t>(lossy_from_tier) < static_cast<uint8_t>(Tier::kSsd)) {
       return Status::InvalidArgument(
-          "ladder: entropy-coded rungs (ecq5, ecq6, ecq6v5) are for ssd and remote only (their codes are "
-          "decoded before attention); set lossy_from_tier to ssd or remote: " +
+          "ladder: entropy-coded rungs (ecq5, ecq6, ecq6v5) are for ssd and remote only (their "
+          "codes are decoded before attention); set lossy_from_tier to ssd or remote: " +
           int8.ToString() + ", " + int4.ToString());
     }
     const bool middle_ok = int8.entropy_coded() || (int8.grouped() && int8.key_bits() == 8);

@@ -84,8 +84,9 @@ TEST(PrecisionLadderTest, RotatedAndMixedRungs) {
   EXPECT_FALSE(PrecisionLadder::Create({.int8 = k8v4_rot, .int4 = k8v4_rot}).ok());
 }
 
-// Entropy-coded rungs (ecq5, ecq6, ecq6v5) are taken at rest only (lossy_from_tier ssd or remote), with
-// the coarsest rung having fewer bits than the middle one; memory tiers stay exact.
+// Entropy-coded rungs (ecq5, ecq6, ecq6v5) are taken at rest only (lossy_from_tier ssd or
+// remote), with the coarsest rung having fewer bits per element than the middle one; memory
+// tiers stay exact.
 TEST(PrecisionLadderTest, EntropyCodedRungsAtRestOnly) {
   const CodecParams ecq5 = CodecParams::Ecq(CodecId::kEcq5);
   const CodecParams ecq6 = CodecParams::Ecq(CodecId::kEcq6);
