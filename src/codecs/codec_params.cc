@@ -72,20 +72,11 @@ namespace {
 
 bool ZstdLevelInRange(int level) { return level >= kZstdLevelMin && level <= kZstdLevelMax; }
 
+// Any lossy codec (grouped or entropy-coded) by name.
 std::optional<CodecId> QuantizedCodecNamed(const std::string& name) {
   for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
     const auto id = static_cast<CodecId>(v);
-    if (SchemeOf(id).key_bits != 0 && !SchemeOf(id).entropy_coded && CodecName(id) == name) {
-      return id;
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<CodecId> EcqCodecNamed(const std::string& name) {
-  for (uint8_t v = 1; v <= static_cast<uint8_t>(kCodecIdLast); ++v) {
-    const auto id = static_cast<CodecId>(v);
-    if (SchemeOf(id).entropy_coded && CodecName(id) == name) return id;
+    if (SchemeOf(id).key_bits != 0 && CodecName(id) == name) return id;
   }
   return std::nullopt;
 }
@@ -159,11 +150,9 @@ Result<CodecParams> ParseCodecParams(const std::string& name, int level, uint32_
   } else if (name == "int8") {
     params = CodecParams::Int8(group, level).WithDefaults();
   } else if (std::optional<CodecId> id = QuantizedCodecNamed(name); id.has_value()) {
+    // The group as given: WithDefaults fills it for the grouped codecs only, and Validate refuses
+    // one for ecq.
     params = CodecParams::Quantized(*id, group, level).WithDefaults();
-  } else if (std::optional<CodecId> ecq = EcqCodecNamed(name); ecq.has_value()) {
-    params = CodecParams::Ecq(*ecq, level);
-    params.group_size = group;
-    params = params.WithDefaults();
   } else {
     return Status::InvalidArgument("codec '" + name +
                                    "' is not one of identity, shuffle-zstd, int8, int4, int8-rot, "

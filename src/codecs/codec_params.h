@@ -94,7 +94,8 @@ struct CodecParams {
   static CodecParams Ecq(CodecId id, int zstd_level = 1) {
     return {.codec = id, .zstd_level = zstd_level};
   }
-  // Any grouped quantized codec by id (int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot).
+  // Any lossy codec by id with its group (int8, int4, int8-rot, int4-rot, k8v4, k8v4-rot; the ecq
+  // codecs take group 0).
   static CodecParams Quantized(CodecId id, uint32_t group_size = kQuantGroupSizeDefault,
                                int zstd_level = 0) {
     return {.codec = id, .zstd_level = zstd_level, .group_size = group_size};

@@ -405,21 +405,19 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
   std::mt19937 rng(kSeed);
   std::vector<float> in = EdgeFloats();
   for (int i = 0; i < 1 << 16; ++i) in.push_back(FromBits(static_cast<uint32_t>(rng())));
-  for (size_t len : {in.size(), in.size() - 5, size_t{15}, size_t{17}}) {
-    ExpectSameForAllSets(
-        [&](const Kernels& k) {
-          std::vector<uint16_t> out(len);
-          k.f32_to_f16(in.data(), len, out.data());
-          return out;
-        },
-        "f32_to_f16 len " + std::to_string(len));
-    ExpectSameForAllSets(
-        [&](const Kernels& k) {
-          std::vector<uint16_t> out(len);
-          k.f32_to_bf16(in.data(), len, out.data());
-          return out;
-        },
-        "f32_to_bf16 len " + std::to_string(len));
+  using Narrow = void (*Kernels::*)(const float*, size_t, uint16_t*);
+  for (const auto& [narrow, name] :
+       {std::pair<Narrow, const char*>{&Kernels::f32_to_f16, "f32_to_f16"},
+        std::pair<Narrow, const char*>{&Kernels::f32_to_bf16, "f32_to_bf16"}}) {
+    for (size_t len : {in.size(), in.size() - 5, size_t{15}, size_t{17}}) {
+      ExpectSameForAllSets(
+          [&](const Kernels& k) {
+            std::vector<uint16_t> out(len);
+            (k.*narrow)(in.data(), len, out.data());
+            return out;
+          },
+          std::string(name) + " len " + std::to_string(len));
+    }
   }
 }
 
