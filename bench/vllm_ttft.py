@@ -751,6 +751,8 @@ def main() -> int:
         args.modes = "offline,serve,service" if args.model_kind == "llama" else "offline"
     if args.model_kind != "llama" and set(args.modes.split(",")) != {"offline"}:
         parser.error(f"--model-kind {args.model_kind} runs --modes offline only")
+    if args.ssd_codec and "offline" not in args.modes.split(","):
+        parser.error("--ssd-codec measures an offline mode: add offline to --modes")
     started = time.perf_counter()
     loadavg_start = os.getloadavg()[0]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kvtier-vllm-ttft-"))

@@ -5,7 +5,9 @@
 // the AVX2 and the scalar kernels; and the decode of small BF16 blocks as vLLM's pages give them.
 // The compression ratio is reported as a counter.
 #include <benchmark/benchmark.h>
+#include <zstd.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -170,6 +172,35 @@ void BM_DecodeSmallBf16(benchmark::State& state) {
   state.SetLabel(params.ToString() + " bf16 32-token blocks");
 }
 BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+
+// zstd level 1 alone on the codes ecq5 hands it for the 1 MiB block above: 512 Ki zigzag bytes
+// of a Gaussian at step sd / 8. Bytes per second here are codes (two raw FP16 bytes each): the
+// ceiling of ecq's encode, whatever its quantization costs.
+void BM_ZstdEcqCodes(benchmark::State& state) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 8.0f);
+  std::vector<uint8_t> codes(kGeometry.elements());
+  for (auto& c : codes) {
+    const auto q = static_cast<int32_t>(std::nearbyint(dist(rng)));
+    c = static_cast<uint8_t>(q >= 0 ? 2 * q : -2 * q - 1);
+  }
+  std::vector<uint8_t> out(ZSTD_compressBound(codes.size()));
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  KV_CHECK(cctx != nullptr);
+  size_t n = 0;
+  for (auto _ : state) {
+    n = ZSTD_compressCCtx(cctx, out.data(), out.size(), codes.data(), codes.size(), 1);
+    benchmark::DoNotOptimize(n);
+  }
+  KV_CHECK(!ZSTD_isError(n));
+  ZSTD_freeCCtx(cctx);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(codes.size()));
+  state.counters["bits_per_code"] = 8.0 * static_cast<double>(n) /
+                                    static_cast<double>(codes.size());
+  state.SetLabel("zstd -1 on ecq5's codes");
+}
+BENCHMARK(BM_ZstdEcqCodes)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvtier::codecs
