@@ -406,9 +406,11 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
   std::vector<float> in = EdgeFloats();
   for (int i = 0; i < 1 << 16; ++i) in.push_back(FromBits(static_cast<uint32_t>(rng())));
   using Narrow = void (*Kernels::*)(const float*, size_t, uint16_t*);
-  for (const auto& [narrow, name] :
+  for (const auto& conversion :
        {std::pair<Narrow, const char*>{&Kernels::f32_to_f16, "f32_to_f16"},
         std::pair<Narrow, const char*>{&Kernels::f32_to_bf16, "f32_to_bf16"}}) {
+    const Narrow narrow = conversion.first;  // Not a structured binding: lambdas capture it.
+    const std::string name = conversion.second;
     for (size_t len : {in.size(), in.size() - 5, size_t{15}, size_t{17}}) {
       ExpectSameForAllSets(
           [&](const Kernels& k) {
@@ -416,7 +418,7 @@ TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
             (k.*narrow)(in.data(), len, out.data());
             return out;
           },
-          std::string(name) + " len " + std::to_string(len));
+          name + " len " + std::to_string(len));
     }
   }
 }
