@@ -14,7 +14,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -171,12 +170,7 @@ TEST_F(EngineFsTierTest, ADamagedFileFailsOnlyItsLayerClosed) {
   ASSERT_TRUE(names.ok()) << names.status().ToString();
   const std::string path =
       dir_ + "/" + (*names)->RelativePath({.chunk_hash = (*hashes)[1], .layer = 1});
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    f.seekp(300);
-    f.put('\x33');
-  }
+  ASSERT_TRUE(FlipByteOfFile(path, 300).ok());
   remote_test::ExpectOnlyTheDamagedLayerFailsClosed(*b, ns, tokens);
   const EngineStats stats = b->Stats();
   ASSERT_TRUE(stats.remote.has_value());

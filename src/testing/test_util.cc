@@ -18,6 +18,21 @@ std::string ReadFileOrWhy(const std::string& path) {
   return bytes;
 }
 
+Status FlipByteOfFile(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f.good()) return Status::IoError("cannot open " + path + " to damage it");
+  f.seekg(static_cast<std::streamoff>(offset));
+  const int byte = f.get();
+  if (byte == std::char_traits<char>::eof()) {
+    return Status::InvalidArgument(path + " is shorter than " + std::to_string(offset + 1));
+  }
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(byte ^ 0xFF));
+  f.flush();
+  if (!f.good()) return Status::IoError("cannot write to " + path);
+  return Status::Ok();
+}
+
 bool MessageContains(const Status& s, std::string_view needle) {
   return s.message().find(needle) != std::string::npos;
 }

@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,11 +128,8 @@ class TierContractTest : public ::testing::TestWithParam<std::string> {
       return;
     }
     if (fs_ != nullptr) {
-      std::fstream f(dir_->Join("shared/" + fs_->RelativePath(Key(i))),
-                     std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(kFsFileHeaderBytes + ssd::kRecordHeaderBytes + 5);
-      f.put('\x5a');
-      KV_CHECK(f.good());
+      KV_CHECK_OK(FlipByteOfFile(dir_->Join("shared/" + fs_->RelativePath(Key(i))),
+                                 kFsFileHeaderBytes + ssd::kRecordHeaderBytes + 5));
       return;
     }
     SsdBlockWrite w{.key = Key(i),

@@ -174,11 +174,7 @@ TEST_P(FsStoreTest, DamagedShortMovedAndLinkedFilesAreCountedMisses) {
   std::vector<std::byte> buf(8192);
 
   // A flipped byte in the payload's place.
-  {
-    std::fstream f(PathOf(*s, Key(0)), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(4000);
-    f.put('\x5a');
-  }
+  ASSERT_TRUE(FlipByteOfFile(PathOf(*s, Key(0)), 4000).ok());
   RemoteGet g = GetOne(*s, Key(0), &buf);
   EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
   EXPECT_TRUE(AllZeroOrUntouched(buf));
