@@ -1,8 +1,11 @@
 #include "codecs/codec.h"
 
+// For ZSTD_c_stableInBuffer, in the library since zstd 1.4.4.
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -69,14 +72,52 @@ bool AlignedFor(const std::byte* p, DType dtype) {
   return reinterpret_cast<uintptr_t>(p) % DTypeBytes(dtype) == 0;
 }
 
-Status ZstdCompress(CodecContext* ctx, int level, std::span<const std::byte> src,
-                    std::span<std::byte> dst, size_t* written) {
-  const size_t r =
-      ZSTD_compressCCtx(ctx->cctx(), dst.data(), dst.size(), src.data(), src.size(), level);
-  if (ZSTD_isError(r)) {
+// The smallest code plane of a quantized stage that gets zstd segments of its own.
+constexpr size_t kQuantSegmentBytesMin = 32 * 1024;
+
+// Compresses `src` as one zstd frame (with its content size) whose blocks end at each of
+// `ends` (ascending offsets into `src`, the last == src.size()): each segment gets its own
+// literals table, or none where its bytes do not compress. The planes of a block are not alike
+// (a 16-bit value's high byte holds its exponent, its low byte near-random mantissa bits; keys
+// and values have their own scales), and one table over them all measured 7 % larger on the
+// real model's 8 KiB blocks. The frame is standard: the decoder does not know the segments.
+Status ZstdCompressSegments(CodecContext* ctx, int level, std::span<const std::byte> src,
+                            std::span<const size_t> ends, std::span<std::byte> dst,
+                            size_t* written) {
+  ZSTD_CCtx_s* c = ctx->cctx();
+  auto failed = [](size_t r) {
     return Status::Aborted(std::string("zstd compression failed: ") + ZSTD_getErrorName(r));
+  };
+  KV_CHECK(!ends.empty() && ends.back() == src.size());
+  if (ends.size() == 1) {
+    const size_t r =
+        ZSTD_compressCCtx(c, dst.data(), dst.size(), src.data(), src.size(), level);
+    if (ZSTD_isError(r)) return failed(r);
+    *written = r;
+    return Status::Ok();
   }
-  *written = r;
+  size_t r = ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
+  // The input stays where it is between the calls (only its size grows): zstd reads it in
+  // place instead of copying it into its own window buffer.
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c, ZSTD_c_stableInBuffer, 1);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(c, src.size());
+  if (ZSTD_isError(r)) return failed(r);
+  ZSTD_outBuffer out{dst.data(), dst.size(), 0};
+  ZSTD_inBuffer in{src.data(), 0, 0};
+  for (size_t i = 0; i < ends.size(); ++i) {
+    KV_CHECK(ends[i] >= in.size && ends[i] <= src.size());
+    in.size = ends[i];
+    const ZSTD_EndDirective mode = i + 1 == ends.size() ? ZSTD_e_end : ZSTD_e_flush;
+    // Within ZSTD_compressBound(src.size()) a flush or the end completes in one call: more
+    // than one round means the output is full, which the bound rules out.
+    r = ZSTD_compressStream2(c, &out, &in, mode);
+    if (ZSTD_isError(r)) return failed(r);
+    if (r != 0 || in.pos != in.size) {
+      return Status::Aborted("zstd compression: the frame did not fit its bound");
+    }
+  }
+  *written = out.pos;
   return Status::Ok();
 }
 
@@ -115,7 +156,13 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
     case CodecId::kShuffleZstd: {
       std::byte* planes = ctx->Staging(stage_bytes);
       ShufflePlanes(ctx->kernels(), g.dtype, raw, planes);
-      return ZstdCompress(ctx, params.zstd_level, {planes, stage_bytes}, payload, payload_bytes);
+      // Byte plane b holds byte b of every element, the keys' then the values': a segment per
+      // byte and K/V plane (4 for FP16 and BF16, 8 for FP32; half as many for a latent block).
+      std::array<size_t, 8> ends{};
+      const size_t segments = DTypeBytes(g.dtype) * g.planes();
+      for (size_t i = 0; i < segments; ++i) ends[i] = (i + 1) * g.half_elements();
+      return ZstdCompressSegments(ctx, params.zstd_level, {planes, stage_bytes},
+                                  std::span(ends).first(segments), payload, payload_bytes);
     }
     case CodecId::kInt8:
     case CodecId::kInt4:
@@ -130,7 +177,23 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       }
       std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
       KV_RETURN_IF_ERROR(QuantizeBlock(g, scheme, params.group_size, raw, stage, ctx));
-      return ZstdCompress(ctx, params.zstd_level, stage, payload, payload_bytes);
+      // A segment for the scales and zero points, one for the key codes, one for the values',
+      // when the codes are large enough to pay for the extra zstd blocks: on the model's 8 KiB
+      // blocks the segments saved 0.2 % and cost 40 % of the encode rate; on 1 MiB blocks they
+      // saved 0.8-1.7 % at the same rate.
+      const QuantLayout l =
+          ComputeQuantLayout(g, scheme.key_bits, scheme.value_bits, params.group_size);
+      std::array<size_t, 3> ends{l.k_codes_offset, l.v_codes_offset, stage_bytes};
+      size_t segments = 3;
+      if (l.code_bytes < kQuantSegmentBytesMin) {
+        ends[0] = stage_bytes;
+        segments = 1;
+      } else if (g.planes() == 1) {
+        ends[1] = stage_bytes;
+        segments = 2;
+      }
+      return ZstdCompressSegments(ctx, params.zstd_level, stage, std::span(ends).first(segments),
+                                  payload, payload_bytes);
     }
     case CodecId::kEcq5:
     case CodecId::kEcq6:
@@ -138,7 +201,11 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       std::span<std::byte> stage(ctx->Staging(stage_bytes), stage_bytes);
       size_t used = 0;
       KV_RETURN_IF_ERROR(EcqQuantize(g, EcqPrecisionOf(params.codec), raw, stage, &used, ctx));
-      return ZstdCompress(ctx, params.zstd_level, stage.first(used), payload, payload_bytes);
+      // One segment: the centers, codes and escapes share one table (separate tables for the
+      // escapes, or for the keys' and values' codes, measured no smaller on the model's blocks).
+      const std::array<size_t, 1> ends{used};
+      return ZstdCompressSegments(ctx, params.zstd_level, stage.first(used), ends, payload,
+                                  payload_bytes);
     }
   }
   return Status::InvalidArgument("unknown codec: " + params.ToString());

@@ -16,6 +16,7 @@
 #include "codecs/codec.h"
 
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include <random>
 #include <vector>
 
+#include "codecs/block_format.h"
 #include "codecs/element_test_util.h"
 #include "codecs/quantize.h"
 #include "core/coding.h"
@@ -120,6 +122,66 @@ TEST(CodecTest, ShuffleZstdCompressesGaussianHalfs) {
   const std::vector<std::byte> enc = Encode(CodecParams::ShuffleZstd(1), g, raw, &ctx);
   const double ratio = static_cast<double>(g.raw_bytes()) / static_cast<double>(enc.size());
   EXPECT_GT(ratio, 1.05);  // Exponent plane compresses; measured ~1.11 on Gaussian FP16.
+}
+
+// `enc` (an encoded block whose payload is a zstd frame) sealed again with its stage compressed
+// as one frame with one literals table, as the encoder wrote every zstd payload before it gave
+// each plane a segment of its own.
+std::vector<std::byte> ResealedAsOneSegment(const std::vector<std::byte>& enc,
+                                            const CodecParams& p, const BlockGeometry& g) {
+  const std::span<const std::byte> payload(enc.data() + kBlockHeaderBytes,
+                                           enc.size() - kBlockHeaderBytes);
+  std::vector<std::byte> stage(ZSTD_getFrameContentSize(payload.data(), payload.size()));
+  EXPECT_EQ(ZSTD_decompress(stage.data(), stage.size(), payload.data(), payload.size()),
+            stage.size());
+  std::vector<std::byte> sealed(kBlockHeaderBytes + ZSTD_compressBound(stage.size()));
+  const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
+                                 sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(),
+                                 p.zstd_level);
+  EXPECT_FALSE(ZSTD_isError(n));
+  const BlockHeader h{.params = p, .geometry = g, .raw_bytes = g.raw_bytes(), .payload_bytes = n};
+  EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
+  sealed.resize(kBlockHeaderBytes + n);
+  return sealed;
+}
+
+// A table per segment (byte plane and K/V half for shuffle-zstd; scales, key codes and value
+// codes for a quantized stage) makes the payload smaller than one table over the whole stage,
+// and a block written the one-table way still decodes to the same values. Shuffle-zstd on the
+// model's block shape (64 tokens, 4 heads of 8) with values 1/64 the keys' scale, so the planes'
+// high bytes (sign and exponent) differ between keys and values; int4+zstd on the Llama-2-70B
+// shape, where its scales and zero points no longer share a table with its codes.
+TEST(CodecTest, ZstdPayloadsGiveEachSegmentItsOwnTableAndOneTableBlocksStillDecode) {
+  CodecContext ctx = NewContext();
+  struct Case {
+    CodecParams params;
+    BlockGeometry geometry;
+  };
+  std::vector<Case> cases;
+  for (const DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
+    cases.push_back({CodecParams::ShuffleZstd(1),
+                     {.tokens = 64, .kv_heads = 4, .head_dim = 8, .dtype = dt}});
+  }
+  cases.push_back({CodecParams::Int4(32, 1),
+                   {.tokens = 256, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16}});
+  for (const Case& c : cases) {
+    const BlockGeometry& g = c.geometry;
+    SCOPED_TRACE(c.params.ToString() + " " + g.ToString());
+    Buffer raw = GaussianBlock(g, kSeed);
+    for (size_t i = g.half_elements(); i < g.elements(); ++i) {
+      StoreElement(g.dtype, LoadElement(g.dtype, raw.data(), i) / 64.0f, raw.data(), i);
+    }
+    const std::vector<std::byte> enc = Encode(c.params, g, raw, &ctx);
+    const std::vector<std::byte> one_table = ResealedAsOneSegment(enc, c.params, g);
+    EXPECT_LT(enc.size(), one_table.size());
+    Buffer out(g.raw_bytes()), old_out(g.raw_bytes());
+    ASSERT_TRUE(DecodeBlock(enc, g, out.span(), &ctx).ok());
+    ASSERT_TRUE(DecodeBlock(one_table, g, old_out.span(), &ctx).ok());
+    EXPECT_EQ(std::memcmp(out.data(), old_out.data(), g.raw_bytes()), 0);
+    if (c.params.lossless()) {
+      EXPECT_EQ(std::memcmp(out.data(), raw.data(), g.raw_bytes()), 0);
+    }
+  }
 }
 
 // Checks every element of a decoded quantized block against the bound of docs/codecs.md,
@@ -271,8 +333,9 @@ TEST(CodecTest, AllKernelSetsWriteIdenticalBytes) {
   }
 }
 
-// CRC32C of encoded blocks as this format has always written them (recorded from the encoder
-// before the AVX-512 kernels and the chunked quantizer): a change of any byte fails here.
+// CRC32C of encoded blocks as this format writes them (recorded from the encoder before the
+// AVX-512 kernels and the chunked quantizer; the zstd-staged case again when each segment of the
+// stage got its own literals table): a change of any byte fails here.
 TEST(CodecTest, EncodedBytesStayTheSame) {
   struct Case {
     CodecParams params;
@@ -290,7 +353,7 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
        0x31a545e4u},
       {CodecParams::Int8(64, 1),
        {.tokens = 100, .kv_heads = 4, .head_dim = 128, .dtype = DType::kF16},
-       0x3ddcbd01u},
+       0xaa4f2803u},
       {CodecParams::Int4(1024),
        {.tokens = 3, .kv_heads = 41, .head_dim = 100, .dtype = DType::kF16},
        0x0f852837u},
