@@ -1,5 +1,6 @@
 #include "codecs/precision_ladder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "codecs/entropy_quant.h"
 #include "codecs/quantize.h"
 #include "core/assert.h"
+#include "core/limits.h"
 
 namespace kvtier::codecs {
 
@@ -38,6 +40,23 @@ Status PrecisionLadderOptions::Validate() const {
   }
   if (!full_precision_memory.lossless() || !full_precision_at_rest.lossless()) {
     return Status::InvalidArgument("ladder: full-precision codecs must be lossless");
+  }
+  if (finer_layers.size() > kLadderFinerLayersMax) {
+    return Status::InvalidArgument("ladder: finer_layers names " +
+                                   std::to_string(finer_layers.size()) + " layers; at most " +
+                                   std::to_string(kLadderFinerLayersMax));
+  }
+  for (size_t i = 0; i < finer_layers.size(); ++i) {
+    if (finer_layers[i] >= kLayersMax) {
+      return Status::InvalidArgument("ladder: finer_layers: layer " +
+                                     std::to_string(finer_layers[i]) + " is not below " +
+                                     std::to_string(kLayersMax));
+    }
+    if (std::find(finer_layers.begin(), finer_layers.begin() + static_cast<std::ptrdiff_t>(i),
+                  finer_layers[i]) != finer_layers.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Status::InvalidArgument("ladder: finer_layers names layer " +
+                                     std::to_string(finer_layers[i]) + " twice");
+    }
   }
   if (lossy_from_tier == Tier::kDevice || static_cast<uint8_t>(lossy_from_tier) > 3) {
     return Status::InvalidArgument("ladder: lossy_from_tier must be host, ssd or remote");
@@ -88,6 +107,14 @@ CodecParams PrecisionLadder::Choose(Tier tier, uint64_t age_tokens, ChunkKind ki
     return FullPrecision(tier);
   }
   return age_tokens < options_.int4_age_tokens ? options_.int8 : options_.int4;
+}
+
+CodecParams PrecisionLadder::Choose(Tier tier, uint64_t age_tokens, ChunkKind kind,
+                                    uint32_t layer) const {
+  const CodecParams rung = Choose(tier, age_tokens, kind);
+  const std::vector<uint32_t>& finer = options_.finer_layers;
+  if (rung.lossless() || std::find(finer.begin(), finer.end(), layer) == finer.end()) return rung;
+  return Finer(tier, rung);
 }
 
 CodecParams PrecisionLadder::Finer(Tier tier, const CodecParams& rung) const {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "codecs/block_geometry.h"
 #include "codecs/codec.h"
@@ -38,6 +39,8 @@ enum class ChunkKind : uint8_t {
   kSink = 1,  // The first chunk of a sequence: attention sinks, always full precision.
 };
 
+inline constexpr size_t kLadderFinerLayersMax = 256;
+
 struct PrecisionLadderOptions {
   // Age = tokens between the sequence's newest token and the block's newest token. Blocks with
   // age < recent_window_tokens keep full precision; age >= int4_age_tokens go to int4; the rest
@@ -58,6 +61,11 @@ struct PrecisionLadderOptions {
   // Lossy rungs are used in this tier and colder ones only. Never kDevice: attention kernels
   // read device blocks directly.
   Tier lossy_from_tier = Tier::kHost;
+  // Layers whose blocks take the next finer rung than their age gives them (the int4 rung the
+  // int8 rung's codec, the int8 rung full precision): the layers the model is most sensitive
+  // to, as `kvtier bench quality --per-layer` measures them. Distinct, each below kLayersMax,
+  // at most kLadderFinerLayersMax of them.
+  std::vector<uint32_t> finer_layers;
 
   Status Validate() const;
 };
@@ -68,6 +76,8 @@ class PrecisionLadder {
   static Result<PrecisionLadder> Create(const PrecisionLadderOptions& options);
 
   CodecParams Choose(Tier tier, uint64_t age_tokens, ChunkKind kind) const;
+  // As above for a block of `layer`: one rung finer in a layer of finer_layers.
+  CodecParams Choose(Tier tier, uint64_t age_tokens, ChunkKind kind, uint32_t layer) const;
   // The next finer rung in `tier`: the int4 rung (or any codec with 4-bit keys) -> the int8 rung
   // -> full precision; full precision stays.
   CodecParams Finer(Tier tier, const CodecParams& rung) const;

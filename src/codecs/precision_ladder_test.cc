@@ -1,8 +1,9 @@
 // Goal: the ladder picks the documented codec for every (tier, age, sink) region and refuses
-// inconsistent options; the quality gate measures error correctly and admits or refuses rungs by
-// its budget. Method: table checks at and around each threshold; the attention function against a
-// hand-computed case; int8 and int4 measured on Gaussian FP16 blocks with outlier channels (int8
-// must pass a 2 % budget, int4 must not) and the gate's fallback and fail modes exercised.
+// inconsistent options, and a layer of finer_layers takes one rung finer; the quality gate
+// measures error correctly and admits or refuses rungs by its budget. Method: table checks at and
+// around each threshold; the attention function against a hand-computed case; int8 and int4
+// measured on Gaussian FP16 blocks with outlier channels (int8 must pass a 2 % budget, int4 must
+// not) and the gate's fallback and fail modes exercised.
 #include "codecs/precision_ladder.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "core/limits.h"
 
 namespace kvtier::codecs {
 namespace {
@@ -59,6 +63,52 @@ TEST(PrecisionLadderTest, RefusesInconsistentOptions) {
   EXPECT_FALSE(PrecisionLadder::Create({.int4 = CodecParams::Int4(3)}).ok());
   EXPECT_FALSE(PrecisionLadder::Create({.lossy_from_tier = Tier::kDevice}).ok());
   EXPECT_FALSE(PrecisionLadder::Create({.lossy_from_tier = static_cast<Tier>(9)}).ok());
+}
+
+// A layer of finer_layers takes one rung finer than its age gives (int4 -> the int8 rung's codec,
+// int8 -> full precision; full precision stays, in memory and at rest), other layers and the
+// layer-less Choose the age's rung; with entropy-coded rungs at rest ecq5 -> ecq6. A layer list
+// with a repeat, a layer at kLayersMax or too many layers is refused, naming the problem.
+TEST(PrecisionLadderTest, FinerLayersTakeTheNextFinerRung) {
+  Result<PrecisionLadder> l = PrecisionLadder::Create(
+      {.recent_window_tokens = 10, .int4_age_tokens = 100, .finer_layers = {4, 1}});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const CodecParams int8 = CodecParams::Int8(32), int4 = CodecParams::Int4(32);
+  for (const uint32_t layer : {0u, 2u, 3u, 5u}) {
+    EXPECT_EQ(l->Choose(Tier::kSsd, 500, ChunkKind::kRegular, layer), int4) << layer;
+    EXPECT_EQ(l->Choose(Tier::kSsd, 50, ChunkKind::kRegular, layer), int8) << layer;
+  }
+  for (const uint32_t layer : {1u, 4u}) {
+    EXPECT_EQ(l->Choose(Tier::kSsd, 500, ChunkKind::kRegular, layer), int8) << layer;
+    EXPECT_EQ(l->Choose(Tier::kSsd, 50, ChunkKind::kRegular, layer), CodecParams::ShuffleZstd(1));
+    EXPECT_EQ(l->Choose(Tier::kHost, 50, ChunkKind::kRegular, layer), CodecParams::Identity());
+    EXPECT_EQ(l->Choose(Tier::kSsd, 5, ChunkKind::kRegular, layer), CodecParams::ShuffleZstd(1));
+    EXPECT_EQ(l->Choose(Tier::kSsd, 500, ChunkKind::kSink, layer), CodecParams::ShuffleZstd(1));
+    EXPECT_EQ(l->Choose(Tier::kDevice, 500, ChunkKind::kRegular, layer), CodecParams::Identity());
+  }
+  EXPECT_EQ(l->Choose(Tier::kSsd, 500, ChunkKind::kRegular), int4);
+
+  const CodecParams ecq6 = CodecParams::Ecq(CodecId::kEcq6);
+  const CodecParams ecq5 = CodecParams::Ecq(CodecId::kEcq5);
+  Result<PrecisionLadder> at_rest = PrecisionLadder::Create(
+      {.recent_window_tokens = 0, .int4_age_tokens = 0, .int8 = ecq6, .int4 = ecq5,
+       .lossy_from_tier = Tier::kSsd, .finer_layers = {3}});
+  ASSERT_TRUE(at_rest.ok()) << at_rest.status().ToString();
+  EXPECT_EQ(at_rest->Choose(Tier::kSsd, 0, ChunkKind::kRegular, 2), ecq5);
+  EXPECT_EQ(at_rest->Choose(Tier::kRemote, 0, ChunkKind::kRegular, 3), ecq6);
+
+  const auto refused = [](std::vector<uint32_t> layers, const std::string& text) {
+    const Status s = PrecisionLadderOptions{.finer_layers = std::move(layers)}.Validate();
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(s.message().find(text), std::string::npos) << s.ToString();
+  };
+  refused({2, 7, 2}, "names layer 2 twice");
+  refused({kLayersMax}, "is not below 1024");
+  std::vector<uint32_t> many(kLadderFinerLayersMax + 1);
+  for (uint32_t i = 0; i < many.size(); ++i) many[i] = i;
+  refused(many, "at most 256");
+  many.pop_back();
+  EXPECT_TRUE(PrecisionLadderOptions{.finer_layers = many}.Validate().ok());
 }
 
 // The rungs may be the rotated and mixed-width codecs: the middle rung needs 8-bit keys, the

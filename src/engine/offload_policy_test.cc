@@ -1,7 +1,8 @@
 // Goal: the offloaded sequence's policies do what docs/offload.md says, on real tiers:
-// - the precision ladder stores old blocks as int8/int4 and the sink and recent chunks losslessly,
-//   loads them back within the codec's error, re-encodes blocks to a coarser rung as the sequence
-//   grows, and never makes a stored block finer;
+// - the precision ladder stores old blocks as int8/int4 and the sink and recent chunks losslessly
+//   (a layer of its finer_layers one rung finer), loads them back within the codec's error,
+//   re-encodes blocks to a coarser rung as the sequence grows, and never makes a stored block
+//   finer;
 // - with quantized attention (the ladder's default) an int8/int4 block reaches the device still
 //   encoded: the device slot holds exactly the bytes the ladder stored (the host copy's and the
 //   SSD record's payload, i.e. the block encoded with its rung), nothing is decoded, its FP16
@@ -224,6 +225,41 @@ TEST(OffloadPolicyTest, LadderStoresByAgeAndLoadsWithinCodecError) {
       }
     }
   }
+}
+
+// A layer of the ladder's finer_layers is stored one rung finer than its age gives (int4 age:
+// int8; int8 age: lossless), every other layer by age, and its blocks load back within their
+// rung's error.
+TEST(OffloadPolicyTest, LadderStoresAFinerLayerOneRungFiner) {
+  codecs::PrecisionLadderOptions ladder = TestLadder();
+  ladder.finer_layers = {2};
+  Harness h = Make({.chunks_max = 12,
+                    .budget = 14,
+                    .host_slots = 12,
+                    .ladder = ladder,
+                    .attention = LadderAttention::kDequantize});
+  Write(*h.seq, 0, 8);  // Newest chunk 7.
+  const std::vector<uint32_t> all = All(8);
+  Walk(*h.seq, all, 2, [&](uint32_t layer, uint32_t c) {
+    const uint32_t age = (7 - c) * 16;
+    const bool exact = c == 0 || age < 32 || (layer == 2 && age < 80);
+    EXPECT_LE(Error(h.seq->DeviceBlock(layer, c), layer, c),
+              exact ? 0.0 : (age >= 80 && layer != 2 ? 0.12 : 0.01))
+        << layer << "/" << c;
+  });
+  uint32_t stored = 0;
+  for (uint32_t layer = 0; layer < kLayers; ++layer) {
+    for (const uint32_t c : all) {
+      const BlockPlacement p = h.seq->Placement(layer, c);
+      if (!p.ssd) continue;
+      ++stored;
+      const uint32_t age = (7 - c) * 16;
+      const uint32_t by_age = (c == 0 || age < 32) ? 0 : (age >= 80 ? 2 : 1);
+      const uint32_t want = layer == 2 && by_age > 0 ? by_age - 1 : by_age;
+      EXPECT_EQ(Rank(p.ssd_codec), want) << layer << "/" << c;
+    }
+  }
+  EXPECT_GT(stored, 0u);
 }
 
 // The rung the test ladder stores chunk c at when the newest chunk is `newest` (0 raw).

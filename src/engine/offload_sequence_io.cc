@@ -101,7 +101,8 @@ BlockKey OffloadedSequence::SsdKey(size_t index) const {
   return key;
 }
 
-// The ladder's rung for the block's age (tokens between the newest chunk and this one).
+// The ladder's rung for the block's age (tokens between the newest chunk and this one) and
+// layer.
 codecs::CodecParams OffloadedSequence::RungFor(size_t index) const {
   if (!ladder_.has_value()) return codecs::CodecParams::Identity();
   const uint32_t chunk = ChunkOf(index);
@@ -109,7 +110,7 @@ codecs::CodecParams OffloadedSequence::RungFor(size_t index) const {
       chunk < newest_chunk_ ? uint64_t{newest_chunk_ - chunk} * options_.layout.block_tokens : 0;
   const codecs::ChunkKind kind =
       chunk < options_.sink_chunks ? codecs::ChunkKind::kSink : codecs::ChunkKind::kRegular;
-  return ladder_->Choose(codecs::Tier::kHost, age, kind);
+  return ladder_->Choose(codecs::Tier::kHost, age, kind, LayerOf(index));
 }
 
 // Writes the device copy into `out`: a plain device -> host copy for identity, else encoded with

@@ -79,6 +79,8 @@ struct NamedCodec {
   // One codec for every block, or the ladder's choice by age (short ladder: see MakeCodecs).
   std::optional<CodecParams> params;
   std::optional<codecs::PrecisionLadder> ladder;
+  // --per-layer: the codec on this layer only, every other layer's blocks exact.
+  std::optional<uint32_t> only_layer;
 };
 
 // One codec as --codecs names it: name[@group][+zstd] (a group size other than the default, and
@@ -100,17 +102,40 @@ Result<CodecParams> ParseNamedCodec(const std::string& name) {
   return codecs::ParseCodecParams(base, zstd ? 1 : 0, group);
 }
 
-// The ladder's options for `name` ("ladder" or "ladder-short") with the rungs of --ladder-int8
-// and --ladder-int4 (empty: the ladder's defaults).
+// The layers of --ladder-finer-layers ("4" or "3,4"; empty: none).
+Result<std::vector<uint32_t>> ParseLayerList(const std::string& text) {
+  std::vector<uint32_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (!text.empty() && std::getline(in, item, ',')) {
+    if (item.empty() || item.size() > 4 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::InvalidArgument("--ladder-finer-layers: '" + item +
+                                     "' is not a layer number (a comma list, as 3,4)");
+    }
+    out.push_back(static_cast<uint32_t>(std::stoul(item)));
+  }
+  return out;
+}
+
+// The ladder's options for `name` ("ladder", "ladder-short" or "ladder-flat") with the rungs of
+// --ladder-int8 and --ladder-int4 (empty: the ladder's defaults) and --ladder-finer-layers.
 Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& name,
-                                                     const std::string& int8_rung,
-                                                     const std::string& int4_rung) {
+                                                     const LadderFlags& flags) {
   codecs::PrecisionLadderOptions o;  // At rest: the SSD and Redis tiers' rungs.
+  o.lossy_from_tier = codecs::Tier::kSsd;  // As the engine's at rest, so ecq rungs are taken.
   if (name == "ladder-short") {
     // Scaled to a short window: the sink and the newest block exact, then int8, then int4.
     o.recent_window_tokens = kBlockTokens;
     o.int4_age_tokens = 2 * kBlockTokens;
+  } else if (name == "ladder-flat") {
+    // Every block but the sink at the coarsest rung (a finer layer's at the middle one).
+    o.recent_window_tokens = 0;
+    o.int4_age_tokens = 0;
   }
+  const std::string& int8_rung = flags.int8_rung;
+  const std::string& int4_rung = flags.int4_rung;
+  KV_ASSIGN_OR_RETURN(o.finer_layers, ParseLayerList(flags.finer_layers));
   if (!int8_rung.empty()) {
     Result<CodecParams> p = ParseNamedCodec(int8_rung);
     if (!p.ok()) return p.status().WithContext("--ladder-int8");
@@ -124,24 +149,23 @@ Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& name,
   return o;
 }
 
-Result<std::vector<NamedCodec>> MakeCodecs(const std::string& list, const std::string& int8_rung,
-                                           const std::string& int4_rung) {
+Result<std::vector<NamedCodec>> MakeCodecs(const std::string& list, const LadderFlags& flags) {
   std::vector<NamedCodec> out;
   std::stringstream in(list);
   std::string name;
   while (std::getline(in, name, ',')) {
-    if (name == "ladder" || name == "ladder-short") {
-      KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadderOptions o,
-                          LadderOptions(name, int8_rung, int4_rung));
-      KV_ASSIGN_OR_RETURN(codecs::PrecisionLadder ladder, codecs::PrecisionLadder::Create(o));
-      out.push_back({name, std::nullopt, ladder});
+    if (name == "ladder" || name == "ladder-short" || name == "ladder-flat") {
+      KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadderOptions o, LadderOptions(name, flags));
+      Result<codecs::PrecisionLadder> ladder = codecs::PrecisionLadder::Create(o);
+      if (!ladder.ok()) return ladder.status().WithContext(name);
+      out.push_back({name, std::nullopt, *ladder});
       continue;
     }
     Result<CodecParams> p = ParseNamedCodec(name);
     if (!p.ok()) {
       return Status::InvalidArgument("--codecs: " + p.status().message() +
                                      "; each also name@group and name+zstd; or ladder, "
-                                     "ladder-short");
+                                     "ladder-short, ladder-flat");
     }
     out.push_back({name, *p, std::nullopt});
   }
@@ -230,13 +254,15 @@ class QualityRun {
     PrefixKv out = exact;
     for (size_t b = 0; b < exact.blocks.size(); ++b) {
       const uint32_t chunk = static_cast<uint32_t>(b % chunks());
+      if (codec.only_layer.has_value() && b / chunks() != *codec.only_layer) continue;
       const uint64_t age = uint64_t{chunks() - 1 - chunk} * kBlockTokens;
       const CodecParams params =
           codec.params.has_value()
               ? *codec.params
               : codec.ladder->Choose(codecs::Tier::kSsd, age,
                                      chunk == 0 ? codecs::ChunkKind::kSink
-                                                : codecs::ChunkKind::kRegular);
+                                                : codecs::ChunkKind::kRegular,
+                                     static_cast<uint32_t>(b / chunks()));
       KV_ASSIGN_OR_RETURN(const size_t n,
                           codecs::EncodeBlock(params, g, std::as_bytes(std::span(exact.blocks[b])),
                                               encoded, ctx));
@@ -269,6 +295,10 @@ void Print(const std::string& model, size_t windows, std::span<const NamedCodec>
       const NextTokenAgreement& a = r.agreement;
       nlohmann::ordered_json row;
       row["codec"] = named[i].name;
+      if (named[i].only_layer.has_value()) row["layer"] = *named[i].only_layer;
+      if (named[i].ladder.has_value() && !named[i].ladder->options().finer_layers.empty()) {
+        row["finer_layers"] = named[i].ladder->options().finer_layers;
+      }
       row["model"] = model;
       row["windows"] = windows;
       row["rows"] = a.rows();
@@ -316,12 +346,16 @@ BenchQuality::BenchQuality(CLI::App* bench)
                    "Comma list of identity, shuffle-zstd, int8, int4, int8-rot, int4-rot, k8v4, "
                    "k8v4-rot (each also name@GROUP for another group size and name+zstd), "
                    "ladder (the default precision ladder at rest), ladder-short (the ladder "
-                   "scaled to the window)")
+                   "scaled to the window), ladder-flat (every block but the sink at the "
+                   "coarsest rung)")
       ->capture_default_str();
-  app_->add_option("--ladder-int8", ladder_int8_,
+  app_->add_option("--ladder-int8", ladder_.int8_rung,
                    "The ladders' middle rung as --codecs names a codec (default: int8)");
-  app_->add_option("--ladder-int4", ladder_int4_,
+  app_->add_option("--ladder-int4", ladder_.int4_rung,
                    "The ladders' coarsest rung as --codecs names a codec (default: int4)");
+  app_->add_option("--ladder-finer-layers", ladder_.finer_layers,
+                   "Comma list of layers whose blocks the ladders keep one rung finer (the "
+                   "sensitive ones --per-layer finds)");
   app_->add_option("--prefix-tokens", prefix_tokens_,
                    "Tokens whose KV goes through the codec, a multiple of 64 (default 256)")
       ->check(WholeNumber(kBlockTokens, 1u << 20));
@@ -332,6 +366,9 @@ BenchQuality::BenchQuality(CLI::App* bench)
       ->check(WholeNumber(1, 1u << 20));
   app_->add_option("--windows-max", windows_max_, "At most this many windows (default 64)")
       ->check(WholeNumber(1, 1u << 16));
+  app_->add_flag("--per-layer", per_layer_,
+                 "Also one row per layer for each codec (not the ladders): the codec on that "
+                 "layer's blocks only, the other layers exact; its name is codec/LAYER");
   app_->add_flag("--json", json_, "Print one JSON array of rows");
 }
 
@@ -341,7 +378,7 @@ Status BenchQuality::Run() {
     return Status::InvalidArgument("--prefix-tokens: a multiple of 64 (whole KV blocks)");
   }
   KV_ASSIGN_OR_RETURN(std::vector<NamedCodec> named,
-                      MakeCodecs(codecs_text_, ladder_int8_, ladder_int4_));
+                      MakeCodecs(codecs_text_, ladder_));
   std::string model_path = model_, tokenizer_path = tokenizer_;
   if (model_path.empty()) {
     // The llama2.c checkpoint and its tokenizer: its context is 512 tokens (the GGUF
@@ -387,6 +424,19 @@ Status BenchQuality::Run() {
       std::min<size_t>(windows_max_, (stream.size() + 1 - window) / stride_ + 1);
   const KvLayout layout = model->config().KvLayoutFor(kBlockTokens);
   KV_RETURN_IF_ERROR(layout.Validate());
+  if (per_layer_) {
+    // Which layer is sensitive to a codec: the ladder's schedule per layer is chosen from this.
+    const size_t listed = named.size();
+    for (size_t i = 0; i < listed; ++i) {
+      if (!named[i].params.has_value()) continue;
+      for (uint32_t l = 0; l < layout.layers; ++l) {
+        NamedCodec one = named[i];
+        one.name += "/" + std::to_string(l);
+        one.only_layer = l;
+        named.push_back(std::move(one));
+      }
+    }
+  }
   KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());
   QualityRun run(model.get(), layout, prefix_tokens_, continue_tokens_);
   std::vector<CodecResult> results(named.size());

@@ -24,6 +24,11 @@
 
 namespace kvtier::cli {
 
+// The ladders' flags: rungs by codec name, layers kept one rung finer (empty: defaults, none).
+struct LadderFlags {
+  std::string int8_rung, int4_rung, finer_layers;
+};
+
 class BenchQuality {
  public:
   explicit BenchQuality(CLI::App* bench);
@@ -36,9 +41,9 @@ class BenchQuality {
   std::string model_, tokenizer_, text_file_, codecs_text_ =
       "identity,shuffle-zstd,int8,int8+zstd,int4,int4+zstd,int8-rot,int4-rot,k8v4,k8v4-rot,"
       "ecq5,ecq6,ecq6v5,ladder-short";
-  std::string ladder_int8_, ladder_int4_;
+  LadderFlags ladder_;
   uint32_t prefix_tokens_ = 256, continue_tokens_ = 128, stride_ = 64, windows_max_ = 64;
-  bool json_ = false;
+  bool per_layer_ = false, json_ = false;
 };
 
 }  // namespace kvtier::cli

@@ -7,7 +7,9 @@
 # target met); the lossy ones a KL above 0 and an agreement in (0, 1], int4 compressing more than
 # int8; rows = windows x --continue-tokens; the text table names every codec; bad input (an
 # unknown codec, a prefix that is not whole blocks, a window longer than the model's context, a
-# text that is not a regular file or too short, no model) gets one clear line and a non-zero exit.
+# text that is not a regular file or too short, no model) gets one clear line and a non-zero exit;
+# --per-layer adds a row codec/L per layer (its KL below the whole codec's) and
+# --ladder-finer-layers keeps a layer one rung finer (a lower ratio); a bad layer list is refused.
 # Method: the shared stories260K checkpoint with small windows (2 windows of 128 + 32 tokens);
 # the JSON is parsed with python3. The model-less run uses a copy of the binary in a temporary
 # directory, away from any shared/models.
@@ -122,6 +124,41 @@ assert rows["k8v4-rot+zstd"]["ratio"] > 2, rows["k8v4-rot+zstd"]
 assert 1.2 < rows["ladder-short"]["ratio"] < 8192 / 3632, rows["ladder-short"]
 assert rows["ladder-short"]["kl_mean"] > 0, rows["ladder-short"]
 PY
+  # --per-layer: a row int4/L for each of the 5 layers (with its "layer"), none for a ladder;
+  # only that layer's blocks go through int4, so its ratio is int4's and its KL below the whole
+  # codec's. ladder-flat (every block but the sink at the coarsest rung) with layer 4 kept one
+  # rung finer (ecq6 instead of ecq5) stores more bytes than without.
+  rc=0
+  "$KVTIER" bench quality "${M[@]}" --prefix-tokens 256 --continue-tokens 32 --windows-max 2 \
+    --codecs int4,ladder-flat --ladder-int8 ecq6 --ladder-int4 ecq5 --per-layer \
+    --json >"$TMP/per_layer" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || fail "bench quality --per-layer: exit $rc: $(cat "$TMP/err")"
+  "$KVTIER" bench quality "${M[@]}" --prefix-tokens 256 --continue-tokens 32 --windows-max 2 \
+    --codecs ladder-flat --ladder-int8 ecq6 --ladder-int4 ecq5 --ladder-finer-layers 4 \
+    --json >"$TMP/finer" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || fail "bench quality --ladder-finer-layers: exit $rc: $(cat "$TMP/err")"
+  python3 - "$TMP/per_layer" "$TMP/finer" <<'PY' || fail "bench quality per layer: see above"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+names = [r["codec"] for r in rows]
+assert names == ["int4", "ladder-flat"] + [f"int4/{l}" for l in range(5)], names
+whole = rows[0]
+for l, r in enumerate(rows[2:]):
+    assert r["layer"] == l, r
+    assert r["ratio"] == whole["ratio"], (r, whole)
+    assert 0 < r["kl_mean"] < whole["kl_mean"], (r, whole)
+assert "layer" not in rows[0] and "layer" not in rows[1], rows[:2]
+finer = json.load(open(sys.argv[2]))[0]
+assert finer["codec"] == "ladder-flat" and finer["finer_layers"] == [4], finer
+assert "finer_layers" not in rows[1], rows[1]
+assert finer["ratio"] < rows[1]["ratio"], (finer, rows[1])
+PY
+  expect_fail "bad layer list" "is not a layer number" "${M[@]}" "${SMALL[@]}" \
+    --codecs ladder-flat --ladder-finer-layers 4,x
+  expect_fail "layer twice" "names layer 4 twice" "${M[@]}" "${SMALL[@]}" \
+    --codecs ladder-flat --ladder-finer-layers 4,4
+  expect_fail "layer too large" "is not below 1024" "${M[@]}" "${SMALL[@]}" \
+    --codecs ladder --ladder-finer-layers 1024
   expect_fail "partial block" "a multiple of 64" "${M[@]}" --prefix-tokens 100
   expect_fail "too long" "exceeds the model's context of 512" "${M[@]}" --prefix-tokens 512
   expect_fail "not a file" "not a regular file" "${M[@]}" "${SMALL[@]}" --text-file /dev/zero
