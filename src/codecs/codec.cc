@@ -44,7 +44,8 @@ Status CodecContext::Reserve(const BlockGeometry& geometry) {
   // The smallest group size gives the largest quantized stage payload.
   const size_t quant_bytes = ComputeQuantLayout(geometry, 8, kQuantGroupSizeMin).total_bytes;
   F32Scratch(n);
-  ParamScratch(std::max(QuantizeParamFloats(geometry), 4 * geometry.channels()));
+  ParamScratch(std::max(QuantizeParamFloats(geometry),
+                        kEcqParamFloatsPerChannel * geometry.channels()));
   CodeScratch(n);
   Staging(std::max({geometry.raw_bytes(), quant_bytes, ComputeEcqLayout(geometry).max_bytes}));
   return Status::Ok();

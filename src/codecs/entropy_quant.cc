@@ -68,31 +68,40 @@ float ElementF32(DType dtype, const std::byte* p) {
   return NAN;
 }
 
-// Per-channel mean and standard deviation of the T x C plane `x` (two passes: the spread of a
-// channel far from zero keeps its precision). Each channel's sums run over the tokens in order,
-// so every vector width gives the same bits.
+// Per-channel mean and standard deviation of the T x C plane `x`, in one pass over it, and
+// per channel a count of the values that are not finite or beyond the FP16 range (`bad`). The
+// sums are of each value's difference from the channel's first value (x0), so that a channel
+// far from zero keeps the precision of its spread: var = (S2 - S1^2 / T) / T with
+// S1 = sum(x - x0), S2 = sum((x - x0)^2), where x0 is one of the channel's own values. Each
+// channel's sums run over the tokens in order, so every vector width gives the same bits.
 [[gnu::always_inline]] inline void ChannelStatsBody(const float* x, size_t tokens, size_t channels,
-                                                    float* mean, float* sd) {
+                                                    float* mean, float* sd, float* bad) {
+  const float* x0 = x;
   std::fill(mean, mean + channels, 0.0f);
   std::fill(sd, sd + channels, 0.0f);
-  for (size_t t = 0; t < tokens; ++t) {
-    const float* row = x + t * channels;
-    for (size_t c = 0; c < channels; ++c) mean[c] += row[c];
-  }
-  const float inv_t = 1.0f / static_cast<float>(tokens);
-  for (size_t c = 0; c < channels; ++c) mean[c] *= inv_t;
+  std::fill(bad, bad + channels, 0.0f);
   for (size_t t = 0; t < tokens; ++t) {
     const float* row = x + t * channels;
     for (size_t c = 0; c < channels; ++c) {
-      const float d = row[c] - mean[c];
+      const float v = row[c];
+      const float d = v - x0[c];
+      mean[c] += d;
       sd[c] += d * d;
+      bad[c] += std::fabs(v) <= kF16Max ? 0.0f : 1.0f;  // NaN compares false: counted.
     }
   }
-  for (size_t c = 0; c < channels; ++c) sd[c] = std::sqrt(sd[c] * inv_t);
+  const float inv_t = 1.0f / static_cast<float>(tokens);
+  for (size_t c = 0; c < channels; ++c) {
+    const float s1 = mean[c];
+    const float var = (sd[c] - s1 * s1 * inv_t) * inv_t;
+    mean[c] = x0[c] + s1 * inv_t;
+    sd[c] = std::sqrt(std::max(var, 0.0f));
+  }
 }
 
-void ChannelStats(const float* x, size_t tokens, size_t channels, float* mean, float* sd) {
-  ChannelStatsBody(x, tokens, channels, mean, sd);
+void ChannelStats(const float* x, size_t tokens, size_t channels, float* mean, float* sd,
+                  float* bad) {
+  ChannelStatsBody(x, tokens, channels, mean, sd, bad);
 }
 
 // The step byte of one head: 2^(2 - bits) times the geometric mean of its channels' standard
@@ -163,8 +172,8 @@ KV_TARGET_AVX2 void QuantizeRowAvx2(const float* x, size_t n, const float* inv_s
   QuantizeRowBody(x, n, inv_step, center, codes);
 }
 KV_TARGET_AVX2 void ChannelStatsAvx2(const float* x, size_t tokens, size_t channels,
-                                     float* mean, float* sd) {
-  ChannelStatsBody(x, tokens, channels, mean, sd);
+                                     float* mean, float* sd, float* bad) {
+  ChannelStatsBody(x, tokens, channels, mean, sd, bad);
 }
 KV_TARGET_AVX2 void DequantizeRowAvx2(const uint8_t* codes, size_t n, const float* step,
                                       const float* center, float* y) {
@@ -177,7 +186,7 @@ constexpr auto QuantizeRowAvx2 = QuantizeRow;
 constexpr auto DequantizeRowAvx2 = DequantizeRow;
 #endif
 
-using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*);
+using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*, float*);
 using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, uint8_t*);
 using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const float*, float*);
 
@@ -235,16 +244,22 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
   const size_t half = g.half_elements();
   const size_t eb = DTypeBytes(g.dtype);
   float* x = ctx->F32Scratch(half);
-  float* p = ctx->ParamScratch(4 * channels);
+  float* p = ctx->ParamScratch(kEcqParamFloatsPerChannel * channels);
   float* mean = p;
   float* sd = p + channels;
   float* inv_step = p + 2 * channels;
   float* center = p + 3 * channels;
+  float* bad = p + 4 * channels;
   auto* codes = reinterpret_cast<uint8_t*>(stage.data() + l.codes_offset);
   for (size_t plane = 0; plane < g.planes(); ++plane) {
     ToF32(k, g.dtype, raw.data() + plane * half * eb, half, x);
-    KV_RETURN_IF_ERROR(CheckQuantizable(k, x, half));
-    LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2)(x, g.tokens, channels, mean, sd);
+    LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2)(x, g.tokens, channels, mean, sd,
+                                                               bad);
+    if (std::any_of(bad, bad + channels, [](float b) { return b != 0.0f; })) {
+      const Status refused = CheckQuantizable(k, x, half);  // Its error names the problem.
+      KV_CHECK(!refused.ok());
+      return refused;
+    }
     const float scale = StepScale(plane == 0 ? precision.key_quarter_bits
                                              : precision.value_quarter_bits);
     for (size_t h = 0; h < g.kv_heads; ++h) {

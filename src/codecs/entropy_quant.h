@@ -42,6 +42,9 @@ namespace kvtier::codecs {
 // The escape code: the element is stored exactly after the codes.
 inline constexpr uint8_t kEcqEscape = 255;
 
+// Floats of CodecContext::ParamScratch per channel that EcqQuantize uses.
+inline constexpr size_t kEcqParamFloatsPerChannel = 5;
+
 struct EcqLayout {
   size_t params = 0;  // P * C (centers); the steps are P * H.
   size_t centers_offset = 0;
