@@ -180,10 +180,27 @@ KV_TARGET_AVX2 void DequantizeRowAvx2(const uint8_t* codes, size_t n, const floa
   DequantizeRowBody(codes, n, step, center, y);
 }
 #undef KV_TARGET_AVX2
+#define KV_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
+KV_TARGET_AVX512 void QuantizeRowAvx512(const float* x, size_t n, const float* inv_step,
+                                        const float* center, uint8_t* codes) {
+  QuantizeRowBody(x, n, inv_step, center, codes);
+}
+KV_TARGET_AVX512 void ChannelStatsAvx512(const float* x, size_t tokens, size_t channels,
+                                         float* mean, float* sd, float* bad) {
+  ChannelStatsBody(x, tokens, channels, mean, sd, bad);
+}
+KV_TARGET_AVX512 void DequantizeRowAvx512(const uint8_t* codes, size_t n, const float* step,
+                                          const float* center, float* y) {
+  DequantizeRowBody(codes, n, step, center, y);
+}
+#undef KV_TARGET_AVX512
 #else
 constexpr auto ChannelStatsAvx2 = ChannelStats;
 constexpr auto QuantizeRowAvx2 = QuantizeRow;
 constexpr auto DequantizeRowAvx2 = DequantizeRow;
+constexpr auto ChannelStatsAvx512 = ChannelStats;
+constexpr auto QuantizeRowAvx512 = QuantizeRow;
+constexpr auto DequantizeRowAvx512 = DequantizeRow;
 #endif
 
 using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*, float*);
@@ -193,8 +210,9 @@ using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const flo
 // The loop for a kernel set: its AVX2 build unless the set is the scalar one (a set other than
 // scalar is only ever selected on a CPU with AVX2).
 template <typename Fn>
-Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2) {
+Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2, [[maybe_unused]] Fn avx512) {
 #if defined(__x86_64__)
+  if (k.isa == KernelIsa::kAvx512) return avx512;
   if (k.isa != KernelIsa::kScalar) return avx2;
 #endif
   (void)k;
@@ -253,8 +271,8 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
   auto* codes = reinterpret_cast<uint8_t*>(stage.data() + l.codes_offset);
   for (size_t plane = 0; plane < g.planes(); ++plane) {
     ToF32(k, g.dtype, raw.data() + plane * half * eb, half, x);
-    LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2)(x, g.tokens, channels, mean, sd,
-                                                               bad);
+    LoopFor<ChannelStatsFn>(k, ChannelStats, ChannelStatsAvx2, ChannelStatsAvx512)(
+        x, g.tokens, channels, mean, sd, bad);
     if (std::any_of(bad, bad + channels, [](float b) { return b != 0.0f; })) {
       const Status refused = CheckQuantizable(k, x, half);  // Its error names the problem.
       KV_CHECK(!refused.ok());
@@ -278,7 +296,8 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
         center[c] = cen;
       }
     }
-    const QuantizeRowFn quantize_row = LoopFor<QuantizeRowFn>(k, QuantizeRow, QuantizeRowAvx2);
+    const QuantizeRowFn quantize_row =
+        LoopFor<QuantizeRowFn>(k, QuantizeRow, QuantizeRowAvx2, QuantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
       quantize_row(x + t * channels, channels, inv_step, center,
                   codes + plane * half + t * channels);
@@ -324,7 +343,7 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
       center[c] = static_cast<float>((z >> 1) ^ -(z & 1));
     }
     const DequantizeRowFn dequantize_row =
-        LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2);
+        LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2, DequantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
       dequantize_row(codes + plane * half + t * channels, channels, step, center,
                     y + t * channels);

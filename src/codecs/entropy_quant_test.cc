@@ -1,6 +1,7 @@
 // Goal: the entropy-coded codecs (ecq5, ecq6, ecq6v5) decode every element within half its head's
 // step (or exactly, when escaped), compress Gaussian KV to the documented ratio at the documented
-// error, write the same bytes with every kernel set, and refuse malformed payloads with Corruption.
+// error, write the same bytes and decode them to the same values with every kernel set, and
+// refuse malformed payloads with Corruption.
 // Method: seeded Gaussian blocks with outlier channels, constant channels and a few huge elements,
 // in FP16, BF16 and FP32 and as a latent block, are encoded and decoded; each element's error is
 // checked against a bound computed here from its head's channels' own means and standard deviations
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "codecs/block_format.h"
+#include "codecs/kernels.h"
 #include "codecs/codec.h"
 #include "codecs/element_test_util.h"
 
@@ -197,13 +199,29 @@ TEST(EcqTest, GaussianFp16CompressesAtTheDocumentedRatioAndError) {
   }
 }
 
+// Each kernel set the CPU has (the ecq loops have a scalar, an AVX2 and an AVX-512 build) writes
+// the scalar set's bytes and decodes them to the scalar set's values, for every dtype.
 TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
-  const BlockGeometry g{128, 4, 64, DType::kF16};
-  Block b = MakeBlock(g, 99, 3);
+  std::vector<KernelIsa> isas;
+  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
+  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
   CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
-  CodecContext wide = CodecContext::Create({.isa = KernelIsa::kAuto}).value();
-  for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6, CodecId::kEcq6V5}) {
-    EXPECT_EQ(Encode(CodecParams::Ecq(id), b, &scalar), Encode(CodecParams::Ecq(id), b, &wide));
+  for (const DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
+    const BlockGeometry g{128, 4, 64, dt};
+    Block b = MakeBlock(g, 99, 3);
+    for (const KernelIsa isa : isas) {
+      CodecContext wide = CodecContext::Create({.isa = isa}).value();
+      ASSERT_EQ(wide.kernels().isa, isa);
+      for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6, CodecId::kEcq6V5}) {
+        const std::vector<std::byte> want = Encode(CodecParams::Ecq(id), b, &scalar);
+        EXPECT_EQ(Encode(CodecParams::Ecq(id), b, &wide), want)
+            << CodecName(id) << " isa " << static_cast<int>(isa);
+        std::vector<std::byte> a(g.raw_bytes()), c(g.raw_bytes());
+        ASSERT_TRUE(DecodeBlock(want, g, a, &scalar).ok());
+        ASSERT_TRUE(DecodeBlock(want, g, c, &wide).ok());
+        EXPECT_EQ(a, c) << CodecName(id) << " isa " << static_cast<int>(isa);
+      }
+    }
   }
 }
 
