@@ -166,34 +166,23 @@ void DequantizeRow(const uint8_t* codes, size_t n, const float* step, const floa
 }
 
 #if defined(__x86_64__)
-#define KV_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
-KV_TARGET_AVX2 void QuantizeRowAvx2(const float* x, size_t n, const float* inv_step,
-                                    const float* center, uint8_t* codes) {
-  QuantizeRowBody(x, n, inv_step, center, codes);
-}
-KV_TARGET_AVX2 void ChannelStatsAvx2(const float* x, size_t tokens, size_t channels,
-                                     float* mean, float* sd, float* bad) {
-  ChannelStatsBody(x, tokens, channels, mean, sd, bad);
-}
-KV_TARGET_AVX2 void DequantizeRowAvx2(const uint8_t* codes, size_t n, const float* step,
-                                      const float* center, float* y) {
-  DequantizeRowBody(codes, n, step, center, y);
-}
-#undef KV_TARGET_AVX2
-#define KV_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
-KV_TARGET_AVX512 void QuantizeRowAvx512(const float* x, size_t n, const float* inv_step,
-                                        const float* center, uint8_t* codes) {
-  QuantizeRowBody(x, n, inv_step, center, codes);
-}
-KV_TARGET_AVX512 void ChannelStatsAvx512(const float* x, size_t tokens, size_t channels,
-                                         float* mean, float* sd, float* bad) {
-  ChannelStatsBody(x, tokens, channels, mean, sd, bad);
-}
-KV_TARGET_AVX512 void DequantizeRowAvx512(const uint8_t* codes, size_t n, const float* step,
-                                          const float* center, float* y) {
-  DequantizeRowBody(codes, n, step, center, y);
-}
-#undef KV_TARGET_AVX512
+// The three loops built for one target: <Loop><suffix> runs the loop's always_inline body.
+#define KV_ECQ_LOOPS(suffix, target)                                                          \
+  target void QuantizeRow##suffix(const float* x, size_t n, const float* inv_step,          \
+                                  const float* center, uint8_t* codes) {                    \
+    QuantizeRowBody(x, n, inv_step, center, codes);                                         \
+  }                                                                                         \
+  target void ChannelStats##suffix(const float* x, size_t tokens, size_t channels,          \
+                                   float* mean, float* sd, float* bad) {                    \
+    ChannelStatsBody(x, tokens, channels, mean, sd, bad);                                   \
+  }                                                                                         \
+  target void DequantizeRow##suffix(const uint8_t* codes, size_t n, const float* step,      \
+                                    const float* center, float* y) {                        \
+    DequantizeRowBody(codes, n, step, center, y);                                           \
+  }
+KV_ECQ_LOOPS(Avx2, __attribute__((target("avx2,f16c,fma"))))
+KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))))
+#undef KV_ECQ_LOOPS
 #else
 constexpr auto ChannelStatsAvx2 = ChannelStats;
 constexpr auto QuantizeRowAvx2 = QuantizeRow;
