@@ -196,8 +196,8 @@ using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*, fl
 using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, uint8_t*);
 using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const float*, float*);
 
-// The loop for a kernel set: its AVX2 build unless the set is the scalar one (a set other than
-// scalar is only ever selected on a CPU with AVX2).
+// The loop for a kernel set: its AVX-512 build for the AVX-512 set, its AVX2 build for the AVX2
+// set, the baseline for the scalar one (a set is only ever selected on a CPU that runs it).
 template <typename Fn>
 Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2, [[maybe_unused]] Fn avx512) {
 #if defined(__x86_64__)

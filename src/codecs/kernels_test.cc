@@ -15,10 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -383,44 +385,44 @@ TEST(KernelSetsTest, EveryAvailableSetIsCoveredAndRuns) {
   }
 }
 
+// Each conversion of `conversions` (a Kernels member and its name) gives the same bits on every
+// kernel set for the first `len` elements of `in`, for each of `lens`.
+template <typename In, typename Out>
+void ExpectConversionsAgree(
+    std::initializer_list<std::pair<void (*Kernels::*)(const In*, size_t, Out*), const char*>>
+        conversions,
+    const std::vector<In>& in, std::initializer_list<size_t> lens) {
+  for (const auto& conversion : conversions) {
+    const auto convert = conversion.first;  // Not a structured binding: lambdas capture it.
+    const std::string name = conversion.second;
+    for (size_t len : lens) {
+      ExpectSameForAllSets(
+          [&](const Kernels& k) {
+            std::vector<Out> out(len);
+            (k.*convert)(in.data(), len, out.data());
+            if constexpr (std::is_same_v<Out, float>) {
+              return BitsOf(out);
+            } else {
+              return out;
+            }
+          },
+          name + " len " + std::to_string(len));
+    }
+  }
+}
+
 TEST(KernelSetsTest, ConversionsAgreeOnAllHalvesAndEdgeFloats) {
   std::vector<uint16_t> all(65536);
   for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
-  using Widen = void (*Kernels::*)(const uint16_t*, size_t, float*);
-  for (const auto& conversion :
-       {std::pair<Widen, const char*>{&Kernels::f16_to_f32, "f16_to_f32"},
-        std::pair<Widen, const char*>{&Kernels::bf16_to_f32, "bf16_to_f32"}}) {
-    const Widen widen = conversion.first;
-    const std::string name = conversion.second;
-    for (size_t len : {all.size(), all.size() - 7, size_t{13}, size_t{1}}) {
-      ExpectSameForAllSets(
-          [&](const Kernels& k) {
-            std::vector<float> out(len);
-            (k.*widen)(all.data(), len, out.data());
-            return BitsOf(out);
-          },
-          name + " len " + std::to_string(len));
-    }
-  }
+  ExpectConversionsAgree<uint16_t, float>(
+      {{&Kernels::f16_to_f32, "f16_to_f32"}, {&Kernels::bf16_to_f32, "bf16_to_f32"}}, all,
+      {all.size(), all.size() - 7, size_t{13}, size_t{1}});
   std::mt19937 rng(kSeed);
   std::vector<float> in = EdgeFloats();
   for (int i = 0; i < 1 << 16; ++i) in.push_back(FromBits(static_cast<uint32_t>(rng())));
-  using Narrow = void (*Kernels::*)(const float*, size_t, uint16_t*);
-  for (const auto& conversion :
-       {std::pair<Narrow, const char*>{&Kernels::f32_to_f16, "f32_to_f16"},
-        std::pair<Narrow, const char*>{&Kernels::f32_to_bf16, "f32_to_bf16"}}) {
-    const Narrow narrow = conversion.first;  // Not a structured binding: lambdas capture it.
-    const std::string name = conversion.second;
-    for (size_t len : {in.size(), in.size() - 5, size_t{15}, size_t{17}}) {
-      ExpectSameForAllSets(
-          [&](const Kernels& k) {
-            std::vector<uint16_t> out(len);
-            (k.*narrow)(in.data(), len, out.data());
-            return out;
-          },
-          name + " len " + std::to_string(len));
-    }
-  }
+  ExpectConversionsAgree<float, uint16_t>(
+      {{&Kernels::f32_to_f16, "f32_to_f16"}, {&Kernels::f32_to_bf16, "f32_to_bf16"}}, in,
+      {in.size(), in.size() - 5, size_t{15}, size_t{17}});
 }
 
 TEST(KernelSetsTest, FiniteChecksAndMinMaxAgree) {
