@@ -18,7 +18,7 @@ std::string ReadFileOrWhy(const std::string& path) {
   return bytes;
 }
 
-Status FlipByteOfFile(const std::string& path, uint64_t offset) {
+Status FlipByteOfFile(const std::string& path, uint64_t offset, uint8_t mask) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   if (!f.good()) return Status::IoError("cannot open " + path + " to damage it");
   f.seekg(static_cast<std::streamoff>(offset));
@@ -27,7 +27,7 @@ Status FlipByteOfFile(const std::string& path, uint64_t offset) {
     return Status::InvalidArgument(path + " is shorter than " + std::to_string(offset + 1));
   }
   f.seekp(static_cast<std::streamoff>(offset));
-  f.put(static_cast<char>(byte ^ 0xFF));
+  f.put(static_cast<char>(byte ^ mask));
   f.flush();
   if (!f.good()) return Status::IoError("cannot write to " + path);
   return Status::Ok();

@@ -50,10 +50,10 @@ std::vector<uint32_t> TestTokens(uint32_t seed, size_t n);
 // The bytes of the file at `path`, or "<why>" when it cannot be read: tests compare a file that
 // must be left alone with what it held.
 std::string ReadFileOrWhy(const std::string& path);
-// Inverts every bit of the byte at `offset` of the file at `path`: a damage that always changes
-// the byte, whatever it held (a fixed byte written over random ciphertext equals it 1 time in
-// 256). An error names the file when it is shorter or cannot be opened.
-Status FlipByteOfFile(const std::string& path, uint64_t offset);
+// XORs the byte at `offset` of the file at `path` with `mask` (every bit by default): a damage
+// that always changes the byte, whatever it held (a fixed byte written over random ciphertext
+// equals it 1 time in 256). An error names the file when it is shorter or cannot be opened.
+Status FlipByteOfFile(const std::string& path, uint64_t offset, uint8_t mask = 0xFF);
 // Whether `s`'s message holds `needle`.
 bool MessageContains(const Status& s, std::string_view needle);
 

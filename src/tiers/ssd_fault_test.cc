@@ -3,7 +3,6 @@
 // and stays consistent under concurrent use. Method: flip bits and truncate segment files on disk,
 // drop garbage files into the directory, inject EIO/ENOSPC and power loss with FaultInjectionEnv,
 // and run a seeded multi-threaded stress test whose readers check every returned byte.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,15 +47,6 @@ class SsdFaultTest : public ::testing::Test {
     KV_CHECK_OK(t.status());
     return std::move(t).value();
   }
-  static void FlipBit(const std::string& path, uint64_t offset) {
-    const int fd = ::open(path.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    char c = 0;
-    ASSERT_EQ(::pread(fd, &c, 1, static_cast<off_t>(offset)), 1);
-    c = static_cast<char>(c ^ 0x10);
-    ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(offset)), 1);
-    ::close(fd);
-  }
   std::string FirstSegment(const std::string& d) {
     std::vector<std::string> out;
     for (const auto& e : std::filesystem::directory_iterator(d)) {
@@ -80,8 +70,8 @@ TEST_F(SsdFaultTest, BitFlipInSegmentIsAMissNeverWrongData) {
     ASSERT_TRUE(tier->Close().ok());
   }
   const std::string seg = FirstSegment(o.dirs[0]);
-  FlipBit(seg, 4096 + 2 * 65536 + 1000);  // Payload of block 2.
-  FlipBit(seg, 4096 + 5 * 65536 + 50);    // Header of block 5.
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 2 * 65536 + 1000, 0x10).ok());  // Payload of block 2.
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 5 * 65536 + 50, 0x10).ok());    // Header of block 5.
   {
     // With the checkpoint: every entry is known, verification at read time catches both.
     auto tier = OpenOrDie(o, base_.get());

@@ -34,16 +34,6 @@
 namespace kvtier {
 namespace {
 
-void FlipByte(const std::string& path, off_t offset) {
-  const int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << path;
-  char c = 0;
-  ASSERT_EQ(::pread(fd, &c, 1, offset), 1);
-  c = static_cast<char>(c ^ 1);
-  ASSERT_EQ(::pwrite(fd, &c, 1, offset), 1);
-  ::close(fd);
-}
-
 std::string Dump(const ssd::VerifyReport& r) {
   std::string out;
   for (const ssd::VerifyProblem& p : r.problems) {
@@ -138,7 +128,7 @@ TEST(SsdToolsTest, InspectAndVerify) {
   EXPECT_EQ(v->checkpoint_entries_verified, 10u);
 
   const std::string seg = r->segments.at(0).path;
-  FlipByte(seg, 4096 + 3 * 65536 + 500);
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 3 * 65536 + 500, 0x01).ok());
   v = ssd::VerifyDir(env.get(), o.dirs);
   ASSERT_TRUE(v.ok());
   // The damaged record, and the checkpoint entry that points at it.
@@ -243,7 +233,7 @@ TEST(SsdToolsTest, StatsSummarizesLiveBlocks) {
 
   // Damage: refused, naming the problem as verify does.
   const std::string seg = Segments(o.dirs[0]).at(0);
-  FlipByte(seg, 4096 + 500);
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 500, 0x01).ok());
   r = ssd::StatsDir(env.get(), o.dirs, after_us);
   ASSERT_TRUE(r.status().IsCorruption()) << r.status().ToString();
   EXPECT_NE(r.status().message().find(seg + " offset 4096..69632"), std::string::npos)
@@ -261,8 +251,8 @@ TEST(SsdToolsTest, VerifyGoesOnPastEveryDamagedRecord) {
   const SsdTierOptions o = SmallTier({dir->Join("d0")});
   MakeCache(env.get(), o, 10);
   const std::string seg = Segments(o.dirs[0]).at(0);
-  FlipByte(seg, 4096 + 2 * kRecord + 20);  // Header of record 2.
-  FlipByte(seg, 4096 + 5 * kRecord + 900);  // Payload of record 5.
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 2 * kRecord + 20, 0x01).ok());  // Header of record 2.
+  ASSERT_TRUE(FlipByteOfFile(seg, 4096 + 5 * kRecord + 900, 0x01).ok());  // Payload of record 5.
   {
     std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(4096 + 7 * kRecord);
@@ -470,8 +460,9 @@ TEST(SsdToolsTest, RepairKeepsEveryIntactBlock) {
   ASSERT_GE(in_c.size(), 4u);
   std::set<uint64_t> damaged = {in_a[1], in_b[4]};
   for (size_t i = 2; i < in_c.size(); ++i) damaged.insert(in_c[i]);
-  FlipByte(segs0[0], 4096 + 1 * kRecord + 7);       // A header: resync.
-  FlipByte(segs1[0], 4096 + 4 * kRecord + 4000);    // A payload: skip one record.
+  // A header (resync), then a payload (skip one record).
+  ASSERT_TRUE(FlipByteOfFile(segs0[0], 4096 + 1 * kRecord + 7, 0x01).ok());
+  ASSERT_TRUE(FlipByteOfFile(segs1[0], 4096 + 4 * kRecord + 4000, 0x01).ok());
   std::filesystem::resize_file(segs0[1], 4096 + 2 * kRecord + 3000);  // Cut mid-payload.
   std::ofstream(o.dirs[0] + "/index.ckpt", std::ios::trunc) << "garbage";
 
