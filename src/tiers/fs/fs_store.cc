@@ -29,11 +29,15 @@ namespace kvtier {
 struct FsStore::Counters {
   std::atomic<uint64_t> gets{0}, hits{0}, misses{0}, corrupt{0}, mismatched{0},
       auth_failures{0}, puts{0}, errors{0};
+  std::atomic<uint64_t> group_syncs{0}, value_syncs{0};
   std::atomic<uint64_t> sweeps{0}, evicted_values{0}, evicted_bytes{0}, stale_temporaries{0},
       bytes_seen{0}, values_seen{0};
 };
 
 namespace {
+
+// syncfs(2), or what a test put in its place (FsStore::SetSyncFsForTesting).
+std::atomic<int (*)(int)> g_syncfs{&::syncfs};
 
 constexpr uint64_t kValueBytesMax = kRemoteValueHeaderBytes + kRemoteValueBytesMax +
                                     kSealedOverheadBytes;
@@ -231,22 +235,31 @@ Status FsStore::Put(std::span<RemotePut> entries) {
     }
   }
   RemoteCipher cipher(options_.aes_gcm.value_or(DefaultGcmImpl()));
-  // In groups: every temporary of a group is written (and its write-back started) before the
-  // first is synced, so the group's data and metadata reach the disk in a few large writes and
-  // one journal commit instead of one commit per file; each value is still synced before its
-  // rename. The group bounds the descriptors held at once.
+  // In groups: every temporary of a group is written (and its write-back started) before any is
+  // synced. A group of two or more values is then made durable by one syncfs(2) of the
+  // directory's file system (one journal commit and one device flush, where a sync per file
+  // flushes the device once per value); when syncfs fails, each value is synced on its own, so
+  // an error is the failing value's own. Every value is durable before its rename. The group
+  // bounds the descriptors held at once.
   std::vector<PendingPut> group;
   group.reserve(std::min(entries.size(), kFsPutGroup));
   for (size_t first = 0; first < entries.size(); first += kFsPutGroup) {
     const size_t end = std::min(entries.size(), first + kFsPutGroup);
     group.clear();
+    size_t begun = 0;
     for (size_t i = first; i < end; ++i) {
       group.emplace_back();
       entries[i].status = BeginPut(&entries[i], &cipher, &group.back());
+      if (entries[i].status.ok()) ++begun;
+    }
+    bool synced = false;
+    if (options_.fsync && begun >= 2) {
+      synced = g_syncfs.load(std::memory_order_relaxed)(dir_fd_.get()) == 0;
+      if (synced) counters_->group_syncs.fetch_add(1, std::memory_order_relaxed);
     }
     for (size_t i = first; i < end; ++i) {
       RemotePut& e = entries[i];
-      if (e.status.ok()) e.status = FinishPut(&group[i - first]);
+      if (e.status.ok()) e.status = FinishPut(&group[i - first], synced);
       if (e.status.ok()) {
         counters_->puts.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -306,10 +319,11 @@ Status FsStore::BeginPut(RemotePut* e, RemoteCipher* cipher, PendingPut* out) {
   return s;
 }
 
-Status FsStore::FinishPut(PendingPut* p) {
+Status FsStore::FinishPut(PendingPut* p, bool synced) {
   Status s = Status::Ok();
-  if (options_.fsync && ::fdatasync(p->fd.get()) != 0) {
-    s = Status::FromErrno(errno, p->what + ": fdatasync");
+  if (options_.fsync && !synced) {
+    counters_->value_syncs.fetch_add(1, std::memory_order_relaxed);
+    if (::fdatasync(p->fd.get()) != 0) s = Status::FromErrno(errno, p->what + ": fdatasync");
   }
   if (s.ok()) s = p->fd.Close();
   if (s.ok() &&
@@ -563,7 +577,13 @@ FsStoreStats FsStore::FsStats() const {
           .evicted_bytes = c.evicted_bytes.load(std::memory_order_relaxed),
           .stale_temporaries = c.stale_temporaries.load(std::memory_order_relaxed),
           .bytes_seen = c.bytes_seen.load(std::memory_order_relaxed),
-          .values_seen = c.values_seen.load(std::memory_order_relaxed)};
+          .values_seen = c.values_seen.load(std::memory_order_relaxed),
+          .group_syncs = c.group_syncs.load(std::memory_order_relaxed),
+          .value_syncs = c.value_syncs.load(std::memory_order_relaxed)};
+}
+
+void FsStore::SetSyncFsForTesting(int (*syncfs_fn)(int)) {
+  g_syncfs.store(syncfs_fn != nullptr ? syncfs_fn : &::syncfs, std::memory_order_relaxed);
 }
 
 Status FsStore::SweepNow() {

@@ -11,11 +11,13 @@
 // insecure_plaintext. An expired value is a miss, and is removed when a read or Exists finds it.
 //
 // Publishing is atomic: a put writes a temporary ".<name>.tmp.<16 random hex>" beside the file
-// (O_EXCL, O_NOFOLLOW), syncs it (with `fsync`), and renames it over the name; a reader sees the
-// whole value or none. A batch writes up to kFsPutGroup temporaries before it syncs the first, so
-// their syncs share journal commits. A get verifies every value (length, header and payload
-// CRCs, key, layout digest; with a keyring its GCM tag first) and fails closed to a miss,
-// counted as corrupt, mismatched or refused, as RedisStore's gets do.
+// (O_EXCL, O_NOFOLLOW), makes it durable (with `fsync`), and renames it over the name; a reader
+// sees the whole value or none. A batch writes up to kFsPutGroup temporaries, then makes them
+// durable together with one syncfs(2) of the directory's file system (one device flush for the
+// group; it also writes back whatever else is dirty on that file system), or, for a single value
+// or when syncfs fails, with one fdatasync per value. A get verifies every value (length, header
+// and payload CRCs, key, layout digest; with a keyring its GCM tag first) and fails closed to a
+// miss, counted as corrupt, mismatched or refused, as RedisStore's gets do.
 //
 // Eviction: a sweeper thread walks the folders every sweep_interval_ms (with jitter, so nodes do
 // not sweep in step), removes values older than max_age_s and, above bytes_max, the oldest until
@@ -92,6 +94,8 @@ struct FsStoreStats {
   uint64_t stale_temporaries = 0;  // Dead writers' temporaries removed.
   uint64_t bytes_seen = 0;         // What the last sweep found in the directory.
   uint64_t values_seen = 0;
+  uint64_t group_syncs = 0;  // Groups of values made durable by one syncfs.
+  uint64_t value_syncs = 0;  // Values made durable by their own fdatasync.
 };
 
 class FsStore final : public RemoteStore {
@@ -118,6 +122,9 @@ class FsStore final : public RemoteStore {
   std::string KeyName(const BlockKey& key) const;
   // The path of a block's file, relative to the directory.
   std::string RelativePath(const BlockKey& key) const;
+  // Puts call `syncfs_fn` in place of syncfs(2) from now on, in every store of the process;
+  // nullptr restores syncfs. For tests of the fallback to one sync per value.
+  static void SetSyncFsForTesting(int (*syncfs_fn)(int));
 
  private:
   struct Counters;
@@ -131,9 +138,10 @@ class FsStore final : public RemoteStore {
     UniqueFd fd;
   };
   // Writes the value to a new temporary and starts its write-back; on error the temporary is
-  // gone. FinishPut syncs it (with `fsync`), closes it and renames it over the value's name.
+  // gone. FinishPut syncs it (with `fsync`, unless `synced`: its group's syncfs made it durable),
+  // closes it and renames it over the value's name.
   Status BeginPut(RemotePut* e, RemoteCipher* cipher, PendingPut* out);
-  Status FinishPut(PendingPut* p);
+  Status FinishPut(PendingPut* p, bool synced);
   void AbandonPut(PendingPut* p);  // Closes and removes the temporary.
   void GetOne(RemoteGet* e, RemoteCipher* cipher);
   // Stats a value's file (never following a link) and checks its kind and size.

@@ -5,11 +5,14 @@
 // oldest first down to 90 %, a hit renewing a value's time; two stores on one directory (two
 // nodes) writing and sweeping at once lose nothing below the bound and leave only verified
 // values; a write that fails (the file size limit) publishes nothing and leaves no temporary, also
-// in the middle of a batch published in groups under a descriptor limit one group fits; an
-// untrusted directory and incomplete options are refused with the option's name.
+// in the middle of a batch published in groups under a descriptor limit one group fits; a group
+// of values is made durable by one syncfs, a single value by its own fdatasync, and a failed
+// syncfs falls back to one fdatasync per value with every value still published; an untrusted
+// directory and incomplete options are refused with the option's name.
 // Method: FsStore on a fresh temporary directory; files damaged, planted and aged with POSIX
 // calls (utimensat sets the times the sweeps read); RLIMIT_FSIZE makes writes fail and
-// RLIMIT_NOFILE bounds the descriptors.
+// RLIMIT_NOFILE bounds the descriptors; FsStore::SetSyncFsForTesting puts a failing syncfs in
+// place, and FsStats counts the syncs of each kind.
 #include "tiers/fs/fs_store.h"
 
 #include <dirent.h>
@@ -20,6 +23,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -469,6 +474,76 @@ TEST_P(FsStoreTest, ABatchIsPublishedInGroupsAndOneFailureStaysItsOwn) {
   EXPECT_EQ(ValueFiles(dir_).size(), kValues - 1);  // No temporary beside the values.
   EXPECT_EQ(s->Stats().errors, 1u);
   EXPECT_EQ(s->Stats().puts, kValues - 1);
+  EXPECT_EQ(s->FsStats().group_syncs, 4u);  // One syncfs per group, the failed value's included.
+  EXPECT_EQ(s->FsStats().value_syncs, 0u);
+}
+
+std::atomic<int> failing_syncfs_calls{0};
+
+int FailingSyncFs(int /*fd*/) {
+  failing_syncfs_calls.fetch_add(1);
+  errno = EIO;
+  return -1;
+}
+
+// Puts `count` values with keys from `first` in one batch; each must be published and read back
+// byte for byte.
+void PutAndReadBack(FsStore& s, uint32_t first, size_t count) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<RemotePut> puts;
+  for (size_t i = 0; i < count; ++i) {
+    payloads.push_back(Payload(first + static_cast<uint32_t>(i), 2000 + 10 * i));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    puts.push_back(RemotePut{.key = Key(first + static_cast<uint32_t>(i)),
+                             .codec_id = 3,
+                             .raw_bytes = static_cast<uint32_t>(payloads[i].size()),
+                             .payload = payloads[i]});
+  }
+  ASSERT_TRUE(s.Put(puts).ok());
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_TRUE(puts[i].status.ok()) << i << ": " << puts[i].status.ToString();
+    std::vector<std::byte> buf(payloads[i].size());
+    RemoteGet g{.key = puts[i].key, .dst = buf};
+    ASSERT_TRUE(s.Get(std::span(&g, 1)).ok());
+    ASSERT_TRUE(g.status.ok()) << i << ": " << g.status.ToString();
+    EXPECT_EQ(buf, payloads[i]) << i;
+  }
+}
+
+// A group is synced once with syncfs, a single value with its own fdatasync; when syncfs fails,
+// each value of the group is synced on its own and every one is still published; without
+// `fsync` nothing is synced.
+TEST_P(FsStoreTest, AGroupIsSyncedOnceAndAFailedSyncfsFallsBackToEachValue) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  PutAndReadBack(*s, 0, 1);
+  EXPECT_EQ(s->FsStats().group_syncs, 0u);
+  EXPECT_EQ(s->FsStats().value_syncs, 1u);
+  PutAndReadBack(*s, 100, 10);
+  EXPECT_EQ(s->FsStats().group_syncs, 1u);
+  EXPECT_EQ(s->FsStats().value_syncs, 1u);
+
+  failing_syncfs_calls = 0;
+  FsStore::SetSyncFsForTesting(&FailingSyncFs);
+  PutAndReadBack(*s, 200, 10);
+  FsStore::SetSyncFsForTesting(nullptr);
+  EXPECT_EQ(failing_syncfs_calls.load(), 1);
+  EXPECT_EQ(s->FsStats().group_syncs, 1u);
+  EXPECT_EQ(s->FsStats().value_syncs, 11u);
+  EXPECT_EQ(s->Stats().errors, 0u);
+  EXPECT_EQ(ValueFiles(dir_).size(), 21u);
+
+  FsStoreOptions no_sync = Options(GetParam());
+  no_sync.fsync = false;
+  std::unique_ptr<FsStore> quick = Open(std::move(no_sync));
+  ASSERT_NE(quick, nullptr);
+  FsStore::SetSyncFsForTesting(&FailingSyncFs);
+  PutAndReadBack(*quick, 300, 10);
+  FsStore::SetSyncFsForTesting(nullptr);
+  EXPECT_EQ(failing_syncfs_calls.load(), 1);  // Not called again.
+  EXPECT_EQ(quick->FsStats().group_syncs, 0u);
+  EXPECT_EQ(quick->FsStats().value_syncs, 0u);
 }
 
 TEST(FsStoreOpenTest, UntrustedDirectoriesAndIncompleteOptionsAreRefused) {
