@@ -301,30 +301,37 @@ Status EngineImpl::Prefetch(const Namespace& ns, std::span<const uint32_t> token
 }
 
 Status EngineImpl::PinChunk(const Hash256& chunk) {
-  std::vector<BlockKey> pinned;
-  for (uint32_t l = 0; l < options_.layout.layers; ++l) {
-    const BlockKey key{.chunk_hash = chunk, .layer = l};
-    Status s;
-    for (uint32_t attempt = 0; attempt < 2; ++attempt) {
-      {
-        MutexLock lock(&mu_);
-        if (ReadableTier(key, NowWallUs()).has_value()) {
+  const uint32_t layers = options_.layout.layers;
+  std::vector<bool> done(layers, false);
+  std::vector<BlockKey> pinned, missing;
+  // The layers in memory are pinned at once; the others are promoted in one batch, then pinned.
+  // A block that left memory between its promotion and its pin is promoted once more.
+  for (uint32_t attempt = 0; attempt < 2; ++attempt) {
+    missing.clear();
+    {
+      MutexLock lock(&mu_);
+      const uint64_t now = NowWallUs();
+      for (uint32_t l = 0; l < layers; ++l) {
+        if (done[l]) continue;
+        const BlockKey key{.chunk_hash = chunk, .layer = l};
+        if (ReadableTier(key, now).has_value()) {
           table_.Pin(key);
-          s = Status::Ok();
-          break;
+          pinned.push_back(key);
+          done[l] = true;
+        } else {
+          missing.push_back(key);
         }
       }
-      s = PromoteFromBelow(key);
-      if (!s.ok()) break;
-      s = Status::Busy("block left memory while being pinned");
     }
+    if (missing.empty()) return Status::Ok();
+    const Status s = PromoteFromBelow(missing);
     if (!s.ok()) {
       Unpin(pinned);
       return s;
     }
-    pinned.push_back(key);
   }
-  return Status::Ok();
+  Unpin(pinned);
+  return Status::Busy("block left memory while being pinned");
 }
 
 Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t> tokens) {

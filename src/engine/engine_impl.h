@@ -223,11 +223,13 @@ class EngineImpl final : public Engine {
   void WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
                         std::span<const std::span<std::byte>> encode_buffers, WriteDone then,
                         Post post = {}) KV_EXCLUDES(mu_);
-  // Copies `key` from the first local tier below memory that has it into a host slot, evicting
-  // (with write-back) if needed: Pin's synchronous promotion (ahead-of-need promotions are
-  // PlanPromotion's). OK also when it is already in memory; NotFound when no local tier has it;
-  // Busy when no slot can be had.
-  Status PromoteFromBelow(const BlockKey& key) KV_EXCLUDES(mu_);
+  // Copies `keys` from the first local tier below memory that has each into host slots,
+  // evicting (with write-back) if needed, in one batched read per tier (of at most
+  // kLoadStagingBatchMax blocks): Pin's synchronous promotion (ahead-of-need promotions are
+  // PlanPromotion's). OK when every key is in memory (some may have been already); else the
+  // first problem: NotFound when no local tier has a key (the keys after it are not promoted),
+  // Busy when no slot can be had, a read's own status. Blocks read are published either way.
+  Status PromoteFromBelow(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
 
   ThreadPool* pool() { return pool_.get(); }
   DeviceTier* device() { return device_.get(); }

@@ -1,16 +1,17 @@
 // Goal: show that the Engine serves exactly the bytes that were stored, for every layer and chunk,
-// from whichever tier holds them (device, host, CXL, SSD), and that its guards hold: partial
-// tails and other tenants' salts never match, expired blocks are misses, pinned blocks stay, a
-// store into an all-pinned tier returns Busy quickly, the sink chunk outlives normal chunks, a
-// corrupted SSD record fails its layer closed (NotFound) instead of serving wrong bytes, an SSD
-// block that cannot be read or decoded is erased so that it is stored again, the SSD contents are
-// found again after a restart (also by an engine opened with another codec), host slots reach the
-// SSD without a staging copy, a Store leaves write-back to the cleaner (Busy meanwhile), and the
-// device backend is chosen as EngineOptions::device_backend says.
+// from whichever tier holds them (device, host, CXL, SSD), and that its guards hold: partial tails
+// and other tenants' salts never match, expired blocks are misses, pinned blocks stay (Pin reads a
+// chunk's blocks from the SSD in one batch), a store into an all-pinned tier returns Busy quickly,
+// the sink chunk outlives normal chunks, a corrupted SSD record fails its layer closed (NotFound)
+// instead of serving wrong bytes, an SSD block that cannot be read or decoded is erased so that it
+// is stored again, the SSD contents are found again after a restart (also by an engine opened with
+// another codec), host slots reach the SSD without a staging copy, a Store leaves write-back to the
+// cleaner (Busy meanwhile), and the device backend is chosen as EngineOptions::device_backend says.
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
-// the SSD tier; a ManualClock for TTLs.
+// the SSD tier; a ManualClock for TTLs. Pin's promotion from the SSD is watched through a tier
+// factory that wraps the standard tiers and records the size of every read batch.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "engine/lower_tier_factory.h"
 #include "testing/fault_injection_env.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
@@ -62,6 +64,63 @@ std::vector<std::byte> Payload(const Hash256& chunk, uint32_t layer, uint64_t by
 }
 
 std::vector<uint32_t> Tokens(uint32_t seed, size_t n) { return TestTokens(seed, n); }
+
+// A tier below memory that forwards every call to the real one and records the items of each
+// ReadBatch call.
+class ReadRecordingTier final : public Tier {
+ public:
+  ReadRecordingTier(std::unique_ptr<Tier> inner, std::vector<size_t>* batches, Mutex* mu)
+      : inner_(std::move(inner)), batches_(batches), mu_(mu) {}
+  std::string_view name() const override { return inner_->name(); }
+  TierCapabilities capabilities() const override { return inner_->capabilities(); }
+  size_t batch_max() const override { return inner_->batch_max(); }
+  uint64_t ReadBufferBytes(uint64_t payload_bytes) const override {
+    return inner_->ReadBufferBytes(payload_bytes);
+  }
+  void ReadBatch(std::span<TierRead> reads, Callback done) override {
+    {
+      MutexLock lock(mu_);
+      batches_->push_back(reads.size());
+    }
+    inner_->ReadBatch(reads, std::move(done));
+  }
+  void WriteBatch(std::span<TierWrite> writes, Callback done) override {
+    inner_->WriteBatch(writes, std::move(done));
+  }
+  Status Contains(std::span<TierContains> items) override { return inner_->Contains(items); }
+  Status Erase(std::span<const BlockKey> keys) override { return inner_->Erase(keys); }
+  Status Flush() override { return inner_->Flush(); }
+  TierStoreStats Stats() override { return inner_->Stats(); }
+  Status Close() override { return inner_->Close(); }
+
+ private:
+  std::unique_ptr<Tier> inner_;
+  std::vector<size_t>* batches_;
+  Mutex* mu_;
+};
+
+// StandardLowerTiers, each tier wrapped in a ReadRecordingTier.
+class ReadRecordingFactory final : public LowerTierFactory {
+ public:
+  Status Validate(const EngineOptions& options) const override {
+    return StandardLowerTiers().Validate(options);
+  }
+  Result<OpenedLowerTiers> Open(const EngineOptions& options,
+                                const LowerTierContext& context) const override {
+    KV_ASSIGN_OR_RETURN(OpenedLowerTiers out, StandardLowerTiers().Open(options, context));
+    for (OpenedLowerTier& t : out.tiers) {
+      t.tier = std::make_unique<ReadRecordingTier>(std::move(t.tier), &batches, &mu);
+    }
+    return out;
+  }
+  std::vector<size_t> Batches() const {
+    MutexLock lock(&mu);
+    return batches;
+  }
+
+  mutable Mutex mu;
+  mutable std::vector<size_t> batches;
+};
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -589,6 +648,34 @@ TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
   for (size_t c = 1; c <= 4; ++c) ASSERT_TRUE(StoreChunksRetrying(*e, ns, big, c).ok());
   EXPECT_EQ(e->Lookup(ns, big)->matched_tokens, 4 * kBlockTokens);
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, big, 4)));
+}
+
+// Pin promotes the layers of each chunk that only the SSD holds in one batched read, pins the
+// leading cached chunks and stops at the first chunk no tier holds; the pinned blocks are the
+// stored bytes, from host memory.
+TEST_F(EngineTest, PinPromotesEachChunkFromTheSsdInOneReadBatch) {
+  const std::vector<uint32_t> tokens = Tokens(15, 4 * kBlockTokens);
+  Namespace ns;
+  {
+    std::unique_ptr<Engine> e = OpenOrDie(Options(0, 16, true));
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    ASSERT_TRUE(StoreChunks(*e, ns, tokens, 3).ok());  // The fourth chunk is never stored.
+    ASSERT_TRUE(e->Flush().ok());
+  }
+  ReadRecordingFactory factory;
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(Options(0, 16, true), &factory);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Engine& e = **opened;
+  ASSERT_EQ(e.Lookup(ns, tokens)->chunk_tiers, std::vector<TierKind>(3, TierKind::kSsd));
+  Result<PinHandle> pin = e.Pin(ns, tokens);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  EXPECT_EQ(pin->chunks(), 3u);
+  EXPECT_EQ(factory.Batches(), std::vector<size_t>(3, kLayers));
+  EXPECT_EQ(e.Stats().tiers.front().promotions, 3u * kLayers);
+  EXPECT_EQ(e.Lookup(ns, tokens)->chunk_tiers, std::vector<TierKind>(3, TierKind::kHost));
+  EXPECT_TRUE(AllOk(LoadAndCheck(e, ns, tokens, 3)));
+  EXPECT_EQ(factory.Batches().size(), 3u);  // The load read host memory only.
 }
 
 TEST_F(EngineTest, PinHandleMayOutliveEngine) {

@@ -254,44 +254,64 @@ std::span<const std::byte> EngineImpl::RawForWrite(MemTier t, uint32_t slot,
   return staging.first(block_bytes_);
 }
 
-Status EngineImpl::PromoteFromBelow(const BlockKey& key) {
-  uint32_t slot = 0;
-  size_t below = 0;
-  uint64_t expiry = 0;
+Status EngineImpl::PromoteFromBelow(std::span<const BlockKey> keys) {
+  // Per tier below memory, the blocks to read into the host slots reserved for them.
+  std::vector<std::vector<TierReadItem>> from(tiers_.size());
+  Status first;
   {
     MutexLock lock(&mu_);
-    if (!FindBelow(key, &below, &expiry)) {
-      return Status::NotFound("in no local tier below memory: " + key.ToString());
+    for (const BlockKey& key : keys) {
+      size_t below = 0;
+      uint64_t expiry = 0;
+      if (!FindBelow(key, &below, &expiry)) {
+        first = Status::NotFound("in no local tier below memory: " + key.ToString());
+        break;
+      }
+      const BlockEntry* e = table_.Find(key);
+      if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting)) {
+        continue;  // Already (or about to be) in memory.
+      }
+      Result<uint32_t> slot =
+          AllocateSlot(MemTier::kHost, VictimFilter::kAny, EvictWrites::kToCleaner);
+      if (!slot.ok()) {
+        first = slot.status();
+        break;
+      }
+      e = table_.Find(key);
+      if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting ||
+                           e->copy(MemTier::kHost) != CopyState::kNone)) {
+        // While the lock was dropped another promotion or a Store took the key: theirs wins (a
+        // reserved entry's slots belong to its writer).
+        host_->Free(*slot);
+        continue;
+      }
+      table_.Reserve(key, MemTier::kHost, *slot);
+      table_.SetExpiry(key, expiry);
+      clocks_[TierIndex(MemTier::kHost)]->Assign(*slot, key, expiry != 0);
+      from[below].push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
     }
-    const BlockEntry* e = table_.Find(key);
-    if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting)) {
-      return Status::Ok();  // Already (or about to be) in memory.
-    }
-    KV_ASSIGN_OR_RETURN(slot,
-                        AllocateSlot(MemTier::kHost, VictimFilter::kAny, EvictWrites::kToCleaner));
-    e = table_.Find(key);
-    if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting ||
-                         e->copy(MemTier::kHost) != CopyState::kNone)) {
-      // While the lock was dropped another promotion or a Store took the key: theirs wins (a
-      // reserved entry's slots belong to its writer).
-      host_->Free(slot);
-      return Status::Ok();
-    }
-    table_.Reserve(key, MemTier::kHost, slot);
-    table_.SetExpiry(key, expiry);
-    clocks_[TierIndex(MemTier::kHost)]->Assign(slot, key, expiry != 0);
   }
-  TierReadItem item{.key = key, .dst = {host_->SlotData(slot), block_bytes_}};
-  ReadFromTier(below, std::span(&item, 1));
+  for (size_t below = 0; below < from.size(); ++below) {
+    std::span<TierReadItem> items = from[below];
+    for (size_t base = 0; base < items.size(); base += kLoadStagingBatchMax) {
+      const size_t n = std::min<size_t>(kLoadStagingBatchMax, items.size() - base);
+      ReadFromTier(below, items.subspan(base, n));
+    }
+  }
   MutexLock lock(&mu_);
-  if (item.corrupt) ++stats_.corrupt_blocks;
-  if (!item.status.ok()) {
-    FreeSlot(MemTier::kHost, table_.Abort(key, MemTier::kHost));
-    return item.status;
+  for (const std::vector<TierReadItem>& items : from) {
+    for (const TierReadItem& item : items) {
+      if (item.corrupt) ++stats_.corrupt_blocks;
+      if (!item.status.ok()) {
+        FreeSlot(MemTier::kHost, table_.Abort(item.key, MemTier::kHost));
+        if (first.ok()) first = item.status;
+        continue;
+      }
+      table_.Publish(item.key, MemTier::kHost);
+      ++counters_[TierIndex(MemTier::kHost)].promotions;
+    }
   }
-  table_.Publish(key, MemTier::kHost);
-  ++counters_[TierIndex(MemTier::kHost)].promotions;
-  return Status::Ok();
+  return first;
 }
 
 }  // namespace kvtier
