@@ -55,6 +55,13 @@ struct BenchEngineReport {
   // to back: steadier than the ratio of the two medians when the machine's speed drifts.
   double service_put_paired = 0, service_get_paired = 0;
   std::optional<RemoteTierOptions> remote_tier;  // From --redis, checked before anything runs.
+  // Part 3: after a restart, Pin of each session's first turn (its blocks only on the SSD)
+  // beside Load of the same blocks, each from a freshly reopened engine.
+  std::string trace_namespace;                        // The trace's namespace name (its salt).
+  std::vector<std::vector<uint32_t>> first_turns;     // Each session's first turn, whole chunks.
+  uint64_t pin_blocks = 0;                            // Blocks pinned per session.
+  double pin_ms_median = 0, pin_load_ms_median = 0;  // Over sessions.
+  double pin_over_load_paired = 0;  // Median over sessions of pin / load time.
 };
 
 namespace {
@@ -209,6 +216,10 @@ void PrintText(const BenchEngineReport& r) {
               static_cast<unsigned long long>(r.ssd_evictions));
   std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
               r.load_ms_median, r.store_ms_median, r.request_ms_median);
+  std::printf("after a restart, %llu blocks from the SSD (medians over sessions)  pin %.2f ms  "
+              "load %.2f ms  pin/load %.2fx\n",
+              static_cast<unsigned long long>(r.pin_blocks), r.pin_ms_median,
+              r.pin_load_ms_median, r.pin_over_load_paired);
 }
 
 // The report's "trace" object.
@@ -273,6 +284,13 @@ void PrintJson(const BenchEngineReport& r) {
     j["service"] = sv;
   }
   j["trace"] = TraceJson(r);
+  nlohmann::ordered_json pin;
+  pin["sessions"] = r.pin_blocks == 0 ? 0 : r.first_turns.size();
+  pin["blocks"] = r.pin_blocks;
+  pin["pin_ms_median"] = r.pin_ms_median;
+  pin["load_ms_median"] = r.pin_load_ms_median;
+  pin["pin_over_load_paired"] = r.pin_over_load_paired;
+  j["pin_after_restart"] = pin;
   std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
@@ -381,8 +399,8 @@ struct ServiceBench {
 
 BenchEngine::BenchEngine(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "engine", "Host tier put/get beside memcpy, and a multi-turn chat trace replayed "
-                    "through host + SSD (+ Redis) tiers")) {
+          "engine", "Host tier put/get beside memcpy, a multi-turn chat trace replayed "
+                    "through host + SSD (+ Redis) tiers, and Pin beside Load after a restart")) {
   app_->add_option("--layers", layers_, "Layers of the KV layout (default 4)")
       ->check(WholeNumber(1, kLayersMax));
   app_->add_option("--kv-heads", kv_heads_, "KV heads (default 8)")
@@ -584,8 +602,8 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
                       OpenTraceEngine(*report, host_bytes, scratch, &logger));
   // Every run gets its own salt, so a shared Redis never serves a previous run's blocks.
   std::mt19937_64 rng(seed_ + 7);
-  KV_ASSIGN_OR_RETURN(const Namespace ns,
-                      engine->MakeNamespace("bench-" + std::to_string(std::random_device{}())));
+  report->trace_namespace = "bench-" + std::to_string(std::random_device{}());
+  KV_ASSIGN_OR_RETURN(const Namespace ns, engine->MakeNamespace(report->trace_namespace));
   const size_t max_blocks = (final_tokens / layout.block_tokens) * layout.layers;
   KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> buffers, Buffers(max_blocks, block));
   std::vector<std::vector<uint32_t>> prompts(sessions_);
@@ -640,6 +658,60 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
   report->load_ms_median = Median(load_ms);
   report->store_ms_median = Median(store_ms);
   report->request_ms_median = Median(request_ms);
+  // Part 3 pins each session's first turn, or as many of its chunks as half the host tier holds.
+  const size_t first_chunks = std::min<size_t>(first_tokens_ / layout.block_tokens,
+                                                host_bytes / (2 * block * layout.layers));
+  for (const std::vector<uint32_t>& prompt : prompts) {
+    report->first_turns.emplace_back(prompt.begin(),
+                                     prompt.begin() + static_cast<std::ptrdiff_t>(
+                                                          first_chunks * layout.block_tokens));
+  }
+  return engine->Flush();  // Part 3 reopens the SSD tier.
+}
+
+Status BenchEngine::RunPin(const std::string& scratch, BenchEngineReport* report) {
+  const KvLayout& layout = report->layout;
+  report->pin_blocks = report->first_turns.front().size() / layout.block_tokens * layout.layers;
+  if (report->pin_blocks == 0) return Status::Ok();  // A first turn shorter than a chunk.
+  KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> buffers,
+                      Buffers(report->pin_blocks, layout.BlockBytes()));
+  StderrLogger logger(CliLogLevel());
+  // Each measure opens an engine on the trace's SSD tier, so that the blocks are on the SSD
+  // only; the host tier holds a first turn (TraceHostBytes: at least twice the largest turn).
+  auto reopen = [&]() -> Result<std::pair<std::unique_ptr<Engine>, Namespace>> {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                        OpenTraceEngine(*report, report->trace_host_bytes, scratch, &logger));
+    KV_ASSIGN_OR_RETURN(Namespace ns, engine->MakeNamespace(report->trace_namespace));
+    return std::pair(std::move(engine), std::move(ns));
+  };
+  std::vector<double> pin_ms, load_ms, ratios;
+  for (const std::vector<uint32_t>& turn : report->first_turns) {
+    if (Interrupted()) return Status::Aborted("interrupted");
+    const size_t chunks = turn.size() / layout.block_tokens;
+    {
+      KV_ASSIGN_OR_RETURN(auto opened, reopen());
+      const Stopwatch w;
+      KV_ASSIGN_OR_RETURN(PinHandle pin, opened.first->Pin(opened.second, turn));
+      pin_ms.push_back(w.Seconds() * 1e3);
+      if (pin.chunks() != chunks) {
+        return Status::Aborted("bench engine: pinned " + std::to_string(pin.chunks()) + " of " +
+                               std::to_string(chunks) + " chunks after the restart");
+      }
+    }
+    KV_ASSIGN_OR_RETURN(auto opened, reopen());
+    const Stopwatch w;
+    KV_ASSIGN_OR_RETURN(
+        std::unique_ptr<LoadHandle> h,
+        opened.first->Load(opened.second, turn,
+                           Spans<std::byte>(buffers, 0, chunks * layout.layers,
+                                            layout.BlockBytes())));
+    KV_RETURN_IF_ERROR(h->Wait());
+    load_ms.push_back(w.Seconds() * 1e3);
+    ratios.push_back(pin_ms.back() / std::max(load_ms.back(), 1e-6));
+  }
+  report->pin_ms_median = Median(pin_ms);
+  report->pin_load_ms_median = Median(load_ms);
+  report->pin_over_load_paired = Median(ratios);
   return Status::Ok();
 }
 
@@ -657,6 +729,7 @@ Status BenchEngine::Run() {
   const ScopedRemoval removal(scratch);
   KV_RETURN_IF_ERROR(RunPutGet(&report));
   KV_RETURN_IF_ERROR(RunTrace(scratch, &report));
+  KV_RETURN_IF_ERROR(RunPin(scratch, &report));
   Print(report, json_);
   return Status::Ok();
 }

@@ -1,4 +1,4 @@
-// `kvtier bench engine`: the engine's own data path, in two parts.
+// `kvtier bench engine`: the engine's own data path, in three parts.
 //
 // 1. Host tier throughput: Store and then Lookup + Load of --put-bytes of KV blocks through an
 //    engine with a host tier only, beside memcpy of the same bytes between the same buffers in the
@@ -11,6 +11,11 @@
 //    the cached prefix, Store of the new chunks. Reported: hit ratio per tier (blocks served by
 //    the tier / blocks of the requests' full chunks), bytes per link (block bytes, decoded),
 //    evictions, and medians of the per-request Load and Store times.
+// 3. After a restart: the trace's engine is flushed and closed; for each session, an engine
+//    reopened on the same SSD tier pins the session's first turn (whole chunks; every block only
+//    on the SSD, so Pin promotes it into the host tier), then another reopened engine loads the
+//    same blocks. Reported: medians over sessions of the Pin and Load times, and of their ratio
+//    (Pin reads what Load reads, into host slots instead of the caller's buffers).
 //
 // With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve),
 // a service round after each in-process round: the same Store and Lookup + Load from buffers in the connection's shared staging
@@ -50,6 +55,7 @@ class BenchEngine {
   Status ConnectService(BenchEngineReport* report);
   Result<uint64_t> TraceHostBytes(const KvLayout& layout) const;
   Status RunTrace(const std::string& scratch, BenchEngineReport* report);
+  Status RunPin(const std::string& scratch, BenchEngineReport* report);
 
   CLI::App* app_;
   uint32_t layers_ = 4, kv_heads_ = 8, head_dim_ = 128, block_tokens_ = 256;

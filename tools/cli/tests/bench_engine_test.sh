@@ -2,7 +2,8 @@
 # Goal: `kvtier bench engine` prints one JSON object with the host tier's put/get throughput
 # beside memcpy (all > 0, with their ratios) and a multi-turn trace replayed through host + SSD
 # tiers whose small host tier makes blocks spill: hit ratios per tier in [0, 1] with both tiers
-# serving hits, bytes per link > 0, evictions, medians, Busy retries counted; with --redis, the
+# serving hits, bytes per link > 0, evictions, medians, Busy retries counted, and Pin beside Load
+# of each session's first turn after a restart (times > 0); with --redis, the
 # remote tier's hit ratio and bytes too (blocks put into it > 0, no failed puts); the SSD scratch
 # directory is gone afterwards (and after Ctrl-C, exit 130); text output names each part; bad
 # flags exit 2 with one line.
@@ -72,6 +73,13 @@ for k in ["load_ms_median", "store_ms_median", "request_ms_median"]:
         errors.append(f"trace.{k} = {t[k]}")
 if not t["blocks_requested"] > 0 or not t["blocks_stored"] > 0:
     errors.append("no blocks")
+# Part 3: each session's first turn (4 chunks of 2 layers) pinned from the SSD after a restart.
+p = j["pin_after_restart"]
+if p["sessions"] != 3 or p["blocks"] != 8:
+    errors.append(f"pin_after_restart {p}")
+for k in ["pin_ms_median", "load_ms_median", "pin_over_load_paired"]:
+    if not p[k] > 0:
+        errors.append(f"pin_after_restart.{k} = {p[k]}")
 # Stores that found only dirty victims were Busy while the cleaner wrote them back, and retried.
 if not (isinstance(t.get("store_busy_retries"), int) and t["store_busy_retries"] >= 0):
     errors.append(f"store_busy_retries {t.get('store_busy_retries')}")
@@ -95,7 +103,8 @@ fi
 rc=0
 "$KVTIER" bench engine "${SMALL[@]}" --trace-host-bytes 256KiB >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -eq 0 ]] || fail "bench engine (text): exit $rc: $(cat "$TMP/err")"
-for needle in "put (Store)" "get (Lookup+Load)" "memcpy" "hit ratio" "host<-ssd" "evictions"; do
+for needle in "put (Store)" "get (Lookup+Load)" "memcpy" "hit ratio" "host<-ssd" "evictions" \
+              "pin/load"; do
   grep -qF "$needle" "$TMP/out" || fail "text output lacks '$needle': $(cat "$TMP/out")"
 done
 
