@@ -77,6 +77,7 @@ class ReadRecordingTier final : public Tier {
   uint64_t ReadBufferBytes(uint64_t payload_bytes) const override {
     return inner_->ReadBufferBytes(payload_bytes);
   }
+  uint64_t PayloadOffset() const override { return inner_->PayloadOffset(); }
   void ReadBatch(std::span<TierRead> reads, Callback done) override {
     {
       MutexLock lock(mu_);

@@ -105,7 +105,7 @@ struct Config {
 Harness Make(const Config& c) {
   Harness h;
   const KvLayout layout = Layout();
-  const uint32_t host_slot = OffloadedSequence::HostSlotBytes(layout, true, c.ladder);
+  const uint32_t host_slot = offload_test::SsdHostSlotBytes(layout, c.ladder);
   h.tiers = OpenTestTiers(layout, c.budget, c.host_slots, true, 0, host_slot, c.fault_env);
   OffloadSequenceOptions o;
   o.layout = layout;

@@ -14,7 +14,6 @@
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "engine/offload_sequence_internal.h"
-#include "tiers/ssd_format.h"
 
 namespace kvtier {
 
@@ -24,9 +23,8 @@ using offload_internal::kNoSlot;
 using offload_internal::NowUs;
 using offload_internal::Rank;
 
-uint32_t OffloadedSequence::HostSlotBytes(
-    const KvLayout& layout, bool with_ssd,
-    const std::optional<codecs::PrecisionLadderOptions>& ladder) {
+uint64_t OffloadedSequence::PayloadBytesMax(
+    const KvLayout& layout, const std::optional<codecs::PrecisionLadderOptions>& ladder) {
   uint64_t payload = layout.BlockBytes();
   if (ladder.has_value()) {
     const codecs::BlockGeometry g = offload_internal::GeometryOf(layout);
@@ -36,7 +34,14 @@ uint32_t OffloadedSequence::HostSlotBytes(
       if (bytes.ok()) payload = std::max<uint64_t>(payload, *bytes);
     }
   }
-  const uint64_t total = (with_ssd ? ssd::kRecordPayloadOffset : 0) + payload;
+  return payload;
+}
+
+uint32_t OffloadedSequence::HostSlotBytes(
+    const KvLayout& layout, const Tier* ssd,
+    const std::optional<codecs::PrecisionLadderOptions>& ladder) {
+  const uint64_t payload = PayloadBytesMax(layout, ladder);
+  const uint64_t total = ssd != nullptr ? ssd->ReadBufferBytes(payload) : payload;
   return static_cast<uint32_t>(AlignUp(total, kDirectIoAlignment));
 }
 
@@ -70,7 +75,7 @@ OffloadedSequence::OffloadedSequence(const OffloadSequenceOptions& options,
     : options_(options),
       tiers_(tiers),
       block_bytes_(options.layout.BlockBytes()),
-      host_offset_(tiers.ssd != nullptr ? ssd::kRecordPayloadOffset : 0),
+      host_offset_(tiers.ssd != nullptr ? tiers.ssd->PayloadOffset() : 0),
       geometry_(offload_internal::GeometryOf(options.layout)),
       depth_(options.depth) {}
 
@@ -85,7 +90,7 @@ Result<std::unique_ptr<OffloadedSequence>> OffloadedSequence::Create(
     return Status::InvalidArgument("OffloadTiers: a tier's slot_bytes is below the block size");
   }
   if (tiers.host->slot_bytes() <
-      HostSlotBytes(options.layout, tiers.ssd != nullptr, options.ladder)) {
+      HostSlotBytes(options.layout, tiers.ssd, options.ladder)) {
     return Status::InvalidArgument("OffloadTiers: host slot_bytes below HostSlotBytes()");
   }
   if (options.ladder.has_value() && options.ladder_attention == LadderAttention::kQuantized) {

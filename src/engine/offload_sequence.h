@@ -116,8 +116,8 @@ class OffloadObserver {
 // then the host tier must hold whatever the device budget does not.
 // ssd is the SSD tier through the Tier interface (tiers/tier.h): the SsdTierAdapter of an
 // SsdTier (tiers/ssd_tier_adapter.h, in kvtier_tier_ssd), opened with LayoutDigest(layout), which
-// verifies every record against it. Its reads must place the payload where the SSD does
-// (ssd::kRecordPayloadOffset into the buffer); a read that does not is refused as corrupt.
+// verifies every record against it. Its reads must place the payload at the tier's
+// PayloadOffset() into the buffer; a read that does not is refused as corrupt.
 struct OffloadTiers {
   DeviceTier* device = nullptr;
   HostTier* host = nullptr;
@@ -177,9 +177,12 @@ class OffloadedSequence {
   OffloadedSequence(const OffloadedSequence&) = delete;
   OffloadedSequence& operator=(const OffloadedSequence&) = delete;
 
-  // Host slot size the sequence needs: the largest block representation (raw, or any rung of
-  // `ladder`), plus with an SSD tier the record header, rounded up to 4 KiB.
-  static uint32_t HostSlotBytes(const KvLayout& layout, bool with_ssd,
+  // The largest payload a block of the sequence may have: raw, or any rung of `ladder`.
+  static uint64_t PayloadBytesMax(const KvLayout& layout,
+                                  const std::optional<codecs::PrecisionLadderOptions>& ladder = {});
+  // Host slot size the sequence needs: PayloadBytesMax, as a whole record of `ssd` when there is
+  // one (its ReadBufferBytes: the tier's framing around the payload), rounded up to 4 KiB.
+  static uint32_t HostSlotBytes(const KvLayout& layout, const Tier* ssd,
                                 const std::optional<codecs::PrecisionLadderOptions>& ladder = {});
 
   const KvLayout& layout() const { return options_.layout; }
@@ -294,7 +297,7 @@ class OffloadedSequence {
   OffloadTiers tiers_;
   OffloadObserver* observer_ = nullptr;
   uint64_t block_bytes_;
-  size_t host_offset_;  // Of the block in a host slot: the SSD record's payload offset.
+  size_t host_offset_;  // Of the block in a host slot: the SSD tier's PayloadOffset().
   codecs::BlockGeometry geometry_;
   std::optional<codecs::PrecisionLadder> ladder_;
   std::vector<Entry> entries_;  // [layer * chunks_max + chunk].

@@ -10,7 +10,6 @@
 #include "core/assert.h"
 #include "engine/offload_sequence.h"
 #include "engine/offload_sequence_internal.h"
-#include "tiers/ssd_format.h"
 
 namespace kvtier {
 
@@ -169,7 +168,7 @@ Status OffloadedSequence::WriteDeviceToSsd(size_t index) {
   KV_CHECK(tiers_.ssd != nullptr);
   uint8_t codec = 0;
   uint32_t bytes = 0;
-  const std::span<std::byte> out = spill_.span().subspan(ssd::kRecordPayloadOffset);
+  const std::span<std::byte> out = spill_.span().subspan(host_offset_);
   KV_RETURN_IF_ERROR(EncodeInto(index, RungFor(index), out, &codec, &bytes));
   ++e.ssd_generation;
   TierWrite w;
@@ -185,7 +184,7 @@ Status OffloadedSequence::WriteDeviceToSsd(size_t index) {
   e.ssd_codec = codec;
   e.host_current = false;
   ++stats_.ssd_writes;
-  stats_.bytes_ssd_written += AlignUp(ssd::kRecordPayloadOffset + bytes, kDirectIoAlignment);
+  stats_.bytes_ssd_written += tiers_.ssd->ReadBufferBytes(bytes);
   return Status::Ok();
 }
 
@@ -242,8 +241,7 @@ Status OffloadedSequence::WriteToSsd(std::span<const size_t> indexes) {
     e.ssd_current = true;
     e.ssd_codec = e.host_codec;
     ++stats_.ssd_writes;
-    stats_.bytes_ssd_written +=
-        AlignUp(ssd::kRecordPayloadOffset + e.host_bytes, kDirectIoAlignment);
+    stats_.bytes_ssd_written += tiers_.ssd->ReadBufferBytes(e.host_bytes);
   }
   // The SSD's own code is kept (NoSpace stays NoSpace), with what was being done.
   if (!first.ok()) return first.WithContext("writing offloaded blocks to the SSD");
@@ -357,8 +355,7 @@ Status OffloadedSequence::FinishBatch(uint32_t batch) {
     e.host_codec = r.codec_id;
     e.host_bytes = static_cast<uint32_t>(r.payload.size());
     ++stats_.ssd_reads;
-    stats_.bytes_ssd_read +=
-        AlignUp(ssd::kRecordPayloadOffset + r.payload.size(), kDirectIoAlignment);
+    stats_.bytes_ssd_read += tiers_.ssd->ReadBufferBytes(r.payload.size());
   }
   rb.reads.clear();
   rb.indexes.clear();

@@ -271,7 +271,7 @@ TEST(OffloadSequenceTest, RandomizedSelectionsKeepBytesAndInvariants) {
 
 TEST(OffloadSequenceTest, CreateValidates) {
   OffloadTestTiers t = OpenTestTiers(TestLayout(), 4, 4, false, 0,
-                                     OffloadedSequence::HostSlotBytes(TestLayout(), false));
+                                     OffloadedSequence::HostSlotBytes(TestLayout(), nullptr));
   OffloadSequenceOptions o;
   o.layout = TestLayout();
   o.chunks_max = kChunks;

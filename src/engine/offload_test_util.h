@@ -14,6 +14,7 @@
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
 #include "core/kv_layout.h"
+#include "engine/offload_sequence.h"
 #include "env/env.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
@@ -86,6 +87,14 @@ struct OffloadTestTiers {
   std::unique_ptr<SsdTierAdapter> ssd;  // The SSD tier as the sequence sees it (tiers/tier.h).
 };
 
+// OffloadedSequence::HostSlotBytes with the SSD tier OpenTestTiers opens (no keyring), for
+// sizing host slots before that tier is open.
+inline uint32_t SsdHostSlotBytes(
+    const KvLayout& layout, const std::optional<codecs::PrecisionLadderOptions>& ladder = {}) {
+  return static_cast<uint32_t>(
+      SsdTierAdapter::RecordBufferBytes(OffloadedSequence::PayloadBytesMax(layout, ladder), false));
+}
+
 // Device tier of `device_slots` slots of layout.BlockBytes() (slow copies when delay_bytes > 0),
 // host tier of `host_slots`, and an SSD tier unless with_ssd is false (as a Tier: its adapter,
 // opened with LayoutDigest(layout)).
@@ -109,7 +118,7 @@ inline OffloadTestTiers OpenTestTiers(const KvLayout& layout, uint32_t device_sl
   const uint32_t host_slot_bytes =
       host_slot_bytes_override != 0
           ? host_slot_bytes_override
-          : (with_ssd ? static_cast<uint32_t>((slot_bytes + 128 + 4095) / 4096 * 4096)
+          : (with_ssd ? static_cast<uint32_t>(SsdTierAdapter::RecordBufferBytes(slot_bytes, false))
                       : slot_bytes);
   Result<std::unique_ptr<HostTier>> host =
       HostTier::Open({.capacity_bytes = uint64_t{host_slot_bytes} * host_slots,

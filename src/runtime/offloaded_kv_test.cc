@@ -82,8 +82,7 @@ Offloaded MakeOffloaded(const Model& model, uint32_t budget, uint32_t depth, Que
   Offloaded o;
   const KvLayout layout = model.config().KvLayoutFor(kBlockTokens);
   o.tiers = offload_test::OpenTestTiers(layout, budget, 60, true, delay_bytes,
-                                        OffloadedSequence::HostSlotBytes(layout, true,
-                                                                         ladder.ladder));
+                                        offload_test::SsdHostSlotBytes(layout, ladder.ladder));
   OffloadSequenceOptions so;
   so.layout = layout;
   so.chunks_max = kChunksMax;

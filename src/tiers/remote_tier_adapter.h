@@ -73,6 +73,7 @@ class RemoteTierAdapter final : public Tier {
   TierCapabilities capabilities() const override;
   size_t batch_max() const override { return kRemoteBatchMax; }
   uint64_t ReadBufferBytes(uint64_t payload_bytes) const override { return payload_bytes; }
+  uint64_t PayloadOffset() const override { return 0; }
   void ReadBatch(std::span<TierRead> reads, Callback done) override;
   void WriteBatch(std::span<TierWrite> writes, Callback done) override;
   Status Contains(std::span<TierContains> items) override;

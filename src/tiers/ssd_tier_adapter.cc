@@ -21,11 +21,17 @@ TierCapabilities SsdTierAdapter::capabilities() const {
 }
 
 uint64_t SsdTierAdapter::ReadBufferBytes(uint64_t payload_bytes) const {
+  return RecordBufferBytes(payload_bytes, ssd_->options().keyring.has_value());
+}
+
+uint64_t SsdTierAdapter::RecordBufferBytes(uint64_t payload_bytes, bool sealed) {
   // A sealed record carries its seal beside the payload (docs/ssd_format.md §3).
-  const bool sealed = ssd_->options().keyring.has_value();
   return ssd::RecordBytesForPayload(payload_bytes +
                                     (sealed ? ssd::kSealedRecordOverheadBytes : 0));
 }
+
+// The record header comes first; a sealed record is opened in place (docs/ssd_format.md).
+uint64_t SsdTierAdapter::PayloadOffset() const { return ssd::kRecordPayloadOffset; }
 
 namespace {
 

@@ -28,6 +28,10 @@ class SsdTierAdapter final : public Tier {
   TierCapabilities capabilities() const override;
   size_t batch_max() const override { return kSsdBatchEntriesMax; }
   uint64_t ReadBufferBytes(uint64_t payload_bytes) const override;
+  uint64_t PayloadOffset() const override;
+  // ReadBufferBytes of an SSD tier with or without a keyring, for a caller that sizes its buffers
+  // before the tier is open.
+  static uint64_t RecordBufferBytes(uint64_t payload_bytes, bool sealed);
   void ReadBatch(std::span<TierRead> reads, Callback done) override;
   void WriteBatch(std::span<TierWrite> writes, Callback done) override;
   Status Contains(std::span<TierContains> items) override;

@@ -110,6 +110,11 @@ class Tier {
   virtual size_t batch_max() const = 0;
   // The read buffer a record with a payload of `payload_bytes` needs.
   virtual uint64_t ReadBufferBytes(uint64_t payload_bytes) const = 0;
+  // Where a read places every record's payload in its buffer (TierRead::payload starts there):
+  // a reader that keeps whole records in its own memory and wants the payload at a fixed place
+  // (the offloaded sequence's host slots) leaves this many bytes before it. The tier's record
+  // layout stays the tier's own. ReadBufferBytes(p) >= PayloadOffset() + p.
+  virtual uint64_t PayloadOffset() const = 0;
 
   // Reads a batch into the callers' buffers. `done` receives OK unless the whole call failed
   // (more than batch_max() items, an I/O error); the outcome of each item is in its status.

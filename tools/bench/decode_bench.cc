@@ -287,8 +287,16 @@ std::optional<codecs::PrecisionLadderOptions> LadderOf(const DecodeBenchOptions&
   return o.ladder;
 }
 
+// A host slot of the offloaded sequence over the (unsealed) SSD tier the bench opens:
+// OffloadedSequence::HostSlotBytes before the tier is open.
+uint32_t SsdHostSlot(const KvLayout& layout,
+                     const std::optional<codecs::PrecisionLadderOptions>& ladder = {}) {
+  return static_cast<uint32_t>(
+      SsdTierAdapter::RecordBufferBytes(OffloadedSequence::PayloadBytesMax(layout, ladder), false));
+}
+
 uint32_t HostSlot(const DecodeBenchOptions& o, DecodeConfig config, const KvLayout& layout) {
-  return OffloadedSequence::HostSlotBytes(layout, true, LadderOf(o, config));
+  return SsdHostSlot(layout, LadderOf(o, config));
 }
 
 // Chunks of a layer at the end of the run: the context and every decoded token.
@@ -458,7 +466,7 @@ struct Runner {
   void Summarize(OffloadedSequence* seq, const TokenSamples& samples, DecodeConfigReport* r) const;
   // The probe's bandwidth; infinite (no I/O bound) while the tier holds nothing to read.
   Result<double> Probe(const std::string& tier_dir) const {
-    Result<double> b = o.ssd_probe(tier_dir, OffloadedSequence::HostSlotBytes(layout, true));
+    Result<double> b = o.ssd_probe(tier_dir, SsdHostSlot(layout));
     if (!b.ok() && b.status().code() == StatusCode::kNotFound) {
       return std::numeric_limits<double>::infinity();
     }
