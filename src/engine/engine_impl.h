@@ -189,9 +189,10 @@ class EngineImpl final : public Engine {
   void HandleClosed() { live_handles_.fetch_sub(1); }
   void CountLoadFailure() KV_EXCLUDES(mu_);
   // The tiers below memory (engine_lower.cc). `below` is a position in tiers_.
-  // Reads and decodes blocks from tier `below` (at most kLoadStagingBatchMax) without waiting
-  // for the I/O: the calling thread leases staging buffers (waiting only while every one is in
-  // flight) and issues the batch; `then` runs with the items' outcomes on a completion thread
+  // Reads and decodes blocks from tier `below` (at most the staging pool's buffers; a Load's and
+  // a promotion task's at most kLoadStagingBatchMax) without waiting for the I/O: the calling
+  // thread leases staging buffers, all at once (waiting only while too few are free), and issues
+  // the batch; `then` runs with the items' outcomes on a completion thread
   // (completions_) once the tier answered, after the decode and the release of the buffers.
   // A record the tier or the codec refuses is a miss (corrupt); a local tier's unusable records
   // are erased so that Lookup stops reporting them and the next Store rewrites them.
@@ -224,8 +225,8 @@ class EngineImpl final : public Engine {
                         std::span<const std::span<std::byte>> encode_buffers, WriteDone then,
                         Post post = {}) KV_EXCLUDES(mu_);
   // Copies `keys` from the first local tier below memory that has each into host slots,
-  // evicting (with write-back) if needed, in one batched read per tier (of at most
-  // kLoadStagingBatchMax blocks): Pin's synchronous promotion (ahead-of-need promotions are
+  // evicting (with write-back) if needed, in one batched read per tier (of at most the staging
+  // pool's buffers and the tier's batch_max()): Pin's synchronous promotion (ahead-of-need promotions are
   // PlanPromotion's). OK when every key is in memory (some may have been already); else the
   // first problem: NotFound when no local tier has a key (the keys after it are not promoted),
   // Busy when no slot can be had, a read's own status. Blocks read are published either way.

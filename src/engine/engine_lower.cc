@@ -255,7 +255,8 @@ struct TierReadBatch {
 
 void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then,
                                    Post post) {
-  KV_CHECK(items.size() <= kLoadStagingBatchMax);
+  // One lease of every buffer at once (StagingPool: a holder never waits for another buffer).
+  KV_CHECK(items.size() <= staging_->count());
   if (items.empty()) {
     then(items);
     return;

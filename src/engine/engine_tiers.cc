@@ -291,11 +291,13 @@ Status EngineImpl::PromoteFromBelow(std::span<const BlockKey> keys) {
       from[below].push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
     }
   }
+  // As few read batches as the staging pool and the tier allow (a chunk's layers usually in one),
+  // so that the tier has them all in flight at once.
   for (size_t below = 0; below < from.size(); ++below) {
     std::span<TierReadItem> items = from[below];
-    for (size_t base = 0; base < items.size(); base += kLoadStagingBatchMax) {
-      const size_t n = std::min<size_t>(kLoadStagingBatchMax, items.size() - base);
-      ReadFromTier(below, items.subspan(base, n));
+    const size_t step = std::min<size_t>(staging_->count(), tiers_[below].tier->batch_max());
+    for (size_t base = 0; base < items.size(); base += step) {
+      ReadFromTier(below, items.subspan(base, std::min(step, items.size() - base)));
     }
   }
   MutexLock lock(&mu_);
