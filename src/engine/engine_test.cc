@@ -29,6 +29,7 @@
 
 #include "codecs/codec.h"
 #include "engine/lower_tier_factory.h"
+#include "engine/staging.h"
 #include "testing/fault_injection_env.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
@@ -677,6 +678,45 @@ TEST_F(EngineTest, PinPromotesEachChunkFromTheSsdInOneReadBatch) {
   EXPECT_EQ(e.Lookup(ns, tokens)->chunk_tiers, std::vector<TierKind>(3, TierKind::kHost));
   EXPECT_TRUE(AllOk(LoadAndCheck(e, ns, tokens, 3)));
   EXPECT_EQ(factory.Batches().size(), 3u);  // The load read host memory only.
+}
+
+// A chunk of more layers than a Load's read batch (kLoadStagingBatchMax) is still promoted by
+// Pin in one read, of every layer, and its bytes are the stored ones.
+TEST_F(EngineTest, PinReadsAChunkOfManyLayersInOneBatch) {
+  constexpr uint32_t kManyLayers = 2 * kLoadStagingBatchMax + 3;
+  EngineOptions o = Options(0, 0, true);
+  o.layout.layers = kManyLayers;
+  o.host.capacity_bytes = 2 * kManyLayers * kBlockBytes;
+  const std::vector<uint32_t> tokens = Tokens(16, kBlockTokens);
+  std::vector<std::vector<std::byte>> blocks;
+  Namespace ns;
+  {
+    std::unique_ptr<Engine> e = OpenOrDie(o);
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    const Hash256 chunk = (*ChunkHashes(ns.digest, tokens, kBlockTokens))[0];
+    for (uint32_t l = 0; l < kManyLayers; ++l) blocks.push_back(Payload(chunk, l));
+    const std::vector<std::span<const std::byte>> src(blocks.begin(), blocks.end());
+    Result<std::unique_ptr<StoreHandle>> h = e->Store(ns, tokens, src);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE((*h)->Wait().ok());
+    ASSERT_TRUE(e->Flush().ok());
+  }
+  ReadRecordingFactory factory;
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(o, &factory);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Engine& e = **opened;
+  Result<PinHandle> pin = e.Pin(ns, tokens);
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  EXPECT_EQ(pin->chunks(), 1u);
+  EXPECT_EQ(factory.Batches(), std::vector<size_t>{kManyLayers});
+  std::vector<std::vector<std::byte>> out(kManyLayers, std::vector<std::byte>(kBlockBytes));
+  const std::vector<std::span<std::byte>> dst(out.begin(), out.end());
+  Result<std::unique_ptr<LoadHandle>> load = e.Load(ns, tokens, dst);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  ASSERT_TRUE((*load)->Wait().ok());
+  EXPECT_EQ(out, blocks);
+  EXPECT_EQ(factory.Batches().size(), 1u);  // The load read host memory only.
 }
 
 TEST_F(EngineTest, PinHandleMayOutliveEngine) {
