@@ -15,7 +15,9 @@
 //    reopened on the same SSD tier pins the session's first turn (whole chunks; every block only
 //    on the SSD, so Pin promotes it into the host tier), then another reopened engine loads the
 //    same blocks. Reported: medians over sessions of the Pin and Load times, and of their ratio
-//    (Pin reads what Load reads, into host slots instead of the caller's buffers).
+//    (Pin reads what Load reads, into host slots instead of the caller's buffers). Where the SSD
+//    reclaimed a session's oldest chunks, Pin pins the leading ones it finds and Load reads
+//    those; a session with none is left out.
 //
 // With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve),
 // a service round after each in-process round: the same Store and Lookup + Load from buffers in the connection's shared staging
