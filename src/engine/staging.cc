@@ -35,7 +35,9 @@ StagingLease StagingPool::Acquire(uint32_t n) {
   KV_CHECK(n <= count());
   StagingLease lease;
   MutexLock lock(&mu_);
-  while (free_.size() < n) freed_.Wait(&mu_);
+  const uint64_t ticket = next_ticket_++;
+  while (serving_ != ticket || free_.size() < n) freed_.Wait(&mu_);
+  ++serving_;
   lease.pool_ = this;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t idx = free_.back();
@@ -43,7 +45,14 @@ StagingLease StagingPool::Acquire(uint32_t n) {
     lease.indexes_.push_back(idx);
     lease.buffers_.push_back(buffers_[idx].span());
   }
+  // The next in line may find its buffers free already.
+  if (next_ticket_ != serving_) freed_.SignalAll();
   return lease;
+}
+
+uint64_t StagingPool::waiting() const {
+  MutexLock lock(&mu_);
+  return next_ticket_ - serving_;
 }
 
 void StagingPool::Release(std::span<const uint32_t> indexes) {

@@ -2,8 +2,10 @@
 // buffers that SSD reads land in and encoded blocks are written from, and codec contexts.
 //
 // Why bounded: every queue and buffer count has a limit. Acquire() takes all the
-// buffers it asks for at once or waits, and a holder never waits for anything that needs another
-// buffer, so a waiter always gets its turn: no deadlock, and at most `count` buffers of memory.
+// buffers it asks for at once or waits, in the order the callers asked, and a holder never waits
+// for anything that needs another buffer (buffers in flight come back from I/O completions, which
+// never acquire), so a waiter always gets its turn: no deadlock, no caller overtaken forever, and
+// at most `count` buffers of memory.
 //
 // Thread safety: every method may be called from any thread. A lease is owned by one thread.
 // Ownership: the pools own the memory; a lease's spans are valid until the lease is destroyed, and
@@ -49,9 +51,14 @@ class StagingPool {
   // `count` buffers of `buffer_bytes` (rounded up to 4 KiB) each.
   static Result<std::unique_ptr<StagingPool>> Create(uint32_t count, size_t buffer_bytes);
 
-  // Waits until `n` buffers are free and takes them (1 <= n <= count()).
+  // Waits until `n` buffers are free and takes them (1 <= n <= count()). Callers are served in
+  // the order they asked: a large lease (Pin's promotion of a whole chunk) is not overtaken
+  // forever by smaller ones that keep arriving, and a later caller waits behind it even when its
+  // own few buffers are free.
   StagingLease Acquire(uint32_t n) KV_EXCLUDES(mu_);
   uint32_t count() const { return static_cast<uint32_t>(buffers_.size()); }
+  // Callers waiting in Acquire now (for tests).
+  uint64_t waiting() const KV_EXCLUDES(mu_);
   size_t buffer_bytes() const { return buffer_bytes_; }
 
  private:
@@ -61,9 +68,12 @@ class StagingPool {
 
   size_t buffer_bytes_ = 0;
   std::vector<AlignedBuffer> buffers_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar freed_;
   std::vector<uint32_t> free_ KV_GUARDED_BY(mu_);
+  // First come, first served: the ticket the next caller takes, and the one served next.
+  uint64_t next_ticket_ KV_GUARDED_BY(mu_) = 0;
+  uint64_t serving_ KV_GUARDED_BY(mu_) = 0;
 };
 
 class CodecContextPool;
