@@ -118,8 +118,7 @@ inline OffloadTestTiers OpenTestTiers(const KvLayout& layout, uint32_t device_sl
   const uint32_t host_slot_bytes =
       host_slot_bytes_override != 0
           ? host_slot_bytes_override
-          : (with_ssd ? static_cast<uint32_t>(SsdTierAdapter::RecordBufferBytes(slot_bytes, false))
-                      : slot_bytes);
+          : (with_ssd ? SsdHostSlotBytes(layout) : slot_bytes);
   Result<std::unique_ptr<HostTier>> host =
       HostTier::Open({.capacity_bytes = uint64_t{host_slot_bytes} * host_slots,
                       .slot_bytes = host_slot_bytes,
