@@ -84,9 +84,41 @@ Status ValidateIoQueueOptions(const IoQueueOptions& options) {
   return Status::Ok();
 }
 
+// A gathered write: within the limits, its length the buffers' total, each buffer aligned for a
+// direct() file.
+static Status ValidateGather(const IoRequest& r) {
+  if (r.op != IoOp::kWrite || r.gather.size() > kIoVectorsMax) {
+    return Status::InvalidArgument("io request gathers " + std::to_string(r.gather.size()) +
+                                   " buffers (writes only, at most " +
+                                   std::to_string(kIoVectorsMax) + "): " + DescribeIoRequest(r));
+  }
+  uint64_t total = 0;
+  for (const iovec& v : r.gather) {
+    if (v.iov_base == nullptr) {
+      return Status::InvalidArgument("io request gathers a null buffer: " + DescribeIoRequest(r));
+    }
+    if (r.file->direct() && (!IsAligned(reinterpret_cast<uintptr_t>(v.iov_base),
+                                        kDirectIoAlignment) ||
+                             !IsAligned(v.iov_len, kDirectIoAlignment))) {
+      return Status::InvalidArgument("O_DIRECT needs each gathered buffer aligned to " +
+                                     std::to_string(kDirectIoAlignment) +
+                                     " bytes: " + DescribeIoRequest(r));
+    }
+    total += v.iov_len;
+  }
+  if (total != r.length || r.length > kIoRequestBytesMax ||
+      (r.file->direct() && !IsAligned(r.offset, kDirectIoAlignment))) {
+    return Status::InvalidArgument("io request gathers " + std::to_string(total) +
+                                   " bytes, not its length, or is misplaced: " +
+                                   DescribeIoRequest(r));
+  }
+  return Status::Ok();
+}
+
 Status ValidateIoRequest(const IoRequest& r) {
   if (r.file == nullptr) return Status::InvalidArgument("io request without a file");
   if (r.op == IoOp::kSync) return Status::Ok();
+  if (!r.gather.empty()) return ValidateGather(r);
   if (r.buffer == nullptr) {
     return Status::InvalidArgument("io request without a buffer: " + DescribeIoRequest(r));
   }

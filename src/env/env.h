@@ -11,6 +11,8 @@
 // buffer; both must stay alive until the request's completion has been returned by Poll.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -140,7 +142,14 @@ struct IoRequest {
   std::byte* buffer = nullptr;  // Borrowed; read into or written from. Ignored for kSync.
   size_t length = 0;            // Bytes; at most kIoRequestBytesMax. Ignored for kSync.
   uint64_t user_data = 0;       // Returned unchanged in the completion.
+  // kWrite only, instead of `buffer`: a gathered write (pwritev) of these buffers back to back
+  // from `offset`, at most kIoVectorsMax of them, `length` their total. Borrowed (the array and
+  // the buffers) until the completion.
+  std::span<const iovec> gather;
 };
+
+// Buffers of one gathered write at most (Linux's IOV_MAX).
+inline constexpr size_t kIoVectorsMax = 1024;
 
 struct IoCompletion {
   uint64_t user_data = 0;

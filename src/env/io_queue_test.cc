@@ -1,7 +1,8 @@
 // Goal: show that both IoQueue backends (io_uring and the pread/pwrite thread pool) keep the same
-// contract: batched writes and reads move the right bytes, Submit never accepts more than the depth
-// allows, bad requests (misaligned for O_DIRECT, missing file or buffer, too long) are rejected at
-// Submit, kernel errors come back in completions naming the file, and Poll honours its timeout.
+// contract: batched writes and reads move the right bytes, gathered writes put their buffers back
+// to back, Submit never accepts more than the depth allows, bad requests (misaligned for
+// O_DIRECT, missing file or buffer, too long, a gather that is not a write or not its length) are
+// rejected at Submit, kernel errors come back in completions naming the file, and Poll honours its timeout.
 // Method: one value-parameterized suite runs every test on each backend, on files in a fresh
 // mkdtemp directory. A pipe-backed File gives a read that blocks until the test writes to the
 // pipe, so "nothing completes" is deterministic on both backends.
@@ -132,6 +133,75 @@ TEST_P(IoQueueTest, BatchedWritesThenReads) {
     EXPECT_EQ(std::memcmp(src->data(), dst->data(), src->size()), 0);
     EXPECT_EQ(file->Size().value(), kBlocks * kBlockBytes);
     EXPECT_EQ(queue->in_flight(), 0u);
+  }
+}
+
+// A gathered write (IoRequest::gather) puts its buffers back to back from its offset, O_DIRECT
+// included, and reads back as one run of bytes; a bad gather is refused at Submit.
+TEST_P(IoQueueTest, GatheredWritesPutTheirBuffersBackToBack) {
+  for (DirectIo direct : {DirectIo::kOff, DirectIo::kPreferred}) {
+    std::unique_ptr<File> file = Open("gather", OpenMode::kTruncate, direct);
+    ASSERT_NE(file, nullptr);
+    std::unique_ptr<IoQueue> queue = NewQueue(4);
+    ASSERT_NE(queue, nullptr);
+    constexpr size_t kPieces = 5;
+    // The pieces lie apart in memory, in reverse order, of different sizes.
+    auto src = AlignedBuffer::Allocate(2 * kPieces * kBlockBytes);
+    auto dst = AlignedBuffer::Allocate(kPieces * kBlockBytes);
+    ASSERT_TRUE(src.ok() && dst.ok());
+    std::vector<iovec> gather;
+    uint64_t total = 0;
+    for (size_t i = 0; i < kPieces; ++i) {
+      const size_t bytes = i % 2 == 0 ? kBlockBytes : kDirectIoAlignment;
+      std::byte* at = src->data() + (2 * (kPieces - 1 - i)) * kBlockBytes;
+      Fill(std::span(at, bytes), static_cast<uint32_t>(i));
+      gather.push_back({at, bytes});
+      total += bytes;
+    }
+    const IoRequest write{.op = IoOp::kWrite,
+                          .file = file.get(),
+                          .offset = kBlockBytes,
+                          .length = total,
+                          .user_data = 7,
+                          .gather = gather};
+    std::vector<IoCompletion> done;
+    const IoRequest batch[] = {write};
+    Status s = RunToCompletion(*queue, batch, &done);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].bytes, total);
+    const IoRequest read{.op = IoOp::kRead,
+                         .file = file.get(),
+                         .offset = kBlockBytes,
+                         .buffer = dst->data(),
+                         .length = total};
+    const IoRequest reads[] = {read};
+    ASSERT_TRUE(RunToCompletion(*queue, reads, &done).ok());
+    uint64_t at = 0;
+    for (const iovec& v : gather) {
+      EXPECT_EQ(std::memcmp(dst->data() + at, v.iov_base, v.iov_len), 0) << at;
+      at += v.iov_len;
+    }
+    EXPECT_EQ(file->Size().value(), kBlockBytes + total);
+
+    std::vector<IoRequest> bad(3, write);
+    bad[0].length = total - kDirectIoAlignment;  // Not the buffers' total.
+    bad[1].op = IoOp::kRead;                     // Reads do not gather.
+    std::vector<iovec> many(kIoVectorsMax + 1, gather[0]);
+    bad[2].gather = many;
+    bad[2].length = many.size() * gather[0].iov_len;
+    std::vector<iovec> misaligned = gather;
+    misaligned[1].iov_base = static_cast<std::byte*>(misaligned[1].iov_base) + 512;
+    if (file->direct()) {
+      bad.push_back(write);
+      bad.back().gather = misaligned;
+    }
+    for (const IoRequest& r : bad) {
+      const IoRequest pair[] = {write, r};
+      auto accepted = queue->Submit(pair);
+      EXPECT_TRUE(accepted.status().IsInvalidArgument()) << accepted.status().ToString();
+      EXPECT_EQ(queue->in_flight(), 0u);
+    }
   }
 }
 

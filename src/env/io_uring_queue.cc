@@ -100,7 +100,12 @@ void IoUringQueue::Prepare(const IoRequest& request) {
       io_uring_prep_read(sqe, fd, request.buffer, length, request.offset);
       break;
     case IoOp::kWrite:
-      io_uring_prep_write(sqe, fd, request.buffer, length, request.offset);
+      if (!request.gather.empty()) {
+        io_uring_prep_writev(sqe, fd, request.gather.data(),
+                             static_cast<unsigned>(request.gather.size()), request.offset);
+      } else {
+        io_uring_prep_write(sqe, fd, request.buffer, length, request.offset);
+      }
       break;
     case IoOp::kSync:
       io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);

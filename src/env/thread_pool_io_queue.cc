@@ -103,7 +103,18 @@ IoCompletion ThreadPoolIoQueue::Execute(const IoRequest& r) {
       c.status = r.file->ReadAt(r.offset, std::span<std::byte>(r.buffer, r.length), &c.bytes);
       break;
     case IoOp::kWrite:
-      c.status = r.file->WriteAt(r.offset, std::span<const std::byte>(r.buffer, r.length));
+      if (r.gather.empty()) {
+        c.status = r.file->WriteAt(r.offset, std::span<const std::byte>(r.buffer, r.length));
+      } else {
+        // The gathered buffers one after the other (pwritev does no more for durability).
+        uint64_t at = r.offset;
+        for (const iovec& v : r.gather) {
+          c.status = r.file->WriteAt(
+              at, std::span<const std::byte>(static_cast<const std::byte*>(v.iov_base), v.iov_len));
+          if (!c.status.ok()) break;
+          at += v.iov_len;
+        }
+      }
       c.bytes = c.status.ok() ? r.length : 0;
       break;
     case IoOp::kSync:

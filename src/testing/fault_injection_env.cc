@@ -470,6 +470,7 @@ class FaultIoQueue final : public IoQueue {
   struct Slot {
     IoRequest request;  // The caller's request, with its FaultFile and user_data.
     std::optional<uint64_t> flip_bit;
+    std::vector<iovec> kept;  // A short gathered write's buffers, cut to the bytes it keeps.
   };
 
   // Stages `request` for the base queue, or queues an injected completion instead.
@@ -509,6 +510,16 @@ void FaultIoQueue::Stage(const IoRequest& request, size_t* staged) {
   free_slots_.pop_back();
   slots_[slot] = {.request = request,
                   .flip_bit = request.op == IoOp::kRead ? action.flip_bit : std::nullopt};
+  if (!request.gather.empty() && base_request.length < request.length) {
+    // A short gathered write: its buffers up to the bytes kept (none kept: an empty write).
+    std::vector<iovec>& kept = slots_[slot].kept;
+    for (size_t left = base_request.length, i = 0; left > 0; ++i) {
+      kept.push_back({request.gather[i].iov_base, std::min(left, request.gather[i].iov_len)});
+      left -= kept.back().iov_len;
+    }
+    base_request.gather = kept;
+    if (kept.empty()) base_request.buffer = static_cast<std::byte*>(request.gather[0].iov_base);
+  }
   base_request.user_data = slot;
   staging_[(*staged)++] = base_request;
 }

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <utility>
@@ -125,11 +126,27 @@ Status IoWorker::FinishShortWrite(const IoRequest& r, uint64_t done_bytes) {
     return Status::IoError("short write to " + where + ": " + std::to_string(done_bytes) + " of " +
                            std::to_string(r.length) + " bytes written (is the disk full?)");
   }
-  const std::byte* src = r.buffer + done_bytes;
-  const Status rest = r.file->WriteAt(r.offset + done_bytes,
-                                      std::span<const std::byte>(src, r.length - done_bytes));
-  if (rest.ok()) return rest;
-  return rest.WithContext("completing a short write to " + where);
+  // The rest, from a plain buffer or from the gathered ones past the bytes written.
+  std::vector<std::span<const std::byte>> pieces;
+  if (r.gather.empty()) {
+    pieces.emplace_back(r.buffer + done_bytes, r.length - done_bytes);
+  } else {
+    uint64_t skip = done_bytes;
+    for (const iovec& v : r.gather) {
+      const size_t from = static_cast<size_t>(std::min<uint64_t>(skip, v.iov_len));
+      skip -= from;
+      if (from < v.iov_len) {
+        pieces.emplace_back(static_cast<const std::byte*>(v.iov_base) + from, v.iov_len - from);
+      }
+    }
+  }
+  uint64_t at = r.offset + done_bytes;
+  for (const std::span<const std::byte> piece : pieces) {
+    const Status rest = r.file->WriteAt(at, piece);
+    if (!rest.ok()) return rest.WithContext("completing a short write to " + where);
+    at += piece.size();
+  }
+  return Status::Ok();
 }
 
 void IoWorker::Reap() {

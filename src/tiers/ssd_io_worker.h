@@ -36,6 +36,8 @@ struct IoJob {
   // kSync requests issued only after every request above succeeded; their completions follow
   // those of `requests` in the vector passed to `done`.
   std::vector<IoRequest> syncs;
+  // The arrays that gathered writes among `requests` point to (IoRequest::gather).
+  std::vector<std::vector<iovec>> gathers;
   // A short write completes as IoError; a short read completes OK with fewer bytes (the caller
   // decides: for the tier it is a truncated record, i.e. a miss).
   // Called once with one completion per request (index i for requests[i], then the syncs; a
