@@ -1,6 +1,6 @@
 // Checks the core value types: Status codes and errno mapping, Result<T> and the early-return
 // macros, little-endian encoding round trips and the bounds-checked reader, AlignedBuffer
-// alignment and ownership, UniqueFd closing, and SHA-256 against the FIPS 180-2 test vectors.
+// alignment and ownership, HugePageBuffer's 2 MiB start, zeroed bytes and ownership, UniqueFd closing, and SHA-256 against the FIPS 180-2 test vectors.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/coding.h"
+#include "core/huge_page_buffer.h"
 #include "core/sha256.h"
 #include "core/unique_fd.h"
 #include "kvtier/result.h"
@@ -127,6 +128,25 @@ TEST(AlignedBufferTest, AlignmentAndMove) {
   EXPECT_EQ(b.size(), 10000u);
   EXPECT_TRUE(AlignedBuffer::Allocate(16, 3).status().IsInvalidArgument());
   EXPECT_FALSE(AlignedBuffer::Allocate(SIZE_MAX - 10).ok());
+}
+
+TEST(HugePageBufferTest, StartsOnAHugePageZeroedAndMoves) {
+  auto r = HugePageBuffer::Allocate(3 * kMiB + 5);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  HugePageBuffer a = std::move(r).value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % kTransparentHugePageBytes, 0u);
+  EXPECT_EQ(a.size(), 3 * kMiB + 5);
+  EXPECT_EQ(a.span().size(), a.size());
+  for (size_t at = 0; at < a.size(); at += 4096) ASSERT_EQ(std::to_integer<int>(a.data()[at]), 0);
+  a.data()[a.size() - 1] = std::byte{7};  // The whole size is writable.
+  HugePageBuffer b = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(std::to_integer<int>(b.data()[b.size() - 1]), 7);
+  b = HugePageBuffer();  // Unmapped; an empty buffer is destroyed quietly.
+  EXPECT_EQ(b.data(), nullptr);
+  EXPECT_TRUE(HugePageBuffer::Allocate(0).status().IsInvalidArgument());
+  EXPECT_FALSE(HugePageBuffer::Allocate(SIZE_MAX - 10).ok());
 }
 
 TEST(UniqueFdTest, ClosesOnDestructionAndMove) {

@@ -1,6 +1,7 @@
 // StagingPool and CodecContextPool (see staging.h).
 #include "engine/staging.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/assert.h"
@@ -20,10 +21,11 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(uint32_t count, size_t 
   if (count == 0) return Status::InvalidArgument("staging pool: count must be > 0");
   std::unique_ptr<StagingPool> pool(new StagingPool());
   pool->buffer_bytes_ = buffer_bytes;
+  const size_t stride = AlignUp(std::max<size_t>(buffer_bytes, 1), kDirectIoAlignment);
+  KV_ASSIGN_OR_RETURN(pool->region_, HugePageBuffer::Allocate(count * stride));
   pool->buffers_.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    KV_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(buffer_bytes));
-    pool->buffers_.push_back(std::move(b));
+    pool->buffers_.push_back(pool->region_.span().subspan(i * stride, buffer_bytes));
   }
   MutexLock lock(&pool->mu_);
   for (uint32_t i = 0; i < count; ++i) pool->free_.push_back(count - 1 - i);
@@ -43,7 +45,7 @@ StagingLease StagingPool::Acquire(uint32_t n) {
     const uint32_t idx = free_.back();
     free_.pop_back();
     lease.indexes_.push_back(idx);
-    lease.buffers_.push_back(buffers_[idx].span());
+    lease.buffers_.push_back(buffers_[idx]);
   }
   // The next in line may find its buffers free already.
   if (next_ticket_ != serving_) freed_.SignalAll();

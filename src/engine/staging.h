@@ -20,6 +20,7 @@
 
 #include "codecs/codec.h"
 #include "core/aligned_buffer.h"
+#include "core/huge_page_buffer.h"
 #include "core/mutex.h"
 
 namespace kvtier {
@@ -48,7 +49,7 @@ class StagingLease {
 
 class StagingPool {
  public:
-  // `count` buffers of `buffer_bytes` (rounded up to 4 KiB) each.
+  // `count` buffers of `buffer_bytes` (rounded up to 4 KiB) each, 4 KiB-aligned.
   static Result<std::unique_ptr<StagingPool>> Create(uint32_t count, size_t buffer_bytes);
 
   // Waits until `n` buffers are free and takes them (1 <= n <= count()). Callers are served in
@@ -67,7 +68,10 @@ class StagingPool {
   void Release(std::span<const uint32_t> indexes) KV_EXCLUDES(mu_);
 
   size_t buffer_bytes_ = 0;
-  std::vector<AlignedBuffer> buffers_;
+  // The buffers, back to back in one region on huge pages (core/huge_page_buffer.h: SSD reads
+  // land in them and records are written from them with O_DIRECT).
+  HugePageBuffer region_;
+  std::vector<std::span<std::byte>> buffers_;
   mutable Mutex mu_;
   CondVar freed_;
   std::vector<uint32_t> free_ KV_GUARDED_BY(mu_);

@@ -1,8 +1,6 @@
 // See ssd_io_worker.h.
 #include "tiers/ssd_io_worker.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <string>
@@ -20,7 +18,6 @@ constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
 constexpr size_t kActiveJobsMax = 64;         // Jobs taken off the queue at once.
 constexpr uint64_t kPollTimeoutMicros = 500;  // Bounds how late a newly queued job starts.
 constexpr size_t kReapBatch = 64;
-constexpr size_t kHugePageBytes = 2 * kMiB;  // x86-64 transparent huge page.
 
 }  // namespace
 
@@ -201,30 +198,13 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(size_t buffers, size_t 
       buffer_bytes % kDirectIoAlignment != 0 || buffer_bytes > kIoRequestBytesMax) {
     return Status::InvalidArgument("StagingPool: bad buffer count or size");
   }
-  const size_t bytes = AlignUp(buffers * buffer_bytes, kHugePageBytes);
-  // One extra huge page so the buffers can start on a huge-page boundary.
-  const size_t mapping_bytes = bytes + kHugePageBytes;
-  void* m =
-      ::mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return Status::NoSpace("StagingPool: mmap of staging buffers failed");
-  auto* mapping = static_cast<std::byte*>(m);
-  std::byte* base = mapping + (AlignUp(reinterpret_cast<uintptr_t>(mapping), kHugePageBytes) -
-                               reinterpret_cast<uintptr_t>(mapping));
-#ifdef MADV_HUGEPAGE
-  // Advice only: without huge pages the pool still works, its pre-fault is just slower.
-  (void)::madvise(base, bytes, MADV_HUGEPAGE);
-#endif
-  // Pre-fault every page now, so that no write takes a page fault on its staging buffer.
-  for (size_t at = 0; at < bytes; at += kDirectIoAlignment) base[at] = std::byte{0};
-  return std::unique_ptr<StagingPool>(
-      new StagingPool(mapping, mapping_bytes, base, buffers, buffer_bytes));
+  KV_ASSIGN_OR_RETURN(HugePageBuffer region, HugePageBuffer::Allocate(buffers * buffer_bytes));
+  return std::unique_ptr<StagingPool>(new StagingPool(std::move(region), buffers, buffer_bytes));
 }
 
-StagingPool::StagingPool(std::byte* mapping, size_t mapping_bytes, std::byte* base, size_t buffers,
-                         size_t buffer_bytes)
-    : mapping_(mapping),
-      mapping_bytes_(mapping_bytes),
-      base_(base),
+StagingPool::StagingPool(HugePageBuffer region, size_t buffers, size_t buffer_bytes)
+    : region_(std::move(region)),
+      base_(region_.data()),
       buffers_(buffers),
       buffer_bytes_(buffer_bytes) {
   MutexLock lock(&mu_);
@@ -237,7 +217,6 @@ StagingPool::~StagingPool() {
     MutexLock lock(&mu_);
     KV_CHECK(free_.size() == buffers_);  // Every buffer is back: no I/O still uses one.
   }
-  ::munmap(mapping_, mapping_bytes_);
 }
 
 std::byte* StagingPool::TryAcquire() {

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/mutex.h"
 #include "env/env.h"
 
@@ -125,12 +126,10 @@ class StagingPool {
   size_t buffers() const { return buffers_; }
 
  private:
-  StagingPool(std::byte* mapping, size_t mapping_bytes, std::byte* base, size_t buffers,
-              size_t buffer_bytes);
+  StagingPool(HugePageBuffer region, size_t buffers, size_t buffer_bytes);
 
-  std::byte* const mapping_;  // What munmap gets back.
-  const size_t mapping_bytes_;
-  std::byte* const base_;  // First buffer: 2 MiB-aligned so huge pages can back it.
+  HugePageBuffer region_;  // The buffers, back to back on huge pages (core/huge_page_buffer.h).
+  std::byte* const base_;  // The first buffer.
   const size_t buffers_;
   const size_t buffer_bytes_;
   Mutex mu_;
