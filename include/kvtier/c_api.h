@@ -547,6 +547,11 @@ typedef struct kvtier_engine_stats_s {
    * zeros without one). */
   uint32_t has_remote;
   kvtier_remote_stats_t remote;
+  /* Appended: per entry of tiers[] below memory that counts them (the SSD tier; 0 elsewhere),
+   * bytes of the records written to it (headers and padding included), and of those the bytes
+   * the tier copied into buffers of its own before the disk. */
+  uint64_t tier_write_bytes[KVTIER_STATS_TIERS_MAX];
+  uint64_t tier_staged_write_bytes[KVTIER_STATS_TIERS_MAX];
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

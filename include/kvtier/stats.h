@@ -40,6 +40,11 @@ struct TierStats {
   // write_failures, refused, expired or removed; the lag is how far it trails the Stats() call.
   uint64_t writeback_horizon_us = 0;
   uint64_t writeback_lag_us = 0;
+  // Tiers below memory that count them (the SSD tier): bytes of the records written to the tier
+  // (headers and padding included), and of those the bytes the tier copied into buffers of its
+  // own before the disk (0 when every record went from the engine's encode buffer).
+  uint64_t write_bytes = 0;
+  uint64_t staged_write_bytes = 0;
 };
 
 // The remote store's own counters (docs/stats.md, scope "remote store"; a build check keeps this

@@ -528,7 +528,8 @@ Status CheckBlockArray(const kvtier_engine_t* engine, const void* array, size_t 
 // Together they name every row once (the checks below).
 #define KVTIER_C_TIER_STRUCT_ROWS(X) \
   X(capacity_bytes) X(used_bytes) X(blocks) X(hits) X(evictions) X(writebacks) X(promotions)
-#define KVTIER_C_TIER_ARRAY_ROWS(X) X(write_failures) X(writeback_horizon_us) X(writeback_lag_us)
+#define KVTIER_C_TIER_ARRAY_ROWS(X) X(write_failures) X(writeback_horizon_us) X(writeback_lag_us) \
+  X(write_bytes) X(staged_write_bytes)
 
 void FillTierStats(const TierStats& in, size_t i, kvtier_engine_stats_t* out) {
   out->tiers[i].kind = static_cast<kvtier_tier_t>(in.kind);

@@ -363,6 +363,12 @@ struct TierStats {
   // call (docs/reliability.md).
   uint64_t writeback_horizon_us = 0;
   uint64_t writeback_lag_us = 0;
+  // Tiers below memory that count them (the SSD tier; 0 elsewhere): bytes of the records written
+  // to the tier, headers and padding included, and of those the bytes the tier copied into
+  // buffers of its own before the disk. A record written from the engine's encode buffer is
+  // copied once on its way down, by its encoder (docs/engine.md, "One copy before the disk").
+  uint64_t write_bytes = 0;
+  uint64_t staged_write_bytes = 0;
 };
 
 // Every counter below and in TierStats is a row of the stats table (engine/stats_table.h), from

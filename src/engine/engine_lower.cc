@@ -459,7 +459,11 @@ void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items
         item.status = Status::IoError("no bytes to write for " + item.key.ToString());
         continue;
       }
-      const std::span<std::byte> out = given ? encode_buffers[base + i] : batch->own->buffer(i);
+      // Encoded at the tier's payload offset, so that a tier that writes whole records can lay
+      // its record out around it and write it from this buffer (TierWrite::record).
+      const std::span<std::byte> buffer =
+          given ? encode_buffers[base + i] : batch->own->buffer(i);
+      const std::span<std::byte> out = buffer.subspan(tier.tier->PayloadOffset());
       Result<size_t> bytes =
           ctx.ok() ? codecs::EncodeBlock(options_.ssd_codec, geometry_, item.raw, out, ctx->get())
                    : Result<size_t>(ctx.status());
@@ -476,7 +480,8 @@ void EngineImpl::WriteToTierAsync(size_t below, std::vector<TierWriteItem> items
                                         .codec_id = static_cast<uint8_t>(options_.ssd_codec.codec),
                                         .raw_bytes = static_cast<uint32_t>(block_bytes_),
                                         .payload = out.first(*bytes),
-                                        .ttl_us = expiry == 0 ? 0 : expiry - now});
+                                        .ttl_us = expiry == 0 ? 0 : expiry - now,
+                                        .record = buffer});
       batch->which.push_back(base + i);
     }
     if (batch->writes.empty()) continue;  // Its lease, unused, goes back now.
@@ -660,7 +665,9 @@ void EngineImpl::AppendLowerStats(std::span<const TierStoreStats> stores, Engine
                 .blocks = s.blocks,
                 .hits = c.hits,
                 .evictions = s.dropped,
-                .write_failures = c.write_failures};
+                .write_failures = c.write_failures,
+                .write_bytes = s.write_bytes,
+                .staged_write_bytes = s.staged_write_bytes};
     if (tiers_[i].age_us_max != 0) {
       const uint64_t now = clock_->NowMicros();
       t.writeback_horizon_us = tiers_[i].all_clean ? now : tiers_[i].horizon_us;

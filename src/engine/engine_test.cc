@@ -421,6 +421,9 @@ TEST_F(EngineTest, WriteThroughPersistsBeforeWaitReturns) {
   EngineStats st = e->Stats();
   ASSERT_EQ(st.tiers.back().kind, TierKind::kSsd);
   EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
+  // Encoded from the caller's sources into a staging buffer, and written from there.
+  EXPECT_GE(st.tiers.back().write_bytes, 2u * kLayers * kBlockBytes);
+  EXPECT_EQ(st.tiers.back().staged_write_bytes, 0u);
 }
 
 TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
@@ -439,7 +442,9 @@ TEST_F(EngineTest, FlushWritesDirtyBlocksOnce) {
 }
 
 // Host slots are encoded where they are on their way to the SSD (Flush and eviction alike);
-// only device slots are copied out into a staging buffer first. The bytes read back are checked.
+// only device slots are copied out into a staging buffer first. The SSD tier writes every record
+// from the engine's encode buffer (TierStats::staged_write_bytes 0): one copy before the disk,
+// the encode's. The bytes read back are checked.
 TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
   auto host_only = OpenOrDie(Options(0, kLayers, true));  // Write-back.
   ASSERT_NE(host_only, nullptr);
@@ -452,6 +457,8 @@ TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
   EngineStats st = host_only->Stats();
   EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
   EXPECT_EQ(st.staged_copy_bytes, 0u);
+  EXPECT_GE(st.tiers.back().write_bytes, 2u * kLayers * kBlockBytes);
+  EXPECT_EQ(st.tiers.back().staged_write_bytes, 0u);
   EXPECT_EQ(host_only->Lookup(ns, a)->chunk_tiers.at(0), TierKind::kSsd);
   EXPECT_TRUE(AllOk(LoadAndCheck(*host_only, ns, a, 1)));
   host_only.reset();
@@ -465,6 +472,7 @@ TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
   st = with_device->Stats();
   EXPECT_EQ(st.staged_copy_bytes, 2u * kLayers * kBlockBytes);
   EXPECT_EQ(st.tiers.back().blocks, 4u * kLayers);
+  EXPECT_EQ(st.tiers.back().staged_write_bytes, 0u);
 }
 
 TEST_F(EngineTest, CleanerWritesDirtyBlocksBackWithoutEviction) {

@@ -176,6 +176,7 @@ Status OffloadedSequence::WriteDeviceToSsd(size_t index) {
   w.codec_id = codec;
   w.raw_bytes = static_cast<uint32_t>(block_bytes_);
   w.payload = out.first(bytes);
+  w.record = spill_.span();  // The tier lays its record out around the payload (one copy).
   KV_RETURN_IF_ERROR(tiers_.ssd->WriteBatchSync(std::span(&w, 1)));
   if (!w.status.ok()) {
     return Status::IoError("writing an offloaded block to the SSD: " + w.status.message());
@@ -229,6 +230,9 @@ Status OffloadedSequence::WriteToSsd(std::span<const size_t> indexes) {
     w.codec_id = e.host_codec;
     w.raw_bytes = static_cast<uint32_t>(block_bytes_);
     w.payload = std::span<const std::byte>(HostData(e.host_slot), e.host_bytes);
+    // The slot holds a whole record's room (HostSlotBytes), as a read from the SSD fills it: the
+    // tier writes the record from the slot, its header and padding around the payload.
+    w.record = std::span(tiers_.host->SlotData(e.host_slot), tiers_.host->slot_bytes());
   }
   const Status batch = tiers_.ssd->WriteBatchSync(writes);
   Status first = batch;

@@ -124,7 +124,8 @@ TEST(OffloadSequenceTest, BlocksSpreadOverTiersAndReadBackExactly) {
 
 // After prefill the device and host tiers hold written blocks the SSD does not have yet;
 // WriteBack writes exactly those, keeps every copy where it was, and the bytes still read back
-// exactly.
+// exactly. The SSD tier writes every record from its host slot or the spill buffer, where the
+// payload already is (TierStoreStats::staged_write_bytes stays 0).
 TEST(OffloadSequenceTest, WriteBackLeavesEveryBlockOnTheSsd) {
   const uint32_t budget = kChunks + 2;
   Harness h = Make(budget, 10, 1);
@@ -154,6 +155,8 @@ TEST(OffloadSequenceTest, WriteBackLeavesEveryBlockOnTheSsd) {
   EXPECT_EQ(after.host, before.host);
   EXPECT_EQ(after.not_on_ssd, 0u);
   EXPECT_EQ(h.seq->Stats().ssd_writes - stats.ssd_writes, before.not_on_ssd);
+  EXPECT_GT(h.tiers.ssd->Stats().write_bytes, 0u);
+  EXPECT_EQ(h.tiers.ssd->Stats().staged_write_bytes, 0u);
   ASSERT_TRUE(h.seq->CheckInvariants().ok()) << h.seq->CheckInvariants().ToString();
   // Nothing left to write: a second call writes nothing.
   ASSERT_TRUE(h.seq->WriteBack().ok());

@@ -131,7 +131,13 @@ std::string_view StatScopeName(StatScope scope);
     "Every Store that completed before this time has its blocks on the tier.")                    \
   X(writeback_lag_us, uint64_t, kGauge, "us", kAgeLimitedTier,                                    \
     "How far the tier's write-back horizon trails now: a Store older than this is on the "        \
-    "tier (write-back tiers with an age limit only).")
+    "tier (write-back tiers with an age limit only).")                                            \
+  X(write_bytes, uint64_t, kCounter, "bytes", kTier,                                              \
+    "Bytes of the records written to the tier, headers and padding included (tiers below "        \
+    "memory that count them).")                                                                   \
+  X(staged_write_bytes, uint64_t, kCounter, "bytes", kTier,                                       \
+    "Of write_bytes, the bytes the tier copied into buffers of its own before the disk (0: "     \
+    "every record went from the engine's encode buffer).")
 
 // X(name, type, kind, unit, scope, help): the counters of RemoteStoreStats (the remote store's own,
 // EngineStats::remote), in its order.

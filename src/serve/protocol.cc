@@ -316,7 +316,13 @@ void PutEngineStats(const EngineStats& s, WireWriter* w, bool remote_store) {
   }
   // Appended after the horizons, only when the request asked (a client from before reads the
   // horizons only when nothing follows them).
-  if (remote_store) PutRemoteStoreStats(s.remote, w);
+  if (!remote_store) return;
+  PutRemoteStoreStats(s.remote, w);
+  // Appended after the remote block (a client from before ignores trailing bytes).
+  for (const TierStats& t : s.tiers) {
+    w->U64(t.write_bytes);
+    w->U64(t.staged_write_bytes);
+  }
 }
 
 EngineStats GetEngineStats(WireReader* r) {
@@ -353,6 +359,12 @@ EngineStats GetEngineStats(WireReader* r) {
     }
   }
   if (r->ok() && r->remaining() > 0) s.remote = GetRemoteStoreStats(r);
+  if (r->ok() && r->remaining() >= s.tiers.size() * 16) {  // The tiers' write bytes.
+    for (TierStats& t : s.tiers) {
+      t.write_bytes = r->U64();
+      t.staged_write_bytes = r->U64();
+    }
+  }
   return s;
 }
 

@@ -146,8 +146,9 @@ inline constexpr uint8_t kStatsWithRemoteStore = 1;
 
 // EngineStats: the engine rows, the tiers, then their write-back horizons; with `remote_store`,
 // then a byte saying whether the remote store's rows follow and those rows (in the stats table's
-// order, each as its type: U64, U32, or U8 for breaker_state). GetEngineStats decodes each
-// version: a reply ending after the tiers or after the horizons leaves the rest unset.
+// order, each as its type: U64, U32, or U8 for breaker_state), then each tier's write_bytes and
+// staged_write_bytes. GetEngineStats decodes each version: a reply ending after the tiers, the
+// horizons or the remote block leaves the rest unset.
 void PutEngineStats(const EngineStats& stats, WireWriter* w, bool remote_store = false);
 EngineStats GetEngineStats(WireReader* r);
 

@@ -2,7 +2,8 @@
 // carries every row of the stats table (engine/stats_table.h), so a connected engine's Stats()
 // reports what the service's engine counts; a row added to the table without reaching the wire
 // fails here. The remote store's rows travel when the request asks for them, after everything a
-// client from before reads, so old replies still decode and old clients get the reply they know.
+// client from before reads, so old replies still decode and old clients get the reply they know;
+// the tiers' write bytes follow the remote block.
 // Method: stats with a distinct value per row (engine rows, the rows of two tiers and the remote
 // store's rows, expanded from the table's X-macro lists) are written and read back, and each row
 // compared; a reply without the remote block, and one cut before it, decode with remote unset.
@@ -68,14 +69,27 @@ TEST(StatsWire, RemoteStoreOnlyWhenAskedAndOldRepliesStillDecode) {
   EXPECT_FALSE(out.remote.has_value());
   EXPECT_EQ(out.tiers[1].writeback_horizon_us, in.tiers[1].writeback_horizon_us);
 
-  EngineStats none = in;  // No remote tier: one byte says so.
+  EngineStats none = in;  // No remote tier: one byte says so (then the tiers' write bytes).
   none.remote.reset();
   WireWriter w;
   PutEngineStats(none, &w, /*remote_store=*/true);
-  EXPECT_EQ(w.bytes().size(), a.size() + 1);
+  EXPECT_EQ(w.bytes().size(), a.size() + 1 + in.tiers.size() * 16);
   WireReader rn(w.bytes());
-  EXPECT_FALSE(GetEngineStats(&rn).remote.has_value());
+  const EngineStats out_none = GetEngineStats(&rn);
+  EXPECT_FALSE(out_none.remote.has_value());
+  EXPECT_EQ(out_none.tiers[1].staged_write_bytes, in.tiers[1].staged_write_bytes);
   EXPECT_TRUE(rn.done());
+
+  // A service from before this row: the reply ends after the remote block.
+  WireWriter cut;
+  PutEngineStats(in, &cut, /*remote_store=*/true);
+  std::vector<std::byte> before_rows = cut.bytes();
+  before_rows.resize(before_rows.size() - in.tiers.size() * 16);
+  WireReader rc(before_rows);
+  const EngineStats out_cut = GetEngineStats(&rc);
+  EXPECT_TRUE(rc.done());
+  EXPECT_TRUE(out_cut.remote.has_value());
+  EXPECT_EQ(out_cut.tiers[1].write_bytes, 0u);
 }
 
 }  // namespace

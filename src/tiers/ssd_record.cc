@@ -136,15 +136,20 @@ Status CheckPayload(const RecordHeader& h, std::span<const std::byte> payload) {
 void EncodeRecord(const RecordHeader& header, std::span<const std::byte> payload,
                   std::span<std::byte> dst) {
   KV_CHECK(header.payload_bytes == payload.size());
-  const uint64_t record_bytes = RecordBytesForPayload(payload.size());
-  KV_CHECK(dst.size() >= record_bytes);
-  RecordHeader h = header;
-  h.payload_crc = PayloadCrc(payload);
-  EncodeRecordHeader(h, dst);
+  KV_CHECK(dst.size() >= RecordBytesForPayload(payload.size()));
   if (!payload.empty()) {
     std::memcpy(dst.data() + kRecordPayloadOffset, payload.data(), payload.size());
   }
-  const size_t end = kRecordPayloadOffset + payload.size();
+  EncodeRecordAroundPayload(header, dst);
+}
+
+void EncodeRecordAroundPayload(const RecordHeader& header, std::span<std::byte> dst) {
+  const uint64_t record_bytes = RecordBytesForPayload(header.payload_bytes);
+  KV_CHECK(dst.size() >= record_bytes);
+  RecordHeader h = header;
+  h.payload_crc = PayloadCrc(dst.subspan(kRecordPayloadOffset, header.payload_bytes));
+  EncodeRecordHeader(h, dst);
+  const size_t end = kRecordPayloadOffset + header.payload_bytes;
   std::memset(dst.data() + end, 0, record_bytes - end);
 #ifndef NDEBUG
   // Pair assertion at the disk boundary: what we write decodes to what we meant.

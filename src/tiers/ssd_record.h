@@ -93,6 +93,11 @@ Status CheckPayload(const RecordHeader& header, std::span<const std::byte> paylo
 void EncodeRecord(const RecordHeader& header, std::span<const std::byte> payload,
                   std::span<std::byte> dst);
 
+// EncodeRecord for a payload that is already in place at dst[kRecordPayloadOffset,
+// + header.payload_bytes): the writer encoded it there, so the record is written without copying
+// it. Writes the header (payload CRC computed here) and the zero padding around it.
+void EncodeRecordAroundPayload(const RecordHeader& header, std::span<std::byte> dst);
+
 // Decodes and fully verifies a record read into `record` (which holds at least the header and
 // the payload) found at (segment_id, segment_offset). On success *payload spans the payload
 // inside `record`.

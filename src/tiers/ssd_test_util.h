@@ -40,9 +40,14 @@ inline std::vector<std::byte> Payload(uint64_t i, size_t size, uint32_t version 
   return p;
 }
 
-inline Status Put(SsdTier& tier, uint64_t first, uint64_t count, size_t size, uint64_t ttl_us = 0,
-                  uint32_t version = 0) {
+// Put, with the payloads of the blocks where `in_place(i)` says so laid out in record buffers
+// (SsdBlockWrite::record: 4 KiB-aligned, the payload at kRecordPayloadOffset), as the engine
+// encodes them. `misalign(i)`: that record buffer starts 64 bytes past an aligned address.
+template <typename InPlace, typename Misalign>
+Status PutInPlace(SsdTier& tier, uint64_t first, uint64_t count, size_t size, InPlace in_place,
+                  Misalign misalign, uint64_t ttl_us = 0, uint32_t version = 0) {
   std::vector<std::vector<std::byte>> payloads;
+  std::vector<AlignedBuffer> records;
   std::vector<SsdBlockWrite> writes(count);
   for (uint64_t i = 0; i < count; ++i) payloads.push_back(Payload(first + i, size, version));
   for (uint64_t i = 0; i < count; ++i) {
@@ -52,10 +57,26 @@ inline Status Put(SsdTier& tier, uint64_t first, uint64_t count, size_t size, ui
     writes[i].raw_bytes = static_cast<uint32_t>(size * 2);
     writes[i].payload = payloads[i];
     writes[i].ttl_us = ttl_us;
+    if (!in_place(first + i)) continue;
+    const size_t shift = misalign(first + i) ? 64 : 0;
+    const size_t bytes = ssd::RecordBytesForPayload(size);
+    KV_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(bytes + kDirectIoAlignment));
+    writes[i].record = b.span().subspan(shift, bytes);
+    std::byte* at = writes[i].record.data() + ssd::kRecordPayloadOffset;
+    std::memcpy(at, payloads[i].data(), size);
+    writes[i].payload = std::span<const std::byte>(at, size);
+    records.push_back(std::move(b));
   }
   KV_RETURN_IF_ERROR(tier.WriteBatchSync(writes));
   for (const SsdBlockWrite& w : writes) KV_RETURN_IF_ERROR(w.status);
   return Status::Ok();
+}
+
+// Writes blocks [first, first + count) with Payload(i, size, version), copied by the tier.
+inline Status Put(SsdTier& tier, uint64_t first, uint64_t count, size_t size, uint64_t ttl_us = 0,
+                  uint32_t version = 0) {
+  const auto no = [](uint64_t) { return false; };
+  return PutInPlace(tier, first, count, size, no, no, ttl_us, version);
 }
 
 // Reads block i; NotFound on a miss; Corruption if the bytes differ from Payload(i, ...).

@@ -125,8 +125,16 @@ struct SsdBlockWrite {
   Hash256 layout_digest{};
   uint8_t codec_id = 0;
   uint32_t raw_bytes = 0;
-  std::span<const std::byte> payload;  // Copied before WriteBatch returns.
-  uint64_t ttl_us = 0;                 // 0 = no expiry.
+  // Copied before WriteBatch returns, unless `record` holds it.
+  std::span<const std::byte> payload;
+  uint64_t ttl_us = 0;  // 0 = no expiry.
+  // Optional: the writer's buffer around `payload`, so that the record is written from it with no
+  // copy. `payload` must start at kRecordPayloadOffset of it, and it must be 4 KiB-aligned and
+  // hold RecordBytesForPayload(payload.size()) bytes; the tier writes the header and padding
+  // around the payload in place and the disk reads it from there, so it stays the tier's until
+  // the batch's callback has run. A sealed tier (which writes ciphertext, not the payload), or a
+  // buffer that does not qualify, copies as without it (SsdTierStats::staged_write_bytes).
+  std::span<std::byte> record;
   // Out: OK when stored; Aborted when skipped by the admission filter; Busy when over the write
   // budget or stalled on reclaim; InvalidArgument for a too-large payload; NoSpace when the
   // filesystem is full (naming the file); else the I/O error.
@@ -166,6 +174,9 @@ struct SsdTierStats {
   uint64_t disk_bytes = 0;  // Bytes of segments on disk (allocated prefix).
   uint64_t live_bytes = 0;  // Record bytes of indexed blocks.
   uint64_t writes = 0, write_bytes = 0, reads = 0, read_hits = 0, read_misses = 0;
+  // Of write_bytes, the records first copied into the tier's staging buffers (the others were
+  // written from the writer's buffer, SsdBlockWrite::record).
+  uint64_t staged_write_bytes = 0;
   uint64_t not_admitted = 0, over_budget = 0, expired = 0;
   uint64_t corrupt_records = 0, corrupt_segments = 0, torn_or_corrupt_tails = 0;
   uint64_t io_errors = 0;

@@ -80,7 +80,8 @@ void SsdTierAdapter::WriteBatch(std::span<TierWrite> writes, Callback done) {
                                      .codec_id = writes[i].codec_id,
                                      .raw_bytes = writes[i].raw_bytes,
                                      .payload = writes[i].payload,
-                                     .ttl_us = writes[i].ttl_us};
+                                     .ttl_us = writes[i].ttl_us,
+                                     .record = writes[i].record};
   }
   ssd_->WriteBatch(*ssd_writes, [writes, ssd_writes, done = std::move(done)](Status s) {
     for (size_t i = 0; i < writes.size(); ++i) {
@@ -117,6 +118,8 @@ TierStoreStats SsdTierAdapter::Stats() {
                         .read_misses = s.read_misses,
                         .corrupt = s.corrupt_records,
                         .writes = s.writes,
+                        .write_bytes = s.write_bytes,
+                        .staged_write_bytes = s.staged_write_bytes,
                         .write_errors = s.failed_writes,
                         .not_admitted = s.not_admitted,
                         .over_budget = s.over_budget};

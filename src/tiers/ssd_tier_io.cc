@@ -12,6 +12,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/assert.h"
+#include "core/limits.h"
 #include "policies/ssd_policy.h"
 #include "tiers/ssd_io_worker.h"
 #include "tiers/ssd_record.h"
@@ -32,6 +33,9 @@ struct SsdTier::WriteState {
   std::vector<std::span<const std::byte>> payload;
   std::vector<uint8_t> flags;
   std::vector<std::vector<std::byte>> sealed;
+  // Per entry: the writer's buffer its record is written from in place (SsdBlockWrite::record),
+  // or empty when the record is copied into a staging buffer.
+  std::vector<std::span<std::byte>> in_place;
   std::vector<bool> admitted;  // Entries to place (the policies and the seal let them through).
   // Parts (SubmitWrites calls) not completed, plus one held by the submitter until all are
   // submitted.
@@ -65,6 +69,9 @@ struct SsdTier::ReadState {
 // buffers of its pool, one write request per buffer, and hands them to its IoWorker. Records that
 // are contiguous in a segment share buffers; a record larger than a buffer spans several requests.
 // The job so far is submitted early when the pool runs dry, so its completions free buffers.
+// A record laid out in the writer's buffer (WriteState::in_place) gets its header and padding
+// there and is written from it: records contiguous in a segment share one gathered write
+// (pwritev) of up to a staging buffer's bytes, as staged records share a buffer.
 class SsdTier::WriteStager {
  public:
   WriteStager(SsdTier* tier, std::shared_ptr<WriteState> state, std::shared_ptr<WritePart> part,
@@ -79,6 +86,7 @@ class SsdTier::WriteStager {
   // Submits what is staged; call once after the last Add.
   void Finish() {
     if (buffer_ != nullptr) CloseRequest();
+    if (!gather_.empty()) CloseGather();
     SubmitJob();
   }
 
@@ -89,6 +97,10 @@ class SsdTier::WriteStager {
   };
   void OpenRequest(File* file, uint64_t offset, size_t pos);
   void CloseRequest();
+  // A record laid out in the writer's buffer: into the gathered write being built.
+  void AddInPlace(const ssd::RecordHeader& h, const Placement& p, size_t pos);
+  void CloseGather();
+  void AddSync(File* file);
   void Put(const std::byte* src, size_t n, size_t pos);  // src null: zeros.
   void SubmitJob();
 
@@ -105,6 +117,12 @@ class SsdTier::WriteStager {
   uint64_t offset_ = 0;
   size_t filled_ = 0;
   size_t first_pos_ = 0, last_pos_ = 0;
+  // The gathered write being built (empty: none): its buffers, where it starts, its bytes, and
+  // its entries.
+  std::vector<iovec> gather_;
+  File* gather_file_ = nullptr;
+  uint64_t gather_offset_ = 0, gather_bytes_ = 0;
+  size_t gather_first_ = 0, gather_last_ = 0;
 };
 
 void SsdTier::WriteStager::Add(size_t pos) {
@@ -125,6 +143,11 @@ void SsdTier::WriteStager::Add(size_t pos) {
   h.expiry_wall_us = p.expiry_wall_us;
   h.segment_id = p.segment_id;
   h.segment_offset = static_cast<uint32_t>(p.offset);
+  if (!state_->in_place[i].empty()) {
+    AddInPlace(h, p, pos);
+    return;
+  }
+  if (!gather_.empty()) CloseGather();
   // A new request when the record does not continue this one, or would needlessly straddle it.
   if (buffer_ != nullptr &&
       (file_ != p.file.get() || offset_ + filled_ != p.offset ||
@@ -165,6 +188,51 @@ void SsdTier::WriteStager::Put(const std::byte* src, size_t n, size_t pos) {
   }
 }
 
+void SsdTier::WriteStager::AddInPlace(const ssd::RecordHeader& h, const Placement& p,
+                                      size_t pos) {
+  if (buffer_ != nullptr) CloseRequest();
+  const std::span<std::byte> record = state_->in_place[part_->order[pos]];
+  // A new gathered write when the record does not continue this one, or this one is full.
+  if (!gather_.empty() &&
+      (gather_file_ != p.file.get() || gather_offset_ + gather_bytes_ != p.offset ||
+       gather_.size() == kIoVectorsMax ||
+       gather_bytes_ + record.size() > std::max(pool_->buffer_bytes(), record.size()))) {
+    CloseGather();
+  }
+  ssd::EncodeRecordAroundPayload(h, record);
+  if (gather_.empty()) {
+    gather_file_ = p.file.get();
+    gather_offset_ = p.offset;
+    gather_bytes_ = 0;
+    gather_first_ = pos;
+  }
+  gather_.push_back({record.data(), record.size()});
+  gather_bytes_ += record.size();
+  gather_last_ = pos;
+}
+
+void SsdTier::WriteStager::CloseGather() {
+  KV_DCHECK(!gather_.empty());
+  if (job_ == nullptr) job_ = std::make_unique<ssd::IoJob>();
+  job_->gathers.push_back(std::move(gather_));
+  gather_ = {};
+  job_->requests.push_back(IoRequest{.op = IoOp::kWrite,
+                                     .file = gather_file_,
+                                     .offset = gather_offset_,
+                                     .length = gather_bytes_,
+                                     .gather = job_->gathers.back()});
+  staged_.push_back({.buffer = nullptr, .first_pos = gather_first_, .last_pos = gather_last_});
+  AddSync(gather_file_);
+}
+
+void SsdTier::WriteStager::AddSync(File* file) {
+  if (tier_->options_.sync == SsdSyncMode::kPerBatch &&
+      std::none_of(job_->syncs.begin(), job_->syncs.end(),
+                   [&](const IoRequest& r) { return r.file == file; })) {
+    job_->syncs.push_back(IoRequest{.op = IoOp::kSync, .file = file});
+  }
+}
+
 void SsdTier::WriteStager::OpenRequest(File* file, uint64_t offset, size_t pos) {
   KV_DCHECK(buffer_ == nullptr);
   buffer_ = pool_->TryAcquire();
@@ -186,11 +254,7 @@ void SsdTier::WriteStager::CloseRequest() {
   job_->requests.push_back(IoRequest{
       .op = IoOp::kWrite, .file = file_, .offset = offset_, .buffer = buffer_, .length = filled_});
   staged_.push_back({.buffer = buffer_, .first_pos = first_pos_, .last_pos = last_pos_});
-  if (tier_->options_.sync == SsdSyncMode::kPerBatch &&
-      std::none_of(job_->syncs.begin(), job_->syncs.end(),
-                   [&](const IoRequest& r) { return r.file == file_; })) {
-    job_->syncs.push_back(IoRequest{.op = IoOp::kSync, .file = file_});
-  }
+  AddSync(file_);
   offset_ += filled_;
   filled_ = 0;
   buffer_ = nullptr;
@@ -209,8 +273,13 @@ void SsdTier::WriteStager::SubmitJob() {
     const std::vector<size_t>& order = part->order;
     Status sync_error;
     for (size_t k = staged.size(); k < done.size(); ++k) SetError(&sync_error, done[k].status);
+    // A failed request skips the job's syncs: the entries whose own request was written are not
+    // durable either, for the failed request's reason (NoSpace naming the file, say).
+    Status request_error;
+    for (size_t r = 0; r < staged.size(); ++r) SetError(&request_error, done[r].status);
+    if (!sync_error.ok() && !request_error.ok()) sync_error = request_error;
     for (size_t r = 0; r < staged.size(); ++r) {
-      pool->Release(staged[r].buffer);
+      if (staged[r].buffer != nullptr) pool->Release(staged[r].buffer);  // Null: in place.
       for (size_t pos = staged[r].first_pos; pos <= staged[r].last_pos; ++pos) {
         SetError(&st.writes[order[pos]].status, done[r].status);
         SetError(&st.writes[order[pos]].status, sync_error);
@@ -221,6 +290,21 @@ void SsdTier::WriteStager::SubmitJob() {
   staged_ = {};
   part_->jobs_left.fetch_add(1);
   worker_->Submit(std::move(job_));
+}
+
+// The writer's buffer to write entry `w` from in place, or empty: only when it holds exactly the
+// payload the record carries (not a sealed copy) where the record puts it, with room for the
+// whole record (one request), aligned for O_DIRECT.
+static std::span<std::byte> InPlaceRecord(const SsdBlockWrite& w,
+                                          std::span<const std::byte> payload) {
+  const std::span<std::byte> r = w.record;
+  if (r.empty() || payload.data() != r.data() + ssd::kRecordPayloadOffset ||
+      !IsAligned(reinterpret_cast<uintptr_t>(r.data()), kDirectIoAlignment) ||
+      r.size() < RecordBytesForPayload(payload.size()) ||
+      RecordBytesForPayload(payload.size()) > kIoRequestBytesMax) {
+    return {};
+  }
+  return r.first(RecordBytesForPayload(payload.size()));
 }
 
 void SsdTier::WriteBatch(std::span<SsdBlockWrite> writes, Callback done) {
@@ -249,6 +333,10 @@ void SsdTier::WriteInternal(std::span<SsdBlockWrite> writes, WriteMode mode, Cal
                                                                   : 0;
   }
   SealPayloads(*state, admitted);
+  state->in_place.resize(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (admitted[i]) state->in_place[i] = InPlaceRecord(writes[i], state->payload[i]);
+  }
   state->admitted = std::move(admitted);
   // Reserved records are handed to the I/O threads before the batch waits for reclaim (Reserve),
   // so the batch is submitted in as many parts as it waited.
@@ -374,6 +462,9 @@ void SsdTier::FinishPart(WriteState& state, const WritePart& part) {
       if (options_.sync != SsdSyncMode::kPerBatch) seg->second.unsynced = true;
       ++stats_.writes;
       stats_.write_bytes += RecordBytesForPayload(state.payload[i].size());
+      if (state.in_place[i].empty()) {
+        stats_.staged_write_bytes += RecordBytesForPayload(state.payload[i].size());
+      }
       InstallLocked(w, static_cast<uint32_t>(state.payload[i].size()), p, state.mode, i,
                     seg->second);
     }

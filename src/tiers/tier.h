@@ -59,6 +59,13 @@ struct TierWrite {
   uint32_t raw_bytes = 0;              // The block's size before encoding (stored with it).
   std::span<const std::byte> payload;  // Borrowed until the callback has run.
   uint64_t ttl_us = 0;                 // 0: no expiry.
+  // Optional: the writer's buffer that `payload` was encoded into at PayloadOffset(), 4 KiB-aligned
+  // and of at least ReadBufferBytes(payload.size()) bytes, borrowed until the callback has run. A
+  // tier that writes whole records may lay its record out around the payload in place (its bytes
+  // outside the payload may be overwritten) and write it from there, so the block is copied once
+  // before the disk, by its encoder (the SSD tier; TierStoreStats::staged_write_bytes counts the
+  // records it copied instead).
+  std::span<std::byte> record;
   Status status;
   bool skipped = false;  // Refused by the tier's admission filter or write budget.
 };
@@ -93,6 +100,9 @@ struct TierStoreStats {
   uint64_t reads = 0, read_hits = 0, read_misses = 0;
   uint64_t corrupt = 0;  // Records refused on read (failed verification, foreign key or layout).
   uint64_t writes = 0;   // Records written.
+  // Bytes of those records as the tier wrote them (headers and padding included), and of those
+  // the bytes it first copied into buffers of its own; 0 where the tier does not count them.
+  uint64_t write_bytes = 0, staged_write_bytes = 0;
   uint64_t write_errors = 0;
   uint64_t not_admitted = 0, over_budget = 0;  // Writes skipped by the tier's policies.
 };
