@@ -44,6 +44,9 @@ struct BenchEngineReport {
   uint64_t host_hits = 0, ssd_hits = 0, remote_hits = 0;
   uint64_t host_evictions = 0, ssd_evictions = 0, host_writebacks = 0, remote_puts = 0;
   uint64_t store_blocks = 0;
+  // Bytes of the records the SSD tier wrote during the trace, and of those the bytes it copied
+  // into its own staging buffers first (0: every record went from the engine's encode buffer).
+  uint64_t ssd_write_bytes = 0, ssd_staged_write_bytes = 0;
   uint64_t store_busy_retries = 0;  // Stores tried again after Busy (write-back in progress).
   double load_ms_median = 0, store_ms_median = 0, request_ms_median = 0;
   bool remote = false;
@@ -63,6 +66,11 @@ struct BenchEngineReport {
   uint64_t pin_blocks = 0;    // Blocks pinned per session (median).
   double pin_ms_median = 0, pin_load_ms_median = 0;  // Over sessions.
   double pin_over_load_paired = 0;  // Median over sessions of pin / load time.
+  // Part 4: write-through Stores of each session's first turn to an empty SSD directory.
+  uint32_t through_sessions = 0;
+  uint64_t through_blocks = 0;  // Per session.
+  double through_ms_median = 0, through_bytes_per_s = 0;
+  uint64_t through_write_bytes = 0, through_staged_write_bytes = 0;
 };
 
 namespace {
@@ -134,6 +142,13 @@ uint64_t Delta(const EngineStats& before, const EngineStats& after, TierKind kin
 
 double Ratio(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+// Copies of a block's bytes on their way to the SSD: the encode out of its memory slot, plus the
+// share of the SSD tier's records it copied again into its own staging buffers.
+double CopiesBeforeDisk(uint64_t write_bytes, uint64_t staged_write_bytes) {
+  if (write_bytes == 0) return 0;
+  return 1.0 + Ratio(staged_write_bytes, write_bytes);
 }
 
 // The Redis tier of --redis: endpoints checked, keys from --remote-key-file, $KVTIER_REMOTE_KEY or
@@ -215,12 +230,21 @@ void PrintText(const BenchEngineReport& r) {
   std::printf("\nevictions  host %llu  ssd %llu\n",
               static_cast<unsigned long long>(r.host_evictions),
               static_cast<unsigned long long>(r.ssd_evictions));
+  std::printf("ssd writes %s, %s of them copied by the tier: %.2f copies before the disk\n",
+              Progress::FormatBytes(static_cast<double>(r.ssd_write_bytes)).c_str(),
+              Progress::FormatBytes(static_cast<double>(r.ssd_staged_write_bytes)).c_str(),
+              CopiesBeforeDisk(r.ssd_write_bytes, r.ssd_staged_write_bytes));
   std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
               r.load_ms_median, r.store_ms_median, r.request_ms_median);
   std::printf("after a restart, %llu blocks from the SSD (medians over sessions)  pin %.2f ms  "
               "load %.2f ms  pin/load %.2fx\n",
               static_cast<unsigned long long>(r.pin_blocks), r.pin_ms_median,
               r.pin_load_ms_median, r.pin_over_load_paired);
+  std::printf("store to the SSD, write-through, %llu blocks (medians over sessions)  %.2f ms  "
+              "%s/s  %.2f copies before the disk\n",
+              static_cast<unsigned long long>(r.through_blocks), r.through_ms_median,
+              Progress::FormatBytes(r.through_bytes_per_s).c_str(),
+              CopiesBeforeDisk(r.through_write_bytes, r.through_staged_write_bytes));
 }
 
 // The report's "trace" object.
@@ -253,6 +277,9 @@ nlohmann::ordered_json TraceJson(const BenchEngineReport& r) {
   ev["host"] = r.host_evictions;
   ev["ssd"] = r.ssd_evictions;
   t["evictions"] = ev;
+  t["ssd_write_bytes"] = r.ssd_write_bytes;
+  t["ssd_staged_write_bytes"] = r.ssd_staged_write_bytes;
+  t["copies_before_disk"] = CopiesBeforeDisk(r.ssd_write_bytes, r.ssd_staged_write_bytes);
   if (r.remote) t["remote_put_errors"] = r.remote_put_errors;
   t["load_ms_median"] = r.load_ms_median;
   t["store_ms_median"] = r.store_ms_median;
@@ -292,6 +319,16 @@ void PrintJson(const BenchEngineReport& r) {
   pin["load_ms_median"] = r.pin_load_ms_median;
   pin["pin_over_load_paired"] = r.pin_over_load_paired;
   j["pin_after_restart"] = pin;
+  nlohmann::ordered_json through;
+  through["sessions"] = r.through_sessions;
+  through["blocks"] = r.through_blocks;
+  through["store_ms_median"] = r.through_ms_median;
+  through["store_bytes_per_s"] = r.through_bytes_per_s;
+  through["ssd_write_bytes"] = r.through_write_bytes;
+  through["ssd_staged_write_bytes"] = r.through_staged_write_bytes;
+  through["copies_before_disk"] =
+      CopiesBeforeDisk(r.through_write_bytes, r.through_staged_write_bytes);
+  j["store_to_ssd"] = through;
   std::printf("%s\n", JsonText(j, 2).c_str());
 }
 
@@ -307,7 +344,8 @@ void Print(const BenchEngineReport& r, bool json) {
 // scratch/ssd, write-back, and the report's remote tier when it has one. `logger` must outlive it.
 Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
                                                 uint64_t host_bytes, const std::string& scratch,
-                                                Logger* logger) {
+                                                Logger* logger,
+                                                WritePolicy policy = WritePolicy::kWriteBack) {
   EngineOptions o;
   o.layout = report.layout;
   o.model = {.name = "kvtier-bench-engine"};
@@ -315,7 +353,7 @@ Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
   o.device_backend = DeviceBackend::kCpu;
   o.ssd = SsdTierOptions{
       .dirs = {scratch + "/ssd"}, .capacity_bytes = report.ssd_bytes, .segment_bytes = 16 * kMiB};
-  o.write_policy = WritePolicy::kWriteBack;
+  o.write_policy = policy;
   o.logger = logger;
   o.remote = report.remote_tier;
   return Engine::Open(o);
@@ -350,7 +388,11 @@ void CountTrace(const EngineStats& before, const EngineStats& after, BenchEngine
   report->remote_puts = Delta(before, after, TierKind::kRemote, &TierStats::writebacks);
   report->remote_put_errors = after.remote_put_errors - before.remote_put_errors;
   report->store_blocks = after.store_blocks - before.store_blocks;
+  report->ssd_write_bytes = Delta(before, after, TierKind::kSsd, &TierStats::write_bytes);
+  report->ssd_staged_write_bytes =
+      Delta(before, after, TierKind::kSsd, &TierStats::staged_write_bytes);
 }
+
 
 }  // namespace
 
@@ -721,6 +763,46 @@ Status BenchEngine::RunPin(const std::string& scratch, BenchEngineReport* report
   return Status::Ok();
 }
 
+Status BenchEngine::RunStoreThrough(const std::string& scratch, BenchEngineReport* report) {
+  const KvLayout& layout = report->layout;
+  const uint64_t block = layout.BlockBytes();
+  const size_t blocks = report->first_turns.front().size() / layout.block_tokens * layout.layers;
+  if (blocks == 0) return Status::Ok();  // A first turn shorter than a chunk.
+  KV_ASSIGN_OR_RETURN(std::vector<AlignedBuffer> buffers, Buffers(blocks, block));
+  StderrLogger logger(CliLogLevel());
+  BenchEngineReport through = *report;
+  through.remote_tier.reset();
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      OpenTraceEngine(through, report->trace_host_bytes, scratch + "/through",
+                                      &logger, WritePolicy::kWriteThrough));
+  KV_ASSIGN_OR_RETURN(const Namespace ns,
+                      engine->MakeNamespace("through-" + std::to_string(std::random_device{}())));
+  std::mt19937_64 rng(seed_ + 11);
+  std::vector<double> ms;
+  const EngineStats before = engine->Stats();
+  for (const std::vector<uint32_t>& turn : report->first_turns) {
+    if (Interrupted()) return Status::Aborted("interrupted");
+    for (AlignedBuffer& b : buffers) FillRandom(rng, {b.data(), b.size()});  // Not timed.
+    const Stopwatch w;
+    Result<std::unique_ptr<StoreHandle>> h = StoreRetryingBusy(
+        *engine, ns, turn, Spans<const std::byte>(buffers, 0, blocks, block), 0,
+        &report->store_busy_retries);
+    KV_RETURN_IF_ERROR(h.status());
+    KV_RETURN_IF_ERROR((*h)->Wait());
+    ms.push_back(w.Seconds() * 1e3);
+  }
+  const EngineStats after = engine->Stats();
+  report->through_sessions = static_cast<uint32_t>(ms.size());
+  report->through_blocks = blocks;
+  report->through_ms_median = Median(ms);
+  report->through_bytes_per_s =
+      static_cast<double>(blocks * block) / std::max(report->through_ms_median * 1e-3, 1e-12);
+  report->through_write_bytes = Delta(before, after, TierKind::kSsd, &TierStats::write_bytes);
+  report->through_staged_write_bytes =
+      Delta(before, after, TierKind::kSsd, &TierStats::staged_write_bytes);
+  return Status::Ok();
+}
+
 Status BenchEngine::Run() {
   InstallInterruptHandler();
   BenchEngineReport report;
@@ -736,6 +818,7 @@ Status BenchEngine::Run() {
   KV_RETURN_IF_ERROR(RunPutGet(&report));
   KV_RETURN_IF_ERROR(RunTrace(scratch, &report));
   KV_RETURN_IF_ERROR(RunPin(scratch, &report));
+  KV_RETURN_IF_ERROR(RunStoreThrough(scratch, &report));
   Print(report, json_);
   return Status::Ok();
 }

@@ -10,7 +10,9 @@
 //    SSD tier in a scratch directory (and a Redis tier with --redis). Per request: Lookup, Load of
 //    the cached prefix, Store of the new chunks. Reported: hit ratio per tier (blocks served by
 //    the tier / blocks of the requests' full chunks), bytes per link (block bytes, decoded),
-//    evictions, and medians of the per-request Load and Store times.
+//    evictions, the SSD tier's record bytes and the copies a block took before the disk (the
+//    encode, plus the share the SSD tier copied into its own buffers), and medians of the
+//    per-request Load and Store times.
 // 3. After a restart: the trace's engine is flushed and closed; for each session, an engine
 //    reopened on the same SSD tier pins the session's first turn (whole chunks; every block only
 //    on the SSD, so Pin promotes it into the host tier), then another reopened engine loads the
@@ -18,6 +20,10 @@
 //    (Pin reads what Load reads, into host slots instead of the caller's buffers). Where the SSD
 //    reclaimed a session's oldest chunks, Pin pins the leading ones it finds and Load reads
 //    those; a session with none is left out.
+// 4. Store to the SSD: each session's first turn, with fresh bytes, stored write-through (the
+//    Store's Wait returns once every block is on the SSD) by an engine on an empty SSD
+//    directory. Reported: the median Store time and rate over sessions, and the copies a block
+//    took before the disk (TierStats::staged_write_bytes over write_bytes, plus the encode).
 //
 // With --server PATH, part 1 also runs through the kvtier service on that socket (kvtier serve),
 // a service round after each in-process round: the same Store and Lookup + Load from buffers in the connection's shared staging
@@ -58,6 +64,7 @@ class BenchEngine {
   Result<uint64_t> TraceHostBytes(const KvLayout& layout) const;
   Status RunTrace(const std::string& scratch, BenchEngineReport* report);
   Status RunPin(const std::string& scratch, BenchEngineReport* report);
+  Status RunStoreThrough(const std::string& scratch, BenchEngineReport* report);
 
   CLI::App* app_;
   uint32_t layers_ = 4, kv_heads_ = 8, head_dim_ = 128, block_tokens_ = 256;

@@ -3,7 +3,8 @@
 # beside memcpy (all > 0, with their ratios) and a multi-turn trace replayed through host + SSD
 # tiers whose small host tier makes blocks spill: hit ratios per tier in [0, 1] with both tiers
 # serving hits, bytes per link > 0, evictions, medians, Busy retries counted, and Pin beside Load
-# of each session's first turn after a restart (times > 0); with --redis, the
+# of each session's first turn after a restart (times > 0); the SSD tier's record bytes with
+# none copied into its own buffers (one copy before the disk, copies_before_disk 1); with --redis, the
 # remote tier's hit ratio and bytes too (blocks put into it > 0, no failed puts); the SSD scratch
 # directory is gone afterwards (and after Ctrl-C, exit 130); text output names each part; bad
 # flags exit 2 with one line.
@@ -73,6 +74,12 @@ for k in ["load_ms_median", "store_ms_median", "request_ms_median"]:
         errors.append(f"trace.{k} = {t[k]}")
 if not t["blocks_requested"] > 0 or not t["blocks_stored"] > 0:
     errors.append("no blocks")
+# The evicted blocks reached the SSD, each record from the engine's encode buffer (plaintext).
+if not t["ssd_write_bytes"] >= b["ssd_from_host"]:
+    errors.append(f"ssd_write_bytes {t['ssd_write_bytes']} < ssd_from_host {b['ssd_from_host']}")
+if t["ssd_staged_write_bytes"] != 0 or t["copies_before_disk"] != 1:
+    errors.append(f"copies before the disk: {t['ssd_staged_write_bytes']} staged, "
+                  f"{t['copies_before_disk']}")
 # Part 3: each session's first turn (4 chunks of 2 layers) pinned from the SSD after a restart.
 p = j["pin_after_restart"]
 if p["sessions"] != 3 or p["blocks"] != 8:
@@ -104,7 +111,7 @@ rc=0
 "$KVTIER" bench engine "${SMALL[@]}" --trace-host-bytes 256KiB >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -eq 0 ]] || fail "bench engine (text): exit $rc: $(cat "$TMP/err")"
 for needle in "put (Store)" "get (Lookup+Load)" "memcpy" "hit ratio" "host<-ssd" "evictions" \
-              "pin/load"; do
+              "pin/load" "copies before the disk"; do
   grep -qF "$needle" "$TMP/out" || fail "text output lacks '$needle': $(cat "$TMP/out")"
 done
 
