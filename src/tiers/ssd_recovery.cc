@@ -170,7 +170,7 @@ std::unordered_map<uint64_t, uint64_t> LoadCheckpoint(Env* env, const RecoverOpt
 class ScanWindow {
  public:
   // `limit`: no byte at or past it is read (the segment's size).
-  ScanWindow(File& file, uint64_t limit, AlignedBuffer* buffer)
+  ScanWindow(File& file, uint64_t limit, HugePageBuffer* buffer)
       : file_(file), limit_(limit), buf_(*buffer) {}
 
   // Makes [offset, offset + n) available, reading if needed. `offset` is 4 KiB-aligned, at or
@@ -185,7 +185,7 @@ class ScanWindow {
  private:
   File& file_;
   const uint64_t limit_;
-  AlignedBuffer& buf_;
+  HugePageBuffer& buf_;
   uint64_t begin_ = 0;
   size_t size_ = 0;
   bool eof_ = false;  // A read came back short: nothing after begin_ + size_ exists.
@@ -204,7 +204,7 @@ Status ScanWindow::Ensure(uint64_t offset, size_t n, bool* complete) {
       std::max<size_t>(n, static_cast<size_t>(std::min<uint64_t>(read_bytes_, limit_ - offset)));
   if (capacity > buf_.size()) {
     // Recovery and the tools only, never the data path; the caller keeps the buffer.
-    KV_ASSIGN_OR_RETURN(AlignedBuffer bigger, AlignedBuffer::Allocate(capacity));
+    KV_ASSIGN_OR_RETURN(HugePageBuffer bigger, HugePageBuffer::Allocate(capacity));
     if (keep > 0) std::memcpy(bigger.data(), buf_.data() + (offset - begin_), keep);
     buf_ = std::move(bigger);
   } else if (keep > 0) {
@@ -228,14 +228,14 @@ Status ScanWindow::Ensure(uint64_t offset, size_t n, bool* complete) {
 Result<SegmentScan> ScanSegment(
     File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
     const std::function<void(const RecordHeader&, uint64_t offset)>& visit) {
-  AlignedBuffer scratch;
+  HugePageBuffer scratch;
   return ScanSegment(file, segment_id, segment_bytes, start_offset, visit, &scratch);
 }
 
 Result<SegmentScan> ScanSegment(
     File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
     const std::function<void(const RecordHeader&, uint64_t offset)>& visit,
-    AlignedBuffer* scratch) {
+    HugePageBuffer* scratch) {
   ScanWindow window(file, segment_bytes, scratch);
   SegmentScan scan;
   uint64_t offset = std::max<uint64_t>(start_offset, kSegmentHeaderBytes);
@@ -379,7 +379,7 @@ Result<RecoveredState> Recover(Env* env, const RecoverOptions& o, Logger* logger
   }
   RecoveredState st;
   std::unordered_map<uint64_t, uint64_t> scan_from = LoadCheckpoint(env, o, listing, &st, logger);
-  AlignedBuffer scratch;  // One scan window for every segment.
+  HugePageBuffer scratch;  // One scan window for every segment.
   for (SegmentFile& seg : listing.segments) {
     // A bad segment in range may be one whose creation was cut short: its id stays taken. One out
     // of range never counts, so that the next id can neither wrap nor leave the range.

@@ -19,6 +19,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/block_key.h"
+#include "core/huge_page_buffer.h"
 #include "env/env.h"
 #include "tiers/ssd_checkpoint.h"
 #include "tiers/ssd_record.h"
@@ -45,10 +46,12 @@ Result<SegmentScan> ScanSegment(
     File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
     const std::function<void(const RecordHeader&, uint64_t offset)>& visit);
 // The same, with the read window in `scratch` (grown as needed and kept by the caller, so that
-// scanning many segments allocates it once).
+// scanning many segments allocates it once; on huge pages, so that each 8 MiB O_DIRECT read is a
+// few segments for the device, core/huge_page_buffer.h).
 Result<SegmentScan> ScanSegment(
     File& file, uint64_t segment_id, uint64_t segment_bytes, uint64_t start_offset,
-    const std::function<void(const RecordHeader&, uint64_t offset)>& visit, AlignedBuffer* scratch);
+    const std::function<void(const RecordHeader&, uint64_t offset)>& visit,
+    HugePageBuffer* scratch);
 
 struct SegmentFile {
   uint64_t segment_id = 0;

@@ -217,7 +217,7 @@ Result<SegmentCheck> CheckSegment(SegmentFile& seg) {
   SegmentCheck check;
   KV_ASSIGN_OR_RETURN(AlignedBuffer block, AlignedBuffer::Allocate(kDirectIoAlignment));
   KV_ASSIGN_OR_RETURN(AlignedBuffer chunk, AlignedBuffer::Allocate(kResyncReadBytes));
-  AlignedBuffer scratch;
+  HugePageBuffer scratch;
   const uint64_t limit = std::min(seg.file_bytes, seg.segment_bytes);
   uint64_t offset = kSegmentHeaderBytes;
   // Each pass ends at a record boundary further on, or stops: at most one pass per 4 KiB.
