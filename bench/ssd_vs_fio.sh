@@ -9,7 +9,11 @@
 # median ratios; `bench/plot.py ssd` draws it.
 #
 # usage: bench/ssd_vs_fio.sh [--dir D] [--rounds N] [--total-bytes 1GiB] [--block-bytes 1MiB]
-#                            [--queue-depth 16] [--kvtier PATH] [--json]
+#                            [--queue-depth 16] [--kvtier PATH] [--fio-iomem MODE] [--json]
+# --fio-iomem: fio's --iomem for its buffers (default malloc). kvtier's reads land in buffers on
+# transparent huge pages, so each O_DIRECT request is a few segments for the device; fio's malloc
+# buffers are 4 KiB pages, which on a virtio disk understate its reads. `shmhuge` gives fio huge
+# pages too; it needs reserved ones (sysctl vm.nr_hugepages, at least 2 x queue depth x block / 2 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +23,7 @@ total=1GiB
 block=1MiB
 qd=16
 kvtier=build/tools/cli/kvtier
+fio_iomem=malloc
 json=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,6 +33,7 @@ while [ $# -gt 0 ]; do
     --block-bytes) block="$2"; shift 2 ;;
     --queue-depth) qd="$2"; shift 2 ;;
     --kvtier) kvtier="$2"; shift 2 ;;
+    --fio-iomem) fio_iomem="$2"; shift 2 ;;
     --json) json=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -44,6 +50,7 @@ trap 'rm -rf "$dir/fio" "$dir/kvtier" "$results" "$results".kvtier.*; rmdir "$di
 run_fio() {  # $1 = write|read; prints bytes/s
   fio --name=seq --directory="$dir/fio" --rw="$1" --bs="$(fio_size "$block")" --iodepth="$qd" \
       --ioengine=io_uring --direct=1 --size="$(fio_size "$total")" --numjobs=1 \
+      --iomem="$fio_iomem" \
       --end_fsync=1 --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(j["'"$1"'"]["bw_bytes"])'
 }
@@ -79,9 +86,9 @@ for r in $(seq 1 "$rounds"); do
     printf "round %d: write fio %.0f MB/s kvtier %.0f MB/s (%.2fx) | read fio %.0f MB/s kvtier %.0f MB/s (%.2fx)\n",
       r, fw / 1e6, kw / 1e6, kw / fw, fr / 1e6, kr / 1e6, kr / fr }' >&"$((json ? 2 : 1))"
 done
-python3 - "$results" "$json" "$block" "$qd" "$total" <<'PY'
+python3 - "$results" "$json" "$block" "$qd" "$total" "$fio_iomem" <<'PY'
 import json, statistics, sys
-path, as_json, block, qd, total = sys.argv[1], sys.argv[2] == "1", *sys.argv[3:]
+path, as_json, block, qd, total, iomem = sys.argv[1], sys.argv[2] == "1", *sys.argv[3:]
 rows = [list(map(float, l.split())) for l in open(path)]
 med = lambda i: statistics.median(r[i] for r in rows) / 1e6
 w = [r[3] / r[1] for r in rows]
@@ -102,7 +109,7 @@ for r in rows:
 print(json.dumps({
     "config": {"block_bytes": block, "queue_depth": int(qd), "total_bytes": total,
                "rounds": len(rows), "fio": "--rw=write|read --ioengine=io_uring --direct=1 "
-                                           "--numjobs=1 --end_fsync=1"},
+                                           "--numjobs=1 --end_fsync=1 --iomem=" + iomem},
     "rounds": rounds,
     "median_bytes_per_s": {"fio_write": med(1) * 1e6, "fio_read": med(2) * 1e6,
                            "kvtier_write": med(3) * 1e6, "kvtier_read": med(4) * 1e6},

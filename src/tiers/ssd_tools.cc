@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/aligned_buffer.h"
+#include "core/huge_page_buffer.h"
 #include "core/assert.h"
 #include "core/crc32c.h"
 #include "core/mutex.h"
@@ -340,10 +341,12 @@ Status WritePhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_
 
 Status ReadPhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_t blocks,
                  const PayloadPool& pool, BenchSsdReport* r) {
-  std::vector<AlignedBuffer> buffers;
+  // One region on huge pages, as the engine's staging buffers that SSD reads land in.
+  const size_t stride = AlignUp(o.block_bytes, kDirectIoAlignment);
+  KV_ASSIGN_OR_RETURN(HugePageBuffer region, HugePageBuffer::Allocate(o.queue_depth * stride));
+  std::vector<std::span<std::byte>> buffers;
   for (uint32_t s = 0; s < o.queue_depth; ++s) {
-    KV_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(o.block_bytes));
-    buffers.push_back(std::move(buf));
+    buffers.push_back(region.span().subspan(s * stride, o.block_bytes));
   }
   std::vector<SsdBlockRead> reads(o.queue_depth);
   std::vector<uint64_t> latencies_us;
@@ -354,7 +357,7 @@ Status ReadPhase(SsdTier& tier, Clock* clock, const BenchSsdOptions& o, uint64_t
       blocks, o.queue_depth,
       [&](uint32_t slot, uint64_t index, SsdTier::Callback done) {
         reads[slot] = {
-            .key = BenchKey(index), .layout_digest = kBenchLayout, .buffer = buffers[slot].span()};
+            .key = BenchKey(index), .layout_digest = kBenchLayout, .buffer = buffers[slot]};
         tier.ReadBatch(std::span(&reads[slot], 1), std::move(done));
       },
       [&](uint32_t slot, uint64_t index, Status s, uint64_t us) {
