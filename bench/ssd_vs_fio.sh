@@ -39,6 +39,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v fio >/dev/null || { echo "fio is missing: run scripts/install_deps.sh" >&2; exit 1; }
+case "$fio_iomem" in
+  malloc|shm|mmap) ;;
+  shmhuge)
+    [ "$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)" -gt 0 ] || {
+      echo "--fio-iomem shmhuge needs reserved huge pages: sysctl -w vm.nr_hugepages=64" >&2; exit 2; } ;;
+  *) echo "--fio-iomem: '$fio_iomem' is not malloc, shm, mmap or shmhuge" >&2; exit 2 ;;
+esac
 [ -x "$kvtier" ] || { echo "$kvtier is missing: run ./run.sh build" >&2; exit 1; }
 
 # fio takes sizes as 1g / 1m; kvtier takes 1GiB / 1MiB.

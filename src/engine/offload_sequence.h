@@ -55,6 +55,7 @@
 #include "codecs/codec.h"
 #include "codecs/precision_ladder.h"
 #include "core/aligned_buffer.h"
+#include "core/huge_page_buffer.h"
 #include "core/kv_layout.h"
 #include "core/mutex.h"
 #include "core/thread_pool.h"
@@ -324,7 +325,9 @@ class OffloadedSequence {
   std::vector<uint32_t> scratch_chunks_;
   std::vector<CopyRegion> regions_;
   std::unique_ptr<codecs::CodecContext> caller_codec_;  // Encodes on the caller's thread.
-  AlignedBuffer spill_;  // One SSD record: device -> SSD demotion when the host is full.
+  // One SSD record: device -> SSD demotion when the host is full. On a huge page, as the staging
+  // buffers are: the SSD tier writes the record from it with O_DIRECT (core/huge_page_buffer.h).
+  HugePageBuffer spill_;
   AlignedBuffer raw_;    // One raw block: an encoded device copy decoded (ladder only).
   std::unique_ptr<CodecPool> codec_pool_;  // Decodes (ladder only).
 

@@ -69,7 +69,7 @@ Status OffloadedSequence::Init() {
     KV_ASSIGN_OR_RETURN(raw_, AlignedBuffer::Allocate(AlignUp(block_bytes_, kDirectIoAlignment)));
   }
   if (tiers_.ssd != nullptr) {
-    KV_ASSIGN_OR_RETURN(spill_, AlignedBuffer::Allocate(tiers_.host->slot_bytes()));
+    KV_ASSIGN_OR_RETURN(spill_, HugePageBuffer::Allocate(tiers_.host->slot_bytes()));
     constexpr uint32_t kBatches = kOffloadSsdReadsInFlightMax / kOffloadReadBatchBlocks;
     batches_.resize(kBatches);
     for (uint32_t b = 0; b < kBatches; ++b) {

@@ -13,9 +13,9 @@
 #include <utility>
 
 #include "core/aligned_buffer.h"
-#include "core/huge_page_buffer.h"
 #include "core/assert.h"
 #include "core/crc32c.h"
+#include "core/huge_page_buffer.h"
 #include "core/mutex.h"
 #include "tiers/ssd_dir_lock.h"
 #include "tiers/ssd_manifest.h"

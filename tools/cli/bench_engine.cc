@@ -341,7 +341,7 @@ void Print(const BenchEngineReport& r, bool json) {
 }
 
 // The trace's engine: the host tier of `host_bytes`, the SSD tier of report.ssd_bytes in
-// scratch/ssd, write-back, and the report's remote tier when it has one. `logger` must outlive it.
+// scratch/ssd, `policy` (write-back for the trace), and the report's remote tier when it has one. `logger` must outlive it.
 Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
                                                 uint64_t host_bytes, const std::string& scratch,
                                                 Logger* logger,
@@ -392,7 +392,6 @@ void CountTrace(const EngineStats& before, const EngineStats& after, BenchEngine
   report->ssd_staged_write_bytes =
       Delta(before, after, TierKind::kSsd, &TierStats::staged_write_bytes);
 }
-
 
 }  // namespace
 
