@@ -23,8 +23,8 @@
 #include "core/aligned_buffer.h"
 #include "core/kv_layout.h"
 #include "env/env.h"
-#include "tiers/ssd_tier.h"
-#include "tiers/ssd_tier_adapter.h"
+#include "tiers/ssd/ssd_tier.h"
+#include "tiers/ssd/ssd_tier_adapter.h"
 
 namespace kvtier {
 namespace {

@@ -34,7 +34,7 @@
 #include "kvtier/status.h"
 #include "kvtier/version.h"
 #include "serve/client.h"
-#include "tiers/redis_connection.h"
+#include "tiers/redis/redis_connection.h"
 
 namespace {
 // Forwards log lines to the caller's kvtier_log_fn.

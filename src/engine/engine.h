@@ -48,10 +48,10 @@
 #include "core/limits.h"
 #include "env/env.h"
 #include "tiers/memory_tier.h"
-#include "tiers/fs/fs_store.h"
-#include "tiers/redis_store.h"
+#include "tiers/fs/fs_options.h"
+#include "tiers/redis/redis_options.h"
 #include "tiers/remote_store.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 

@@ -213,7 +213,7 @@ TEST_F(EngineFakeRemoteTest, WriteBackBlocksStayDirtyWhileTheStoreIsDown) {
 // Node A's SSD lives in the MemEnv too: after a restart while the store is down, A serves its
 // prefix from the SSD it recovered, and nothing needs the remote tier.
 TEST_F(EngineFakeRemoteTest, SsdOnTheMemEnvServesAfterARestartWhileTheStoreIsDown) {
-  // Only the directory lock is a real file (an flock(2) by design, tiers/ssd_dir_lock.h).
+  // Only the directory lock is a real file (an flock(2) by design, tiers/ssd/ssd_dir_lock.h).
   Result<ScopedTempDir> lock_dir = ScopedTempDir::Create();
   ASSERT_TRUE(lock_dir.ok());
   EngineOptions oa = NodeOptions(64);

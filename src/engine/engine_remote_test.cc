@@ -5,7 +5,7 @@
 // a killed Redis costs nothing but misses (A keeps serving and storing locally, B's lookups of
 // remote-only chunks are misses within a bounded time, the breaker state shows in Stats) and a
 // restarted Redis is used again; multi-MiB blocks work; RemoteTierOptions are validated.
-// Method: real redis-server processes on loopback ports (tiers/redis_test_util.h), a tiny layout
+// Method: real redis-server processes on loopback ports (tiers/redis/redis_test_util.h), a tiny layout
 // (3 layers, 2 KiB blocks) whose bytes are derived from (chunk hash, layer) so any expected block
 // can be recomputed, node A with an SSD in a temp dir and node B without one, short store
 // timeouts, and a ManualClock driving the breakers' cool-down. Skipped when redis-server is not
@@ -22,7 +22,7 @@
 #include "engine/engine.h"
 #include "engine/engine_remote_test_util.h"
 #include "testing/test_util.h"
-#include "tiers/redis_test_util.h"
+#include "tiers/redis/redis_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -265,7 +265,7 @@ TEST(EngineRemoteOptionsTest, ExactlyOneStoreSourceAndKnownPolicies) {
 // A Redis that trickles its EXISTS replies (a byte every 100 ms, as a hostile or broken server
 // could) costs a lookup its command deadline, not a stall: the lookup is a miss, the node's
 // breaker opens after failures_to_open such lookups and the next lookup is a miss without the
-// network. A fake server (tiers/redis_test_util.h): no redis-server needed.
+// network. A fake server (tiers/redis/redis_test_util.h): no redis-server needed.
 TEST(EngineRemoteHostileTest, TrickledRemoteLookupIsAMissWithinTheDeadline) {
   using Answer = FakeRedisServer::Answer;
   FakeRedisServer server("127.0.0.1", [](const std::vector<std::string>& args) -> Answer {

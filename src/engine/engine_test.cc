@@ -33,6 +33,7 @@
 #include "testing/fault_injection_env.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_tier.h"
 
 #ifdef KVTIER_HAVE_CUDA  // Only to know whether kAuto must pick CUDA on this machine.
 #include "cuda/cuda_status.h"

@@ -6,21 +6,22 @@
 # Method: readelf -d lists the executable's NEEDED libraries and nm -C its symbols; both are
 # matched against the libraries and symbol names of the SSD and remote tiers. The symbol patterns
 # are first checked against the static libraries that do hold those tiers (kvtier_env,
-# kvtier_tier_ssd, kvtier_tier_remote), so a pattern that matches nothing cannot pass vacuously.
-# libcrypto is allowed: the core's SHA-256 (core/sha256.h) uses it.
+# kvtier_tier_ssd, kvtier_tier_remote, kvtier_tier_redis), so a pattern that matches nothing
+# cannot pass vacuously. libcrypto is allowed: the core's SHA-256 (core/sha256.h) uses it.
 # Usage: host_only_deps_test.sh <host-only executable> <libkvtier_env.a> <libkvtier_tier_ssd.a>
-#        <libkvtier_tier_remote.a>
+#        <libkvtier_tier_remote.a> <libkvtier_tier_redis.a>
 set -u
-if [[ $# -ne 4 ]]; then
+if [[ $# -ne 5 ]]; then
   echo "usage: $0 <host-only executable> <libkvtier_env.a> <libkvtier_tier_ssd.a>" \
-       "<libkvtier_tier_remote.a>" >&2
+       "<libkvtier_tier_remote.a> <libkvtier_tier_redis.a>" >&2
   exit 2
 fi
 EXE="$1"
 ENV_LIB="$2"
 SSD_LIB="$3"
 REMOTE_LIB="$4"
-for f in "$EXE" "$ENV_LIB" "$SSD_LIB" "$REMOTE_LIB"; do
+REDIS_LIB="$5"
+for f in "$EXE" "$ENV_LIB" "$SSD_LIB" "$REMOTE_LIB" "$REDIS_LIB"; do
   if [[ ! -f "$f" ]]; then
     echo "FAIL: $f does not exist (build it first)" >&2
     exit 1
@@ -34,7 +35,8 @@ URING_SYMS='(^| )io_uring_[a-z_]+'
 HIREDIS_SYMS='(^| )redis[A-Z][A-Za-z]+'
 IPSEC_SYMS='(^| )(IMB_|imb_)[A-Za-z_]+'
 SSD_CLASSES='kvtier::(SsdTier|SsdTierAdapter|ssd::IoWorker)::'
-REMOTE_CLASSES='kvtier::(RedisStore|RedisConnection|RemoteTierAdapter|CircuitBreaker)::'
+REMOTE_CLASSES='kvtier::(RemoteTierAdapter|CircuitBreaker)::'
+REDIS_CLASSES='kvtier::(RedisStore|RedisConnection)::'
 
 fail=0
 # The patterns find what they are meant to find where it is.
@@ -46,7 +48,8 @@ check_present() {  # <archive> <pattern> <what>
 }
 check_present "$ENV_LIB" "$URING_SYMS" "io_uring calls"
 check_present "$SSD_LIB" "$SSD_CLASSES" "the SSD tier"
-check_present "$REMOTE_LIB" "$HIREDIS_SYMS" "hiredis calls"
+check_present "$REDIS_LIB" "$HIREDIS_SYMS" "hiredis calls"
+check_present "$REDIS_LIB" "$REDIS_CLASSES" "the Redis store"
 check_present "$REMOTE_LIB" "$REMOTE_CLASSES" "the remote tier"
 
 needed=$(readelf -d "$EXE" | grep -F '(NEEDED)')
@@ -65,7 +68,8 @@ if [[ -z "$syms" ]]; then
   echo "FAIL: nm -C $EXE lists no symbol (stripped?)" >&2
   fail=1
 fi
-for p in "$URING_SYMS" "$HIREDIS_SYMS" "$IPSEC_SYMS" "$SSD_CLASSES" "$REMOTE_CLASSES"; do
+for p in "$URING_SYMS" "$HIREDIS_SYMS" "$IPSEC_SYMS" "$SSD_CLASSES" "$REMOTE_CLASSES" \
+         "$REDIS_CLASSES"; do
   bad=$(grep -E "$p" <<<"$syms" | head -5)
   if [[ -n "$bad" ]]; then
     echo "FAIL: the host-only executable holds symbols matching '$p':" >&2

@@ -1,28 +1,41 @@
 // StandardLowerTiers: the SSD tier and the remote tier (on Redis or a shared directory), opened
-// from EngineOptions, and Engine::Open with them (lower_tier_factory.h). The only file of the engine that names a tier
-// below memory; it is in kvtier_engine, not in kvtier_engine_core.
+// from EngineOptions through the tier registry (tiers/tier_registry.h), and Engine::Open with
+// them (lower_tier_factory.h). It includes no tier's code: its library, kvtier_engine, links the
+// registry privately and sees none of the tier folders, so such an include fails to compile.
 #include "engine/lower_tier_factory.h"
 
-#include <string>
+#include <any>
+#include <string_view>
 #include <utility>
-#include <vector>
 
-#include "tiers/fs/fs_store.h"
-#include "tiers/redis_store.h"
-#include "tiers/remote_lanes.h"
+#include "core/assert.h"
 #include "tiers/remote_tier_adapter.h"
-#include "tiers/ssd_tier.h"
-#include "tiers/ssd_tier_adapter.h"
+#include "tiers/tier_registry.h"
 
 namespace kvtier {
 
 namespace {
 
+// The registered provider `name`: every one the options can name is in the registry of this
+// build (tiers/tier_registry.cc).
+const TierProvider& Provider(std::string_view name) {
+  const TierProvider* p = FindTierProvider(name);
+  KV_CHECK(p != nullptr);
+  return *p;
+}
+
+TierOpenContext OpenContext(const LowerTierContext& context, Env* env) {
+  return {.env = env,
+          .clock = context.clock,
+          .logger = context.logger,
+          .layout_digest = context.layout_digest};
+}
+
 class StandardFactory final : public LowerTierFactory {
  public:
   Status Validate(const EngineOptions& options) const override {
     if (options.ssd.has_value()) {
-      const Status s = options.ssd->Validate();
+      const Status s = Provider("ssd").Validate(std::any(*options.ssd));
       if (!s.ok()) return Status::InvalidArgument("ssd: " + s.message());
     }
     return Status::Ok();
@@ -37,9 +50,11 @@ class StandardFactory final : public LowerTierFactory {
         out.owned_env = NewPosixEnv({.logger = context.logger, .clock = context.clock});
         env = out.owned_env.get();
       }
-      KV_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::Open(*options.ssd, env));
+      KV_ASSIGN_OR_RETURN(
+          std::unique_ptr<Tier> ssd,
+          Provider("ssd").OpenTier(std::any(*options.ssd), OpenContext(context, env)));
       out.tiers.push_back(OpenedLowerTier{
-          .tier = std::make_unique<SsdTierAdapter>(std::move(ssd), context.layout_digest),
+          .tier = std::move(ssd),
           .kind = TierKind::kSsd,
           .write_policy = options.write_policy,
           .promote_on_load = options.promote_on_load,
@@ -68,27 +83,13 @@ class StandardFactory final : public LowerTierFactory {
     std::unique_ptr<RemoteTierAdapter> adapter;
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
-    } else if (r.fs.has_value()) {
-      FsStoreOptions o = *r.fs;
-      o.layout_digest = context.layout_digest;
-      if (o.clock == nullptr) o.clock = context.clock;
-      if (o.logger == nullptr) o.logger = context.logger;
-      KV_ASSIGN_OR_RETURN(std::unique_ptr<FsStore> fs, FsStore::Open(std::move(o)));
-      adapter = std::make_unique<RemoteTierAdapter>(std::move(fs), policy);
     } else {
-      RedisStoreOptions o = *r.redis;
-      o.layout_digest = context.layout_digest;
-      if (o.clock == nullptr) o.clock = context.clock;
-      if (o.logger == nullptr) o.logger = context.logger;
-      // Lanes of the same server, each store with its own connections (tiers/remote_lanes.h):
-      // `connections` for the reads, and one for the puts, so a get never waits for a put.
-      std::vector<std::unique_ptr<RemoteStore>> reads, writes;
-      for (uint32_t i = 0; i <= r.connections; ++i) {
-        KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> lane, RedisStore::Open(o));
-        (i < r.connections ? reads : writes).push_back(std::move(lane));
-      }
-      adapter = std::make_unique<RemoteTierAdapter>(
-          std::make_unique<RemoteStoreLanes>(std::move(reads), std::move(writes)), policy);
+      const bool fs = r.fs.has_value();
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStore> store,
+                          Provider(fs ? "fs" : "redis")
+                              .OpenStore(fs ? std::any(*r.fs) : std::any(*r.redis),
+                                         OpenContext(context, context.env), r.connections));
+      adapter = std::make_unique<RemoteTierAdapter>(std::move(store), policy);
     }
     RemoteStore* store = adapter->store();
     return OpenedLowerTier{.tier = std::move(adapter),

@@ -4,12 +4,14 @@
 // tier list) knows the tiers below memory only through the Tier interface; it never constructs
 // one. A factory, handed to Engine::Open, checks the options of those tiers and opens them in
 // order, fastest first. StandardLowerTiers() (lower_tier_factory.cc, in kvtier_engine) opens the
-// SSD tier and the remote tier, and so links kvtier_tier_ssd (liburing) and kvtier_tier_remote
-// (hiredis, OpenSSL, libipsec-mb). An engine opened without a factory has memory tiers only and
-// refuses options that ask for a tier below memory (NoLowerTiers), naming the library to link.
+// SSD tier and the remote tier by name through the tier registry (tiers/tier_registry.h), and so
+// links kvtier_tier_ssd (liburing), kvtier_tier_redis (hiredis) and kvtier_tier_fs, without
+// seeing their headers. An engine opened without a factory has memory tiers only and refuses
+// options that ask for a tier below memory (NoLowerTiers), naming the library to link.
 //
-// Adding a tier below memory: its adapter beside its store in src/tiers, its options in
-// EngineOptions, and one entry in StandardLowerTiers() (docs/architecture.md, section 9).
+// Adding a tier below memory: its folder src/tiers/<name> with its provider, one line in the
+// registry, its options in EngineOptions, and its branch in StandardLowerTiers()
+// (docs/architecture.md, "Adding a tier below memory").
 //
 // Thread safety: a factory is stateless; its calls may run concurrently (one per Engine::Open).
 #pragma once

@@ -116,7 +116,7 @@ class OffloadObserver {
 // SSD record, so reads land in it directly: no staging buffer, no copy). ssd may be null, and
 // then the host tier must hold whatever the device budget does not.
 // ssd is the SSD tier through the Tier interface (tiers/tier.h): the SsdTierAdapter of an
-// SsdTier (tiers/ssd_tier_adapter.h, in kvtier_tier_ssd), opened with LayoutDigest(layout), which
+// SsdTier (tiers/ssd/ssd_tier_adapter.h, in kvtier_tier_ssd), opened with LayoutDigest(layout), which
 // verifies every record against it. Its reads must place the payload at the tier's
 // PayloadOffset() into the buffer; a read that does not is refused as corrupt.
 struct OffloadTiers {

@@ -19,8 +19,8 @@
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "tiers/memory_tier.h"
-#include "tiers/ssd_tier.h"
-#include "tiers/ssd_tier_adapter.h"
+#include "tiers/ssd/ssd_tier.h"
+#include "tiers/ssd/ssd_tier_adapter.h"
 
 namespace kvtier::offload_test {
 

@@ -15,8 +15,8 @@
 #include "core/block_key.h"
 #include "testing/test_util.h"
 #include "tiers/circuit_breaker.h"
-#include "tiers/crc16.h"
-#include "tiers/redis_cluster.h"
+#include "tiers/redis/crc16.h"
+#include "tiers/redis/redis_cluster.h"
 
 namespace kvtier {
 namespace {

@@ -24,7 +24,7 @@
 #include "core/mutex.h"
 #include "core/thread_priority.h"
 #include "testing/fake_remote_store.h"
-#include "tiers/ssd_test_util.h"
+#include "tiers/ssd/ssd_test_util.h"
 
 namespace kvtier {
 namespace {

@@ -15,7 +15,7 @@
 #include "core/aligned_buffer.h"
 #include "core/coding.h"
 #include "core/crc32c.h"
-#include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd/ssd_checkpoint.h"
 
 namespace kvtier::ssd {
 namespace {

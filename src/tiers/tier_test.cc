@@ -28,8 +28,8 @@
 #include "testing/test_util.h"
 #include "tiers/fs/fs_store.h"
 #include "tiers/remote_tier_adapter.h"
-#include "tiers/ssd_test_util.h"
-#include "tiers/ssd_tier_adapter.h"
+#include "tiers/ssd/ssd_test_util.h"
+#include "tiers/ssd/ssd_tier_adapter.h"
 
 namespace kvtier {
 namespace {

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "testing/test_util.h"
-#include "tiers/ssd_test_util.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_test_util.h"
+#include "tiers/ssd/ssd_tier.h"
 
 namespace kvtier {
 namespace {

@@ -29,8 +29,8 @@
 #include "tiers/fs/fuzz/fs_fuzz_block.h"
 #include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
-#include "tiers/ssd_checkpoint.h"
-#include "tiers/ssd_manifest.h"
+#include "tiers/ssd/ssd_checkpoint.h"
+#include "tiers/ssd/ssd_manifest.h"
 #include "tiers/ssd_record.h"
 
 namespace kvtier::fuzz {

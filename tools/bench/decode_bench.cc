@@ -22,8 +22,8 @@
 #include "runtime/offloaded_kv.h"
 #include "runtime/quest.h"
 #include "runtime/synthetic.h"
-#include "tiers/ssd_tier.h"
-#include "tiers/ssd_tier_adapter.h"
+#include "tiers/ssd/ssd_tier.h"
+#include "tiers/ssd/ssd_tier_adapter.h"
 
 namespace kvtier::runtime {
 namespace {

@@ -16,7 +16,7 @@
 #include "core/hex.h"
 #include "core/limits.h"
 #include "tiers/fs/fs_store.h"
-#include "tiers/redis_store.h"
+#include "tiers/redis/redis_store.h"
 #include "tiers/remote_lanes.h"
 
 namespace kvtier {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kvtier/result.h"
-#include "tiers/redis_store.h"
+#include "tiers/redis/redis_store.h"
 #include "tiers/remote_crypto.h"
 
 namespace kvtier {

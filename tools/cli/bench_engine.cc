@@ -26,7 +26,7 @@
 #include "log_level.h"
 #include "progress.h"
 #include "serve/client.h"
-#include "tiers/redis_connection.h"
+#include "tiers/redis/redis_connection.h"
 #include "tiers/remote_crypto.h"
 #include "json_output.h"
 

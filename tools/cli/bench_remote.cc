@@ -13,7 +13,7 @@
 #include "bench/remote_bench.h"
 #include "byte_size.h"
 #include "subprocess.h"
-#include "tiers/redis_connection.h"
+#include "tiers/redis/redis_connection.h"
 #include "json_output.h"
 
 namespace kvtier::cli {

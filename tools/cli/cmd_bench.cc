@@ -29,7 +29,7 @@
 #include "env/env.h"
 #include "interrupt.h"
 #include "progress.h"
-#include "tiers/ssd_tools.h"
+#include "tiers/ssd/ssd_tools.h"
 #include "json_output.h"
 
 namespace kvtier::cli {

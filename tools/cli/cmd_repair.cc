@@ -10,7 +10,7 @@
 
 #include "command.h"
 #include "env/env.h"
-#include "tiers/ssd_tools.h"
+#include "tiers/ssd/ssd_tools.h"
 
 namespace kvtier::cli {
 namespace {

@@ -24,7 +24,7 @@
 #include "env/env.h"
 #include "interrupt.h"
 #include "tiers/ssd_format.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 #include "json_output.h"
 
 namespace kvtier::cli {

@@ -13,7 +13,7 @@
 
 #include "command.h"
 #include "env/env.h"
-#include "tiers/ssd_tools.h"
+#include "tiers/ssd/ssd_tools.h"
 #include "json_output.h"
 
 namespace kvtier::cli {

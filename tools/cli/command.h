@@ -19,7 +19,7 @@
 #include "core/logger.h"
 #include "log_level.h"
 #include "kvtier/status.h"
-#include "tiers/ssd_tools.h"
+#include "tiers/ssd/ssd_tools.h"
 
 namespace kvtier::cli {
 

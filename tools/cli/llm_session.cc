@@ -11,7 +11,7 @@
 #include "core/sha256.h"
 #include "runtime/model_loader.h"
 #include "runtime/runtime_limits.h"
-#include "tiers/redis_connection.h"
+#include "tiers/redis/redis_connection.h"
 #include "cache_dir.h"
 #include "serve/client.h"
 #include "serve_common.h"

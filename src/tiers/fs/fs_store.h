@@ -51,6 +51,7 @@
 #include "core/unique_fd.h"
 #include "env/env.h"
 #include "tiers/aes_gcm.h"
+#include "tiers/fs/fs_options.h"
 #include "tiers/remote_crypto.h"
 #include "tiers/remote_store.h"
 
@@ -65,26 +66,6 @@ inline constexpr size_t kFsFileHeaderBytes = 16;
 // Values a put writes before it syncs the first of them (so also the descriptors it holds).
 inline constexpr size_t kFsPutGroup = 64;
 
-struct FsStoreOptions {
-  std::string dir;  // Created (0700, or 0770 with group_shared) when missing.
-  // Bytes the directory may hold, summed over every node that shares it; 0: no bound.
-  uint64_t bytes_max = 0;
-  uint64_t max_age_s = 0;  // Values older than this are removed; 0: no bound.
-  uint32_t sweep_interval_ms = 10'000;
-  bool fsync = true;          // Sync each value before it is published.
-  bool group_shared = false;  // Files 0660 and a group-writable directory allowed.
-  std::string key_prefix = "kvt";  // Letters, digits, '_' and '-'.
-  // As RedisStoreOptions: a keyring seals values and hashes names; insecure_plaintext is the
-  // explicit opt-out. Exactly one of them.
-  std::optional<RemoteKeyring> keyring;
-  bool insecure_plaintext = false;
-  std::optional<GcmImpl> aes_gcm;
-  Hash256 layout_digest{};
-  Clock* clock = nullptr;  // nullptr: SystemClock(). Its wall time drives the TTLs.
-  Logger* logger = nullptr;
-
-  Status Validate() const;
-};
 
 // What the store did beside its RemoteStoreStats.
 struct FsStoreStats {

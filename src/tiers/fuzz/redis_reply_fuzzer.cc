@@ -1,4 +1,4 @@
-// libFuzzer harness for the parsers of Redis replies (src/tiers/redis_cluster.h): CLUSTER SLOTS
+// libFuzzer harness for the parsers of Redis replies (src/tiers/redis/redis_cluster.h): CLUSTER SLOTS
 // replies (ParseClusterSlots), MOVED / ASK redirections (ParseRedisRedirect) and the
 // "host:port" endpoints inside them (ParseRedisEndpoint). The input is a RESP byte stream, as a
 // server (or anything posing as one) sends it; hiredis's own reader turns it into reply trees
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "core/assert.h"
-#include "tiers/crc16.h"
-#include "tiers/redis_cluster.h"
-#include "tiers/redis_connection.h"
+#include "tiers/redis/crc16.h"
+#include "tiers/redis/redis_cluster.h"
+#include "tiers/redis/redis_connection.h"
 
 namespace kvtier {
 namespace {

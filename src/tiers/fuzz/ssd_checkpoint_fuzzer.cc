@@ -17,7 +17,7 @@
 #include "core/assert.h"
 #include "core/coding.h"
 #include "core/crc32c.h"
-#include "tiers/ssd_checkpoint.h"
+#include "tiers/ssd/ssd_checkpoint.h"
 #include "tiers/ssd_format.h"
 
 namespace kvtier::ssd {

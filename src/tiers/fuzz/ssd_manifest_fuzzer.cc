@@ -18,7 +18,7 @@
 #include "core/coding.h"
 #include "core/crc32c.h"
 #include "tiers/ssd_format.h"
-#include "tiers/ssd_manifest.h"
+#include "tiers/ssd/ssd_manifest.h"
 
 namespace kvtier::ssd {
 namespace {

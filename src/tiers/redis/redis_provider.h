@@ -1,0 +1,12 @@
+// The Redis store's TierProvider ("redis"): RedisStoreOptions (redis_options.h) in, the store on
+// one server or cluster out, as lanes of connections (tiers/remote_lanes.h). Registered in
+// tiers/tier_registry.cc.
+#pragma once
+
+#include "tiers/tier_provider.h"
+
+namespace kvtier {
+
+const TierProvider& RedisStoreProvider();
+
+}  // namespace kvtier

@@ -1,0 +1,28 @@
+#include "tiers/tier_registry.h"
+
+#include <array>
+
+#include "tiers/fs/fs_provider.h"
+#include "tiers/redis/redis_provider.h"
+#include "tiers/ssd/ssd_provider.h"
+
+namespace kvtier {
+
+std::span<const TierProvider* const> TierProviders() {
+  // One line per tier below memory.
+  static const std::array<const TierProvider*, 3> providers = {
+      &SsdTierProvider(),
+      &RedisStoreProvider(),
+      &FsStoreProvider(),
+  };
+  return providers;
+}
+
+const TierProvider* FindTierProvider(std::string_view name) {
+  for (const TierProvider* p : TierProviders()) {
+    if (p->name() == name) return p;
+  }
+  return nullptr;
+}
+
+}  // namespace kvtier
