@@ -66,7 +66,6 @@ inline constexpr size_t kFsFileHeaderBytes = 16;
 // Values a put writes before it syncs the first of them (so also the descriptors it holds).
 inline constexpr size_t kFsPutGroup = 64;
 
-
 // What the store did beside its RemoteStoreStats.
 struct FsStoreStats {
   uint64_t sweeps = 0;

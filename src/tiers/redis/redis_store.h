@@ -56,7 +56,6 @@ struct RedisOp;             // One command in flight; defined in redis_store.cc.
 struct RedisStoreCounters;  // The stats counters; defined in redis_store.cc.
 class RedisOpenWorker;      // Opens sealed values off the reading thread (redis_open_worker.h).
 
-
 class RedisStore final : public RemoteStore {
  public:
   // Validates the options and connects. A rejected AUTH is InvalidArgument with the server's

@@ -61,7 +61,6 @@ class WriteBudget;
 struct RecoveredState;
 }  // namespace ssd
 
-
 struct SsdBlockWrite {
   BlockKey key;
   Hash256 layout_digest{};
