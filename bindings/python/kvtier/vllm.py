@@ -1150,6 +1150,20 @@ def cpu_page_layout(vllm_config) -> str | None:
         return None
 
 
+def allow_amx() -> bool:
+    """Asks Linux for this process's AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, through
+    torch); True when granted. vLLM's CPU attention with its amx ISA runs tile instructions
+    without asking for it: torch's oneDNN asks when one of its own AMX kernels first runs, which
+    a fresh vLLM may not reach before attention when the first prompt's prefix comes from
+    kvtier, and a tile instruction without the permission is SIGILL (Linux's AMX rule)."""
+    try:
+        import torch
+
+        return bool(torch._C._cpu._init_amx())
+    except (ImportError, AttributeError):  # Another torch: nothing to ask with.
+        return False
+
+
 def _latent_slot_zeroer(layer, page: int, first_slot: int):
     """zero(layer, page, first_slot) for MLA pages [pages, slots, latent]: a token's latent is a
     plain row in every ISA (vLLM's MLA cache writer indexes the rows directly)."""
@@ -1276,6 +1290,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # Refuses, at startup, a model with layers kvtier cannot cache (state-space, ...).
         self._groups = cache_groups(kv_cache_config, self._block_size)
         self._page_layout = None if self._mla else cpu_page_layout(vllm_config)
+        if self._page_layout is not None and "amx" in self._page_layout:
+            allow_amx()
         parallel = vllm_config.parallel_config
         self._tp_size = parallel.tensor_parallel_size
         if parallel.pipeline_parallel_size != 1:
