@@ -300,51 +300,6 @@ Status EngineImpl::Prefetch(const Namespace& ns, std::span<const uint32_t> token
   return Status::Ok();
 }
 
-Status EngineImpl::PinChunk(const Hash256& chunk) {
-  const uint32_t layers = options_.layout.layers;
-  std::vector<bool> done(layers, false);
-  std::vector<BlockKey> pinned, missing;
-  // The layers in memory are pinned at once; the others are promoted in one batch, then pinned.
-  // A block that left memory between its promotion and its pin is promoted once more.
-  for (uint32_t attempt = 0; attempt < 2; ++attempt) {
-    missing.clear();
-    {
-      MutexLock lock(&mu_);
-      const uint64_t now = NowWallUs();
-      for (uint32_t l = 0; l < layers; ++l) {
-        if (done[l]) continue;
-        const BlockKey key{.chunk_hash = chunk, .layer = l};
-        if (ReadableTier(key, now).has_value()) {
-          table_.Pin(key);
-          pinned.push_back(key);
-          done[l] = true;
-        } else {
-          missing.push_back(key);
-        }
-      }
-    }
-    if (missing.empty()) return Status::Ok();
-    const Status s = PromoteFromBelow(missing);
-    if (!s.ok()) {
-      Unpin(pinned);
-      return s;
-    }
-  }
-  Unpin(pinned);
-  return Status::Busy("block left memory while being pinned");
-}
-
-Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t> tokens) {
-  KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
-                      ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
-  std::vector<Hash256> pinned;
-  for (const Hash256& chunk : chunks) {
-    if (!PinChunk(chunk).ok()) break;  // Only the leading cached chunks are pinned.
-    pinned.push_back(chunk);
-  }
-  return PinHandle(unpinner_, std::move(pinned));
-}
-
 void EngineImpl::Unpin(std::span<const BlockKey> keys) {
   MutexLock lock(&mu_);
   for (const BlockKey& key : keys) {

@@ -199,11 +199,8 @@ class EngineImpl final : public Engine {
   using ReadDone = std::function<void(std::span<TierReadItem>)>;
   // Where a continuation runs: empty for a completion thread; the waiting forms pass their own.
   using Post = std::function<void(std::function<void()>)>;
-  void ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then,
-                         Post post = {}) KV_EXCLUDES(mu_);
-  // ReadFromTierAsync, waiting for `then`: for callers' threads only (Pin), never a worker. The
-  // continuation runs on the waiting thread.
-  void ReadFromTier(size_t below, std::span<TierReadItem> items) KV_EXCLUDES(mu_);
+  void ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then)
+      KV_EXCLUDES(mu_);
   // Encodes and writes blocks to tier `below` in batches (expired ones skipped); blocks on I/O.
   // Returns the first error of any item that did not reach the tier (I/O, NoSpace, encoding, a
   // failed copy), counted in the tier's write_failures; admission and budget refusals are per
@@ -224,13 +221,27 @@ class EngineImpl final : public Engine {
   void WriteToTierAsync(size_t below, std::vector<TierWriteItem> items,
                         std::span<const std::span<std::byte>> encode_buffers, WriteDone then,
                         Post post = {}) KV_EXCLUDES(mu_);
-  // Copies `keys` from the first local tier below memory that has each into host slots,
-  // evicting (with write-back) if needed, in one batched read per tier (of at most the staging
-  // pool's buffers and the tier's batch_max()): Pin's synchronous promotion (ahead-of-need promotions are
-  // PlanPromotion's). OK when every key is in memory (some may have been already); else the
-  // first problem: NotFound when no local tier has a key (the keys after it are not promoted),
-  // Busy when no slot can be had, a read's own status. Blocks read are published either way.
-  Status PromoteFromBelow(std::span<const BlockKey> keys) KV_EXCLUDES(mu_);
+  // The one promoter (engine_promote.cc): copies `keys`, all from tier `below`, into host slots,
+  // reserving one per key that no memory tier has or is about to have: kEvict (Pin) may take
+  // any victim (a dirty one left to the cleaner), kCleanOnly (ahead of need: Prefetch, hints,
+  // prediction) only a free or clean slot that holds no block promoted ahead of need. Every
+  // batch of the reads is issued at once, without waiting for the I/O; `done` (may be empty)
+  // runs once every batch answered and the blocks are published (marked `by` unless kNone), on
+  // a completion thread, or on the calling thread when nothing was read. kEvict stops at the
+  // first key it cannot reserve (NotFound when a local tier no longer has it, Busy when no slot
+  // can be had); kCleanOnly drops such keys.
+  enum class PromoteSlots : uint8_t { kEvict, kCleanOnly };
+  struct PromoteOutcome {
+    Status first;  // The first problem; OK when every key is in memory or on its way.
+    uint64_t dropped = 0;  // Keys given up.
+    std::vector<BlockKey> not_promoted;  // kEvict: the keys not in memory because of `first`.
+  };
+  using PromoteDone = std::function<void(PromoteOutcome)>;
+  void Promote(std::span<const BlockKey> keys, size_t below, PromoteSlots slots, PromotedBy by,
+               PromoteDone done) KV_EXCLUDES(mu_);
+  // Promote with kEvict from each tier (`from[below]`, the keys found there), all at once,
+  // waiting for all: Pin's, on a caller's thread only.
+  PromoteOutcome PromoteAndWait(std::span<const std::vector<BlockKey>> from) KV_EXCLUDES(mu_);
 
   ThreadPool* pool() { return pool_.get(); }
   DeviceTier* device() { return device_.get(); }
@@ -390,7 +401,6 @@ class EngineImpl final : public Engine {
   void NoteHorizon(size_t below, uint64_t dirty_min_us) KV_REQUIRES(mu_);
   // Wakes the cleaner after a write-back Store published dirty blocks.
   void KickCleaner() KV_EXCLUDES(mu_);
-  Status PinChunk(const Hash256& chunk) KV_EXCLUDES(mu_);
 
   // Load (engine_load.cc).
   void IssueLayer(LoadHandleImpl* handle, uint32_t layer, std::vector<LoadItem>& items);
@@ -426,17 +436,19 @@ class EngineImpl final : public Engine {
   void SubmitPromotion(std::vector<std::vector<Hash256>> sessions, PromotedBy by)
       KV_EXCLUDES(mu_, pred_mu_);
   // On a worker: picks the blocks of `sessions` that are in no memory tier, up to the budget and
-  // only while each session's prefix is cached, and queues them in batches for PromoteBatch.
+  // only while each session's prefix is cached, and queues them in batches for Promote.
   void PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by)
       KV_EXCLUDES(mu_);
-  // On a worker: copies `keys` (at most kLoadStagingBatchMax) from tier `below` into free or
-  // clean host slots, marking them promoted by `by`.
-  void PromoteBatch(std::span<const BlockKey> keys, size_t below, PromotedBy by) KV_EXCLUDES(mu_);
-  // PromoteBatch's second half, on a completion thread: publishes the blocks read (or drops
-  // their slots) and counts them; `dropped` blocks were given up before the read.
-  void FinishPromotion(std::span<const TierReadItem> items, PromotedBy by, uint64_t dropped)
+  // Promote's parts: the reservations (under mu_), and the continuation once every batch
+  // answered (publish, count; `pending`: counted in promotion_tasks_pending_).
+  struct PromoteCall;
+  std::vector<TierReadItem> ReserveForPromotion(std::span<const BlockKey> keys, size_t below,
+                                                PromoteSlots slots, PromoteOutcome* outcome)
       KV_EXCLUDES(mu_);
-  // Blocks a promotion by `by` gave up (prediction_dropped_blocks; Prefetch has no such counter).
+  void FinishPromote(PromoteCall& call, std::span<const TierReadItem> items, bool pending)
+      KV_EXCLUDES(mu_);
+  // Blocks a promotion by `by` gave up (prediction_dropped_blocks, for predictions and hints;
+  // Prefetch and Pin have no such counter).
   void CountDropped(PromotedBy by, uint64_t blocks) KV_REQUIRES(mu_);
   // Load served `key` from memory: counts it useful when it was promoted ahead of need, once.
   void CountUsefulPromotion(const BlockKey& key) KV_REQUIRES(mu_);

@@ -203,9 +203,9 @@ void EngineImpl::LookupBelow(size_t below, std::span<const BlockKey> keys,
 
 // --- Reads -------------------------------------------------------------------------------------
 
-// Where the waiting forms (ReadFromTier, WriteToTier) run their continuation: on the waiting
-// thread itself, which has nothing else to do, instead of a completion thread (one thread switch
-// less per batch for the cleaner, Flush and Pin). The tier's callback posts the continuation; the
+// Where the waiting form (WriteToTier) runs its continuation: on the waiting thread itself,
+// which has nothing else to do, instead of a completion thread (one thread switch less per
+// batch for the cleaner and Flush). The tier's callback posts the continuation; the
 // waiter runs it, and the continuation's last step (Finish, from the call's `then`) ends the wait.
 // A continuation the issue itself completes (every batch answered before it returned) runs
 // inline and only Finish is seen.
@@ -253,8 +253,8 @@ struct TierReadBatch {
   Status io;  // The whole call's status, from the tier's callback.
 };
 
-void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items, ReadDone then,
-                                   Post post) {
+void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items,
+                                   ReadDone then) {
   // One lease of every buffer at once (StagingPool: a holder never waits for another buffer).
   KV_CHECK(items.size() <= staging_->count());
   if (items.empty()) {
@@ -273,11 +273,10 @@ void EngineImpl::ReadFromTierAsync(size_t below, std::vector<TierReadItem> items
   }
   BeginIo();
   // The callback runs on the tier's I/O thread (the SSD tier's, the remote tier's pool). It only
-  // hands the batch over, to a completion thread or to the thread waiting in ReadFromTier: an I/O
-  // thread must not decode, erase or wait.
-  tiers_[below].tier->ReadBatch(batch->reads, [this, below, batch, post](Status io) {
+  // hands the batch over to a completion thread: an I/O thread must not decode, erase or wait.
+  tiers_[below].tier->ReadBatch(batch->reads, [this, below, batch](Status io) {
     batch->io = std::move(io);
-    PostCompletion(post, [this, below, batch] { CompleteRead(below, *batch); });
+    PostCompletion({}, [this, below, batch] { CompleteRead(below, *batch); });
   });
 }
 
@@ -333,18 +332,6 @@ void EngineImpl::CompleteRead(size_t below, TierReadBatch& batch) {
   batch.lease.reset();  // The records are decoded: the buffers serve the next batch.
   batch.then(items);
   EndIo();  // Last: the engine may be destroyed once the count reaches 0.
-}
-
-void EngineImpl::ReadFromTier(size_t below, std::span<TierReadItem> items) {
-  ContinueHere here;
-  ReadFromTierAsync(
-      below, std::vector<TierReadItem>(items.begin(), items.end()),
-      [items, &here](std::span<TierReadItem> out) {
-        std::copy(out.begin(), out.end(), items.begin());
-        here.Finish();
-      },
-      here.post());
-  here.Run();
 }
 
 void EngineImpl::PostCompletion(const Post& post, std::function<void()> task) {

@@ -7,8 +7,8 @@
 //     observes the access, copies the predicted sessions' chunk lists; one TrySubmit.
 //   PlanPromotion (worker): under mu_, the blocks of those chunks that no memory tier holds,
 //     while each session's prefix stays cached, up to the budget; TrySubmit per batch of 8.
-//   PromoteBatch (worker): free or clean host slots, one batched read from a tier below memory
-//     into them, published as Pin's PromoteFromBelow does; marked PromotedBy so Load can count
+//   Promote (worker; engine_promote.cc, the promoter Pin uses too): free or clean host slots,
+//     one batched read from a tier below memory into them; marked PromotedBy so Load can count
 //     useful blocks.
 // Nothing here blocks a caller, forces a write-back or evicts a pinned or dirty block; a full
 // worker queue, a host tier without clean slots or a block gone since the plan drops the rest.
@@ -184,7 +184,9 @@ void EngineImpl::PlanPromotion(std::span<const std::vector<Hash256>> sessions, P
       std::vector<BlockKey> batch(keys.begin() + static_cast<std::ptrdiff_t>(base),
                                   keys.begin() + static_cast<std::ptrdiff_t>(base + n));
       if (!TrySubmitPromotion(
-              [this, batch = std::move(batch), below, by] { PromoteBatch(batch, below, by); })) {
+              [this, batch = std::move(batch), below, by] {
+                Promote(batch, below, PromoteSlots::kCleanOnly, by, {});
+              })) {
         dropped += keys.size() - base;
         return;
       }
@@ -195,91 +197,6 @@ void EngineImpl::PlanPromotion(std::span<const std::vector<Hash256>> sessions, P
     MutexLock lock(&mu_);
     CountDropped(by, dropped);
   }
-}
-
-void EngineImpl::CountDropped(PromotedBy by, uint64_t blocks) {
-  if (by != PromotedBy::kPrefetch) stats_.prediction_dropped_blocks += blocks;
-}
-
-void EngineImpl::PromoteBatch(std::span<const BlockKey> keys, size_t below, PromotedBy by) {
-  KV_CHECK(keys.size() <= kLoadStagingBatchMax);
-  KV_CHECK(by != PromotedBy::kNone);
-  const size_t host = TierIndex(MemTier::kHost);
-  std::vector<TierReadItem> items;
-  uint64_t dropped = 0;
-  {
-    MutexLock lock(&mu_);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const BlockKey& key = keys[i];
-      const BlockEntry* e = table_.Find(key);
-      if (e != nullptr && (e->AnyReadable() || e->state() == BlockState::kWriting ||
-                           e->copy(MemTier::kHost) != CopyState::kNone)) {
-        continue;  // In memory already, or on its way (a Store, another promotion).
-      }
-      // A local tier is asked again (cheap): the block may be gone since the plan, and it
-      // tells the expiry. A best-effort tier is not (the read finds out).
-      TierContains info{.key = key};
-      if (!tiers_[below].best_effort) {
-        if (!tiers_[below].tier->Contains(std::span(&info, 1)).ok() || !info.present) {
-          ++dropped;  // Reclaimed or erased since the plan.
-          continue;
-        }
-      }
-      Result<uint32_t> slot = AllocateClean(MemTier::kHost, VictimFilter::kCleanNotAhead);
-      if (!slot.ok()) {
-        dropped += keys.size() - i;  // Every host slot is dirty, pinned or in flight.
-        break;
-      }
-      e = table_.Reserve(key, MemTier::kHost, *slot);
-      // A best-effort tier's expiry is not known here (it enforces its TTL): none in memory.
-      if (info.present) table_.SetExpiry(key, info.expiry_wall_us);
-      clocks_[host]->Assign(*slot, key, e->expiry_wall_us() != 0);
-      items.push_back({.key = key, .dst = {host_->SlotData(*slot), block_bytes_}});
-    }
-  }
-  if (items.empty()) {
-    MutexLock lock(&mu_);
-    CountDropped(by, dropped);
-    return;
-  }
-  // Counted pending until the read's continuation has published the blocks (a promotion is
-  // pending until its blocks are in memory or given up); the worker does not wait for the read.
-  promotion_tasks_pending_.fetch_add(1);
-  ReadFromTierAsync(below, std::move(items), [this, by, dropped](std::span<TierReadItem> read) {
-    FinishPromotion(read, by, dropped);
-    promotion_tasks_pending_.fetch_sub(1);
-  });
-}
-
-void EngineImpl::FinishPromotion(std::span<const TierReadItem> items, PromotedBy by,
-                                 uint64_t dropped) {
-  const size_t host = TierIndex(MemTier::kHost);
-  MutexLock lock(&mu_);
-  for (const TierReadItem& item : items) {
-    // A filling copy is never evicted: its entry is still there (the table checks).
-    if (item.corrupt) ++stats_.corrupt_blocks;
-    if (!item.status.ok()) {
-      FreeSlot(MemTier::kHost, table_.Abort(item.key, MemTier::kHost));
-      ++dropped;
-      continue;
-    }
-    // Other promotions ahead of need leave it alone until a Load used it (kCleanNotAhead); a
-    // second chance (its reference bit) protects it a little from the rest.
-    table_.PublishPromoted(item.key, MemTier::kHost, by);
-    ++counters_[host].promotions;
-    switch (by) {
-      case PromotedBy::kPrediction:
-        ++stats_.prediction_promoted_blocks;
-        break;
-      case PromotedBy::kHint:
-        ++stats_.hint_promoted_blocks;
-        break;
-      default:
-        ++stats_.prefetch_blocks;
-        break;
-    }
-  }
-  CountDropped(by, dropped);
 }
 
 void EngineImpl::CountUsefulPromotion(const BlockKey& key) {

@@ -661,10 +661,10 @@ TEST_F(EngineTest, StoreLargerThanMemoryIsBusyAndLeavesNothingBehind) {
   EXPECT_TRUE(AllOk(LoadAndCheck(*e, ns, big, 4)));
 }
 
-// Pin promotes the layers of each chunk that only the SSD holds in one batched read, pins the
-// leading cached chunks and stops at the first chunk no tier holds; the pinned blocks are the
-// stored bytes, from host memory.
-TEST_F(EngineTest, PinPromotesEachChunkFromTheSsdInOneReadBatch) {
+// Pin promotes every layer of every chunk that only the SSD holds in one batched read (all
+// chunks at once, not chunk after chunk), pins the leading cached chunks and stops at the first
+// chunk no tier holds; the pinned blocks are the stored bytes, from host memory.
+TEST_F(EngineTest, PinPromotesEveryChunkFromTheSsdInOneReadBatch) {
   const std::vector<uint32_t> tokens = Tokens(15, 4 * kBlockTokens);
   Namespace ns;
   {
@@ -682,11 +682,46 @@ TEST_F(EngineTest, PinPromotesEachChunkFromTheSsdInOneReadBatch) {
   Result<PinHandle> pin = e.Pin(ns, tokens);
   ASSERT_TRUE(pin.ok()) << pin.status().ToString();
   EXPECT_EQ(pin->chunks(), 3u);
-  EXPECT_EQ(factory.Batches(), std::vector<size_t>(3, kLayers));
+  EXPECT_EQ(factory.Batches(), std::vector<size_t>{3 * kLayers});
   EXPECT_EQ(e.Stats().tiers.front().promotions, 3u * kLayers);
   EXPECT_EQ(e.Lookup(ns, tokens)->chunk_tiers, std::vector<TierKind>(3, TierKind::kHost));
   EXPECT_TRUE(AllOk(LoadAndCheck(e, ns, tokens, 3)));
-  EXPECT_EQ(factory.Batches().size(), 3u);  // The load read host memory only.
+  EXPECT_EQ(factory.Batches().size(), 1u);  // The load read host memory only.
+}
+
+// Pin promotes every chunk at once into host slots reserved before the reads: with room for two
+// chunks and one more block, the third chunk's reservation is Busy, so Pin pins exactly the two
+// leading chunks, from one read batch; while it holds them no chunk can be stored, and once the
+// handle is gone their slots take new chunks.
+TEST_F(EngineTest, PinStopsAtTheFirstChunkWithoutRoomAndPinsNothingBeyondIt) {
+  const std::vector<uint32_t> tokens = Tokens(17, 4 * kBlockTokens);
+  EngineOptions o = Options(0, 16, true);
+  Namespace ns;
+  {
+    std::unique_ptr<Engine> e = OpenOrDie(o);
+    ASSERT_NE(e, nullptr);
+    ns = *e->MakeNamespace("t");
+    ASSERT_TRUE(StoreChunks(*e, ns, tokens, 4).ok());
+    ASSERT_TRUE(e->Flush().ok());
+  }
+  o.host.capacity_bytes = (2 * kLayers + 1) * kBlockBytes;
+  ReadRecordingFactory factory;
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(o, &factory);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Engine& e = **opened;
+  {
+    Result<PinHandle> pin = e.Pin(ns, tokens);
+    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    EXPECT_EQ(pin->chunks(), 2u);
+    EXPECT_EQ(factory.Batches(), std::vector<size_t>{2 * kLayers + 1});
+    EXPECT_TRUE(AllOk(LoadAndCheck(e, ns, tokens, 2)));
+    EXPECT_EQ(factory.Batches().size(), 1u);  // The pinned chunks came from host memory.
+    // Six of the seven host slots are pinned: a chunk of three blocks does not fit.
+    const std::vector<uint32_t> other = Tokens(18, kBlockTokens);
+    EXPECT_TRUE(StoreChunks(e, ns, other, 1).IsBusy());
+  }
+  const std::vector<uint32_t> bigger = Tokens(19, 2 * kBlockTokens);
+  EXPECT_TRUE(StoreChunks(e, ns, bigger, 2).ok());
 }
 
 // A chunk of more layers than a Load's read batch (kLoadStagingBatchMax) is still promoted by
