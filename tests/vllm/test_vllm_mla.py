@@ -25,8 +25,9 @@ Only the first prompt's rows are compared with the baseline: vLLM itself compute
 prefix's rope part with other rounding when the prompt is longer (the baseline's two prompts
 differ there, byte 1024 of a row: the rope key's first element), so the second prompt's prefix,
 loaded from the first prompt's computation, is compared with what was stored.
-vLLM's CPU MLA backend takes pages of 16 tokens only (it overrides the block size), so kvtier's
-chunks are 16 tokens here. An MLA page is [page_tokens][latent]: a token's KV is one row, and the
+vLLM's CPU MLA backend picks the page size (on some CPUs 16 tokens, overriding the block size; on
+others, one with AMX among them, the 32 asked for), so the tests read it from the baseline's
+pages, and kvtier's chunks are that long. An MLA page is [page_tokens][latent]: a token's KV is one row, and the
 comparisons cover the rows of the prompt's tokens (rows after them are not KV yet). vLLM's CPU
 MLA backend shows a layer as [pages, 1, page_tokens, latent]; the connector takes that shape.
 
@@ -41,16 +42,21 @@ import pytest
 
 from test_vllm_e2e import HERE, MAX_TOKENS, connector, pages, pytestmark, run  # noqa: F401
 
-PAGE = 16  # vLLM's CPU MLA backend forces 16-token pages.
+PREFIX = 64  # Tokens the two prompts share.
 
 
 def prompts():
-    """Two prompts sharing a 64-token prefix (4 pages), 90 and 110 tokens; byte tokens."""
+    """Two prompts sharing a PREFIX-token prefix, 90 and 110 tokens; byte tokens."""
     import random
 
     rng = random.Random(23)
-    prefix = [rng.randrange(3, 259) for _ in range(64)]
+    prefix = [rng.randrange(3, 259) for _ in range(PREFIX)]
     return [{"tokens": prefix + [rng.randrange(3, 259) for _ in range(n)]} for n in (26, 46)]
+
+
+def page_tokens(dump):
+    """Tokens per page in a run's page dump: a layer is [pages, (1,) page_tokens, latent]."""
+    return int(dump["layers"][0].shape[-2])
 
 
 def first_row_difference(expected, got, tokens):
@@ -60,7 +66,7 @@ def first_row_difference(expected, got, tokens):
 
     assert expected["tokens"][:tokens] == got["tokens"][:tokens], "dumps of different prompts"
     for layer, (a, b) in enumerate(zip(expected["layers"], got["layers"])):
-        assert a.shape[-1] == 576 and a.numel() % (PAGE * 576) == 0, list(a.shape)
+        assert a.shape[-1] == 576 and a.numel() % (a.shape[-2] * 576) == 0, list(a.shape)
         x = a.reshape(-1, a.shape[-1])[:tokens].contiguous().view(torch.uint8)
         y = b.reshape(-1, b.shape[-1])[:tokens].contiguous().view(torch.uint8)
         if not torch.equal(x, y):
@@ -80,6 +86,9 @@ def mla(tmp_path_factory):
                             connector({"kvtier": False}))
     state["baseline_pages"] = pages(tmp, "baseline")
     assert len(state["baseline_pages"]) == len(state["prompts"])
+    state["page"] = page_tokens(state["baseline_pages"][0])
+    assert state["page"] in (16, 32) and PREFIX % state["page"] == 0, \
+        f"vLLM's MLA pages of {state['page']} tokens: the shared prefix is not whole pages"
     assert all(len(o) == MAX_TOKENS for o in state["baseline"])
     return state
 
@@ -102,9 +111,11 @@ def test_1_store_latent_pages(mla):
     n0 = len(ps[0]["tokens"])
     diff = first_row_difference(base[0], got[0], n0)
     assert diff is None, f"prompt 0 computed while kvtier stores differs from the baseline: {diff}"
-    # The shared prefix (4 pages) came from the host tier: prompt 0's rows.
-    assert got[1]["loaded"] == [0, 4] and not got[1]["failed"], got[1]["loaded"]
-    diff = first_row_difference(got[0], got[1], 4 * PAGE)
+    # The shared prefix (its whole pages) came from the host tier: prompt 0's rows.
+    assert page_tokens(got[0]) == mla["page"]
+    assert got[1]["loaded"] == [0, PREFIX // mla["page"]] and not got[1]["failed"], \
+        got[1]["loaded"]
+    diff = first_row_difference(got[0], got[1], PREFIX)
     assert diff is None, f"prompt 1's prefix loaded from the host tier differs: {diff}"
 
 
@@ -116,7 +127,7 @@ def test_2_load_after_restart(mla):
     got = pages(tmp, "load")
     for i, p in enumerate(ps):
         loadable = len(p["tokens"]) - 1  # vLLM computes the last prompt token itself.
-        assert got[i]["loaded"] == [0, -(-loadable // PAGE)] and not got[i]["failed"], \
+        assert got[i]["loaded"] == [0, -(-loadable // mla["page"])] and not got[i]["failed"], \
             (i, got[i]["loaded"])
         diff = first_row_difference(stored[i], got[i], loadable)
         assert diff is None, f"prompt {i} loaded from the SSD tier differs from the stored: {diff}"
