@@ -224,12 +224,12 @@ class EngineImpl final : public Engine {
   // The one promoter (engine_promote.cc): copies `keys`, all from tier `below`, into host slots,
   // reserving one per key that no memory tier has or is about to have: kEvict (Pin) may take
   // any victim (a dirty one left to the cleaner), kCleanOnly (ahead of need: Prefetch, hints,
-  // prediction) only a free or clean slot that holds no block promoted ahead of need. Every
-  // batch of the reads is issued at once, without waiting for the I/O; `done` (may be empty)
-  // runs once every batch answered and the blocks are published (marked `by` unless kNone), on
-  // a completion thread, or on the calling thread when nothing was read. kEvict stops at the
-  // first key it cannot reserve (NotFound when a local tier no longer has it, Busy when no slot
-  // can be had); kCleanOnly drops such keys.
+  // prediction) only a free or clean slot that holds no block promoted ahead of need. The reads
+  // go in batches of half the staging pool, all issued at once, without waiting for the I/O;
+  // `done` (may be empty) runs once every batch answered and the blocks are published (marked
+  // `by` unless kNone), on a completion thread, or on the calling thread when nothing was read.
+  // kEvict stops at the first key it cannot reserve (NotFound when a local tier no longer has
+  // it, Busy when no slot can be had); kCleanOnly drops such keys.
   enum class PromoteSlots : uint8_t { kEvict, kCleanOnly };
   struct PromoteOutcome {
     Status first;  // The first problem; OK when every key is in memory or on its way.
