@@ -439,13 +439,13 @@ class EngineImpl final : public Engine {
   // only while each session's prefix is cached, and queues them in batches for Promote.
   void PlanPromotion(std::span<const std::vector<Hash256>> sessions, PromotedBy by)
       KV_EXCLUDES(mu_);
-  // Promote's parts: the reservations (under mu_), and the continuation once every batch
-  // answered (publish, count; `pending`: counted in promotion_tasks_pending_).
+  // Promote's parts: the reservations (under mu_), and each batch's continuation: publishes its
+  // blocks, counts, and after the call's last batch runs `done`.
   struct PromoteCall;
   std::vector<TierReadItem> ReserveForPromotion(std::span<const BlockKey> keys, size_t below,
                                                 PromoteSlots slots, PromoteOutcome* outcome)
       KV_EXCLUDES(mu_);
-  void FinishPromote(PromoteCall& call, std::span<const TierReadItem> items, bool pending)
+  void FinishPromote(PromoteCall& call, std::span<const TierReadItem> items)
       KV_EXCLUDES(mu_);
   // Blocks a promotion by `by` gave up (prediction_dropped_blocks, for predictions and hints;
   // Prefetch and Pin have no such counter).

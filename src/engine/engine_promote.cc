@@ -7,12 +7,13 @@
 //     any victim, a dirty one left to the cleaner; kCleanOnly ahead of need: only a free or clean
 //     slot that holds no block promoted ahead of need); then every batch of the reads issued at
 //     once (ReadFromTierAsync: the caller never decodes or waits for the I/O).
-//   FinishPromote (completion thread, once every batch answered): publishes what arrived (marked
-//     PromotedBy when ahead of need, so Load can count useful blocks), gives the other slots
-//     back, counts, and hands the outcome to the caller's `done`.
+//   FinishPromote (completion thread, per batch): publishes what arrived (marked PromotedBy when
+//     ahead of need, so Load can count useful blocks), gives the other slots back, counts; after
+//     the call's last batch, hands the outcome to the caller's `done`.
 //
 // Pin waits for its promotion (PromoteAndWait) and then pins; the others never wait.
 #include <algorithm>
+#include <atomic>
 
 #include "core/assert.h"
 #include "core/mutex.h"
@@ -20,14 +21,12 @@
 
 namespace kvtier {
 
-// One Promote call in flight: its batches' outcomes, until the last one answered.
+// One Promote call in flight, until its last batch answered.
 struct EngineImpl::PromoteCall {
   PromotedBy by = PromotedBy::kNone;
   PromoteDone done;
-  Mutex mu;
-  size_t batches_left KV_GUARDED_BY(mu) = 0;
-  std::vector<TierReadItem> answered KV_GUARDED_BY(mu);
-  PromoteOutcome outcome;  // Written before the reads and by the last batch's continuation.
+  std::atomic<size_t> batches_left{0};
+  PromoteOutcome outcome;  // Written under the engine's mu_ (reservations, then each batch).
 };
 
 namespace {
@@ -97,9 +96,13 @@ void EngineImpl::Promote(std::span<const BlockKey> keys, size_t below, PromoteSl
   auto call = std::make_shared<PromoteCall>();
   call->by = by;
   call->done = std::move(done);
+  // Counted pending until the last batch's continuation has published its blocks (a promotion
+  // is pending until its blocks are in memory or given up); the issuing thread does not wait.
+  promotion_tasks_pending_.fetch_add(1);
   std::vector<TierReadItem> items = ReserveForPromotion(keys, below, slots, &call->outcome);
   if (items.empty()) {
-    FinishPromote(*call, {}, false);
+    call->batches_left = 1;
+    FinishPromote(*call, {});
     return;
   }
   // Batches of half the staging pool (at most the tier's batch_max), all issued at once: two are
@@ -109,37 +112,16 @@ void EngineImpl::Promote(std::span<const BlockKey> keys, size_t below, PromoteSl
   // quarters.
   const size_t step =
       std::min<size_t>(std::max<size_t>(staging_->count() / 2, 1), tiers_[below].tier->batch_max());
-  const size_t batches = (items.size() + step - 1) / step;
-  {
-    MutexLock lock(&call->mu);
-    call->batches_left = batches;
-  }
-  // Counted pending until the continuation has published the blocks (a promotion is pending
-  // until its blocks are in memory or given up); the issuing thread does not wait for the read.
-  promotion_tasks_pending_.fetch_add(1);
+  call->batches_left = (items.size() + step - 1) / step;
   for (size_t base = 0; base < items.size(); base += step) {
     const auto first = items.begin() + static_cast<std::ptrdiff_t>(base);
-    std::vector<TierReadItem> batch(first,
-                                    first + static_cast<std::ptrdiff_t>(
-                                                std::min(step, items.size() - base)));
-    ReadFromTierAsync(below, std::move(batch), [this, call](std::span<TierReadItem> read) {
-      {
-        MutexLock lock(&call->mu);
-        call->answered.insert(call->answered.end(), read.begin(), read.end());
-        if (--call->batches_left != 0) return;
-      }
-      std::vector<TierReadItem> all;
-      {
-        MutexLock lock(&call->mu);
-        all = std::move(call->answered);
-      }
-      FinishPromote(*call, all, true);
-    });
+    const auto last = first + static_cast<std::ptrdiff_t>(std::min(step, items.size() - base));
+    ReadFromTierAsync(below, std::vector<TierReadItem>(first, last),
+                      [this, call](std::span<TierReadItem> read) { FinishPromote(*call, read); });
   }
 }
 
-void EngineImpl::FinishPromote(PromoteCall& call, std::span<const TierReadItem> items,
-                               bool pending) {
+void EngineImpl::FinishPromote(PromoteCall& call, std::span<const TierReadItem> items) {
   const size_t host = TierIndex(MemTier::kHost);
   PromoteOutcome& outcome = call.outcome;
   {
@@ -174,9 +156,10 @@ void EngineImpl::FinishPromote(PromoteCall& call, std::span<const TierReadItem> 
           break;
       }
     }
+    if (call.batches_left.fetch_sub(1) != 1) return;  // Not the call's last batch.
     CountDropped(call.by, outcome.dropped);
   }
-  if (pending) promotion_tasks_pending_.fetch_sub(1);
+  promotion_tasks_pending_.fetch_sub(1);
   if (call.done) call.done(std::move(outcome));
 }
 
@@ -214,9 +197,9 @@ Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t>
   KV_ASSIGN_OR_RETURN(std::vector<Hash256> chunks,
                       ChunkHashes(ns.digest, tokens, options_.layout.block_tokens));
   const uint32_t layers = options_.layout.layers;
-  // pinned[c]: chunk c's layers pinned so far. Chunks from `usable` on are given up: a layer in
-  // no tier, a failed promotion, or one that keeps leaving memory.
-  std::vector<std::vector<BlockKey>> pinned(chunks.size());
+  // pinned[c * layers + l]: layer l of chunk c is pinned. Chunks from `usable` on are given up:
+  // a layer in no tier, a failed promotion, or one that keeps leaving memory.
+  std::vector<bool> pinned(chunks.size() * layers, false);
   size_t usable = chunks.size();
   // The layers in memory are pinned at once; the others of every usable chunk are promoted
   // together (PromoteAndWait), then pinned. A block that left memory between its promotion and
@@ -230,10 +213,10 @@ Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t>
       for (size_t c = 0; c < usable; ++c) {
         for (uint32_t l = 0; l < layers; ++l) {
           const BlockKey key{.chunk_hash = chunks[c], .layer = l};
-          if (std::find(pinned[c].begin(), pinned[c].end(), key) != pinned[c].end()) continue;
+          if (pinned[c * layers + l]) continue;
           if (ReadableTier(key, now).has_value()) {
             table_.Pin(key);
-            pinned[c].push_back(key);
+            pinned[c * layers + l] = true;
             continue;
           }
           size_t below = 0;
@@ -253,7 +236,13 @@ Result<PinHandle> EngineImpl::Pin(const Namespace& ns, std::span<const uint32_t>
       usable = static_cast<size_t>(std::find(chunks.begin(), end, key.chunk_hash) - chunks.begin());
     }
   }
-  for (size_t c = usable; c < chunks.size(); ++c) Unpin(pinned[c]);
+  std::vector<BlockKey> given_up;
+  for (size_t c = usable; c < chunks.size(); ++c) {
+    for (uint32_t l = 0; l < layers; ++l) {
+      if (pinned[c * layers + l]) given_up.push_back({.chunk_hash = chunks[c], .layer = l});
+    }
+  }
+  Unpin(given_up);
   chunks.resize(usable);
   return PinHandle(unpinner_, std::move(chunks));
 }
