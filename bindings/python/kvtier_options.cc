@@ -19,6 +19,8 @@
 #include "engine/options_table.h"
 #include "kvtier_module.h"
 #include "tiers/remote_crypto.h"
+#include "tiers/ssd/ssd_options.h"
+#include "tiers/tier_registry.h"
 
 namespace kvtier::python {
 namespace {
@@ -92,7 +94,7 @@ EngineArgs ToEngineArgs(const py::kwargs& kwargs) {
       a.layout = value.cast<LayoutArg>();
     } else if (spec.name == "weights_digest") {
       a.weights_digest = value.cast<py::bytes>();
-    } else if (spec.set == nullptr) {  // Key material.
+    } else if (!spec.settable()) {  // Key material.
       const std::string text = value.cast<std::string>();
       if (spec.name == "ssd_key_file") a.ssd_key_file = text;
       if (spec.name == "ssd_key_env") a.ssd_key_env = text;
@@ -165,12 +167,13 @@ Result<EngineOptions> ToOptions(const EngineArgs& a) {
   for (const auto& [spec, value] : a.settings) {
     KV_RETURN_IF_ERROR(SetEngineOption(&o, *spec, value));
   }
-  if (o.ssd.has_value()) {
-    KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &o.ssd->keyring));
+  if (SsdTierOptions* ssd = o.tiers.Find<SsdTierOptions>(kSsdTierName)) {
+    KV_RETURN_IF_ERROR(LoadKeys(a.ssd_key_file, a.ssd_key_env, "ssd", &ssd->keyring));
   }
-  if (o.remote.has_value() && o.remote->keyring() != nullptr) {
-    KV_RETURN_IF_ERROR(
-        LoadKeys(a.remote_key_file, a.remote_key_env, "remote", o.remote->keyring()));
+  if (o.remote.has_value()) {
+    if (std::optional<RemoteKeyring>* keyring = RemoteStoreKeyring(o.remote->stores)) {
+      KV_RETURN_IF_ERROR(LoadKeys(a.remote_key_file, a.remote_key_env, "remote", keyring));
+    }
   }
   return o;
 }

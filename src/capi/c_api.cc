@@ -35,6 +35,9 @@
 #include "kvtier/version.h"
 #include "serve/client.h"
 #include "tiers/redis/redis_connection.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/remote_crypto.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace {
 // Forwards log lines to the caller's kvtier_log_fn.
@@ -122,7 +125,7 @@ static_assert(KVTIER_HUGE_PAGES_IF_AVAILABLE == static_cast<int>(HugePages::kIfA
 static_assert(KVTIER_MEMORY_LOCK_REQUIRED == static_cast<int>(MemoryLock::kRequired));
 static_assert(KVTIER_IO_BACKEND_THREAD_POOL == static_cast<int>(IoBackend::kThreadPool));
 static_assert(KVTIER_DIRECT_IO_REQUIRED == static_cast<int>(DirectIo::kRequired));
-static_assert(KVTIER_ADMISSION_AFTER_REQUESTS == static_cast<int>(SsdAdmission::kAfterRequests));
+static_assert(KVTIER_ADMISSION_AFTER_REQUESTS == static_cast<int>(AdmissionMode::kAfterRequests));
 
 // The struct sizes of ABI version 1. Callers built against a later header pass larger structs;
 // the fields appended since then must be zero for this library to accept them.
@@ -284,7 +287,8 @@ Result<std::optional<RemoteTierOptions>> ConvertRemoteOptions(const kvtier_engin
     redis.cluster_allowed_hosts = std::move(*hosts);
   }
   KV_RETURN_IF_ERROR(ConvertRemoteKeys(in, &redis));
-  RemoteTierOptions remote{.redis = std::move(redis)};
+  RemoteTierOptions remote;
+  remote.stores.Emplace(kRedisStoreName, std::move(redis));
   const int32_t policy = RawEnum(in.remote_write_policy);
   if (policy != KVTIER_WRITE_BACK && policy != KVTIER_WRITE_THROUGH) {
     return Status::InvalidArgument("remote_write_policy " + std::to_string(policy) +
@@ -451,7 +455,7 @@ Result<EngineOptions> ConvertOptions(const kvtier_engine_options_t& in) {
     }
     ssd.sync = static_cast<SsdSyncMode>(sync);
     KV_RETURN_IF_ERROR(LoadKeys(in.ssd_key_file, in.ssd_key_env, "ssd", &ssd.keyring));
-    out.ssd = std::move(ssd);
+    out.tiers.Emplace(kSsdTierName, std::move(ssd));
   }
   const int32_t write_policy = RawEnum(in.write_policy);
   switch (write_policy) {

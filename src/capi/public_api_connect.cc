@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/public_api.h"
+#include "capi/public_api.h"
 #include "serve/client.h"
 
 namespace kvtier::api {

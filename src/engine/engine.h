@@ -47,11 +47,10 @@
 #include "core/kv_layout.h"
 #include "core/limits.h"
 #include "env/env.h"
+#include "policies/ssd_policy.h"
 #include "tiers/memory_tier.h"
-#include "tiers/fs/fs_options.h"
-#include "tiers/redis/redis_options.h"
 #include "tiers/remote_store.h"
-#include "tiers/ssd/ssd_options.h"
+#include "tiers/tier_options.h"
 
 namespace kvtier {
 
@@ -121,21 +120,21 @@ inline constexpr size_t kCleanerAgedScanMax = 1024;
 
 // The remote tier (docs/remote_tier.md, "Engine integration"): below the SSD tier (or below the
 // memory tiers when there is no SSD), shared by every engine that points at the same store. Its
-// blocks are encoded with EngineOptions::ssd_codec. Exactly one of `redis` (the engine opens and
-// owns a RedisStore) and `store` (borrowed; tests and custom stores) is set. Remote failures never
+// blocks are encoded with EngineOptions::ssd_codec. Exactly one of `stores` (one store the engine
+// opens and owns) and `store` (borrowed; tests and custom stores) is set. Remote failures never
 // fail a call: reads become misses, writes are counted in EngineStats and logged.
 struct RemoteTierOptions {
-  // The engine fills in layout_digest, and clock / logger when they are null (env->clock(),
-  // EngineOptions::logger).
-  std::optional<RedisStoreOptions> redis;
-  // A shared directory instead of Redis (tiers/fs/fs_store.h): one file per block, for nodes
-  // that share a file system. Its keyring and insecure_plaintext are its own fields.
-  std::optional<FsStoreOptions> fs;
+  // The store, by its provider's registered name (tiers/tier_registry.h) with the options of that
+  // provider's type: RedisStoreOptions under "redis" (tiers/redis/redis_options.h), or a shared
+  // directory, FsStoreOptions under "fs" (tiers/fs/fs_options.h). One entry at most. The store's
+  // keyring and insecure_plaintext are its own fields; the engine fills in its clock, logger and
+  // layout digest when it opens it.
+  TierOptionsSet stores;
   RemoteStore* store = nullptr;  // Borrowed; must outlive the Engine.
   // kWriteThrough: every Store also puts its blocks (on a worker, before StoreHandle::Wait
   // returns). kWriteBack: blocks are put when their last memory copy is evicted, and on Flush.
   WritePolicy write_policy = WritePolicy::kWriteThrough;
-  SsdAdmission admission = SsdAdmission::kAlways;  // As the SSD tier's admission filter.
+  AdmissionMode admission = AdmissionMode::kAlways;  // As the SSD tier's admission filter.
   uint32_t admission_requests = 2;
   uint32_t admission_slots = 1u << 16;    // Counters of the admission sketch (1 byte each).
   uint64_t write_budget_bytes_per_s = 0;  // Encoded bytes put per second; 0 = unlimited.
@@ -148,15 +147,13 @@ struct RemoteTierOptions {
   uint32_t io_threads = kRemoteIoThreadsDefault;
   // Stores opened on the server for the reads (gets and lookups), each with its own
   // connections, side by side (tiers/remote_lanes.h); the puts get one more of their own, so a
-  // get never waits for a put's pipeline. [1, kRemoteConnectionsMax]. Used with `redis` only (a
-  // borrowed store is used as it is).
+  // get never waits for a put's pipeline. [1, kRemoteConnectionsMax]. Used by a store that keeps
+  // connections (Redis); a directory and a borrowed store are used as they are.
   uint32_t connections = kRemoteConnectionsDefault;
 
+  // The fields of this struct and that `stores` holds one entry at most; the store's own
+  // options are checked by its provider when the engine opens it.
   Status Validate() const;
-  // The deployment keys and the plaintext choice of whichever store is configured (nullptr when
-  // the store is borrowed).
-  std::optional<RemoteKeyring>* keyring();
-  bool* insecure_plaintext();
 };
 
 // Access prediction (docs/engine.md, "Access prediction"): the engine tags every Lookup with a
@@ -200,7 +197,11 @@ struct EngineOptions {
   int32_t cuda_device = 0;  // CUDA device ordinal (kCuda, or kAuto resolving to kCuda).
   // The CXL tier (below) stays a plain host tier with every backend.
   std::optional<HostTierOptions> cxl;  // A second host tier bound to a CPU-less NUMA node.
-  std::optional<SsdTierOptions> ssd;   // The persistent tier.
+  // The tiers below memory that stand on their own, by their providers' registered names
+  // (tiers/tier_registry.h): the persistent SSD tier is SsdTierOptions under "ssd"
+  // (tiers/ssd/ssd_options.h). Opened in the registry's order, below the memory tiers and above
+  // the remote tier.
+  TierOptionsSet tiers;
   WritePolicy write_policy = WritePolicy::kWriteBack;
   // Write-back only: when more than this fraction of a memory tier's slots hold dirty blocks (its
   // fastest copy), the engine's cleaner thread writes dirty, unpinned blocks to the SSD in small

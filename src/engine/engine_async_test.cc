@@ -22,6 +22,7 @@
 #include "engine/engine_remote_test_util.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -58,7 +59,8 @@ class EngineAsyncTest : public ::testing::Test {
     // A Load's SSD hits stay out of host memory: a promotion could evict the chunk a test keeps
     // there for its memory-only Load.
     o.promote_on_load = false;
-    o.ssd->io_backend = IoBackend::kThreadPool;  // Reads and syncs go through File (the gates).
+    o.tiers.Get<SsdTierOptions>(kSsdTierName).io_backend =
+        IoBackend::kThreadPool;  // Reads and syncs go through File (the gates).
     o.env = gated_.get();
     return o;
   }
@@ -122,7 +124,7 @@ TEST_F(EngineAsyncTest, HeldReadsDoNotHoldTheWorkers) {
 TEST_F(EngineAsyncTest, HeldWritesDoNotHoldTheWorkers) {
   EngineOptions o = Options();
   o.host.capacity_bytes = 2 * kLayers * kBlockBytes;
-  o.ssd->sync = SsdSyncMode::kPerBatch;
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).sync = SsdSyncMode::kPerBatch;
   Result<std::unique_ptr<Engine>> e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   const Namespace ns = *(*e)->MakeNamespace("t");

@@ -217,7 +217,7 @@ TEST_F(EngineFakeRemoteTest, SsdOnTheMemEnvServesAfterARestartWhileTheStoreIsDow
   Result<ScopedTempDir> lock_dir = ScopedTempDir::Create();
   ASSERT_TRUE(lock_dir.ok());
   EngineOptions oa = NodeOptions(64);
-  oa.ssd = remote_test::LocalNodeOptions(64, lock_dir->path()).ssd;
+  oa.tiers = remote_test::LocalNodeOptions(64, lock_dir->path()).tiers;
   const std::vector<uint32_t> tokens = TestTokens(11, 3 * kBlockTokens);
   Namespace ns;
   {
@@ -246,7 +246,7 @@ TEST_F(EngineFakeRemoteTest, EachTierBelowMemoryGetsTheBlocksDirtyForIt) {
   Result<ScopedTempDir> lock_dir = ScopedTempDir::Create();
   ASSERT_TRUE(lock_dir.ok());
   EngineOptions oa = NodeOptions(kLayers, WritePolicy::kWriteBack);  // One chunk of host memory.
-  oa.ssd = remote_test::LocalNodeOptions(64, lock_dir->path()).ssd;
+  oa.tiers = remote_test::LocalNodeOptions(64, lock_dir->path()).tiers;
   oa.write_policy = WritePolicy::kWriteBack;
   oa.writeback_dirty_fraction = 1.0;  // No cleaner watermark: only evictions and Flush write.
   a_ = Open(oa);

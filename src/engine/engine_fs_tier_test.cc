@@ -24,6 +24,7 @@
 #include "engine/engine_remote_test_util.h"
 #include "engine/options_table.h"
 #include "testing/test_util.h"
+#include "tiers/fs/fs_options.h"
 #include "tiers/fs/fs_store.h"
 
 namespace kvtier {
@@ -47,8 +48,9 @@ RemoteKeyring Ring() {
 EngineOptions NodeOptions(const std::string& dir, uint32_t host_blocks,
                           WritePolicy policy = WritePolicy::kWriteThrough) {
   EngineOptions o = remote_test::LocalNodeOptions(host_blocks, "");
-  o.remote = RemoteTierOptions{.fs = FsStoreOptions{.dir = dir, .keyring = Ring()},
-                               .write_policy = policy};
+  o.remote = RemoteTierOptions{
+      .stores = TierOptionsSet::Of(kFsStoreName, FsStoreOptions{.dir = dir, .keyring = Ring()}),
+      .write_policy = policy};
   return o;
 }
 
@@ -61,8 +63,9 @@ TEST(FsTierChild, DISABLED_Run) {
   const std::string dir = s.substr(0, s.rfind(':'));
   const auto seed = static_cast<uint32_t>(std::stoul(s.substr(s.rfind(':') + 1)));
   EngineOptions o = NodeOptions(dir, 64);
-  o.remote->fs->bytes_max = 1ull << 30;  // Far above what is written: sweeps remove nothing.
-  o.remote->fs->sweep_interval_ms = 1;
+  o.remote->stores.Get<FsStoreOptions>(kFsStoreName).bytes_max =
+      1ull << 30;  // Far above what is written: sweeps remove nothing.
+  o.remote->stores.Get<FsStoreOptions>(kFsStoreName).sweep_interval_ms = 1;
   std::unique_ptr<Engine> e = remote_test::OpenEngine(o);
   ASSERT_NE(e, nullptr);
   const Namespace ns = Ns(*e, "shared");
@@ -180,8 +183,9 @@ TEST_F(EngineFsTierTest, ADamagedFileFailsOnlyItsLayerClosed) {
 TEST_F(EngineFsTierTest, TheSweepsShowInTheRemoteTiersRow) {
   EngineOptions o = NodeOptions(dir_, 64);
   const uint64_t block_file_bytes = remote_test::SmallLayout().BlockBytes() + 256;
-  o.remote->fs->bytes_max = 6 * block_file_bytes;  // About 6 of the 12 blocks stored.
-  o.remote->fs->sweep_interval_ms = 1;
+  o.remote->stores.Get<FsStoreOptions>(kFsStoreName).bytes_max =
+      6 * block_file_bytes;  // About 6 of the 12 blocks stored.
+  o.remote->stores.Get<FsStoreOptions>(kFsStoreName).sweep_interval_ms = 1;
   std::unique_ptr<Engine> e = remote_test::OpenEngine(o);
   ASSERT_NE(e, nullptr);
   ASSERT_TRUE(StoreChunks(*e, Ns(*e, "t"), TestTokens(8, 4 * kBlockTokens), 4).ok());
@@ -208,8 +212,8 @@ TEST_F(EngineFsTierTest, OptionsByNameBuildTheTierAndRedisBesideItIsRefused) {
   set("fs_max_age_s", uint64_t{3600});
   set("remote_insecure_plaintext", true);
   set("remote_write_policy", std::string("back"));
-  ASSERT_TRUE(o.remote.has_value() && o.remote->fs.has_value());
-  const FsStoreOptions fs = o.remote->fs.value();
+  ASSERT_TRUE(o.remote.has_value() && FindFsOptions(o.remote->stores) != nullptr);
+  const FsStoreOptions fs = o.remote->stores.Get<FsStoreOptions>(kFsStoreName);
   EXPECT_EQ(fs.dir, dir_);
   EXPECT_EQ(fs.bytes_max, uint64_t{1} << 20);
   EXPECT_EQ(fs.max_age_s, uint64_t{3600});
@@ -227,7 +231,8 @@ TEST_F(EngineFsTierTest, OptionsByNameBuildTheTierAndRedisBesideItIsRefused) {
 
   // Without keys or the plaintext choice the tier is refused, naming what is missing.
   EngineOptions bare = remote_test::LocalNodeOptions(64, "");
-  bare.remote = RemoteTierOptions{.fs = FsStoreOptions{.dir = dir_}};
+  bare.remote =
+      RemoteTierOptions{.stores = TierOptionsSet::Of(kFsStoreName, FsStoreOptions{.dir = dir_})};
   Result<std::unique_ptr<Engine>> unkeyed = Engine::Open(bare);
   ASSERT_FALSE(unkeyed.ok());
   EXPECT_NE(unkeyed.status().message().find("remote_key_file"), std::string::npos)

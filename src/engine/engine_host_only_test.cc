@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -116,13 +118,15 @@ void ExpectRefused(const EngineOptions& o, std::string_view missing, std::string
 
 TEST(EngineHostOnlyTest, AnSsdTierIsRefusedNamingTheLibrary) {
   EngineOptions o = HostOnlyOptions();
-  o.ssd = SsdTierOptions{.dirs = {"ssd"}};
-  ExpectRefused(o, "has no SSD tier", "kvtier_tier_ssd");
+  o.tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {"ssd"}});
+  ExpectRefused(o, "has no ssd tier", "kvtier_engine");
 }
 
 TEST(EngineHostOnlyTest, ARemoteTierIsRefusedNamingTheLibrary) {
   EngineOptions o = HostOnlyOptions();
-  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{.endpoints = {"127.0.0.1:1"}}};
+  o.remote =
+      RemoteTierOptions{.stores = TierOptionsSet::Of(
+                            kRedisStoreName, RedisStoreOptions{.endpoints = {"127.0.0.1:1"}})};
   ExpectRefused(o, "has no remote tier", "kvtier_tier_remote");
 }
 

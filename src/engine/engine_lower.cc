@@ -17,18 +17,18 @@
 namespace kvtier {
 
 Status RemoteTierOptions::Validate() const {
-  if (int{redis.has_value()} + int{fs.has_value()} + int{store != nullptr} != 1) {
+  if (stores.size() + size_t{store != nullptr} != 1) {
     return Status::InvalidArgument(
-        "exactly one of redis, fs and store must be set (remote_endpoints and fs_dir name two "
-        "remote tiers; give one)");
+        "exactly one store must be set (remote_endpoints and fs_dir name two remote tiers; give "
+        "one): one entry in stores, or a borrowed store");
   }
   if (write_policy != WritePolicy::kWriteThrough && write_policy != WritePolicy::kWriteBack) {
     return Status::InvalidArgument("write_policy: unknown value");
   }
-  if (admission != SsdAdmission::kAlways && admission != SsdAdmission::kAfterRequests) {
+  if (admission != AdmissionMode::kAlways && admission != AdmissionMode::kAfterRequests) {
     return Status::InvalidArgument("admission: unknown value");
   }
-  if (admission == SsdAdmission::kAfterRequests && admission_slots == 0) {
+  if (admission == AdmissionMode::kAfterRequests && admission_slots == 0) {
     return Status::InvalidArgument("admission_slots: must be > 0");
   }
   if (io_threads == 0 || io_threads > kRemoteIoThreadsMax) {
@@ -41,16 +41,6 @@ Status RemoteTierOptions::Validate() const {
                                    std::to_string(connections));
   }
   return Status::Ok();
-}
-
-std::optional<RemoteKeyring>* RemoteTierOptions::keyring() {
-  if (fs.has_value()) return &fs->keyring;
-  return redis.has_value() ? &redis->keyring : nullptr;
-}
-
-bool* RemoteTierOptions::insecure_plaintext() {
-  if (fs.has_value()) return &fs->insecure_plaintext;
-  return redis.has_value() ? &redis->insecure_plaintext : nullptr;
 }
 
 // --- Open --------------------------------------------------------------------------------------

@@ -153,10 +153,11 @@ Status EngineOptions::Validate() const {
 }
 
 Status NoLowerTiers(const EngineOptions& options) {
-  if (options.ssd.has_value()) {
+  if (!options.tiers.empty()) {
+    const std::string name = options.tiers.entries().front().name;
     return Status::NotSupported(
-        "ssd: this engine was opened without tiers below memory and has no SSD tier (open it "
-        "with Engine::Open(options) from kvtier_engine, which links kvtier_tier_ssd)");
+        name + ": this engine was opened without tiers below memory and has no " + name +
+        " tier (open it with Engine::Open(options) from kvtier_engine, which links the tiers)");
   }
   if (options.remote.has_value()) {
     return Status::NotSupported(

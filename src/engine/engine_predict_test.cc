@@ -25,6 +25,7 @@
 #include "core/mutex.h"
 #include "engine/engine.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -156,7 +157,7 @@ class EnginePredictTest : public ::testing::Test {
       s.segment_bytes = 1 * kMiB;
       s.capacity_bytes = 16 * kMiB;
       s.sync = SsdSyncMode::kNone;
-      o.ssd = s;
+      o.tiers.Emplace(kSsdTierName, s);
     }
     o.write_policy = WritePolicy::kWriteThrough;
     o.prediction.enabled = predict;
@@ -337,7 +338,7 @@ TEST_F(EnginePredictTest, AgentLoopNeedsSessionIdsAndIsMostlyPredicted) {
     EXPECT_EQ(t.stats.prediction_sessions, 5u);
   }
   // Derived ids: one session for all steps (same first chunk); nothing to predict or promote.
-  o.ssd->dirs = {dir_->Join("ssd-derived")};
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).dirs = {dir_->Join("ssd-derived")};
   auto e = OpenOrDie(o);
   ASSERT_NE(e, nullptr);
   const TraceResult t = Replay(*e, *e->MakeNamespace("t"), steps, trace, 20, /*use_ids=*/false);
@@ -390,7 +391,7 @@ TEST_F(EnginePredictTest, HintPromotesAtOnceAndLeadsThePrediction) {
   for (const bool predict : {false, true}) {
     SCOPED_TRACE(predict ? "prediction on" : "prediction off");
     EngineOptions o = Options(4 * kBlocks, predict);
-    o.ssd->dirs = {dir_->Join(predict ? "ssd-on" : "ssd-off")};
+    o.tiers.Get<SsdTierOptions>(kSsdTierName).dirs = {dir_->Join(predict ? "ssd-on" : "ssd-off")};
     Namespace ns;
     {
       auto e = OpenOrDie(o);
@@ -438,7 +439,7 @@ TEST_F(EnginePredictTest, BoundsHold) {
 
   // Half the host tier at most (16 slots: 8 blocks), whatever blocks_max says.
   o = Options(16, true);
-  o.ssd->dirs = {dir_->Join("ssd-small")};
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).dirs = {dir_->Join("ssd-small")};
   e = OpenOrDie(o);
   ASSERT_NE(e, nullptr);
   promoted = 0;
@@ -454,7 +455,7 @@ TEST_F(EnginePredictTest, BoundsHold) {
   // session_chunks_max: only the leading chunk is remembered, so only it is promoted; and
   // sessions_max: 4 sessions remembered although 8 come round.
   o = Options(4 * kBlocks, true);
-  o.ssd->dirs = {dir_->Join("ssd-chunks")};
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).dirs = {dir_->Join("ssd-chunks")};
   o.prediction.session_chunks_max = 1;
   o.prediction.sessions_max = 4;
   e = OpenOrDie(o);

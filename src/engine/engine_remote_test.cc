@@ -22,7 +22,9 @@
 #include "engine/engine.h"
 #include "engine/engine_remote_test_util.h"
 #include "testing/test_util.h"
+#include "tiers/redis/redis_options.h"
 #include "tiers/redis/redis_test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -77,7 +79,7 @@ class EngineRemoteTest : public ::testing::Test {
                         .breaker = {.failures_to_open = 3, .open_cooldown_us = 1'000'000},
                         .keyring = TestKeyring(),
                         .clock = &breaker_clock_};
-    o.remote = RemoteTierOptions{.redis = std::move(r)};
+    o.remote = RemoteTierOptions{.stores = TierOptionsSet::Of(kRedisStoreName, std::move(r))};
     o.logger = &logger_;
     return o;
   }
@@ -221,8 +223,8 @@ TEST_F(EngineRemoteTest, TwoNodesShareARedisCluster) {
   for (size_t i = 0; i < (*cluster)->size(); ++i) seeds.push_back((*cluster)->node(i).endpoint());
   EngineOptions oa = NodeOptions(seeds, 64, "ssd-a");
   EngineOptions ob = NodeOptions({seeds[1]}, 64, "");  // One seed is enough to learn the map.
-  oa.remote->redis->mode = RedisMode::kCluster;
-  ob.remote->redis->mode = RedisMode::kCluster;
+  oa.remote->stores.Get<RedisStoreOptions>(kRedisStoreName).mode = RedisMode::kCluster;
+  ob.remote->stores.Get<RedisStoreOptions>(kRedisStoreName).mode = RedisMode::kCluster;
   std::unique_ptr<Engine> a = Open(oa);
   std::unique_ptr<Engine> b = Open(ob);
   ASSERT_NE(a, nullptr);
@@ -245,7 +247,8 @@ TEST_F(EngineRemoteTest, TwoNodesShareARedisCluster) {
 TEST(EngineRemoteOptionsTest, ExactlyOneStoreSourceAndKnownPolicies) {
   RemoteTierOptions o;
   EXPECT_TRUE(o.Validate().IsInvalidArgument()) << "neither redis nor store";
-  o.redis = RedisStoreOptions{.endpoints = {"127.0.0.1:1"}, .insecure_plaintext = true};
+  o.stores.Emplace(kRedisStoreName,
+                   RedisStoreOptions{.endpoints = {"127.0.0.1:1"}, .insecure_plaintext = true});
   EXPECT_TRUE(o.Validate().ok());
   o.write_policy = static_cast<WritePolicy>(9);
   EXPECT_TRUE(o.Validate().IsInvalidArgument());
@@ -276,12 +279,14 @@ TEST(EngineRemoteHostileTest, TrickledRemoteLookupIsAMissWithinTheDeadline) {
   ManualClock clock;  // Never advanced: an open breaker stays open.
   EngineOptions o = remote_test::LocalNodeOptions(64, "");
   o.remote = RemoteTierOptions{
-      .redis = RedisStoreOptions{.endpoints = {server.endpoint()},
-                                 .connect_timeout_ms = 300,
-                                 .command_timeout_ms = 300,
-                                 .breaker = {.failures_to_open = 2, .open_cooldown_us = 60'000'000},
-                                 .keyring = TestKeyring(),
-                                 .clock = &clock}};
+      .stores = TierOptionsSet::Of(
+          kRedisStoreName,
+          RedisStoreOptions{.endpoints = {server.endpoint()},
+                            .connect_timeout_ms = 300,
+                            .command_timeout_ms = 300,
+                            .breaker = {.failures_to_open = 2, .open_cooldown_us = 60'000'000},
+                            .keyring = TestKeyring(),
+                            .clock = &clock})};
   std::unique_ptr<Engine> e = remote_test::OpenEngine(o);
   ASSERT_NE(e, nullptr);
   const Namespace ns = Ns(*e, "t");

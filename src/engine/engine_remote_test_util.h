@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::remote_test {
 
@@ -58,7 +59,7 @@ inline EngineOptions LocalNodeOptions(uint32_t host_blocks, const std::string& s
     s.dirs = {ssd_dir};
     s.segment_bytes = 1 * kMiB;
     s.capacity_bytes = 16 * kMiB;
-    o.ssd = s;
+    o.tiers.Emplace(kSsdTierName, s);
   }
   o.write_policy = WritePolicy::kWriteThrough;
   o.staging_buffers = 8;

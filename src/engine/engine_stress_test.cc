@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -163,7 +164,7 @@ void RunStress(WritePolicy policy, bool device, bool cxl) {
   s.segment_bytes = 1 * kMiB;
   s.capacity_bytes = 8 * kMiB;
   s.sync = SsdSyncMode::kNone;
-  o.ssd = s;
+  o.tiers.Emplace(kSsdTierName, s);
   o.write_policy = policy;
   o.ssd_codec = codecs::CodecParams::ShuffleZstd(1);
   Result<std::unique_ptr<Engine>> engine = Engine::Open(o);

@@ -33,6 +33,8 @@
 #include "testing/fault_injection_env.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/ssd/ssd_options.h"
 #include "tiers/ssd/ssd_tier.h"
 
 #ifdef KVTIER_HAVE_CUDA  // Only to know whether kAuto must pick CUDA on this machine.
@@ -148,7 +150,7 @@ class EngineTest : public ::testing::Test {
       s.dirs = {dir_->Join("ssd")};
       s.segment_bytes = 1 * kMiB;
       s.capacity_bytes = 16 * kMiB;
-      o.ssd = s;
+      o.tiers.Emplace(kSsdTierName, s);
     }
     o.env = env_.get();
     return o;
@@ -310,9 +312,10 @@ TEST_F(EngineTest, ArgumentsAreValidated) {
 TEST_F(EngineTest, ARemoteRefusedAfterTheSsdOpenedFailsOpenCleanly) {
   EngineOptions o = Options(0, 16, true);
   o.env = nullptr;
-  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{
-                                   .endpoints = {"127.0.0.1:1"}, .user = "u",
-                                   .insecure_plaintext = true}};
+  o.remote = RemoteTierOptions{
+      .stores = TierOptionsSet::Of(kRedisStoreName, RedisStoreOptions{.endpoints = {"127.0.0.1:1"},
+                                                                      .user = "u",
+                                                                      .insecure_plaintext = true})};
   Result<std::unique_ptr<Engine>> e = Engine::Open(o);
   ASSERT_FALSE(e.ok());
   EXPECT_TRUE(e.status().IsInvalidArgument()) << e.status().ToString();
@@ -913,8 +916,8 @@ TEST_F(EngineTest, StoreLeavesWriteBackToTheCleanerAndGetsBusy) {
 TEST_F(EngineTest, BlocksRefusedByAdmissionAreWrittenBackLater) {
   EngineOptions o = Options(0, kLayers, true);
   o.write_policy = WritePolicy::kWriteThrough;
-  o.ssd->admission = SsdAdmission::kAfterRequests;
-  o.ssd->admission_requests = 2;
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).admission = SsdAdmission::kAfterRequests;
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).admission_requests = 2;
   auto e = OpenOrDie(o);
   ASSERT_NE(e, nullptr);
   Namespace ns = *e->MakeNamespace("t");
@@ -1093,7 +1096,8 @@ TEST_F(EngineTest, UnusableSsdBlocksAreErasedAndRewritten) {
                         .raw_bytes = static_cast<uint32_t>(kBlockBytes),
                         .payload = payloads[l]});
     }
-    Result<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(*o.ssd, env_.get());
+    Result<std::unique_ptr<SsdTier>> ssd =
+        SsdTier::Open(o.tiers.Get<SsdTierOptions>(kSsdTierName), env_.get());
     ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
     ASSERT_TRUE((*ssd)->WriteBatchSync(writes).ok());
     for (const SsdBlockWrite& w : writes) ASSERT_TRUE(w.status.ok()) << w.status.ToString();

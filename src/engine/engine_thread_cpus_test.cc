@@ -34,6 +34,7 @@
 #include "env/thread_cpus.h"
 #include "testing/fake_remote_store.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -115,7 +116,7 @@ class EngineThreadCpusTest : public ::testing::Test {
     s.dirs = {dir_->Join("ssd-" + std::to_string(opened_++))};
     s.segment_bytes = 1 * kMiB;
     s.capacity_bytes = 8 * kMiB;
-    o.ssd = s;
+    o.tiers.Emplace(kSsdTierName, s);
     o.thread_cpus = thread_cpus;
     if (remote != nullptr) o.remote = RemoteTierOptions{.store = remote};
     o.background_nice = background_nice;

@@ -19,6 +19,7 @@
 #include "testing/fault_injection_env.h"
 #include "testing/gate_env.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -57,7 +58,7 @@ class EngineWriteErrorTest : public ::testing::Test {
     s.dirs = {dir_->Join("ssd")};
     s.segment_bytes = 1 * kMiB;
     s.capacity_bytes = 16 * kMiB;
-    o.ssd = s;
+    o.tiers.Emplace(kSsdTierName, s);
     o.write_policy = policy;
     o.env = faulty_.get();
     return o;
@@ -181,8 +182,9 @@ TEST_F(EngineWriteErrorTest, FlushWaitsForABlockAnotherThreadIsWriting) {
   o.env = &gated;
   o.writeback_dirty_fraction = 1;  // No cleaner: the two Flushes are the only writers.
   o.writeback_age_ms_max = kWritebackAgeMsMax;
-  o.ssd->sync = SsdSyncMode::kPerBatch;
-  o.ssd->io_backend = IoBackend::kThreadPool;  // Writes and syncs go through File.
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).sync = SsdSyncMode::kPerBatch;
+  o.tiers.Get<SsdTierOptions>(kSsdTierName).io_backend =
+      IoBackend::kThreadPool;  // Writes and syncs go through File.
   Result<std::unique_ptr<Engine>> e = Engine::Open(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   const Namespace ns = *(*e)->MakeNamespace("t");

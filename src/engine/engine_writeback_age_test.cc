@@ -23,6 +23,7 @@
 
 #include "engine/engine.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -61,7 +62,7 @@ class EngineWritebackAgeTest : public ::testing::Test {
     s.dirs = {ssd_dir};
     s.segment_bytes = 1 * kMiB;
     s.capacity_bytes = 16 * kMiB;
-    o.ssd = s;
+    o.tiers.Emplace(kSsdTierName, s);
     o.write_policy = WritePolicy::kWriteBack;
     o.writeback_dirty_fraction = 1;  // No watermark: only the age limit writes blocks down.
     o.writeback_age_ms_max = age_ms;

@@ -19,6 +19,7 @@
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "tiers/memory_tier.h"
+#include "tiers/ssd/ssd_options.h"
 #include "tiers/ssd/ssd_tier.h"
 #include "tiers/ssd/ssd_tier_adapter.h"
 

@@ -4,32 +4,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 
 #include "codecs/codec_params.h"
 #include "core/limits.h"
 #include "core/thread_priority.h"
+#include "tiers/tier_registry.h"
 
 namespace kvtier {
 namespace {
 
-constexpr double kBytesMax = 1125899906842624.0;  // 1 PiB: a bound for flags, not the engine's.
-constexpr double kMsHour = 3600.0 * 1000;
-constexpr double kUsHour = 3600.0 * 1000 * 1000;
+constexpr double kBytesMax = kOptionBytesMax;
+constexpr double kMsHour = kOptionMsHour;
+constexpr double kUsHour = kOptionUsHour;
 constexpr double kNumaNodeMax = 1023;
 
-uint64_t U(const OptionValue& v) { return std::get<uint64_t>(v); }
-uint32_t U32(const OptionValue& v) { return static_cast<uint32_t>(std::get<uint64_t>(v)); }
-int32_t I32(const OptionValue& v) { return static_cast<int32_t>(std::get<int64_t>(v)); }
-bool B(const OptionValue& v) { return std::get<bool>(v); }
-const std::string& S(const OptionValue& v) { return std::get<std::string>(v); }
-
-// kChoice values map to their enums by position in `choices` (the enums are ordered so; the
-// value was checked to be one of them).
+uint64_t U(const OptionValue& v) { return OptionU64(v); }
+uint32_t U32(const OptionValue& v) { return OptionU32(v); }
+int32_t I32(const OptionValue& v) { return OptionI32(v); }
+bool B(const OptionValue& v) { return OptionBool(v); }
+const std::string& S(const OptionValue& v) { return OptionString(v); }
 template <typename E>
 E Pick(std::string_view choices, const OptionValue& v) {
-  const std::vector<std::string_view> items = OptionList(choices);
-  return static_cast<E>(std::find(items.begin(), items.end(), S(v)) - items.begin());
+  return OptionPick<E>(choices, v);
 }
 
 WritePolicy Policy(const OptionValue& v) {
@@ -38,11 +36,6 @@ WritePolicy Policy(const OptionValue& v) {
 
 // A setting of a tier the options may lack: applied only when the tier is there.
 template <typename F>
-Status OnSsd(EngineOptions& o, F f) {
-  if (o.ssd.has_value()) f(*o.ssd);
-  return Status::Ok();
-}
-template <typename F>
 Status OnCxl(EngineOptions& o, F f) {
   if (o.cxl.has_value()) f(*o.cxl);
   return Status::Ok();
@@ -50,16 +43,6 @@ Status OnCxl(EngineOptions& o, F f) {
 template <typename F>
 Status OnRemote(EngineOptions& o, F f) {
   if (o.remote.has_value()) f(*o.remote);
-  return Status::Ok();
-}
-template <typename F>
-Status OnRedis(EngineOptions& o, F f) {
-  if (o.remote.has_value() && o.remote->redis.has_value()) f(*o.remote->redis);
-  return Status::Ok();
-}
-template <typename F>
-Status OnFs(EngineOptions& o, F f) {
-  if (o.remote.has_value() && o.remote->fs.has_value()) f(*o.remote->fs);
   return Status::Ok();
 }
 
@@ -79,18 +62,11 @@ constexpr std::string_view kAdmission = "always|after_requests";
 constexpr std::string_view kPolicy = "back|through";
 constexpr std::string_view kCliGeometry =
     "Not a CLI flag: run and chat take the model's identity and geometry from the model file";
-constexpr std::string_view kKeyEnvNote =
-    "C and Python: the name of an environment variable holding the key file's text (the library "
-    "itself never reads the environment); C++ callers pass the text itself, the CLI a file";
-constexpr std::string_view kKeyTextNote =
-    "C++ only: C and Python callers name a variable instead (*_key_env), so that key text never "
-    "sits in an argument list, and the CLI reads a file";
-constexpr std::string_view kFsNote =
-    "Python, the CLI, its config file and kvtier serve (so C and C++ programs through "
-    "kvtier_engine_connect / Engine::Connect); not in the fixed C struct or the public C++ "
-    "options yet";
 
-constexpr OptionSpec kTable[] = {
+// The engine's own rows, in three parts: the providers' rows of tiers of their own (the SSD
+// tier) go between the first two, those of the remote tier's stores between the last two
+// (MergedTable()).
+constexpr OptionSpec kEngineRowsFirst[] = {
     // ---- Identity and geometry ----
     {.name = "layout", .type = OptionType::kLayout, .default_text = "required",
      .surfaces = kSurfaceCpp | kSurfaceC | kSurfacePython, .cpp_field = "layout",
@@ -213,149 +189,9 @@ constexpr OptionSpec kTable[] = {
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnCxl(o, [&](HostTierOptions& t) { t.prefault = B(v); });
      }},
-    // ---- SSD tier ----
-    {.name = "ssd_dirs", .type = OptionType::kStrings, .default_text = "none",
-     .surfaces = kSurfaceCpp | kSurfaceC | kSurfacePython, .cpp_field = "ssd.dirs",
-     .doc = "SSD tier directories (their order is part of the cache); none: no SSD tier",
-     .note = "Not a CLI flag: --cache-dir gives run and chat one directory, with 16 MiB "
-             "segments, periodic sync and write-through (a CLI run stores little and may be "
-             "killed)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       const auto& dirs = std::get<std::vector<std::string>>(v);
-       if (dirs.empty()) {
-         o.ssd.reset();
-       } else {
-         if (!o.ssd.has_value()) o.ssd.emplace();
-         o.ssd->dirs = dirs;
-       }
-       return Status::Ok();
-     }},
-    {.name = "ssd_bytes", .type = OptionType::kBytes, .default_text = "4 GiB", .min = 1 << 20,
-     .max = kBytesMax, .unit = "bytes", .cpp_field = "ssd.capacity_bytes",
-     .doc = "SSD tier capacity, all directories together",
-     .note = "0 in C and Python: the default; CLI default: 1 GiB",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.capacity_bytes = U(v); });
-     }},
-    {.name = "ssd_segment_bytes", .type = OptionType::kBytes, .default_text = "64 MiB",
-     .min = 1 << 20, .max = 1 << 30, .unit = "bytes", .cpp_field = "ssd.segment_bytes",
-     .doc = "Segment file size, a multiple of 4 KiB",
-     .note = "0 in C and Python: the default; CLI default: 16 MiB",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.segment_bytes = U(v); });
-     }},
-    {.name = "ssd_sync", .type = OptionType::kChoice, .default_text = "per_batch",
-     .choices = "none|per_batch|periodic", .cpp_field = "ssd.sync",
-     .doc = "What a completed SSD write promises: nothing, fdatasync per batch, or periodic",
-     .note = "CLI default: periodic",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) {
-         t.sync = Pick<SsdSyncMode>("none|per_batch|periodic", v);
-       });
-     }},
-    {.name = "ssd_sync_interval_ms", .type = OptionType::kUint, .default_text = "100", .min = 1,
-     .max = kMsHour, .unit = "ms", .cpp_field = "ssd.sync_interval_ms",
-     .doc = "Time between fdatasyncs with ssd_sync periodic",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.sync_interval_ms = U32(v); });
-     }},
-    {.name = "ssd_checkpoint_interval_ms", .type = OptionType::kUint, .default_text = "0",
-     .min = 0, .max = 24 * kMsHour, .unit = "ms", .cpp_field = "ssd.checkpoint_interval_ms",
-     .doc = "Time between index checkpoints; 0: only on close and after errors",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.checkpoint_interval_ms = U32(v); });
-     }},
-    {.name = "ssd_io_depth", .type = OptionType::kUint, .default_text = "32", .min = 1,
-     .max = 256, .cpp_field = "ssd.io_depth", .doc = "In-flight I/Os per directory",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.io_depth = U32(v); });
-     }},
-    {.name = "ssd_io_backend", .type = OptionType::kChoice, .default_text = "auto",
-     .choices = "auto|io_uring|thread_pool", .cpp_field = "ssd.io_backend",
-     .doc = "io_uring, a pread/pwrite thread pool, or auto (io_uring when permitted)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) {
-         t.io_backend = Pick<IoBackend>("auto|io_uring|thread_pool", v);
-       });
-     }},
-    {.name = "ssd_direct_io", .type = OptionType::kChoice, .default_text = "preferred",
-     .choices = "off|preferred|required", .cpp_field = "ssd.direct_io",
-     .doc = "O_DIRECT: off, where the filesystem takes it, or required",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) {
-         t.direct_io = Pick<DirectIo>("off|preferred|required", v);
-       });
-     }},
-    {.name = "ssd_queue_jobs_max", .type = OptionType::kUint, .default_text = "64", .min = 1,
-     .max = 4096, .cpp_field = "ssd.queue_jobs_max",
-     .doc = "Queued jobs per directory before callers wait",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.queue_jobs_max = U32(v); });
-     }},
-    {.name = "ssd_staging_buffer_bytes", .type = OptionType::kBytes, .default_text = "1 MiB",
-     .min = 4096, .max = 64 << 20, .unit = "bytes", .cpp_field = "ssd.staging_buffer_bytes",
-     .doc = "Write staging buffer size, a multiple of 4 KiB",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.staging_buffer_bytes = U(v); });
-     }},
-    {.name = "ssd_staging_buffers", .type = OptionType::kUint, .default_text = "0", .min = 0,
-     .max = 4096, .cpp_field = "ssd.staging_buffers",
-     .doc = "Write staging buffers per directory; 0: min(ssd_io_depth, 64)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.staging_buffers = U32(v); });
-     }},
-    {.name = "ssd_write_stall_ms_max", .type = OptionType::kUint, .default_text = "10000",
-     .min = 0, .max = kMsHour, .unit = "ms", .cpp_field = "ssd.write_stall_ms_max",
-     .doc = "A writer waiting for space gets Busy when reclaim frees no segment for this long",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.write_stall_ms_max = U32(v); });
-     }},
-    {.name = "ssd_admission", .type = OptionType::kChoice, .default_text = "always",
-     .choices = kAdmission, .cpp_field = "ssd.admission",
-     .doc = "Which writes the SSD takes: all, or blocks requested ssd_admission_requests times",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.admission = Pick<SsdAdmission>(kAdmission, v); });
-     }},
-    {.name = "ssd_admission_requests", .type = OptionType::kUint, .default_text = "2", .min = 1,
-     .max = 255, .cpp_field = "ssd.admission_requests",
-     .doc = "Requests (writes and misses) before a block is admitted to the SSD",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.admission_requests = U32(v); });
-     }},
-    {.name = "ssd_admission_slots", .type = OptionType::kUint, .default_text = "65536",
-     .min = 1, .max = 1 << 26, .cpp_field = "ssd.admission_slots",
-     .doc = "Counters of the SSD admission sketch (1 byte each)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.admission_slots = U32(v); });
-     }},
-    {.name = "ssd_write_budget_bytes_per_s", .type = OptionType::kBytes, .default_text = "0",
-     .min = 0, .max = kBytesMax, .unit = "bytes/s", .cpp_field = "ssd.write_budget_bytes_per_s",
-     .doc = "Bytes written to the SSD per second; 0: unlimited",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.write_budget_bytes_per_s = U(v); });
-     }},
-    {.name = "ssd_write_budget_burst_bytes", .type = OptionType::kBytes, .default_text = "0",
-     .min = 0, .max = kBytesMax, .unit = "bytes", .cpp_field = "ssd.write_budget_burst_bytes",
-     .doc = "Burst above the SSD write budget; 0: one second of budget",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.write_budget_burst_bytes = U(v); });
-     }},
-    {.name = "ssd_key_file", .type = OptionType::kString, .default_text = "none",
-     .cpp_field = "ssd.keys.file",
-     .doc = "Deployment keys (a mode 0600 file) that seal SSD records at rest (AES-256-GCM)"},
-    {.name = "ssd_key_env", .type = OptionType::kString, .default_text = "none",
-     .surfaces = kSurfaceC | kSurfacePython,
-     .doc = "An environment variable holding the SSD keys' text", .note = kKeyEnvNote},
-    {.name = "ssd_key_text", .type = OptionType::kString, .default_text = "none",
-     .surfaces = kSurfaceCpp, .cpp_field = "ssd.keys.text",
-     .doc = "The SSD keys' text, in the key file's format", .note = kKeyTextNote},
-    {.name = "ssd_file_mode", .type = OptionType::kUint, .default_text = "0600", .min = 0600,
-     .max = 0660, .cpp_field = "ssd.file_mode",
-     .doc = "Mode of the SSD tier's files: 0600, 0640 or 0660 (octal; group modes share the "
-            "cache)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnSsd(o, [&](SsdTierOptions& t) { t.file_mode = U32(v); });
-     }},
+};
+
+constexpr OptionSpec kEngineRowsMiddle[] = {
     // ---- Engine ----
     {.name = "write_policy", .type = OptionType::kChoice, .default_text = "back",
      .choices = kPolicy, .cpp_field = "write_policy",
@@ -469,164 +305,19 @@ constexpr OptionSpec kTable[] = {
        o.staging_buffers = U32(v);
        return Status::Ok();
      }},
-    // ---- Remote tier ----
-    {.name = "remote_endpoints", .type = OptionType::kStrings, .default_text = "none",
-     .cpp_field = "remote.endpoints",
-     .doc = "Redis host:port (cluster: seeds); none: no remote tier",
-     .note = "C: one comma-separated string", .aliases = "redis",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       const auto& endpoints = std::get<std::vector<std::string>>(v);
-       if (endpoints.empty()) {
-         o.remote.reset();
-       } else {
-         if (!o.remote.has_value()) o.remote = RemoteTierOptions{.redis = RedisStoreOptions{}};
-         if (!o.remote->redis.has_value()) o.remote->redis.emplace();
-         o.remote->redis->endpoints = endpoints;
-       }
-       return Status::Ok();
-     }},
-    // ---- The remote tier on a shared directory (the fs tier) ----
-    {.name = "fs_dir", .type = OptionType::kString, .default_text = "\"\"",
-     .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "A shared directory (NFS, Lustre, CephFS, local) as the remote tier instead of "
-            "Redis, one file per block; empty: none",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       const std::string& dir = S(v);
-       if (dir.empty()) {
-         if (o.remote.has_value() && o.remote->fs.has_value()) o.remote.reset();
-         return Status::Ok();
-       }
-       if (!o.remote.has_value()) o.remote = RemoteTierOptions{};
-       if (!o.remote->fs.has_value()) o.remote->fs.emplace();
-       o.remote->fs->dir = dir;
-       return Status::Ok();
-     }},
-    {.name = "fs_bytes_max", .type = OptionType::kBytes, .default_text = "0", .min = 0,
-     .max = kBytesMax, .unit = "bytes", .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "Bytes the shared directory may hold, over every node; above it the oldest values "
-            "go; 0: no bound",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnFs(o, [&](FsStoreOptions& f) { f.bytes_max = U(v); });
-     }},
-    {.name = "fs_max_age_s", .type = OptionType::kUint, .default_text = "0", .min = 0,
-     .max = 10ull * 365 * 86400, .unit = "s", .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "Values not read or written for this long are removed; 0: no bound",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnFs(o, [&](FsStoreOptions& f) { f.max_age_s = U(v); });
-     }},
-    {.name = "fs_sweep_interval_ms", .type = OptionType::kUint, .default_text = "10000",
-     .min = 1, .max = 3'600'000, .unit = "ms", .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "Time between two sweeps of the shared directory (with a bound set)",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnFs(o, [&](FsStoreOptions& f) { f.sweep_interval_ms = U32(v); });
-     }},
-    {.name = "fs_fsync", .type = OptionType::kBool, .default_text = "true",
-     .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "Sync each value before it is published (a crash then leaves it whole or absent)",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnFs(o, [&](FsStoreOptions& f) { f.fsync = B(v); });
-     }},
-    {.name = "fs_group_shared", .type = OptionType::kBool, .default_text = "false",
-     .surfaces = kSurfacePython | kSurfaceCli,
-     .doc = "Files 0660 and a group-writable directory allowed, for nodes that run as several "
-            "users of one group",
-     .note = kFsNote,
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnFs(o, [&](FsStoreOptions& f) { f.group_shared = B(v); });
-     }},
-    {.name = "remote_cluster", .type = OptionType::kBool, .default_text = "false",
-     .cpp_field = "remote.mode", .doc = "The endpoints are Redis Cluster seeds",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) {
-         r.mode = B(v) ? RedisMode::kCluster : RedisMode::kStandalone;
-       });
-     }},
-    {.name = "remote_user", .type = OptionType::kString, .default_text = "\"\"",
-     .cpp_field = "remote.user", .doc = "Redis ACL user; empty: the default user",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.user = S(v); });
-     }},
-    {.name = "remote_password", .type = OptionType::kString, .default_text = "\"\"",
-     .surfaces = kSurfaceCpp | kSurfaceC | kSurfacePython, .cpp_field = "remote.password",
-     .doc = "Redis AUTH password; empty: no AUTH",
-     .note = "Not on the CLI: a password on a command line is visible to every user (ps)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.password = S(v); });
-     }},
-    {.name = "remote_key_prefix", .type = OptionType::kString, .default_text = "kvt",
-     .cpp_field = "remote.key_prefix", .doc = "Prefix of every Redis key name",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       OnFs(o, [&](FsStoreOptions& f) { f.key_prefix = S(v); }).IgnoreError();
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.key_prefix = S(v); });
-     }},
-    {.name = "remote_connect_timeout_ms", .type = OptionType::kUint, .default_text = "200",
-     .min = 1, .max = 600000, .unit = "ms", .cpp_field = "remote.connect_timeout_ms",
-     .doc = "Redis connect timeout",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.connect_timeout_ms = U32(v); });
-     }},
-    {.name = "remote_command_timeout_ms", .type = OptionType::kUint, .default_text = "500",
-     .min = 1, .max = 600000, .unit = "ms", .cpp_field = "remote.command_timeout_ms",
-     .doc = "Deadline of one Redis command's write, and of its whole reply",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.command_timeout_ms = U32(v); });
-     }},
-    {.name = "remote_breaker_failures_to_open", .type = OptionType::kUint, .default_text = "3",
-     .min = 1, .max = 1000, .cpp_field = "remote.breaker_failures_to_open",
-     .doc = "Consecutive failures that open a node's circuit breaker",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.breaker.failures_to_open = U32(v); });
-     }},
-    {.name = "remote_breaker_open_cooldown_us", .type = OptionType::kUint,
-     .default_text = "1000000", .min = 0, .max = kUsHour, .unit = "us",
-     .cpp_field = "remote.breaker_open_cooldown_us",
-     .doc = "Time a breaker stays open before one probe goes through",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.breaker.open_cooldown_us = U(v); });
-     }},
-    {.name = "remote_redirects_max", .type = OptionType::kUint, .default_text = "5", .min = 0,
-     .max = 16, .cpp_field = "remote.redirects_max", .doc = "MOVED/ASK hops per entry",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.redirects_max = U32(v); });
-     }},
-    {.name = "remote_topology_refresh_interval_us", .type = OptionType::kUint,
-     .default_text = "100000", .min = 0, .max = kUsHour, .unit = "us",
-     .cpp_field = "remote.topology_refresh_interval_us",
-     .doc = "Minimum time between CLUSTER SLOTS refreshes",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) { r.topology_refresh_interval_us = U(v); });
-     }},
-    {.name = "remote_cluster_allowed_hosts", .type = OptionType::kStrings, .default_text = "none",
-     .cpp_field = "remote.cluster_allowed_hosts",
-     .doc = "Hosts besides the seeds' that CLUSTER SLOTS, MOVED and ASK may name",
-     .note = "C: one comma-separated string",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRedis(o, [&](RedisStoreOptions& r) {
-         r.cluster_allowed_hosts = std::get<std::vector<std::string>>(v);
-       });
-     }},
+};
+
+constexpr OptionSpec kEngineRowsLast[] = {
+    // ---- Remote tier (its stores' own settings are their rows) ----
     {.name = "remote_key_file", .type = OptionType::kString, .default_text = "none",
      .cpp_field = "remote.keys.file",
      .doc = "Deployment keys (a mode 0600 file) that seal remote values and hash key names"},
     {.name = "remote_key_env", .type = OptionType::kString, .default_text = "none",
      .surfaces = kSurfaceC | kSurfacePython,
-     .doc = "An environment variable holding the remote keys' text", .note = kKeyEnvNote},
+     .doc = "An environment variable holding the remote keys' text", .note = kOptionKeyEnvNote},
     {.name = "remote_key_text", .type = OptionType::kString, .default_text = "none",
      .surfaces = kSurfaceCpp, .cpp_field = "remote.keys.text",
-     .doc = "The remote keys' text, in the key file's format", .note = kKeyTextNote},
-    {.name = "remote_insecure_plaintext", .type = OptionType::kBool, .default_text = "false",
-     .cpp_field = "remote.insecure_plaintext",
-     .doc = "Remote values in the clear (only for a Redis or fs_dir nobody else can reach)",
-     .set = [](EngineOptions& o, const OptionValue& v) {
-       return OnRemote(o, [&](RemoteTierOptions& r) {
-         if (bool* plaintext = r.insecure_plaintext(); plaintext != nullptr) *plaintext = B(v);
-       });
-     }},
+     .doc = "The remote keys' text, in the key file's format", .note = kOptionKeyTextNote},
     {.name = "remote_write_policy", .type = OptionType::kChoice, .default_text = "through",
      .choices = kPolicy, .cpp_field = "remote.write_policy",
      .doc = "through: a store also puts its blocks; back: when evicted and on flush",
@@ -638,7 +329,7 @@ constexpr OptionSpec kTable[] = {
      .doc = "Which writes the remote tier takes (as ssd_admission)",
      .set = [](EngineOptions& o, const OptionValue& v) {
        return OnRemote(o, [&](RemoteTierOptions& r) {
-         r.admission = Pick<SsdAdmission>(kAdmission, v);
+         r.admission = Pick<AdmissionMode>(kAdmission, v);
        });
      }},
     {.name = "remote_admission_requests", .type = OptionType::kUint, .default_text = "2",
@@ -738,8 +429,7 @@ constexpr OptionSpec kTable[] = {
      .set = [](EngineOptions& o, const OptionValue& v) {
        o.prediction.blocks_max = U32(v);
        return Status::Ok();
-     }},
-};
+     }},};
 
 // Which alternative of OptionValue each type takes.
 size_t ValueIndex(OptionType type) {
@@ -809,49 +499,84 @@ std::string SurfaceList(uint32_t surfaces) {
   return out;
 }
 
+// The rows of every registered provider of `kind`, each name once (a row two stores share is
+// shown once, as the first provider gives it), the switches first so that a surface that applies
+// the rows in order sets a tier up before its settings.
+void AppendTierRows(TierProviderKind kind, std::vector<OptionSpec>* table) {
+  for (const bool switches : {true, false}) {
+    for (const TierProvider* p : TierProviders()) {
+      if (p->kind() != kind) continue;
+      for (const OptionSpec& row : p->OptionRows()) {
+        if (row.tier_switch != switches) continue;
+        const bool seen = std::any_of(table->begin(), table->end(),
+                                      [&](const OptionSpec& r) { return r.name == row.name; });
+        if (!seen) table->push_back(row);
+      }
+    }
+  }
+}
+
+// The engine's rows with the providers' merged in: the tiers of their own after the CXL tier's,
+// the remote tier's stores before the remote tier's own settings.
+std::vector<OptionSpec> MergedTable() {
+  std::vector<OptionSpec> table(std::begin(kEngineRowsFirst), std::end(kEngineRowsFirst));
+  AppendTierRows(TierProviderKind::kTier, &table);
+  table.insert(table.end(), std::begin(kEngineRowsMiddle), std::end(kEngineRowsMiddle));
+  AppendTierRows(TierProviderKind::kRemoteStore, &table);
+  table.insert(table.end(), std::begin(kEngineRowsLast), std::end(kEngineRowsLast));
+  return table;
+}
+
+// Where the options of provider `p` live: EngineOptions::tiers, or the remote tier's stores
+// (nullptr when the options have no remote tier).
+TierOptionsSet* TierSet(EngineOptions& o, const TierProvider& p) {
+  if (p.kind() == TierProviderKind::kTier) return &o.tiers;
+  return o.remote.has_value() ? &o.remote->stores : nullptr;
+}
+
+// A tier row of provider `p`: a setting applies to the tier when the options have it; a switch
+// sets the tier up (a store: the remote tier first, when there is none) or, left empty, removes
+// it (a store: the remote tier with it when no other store is left). Two store switches give
+// the remote tier two stores, which its Validate refuses by name: nothing is dropped silently.
+Status SetTierRow(EngineOptions& o, const TierProvider& p, const OptionSpec& row,
+                  const OptionValue& value) {
+  TierOptionsSet* set = TierSet(o, p);
+  std::any* have = set == nullptr ? nullptr : set->FindAny(p.name());
+  if (!row.tier_switch) return have == nullptr ? Status::Ok() : row.set_tier(*have, value);
+  std::any options = have != nullptr ? *have : std::any();
+  KV_RETURN_IF_ERROR(row.set_tier(options, value));
+  const bool store = p.kind() == TierProviderKind::kRemoteStore;
+  if (!options.has_value()) {
+    if (have != nullptr) set->Erase(p.name());
+    if (store && have != nullptr && o.remote->stores.empty() && o.remote->store == nullptr) {
+      o.remote.reset();
+    }
+    return Status::Ok();
+  }
+  if (store && !o.remote.has_value()) o.remote.emplace();
+  TierSet(o, p)->Put(p.name(), std::move(options));
+  return Status::Ok();
+}
+
+// A tier row by name, on every provider that has a row of that name.
+Status SetTierOption(EngineOptions& o, std::string_view name, const OptionValue& value) {
+  for (const TierProvider* p : TierProviders()) {
+    for (const OptionSpec& row : p->OptionRows()) {
+      if (row.name == name) KV_RETURN_IF_ERROR(SetTierRow(o, *p, row, value));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-std::string_view OptionTypeName(OptionType type) {
-  switch (type) {
-    case OptionType::kBool:
-      return "bool";
-    case OptionType::kUint:
-      return "uint";
-    case OptionType::kInt:
-      return "int";
-    case OptionType::kBytes:
-      return "bytes";
-    case OptionType::kDouble:
-      return "real";
-    case OptionType::kString:
-      return "string";
-    case OptionType::kStrings:
-      return "strings";
-    case OptionType::kChoice:
-      return "choice";
-    case OptionType::kLayout:
-      return "layout";
-    case OptionType::kDigest:
-      return "digest";
-  }
-  return "invalid";
+std::span<const OptionSpec> EngineOptionTable() {
+  static const std::vector<OptionSpec> table = MergedTable();
+  return table;
 }
-
-std::vector<std::string_view> OptionList(std::string_view bars) {
-  std::vector<std::string_view> items;
-  while (!bars.empty()) {
-    const size_t bar = bars.find('|');
-    items.push_back(bars.substr(0, bar));
-    if (bar == std::string_view::npos) break;
-    bars.remove_prefix(bar + 1);
-  }
-  return items;
-}
-
-std::span<const OptionSpec> EngineOptionTable() { return kTable; }
 
 const OptionSpec* FindEngineOption(std::string_view name) {
-  for (const OptionSpec& spec : kTable) {
+  for (const OptionSpec& spec : EngineOptionTable()) {
     if (spec.name == name || HasChoice(spec.aliases, name)) {
       return &spec;
     }
@@ -893,7 +618,7 @@ std::string OptionRangeText(const OptionSpec& spec) {
 
 Status SetEngineOption(EngineOptions* options, const OptionSpec& spec, const OptionValue& value) {
   const std::string name(spec.name);
-  if (spec.set == nullptr) {
+  if (!spec.settable()) {
     return Status::NotSupported(name + " is converted by each surface, not by SetEngineOption");
   }
   if (value.index() != ValueIndex(spec.type)) {
@@ -919,14 +644,16 @@ Status SetEngineOption(EngineOptions* options, const OptionSpec& spec, const Opt
     return Status::InvalidArgument(name + " '" + std::get<std::string>(value) + "' is not " +
                                    OptionRangeText(spec));
   }
+  if (!spec.tier.empty()) return SetTierOption(*options, spec.name, value);
   return spec.set(*options, value);
 }
 
 std::string OptionsMarkdown() {
   std::string out =
       "# Engine options\n\n"
-      "<!-- Generated from src/engine/options_table.cc by OptionsMarkdown(); options_table_test\n"
-      "     fails when this file differs. Regenerate: build/src/engine/options_table_test\n"
+      "<!-- Generated from src/engine/options_table.cc and the tiers' rows by OptionsMarkdown();\n"
+      "     options_table_test fails when this file differs. Regenerate:\n"
+      "     build/src/engine/options_table_test\n"
       "     --gtest_filter='*Docs*' with KVTIER_WRITE_OPTIONS_MD=docs/options.md. -->\n\n"
       "Every user-facing option of the engine, from the one table all surfaces are derived from\n"
       "or checked against (docs/architecture.md, \"The options table\"). The name is the C field,\n"
@@ -937,9 +664,11 @@ std::string OptionsMarkdown() {
       "configured (an `ssd_*` option without `ssd_dirs`, a `remote_*` one without\n"
       "`remote_endpoints`, a `cxl_*` one without `cxl_bytes`) are ignored.\n\n"
       "## Adding an option\n\n"
-      "1. Add a row to `kTable` in src/engine/options_table.cc: name, type, default, range, unit,\n"
-      "   doc, surfaces (and a note saying why a surface lacks it), the C++ field, and a setter\n"
-      "   into `kvtier::EngineOptions`.\n"
+      "1. Add a row: an engine setting to src/engine/options_table.cc, with a setter into\n"
+      "   `kvtier::EngineOptions`; a setting of a tier below memory to that tier's rows\n"
+      "   (src/tiers/<name>/<name>_option_rows.cc, its provider's `OptionRows()`), with a setter\n"
+      "   into the tier's own options. A row gives the name, type, default, range, unit, doc,\n"
+      "   surfaces (and a note saying why a surface lacks it) and the C++ field.\n"
       "2. The CLI flags, environment variables, config keys, Python keywords and this file follow\n"
       "   from the row (regenerate this file as its header says).\n"
       "3. Add the field to `kvtier::api::EngineOptions` (and public_api.cc's conversion)\n"
@@ -949,7 +678,7 @@ std::string OptionsMarkdown() {
       "## The table\n\n"
       "| name | type | default | valid | unit | surfaces | C++ field | description |\n"
       "|---|---|---|---|---|---|---|---|\n";
-  for (const OptionSpec& s : kTable) {
+  for (const OptionSpec& s : EngineOptionTable()) {
     std::string doc(s.doc);
     if (!s.note.empty()) doc += ". " + std::string(s.note);
     if (!s.aliases.empty()) doc += ". Also accepted: " + JoinList(s.aliases, "`");

@@ -1,7 +1,9 @@
 // Goal: the options table (options_table.h) is the one list of the engine's options: every
 // surface that cannot be derived from it (the C struct, the public C++ options) holds exactly the
 // rows the table names for it, docs/options.md is the table rendered, every row is well formed,
-// and SetEngineOption checks types and ranges and writes the right field.
+// and SetEngineOption checks types and ranges and writes the right field. The rows of the tiers
+// below memory come from their providers (TierProvider::OptionRows()), each once, every tier's
+// switch before its settings, and they write into the tier's options held by its name.
 // Method: the C header and include/kvtier/options.h are read as text and their option fields
 // listed (the C struct's fields; the C++ EngineOptions' leaves, nested structs expanded as
 // "ssd.capacity_bytes"), then compared with the table both ways; docs/options.md is compared with
@@ -11,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <set>
@@ -19,6 +22,10 @@
 #include <vector>
 
 #include "engine/table_test_util.h"
+#include "tiers/fs/fs_options.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/ssd/ssd_options.h"
+#include "tiers/tier_registry.h"
 
 namespace kvtier {
 namespace {
@@ -158,12 +165,116 @@ TEST(OptionsTable, RowsAreWellFormed) {
   EXPECT_EQ(FindEngineOption("no_such_option"), nullptr);
 }
 
+// Every provider's rows are in the table, each name once; the table's tier rows are a provider's.
+// Rows two providers share agree on everything a surface reads.
+TEST(OptionsTable, TierRowsComeFromTheirProviders) {
+  const std::span<const OptionSpec> table = EngineOptionTable();
+  size_t tier_rows = 0;
+  for (const OptionSpec& spec : table) {
+    if (spec.tier.empty()) continue;
+    ++tier_rows;
+    const TierProvider* p = FindTierProvider(spec.tier);
+    ASSERT_NE(p, nullptr) << spec.name;
+    EXPECT_TRUE(std::ranges::any_of(p->OptionRows(), [&](const OptionSpec& r) {
+      return r.name == spec.name;
+    })) << spec.name;
+  }
+  EXPECT_GT(tier_rows, 30u);
+  for (const TierProvider* p : TierProviders()) {
+    EXPECT_FALSE(p->OptionRows().empty()) << p->name();
+    for (const OptionSpec& row : p->OptionRows()) {
+      SCOPED_TRACE(std::string(p->name()) + " " + std::string(row.name));
+      EXPECT_EQ(row.tier, p->name());
+      EXPECT_EQ(row.set, nullptr);  // A tier row writes into the tier's options only.
+      const OptionSpec* shown = FindEngineOption(row.name);
+      ASSERT_NE(shown, nullptr);
+      EXPECT_EQ(shown->type, row.type);
+      EXPECT_EQ(shown->default_text, row.default_text);
+      EXPECT_EQ(shown->min, row.min);
+      EXPECT_EQ(shown->max, row.max);
+      EXPECT_EQ(shown->choices, row.choices);
+      EXPECT_EQ(shown->surfaces, row.surfaces);
+      EXPECT_EQ(shown->cpp_field, row.cpp_field);
+      EXPECT_EQ(shown->tier_switch, row.tier_switch);
+    }
+  }
+}
+
+// A surface that applies every row in table order (C, Python) sets a tier up before any of its
+// settings: a tier's switch comes before every row of that tier's provider, shared ones included.
+TEST(OptionsTable, EveryTierSwitchComesBeforeTheTiersSettings) {
+  const std::span<const OptionSpec> table = EngineOptionTable();
+  auto at = [&](std::string_view name) {
+    return std::ranges::find_if(table, [&](const OptionSpec& r) { return r.name == name; }) -
+           table.begin();
+  };
+  size_t switches = 0;
+  for (const TierProvider* p : TierProviders()) {
+    for (const OptionSpec& sw : p->OptionRows()) {
+      if (!sw.tier_switch) continue;
+      ++switches;
+      for (const OptionSpec& row : p->OptionRows()) {
+        if (&row == &sw) continue;
+        EXPECT_LT(at(sw.name), at(row.name)) << sw.name << " before " << row.name;
+      }
+    }
+  }
+  EXPECT_EQ(switches, TierProviders().size());
+  EXPECT_EQ(FindEngineOption("ssd_dirs")->tier, kSsdTierName);
+  EXPECT_EQ(FindEngineOption("remote_endpoints")->tier, kRedisStoreName);
+  EXPECT_EQ(FindEngineOption("fs_dir")->tier, kFsStoreName);
+}
+
+// A setting both stores have applies to the one configured; two store switches give the remote
+// tier two stores (refused when it opens); an empty switch removes its own tier only.
+TEST(OptionsTable, StoreSwitchesAndSharedRowsReachTheirStore) {
+  EngineOptions o;
+  auto set = [&](std::string_view name, OptionValue v) {
+    const Status s = SetEngineOption(&o, *FindEngineOption(name), v);
+    EXPECT_TRUE(s.ok()) << name << ": " << s.ToString();
+  };
+  set("remote_key_prefix", std::string("early"));  // No remote tier yet: ignored.
+  EXPECT_FALSE(o.remote.has_value());
+  set("remote_endpoints", std::vector<std::string>{"h:1"});
+  set("remote_io_threads", uint64_t{3});
+  set("fs_dir", std::string("/shared"));
+  ASSERT_TRUE(o.remote.has_value());
+  EXPECT_EQ(o.remote->io_threads, 3u) << "the remote tier's own settings stay";
+  EXPECT_EQ(o.remote->stores.size(), 2u);
+  const Status two = o.remote->Validate();
+  EXPECT_TRUE(two.IsInvalidArgument());
+  EXPECT_NE(two.message().find("fs_dir"), std::string::npos) << two.ToString();
+  set("remote_endpoints", std::vector<std::string>{});  // Removes the Redis store only.
+  ASSERT_TRUE(o.remote.has_value());
+  ASSERT_EQ(o.remote->stores.size(), 1u);
+  ASSERT_NE(FindFsOptions(o.remote->stores), nullptr);
+  set("remote_key_prefix", std::string("p"));
+  set("remote_insecure_plaintext", true);
+  set("fs_bytes_max", uint64_t{1} << 20);
+  set("remote_command_timeout_ms", uint64_t{900});  // A Redis setting: no Redis store now.
+  const FsStoreOptions& fs = o.remote->stores.Get<FsStoreOptions>(kFsStoreName);
+  EXPECT_EQ(fs.dir, "/shared");
+  EXPECT_EQ(fs.key_prefix, "p");
+  EXPECT_TRUE(fs.insecure_plaintext);
+  EXPECT_EQ(fs.bytes_max, uint64_t{1} << 20);
+  set("remote_endpoints", std::vector<std::string>{});  // Not the store in use: no change.
+  ASSERT_TRUE(o.remote.has_value());
+  EXPECT_NE(FindFsOptions(o.remote->stores), nullptr);
+  set("fs_dir", std::string());  // The last store: the remote tier goes with it.
+  EXPECT_FALSE(o.remote.has_value());
+  set("ssd_dirs", std::vector<std::string>{"a"});
+  ASSERT_TRUE(o.tiers.Has(kSsdTierName));
+  set("ssd_dirs", std::vector<std::string>{});
+  EXPECT_TRUE(o.tiers.empty());
+}
+
 // Options that hold every tier, so that every setter has its target.
 EngineOptions WithEveryTier() {
   EngineOptions o;
-  o.ssd = SsdTierOptions{.dirs = {"d"}};
+  o.tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {"d"}});
   o.cxl = HostTierOptions{.name = "cxl", .capacity_bytes = 1 << 20};
-  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{.endpoints = {"h:1"}}};
+  o.remote = RemoteTierOptions{
+      .stores = TierOptionsSet::Of(kRedisStoreName, RedisStoreOptions{.endpoints = {"h:1"}})};
   return o;
 }
 
@@ -192,7 +303,7 @@ TEST(OptionsTable, SetterChecksTypeAndRange) {
   for (const OptionSpec& spec : EngineOptionTable()) {
     SCOPED_TRACE(std::string(spec.name));
     EngineOptions o = WithEveryTier();
-    if (spec.set == nullptr) {
+    if (!spec.settable()) {
       EXPECT_EQ(SetEngineOption(&o, spec, SomeValue(spec)).code(), StatusCode::kNotSupported);
       continue;
     }
@@ -223,16 +334,16 @@ TEST(OptionsTable, SetterWritesTheField) {
     EXPECT_TRUE(s.ok()) << name << ": " << s.ToString();
   };
   set("ssd_io_depth", uint64_t{7});  // No SSD tier yet: ignored.
-  EXPECT_FALSE(o.ssd.has_value());
+  EXPECT_FALSE(o.tiers.Has(kSsdTierName));
   set("ssd_dirs", std::vector<std::string>{"a", "b"});
   set("ssd_io_depth", uint64_t{7});
   set("ssd_sync", std::string("periodic"));
   set("ssd_file_mode", uint64_t{0640});
-  ASSERT_TRUE(o.ssd.has_value());
-  EXPECT_EQ(o.ssd->dirs.size(), 2u);
-  EXPECT_EQ(o.ssd->io_depth, 7u);
-  EXPECT_EQ(o.ssd->sync, SsdSyncMode::kPeriodic);
-  EXPECT_EQ(o.ssd->file_mode, 0640u);
+  ASSERT_TRUE(o.tiers.Has(kSsdTierName));
+  EXPECT_EQ(o.tiers.Get<SsdTierOptions>(kSsdTierName).dirs.size(), 2u);
+  EXPECT_EQ(o.tiers.Get<SsdTierOptions>(kSsdTierName).io_depth, 7u);
+  EXPECT_EQ(o.tiers.Get<SsdTierOptions>(kSsdTierName).sync, SsdSyncMode::kPeriodic);
+  EXPECT_EQ(o.tiers.Get<SsdTierOptions>(kSsdTierName).file_mode, 0640u);
   set("cxl_bytes", uint64_t{1} << 30);
   set("cxl_numa_node", int64_t{2});
   ASSERT_TRUE(o.cxl.has_value());
@@ -251,8 +362,8 @@ TEST(OptionsTable, SetterWritesTheField) {
   set("remote_command_timeout_ms", uint64_t{900});
   set("remote_write_policy", std::string("back"));
   ASSERT_TRUE(o.remote.has_value());
-  EXPECT_EQ(o.remote->redis->key_prefix, "p");
-  EXPECT_EQ(o.remote->redis->command_timeout_ms, 900u);
+  EXPECT_EQ(o.remote->stores.Get<RedisStoreOptions>(kRedisStoreName).key_prefix, "p");
+  EXPECT_EQ(o.remote->stores.Get<RedisStoreOptions>(kRedisStoreName).command_timeout_ms, 900u);
   EXPECT_EQ(o.remote->write_policy, WritePolicy::kWriteBack);
   set("ssd_codec", std::string("int4"));
   set("ssd_codec_group_size", uint64_t{64});

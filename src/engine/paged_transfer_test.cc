@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -84,7 +85,7 @@ class PagedTransferTest : public ::testing::Test {
       s.dirs = {dir_->Join("ssd")};
       s.segment_bytes = 1 * kMiB;
       s.capacity_bytes = 16 * kMiB;
-      o.ssd = s;
+      o.tiers.Emplace(kSsdTierName, s);
     }
     Result<std::unique_ptr<Engine>> e = Engine::Open(o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();

@@ -16,6 +16,16 @@
 #include "core/block_key.h"
 #include "core/mutex.h"
 
+namespace kvtier {
+
+// Which writes a tier below memory takes (the SSD tier's admission, the remote tier's).
+enum class AdmissionMode : uint8_t {
+  kAlways = 0,         // Every write is admitted.
+  kAfterRequests = 1,  // Admitted once requested admission_requests times (writes + misses).
+};
+
+}  // namespace kvtier
+
 namespace kvtier::ssd {
 
 class AdmissionFilter {

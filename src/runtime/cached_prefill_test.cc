@@ -25,6 +25,7 @@
 
 #include "runtime/synthetic.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::runtime {
 namespace {
@@ -85,11 +86,11 @@ class CachedPrefillTest : public ::testing::Test {
     o.host.huge_pages = HugePages::kOff;
     o.host.lock = MemoryLock::kOff;
     o.host.prefault = false;
-    o.ssd = SsdTierOptions{.dirs = {dir_->Join("ssd")},
-                           .capacity_bytes = 64 * kMiB,
-                           .segment_bytes = 1 * kMiB,
-                           .staging_buffer_bytes = 64 * 1024,
-                           .staging_buffers = 4};
+    o.tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {dir_->Join("ssd")},
+                                                 .capacity_bytes = 64 * kMiB,
+                                                 .segment_bytes = 1 * kMiB,
+                                                 .staging_buffer_bytes = 64 * 1024,
+                                                 .staging_buffers = 4});
     o.write_policy = WritePolicy::kWriteThrough;
     auto engine = Engine::Open(o);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();

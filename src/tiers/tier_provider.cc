@@ -17,4 +17,6 @@ Result<std::unique_ptr<RemoteStore>> TierProvider::OpenStore(const std::any&,
   return Status::NotSupported(std::string(name()) + ": a tier of its own, not a remote store");
 }
 
+std::optional<RemoteKeyring>* TierProvider::StoreKeyring(std::any&) const { return nullptr; }
+
 }  // namespace kvtier

@@ -15,19 +15,23 @@
 #include <any>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "core/block_key.h"
 #include "core/logger.h"
+#include "core/option_spec.h"
 #include "kvtier/result.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
 
-class Clock;        // env/env.h
-class Env;          // env/env.h
-class RemoteStore;  // tiers/remote_store.h
+class Clock;          // env/env.h
+class Env;            // env/env.h
+class RemoteKeyring;  // tiers/remote_crypto.h
+class RemoteStore;    // tiers/remote_store.h
 
 // What opening a tier needs besides its options.
 struct TierOpenContext {
@@ -47,6 +51,10 @@ class TierProvider {
   virtual ~TierProvider() = default;
   virtual std::string_view name() const = 0;
   virtual TierProviderKind kind() const = 0;
+  // The provider's rows of the options table (engine/options_table.h merges them into its own):
+  // its switch and settings, each with `tier` = name() and a set_tier that writes into the
+  // provider's options type.
+  virtual std::span<const OptionSpec> OptionRows() const = 0;
   // InvalidArgument naming the first bad field of `options` (the provider's options type), or
   // of a std::any that holds another type.
   virtual Status Validate(const std::any& options) const = 0;
@@ -59,6 +67,10 @@ class TierProvider {
   virtual Result<std::unique_ptr<RemoteStore>> OpenStore(const std::any& options,
                                                          const TierOpenContext& context,
                                                          uint32_t read_lanes) const;
+  // kRemoteStore only: the keyring field of `options` (the provider's options type), which every
+  // store of the remote tier has, for the surfaces that read key material (remote_key_file);
+  // nullptr for options of another type, and from a provider of a tier of its own.
+  virtual std::optional<RemoteKeyring>* StoreKeyring(std::any& options) const;
 };
 
 // The options a provider was handed, as its own type; InvalidArgument naming the provider when

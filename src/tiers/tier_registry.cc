@@ -25,4 +25,11 @@ const TierProvider* FindTierProvider(std::string_view name) {
   return nullptr;
 }
 
+std::optional<RemoteKeyring>* RemoteStoreKeyring(TierOptionsSet& stores) {
+  if (stores.size() != 1) return nullptr;
+  TierOptionsSet::Entry& entry = stores.entries().front();
+  const TierProvider* p = FindTierProvider(entry.name);
+  return p == nullptr ? nullptr : p->StoreKeyring(entry.options);
+}
+
 }  // namespace kvtier

@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "tiers/tier_options.h"
 #include "tiers/tier_provider.h"
 
 namespace kvtier {
@@ -16,5 +17,9 @@ std::span<const TierProvider* const> TierProviders();
 
 // The provider registered as `name`; nullptr when none is.
 const TierProvider* FindTierProvider(std::string_view name);
+
+// The keyring field of the store `stores` holds (RemoteTierOptions::stores, one entry), through
+// its provider's StoreKeyring; nullptr when there is none or its provider is not registered.
+std::optional<RemoteKeyring>* RemoteStoreKeyring(TierOptionsSet& stores);
 
 }  // namespace kvtier

@@ -55,6 +55,7 @@
 
 #include "engine/engine.h"
 #include "testing/test_util.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -97,7 +98,7 @@ EngineOptions Options(const std::string& dir, WritePolicy policy, bool cleaner,
   ssd.checkpoint_interval_ms = 25;
   ssd.staging_buffer_bytes = 256 * kKiB;
   ssd.staging_buffers = 8;
-  o.ssd = ssd;
+  o.tiers.Emplace(kSsdTierName, ssd);
   o.write_policy = policy;
   o.writeback_dirty_fraction = cleaner ? 0.5 : 1.0;
   o.writeback_age_ms_max = cleaner ? kAgeMs : kWritebackAgeMsMax;

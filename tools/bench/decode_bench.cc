@@ -22,6 +22,7 @@
 #include "runtime/offloaded_kv.h"
 #include "runtime/quest.h"
 #include "runtime/synthetic.h"
+#include "tiers/ssd/ssd_options.h"
 #include "tiers/ssd/ssd_tier.h"
 #include "tiers/ssd/ssd_tier_adapter.h"
 

@@ -15,7 +15,9 @@
 
 #include "core/hex.h"
 #include "core/limits.h"
+#include "tiers/fs/fs_options.h"
 #include "tiers/fs/fs_store.h"
+#include "tiers/redis/redis_options.h"
 #include "tiers/redis/redis_store.h"
 #include "tiers/remote_lanes.h"
 

@@ -23,12 +23,14 @@
 #include "engine/engine.h"
 #include "flags.h"
 #include "interrupt.h"
+#include "json_output.h"
 #include "log_level.h"
 #include "progress.h"
 #include "serve/client.h"
 #include "tiers/redis/redis_connection.h"
+#include "tiers/redis/redis_options.h"
 #include "tiers/remote_crypto.h"
-#include "json_output.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::cli {
 
@@ -176,7 +178,8 @@ Result<std::optional<RemoteTierOptions>> RedisTier(const std::string& list,
     KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::Parse(fresh));
   }
   if (const char* pw = std::getenv("KVTIER_REDIS_PASSWORD"); pw != nullptr) redis.password = pw;
-  return std::optional<RemoteTierOptions>(RemoteTierOptions{.redis = std::move(redis)});
+  return std::optional<RemoteTierOptions>(
+      RemoteTierOptions{.stores = TierOptionsSet::Of(kRedisStoreName, std::move(redis))});
 }
 
 // The share of the blocks asked that each tier served.
@@ -351,8 +354,9 @@ Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
   o.model = {.name = "kvtier-bench-engine"};
   o.host.capacity_bytes = host_bytes;
   o.device_backend = DeviceBackend::kCpu;
-  o.ssd = SsdTierOptions{
-      .dirs = {scratch + "/ssd"}, .capacity_bytes = report.ssd_bytes, .segment_bytes = 16 * kMiB};
+  o.tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {scratch + "/ssd"},
+                                               .capacity_bytes = report.ssd_bytes,
+                                               .segment_bytes = 16 * kMiB});
   o.write_policy = policy;
   o.logger = logger;
   o.remote = report.remote_tier;

@@ -33,6 +33,7 @@
 #include "engine/engine.h"
 #include "flags.h"
 #include "interrupt.h"
+#include "json_output.h"
 #include "progress.h"
 #include "report_json.h"
 #include "runtime/cached_prefill.h"
@@ -41,7 +42,7 @@
 #include "runtime/model_loader.h"
 #include "runtime/sampler.h"
 #include "runtime/synthetic.h"
-#include "json_output.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::cli {
 namespace {
@@ -108,10 +109,10 @@ EngineOptions MakeEngineOptions(const KvLayout& layout, const std::string& ssd_d
   o.device.capacity_bytes = 8 * block;  // A small device budget: blocks spill to host.
   o.host.capacity_bytes = std::max<uint64_t>(64, document_blocks + 8) * block;
   const uint64_t ssd_bytes = std::max<uint64_t>(256 * kMiB, 2 * document_blocks * block);
-  o.ssd = SsdTierOptions{.dirs = {ssd_dir},
-                         .capacity_bytes = ssd_bytes,
-                         .segment_bytes = 16 * kMiB,
-                         .sync = SsdSyncMode::kPeriodic};
+  o.tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {ssd_dir},
+                                               .capacity_bytes = ssd_bytes,
+                                               .segment_bytes = 16 * kMiB,
+                                               .sync = SsdSyncMode::kPeriodic});
   o.write_policy = WritePolicy::kWriteThrough;
   o.ssd_codec = codecs::CodecParams::ShuffleZstd(1);
   o.logger = logger;

@@ -39,6 +39,7 @@
 #include "serve/namespace_state.h"
 #include "serve/server.h"
 #include "serve_common.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::cli {
 namespace {
@@ -382,10 +383,9 @@ int ServeCommand::Run() {
     }
   }
   server_options->namespace_state_path = namespace_state_;
-  if (namespace_state_.empty() && engine_options->ssd.has_value() &&
-      !engine_options->ssd->dirs.empty()) {
-    server_options->namespace_state_path =
-        engine_options->ssd->dirs[0] + "/" + ssd::kServeStateName;
+  const SsdTierOptions* ssd_options = FindSsdOptions(engine_options->tiers);
+  if (namespace_state_.empty() && ssd_options != nullptr && !ssd_options->dirs.empty()) {
+    server_options->namespace_state_path = ssd_options->dirs[0] + "/" + ssd::kServeStateName;
   }
   if (const Status s = Serve(*server_options, *engine_options); !s.ok()) return Fail(s);
   return kExitOk;

@@ -47,15 +47,6 @@ std::string EnvName(std::string_view name) {
   return out;
 }
 
-// Options that hold every tier, so that a value's range can be checked by the table's setter.
-EngineOptions EveryTier() {
-  EngineOptions o;
-  o.ssd = SsdTierOptions{.dirs = {"."}};
-  o.cxl = HostTierOptions{.name = "cxl", .capacity_bytes = 1};
-  o.remote = RemoteTierOptions{.redis = RedisStoreOptions{.endpoints = {"localhost:6379"}}};
-  return o;
-}
-
 // --help's type column: "UINT from 1 to 16", "one of back, through".
 std::string TypeName(const OptionSpec& spec) {
   std::string type(OptionTypeName(spec.type));
@@ -102,8 +93,10 @@ void AddEngineOptionFlags(CLI::App* c, ModelFlags* f) {
             if (message.starts_with(flag + " ")) message.remove_prefix(flag.size() + 1);
             return std::string(message);
           }
-          if (row->set == nullptr) return std::string();  // A file name, read later.
-          EngineOptions scratch = EveryTier();
+          if (!row->settable()) return std::string();  // A file name, read later.
+          // The table's setter checks the value's type and range before it applies it (to a
+          // tier these options lack: not at all).
+          EngineOptions scratch;
           const Status s = SetEngineOption(&scratch, *row, *parsed);
           return s.ok() ? std::string() : std::string(s.message());
         },

@@ -6,15 +6,18 @@
 #include <chrono>
 #include <utility>
 
+#include "cache_dir.h"
 #include "codecs/codec_params.h"
 #include "core/assert.h"
 #include "core/sha256.h"
 #include "runtime/model_loader.h"
 #include "runtime/runtime_limits.h"
-#include "tiers/redis/redis_connection.h"
-#include "cache_dir.h"
 #include "serve/client.h"
 #include "serve_common.h"
+#include "tiers/fs/fs_options.h"
+#include "tiers/redis/redis_connection.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::cli {
 
@@ -43,12 +46,12 @@ Status ApplyEngineSettings(const LlmSessionOptions& options, EngineOptions* o) {
     KV_RETURN_IF_ERROR(SetEngineOption(o, *spec, value));
     const bool cxl_switch = spec->name == "cxl_bytes";
     std::string needs;
-    if (spec->name.starts_with("ssd_") && !o->ssd.has_value()) needs = "--cache-dir";
+    if (spec->name.starts_with("ssd_") && !o->tiers.Has(kSsdTierName)) needs = "--cache-dir";
     if (spec->name.starts_with("remote_") && !o->remote.has_value()) {
       needs = "--redis or --fs-dir";
     }
     if (spec->name.starts_with("fs_") && spec->name != "fs_dir" &&
-        !(o->remote.has_value() && o->remote->fs.has_value())) {
+        !(o->remote.has_value() && o->remote->stores.Has(kFsStoreName))) {
       needs = "--fs-dir";
     }
     if (spec->name.starts_with("cxl_") && !cxl_switch && !o->cxl.has_value()) {
@@ -127,15 +130,16 @@ Result<std::unique_ptr<Engine>> ConnectToServer(const LlmSessionOptions& options
 Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
   KV_ASSIGN_OR_RETURN(o->ssd_codec, codecs::ParseCodecParams(options.codec));
   if (!options.cache_dir.empty()) {
-    o->ssd = SsdTierOptions{.dirs = {options.cache_dir},
-                            .capacity_bytes = options.ssd_capacity_bytes,
-                            .segment_bytes = kCacheSegmentBytes,
-                            .sync = SsdSyncMode::kPeriodic};
+    SsdTierOptions& ssd =
+        o->tiers.Emplace(kSsdTierName, SsdTierOptions{.dirs = {options.cache_dir},
+                                                      .capacity_bytes = options.ssd_capacity_bytes,
+                                                      .segment_bytes = kCacheSegmentBytes,
+                                                      .sync = SsdSyncMode::kPeriodic});
     // Every stored block also reaches the SSD at once, so the next process finds it even if
     // this one is killed before closing the engine.
     o->write_policy = WritePolicy::kWriteThrough;
     if (!options.ssd_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(o->ssd->keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
+      KV_ASSIGN_OR_RETURN(ssd.keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
     }
   } else if (!options.ssd_key_file.empty()) {
     return Status::InvalidArgument("--ssd-key-file needs --cache-dir");
@@ -155,11 +159,13 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
       KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(options.remote_key_file));
     }
     redis.insecure_plaintext = options.remote_insecure_plaintext;
-    o->remote = RemoteTierOptions{.redis = std::move(redis)};
+    o->remote.emplace().stores.Emplace(kRedisStoreName, std::move(redis));
   }
   KV_RETURN_IF_ERROR(ApplyEngineSettings(options, o));
-  if (o->remote.has_value() && o->remote->fs.has_value()) {
-    if (o->remote->redis.has_value()) {
+  FsStoreOptions* fs =
+      o->remote.has_value() ? o->remote->stores.Find<FsStoreOptions>(kFsStoreName) : nullptr;
+  if (fs != nullptr) {
+    if (!options.redis.empty()) {
       return Status::InvalidArgument("--fs-dir and --redis name two remote tiers; give one");
     }
     if (options.remote_key_file.empty() && !options.remote_insecure_plaintext) {
@@ -169,10 +175,9 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
           "else can read or write");
     }
     if (!options.remote_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(o->remote->fs->keyring,
-                          RemoteKeyring::LoadFile(options.remote_key_file));
+      KV_ASSIGN_OR_RETURN(fs->keyring, RemoteKeyring::LoadFile(options.remote_key_file));
     }
-    o->remote->fs->insecure_plaintext = options.remote_insecure_plaintext;
+    fs->insecure_plaintext = options.remote_insecure_plaintext;
   }
   return Status::Ok();
 }

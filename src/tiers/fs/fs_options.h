@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/block_key.h"
 #include "core/logger.h"
@@ -12,8 +13,13 @@
 #include "kvtier/status.h"
 #include "tiers/aes_gcm.h"
 #include "tiers/remote_crypto.h"
+#include "tiers/tier_options.h"
 
 namespace kvtier {
+
+// The fs store's registered name (tiers/tier_registry.h): RemoteTierOptions::stores holds its
+// FsStoreOptions under it.
+inline constexpr std::string_view kFsStoreName = "fs";
 
 struct FsStoreOptions {
   std::string dir;  // Created (0700, or 0770 with group_shared) when missing.
@@ -35,5 +41,13 @@ struct FsStoreOptions {
 
   Status Validate() const;
 };
+
+// The fs store's options among `stores` (RemoteTierOptions::stores); nullptr when none.
+inline FsStoreOptions* FindFsOptions(TierOptionsSet& stores) {
+  return stores.Find<FsStoreOptions>(kFsStoreName);
+}
+inline const FsStoreOptions* FindFsOptions(const TierOptionsSet& stores) {
+  return stores.Find<FsStoreOptions>(kFsStoreName);
+}
 
 }  // namespace kvtier

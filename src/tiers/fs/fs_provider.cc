@@ -11,12 +11,18 @@ namespace {
 
 class Provider final : public TierProvider {
  public:
-  std::string_view name() const override { return "fs"; }
+  std::string_view name() const override { return kFsStoreName; }
   TierProviderKind kind() const override { return TierProviderKind::kRemoteStore; }
+  std::span<const OptionSpec> OptionRows() const override { return FsOptionRows(); }
 
   Status Validate(const std::any& options) const override {
     KV_ASSIGN_OR_RETURN(const FsStoreOptions* o, ProviderOptions<FsStoreOptions>(name(), options));
     return o->Validate();
+  }
+
+  std::optional<RemoteKeyring>* StoreKeyring(std::any& options) const override {
+    FsStoreOptions* o = std::any_cast<FsStoreOptions>(&options);
+    return o == nullptr ? nullptr : &o->keyring;
   }
 
   Result<std::unique_ptr<RemoteStore>> OpenStore(const std::any& options,

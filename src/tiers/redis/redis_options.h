@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/block_key.h"
@@ -14,6 +15,7 @@
 #include "tiers/aes_gcm.h"
 #include "tiers/circuit_breaker.h"
 #include "tiers/remote_crypto.h"
+#include "tiers/tier_options.h"
 
 namespace kvtier {
 
@@ -41,6 +43,10 @@ inline constexpr uint32_t kRedisRedirectsMax = 16;
 inline constexpr size_t kRedisOverlapOpenBytesMin = 64 * 1024;
 // Capacity of Put's value buffers kept between calls, at most.
 inline constexpr size_t kRedisValuePoolBytesMax = size_t{64} << 20;
+
+// The Redis store's registered name (tiers/tier_registry.h): RemoteTierOptions::stores holds its
+// RedisStoreOptions under it.
+inline constexpr std::string_view kRedisStoreName = "redis";
 
 struct RedisStoreOptions {
   // "host:port". Standalone: exactly one. Cluster: one or more seed nodes.
@@ -76,5 +82,13 @@ struct RedisStoreOptions {
   Clock* clock = nullptr;   // nullptr = SystemClock(). Drives the breakers and refresh limits.
   Logger* logger = nullptr;
 };
+
+// The Redis store's options among `stores` (RemoteTierOptions::stores); nullptr when none.
+inline RedisStoreOptions* FindRedisOptions(TierOptionsSet& stores) {
+  return stores.Find<RedisStoreOptions>(kRedisStoreName);
+}
+inline const RedisStoreOptions* FindRedisOptions(const TierOptionsSet& stores) {
+  return stores.Find<RedisStoreOptions>(kRedisStoreName);
+}
 
 }  // namespace kvtier

@@ -13,11 +13,17 @@ namespace {
 
 class Provider final : public TierProvider {
  public:
-  std::string_view name() const override { return "redis"; }
+  std::string_view name() const override { return kRedisStoreName; }
   TierProviderKind kind() const override { return TierProviderKind::kRemoteStore; }
+  std::span<const OptionSpec> OptionRows() const override { return RedisOptionRows(); }
 
   Status Validate(const std::any& options) const override {
     return ProviderOptions<RedisStoreOptions>(name(), options).status();
+  }
+
+  std::optional<RemoteKeyring>* StoreKeyring(std::any& options) const override {
+    RedisStoreOptions* o = std::any_cast<RedisStoreOptions>(&options);
+    return o == nullptr ? nullptr : &o->keyring;
   }
 
   Result<std::unique_ptr<RemoteStore>> OpenStore(const std::any& options,

@@ -3,10 +3,15 @@
 // tiers/tier_registry.cc.
 #pragma once
 
+#include <span>
+
+#include "core/option_spec.h"
 #include "tiers/tier_provider.h"
 
 namespace kvtier {
 
 const TierProvider& RedisStoreProvider();
+// Its rows of the options table (redis_option_rows.cc), as OptionRows() gives them.
+std::span<const OptionSpec> RedisOptionRows();
 
 }  // namespace kvtier

@@ -6,13 +6,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/limits.h"
 #include "env/env.h"
 #include "kvtier/status.h"
+#include "policies/ssd_policy.h"
 #include "tiers/remote_crypto.h"
 #include "tiers/ssd_format.h"
+#include "tiers/tier_options.h"
 
 namespace kvtier {
 
@@ -23,14 +26,15 @@ enum class SsdSyncMode : uint8_t {
   kPeriodic = 2,  // fdatasync of written segments every sync_interval_ms.
 };
 
-enum class SsdAdmission : uint8_t {
-  kAlways = 0,         // Every write is admitted.
-  kAfterRequests = 1,  // Admitted once requested admission_requests times (writes + misses).
-};
+using SsdAdmission = AdmissionMode;
 
 inline constexpr uint32_t kSsdBatchEntriesMax = 1024;
 inline constexpr uint32_t kSsdDirsMax = 64;
 inline constexpr uint32_t kSsdQueueJobsMax = 4096;
+
+// The SSD tier's registered name (tiers/tier_registry.h): EngineOptions::tiers holds its
+// SsdTierOptions under it.
+inline constexpr std::string_view kSsdTierName = "ssd";
 
 struct SsdTierOptions {
   std::vector<std::string> dirs;       // At least one; order is part of the cache.
@@ -75,5 +79,13 @@ struct SsdTierOptions {
   // The permission bits of directories the tier creates, derived from file_mode.
   uint32_t dir_mode() const;
 };
+
+// The SSD tier's options among `tiers` (EngineOptions::tiers); nullptr when they hold none.
+inline SsdTierOptions* FindSsdOptions(TierOptionsSet& tiers) {
+  return tiers.Find<SsdTierOptions>(kSsdTierName);
+}
+inline const SsdTierOptions* FindSsdOptions(const TierOptionsSet& tiers) {
+  return tiers.Find<SsdTierOptions>(kSsdTierName);
+}
 
 }  // namespace kvtier

@@ -12,8 +12,9 @@ namespace {
 
 class Provider final : public TierProvider {
  public:
-  std::string_view name() const override { return "ssd"; }
+  std::string_view name() const override { return kSsdTierName; }
   TierProviderKind kind() const override { return TierProviderKind::kTier; }
+  std::span<const OptionSpec> OptionRows() const override { return SsdOptionRows(); }
 
   Status Validate(const std::any& options) const override {
     KV_ASSIGN_OR_RETURN(const SsdTierOptions* o, ProviderOptions<SsdTierOptions>(name(), options));

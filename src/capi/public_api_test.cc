@@ -7,7 +7,7 @@
 // compared field by field with internal options built by hand; PublicFieldCount pins the number of
 // fields of each public options struct, so a field added without a check here fails to compile.
 // The end-to-end cases run a tiny layout on real files in a ScopedTempDir.
-#include "engine/public_api.h"
+#include "capi/public_api.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -21,7 +21,9 @@
 
 #include "kvtier/engine.h"
 #include "testing/test_util.h"
+#include "tiers/redis/redis_options.h"
 #include "tiers/remote_crypto.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -95,10 +97,12 @@ void ExpectSsdEq(const SsdTierOptions& a, const SsdTierOptions& b) {
 }
 
 void ExpectRemoteEq(const RemoteTierOptions& a, const RemoteTierOptions& b) {
-  ASSERT_TRUE(a.redis.has_value());
-  ASSERT_TRUE(b.redis.has_value());
-  const RedisStoreOptions& ra = *a.redis;
-  const RedisStoreOptions& rb = *b.redis;
+  ASSERT_EQ(a.stores.size(), 1u);
+  ASSERT_EQ(b.stores.size(), 1u);
+  ASSERT_NE(FindRedisOptions(a.stores), nullptr);
+  ASSERT_NE(FindRedisOptions(b.stores), nullptr);
+  const RedisStoreOptions& ra = a.stores.Get<RedisStoreOptions>(kRedisStoreName);
+  const RedisStoreOptions& rb = b.stores.Get<RedisStoreOptions>(kRedisStoreName);
   EXPECT_EQ(ra.endpoints, rb.endpoints);
   EXPECT_EQ(ra.mode, rb.mode);
   EXPECT_EQ(ra.user, rb.user);
@@ -148,8 +152,12 @@ void ExpectOptionsEq(const EngineOptions& a, const EngineOptions& b) {
   EXPECT_EQ(a.cuda_device, b.cuda_device);
   ASSERT_EQ(a.cxl.has_value(), b.cxl.has_value());
   if (a.cxl.has_value()) ExpectHostEq(*a.cxl, *b.cxl);
-  ASSERT_EQ(a.ssd.has_value(), b.ssd.has_value());
-  if (a.ssd.has_value()) ExpectSsdEq(*a.ssd, *b.ssd);
+  ASSERT_EQ(a.tiers.size(), b.tiers.size());
+  ASSERT_EQ(FindSsdOptions(a.tiers) != nullptr, FindSsdOptions(b.tiers) != nullptr);
+  if (FindSsdOptions(a.tiers) != nullptr) {
+    ExpectSsdEq(a.tiers.Get<SsdTierOptions>(kSsdTierName),
+                b.tiers.Get<SsdTierOptions>(kSsdTierName));
+  }
   EXPECT_EQ(a.write_policy, b.write_policy);
   EXPECT_EQ(a.writeback_dirty_fraction, b.writeback_dirty_fraction);
   EXPECT_EQ(a.writeback_age_ms_max, b.writeback_age_ms_max);
@@ -179,8 +187,9 @@ TEST(PublicApiTest, DefaultsAreTheEnginesDefaults) {
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EngineOptions expected;
   expected.layout = public_api::ToKvLayout(kLayout);
-  expected.ssd = SsdTierOptions{};
-  expected.remote = RemoteTierOptions{.redis = RedisStoreOptions{}};
+  expected.tiers.Emplace(kSsdTierName, SsdTierOptions{});
+  expected.remote =
+      RemoteTierOptions{.stores = TierOptionsSet::Of(kRedisStoreName, RedisStoreOptions{})};
   ExpectOptionsEq(*out, expected);
 }
 
@@ -294,7 +303,7 @@ RemoteTierOptions InternalRemote(RemoteKeyring keys) {
                           .key_prefix = "kp",
                           .keyring = std::move(keys),
                           .insecure_plaintext = true};
-  return {.redis = std::move(redis),
+  return {.stores = TierOptionsSet::Of(kRedisStoreName, std::move(redis)),
           .write_policy = WritePolicy::kWriteBack,
           .admission = SsdAdmission::kAfterRequests,
           .admission_requests = 26,
@@ -350,7 +359,7 @@ EngineOptions InternalAllSet(RemoteKeyring ssd_keys, RemoteKeyring remote_keys, 
   e.device_backend = DeviceBackend::kCpu;
   e.cuda_device = 4;
   e.cxl = InternalHost("cxl", 3 << 20);
-  e.ssd = InternalSsd(std::move(ssd_keys));
+  e.tiers.Emplace(kSsdTierName, InternalSsd(std::move(ssd_keys)));
   e.write_policy = WritePolicy::kWriteThrough;
   e.writeback_dirty_fraction = 0.25;
   e.writeback_age_ms_max = 77;

@@ -2,7 +2,7 @@
 // opened without a tier factory, so options asking for an SSD or remote tier are refused with
 // NotSupported naming the library that has them; nothing here reads keys (kvtier_tier_crypto),
 // and Engine::Connect is NotSupported too (the service's client links the full engine).
-#include "engine/public_api.h"
+#include "capi/public_api.h"
 
 namespace kvtier::public_api {
 

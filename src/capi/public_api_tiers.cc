@@ -2,7 +2,7 @@
 // Engine::Open with the standard tier factory, and deployment keys read with kvtier_tier_crypto.
 #include <utility>
 
-#include "engine/public_api.h"
+#include "capi/public_api.h"
 
 namespace kvtier::public_api {
 

@@ -3,7 +3,7 @@
 // engine's; this file adds no logic beyond the conversions and the shared ownership below. How
 // the engine is opened and keys are read differs per library: public_api_tiers.cc (libkvtier)
 // and public_api_host.cc (libkvtier_host).
-#include "engine/public_api.h"
+#include "capi/public_api.h"
 
 #include <cstring>
 #include <memory>
@@ -14,6 +14,8 @@
 #include "codecs/codec_params.h"
 #include "core/block_key.h"
 #include "engine/stats_fields.h"
+#include "tiers/redis/redis_options.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 namespace {
@@ -34,7 +36,7 @@ static_assert(static_cast<int>(api::SsdSync::kPeriodic) ==
 static_assert(static_cast<int>(api::SsdSync::kPerBatch) ==
               static_cast<int>(SsdSyncMode::kPerBatch));
 static_assert(static_cast<int>(api::Admission::kAfterRequests) ==
-              static_cast<int>(SsdAdmission::kAfterRequests));
+              static_cast<int>(AdmissionMode::kAfterRequests));
 static_assert(static_cast<int>(api::Codec::kInt4) == static_cast<int>(codecs::CodecId::kInt4));
 static_assert(static_cast<int>(api::Codec::kInt8Rot) ==
               static_cast<int>(codecs::CodecId::kInt8Rot));
@@ -149,7 +151,8 @@ Result<RedisStoreOptions> ConvertRedis(const api::RemoteTierOptions& in) {
 
 Result<RemoteTierOptions> ConvertRemote(const api::RemoteTierOptions& in) {
   RemoteTierOptions out;
-  KV_ASSIGN_OR_RETURN(out.redis, ConvertRedis(in));
+  KV_ASSIGN_OR_RETURN(RedisStoreOptions redis, ConvertRedis(in));
+  out.stores.Emplace(kRedisStoreName, std::move(redis));
   KV_RETURN_IF_ERROR(CastEnum(in.write_policy, api::WritePolicy::kWriteThrough,
                               api::WritePolicy::kWriteBack, "remote.write_policy",
                               &out.write_policy));
@@ -188,7 +191,8 @@ Status ConvertTiers(const api::EngineOptions& in, EngineOptions* out) {
     KV_ASSIGN_OR_RETURN(out->cxl, ConvertHost(*in.cxl, "cxl"));
   }
   if (in.ssd.has_value()) {
-    KV_ASSIGN_OR_RETURN(out->ssd, ConvertSsd(*in.ssd));
+    KV_ASSIGN_OR_RETURN(SsdTierOptions ssd, ConvertSsd(*in.ssd));
+    out->tiers.Emplace(kSsdTierName, std::move(ssd));
   }
   if (in.remote.has_value()) {
     KV_ASSIGN_OR_RETURN(out->remote, ConvertRemote(*in.remote));
