@@ -17,9 +17,15 @@ namespace {
 // The row names as Python strings: the rows' own names.
 std::string Name(std::string_view name) { return std::string(name); }
 
+// The tier's name (TierStats::name; the kind's when it has none).
+std::string TierNameOf(const TierStats& t) {
+  return t.name.empty() ? Name(TierKindName(t.kind)) : t.name;
+}
+
 py::dict TierDict(const TierStats& t) {
   py::dict d;
   d["kind"] = Name(TierKindName(t.kind));
+  d["name"] = TierNameOf(t);
   ForEachTierStat(t, [&](const StatSpec& spec, auto value) { d[py::str(Name(spec.name))] = value; });
   return d;
 }
@@ -68,12 +74,16 @@ py::list StatsFields() {
 
 void BindStats(py::module_& m) {
   py::class_<TierStats> tier(m, "TierStats", "One tier's counters (docs/stats.md).");
-  tier.def_readonly("kind", &TierStats::kind, "The tier (kvtier.Tier).");
+  tier.def_readonly("kind", &TierStats::kind, "The tier's place in the stack (kvtier.Tier).");
+  tier.def_property_readonly("name", &TierNameOf,
+                             "The tier's name: a memory tier's kind; below memory, the name its "
+                             "tier registered (\"ssd\", and the remote tier's store: \"redis\" "
+                             "or \"fs\").");
 #define KVTIER_PY_TIER_ROW(name, type, kind, unit, scope, help) \
   tier.def_readonly(#name, &TierStats::name, help);
   KVTIER_TIER_STATS(KVTIER_PY_TIER_ROW)
 #undef KVTIER_PY_TIER_ROW
-  tier.def("as_dict", &TierDict, "The counters as a dict (kind as its name).");
+  tier.def("as_dict", &TierDict, "The counters as a dict (kind as its name, and name).");
 
   py::class_<RemoteStoreStats> remote(m, "RemoteStats",
                                       "The remote store's own counters (docs/stats.md).");

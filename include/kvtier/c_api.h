@@ -470,6 +470,8 @@ KVTIER_API kvtier_status_t kvtier_flush(kvtier_engine_t* engine, kvtier_error_t*
 /* Every counter is a row of the engine's stats table (docs/stats.md), with the same name here. */
 
 #define KVTIER_STATS_TIERS_MAX 8
+/* Bytes of a tier's name in kvtier_engine_stats_t::tier_names, its NUL included. */
+#define KVTIER_TIER_NAME_BYTES 16
 
 /* A remote node's circuit breaker; the worst over all nodes is kvtier_remote_stats_t's. */
 typedef enum kvtier_breaker_state {
@@ -552,6 +554,10 @@ typedef struct kvtier_engine_stats_s {
    * the tier copied into buffers of its own before the disk. */
   uint64_t tier_write_bytes[KVTIER_STATS_TIERS_MAX];
   uint64_t tier_staged_write_bytes[KVTIER_STATS_TIERS_MAX];
+  /* Appended: per entry of tiers[], its name, NUL-terminated: a memory tier's kind ("device",
+   * "host", "cxl"); below memory, the name its tier registered: "ssd", and the remote tier's
+   * store, "redis" or "fs". */
+  char tier_names[KVTIER_STATS_TIERS_MAX][KVTIER_TIER_NAME_BYTES];
 } kvtier_engine_stats_t;
 
 KVTIER_API void kvtier_stats_init(kvtier_engine_stats_t* stats);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -26,7 +27,10 @@ std::string_view TierKindName(TierKind kind);  // "none", "device", "host", "cxl
 enum class BreakerState : uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
 
 struct TierStats {
-  TierKind kind = TierKind::kNone;
+  TierKind kind = TierKind::kNone;  // The tier's place in the stack.
+  // Its name: a memory tier's kind ("device", "host", "cxl"); below memory, the name its tier
+  // registered: "ssd", and the remote tier's store, "redis" or "fs".
+  std::string name;
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // Gauge.
   uint64_t blocks = 0;      // Gauge.

@@ -537,6 +537,11 @@ Status CheckBlockArray(const kvtier_engine_t* engine, const void* array, size_t 
 
 void FillTierStats(const TierStats& in, size_t i, kvtier_engine_stats_t* out) {
   out->tiers[i].kind = static_cast<kvtier_tier_t>(in.kind);
+  static_assert(KVTIER_TIER_NAME_BYTES > kTierNameMax);
+  const std::string_view name = in.name.empty() ? TierKindName(in.kind) : in.name;
+  const size_t n = std::min(name.size(), size_t{KVTIER_TIER_NAME_BYTES} - 1);
+  std::memcpy(out->tier_names[i], name.data(), n);
+  out->tier_names[i][n] = '\0';
 #define KVTIER_C_COPY_IN_STRUCT(name) out->tiers[i].name = in.name;
 #define KVTIER_C_COPY_TO_ARRAY(name) out->tier_##name[i] = in.name;
   KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COPY_IN_STRUCT)
@@ -595,6 +600,7 @@ static_assert(FieldsTile(std::to_array<StructField>({
                              KVTIER_C_FIELD(kvtier_engine_stats_t, tiers)
                              KVTIER_C_FIELD(kvtier_engine_stats_t, has_remote)
                              KVTIER_C_FIELD(kvtier_engine_stats_t, remote)
+                             KVTIER_C_FIELD(kvtier_engine_stats_t, tier_names)
                              KVTIER_ENGINE_STATS(KVTIER_C_ENGINE_FIELD)
                              KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_FIELD)}),
                          sizeof(kvtier_engine_stats_t), alignof(kvtier_engine_stats_t)),

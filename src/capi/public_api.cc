@@ -280,8 +280,8 @@ KVTIER_REMOTE_STORE_STATS(KVTIER_API_STATS_REMOTE_ROW)
 #undef KVTIER_API_STATS_REMOTE_ROW
 static_assert(MemberCount<api::EngineStats>() == stats_internal::kEngineRows + 2,
               "api::EngineStats has a member outside the stats table (tiers and remote aside)");
-static_assert(MemberCount<api::TierStats>() == stats_internal::kTierRows + 1,
-              "api::TierStats has a member outside the stats table (kind aside)");
+static_assert(MemberCount<api::TierStats>() == stats_internal::kTierRows + 2,
+              "api::TierStats has a member outside the stats table (kind and name aside)");
 static_assert(MemberCount<api::RemoteStats>() == stats_internal::kRemoteStoreRows,
               "api::RemoteStats has a member outside the stats table");
 
@@ -291,6 +291,7 @@ api::EngineStats FromEngineStats(const EngineStats& in) {
   for (const TierStats& t : in.tiers) {
     api::TierStats& tier = out.tiers.emplace_back();
     tier.kind = static_cast<api::TierKind>(t.kind);
+    tier.name = t.name;
     CopyTierStatRows(t, &tier);
   }
   if (in.remote.has_value()) CopyRemoteStoreStatRows(*in.remote, &out.remote.emplace());

@@ -686,6 +686,7 @@ EngineStats EngineImpl::Stats() {
       if (!HasTier(MemTierAt(i))) continue;
       const SlotClock& c = *clocks_[i];
       TierStats t{.kind = ToTierKind(MemTierAt(i)),
+                  .name = std::string(TierKindName(ToTierKind(MemTierAt(i)))),
                   .capacity_bytes = uint64_t{c.slots()} * block_bytes_,
                   .used_bytes = uint64_t{c.used()} * block_bytes_,
                   .blocks = c.used(),

@@ -96,6 +96,11 @@ std::string_view DeviceBackendName(DeviceBackend backend);  // "auto", "cpu", "c
 // left in the tier. The first chunk of a sequence (the attention sink) is stored at least kHigh.
 enum class BlockPriority : uint8_t { kNormal = 0, kHigh = 1, kPinnedPrompt = 2 };
 
+// Bytes of TierStats::name at most (a provider's registered name is shorter).
+inline constexpr size_t kTierNameMax = 15;
+// Whether `name` can be a tier's name: 1 to kTierNameMax of a-z, 0-9, '_' and '-'.
+bool IsTierName(std::string_view name);
+
 // Keys one Exists batch of a Lookup asks the remote tier about at most, and the keys one Lookup
 // asks about in all (in batches, one after the other, until a batch finds a block missing): 64
 // batches cover 64k blocks, a 128k-token prompt of 32 layers in 64-token chunks.
@@ -341,7 +346,11 @@ class PinHandle {
 };
 
 struct TierStats {
-  TierKind kind = TierKind::kNone;
+  TierKind kind = TierKind::kNone;  // The tier's place in the stack.
+  // The tier's name: a memory tier's kind ("device", "host", "cxl"); below memory, the name its
+  // provider registered (tiers/tier_registry.h): "ssd", and for the remote tier its store's,
+  // "redis" or "fs" ("remote" for a borrowed store). At most kTierNameMax bytes.
+  std::string name;
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;

@@ -105,6 +105,8 @@ TEST_F(EngineFakeRemoteTest, CorruptValueFailsItsLayerClosed) {
   const EngineStats stats = b_->Stats();
   ASSERT_TRUE(stats.remote.has_value());
   EXPECT_EQ(stats.remote->corrupt, 1u);
+  ASSERT_FALSE(stats.tiers.empty());
+  EXPECT_EQ(stats.tiers.back().name, "remote");  // A borrowed store has no registered name.
 }
 
 TEST_F(EngineFakeRemoteTest, DamagedReadIsAMissAndALaterLoadSucceeds) {

@@ -126,6 +126,9 @@ TEST_F(EngineFsTierTest, TwoProcessesWritingAndSweepingOneDirectoryLoseNothing) 
   for (const Status& s : LoadAndCheck(*e, ns, common, 8)) EXPECT_TRUE(s.ok()) << s.ToString();
   const EngineStats stats = e->Stats();
   ASSERT_TRUE(stats.remote.has_value());
+  ASSERT_FALSE(stats.tiers.empty());
+  EXPECT_EQ(stats.tiers.back().kind, TierKind::kRemote);
+  EXPECT_EQ(stats.tiers.back().name, "fs");  // The store's registered name.
   const RemoteStoreStats remote = stats.remote.value();
   EXPECT_EQ(remote.corrupt + remote.mismatched + remote.auth_failures, uint64_t{0});
   EXPECT_EQ(remote.hits, uint64_t{(2 * 5 * 4 + 8) * kLayers});

@@ -93,6 +93,7 @@ static_assert(kLowerTiersMax <= kDirtyBits);
 struct LowerTier {
   std::unique_ptr<Tier> tier;
   TierKind kind = TierKind::kNone;  // In Lookup results and statistics.
+  std::string name;                 // TierStats::name (OpenedLowerTier::name).
   // kWriteThrough: a Store writes its blocks before its handle completes. kWriteBack: blocks
   // reach the tier when their last memory copy is evicted, from the cleaner, and on Flush.
   WritePolicy write_policy = WritePolicy::kWriteBack;

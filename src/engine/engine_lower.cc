@@ -54,6 +54,8 @@ LowerTier MakeLowerTier(OpenedLowerTier opened, uint32_t age_ms_max) {
   const TierCapabilities caps = opened.tier->capabilities();
   t.tier = std::move(opened.tier);
   t.kind = opened.kind;
+  t.name = opened.name.empty() ? std::string(TierKindName(opened.kind))
+                               : opened.name.substr(0, kTierNameMax);
   t.write_policy = caps.write_back ? opened.write_policy : WritePolicy::kWriteThrough;
   t.promote_on_load = opened.promote_on_load;
   t.best_effort = !caps.local_contains;
@@ -637,6 +639,7 @@ void EngineImpl::AppendLowerStats(std::span<const TierStoreStats> stores, Engine
     const TierCounters& c = counters_[LowerCounters(i)];
     const TierStoreStats& s = stores[i];
     TierStats t{.kind = tiers_[i].kind,
+                .name = tiers_[i].name,
                 .capacity_bytes = s.capacity_bytes,
                 .used_bytes = s.used_bytes,
                 .blocks = s.blocks,

@@ -23,14 +23,13 @@ class Writer {
     out_ += '\n';
     name_ = name;
   }
-  void Sample(double value, const char* label_name = nullptr, std::string_view label = {}) {
+  // `labels`: `a="x",b="y"` (values that need no escaping), or none.
+  void Sample(double value, std::string_view labels = {}) {
     out_ += "kvtier_" + name_;
-    if (label_name != nullptr) {
+    if (!labels.empty()) {
       out_ += '{';
-      out_ += label_name;
-      out_ += "=\"";
-      out_ += label;
-      out_ += "\"}";
+      out_ += labels;
+      out_ += '}';
     }
     char number[40];
     std::snprintf(number, sizeof(number), " %.17g\n", value);
@@ -104,8 +103,12 @@ std::string MetricsText(const EngineStats& s) {
     w.Family(f.name, f.type, spec.help);
     for (const TierStats& t : s.tiers) {
       if (spec.scope == StatScope::kAgeLimitedTier && t.writeback_horizon_us == 0) continue;
+      // The tier's place in the stack and its name (the registered name below memory).
+      const std::string labels =
+          "tier=\"" + std::string(TierKindName(t.kind)) + "\",name=\"" +
+          (IsTierName(t.name) ? t.name : std::string(TierKindName(t.kind))) + "\"";
       ForEachTierStat(t, [&](const StatSpec& row, auto value) {
-        if (row.name == spec.name) w.Sample(D(value) / f.divisor, "tier", TierKindName(t.kind));
+        if (row.name == spec.name) w.Sample(D(value) / f.divisor, labels);
       });
     }
   }

@@ -30,7 +30,8 @@ Parsed Parse(const std::string& text) {
   std::set<std::string> helped;
   const std::regex help(R"(# HELP (kvtier_[a-z_]+) \S.*)");
   const std::regex type(R"(# TYPE (kvtier_[a-z_]+) (counter|gauge))");
-  const std::regex sample(R"((kvtier_[a-z_]+)(\{tier="[a-z]+"\})? (-?[0-9.e+-]+))");
+  const std::regex sample(
+      R"((kvtier_[a-z_]+)(\{tier="[a-z]+",name="[a-z0-9_-]+"\})? (-?[0-9.e+-]+))");
   std::istringstream in(text);
   std::string line;
   std::smatch m;
@@ -80,9 +81,10 @@ TEST(EngineMetricsTest, TextIsPrometheusExpositionAndCarriesTheStats) {
   EXPECT_EQ(p.samples.at("kvtier_lookup_hit_tokens_total"), 32.0);
   EXPECT_EQ(p.samples.at("kvtier_store_blocks_total"), 4.0);
   EXPECT_EQ(p.samples.at("kvtier_load_blocks_total"), 4.0);
-  EXPECT_EQ(p.samples.at("kvtier_tier_blocks{tier=\"host\"}"), 4.0);
-  EXPECT_EQ(p.samples.at("kvtier_tier_hits_total{tier=\"host\"}"), double(stats.tiers[0].hits));
-  EXPECT_EQ(p.samples.at("kvtier_tier_capacity_bytes{tier=\"host\"}"),
+  EXPECT_EQ(p.samples.at("kvtier_tier_blocks{tier=\"host\",name=\"host\"}"), 4.0);
+  EXPECT_EQ(p.samples.at("kvtier_tier_hits_total{tier=\"host\",name=\"host\"}"),
+            double(stats.tiers[0].hits));
+  EXPECT_EQ(p.samples.at("kvtier_tier_capacity_bytes{tier=\"host\",name=\"host\"}"),
             double(o.host.capacity_bytes));
   EXPECT_EQ(p.types.at("kvtier_tier_used_bytes"), "gauge");
   EXPECT_EQ(p.types.count("kvtier_remote_auth_failures_total"), 0u);  // No remote tier.

@@ -1,5 +1,6 @@
 // EngineOptions::Validate, PredictionOptions::Validate, NoLowerTiers, TierKindName and
 // DeviceBackendName.
+#include <algorithm>
 #include <bit>
 #include <string>
 
@@ -29,6 +30,13 @@ std::string_view TierKindName(TierKind kind) {
       return "remote";
   }
   return "invalid";
+}
+
+bool IsTierName(std::string_view name) {
+  if (name.empty() || name.size() > kTierNameMax) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
 }
 
 std::string_view DeviceBackendName(DeviceBackend backend) {

@@ -142,6 +142,9 @@ TEST_F(EngineRemoteTest, CorruptRemoteValueFailsItsLayerClosed) {
   const EngineStats stats = b->Stats();
   ASSERT_TRUE(stats.remote.has_value());
   EXPECT_EQ(stats.remote->auth_failures, 1u);  // Sealed: a flipped byte fails authentication.
+  ASSERT_FALSE(stats.tiers.empty());
+  EXPECT_EQ(stats.tiers.back().kind, TierKind::kRemote);
+  EXPECT_EQ(stats.tiers.back().name, "redis");  // The store's registered name.
 }
 
 TEST_F(EngineRemoteTest, RedisDownCostsOnlyMissesAndRestartRecovers) {

@@ -76,9 +76,11 @@ class StandardFactory final : public LowerTierFactory {
       }
       KV_ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier,
                           p->OpenTier(*given, OpenContext(context, env)));
-      // A tier of its own is the engine's persistent tier (TierKind::kSsd in its stats).
+      // A tier of its own is the engine's persistent tier: TierKind::kSsd, its place in the
+      // stack; its registered name is its TierStats::name.
       out.tiers.push_back(OpenedLowerTier{.tier = std::move(tier),
                                           .kind = TierKind::kSsd,
+                                          .name = std::string(p->name()),
                                           .write_policy = options.write_policy,
                                           .promote_on_load = options.promote_on_load,
                                           .dirty_fraction = options.writeback_dirty_fraction});
@@ -104,6 +106,7 @@ class StandardFactory final : public LowerTierFactory {
         .write_nice = context.background_nice,
         .write_idle = context.background_idle};
     std::unique_ptr<RemoteTierAdapter> adapter;
+    std::string name = "remote";  // A borrowed store has no registered name.
     if (r.store != nullptr) {
       adapter = std::make_unique<RemoteTierAdapter>(r.store, policy);
     } else {
@@ -115,10 +118,12 @@ class StandardFactory final : public LowerTierFactory {
           std::unique_ptr<RemoteStore> store,
           p->OpenStore(e.options, OpenContext(context, context.env), r.connections));
       adapter = std::make_unique<RemoteTierAdapter>(std::move(store), policy);
+      name = e.name;
     }
     RemoteStore* store = adapter->store();
     return OpenedLowerTier{.tier = std::move(adapter),
                            .kind = TierKind::kRemote,
+                           .name = std::move(name),
                            .write_policy = r.write_policy,
                            .promote_on_load = r.promote_on_load,
                            .dirty_fraction = 1.0,

@@ -30,6 +30,9 @@ namespace kvtier {
 struct OpenedLowerTier {
   std::unique_ptr<Tier> tier;
   TierKind kind = TierKind::kNone;  // In Lookup results and statistics.
+  // Its provider's registered name ("ssd", "redis", "fs"; "remote" for a borrowed store), for
+  // TierStats::name; the kind's name when empty.
+  std::string name;
   WritePolicy write_policy = WritePolicy::kWriteBack;
   bool promote_on_load = false;  // A Load's hit is also copied into a host slot.
   // The engine's writeback_dirty_fraction for a tier the cleaner may write down; 1 for none.

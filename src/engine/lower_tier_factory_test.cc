@@ -2,9 +2,10 @@
 // memory by the names EngineOptions holds them under, and refuses a name it cannot open with an
 // error that names it: a name no provider registered, a store of the remote tier given as a tier
 // of its own, a tier of its own given as the remote tier's store, two stores at once, and options
-// of another tier's type under a registered name.
+// of another tier's type under a registered name; and that the tier's registered name is what its
+// stats call it.
 // Method: Engine::Open on host-only options plus one such entry; the SSD tier opened by its
-// registered name in a temporary directory keeps a block byte for byte across a reopen.
+// registered name in a temporary directory keeps its blocks byte for byte across a reopen.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -129,6 +130,13 @@ TEST(LowerTierFactoryTest, TheSsdTierOpenedByItsNameKeepsBlocksAcrossAReopen) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   ASSERT_TRUE((*loaded)->Wait().ok());
   EXPECT_EQ(out, blocks);
+  // Each tier's name leaves the engine in its stats: the memory tier's kind, the registered name
+  // below memory.
+  const EngineStats stats = (*e)->Stats();
+  ASSERT_EQ(stats.tiers.size(), 2u);
+  EXPECT_EQ(stats.tiers[0].name, "host");
+  EXPECT_EQ(stats.tiers[1].kind, TierKind::kSsd);
+  EXPECT_EQ(stats.tiers[1].name, kSsdTierName);
 }
 
 }  // namespace

@@ -75,8 +75,11 @@ std::string StatsJson(const EngineStats& stats) {
       "{" + Members([&](auto f) { ForEachEngineStat(stats, f); }) + ", \"tiers\": [";
   for (size_t i = 0; i < stats.tiers.size(); ++i) {
     const TierStats& t = stats.tiers[i];
+    // A name is a registered name, [a-z0-9_-] (IsTierName): nothing in it needs escaping.
+    const std::string name = IsTierName(t.name) ? t.name : std::string(TierKindName(t.kind));
     out += std::string(i == 0 ? "" : ", ") + "{\"kind\": \"" + std::string(TierKindName(t.kind)) +
-           "\", " + Members([&](auto f) { ForEachTierStat(t, f); }) + "}";
+           "\", \"name\": \"" + name + "\", " + Members([&](auto f) { ForEachTierStat(t, f); }) +
+           "}";
   }
   out += "], \"remote\": ";
   if (!stats.remote.has_value()) return out + "null}";
@@ -95,9 +98,12 @@ std::string StatsMarkdown() {
       "`kvtier_engine_stats_t`, the attribute of Python's `engine.stats()` (listed by\n"
       "`kvtier._stats_fields()`) and the key of the `engine` object that `kvtier ctl stats`\n"
       "prints. Per-tier rows are fields of each entry of `tiers` (in C, of `tiers[i]` or the\n"
-      "array `tier_<name>[i]`). The Prometheus text (`/metrics`, `--metrics-file`,\n"
-      "`kvtier_metrics_text`) names each `kvtier_<name>`, per-tier ones `kvtier_tier_<name>`\n"
-      "with a `tier` label; counters end in `_total`, times in microseconds are shown in\n"
+      "array `tier_<name>[i]`), beside the tier's `kind` (its place in the stack: device, host,\n"
+      "cxl, ssd, remote) and `name` (in C `tier_names[i]`): a memory tier's kind, and below\n"
+      "memory the name its tier registered, `ssd`, and the remote tier's store, `redis` or `fs`.\n"
+      "The Prometheus text (`/metrics`, `--metrics-file`, `kvtier_metrics_text`) names each\n"
+      "`kvtier_<name>`, per-tier ones `kvtier_tier_<name>` with the labels `tier` (the kind)\n"
+      "and `name`; counters end in `_total`, times in microseconds are shown in\n"
       "seconds (`_us` becomes `_seconds`), timestamps are not exported, and remote rows\n"
       "appear with a remote tier only.\n\n"
       "The remote store's rows (scope `remote store`) are the fields of `remote`, present with a\n"

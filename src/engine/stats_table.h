@@ -220,11 +220,11 @@ inline constexpr size_t kRemoteStoreRows = 0 KVTIER_REMOTE_STORE_STATS(KVTIER_ST
 }  // namespace stats_internal
 using stats_internal::MemberCount;
 
-// EngineStats holds the rows plus `tiers` and `remote`; TierStats the rows plus `kind`. A counter
-// added to either without a row fails here.
+// EngineStats holds the rows plus `tiers` and `remote`; TierStats the rows plus `kind` and `name`.
+// A counter added to either without a row fails here.
 static_assert(MemberCount<EngineStats>() == stats_internal::kEngineRows + 2,
               "every EngineStats counter needs a row in KVTIER_ENGINE_STATS");
-static_assert(MemberCount<TierStats>() == stats_internal::kTierRows + 1,
+static_assert(MemberCount<TierStats>() == stats_internal::kTierRows + 2,
               "every TierStats counter needs a row in KVTIER_TIER_STATS");
 static_assert(MemberCount<RemoteStoreStats>() == stats_internal::kRemoteStoreRows,
               "every RemoteStoreStats counter needs a row in KVTIER_REMOTE_STORE_STATS");

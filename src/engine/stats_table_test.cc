@@ -123,7 +123,9 @@ TEST(StatsTable, PrometheusHasEveryExportedRow) {
     check(spec, static_cast<double>(v), "", "");
   });
   for (const TierStats& t : s.tiers) {
-    const std::string labels = "{tier=\"" + std::string(TierKindName(t.kind)) + "\"}";
+    const std::string kind(TierKindName(t.kind));
+    const std::string labels =
+        "{tier=\"" + kind + "\",name=\"" + (t.name.empty() ? kind : t.name) + "\"}";
     ForEachTierStat(t, [&](const StatSpec& spec, auto v) {
       check(spec, static_cast<double>(v), "tier_", labels);
     });
@@ -148,8 +150,10 @@ TEST(StatsTable, PrometheusHasEveryExportedRow) {
   const std::string plain_text = MetricsText(plain);
   EXPECT_EQ(plain_text.find("kvtier_remote_put_errors_total"), std::string::npos);
   EXPECT_EQ(plain_text.find("kvtier_remote_gets_total"), std::string::npos);
-  EXPECT_EQ(SampleLine(plain_text, "tier_writeback_lag_seconds", "{tier=\"host\"}"), "");
-  EXPECT_NE(SampleLine(plain_text, "tier_writeback_lag_seconds", "{tier=\"remote\"}"), "");
+  EXPECT_EQ(SampleLine(plain_text, "tier_writeback_lag_seconds", "{tier=\"host\",name=\"host\"}"),
+            "");
+  EXPECT_NE(
+      SampleLine(plain_text, "tier_writeback_lag_seconds", "{tier=\"remote\",name=\"redis\"}"), "");
 }
 
 // The remote store's families that dashboards read from before its counters were rows of the
@@ -186,7 +190,14 @@ TEST(StatsTable, JsonHasEveryRow) {
       EXPECT_NE(json.find(pair), std::string::npos) << pair;
     });
   }
-  EXPECT_NE(json.find("\"tiers\": [{\"kind\": \"host\", "), std::string::npos) << json;
+  EXPECT_NE(json.find("\"tiers\": [{\"kind\": \"host\", \"name\": \"host\", "), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("{\"kind\": \"remote\", \"name\": \"redis\", "), std::string::npos) << json;
+  // A name that is not a tier's (from a hostile service) is not written: the kind's instead.
+  EngineStats odd = Distinct();
+  odd.tiers[1].name = "a\"b";
+  EXPECT_NE(StatsJson(odd).find("{\"kind\": \"remote\", \"name\": \"remote\", "),
+            std::string::npos);
   const size_t remote_at = json.find("\"remote\": {\"gets\": ");
   ASSERT_NE(remote_at, std::string::npos) << json;
   ForEachRemoteStoreStat(*s.remote, [&](const StatSpec& spec, auto v) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include "engine/stats_table.h"
@@ -41,6 +42,8 @@ inline EngineStats DistinctStats(std::initializer_list<TierKind> tiers, uint64_t
   for (TierKind tier_kind : tiers) {
     TierStats& t = s.tiers.emplace_back();
     t.kind = tier_kind;
+    // The remote tier's name is its store's (here Redis'), a memory tier's its kind's.
+    t.name = tier_kind == TierKind::kRemote ? "redis" : std::string(TierKindName(tier_kind));
 #define KVTIER_TEST_SET_TIER(name, type, kind, unit, scope, help) t.name = next++;
     KVTIER_TIER_STATS(KVTIER_TEST_SET_TIER)
 #undef KVTIER_TEST_SET_TIER

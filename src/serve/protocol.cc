@@ -323,6 +323,8 @@ void PutEngineStats(const EngineStats& s, WireWriter* w, bool remote_store) {
     w->U64(t.write_bytes);
     w->U64(t.staged_write_bytes);
   }
+  // Appended after the write bytes: each tier's name (a client from before ignores them).
+  for (const TierStats& t : s.tiers) w->Str(t.name);
 }
 
 EngineStats GetEngineStats(WireReader* r) {
@@ -364,6 +366,13 @@ EngineStats GetEngineStats(WireReader* r) {
       t.write_bytes = r->U64();
       t.staged_write_bytes = r->U64();
     }
+  }
+  // The tiers' names, from a service that sends them; one that is not a tier's name is dropped
+  // (the surfaces then show the kind's).
+  for (TierStats& t : s.tiers) {
+    if (!r->ok() || r->remaining() == 0) break;
+    t.name = r->Str(kTierNameMax);
+    if (!IsTierName(t.name)) t.name.clear();
   }
   return s;
 }

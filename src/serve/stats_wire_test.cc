@@ -3,13 +3,15 @@
 // reports what the service's engine counts; a row added to the table without reaching the wire
 // fails here. The remote store's rows travel when the request asks for them, after everything a
 // client from before reads, so old replies still decode and old clients get the reply they know;
-// the tiers' write bytes follow the remote block.
+// the tiers' write bytes follow the remote block, and their names follow those.
 // Method: stats with a distinct value per row (engine rows, the rows of two tiers and the remote
 // store's rows, expanded from the table's X-macro lists) are written and read back, and each row
-// compared; a reply without the remote block, and one cut before it, decode with remote unset.
+// compared; a reply without the remote block, and one cut before it, decode with remote unset;
+// one cut before the names decodes without them, and a name that is not a tier's is dropped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "engine/stats_test_util.h"
@@ -17,6 +19,13 @@
 
 namespace kvtier::serve {
 namespace {
+
+// Bytes the tiers' names take on the wire (a length, then the bytes).
+size_t NameBytes(const EngineStats& s) {
+  size_t n = 0;
+  for (const TierStats& t : s.tiers) n += 4 + t.name.size();
+  return n;
+}
 
 EngineStats Distinct() {
   EngineStats s = DistinctStats({TierKind::kHost, TierKind::kSsd});
@@ -37,6 +46,7 @@ TEST(StatsWire, EveryRowRoundTrips) {
   ASSERT_EQ(out.tiers.size(), in.tiers.size());
   for (size_t i = 0; i < in.tiers.size(); ++i) {
     EXPECT_EQ(out.tiers[i].kind, in.tiers[i].kind);
+    EXPECT_EQ(out.tiers[i].name, in.tiers[i].name);
     const TierStats& a = in.tiers[i];
     const TierStats& b = out.tiers[i];
 #define KVTIER_TEST_CHECK_TIER(name, type, kind, unit, scope, help) \
@@ -73,7 +83,7 @@ TEST(StatsWire, RemoteStoreOnlyWhenAskedAndOldRepliesStillDecode) {
   none.remote.reset();
   WireWriter w;
   PutEngineStats(none, &w, /*remote_store=*/true);
-  EXPECT_EQ(w.bytes().size(), a.size() + 1 + in.tiers.size() * 16);
+  EXPECT_EQ(w.bytes().size(), a.size() + 1 + in.tiers.size() * 16 + NameBytes(in));
   WireReader rn(w.bytes());
   const EngineStats out_none = GetEngineStats(&rn);
   EXPECT_FALSE(out_none.remote.has_value());
@@ -84,12 +94,44 @@ TEST(StatsWire, RemoteStoreOnlyWhenAskedAndOldRepliesStillDecode) {
   WireWriter cut;
   PutEngineStats(in, &cut, /*remote_store=*/true);
   std::vector<std::byte> before_rows = cut.bytes();
-  before_rows.resize(before_rows.size() - in.tiers.size() * 16);
+  before_rows.resize(before_rows.size() - in.tiers.size() * 16 - NameBytes(in));
   WireReader rc(before_rows);
   const EngineStats out_cut = GetEngineStats(&rc);
   EXPECT_TRUE(rc.done());
   EXPECT_TRUE(out_cut.remote.has_value());
   EXPECT_EQ(out_cut.tiers[1].write_bytes, 0u);
+
+  // A service from before the names: the reply ends after the write bytes.
+  std::vector<std::byte> before_names = cut.bytes();
+  before_names.resize(before_names.size() - NameBytes(in));
+  WireReader rb(before_names);
+  const EngineStats out_before = GetEngineStats(&rb);
+  EXPECT_TRUE(rb.done());
+  EXPECT_EQ(out_before.tiers[1].write_bytes, in.tiers[1].write_bytes);
+  EXPECT_TRUE(out_before.tiers[1].name.empty());
+}
+
+// A name that is not a tier's name (characters a JSON or Prometheus line would need escaped, or
+// longer than one) does not reach the surfaces; the rest of the reply is kept.
+TEST(StatsWire, ANameThatIsNotATiersIsDropped) {
+  EngineStats in = Distinct();
+  in.tiers[0].name = "a\"b{";
+  in.tiers[1].name = "ssd";
+  WireWriter w;
+  PutEngineStats(in, &w, /*remote_store=*/true);
+  WireReader r(w.bytes());
+  const EngineStats out = GetEngineStats(&r);
+  EXPECT_TRUE(r.done());
+  EXPECT_TRUE(out.tiers[0].name.empty());
+  EXPECT_EQ(out.tiers[1].name, "ssd");
+  EXPECT_EQ(out.tiers[1].staged_write_bytes, in.tiers[1].staged_write_bytes);
+
+  in.tiers[0].name = std::string(kTierNameMax + 1, 'a');  // Too long: the reply is refused.
+  WireWriter too_long;
+  PutEngineStats(in, &too_long, /*remote_store=*/true);
+  WireReader rl(too_long.bytes());
+  GetEngineStats(&rl);
+  EXPECT_FALSE(rl.ok());
 }
 
 }  // namespace

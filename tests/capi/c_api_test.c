@@ -292,6 +292,9 @@ static void TestRoundTrip(void) {
   CHECK(stats.store_blocks == kChunks * kLayers);
   CHECK(stats.load_blocks >= (kChunks + 2) * kLayers);
   CHECK(stats.tier_count >= 2); /* host and SSD */
+  CHECK(strcmp(stats.tier_names[0], "host") == 0);
+  CHECK(stats.tiers[stats.tier_count - 1].kind == KVTIER_TIER_SSD);
+  CHECK(strcmp(stats.tier_names[stats.tier_count - 1], "ssd") == 0); /* Its registered name. */
   CHECK(stats.has_remote == 0 && stats.remote.gets == 0 && stats.remote.puts == 0);
   CHECK(stats.remote.breaker_state == KVTIER_BREAKER_CLOSED);
   {
@@ -313,7 +316,7 @@ static void TestRoundTrip(void) {
     CHECK_OK(kvtier_metrics_text(engine, text, needed, &needed, &err));
     CHECK(strlen(text) + 1 == needed);
     CHECK(strstr(text, "# TYPE kvtier_tier_hits_total counter") != NULL);
-    CHECK(strstr(text, "kvtier_tier_blocks{tier=\"ssd\"}") != NULL);
+    CHECK(strstr(text, "kvtier_tier_blocks{tier=\"ssd\",name=\"ssd\"}") != NULL);
     free(text);
   }
   stats.struct_size = 4;
@@ -469,6 +472,7 @@ static void TestRemoteOptions(void) {
   CHECK_OK(kvtier_engine_stats(engine, &stats, &err));
   CHECK(stats.tier_count >= 2);
   CHECK(stats.tiers[stats.tier_count - 1].kind == KVTIER_TIER_REMOTE);
+  CHECK(strcmp(stats.tier_names[stats.tier_count - 1], "redis") == 0); /* The store's name. */
   kvtier_engine_close(engine);
 
   o.struct_size = offsetof(kvtier_engine_options_t, remote_endpoints);

@@ -54,7 +54,7 @@ def test_stats_print_their_fields():
     assert repr(engine.lookup(ns, list(range(16)))) == "LookupResult(matched_tokens=16)"
     text = engine.metrics_text()
     assert "# TYPE kvtier_tier_blocks gauge" in text
-    assert 'kvtier_tier_blocks{tier="host"} 2' in text
+    assert 'kvtier_tier_blocks{tier="host",name="host"} 2' in text
     engine.close()
 
 

@@ -181,6 +181,7 @@ def test_pin_prefetch_flush_stats(engine):
     assert stats.lookups == 0
     kinds = [t.kind for t in stats.tiers]
     assert kvtier.Tier.HOST in kinds and kvtier.Tier.SSD in kinds
+    assert [t.name for t in stats.tiers] == [str(k).split(".")[-1].lower() for k in kinds]
     host = stats.tiers[kinds.index(kvtier.Tier.HOST)]
     assert host.capacity_bytes > 0 and host.blocks >= 3 * engine.layers
 

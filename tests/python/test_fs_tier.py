@@ -58,6 +58,8 @@ def test_a_prefix_stored_by_another_process_is_found_in_the_shared_directory(tmp
         np.testing.assert_array_equal(dst, src)
         stats = b.stats()
         assert stats.tiers[-1].kind == kvtier.Tier.REMOTE
+        assert stats.tiers[-1].name == "fs"  # The store's registered name.
+        assert stats.tiers[-1].as_dict()["name"] == "fs"
         assert stats.tiers[-1].hits == 6
     files = [os.path.join(d, f) for d, _, fs in os.walk(shared) for f in fs]
     assert len(files) == 6

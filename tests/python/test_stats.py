@@ -47,7 +47,7 @@ def test_rows_are_the_attributes(engine):
     assert _attributes(stats) == engine_rows | {"tiers", "remote"}
     assert stats.remote is None  # No remote tier.
     for tier in stats.tiers:
-        assert _attributes(tier) == tier_rows | {"kind"}
+        assert _attributes(tier) == tier_rows | {"kind", "name"}
     for name in ("staged_copy_bytes", "remote_not_admitted", "remote_over_budget",
                  "background_writebacks", "ratio_samples", "ratio_cv_events"):
         assert name in engine_rows and isinstance(getattr(stats, name), int), name

@@ -253,7 +253,7 @@ expect_fail repeat_zero "--repeat" run -m "$GGUF" -p x --repeat 0
 "$KVTIER" run -m "$GGUF" -p "$EXPECTED" -n 4 --metrics-file "$TMP/metrics.prom" >/dev/null 2>&1 ||
   fail "run --metrics-file: exit $?"
 grep -q '^# TYPE kvtier_tier_hits_total counter$' "$TMP/metrics.prom" &&
-  grep -q '^kvtier_tier_blocks{tier="host"} [1-9]' "$TMP/metrics.prom" ||
+  grep -q '^kvtier_tier_blocks{tier="host",name="host"} [1-9]' "$TMP/metrics.prom" ||
   fail "run --metrics-file: $(head -c 400 "$TMP/metrics.prom" 2>&1)"
 echo "A dog." | "$KVTIER" chat -m "$GGUF" -n 4 --metrics-file "$TMP/chat.prom" >/dev/null 2>&1 ||
   fail "chat --metrics-file: exit $?"
