@@ -16,8 +16,6 @@ namespace kvtier {
 namespace {
 
 constexpr double kBytesMax = kOptionBytesMax;
-constexpr double kMsHour = kOptionMsHour;
-constexpr double kUsHour = kOptionUsHour;
 constexpr double kNumaNodeMax = 1023;
 
 uint64_t U(const OptionValue& v) { return OptionU64(v); }
