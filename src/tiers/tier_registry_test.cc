@@ -5,7 +5,9 @@
 // Method: the registry's list and lookups; Validate and Open with options of the wrong type and
 // kind; the SSD tier (a temporary directory, the Linux Env) and the fs store (a temporary
 // directory, behind the remote tier's adapter) opened through their providers, a record written
-// and read back byte for byte, and the SSD tier opened again to show it persisted.
+// and read back byte for byte, and the SSD tier opened again to show it persisted. The options
+// the engine holds by name (TierOptionsSet) keep one entry per name, of the type it was given,
+// and each store's keyring is reached through its provider.
 #include "tiers/tier_registry.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "env/env.h"
@@ -100,6 +103,36 @@ void RoundTrip(Tier& tier, uint64_t i) {
   ASSERT_TRUE(tier.WriteBatchSync(std::span(&w, 1)).ok());
   ASSERT_TRUE(w.status.ok()) << w.status.ToString();
   ExpectRecord(tier, i);
+}
+
+TEST(TierRegistryTest, OptionsHeldByNameKeepOneEntryPerNameOfItsType) {
+  TierOptionsSet set;
+  EXPECT_TRUE(set.empty());
+  set.Emplace(kSsdTierName, SsdTierOptions{.dirs = {"a"}});
+  set.Emplace(kFsStoreName, FsStoreOptions{.dir = "d"});
+  set.Emplace(kSsdTierName, SsdTierOptions{.dirs = {"b"}});  // Replaces: one entry per name.
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(set.entries()[0].name, kSsdTierName);  // In the order first set.
+  EXPECT_NE(FindSsdOptions(set), nullptr);
+  EXPECT_EQ(set.Get<SsdTierOptions>(kSsdTierName).dirs, std::vector<std::string>{"b"});
+  EXPECT_EQ(set.Find<FsStoreOptions>(kSsdTierName), nullptr);  // Another type: none.
+  EXPECT_EQ(set.Find<SsdTierOptions>("nvme"), nullptr);
+  EXPECT_THROW(set.Get<FsStoreOptions>(kSsdTierName), std::bad_any_cast);
+  EXPECT_TRUE(set.Erase(kFsStoreName));
+  EXPECT_FALSE(set.Erase(kFsStoreName));
+  EXPECT_FALSE(set.Has(kFsStoreName));
+
+  // The keyring of the one store a remote tier holds, through its provider.
+  TierOptionsSet stores = TierOptionsSet::Of(kFsStoreName, FsStoreOptions{.dir = "d"});
+  std::optional<RemoteKeyring>* keyring = RemoteStoreKeyring(stores);
+  ASSERT_NE(keyring, nullptr);
+  EXPECT_EQ(keyring, &stores.Get<FsStoreOptions>(kFsStoreName).keyring);
+  stores.Emplace(kRedisStoreName, RedisStoreOptions{});
+  EXPECT_EQ(RemoteStoreKeyring(stores), nullptr);  // Two stores: none is the remote tier's.
+  TierOptionsSet unknown = TierOptionsSet::Of("nvme", SsdTierOptions{});
+  EXPECT_EQ(RemoteStoreKeyring(unknown), nullptr);
+  TierOptionsSet ssd = TierOptionsSet::Of(kSsdTierName, SsdTierOptions{});
+  EXPECT_EQ(RemoteStoreKeyring(ssd), nullptr);  // A tier of its own is no store.
 }
 
 TEST(TierRegistryTest, TheSsdTierOpenedByNameKeepsItsRecordsAcrossAReopen) {
