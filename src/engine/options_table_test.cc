@@ -196,6 +196,7 @@ TEST(OptionsTable, TierRowsComeFromTheirProviders) {
       EXPECT_EQ(shown->surfaces, row.surfaces);
       EXPECT_EQ(shown->cpp_field, row.cpp_field);
       EXPECT_EQ(shown->tier_switch, row.tier_switch);
+      EXPECT_EQ(shown->settable(), row.settable());  // SetEngineOption sets it on each.
     }
   }
 }
