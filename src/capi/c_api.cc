@@ -594,6 +594,8 @@ static_assert(0 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COUNT) KVTIER_C_TIER_ARRAY_RO
   KVTIER_C_FIELD(kvtier_remote_stats_t, name)
 #define KVTIER_C_ARRAY_FIELD(name) KVTIER_C_FIELD(kvtier_engine_stats_t, tier_##name)
 #define KVTIER_C_STRUCT_FIELD(name) KVTIER_C_FIELD(kvtier_tier_stats_t, name)
+// A list built from macros, which clang-format would lay out as nested calls.
+// clang-format off
 static_assert(FieldsTile(std::to_array<StructField>({
                              KVTIER_C_FIELD(kvtier_engine_stats_t, struct_size)
                              KVTIER_C_FIELD(kvtier_engine_stats_t, tier_count)
@@ -605,6 +607,7 @@ static_assert(FieldsTile(std::to_array<StructField>({
                              KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_FIELD)}),
                          sizeof(kvtier_engine_stats_t), alignof(kvtier_engine_stats_t)),
               "kvtier_engine_stats_t has a field that is not a row of the stats table");
+// clang-format on
 static_assert(FieldsTile(std::to_array<StructField>({KVTIER_C_FIELD(kvtier_tier_stats_t, kind)
                                                     KVTIER_C_TIER_STRUCT_ROWS(
                                                         KVTIER_C_STRUCT_FIELD)}),
