@@ -22,6 +22,8 @@ const char* PagedLayoutName(PagedLayoutKind kind) {
       return "packed_hnd";
     case PagedLayoutKind::kLatent:
       return "latent";
+    case PagedLayoutKind::kVllmCpuVec:
+      return "vllm_cpu_vec";
   }
   return nullptr;
 }

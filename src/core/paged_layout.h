@@ -15,7 +15,13 @@
 //   kFlashInferNhd  [P][2][N][H][C]   (FlashInfer NHD: a page holds K, then V)
 //   kFlashInferHnd  [P][2][H][N][C]
 //   kVllmCpu        [P][H][2][N][C]   (vLLM's CPU attention: per page and head, K's N x C rows,
-//                                      then V's; vLLM shows the layer as [P][H][N][2C])
+//                                      then V's; vLLM shows the layer as [P][H][N][2C]). Byte
+//                                      for byte: which element of K is which is the attention
+//                                      ISA's (below), so K's rows are not tokens for every ISA
+//   kVllmCpuVec     the same page, K per head [C][N] (dimension-major), V [N][C]: how vLLM's CPU
+//                   attention with its "vec" ISA (x86 without AMX, or AMX with f16/f32 pages)
+//                   writes a page; gathered into true canonical blocks, so a lossy codec sees
+//                   tokens as tokens and channels as channels
 //   kPackedNhd      [P][N][H][2][C]   (vLLM >= 0.30 GPU backends, cache layout LBNHC: K and V
 //                                      side by side in each token's content [2C])
 //   kPackedHnd      [P][H][N][2][C]   (the same, cache layout LBHNC)
@@ -43,20 +49,22 @@
 namespace kvtier {
 
 enum class PagedLayoutKind : uint8_t {
-  kVllmLegacy = 0,      // vLLM's paged-attention layout (split x for keys, token-minor values).
-  kFlash = 1,           // K and V caches [P][N][H][C].
-  kFlashHnd = 2,        // K and V caches [P][H][N][C].
-  kFlashInferNhd = 3,   // [P][2][N][H][C].
-  kFlashInferHnd = 4,   // [P][2][H][N][C].
-  kVllmCpu = 5,         // [P][H][2][N][C].
-  kPackedNhd = 6,       // [P][N][H][2][C].
-  kPackedHnd = 7,       // [P][H][N][2][C].
-  kLatent = 8,          // [P][N][C], H = 1, no V (MLA).
+  kVllmLegacy = 0,     // vLLM's paged-attention layout (split x for keys, token-minor values).
+  kFlash = 1,          // K and V caches [P][N][H][C].
+  kFlashHnd = 2,       // K and V caches [P][H][N][C].
+  kFlashInferNhd = 3,  // [P][2][N][H][C].
+  kFlashInferHnd = 4,  // [P][2][H][N][C].
+  kVllmCpu = 5,        // [P][H][2][N][C].
+  kPackedNhd = 6,      // [P][N][H][2][C].
+  kPackedHnd = 7,      // [P][H][N][2][C].
+  kLatent = 8,         // [P][N][C], H = 1, no V (MLA).
+  kVllmCpuVec = 9,     // [P][H][2][.][.]: K [C][N], V [N][C] per head.
 };
-inline constexpr uint32_t kPagedLayoutKinds = 9;
+inline constexpr uint32_t kPagedLayoutKinds = 10;
 
 // The layout's name as kvtier's APIs spell it ("vllm_legacy", "flash", "flash_hnd",
-// "flashinfer_nhd", "flashinfer_hnd", "vllm_cpu", "packed_nhd", "packed_hnd", "latent"); nullptr
+// "flashinfer_nhd", "flashinfer_hnd", "vllm_cpu", "packed_nhd", "packed_hnd", "latent",
+// "vllm_cpu_vec"); nullptr
 // for an unknown value.
 const char* PagedLayoutName(PagedLayoutKind kind);
 
@@ -99,7 +107,7 @@ struct PagedGeometry {
         return 2ull * kv_heads * head_dim;
       case PagedLayoutKind::kPackedHnd:
         return 2ull * head_dim;
-      default:  // kFlashHnd, kFlashInferHnd, kVllmCpu.
+      default:  // kFlashHnd, kFlashInferHnd, kVllmCpu, kVllmCpuVec (V; K: PagedKeyIndex).
         return head_dim;
     }
   }
@@ -113,6 +121,7 @@ struct PagedGeometry {
         return 2ull * head_dim;
       case PagedLayoutKind::kPackedHnd:
       case PagedLayoutKind::kVllmCpu:
+      case PagedLayoutKind::kVllmCpuVec:
         return 2ull * page_tokens * head_dim;
       default:  // kFlashHnd, kFlashInferHnd.
         return uint64_t{page_tokens} * head_dim;
@@ -126,6 +135,7 @@ struct PagedGeometry {
       case PagedLayoutKind::kFlashInferHnd:
         return page_elements();
       case PagedLayoutKind::kVllmCpu:
+      case PagedLayoutKind::kVllmCpuVec:
         return uint64_t{page_tokens} * head_dim;
       case PagedLayoutKind::kPackedNhd:
       case PagedLayoutKind::kPackedHnd:
@@ -139,6 +149,9 @@ struct PagedGeometry {
 // Element index of (page, slot, head, dim) in the key cache (relative to the K base).
 KV_HOST_DEVICE inline uint64_t PagedKeyIndex(const PagedGeometry& g, uint64_t page, uint32_t slot,
                                              uint32_t head, uint32_t dim) {
+  if (g.kind == PagedLayoutKind::kVllmCpuVec) {  // Dimension-major keys.
+    return page * g.page_stride() + head * g.head_stride() + uint64_t{dim} * g.page_tokens + slot;
+  }
   if (g.kind != PagedLayoutKind::kVllmLegacy) {
     return page * g.page_stride() + slot * g.slot_stride() + head * g.head_stride() + dim;
   }

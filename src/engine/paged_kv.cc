@@ -4,6 +4,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace kvtier {
 namespace {
 
@@ -49,7 +53,7 @@ Status CheckPagedTensor(std::string_view backend, const PagedTensor& t) {
 // page_tokens and page stride (kv_heads, head_dim and elem_bytes are set), and *v_offset, the
 // elements from K's base to V's. H: kv heads, C: head_dim.
 
-// vllm_cpu and vllm_packed: [pages, H, page_tokens, 2 * C].
+// vllm_cpu, vllm_cpu_vec and vllm_packed: [pages, H, page_tokens, 2 * C].
 Status DescribeVllmPages(std::string_view backend, const PagedTensor& t, int64_t H, int64_t C,
                          PagedLayer* layer, uint64_t* v_offset) {
   const auto& s = t.shape;
@@ -62,9 +66,9 @@ Status DescribeVllmPages(std::string_view backend, const PagedTensor& t, int64_t
   const int64_t N = s[2];
   const bool hnd = st[3] == 1 && st[2] == 2 * C && st[1] == N * 2 * C;
   const bool nhd = st[3] == 1 && st[1] == 2 * C && st[2] == H * 2 * C;
-  if (backend == "vllm_cpu") {
+  if (backend == "vllm_cpu" || backend == "vllm_cpu_vec") {
     if (!hnd) return Mismatch(backend, t, "dense [pages][heads][tokens][2 * head_dim] pages");
-    g.kind = PagedLayoutKind::kVllmCpu;
+    g.kind = backend == "vllm_cpu" ? PagedLayoutKind::kVllmCpu : PagedLayoutKind::kVllmCpuVec;
     *v_offset = static_cast<uint64_t>(N * C);
   } else {
     if (!hnd && !nhd) {
@@ -154,7 +158,7 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
   g.elem_bytes = t.elem_bytes;
   uint64_t v_offset = 0;  // Elements from K's base to V's.
   Status described;
-  if (backend == "vllm_cpu" || backend == "vllm_packed") {
+  if (backend == "vllm_cpu" || backend == "vllm_cpu_vec" || backend == "vllm_packed") {
     described = DescribeVllmPages(backend, t, H, C, &layer, &v_offset);
   } else if (backend == "flash" || backend == "flashinfer") {
     described = DescribeFlashPages(backend, t, H, C, &layer, &v_offset);
@@ -162,8 +166,8 @@ Result<PagedLayer> DescribePagedLayer(std::string_view backend, const PagedTenso
     described = DescribeLatentPages(backend, t, H, C, &layer);
   } else {
     return Status::InvalidArgument("unknown paged KV cache backend \"" + std::string(backend) +
-                                   "\" (known: vllm_cpu, vllm_packed, vllm_mla, flash, "
-                                   "flashinfer)");
+                                   "\" (known: vllm_cpu, vllm_cpu_vec, vllm_packed, vllm_mla, "
+                                   "flash, flashinfer)");
   }
   if (!described.ok()) return described;
   if (layer.pages > (uint64_t{1} << 31)) {
@@ -219,9 +223,87 @@ Status CheckTransfer(const PagedLayer& layer, uint32_t block_tokens, std::span<c
   return Status::Ok();
 }
 
+// dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows, c < cols: a transpose of
+// elements of E bytes (strides in elements). Tiles of 16 bytes square (8 x 8 for 2-byte
+// elements, 4 x 4 for 4-byte ones) go through SSE2 unpacks, the edges element by element.
+template <size_t E>
+void Transpose(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride,
+               uint32_t rows, uint32_t cols) {
+  static_assert(E == 2 || E == 4);
+  const auto one = [&](uint32_t r, uint32_t c) {
+    std::memcpy(dst + (r * dst_stride + c) * E, src + (c * src_stride + r) * E, E);
+  };
+  uint32_t tiled_rows = 0, tiled_cols = 0;
+#if defined(__SSE2__)
+  constexpr uint32_t kT = 16 / E;
+  tiled_rows = rows / kT * kT;
+  tiled_cols = cols / kT * kT;
+  for (uint32_t r0 = 0; r0 < tiled_rows; r0 += kT) {
+    for (uint32_t c0 = 0; c0 < tiled_cols; c0 += kT) {
+      __m128i a[kT];  // a[i]: elements r0.. of source row c0 + i.
+      for (uint32_t i = 0; i < kT; ++i) {
+        a[i] = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(src + ((c0 + i) * src_stride + r0) * E));
+      }
+      __m128i out[kT];  // out[j]: elements c0.. of destination row r0 + j.
+      if constexpr (E == 2) {
+        __m128i b[8], c[8];
+        for (int i = 0; i < 4; ++i) {
+          b[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+          b[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+        }
+        for (int i = 0; i < 2; ++i) {  // Pairs of b 2 apart, within each half of the rows.
+          for (int k = 0; k < 2; ++k) {
+            c[4 * i + 2 * k] = _mm_unpacklo_epi32(b[4 * i + k], b[4 * i + k + 2]);
+            c[4 * i + 2 * k + 1] = _mm_unpackhi_epi32(b[4 * i + k], b[4 * i + k + 2]);
+          }
+        }
+        for (int j = 0; j < 4; ++j) {
+          out[2 * j] = _mm_unpacklo_epi64(c[j], c[j + 4]);
+          out[2 * j + 1] = _mm_unpackhi_epi64(c[j], c[j + 4]);
+        }
+      } else {
+        const __m128i b0 = _mm_unpacklo_epi32(a[0], a[1]), b1 = _mm_unpackhi_epi32(a[0], a[1]);
+        const __m128i b2 = _mm_unpacklo_epi32(a[2], a[3]), b3 = _mm_unpackhi_epi32(a[2], a[3]);
+        out[0] = _mm_unpacklo_epi64(b0, b2);
+        out[1] = _mm_unpackhi_epi64(b0, b2);
+        out[2] = _mm_unpacklo_epi64(b1, b3);
+        out[3] = _mm_unpackhi_epi64(b1, b3);
+      }
+      for (uint32_t j = 0; j < kT; ++j) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ((r0 + j) * dst_stride + c0) * E),
+                         out[j]);
+      }
+    }
+  }
+#endif
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t c = r < tiled_rows ? tiled_cols : 0; c < cols; ++c) one(r, c);
+  }
+}
+
+// The dimension-major keys of a kVllmCpuVec page: per head, dimension d's slots are contiguous
+// in the page and a token's dimensions in the block.
+template <size_t E>
+void CopyDimMajorKeys(const PagedLayer& layer, Direction dir, uint64_t page, uint32_t slots,
+                      std::byte* canon) {
+  const PagedGeometry& g = layer.geometry;
+  const uint64_t heads_row = uint64_t{g.kv_heads} * g.head_dim;
+  for (uint32_t h = 0; h < g.kv_heads; ++h) {
+    std::byte* paged = layer.k + PagedKeyIndex(g, page, 0, h, 0) * E;
+    std::byte* head = canon + uint64_t{h} * g.head_dim * E;
+    if (dir == Direction::kGather) {  // head[s][d] = paged[d][s]
+      Transpose<E>(paged, g.page_tokens, head, heads_row, slots, g.head_dim);
+    } else {  // paged[d][s] = head[s][d]
+      Transpose<E>(head, heads_row, paged, g.page_tokens, g.head_dim, slots);
+    }
+  }
+}
+
 // Copies one page's share of a block: `slots` tokens from in-page slot 0, block tokens from
-// `first_token`. Rows of head_dim elements are contiguous in every layout but the legacy one;
-// heads of a slot (NHD) and slots of a page (dense NHD) are merged into longer copies.
+// `first_token`. Rows of head_dim elements are contiguous in every layout but the legacy one
+// and kVllmCpuVec's keys; heads of a slot (NHD) and slots of a page (dense NHD) are merged into
+// longer copies.
 void CopyPage(const PagedLayer& layer, Direction dir, uint64_t page, uint32_t slots,
               uint32_t first_token, uint32_t block_tokens, std::byte* block) {
   const PagedGeometry& g = layer.geometry;
@@ -231,6 +313,11 @@ void CopyPage(const PagedLayer& layer, Direction dir, uint64_t page, uint32_t sl
   for (uint32_t kv = 0; kv < g.planes(); ++kv) {
     std::byte* base = kv == 0 ? layer.k : layer.v;
     std::byte* canon = block + (uint64_t{kv} * block_tokens + first_token) * heads_row * e;
+    if (g.kind == PagedLayoutKind::kVllmCpuVec && kv == 0) {
+      e == 2 ? CopyDimMajorKeys<2>(layer, dir, page, slots, canon)
+             : CopyDimMajorKeys<4>(layer, dir, page, slots, canon);
+      continue;
+    }
     if (g.kind == PagedLayoutKind::kVllmLegacy) {
       for (uint32_t s = 0; s < slots; ++s) {
         for (uint32_t h = 0; h < g.kv_heads; ++h) {

@@ -42,6 +42,9 @@ struct PagedTensor {
 
 // The backends whose layer tensors DescribePagedLayer reads, and how each shows a layer:
 //   "vllm_cpu"     vLLM's CPU attention, [P, H, N, 2C] meaning [P][H][2][N][C]     -> kVllmCpu
+//                  (byte for byte: the attention ISA decides which element of K is which)
+//   "vllm_cpu_vec" the same tensor as vLLM's CPU attention with its "vec" ISA writes it: per
+//                  page and head K [C][N], then V [N][C]                      -> kVllmCpuVec
 //   "vllm_packed"  vLLM >= 0.30 GPU backends, [P, H, N, 2C] with K and V side by side in the
 //                  content, physical order NHD or HND from the strides       -> kPackedNhd/Hnd
 //   "flash"        FlashAttention before vLLM 0.30, [2, P, N, H, C]              -> kFlash/Hnd

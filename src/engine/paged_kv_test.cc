@@ -2,17 +2,18 @@
 // the engines define it, refuses layouts it does not know, and never touches memory outside the
 // pages it is given.
 // Method: each layer tensor is built by walking its physical order as the engine defines it (for
-// example vLLM's CPU backend [P][H][2][N][C]) and storing a code of (kv, page, slot, head, dim) in
-// each element; the tensor is then described the way the engine shows it (shape and strides, as
-// vLLM's register_kv_caches sees them) and gathered through a block table. Every canonical
-// element must hold the code of the token it maps to; a scatter into a zeroed tensor must rebuild
-// exactly the mapped pages and leave every other element zero. The latent (MLA) pages of vLLM's
-// CPU_MLA backend, [P][N][C] with one latent vector per token, get the same gather and scatter
-// checks on their one plane.
+// example vLLM's CPU backend [P][H][2][N][C], and with its "vec" ISA K's N and C swapped) and
+// storing a code of (kv, page, slot, head, dim) in each element; the tensor is then described the
+// way the engine shows it (shape and strides, as vLLM's register_kv_caches sees them) and gathered
+// through a block table. Every canonical element must hold the code of the token it maps to; a
+// scatter into a zeroed tensor must rebuild exactly the mapped pages and leave every other element
+// zero. The latent (MLA) pages of vLLM's CPU_MLA backend, [P][N][C] with one latent vector per
+// token, get the same gather and scatter checks on their one plane.
 #include "engine/paged_kv.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
@@ -36,6 +37,8 @@ struct Case {
   std::vector<Axis> physical;  // Outermost first.
   PagedLayoutKind kind;
   uint32_t page_tokens;
+  // K's slot and dim axes swapped (vLLM's CPU "vec" pages: per head K [C][N], V [N][C]).
+  bool keys_dim_major = false;
 };
 
 uint32_t Size(Axis a, uint32_t n) {
@@ -50,30 +53,35 @@ uint32_t Size(Axis a, uint32_t n) {
   return 0;
 }
 
-// Element strides of each axis in the physical order.
-std::array<uint64_t, 6> Strides(const Case& c) {
+// Element strides of each axis in the physical order (of plane kv: K's may differ).
+std::array<uint64_t, 6> Strides(const Case& c, uint32_t kv = 1) {
   std::array<uint64_t, 6> st{};
   uint64_t s = 1;
   for (auto it = c.physical.rbegin(); it != c.physical.rend(); ++it) {
     st[*it] = s;
     s *= Size(*it, c.page_tokens);
   }
+  if (c.keys_dim_major && kv == 0) {  // Slot and dim are the two innermost axes: swap them.
+    st[kSlot] = 1;
+    st[kDim] = c.page_tokens;
+  }
   return st;
 }
 
 // The tensor: every element of layer 0 holds its code (layer 1, when present, holds 0xdead).
 std::vector<uint32_t> Build(const Case& c) {
-  const std::array<uint64_t, 6> st = Strides(c);
   uint64_t total = 1;
   for (Axis a : c.physical) total *= Size(a, c.page_tokens);
   std::vector<uint32_t> t(total, 0xdead);
-  for (uint32_t p = 0; p < kPages; ++p)
-    for (uint32_t kv = 0; kv < 2; ++kv)
+  for (uint32_t kv = 0; kv < 2; ++kv) {
+    const std::array<uint64_t, 6> st = Strides(c, kv);
+    for (uint32_t p = 0; p < kPages; ++p)
       for (uint32_t s = 0; s < c.page_tokens; ++s)
         for (uint32_t h = 0; h < kH; ++h)
           for (uint32_t d = 0; d < kC; ++d)
             t[p * st[kPage] + kv * st[kKv] + s * st[kSlot] + h * st[kHead] + d * st[kDim]] =
                 Code(kv, p, s, h, d);
+  }
   return t;
 }
 
@@ -86,10 +94,10 @@ PagedTensor Shown(const Case& c, std::vector<uint32_t>& t) {
   pt.data = reinterpret_cast<std::byte*>(t.data());
   pt.bytes = t.size() * sizeof(uint32_t);
   pt.elem_bytes = 4;
-  if (c.backend == "vllm_cpu" || c.backend == "vllm_packed") {
+  if (c.backend == "vllm_cpu" || c.backend == "vllm_cpu_vec" || c.backend == "vllm_packed") {
     // [P, H, N, 2C]: the content axis spans K and V (cpu: N rows of K then of V per head).
     pt.shape = {kPages, H, N, 2 * C};
-    const int64_t slot = c.backend == "vllm_cpu" ? 2 * C : st[kSlot];
+    const int64_t slot = c.backend == "vllm_packed" ? st[kSlot] : 2 * C;
     pt.strides = {st[kPage], st[kHead], slot, 1};
   } else if (c.backend == "flash") {
     pt.shape = {2, kPages, N, H, C};
@@ -102,10 +110,15 @@ PagedTensor Shown(const Case& c, std::vector<uint32_t>& t) {
 }
 
 std::vector<Case> Cases() {
+  // clang-format off
   return {
       {"vllm_cpu", "vllm_cpu", {kPage, kHead, kKv, kSlot, kDim}, PagedLayoutKind::kVllmCpu, 4},
       {"vllm_cpu_layers", "vllm_cpu", {kPage, kLayer, kHead, kKv, kSlot, kDim},
        PagedLayoutKind::kVllmCpu, 4},
+      {"vllm_cpu_vec", "vllm_cpu_vec", {kPage, kHead, kKv, kSlot, kDim},
+       PagedLayoutKind::kVllmCpuVec, 4, true},
+      {"vllm_cpu_vec_layers", "vllm_cpu_vec", {kPage, kLayer, kHead, kKv, kSlot, kDim},
+       PagedLayoutKind::kVllmCpuVec, 4, true},
       {"packed_hnd", "vllm_packed", {kPage, kHead, kSlot, kKv, kDim}, PagedLayoutKind::kPackedHnd,
        4},
       {"packed_nhd", "vllm_packed", {kPage, kSlot, kHead, kKv, kDim}, PagedLayoutKind::kPackedNhd,
@@ -120,6 +133,7 @@ std::vector<Case> Cases() {
       {"flashinfer_hnd", "flashinfer", {kPage, kKv, kHead, kSlot, kDim},
        PagedLayoutKind::kFlashInferHnd, 4},
   };
+  // clang-format on
 }
 
 class PagedKvTest : public ::testing::TestWithParam<Case> {};
@@ -169,17 +183,18 @@ TEST_P(PagedKvTest, GatherMatchesTheEngineLayoutAndScatterRebuildsIt) {
     std::vector<std::span<const std::byte>> cspans;
     for (auto& b : blocks) cspans.push_back(std::as_bytes(b));
     ASSERT_TRUE(ScatterPages(*out_layer, block_tokens, table, cspans).ok());
-    const std::array<uint64_t, 6> st = Strides(c);
     std::vector<bool> mapped(out.size(), false);
     for (uint32_t b = 0; b < 2; ++b)
       for (uint32_t t = 0; t < block_tokens; ++t) {
         const int32_t page = table[b * ppb + t / c.page_tokens];
         if (page < 0) continue;
-        for (uint32_t kv = 0; kv < 2; ++kv)
+        for (uint32_t kv = 0; kv < 2; ++kv) {
+          const std::array<uint64_t, 6> st = Strides(c, kv);
           for (uint32_t h = 0; h < kH; ++h)
             for (uint32_t d = 0; d < kC; ++d)
-              mapped[static_cast<uint64_t>(page) * st[kPage] + kv * st[kKv] + (t % c.page_tokens) * st[kSlot] +
-                     h * st[kHead] + d * st[kDim]] = true;
+              mapped[static_cast<uint64_t>(page) * st[kPage] + kv * st[kKv] +
+                     (t % c.page_tokens) * st[kSlot] + h * st[kHead] + d * st[kDim]] = true;
+        }
       }
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_EQ(out[i], mapped[i] ? tensor[i] : 0u) << c.name << " element " << i;
@@ -345,6 +360,70 @@ TEST(PagedKvLatent, RefusesWhatIsNotALatentPage) {
   EXPECT_FALSE(DescribePagedLayer("vllm_mla", four, 1, kL).ok());
   // Latent pages are not a K/V layout.
   EXPECT_FALSE(DescribePagedLayer("vllm_cpu", good, 1, kL / 2).ok());
+}
+
+// vLLM's "vec" pages with 2-byte elements (bf16/f16), shapes that take whole 8 x 8 transpose
+// tiles and leave edges (head_dim 20, a last page of 5 tokens): every gathered element is the
+// one its token and dimension name, and a scatter rebuilds the pages exactly.
+TEST(PagedKvVllmCpuVec, TwoByteKeysTransposeExactlyWithEdges) {
+  constexpr uint32_t H = 2, C = 20, N = 16, P = 3;
+  const auto key_at = [](uint32_t p, uint32_t h, uint32_t d, uint32_t s) {
+    return (p * H + h) * 2 * N * C + d * N + s;  // Per head K [C][N] ...
+  };
+  const auto value_at = [](uint32_t p, uint32_t h, uint32_t s, uint32_t d) {
+    return (p * H + h) * 2 * N * C + N * C + s * C + d;  // ... then V [N][C].
+  };
+  std::vector<uint16_t> pages(uint64_t{P} * H * 2 * N * C);
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<uint16_t>(i * 7 + 1);
+  const auto shown = [&](std::vector<uint16_t>& t) {
+    PagedTensor pt;
+    pt.data = reinterpret_cast<std::byte*>(t.data());
+    pt.bytes = t.size() * sizeof(uint16_t);
+    pt.elem_bytes = 2;
+    pt.shape = {P, H, N, 2 * C};
+    pt.strides = {H * N * 2 * C, N * 2 * C, 2 * C, 1};
+    return pt;
+  };
+  Result<PagedLayer> layer = DescribePagedLayer("vllm_cpu_vec", shown(pages), H, C);
+  ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+  for (uint32_t block_tokens : {N, 2 * N, N + 5}) {
+    const uint32_t ppb = (block_tokens + N - 1) / N;
+    std::vector<int32_t> table = {2, 0};
+    table.resize(ppb);
+    std::vector<uint16_t> block(2ull * block_tokens * H * C, 0);
+    const std::span<std::byte> spans[1] = {std::as_writable_bytes(std::span(block))};
+    ASSERT_TRUE(GatherPages(*layer, block_tokens, table, spans).ok());
+    for (uint32_t t = 0; t < block_tokens; ++t)
+      for (uint32_t h = 0; h < H; ++h)
+        for (uint32_t d = 0; d < C; ++d) {
+          const uint32_t p = static_cast<uint32_t>(table[t / N]), s = t % N;
+          ASSERT_EQ(block[(uint64_t{t} * H + h) * C + d], pages[key_at(p, h, d, s)])
+              << "K t" << t << " h" << h << " d" << d << " block_tokens " << block_tokens;
+          ASSERT_EQ(block[((uint64_t{block_tokens} + t) * H + h) * C + d],
+                    pages[value_at(p, h, s, d)])
+              << "V t" << t << " h" << h << " d" << d << " block_tokens " << block_tokens;
+        }
+    std::vector<uint16_t> out(pages.size(), 0);
+    Result<PagedLayer> out_layer = DescribePagedLayer("vllm_cpu_vec", shown(out), H, C);
+    ASSERT_TRUE(out_layer.ok());
+    const std::span<const std::byte> cspans[1] = {std::as_bytes(std::span(block))};
+    ASSERT_TRUE(ScatterPages(*out_layer, block_tokens, table, cspans).ok());
+    for (uint32_t i = 0; i < ppb; ++i) {
+      const uint32_t p = static_cast<uint32_t>(table[i]);
+      const uint32_t slots = std::min(N, block_tokens - i * N);
+      for (uint32_t h = 0; h < H; ++h)
+        for (uint32_t s = 0; s < N; ++s)
+          for (uint32_t d = 0; d < C; ++d) {
+            const bool copied = s < slots;
+            ASSERT_EQ(out[key_at(p, h, d, s)], copied ? pages[key_at(p, h, d, s)] : 0)
+                << "scattered K p" << p << " h" << h << " d" << d << " s" << s;
+            ASSERT_EQ(out[value_at(p, h, s, d)], copied ? pages[value_at(p, h, s, d)] : 0)
+                << "scattered V p" << p << " h" << h << " d" << d << " s" << s;
+          }
+    }
+    EXPECT_EQ(std::count(out.begin(), out.end(), 0),
+              static_cast<std::ptrdiff_t>(out.size() - 2ull * block_tokens * H * C));
+  }
 }
 
 }  // namespace
