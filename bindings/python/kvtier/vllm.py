@@ -1150,6 +1150,43 @@ def cpu_page_layout(vllm_config) -> str | None:
         return None
 
 
+# The CPU attention ISA whose pages kvtier knows element by element (per head K [head_dim][tokens],
+# V [tokens][head_dim]: core/paged_layout.h kVllmCpuVec), so that it can gather them into
+# canonical blocks, a token's K and V rows one row per token. Other ISAs' pages (amx packs K for
+# its tiles; vec16) are only moved byte for byte.
+CANONICAL_CPU_ISA = "vec"
+# The codecs that store every byte as it is: the only ones that do not depend on which element
+# of a block is which token and channel.
+LOSSLESS_CODECS = ("identity", "shuffle-zstd")
+
+
+def canonical_cpu_pages(config: dict, mla: bool, page_layout: str | None) -> bool:
+    """Whether the connector gathers vLLM's CPU pages into canonical blocks (backend
+    vllm_cpu_vec): for a lossy codec over "vec" pages, whose quantization groups must be
+    channels and tokens. Lossless codecs keep the byte-for-byte move (backend vllm_cpu), which
+    costs less (a transpose of every K page: about 5 ms more per 4096-token load of a
+    TinyLlama-shaped model, docs/integration.md). With "server" the codec is the service's."""
+    return (not mla and page_layout == CANONICAL_CPU_ISA and not config.get("server")
+            and str(config.get("codec", "identity")) not in LOSSLESS_CODECS)
+
+
+def _refuse_codec_over_unknown_axes(config: dict, mla: bool, page_layout: str | None) -> None:
+    """A lossy codec quantizes K per channel and V per token (docs/codecs.md): over pages kvtier
+    moves byte for byte without knowing which element is which (an ISA other than "vec", or one
+    this vLLM does not name), its groups would mix channels and tokens, and its measured
+    precision would not hold. Refused at startup, naming the codecs that work."""
+    codec = str(config.get("codec", "identity"))
+    if codec in LOSSLESS_CODECS or mla or page_layout == CANONICAL_CPU_ISA or \
+            config.get("server"):
+        return
+    raise RuntimeError(
+        f"kvtier: codec {codec!r} quantizes K per channel and V per token, but vLLM's CPU "
+        f"attention here writes its pages with the {page_layout or 'unknown'} ISA, whose "
+        "element order kvtier does not know (it moves those pages byte for byte); use "
+        "\"codec\": \"identity\" or \"shuffle-zstd\" (lossless), or a machine whose pages "
+        f"use the {CANONICAL_CPU_ISA!r} ISA")
+
+
 def allow_amx() -> bool:
     """Asks Linux for this process's AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, through
     torch); True when granted. vLLM's CPU attention with its amx ISA runs tile instructions
@@ -1292,6 +1329,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._page_layout = None if self._mla else cpu_page_layout(vllm_config)
         if self._page_layout is not None and "amx" in self._page_layout:
             allow_amx()
+        _refuse_codec_over_unknown_axes(self._config, self._mla, self._page_layout)
+        self._canonical = canonical_cpu_pages(self._config, self._mla, self._page_layout)
         parallel = vllm_config.parallel_config
         self._tp_size = parallel.tensor_parallel_size
         if parallel.pipeline_parallel_size != 1:
@@ -1422,7 +1461,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if lora is not None:
             extra.append(f"lora:{getattr(lora, 'lora_name', '')}:"
                          f"{getattr(lora, 'lora_path', '') or getattr(lora, 'path', '')}")
-        if self._page_layout is not None:
+        if self._canonical:  # Gathered into canonical blocks.
+            extra.append("pages:vllm_cpu_vec")
+        elif self._page_layout is not None:
             extra.append("pages:vllm_cpu/" + self._page_layout)
         elif self._mla:
             extra.append("pages:vllm_mla")
@@ -1857,7 +1898,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             return "vllm_mla", latent, latent
         kv_heads = getattr(spec, "num_kv_heads", None) or first.shape[1]
         head_dim = getattr(spec, "head_size", None) or first.shape[-1] // 2
-        return "vllm_cpu", dict(kv_heads=int(kv_heads), head_dim=int(head_dim)), None
+        # Canonical blocks (K transposed back to [token][dim]) for a lossy codec over "vec"
+        # pages; otherwise the pages are moved byte for byte.
+        backend = "vllm_cpu_vec" if self._canonical else "vllm_cpu"
+        return backend, dict(kv_heads=int(kv_heads), head_dim=int(head_dim)), None
 
     def _register_paged_caches(self, kv_caches: dict, members: list, backend: str) -> None:
         """One paged cache of the engine per KV cache group, over its layers' tensors; and the
