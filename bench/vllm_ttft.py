@@ -594,19 +594,21 @@ PATH_OPTIONS = {"--work-dir": "DIR", "--model-dir": "MODEL_DIR", "--from-raw": "
                 "--service-bin": "KVTIER_BIN"}
 
 
-def portable_args(argv: list[str]) -> list[str]:
-    """The command line as the report records it: path values replaced by placeholders."""
+def portable_args(argv: list[str], path_options: dict | None = None) -> list[str]:
+    """The command line as the report records it: the values of path_options (default: this
+    script's PATH_OPTIONS) replaced by their placeholders."""
+    path_options = PATH_OPTIONS if path_options is None else path_options
     out, placeholder = [], None
     for arg in argv:
         name, eq, _ = arg.partition("=")
         if placeholder is not None:
             out.append(placeholder)
             placeholder = None
-        elif eq and name in PATH_OPTIONS:
-            out.append(f"{name}={PATH_OPTIONS[name]}")
+        elif eq and name in path_options:
+            out.append(f"{name}={path_options[name]}")
         else:
             out.append(arg)
-            placeholder = PATH_OPTIONS.get(arg)
+            placeholder = path_options.get(arg)
     return out
 
 

@@ -31,6 +31,7 @@ LONGEST_FIRST = (
     "test_vllm_mla.py",            # 156
     "test_bench_smoke.py",         # 88
     "test_vllm_service.py",        # 86
+    "test_vllm_quality.py",        # 75 (alone, 2026-12-07)
 )
 
 

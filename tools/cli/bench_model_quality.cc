@@ -16,6 +16,7 @@
 #include "bench_util.h"
 #include "codecs/codec.h"
 #include "codecs/precision_ladder.h"
+#include "env/dir_trust.h"
 #include "flags.h"
 #include "input_file.h"
 #include "interrupt.h"
@@ -370,6 +371,19 @@ BenchQuality::BenchQuality(CLI::App* bench)
                  "Also one row per layer for each codec (not the ladders): the codec on that "
                  "layer's blocks only, the other layers exact; its name is codec/LAYER");
   app_->add_flag("--json", json_, "Print one JSON array of rows");
+  app_->add_option("--windows-json", windows_json_,
+                   "Also write the windows' token ids to this file as JSON, so that another "
+                   "engine (bench/vllm_quality.py) judges the same predictions");
+}
+
+// Each window's tokens (BOS, the prefix, the continuation and the token after it): the
+// predictions are those of positions prefix_tokens .. prefix_tokens + continue_tokens - 1.
+Status BenchQuality::WriteWindows(const std::vector<std::vector<uint32_t>>& seqs) const {
+  nlohmann::ordered_json out;
+  out["prefix_tokens"] = prefix_tokens_;
+  out["continue_tokens"] = continue_tokens_;
+  out["windows"] = seqs;
+  return ReplaceRegularFile("--windows-json", windows_json_, out.dump() + "\n", 0644);
 }
 
 Status BenchQuality::Run() {
@@ -437,14 +451,18 @@ Status BenchQuality::Run() {
       }
     }
   }
+  std::vector<std::vector<uint32_t>> seqs(windows);
+  for (size_t w = 0; w < windows; ++w) {
+    seqs[w] = {tokenizer.bos_id()};
+    const auto first = stream.begin() + static_cast<std::ptrdiff_t>(w * stride_);
+    seqs[w].insert(seqs[w].end(), first, first + static_cast<std::ptrdiff_t>(window - 1));
+  }
+  if (!windows_json_.empty()) KV_RETURN_IF_ERROR(WriteWindows(seqs));
   KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());
   QualityRun run(model.get(), layout, prefix_tokens_, continue_tokens_);
   std::vector<CodecResult> results(named.size());
   Progress progress("bench quality", windows, ProgressUnit::kCount, "windows");
-  for (size_t w = 0; w < windows; ++w) {
-    std::vector<uint32_t> seq = {tokenizer.bos_id()};
-    const auto first = stream.begin() + static_cast<std::ptrdiff_t>(w * stride_);
-    seq.insert(seq.end(), first, first + static_cast<std::ptrdiff_t>(window - 1));
+  for (const std::vector<uint32_t>& seq : seqs) {
     KV_RETURN_IF_ERROR(run.Window(seq, named, results, &ctx));
     progress.Add(1);
   }

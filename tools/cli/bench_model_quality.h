@@ -18,7 +18,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvtier/status.h"
 
@@ -37,10 +39,13 @@ class BenchQuality {
   Status Run();
 
  private:
+  Status WriteWindows(const std::vector<std::vector<uint32_t>>& seqs) const;
+
   CLI::App* app_;
-  std::string model_, tokenizer_, text_file_, codecs_text_ =
-      "identity,shuffle-zstd,int8,int8+zstd,int4,int4+zstd,int8-rot,int4-rot,k8v4,k8v4-rot,"
-      "ecq5,ecq6,ecq6v5,ladder-short";
+  std::string model_, tokenizer_, text_file_, windows_json_,
+      codecs_text_ =
+          "identity,shuffle-zstd,int8,int8+zstd,int4,int4+zstd,int8-rot,int4-rot,k8v4,k8v4-rot,"
+          "ecq5,ecq6,ecq6v5,ladder-short";
   LadderFlags ladder_;
   uint32_t prefix_tokens_ = 256, continue_tokens_ = 128, stride_ = 64, windows_max_ = 64;
   bool per_layer_ = false, json_ = false;

@@ -9,7 +9,8 @@
 # unknown codec, a prefix that is not whole blocks, a window longer than the model's context, a
 # text that is not a regular file or too short, no model) gets one clear line and a non-zero exit;
 # --per-layer adds a row codec/L per layer (its KL below the whole codec's) and
-# --ladder-finer-layers keeps a layer one rung finer (a lower ratio); a bad layer list is refused.
+# --ladder-finer-layers keeps a layer one rung finer (a lower ratio); a bad layer list is refused;
+# --windows-json writes the windows' token ids (and refuses a path that is not a file).
 # Method: the shared stories260K checkpoint with small windows (2 windows of 128 + 32 tokens);
 # the JSON is parsed with python3. The model-less run uses a copy of the binary in a temporary
 # directory, away from any shared/models.
@@ -102,6 +103,24 @@ PY
     grep -q "^$c " "$TMP/out" || fail "the table has no $c row: $(cat "$TMP/out")"
   done
   grep -q "64 predictions per codec" "$TMP/out" || fail "no prediction count: $(cat "$TMP/out")"
+  # --windows-json: the windows the rows were computed on, BOS first, each prefix + continuation
+  # + 1 tokens long (what bench/vllm_quality.py sends to vLLM).
+  rc=0
+  "$KVTIER" bench quality "${M[@]}" "${SMALL[@]}" --codecs identity --windows-json "$TMP/w.json" \
+    >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 0 ]] || fail "bench quality --windows-json: exit $rc: $(cat "$TMP/err")"
+  python3 - "$TMP/w.json" <<'PY' || fail "bench quality --windows-json: see above"
+import json, sys
+w = json.load(open(sys.argv[1]))
+assert list(w) == ["prefix_tokens", "continue_tokens", "windows"], list(w)
+assert (w["prefix_tokens"], w["continue_tokens"], len(w["windows"])) == (128, 32, 2), w
+for seq in w["windows"]:
+    assert len(seq) == 128 + 32 + 1 and seq[0] == 1 and all(0 <= t < 512 for t in seq), seq
+# The second window starts --stride (64) tokens of the text later.
+assert w["windows"][0][65:] == w["windows"][1][1:-64], "windows not 64 tokens apart"
+PY
+  expect_fail "windows-json into a directory" "--windows-json" "${M[@]}" "${SMALL[@]}" \
+    --codecs identity --windows-json "$TMP"
   expect_fail "unknown codec" "--codecs" "${M[@]}" "${SMALL[@]}" --codecs int8,int3
   expect_fail "bad group" "the group after @ is a number" "${M[@]}" "${SMALL[@]}" --codecs int4@x
   expect_fail "bad rung" "ladder: the int8 rung" "${M[@]}" "${SMALL[@]}" --codecs ladder-short \
