@@ -383,7 +383,33 @@ Status BenchQuality::WriteWindows(const std::vector<std::vector<uint32_t>>& seqs
   out["prefix_tokens"] = prefix_tokens_;
   out["continue_tokens"] = continue_tokens_;
   out["windows"] = seqs;
-  return ReplaceRegularFile("--windows-json", windows_json_, out.dump() + "\n", 0644);
+  return ReplaceRegularFile("--windows-json", windows_json_, JsonText(out, -1) + "\n", 0644);
+}
+
+// The text's windows: BOS, then `window` - 1 tokens of the text, --stride apart, at most
+// --windows-max of them.
+Result<std::vector<std::vector<uint32_t>>> BenchQuality::Windows(
+    const runtime::Tokenizer& tokenizer, uint64_t window) const {
+  std::string text = kBuiltInText;
+  if (!text_file_.empty()) {
+    KV_RETURN_IF_ERROR(
+        ReadInputFile(text_file_, "--text-file " + text_file_, kTextBytesMax, &text));
+  }
+  KV_ASSIGN_OR_RETURN(const std::vector<uint32_t> stream,
+                      tokenizer.Encode(text, {.add_bos = false}));
+  // Each window starts with BOS, as a sequence does: BOS + prefix - 1 + continuation + next.
+  if (stream.size() + 1 < window) {
+    return Status::InvalidArgument("the text holds " + std::to_string(stream.size()) +
+                                   " tokens; a window needs " + std::to_string(window - 1));
+  }
+  const size_t windows = std::min<size_t>(windows_max_, (stream.size() + 1 - window) / stride_ + 1);
+  std::vector<std::vector<uint32_t>> seqs(windows);
+  for (size_t w = 0; w < windows; ++w) {
+    seqs[w] = {tokenizer.bos_id()};
+    const auto first = stream.begin() + static_cast<std::ptrdiff_t>(w * stride_);
+    seqs[w].insert(seqs[w].end(), first, first + static_cast<std::ptrdiff_t>(window - 1));
+  }
+  return seqs;
 }
 
 Status BenchQuality::Run() {
@@ -422,20 +448,8 @@ Status BenchQuality::Run() {
         "--prefix-tokens + --continue-tokens + 1 = " + std::to_string(window) +
         " exceeds the model's context of " + std::to_string(model->config().seq_len));
   }
-  std::string text = kBuiltInText;
-  if (!text_file_.empty()) {
-    KV_RETURN_IF_ERROR(ReadInputFile(text_file_, "--text-file " + text_file_, kTextBytesMax,
-                                     &text));
-  }
-  KV_ASSIGN_OR_RETURN(const std::vector<uint32_t> stream,
-                      tokenizer.Encode(text, {.add_bos = false}));
-  // Each window starts with BOS, as a sequence does: BOS + prefix - 1 + continuation + next.
-  if (stream.size() + 1 < window) {
-    return Status::InvalidArgument("the text holds " + std::to_string(stream.size()) +
-                                   " tokens; a window needs " + std::to_string(window - 1));
-  }
-  const size_t windows =
-      std::min<size_t>(windows_max_, (stream.size() + 1 - window) / stride_ + 1);
+  KV_ASSIGN_OR_RETURN(const std::vector<std::vector<uint32_t>> seqs, Windows(tokenizer, window));
+  const size_t windows = seqs.size();
   const KvLayout layout = model->config().KvLayoutFor(kBlockTokens);
   KV_RETURN_IF_ERROR(layout.Validate());
   if (per_layer_) {
@@ -450,12 +464,6 @@ Status BenchQuality::Run() {
         named.push_back(std::move(one));
       }
     }
-  }
-  std::vector<std::vector<uint32_t>> seqs(windows);
-  for (size_t w = 0; w < windows; ++w) {
-    seqs[w] = {tokenizer.bos_id()};
-    const auto first = stream.begin() + static_cast<std::ptrdiff_t>(w * stride_);
-    seqs[w].insert(seqs[w].end(), first, first + static_cast<std::ptrdiff_t>(window - 1));
   }
   if (!windows_json_.empty()) KV_RETURN_IF_ERROR(WriteWindows(seqs));
   KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());

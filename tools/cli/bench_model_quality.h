@@ -22,7 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/result.h"
 #include "kvtier/status.h"
+
+namespace kvtier::runtime {
+class Tokenizer;
+}  // namespace kvtier::runtime
 
 namespace kvtier::cli {
 
@@ -39,6 +44,8 @@ class BenchQuality {
   Status Run();
 
  private:
+  Result<std::vector<std::vector<uint32_t>>> Windows(const runtime::Tokenizer& tokenizer,
+                                                     uint64_t window) const;
   Status WriteWindows(const std::vector<std::vector<uint32_t>>& seqs) const;
 
   CLI::App* app_;
