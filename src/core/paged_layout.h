@@ -64,8 +64,7 @@ inline constexpr uint32_t kPagedLayoutKinds = 10;
 
 // The layout's name as kvtier's APIs spell it ("vllm_legacy", "flash", "flash_hnd",
 // "flashinfer_nhd", "flashinfer_hnd", "vllm_cpu", "packed_nhd", "packed_hnd", "latent",
-// "vllm_cpu_vec"); nullptr
-// for an unknown value.
+// "vllm_cpu_vec"); nullptr for an unknown value.
 const char* PagedLayoutName(PagedLayoutKind kind);
 
 struct PagedGeometry {
