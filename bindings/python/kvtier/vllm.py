@@ -50,7 +50,9 @@ kv_connector_extra_config (all optional):
                         cores idle between its steps), docs/engine.md "Background writes"
   codec                 "identity" | "shuffle-zstd" | "int8" | "int4" | "int8-rot" | "int4-rot" |
                         "k8v4" | "k8v4-rot" | "ecq5" | "ecq6" | "ecq6v5" (SSD and remote records;
-                        docs/codecs.md), codec_level
+                        docs/codecs.md), codec_level. A lossy codec gets vLLM's "vec" CPU pages
+                        as canonical blocks and is refused over pages of another ISA
+                        (docs/integration.md)
   ssd_key_file, ssd_key_env          keys sealing SSD records at rest
   remote_endpoints      ["host:port", ...]: the shared Redis tier; remote_cluster,
                         remote_write_policy, remote_user, remote_password_env (a variable's
