@@ -11,9 +11,10 @@ predictions as much as it does over the runtime's KV, and no more: int4's KL ins
 2x of `kvtier bench quality`'s on the same windows. Before the connector gathered vLLM's "vec"
 pages into canonical blocks (per head K [head_dim][tokens] transposed back to [tokens][head_dim])
 int4 quantized each key "channel" across mixed dimensions and tokens, and its KL inside vLLM was
-8.7x the runtime's; (4) the connector refuses, at startup, a lossy codec over pages it moves
-byte for byte (an ISA other than "vec"), and lets the lossless codecs, MLA latent rows and the
-"vec" ISA through; it gathers "vec" pages canonically for a lossy codec only.
+8.0x the runtime's, here and on the full run; (4) the connector refuses, at startup, a lossy
+codec over pages it moves byte for byte (an ISA other than "vec"), and lets the lossless codecs,
+MLA latent rows and the "vec" ISA through; it gathers "vec" pages canonically for a lossy codec
+only.
 
 Method: the script in a subprocess of this interpreter (the vLLM environment), its JSON parsed;
 the refusal through the connector's own check function. The script exits 3 without the shared
