@@ -532,8 +532,8 @@ Status CheckBlockArray(const kvtier_engine_t* engine, const void* array, size_t 
 // Together they name every row once (the checks below).
 #define KVTIER_C_TIER_STRUCT_ROWS(X) \
   X(capacity_bytes) X(used_bytes) X(blocks) X(hits) X(evictions) X(writebacks) X(promotions)
-#define KVTIER_C_TIER_ARRAY_ROWS(X) X(write_failures) X(writeback_horizon_us) X(writeback_lag_us) \
-  X(write_bytes) X(staged_write_bytes)
+#define KVTIER_C_TIER_ARRAY_ROWS(X) \
+  X(write_failures) X(writeback_horizon_us) X(writeback_lag_us) X(write_bytes) X(staged_write_bytes)
 
 void FillTierStats(const TierStats& in, size_t i, kvtier_engine_stats_t* out) {
   out->tiers[i].kind = static_cast<kvtier_tier_t>(in.kind);
@@ -570,13 +570,13 @@ constexpr bool FieldsTile(std::array<StructField, N> fields, size_t size, size_t
 }
 #define KVTIER_C_FIELD(Struct, member) \
   StructField{offsetof(Struct, member), sizeof(Struct::member), alignof(decltype(Struct::member))},
-#define KVTIER_C_ENGINE_ROW(name, type, kind, unit, scope, help)           \
+#define KVTIER_C_ENGINE_ROW(name, type, kind, unit, scope, help) \
   KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_engine_stats_t, name, type)
 #define KVTIER_C_STRUCT_ROW(name) \
   KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_tier_stats_t, name, decltype(TierStats::name))
-#define KVTIER_C_ARRAY_ROW(name)                                                              \
-  static_assert(std::is_same_v<decltype(kvtier_engine_stats_t::tier_##name),                \
-                               decltype(TierStats::name)[KVTIER_STATS_TIERS_MAX]>,          \
+#define KVTIER_C_ARRAY_ROW(name)                                                   \
+  static_assert(std::is_same_v<decltype(kvtier_engine_stats_t::tier_##name),       \
+                               decltype(TierStats::name)[KVTIER_STATS_TIERS_MAX]>, \
                 "kvtier_engine_stats_t::tier_" #name " is not an array of the row's type");
 #define KVTIER_C_REMOTE_ROW(name, type, kind, unit, scope, help) \
   KVTIER_STATS_CHECK_MIRROR_ROW(kvtier_remote_stats_t, name, type)
@@ -585,8 +585,8 @@ KVTIER_REMOTE_STORE_STATS(KVTIER_C_REMOTE_ROW)
 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_STRUCT_ROW)
 KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_ARRAY_ROW)
 #define KVTIER_C_COUNT(name) +1
-static_assert(0 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COUNT) KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_COUNT) ==
-                  stats_internal::kTierRows,
+static_assert(0 KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_COUNT)
+                      KVTIER_C_TIER_ARRAY_ROWS(KVTIER_C_COUNT) == stats_internal::kTierRows,
               "a per-tier row of the stats table is in neither C place (struct or array)");
 #define KVTIER_C_ENGINE_FIELD(name, type, kind, unit, scope, help) \
   KVTIER_C_FIELD(kvtier_engine_stats_t, name)
@@ -608,15 +608,15 @@ static_assert(FieldsTile(std::to_array<StructField>({
                          sizeof(kvtier_engine_stats_t), alignof(kvtier_engine_stats_t)),
               "kvtier_engine_stats_t has a field that is not a row of the stats table");
 // clang-format on
-static_assert(FieldsTile(std::to_array<StructField>({KVTIER_C_FIELD(kvtier_tier_stats_t, kind)
-                                                    KVTIER_C_TIER_STRUCT_ROWS(
-                                                        KVTIER_C_STRUCT_FIELD)}),
-                         sizeof(kvtier_tier_stats_t), alignof(kvtier_tier_stats_t)),
-              "kvtier_tier_stats_t has a field that is not a row of the stats table");
-static_assert(FieldsTile(std::to_array<StructField>(
-                             {KVTIER_REMOTE_STORE_STATS(KVTIER_C_REMOTE_FIELD)}),
-                         sizeof(kvtier_remote_stats_t), alignof(kvtier_remote_stats_t)),
-              "kvtier_remote_stats_t has a field that is not a row of the stats table");
+static_assert(
+    FieldsTile(std::to_array<StructField>({KVTIER_C_FIELD(kvtier_tier_stats_t, kind)
+                                               KVTIER_C_TIER_STRUCT_ROWS(KVTIER_C_STRUCT_FIELD)}),
+               sizeof(kvtier_tier_stats_t), alignof(kvtier_tier_stats_t)),
+    "kvtier_tier_stats_t has a field that is not a row of the stats table");
+static_assert(
+    FieldsTile(std::to_array<StructField>({KVTIER_REMOTE_STORE_STATS(KVTIER_C_REMOTE_FIELD)}),
+               sizeof(kvtier_remote_stats_t), alignof(kvtier_remote_stats_t)),
+    "kvtier_remote_stats_t has a field that is not a row of the stats table");
 static_assert(KVTIER_BREAKER_HALF_OPEN == static_cast<int>(BreakerState::kHalfOpen) &&
               KVTIER_BREAKER_OPEN == static_cast<int>(BreakerState::kOpen));
 #undef KVTIER_C_FIELD
@@ -781,7 +781,8 @@ kvtier_status_t kvtier_engine_open(const kvtier_engine_options_t* options, kvtie
     }
     auto handle = std::make_unique<kvtier_engine_s>();
     if (in.log_fn != nullptr) {
-      handle->logger = std::make_unique<CallbackLogger>(in.log_fn, in.log_context, in.log_min_level);
+      handle->logger =
+          std::make_unique<CallbackLogger>(in.log_fn, in.log_context, in.log_min_level);
       converted.logger = handle->logger.get();
     }
     KV_ASSIGN_OR_RETURN(std::unique_ptr<kvtier::Engine> opened, kvtier::Engine::Open(converted));
@@ -810,8 +811,8 @@ kvtier_status_t kvtier_engine_connect(const char* socket, const kvtier_connect_o
     kvtier_connect_options_t in;
     kvtier_connect_options_init(&in);
     if (options != nullptr) {
-      KV_RETURN_IF_ERROR(kvtier::ReadVersioned(options, kvtier::kConnectOptionsV1Bytes, &in,
-                                               "connect options"));
+      KV_RETURN_IF_ERROR(
+          kvtier::ReadVersioned(options, kvtier::kConnectOptionsV1Bytes, &in, "connect options"));
     }
     const int32_t min_level = kvtier::RawEnum(in.log_min_level);
     if (min_level < KVTIER_LOG_DEBUG || min_level > KVTIER_LOG_ERROR) {

@@ -60,8 +60,9 @@ Status DescribeVllmPages(std::string_view backend, const PagedTensor& t, int64_t
   const auto& st = t.strides;
   PagedGeometry& g = layer->geometry;
   if (s.size() != 4 || s[1] != H || s[3] != 2 * C) {
-    return Mismatch(backend, t, "shape [pages, " + std::to_string(H) + ", page_tokens, " +
-                                    std::to_string(2 * C) + "]");
+    return Mismatch(
+        backend, t,
+        "shape [pages, " + std::to_string(H) + ", page_tokens, " + std::to_string(2 * C) + "]");
   }
   const int64_t N = s[2];
   const bool hnd = st[3] == 1 && st[2] == 2 * C && st[1] == N * 2 * C;
@@ -131,8 +132,8 @@ Status DescribeLatentPages(std::string_view backend, const PagedTensor& t, int64
   PagedGeometry& g = layer->geometry;
   const size_t x = s.size() == 4 && s[1] == 1 ? 1 : 0;
   if (H != 1 || s.size() != 3 + x || s[2 + x] != C) {
-    return Mismatch(backend, t, "shape [pages, (1,) page_tokens, " + std::to_string(C) +
-                                    "], 1 head");
+    return Mismatch(backend, t,
+                    "shape [pages, (1,) page_tokens, " + std::to_string(C) + "], 1 head");
   }
   if (st[2 + x] != 1 || st[1 + x] != C || st[0] < s[1 + x] * C) {
     return Mismatch(backend, t, "dense [pages][tokens][latent] pages");
@@ -199,10 +200,9 @@ Status CheckTransfer(const PagedLayer& layer, uint32_t block_tokens, std::span<c
   if (block_tokens == 0) return Status::InvalidArgument("block_tokens is 0");
   const uint32_t ppb = (block_tokens + g.page_tokens - 1) / g.page_tokens;
   if (table.size() != blocks * ppb) {
-    return Status::InvalidArgument("block table has " + std::to_string(table.size()) +
-                                   " entries; " + std::to_string(blocks) + " blocks of " +
-                                   std::to_string(ppb) + " pages need " +
-                                   std::to_string(blocks * ppb));
+    return Status::InvalidArgument(
+        "block table has " + std::to_string(table.size()) + " entries; " + std::to_string(blocks) +
+        " blocks of " + std::to_string(ppb) + " pages need " + std::to_string(blocks * ppb));
   }
   for (size_t i = 0; i < table.size(); ++i) {
     if (table[i] >= 0 && static_cast<uint64_t>(table[i]) >= layer.pages) {
@@ -322,8 +322,8 @@ void CopyPage(const PagedLayer& layer, Direction dir, uint64_t page, uint32_t sl
       for (uint32_t s = 0; s < slots; ++s) {
         for (uint32_t h = 0; h < g.kv_heads; ++h) {
           for (uint32_t d = 0; d < g.head_dim; ++d) {
-            const uint64_t idx = kv == 0 ? PagedKeyIndex(g, page, s, h, d)
-                                         : PagedValueIndex(g, page, s, h, d);
+            const uint64_t idx =
+                kv == 0 ? PagedKeyIndex(g, page, s, h, d) : PagedValueIndex(g, page, s, h, d);
             std::byte* p = base + idx * e;
             std::byte* c = canon + ((uint64_t{s} * g.kv_heads + h) * g.head_dim + d) * e;
             dir == Direction::kGather ? std::memcpy(c, p, e) : std::memcpy(p, c, e);
@@ -367,8 +367,7 @@ void Transfer(const PagedLayer& layer, uint32_t block_tokens, std::span<const in
       if (page < 0) continue;
       const uint32_t first = i * g.page_tokens;
       const uint32_t slots = std::min(g.page_tokens, block_tokens - first);
-      CopyPage(layer, dir, static_cast<uint64_t>(page), slots, first, block_tokens,
-               block_ptrs[b]);
+      CopyPage(layer, dir, static_cast<uint64_t>(page), slots, first, block_tokens, block_ptrs[b]);
     }
   }
 }
@@ -384,7 +383,8 @@ Status CheckedTransfer(const PagedLayer& layer, uint32_t block_tokens,
   for (const auto& b : blocks) {
     sizes.push_back(b.size());
     // A scatter only reads the blocks; Transfer shares one pointer type for both directions.
-    ptrs.push_back(const_cast<std::byte*>(b.data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    ptrs.push_back(
+        const_cast<std::byte*>(b.data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
   }
   KV_RETURN_IF_ERROR(CheckTransfer(layer, block_tokens, table, blocks.size(), sizes));
   Transfer(layer, block_tokens, table, dir, blocks.size(), ptrs.data());

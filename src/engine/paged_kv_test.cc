@@ -43,12 +43,18 @@ struct Case {
 
 uint32_t Size(Axis a, uint32_t n) {
   switch (a) {
-    case kPage: return kPages;
-    case kKv: return 2;
-    case kSlot: return n;
-    case kHead: return kH;
-    case kDim: return kC;
-    case kLayer: return 2;
+    case kPage:
+      return kPages;
+    case kKv:
+      return 2;
+    case kSlot:
+      return n;
+    case kHead:
+      return kH;
+    case kDim:
+      return kC;
+    case kLayer:
+      return 2;
   }
   return 0;
 }
@@ -168,11 +174,10 @@ TEST_P(PagedKvTest, GatherMatchesTheEngineLayoutAndScatterRebuildsIt) {
             for (uint32_t d = 0; d < kC; ++d) {
               const int32_t page = table[b * ppb + t / c.page_tokens];
               const uint32_t want =
-                  page < 0 ? 0
-                           : Code(kv, static_cast<uint32_t>(page), t % c.page_tokens, h, d);
+                  page < 0 ? 0 : Code(kv, static_cast<uint32_t>(page), t % c.page_tokens, h, d);
               ASSERT_EQ(blocks[b][((kv * block_tokens + t) * kH + h) * kC + d], want)
-                  << c.name << " block_tokens " << block_tokens << " b" << b << " kv" << kv
-                  << " t" << t << " h" << h << " d" << d;
+                  << c.name << " block_tokens " << block_tokens << " b" << b << " kv" << kv << " t"
+                  << t << " h" << h << " d" << d;
             }
 
     // Scatter into a zeroed tensor: the mapped pages come back, nothing else is written.
@@ -203,7 +208,9 @@ TEST_P(PagedKvTest, GatherMatchesTheEngineLayoutAndScatterRebuildsIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PagedKvTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& param) { return param.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return param.param.name;
+                         });
 
 Case CpuCase() { return Cases()[0]; }
 
@@ -300,8 +307,7 @@ TEST(PagedKvLatent, GatherScatterOnePlanePerBlock) {
     for (uint32_t tok = 0; tok < kBlockTokens; ++tok) {
       const int32_t page = table[b * 2 + tok / kN];
       for (uint32_t d = 0; d < kL; ++d) {
-        const uint16_t want =
-            page < 0 ? 0xabcd : code(static_cast<uint32_t>(page), tok % kN, d);
+        const uint16_t want = page < 0 ? 0xabcd : code(static_cast<uint32_t>(page), tok % kN, d);
         ASSERT_EQ(blocks[(b * kBlockTokens + tok) * kL + d], want) << b << " " << tok << " " << d;
       }
     }

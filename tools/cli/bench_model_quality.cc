@@ -123,7 +123,7 @@ Result<std::vector<uint32_t>> ParseLayerList(const std::string& text) {
 // --ladder-int8 and --ladder-int4 (empty: the ladder's defaults) and --ladder-finer-layers.
 Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& name,
                                                      const LadderFlags& flags) {
-  codecs::PrecisionLadderOptions o;  // At rest: the SSD and Redis tiers' rungs.
+  codecs::PrecisionLadderOptions o;        // At rest: the SSD and Redis tiers' rungs.
   o.lossy_from_tier = codecs::Tier::kSsd;  // As the engine's at rest, so ecq rungs are taken.
   if (name == "ladder-short") {
     // Scaled to a short window: the sink and the newest block exact, then int8, then int4.
@@ -248,8 +248,10 @@ class QualityRun {
 
   Result<PrefixKv> RoundTrip(const PrefixKv& exact, const NamedCodec& codec, CodecResult* result,
                              codecs::CodecContext* ctx) {
-    const codecs::BlockGeometry g{.tokens = kBlockTokens, .kv_heads = layout_.kv_heads,
-                                  .head_dim = layout_.head_dim, .dtype = DType::kF16};
+    const codecs::BlockGeometry g{.tokens = kBlockTokens,
+                                  .kv_heads = layout_.kv_heads,
+                                  .head_dim = layout_.head_dim,
+                                  .dtype = DType::kF16};
     KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSizeAnyCodec(g));
     std::vector<std::byte> encoded(max_encoded);
     PrefixKv out = exact;
@@ -258,15 +260,14 @@ class QualityRun {
       if (codec.only_layer.has_value() && b / chunks() != *codec.only_layer) continue;
       const uint64_t age = uint64_t{chunks() - 1 - chunk} * kBlockTokens;
       const CodecParams params =
-          codec.params.has_value()
-              ? *codec.params
-              : codec.ladder->Choose(codecs::Tier::kSsd, age,
-                                     chunk == 0 ? codecs::ChunkKind::kSink
-                                                : codecs::ChunkKind::kRegular,
-                                     static_cast<uint32_t>(b / chunks()));
-      KV_ASSIGN_OR_RETURN(const size_t n,
-                          codecs::EncodeBlock(params, g, std::as_bytes(std::span(exact.blocks[b])),
-                                              encoded, ctx));
+          codec.params.has_value() ? *codec.params
+                                   : codec.ladder->Choose(codecs::Tier::kSsd, age,
+                                                          chunk == 0 ? codecs::ChunkKind::kSink
+                                                                     : codecs::ChunkKind::kRegular,
+                                                          static_cast<uint32_t>(b / chunks()));
+      KV_ASSIGN_OR_RETURN(
+          const size_t n,
+          codecs::EncodeBlock(params, g, std::as_bytes(std::span(exact.blocks[b])), encoded, ctx));
       KV_RETURN_IF_ERROR(codecs::DecodeBlock(std::span<const std::byte>(encoded).first(n), g,
                                              std::as_writable_bytes(std::span(out.blocks[b])),
                                              ctx));
@@ -326,9 +327,9 @@ void Print(const std::string& model, size_t windows, std::span<const NamedCodec>
     const CodecResult& r = results[i];
     const NextTokenAgreement& a = r.agreement;
     std::printf("%-14s %7.3f %11.3e %11.3e %8.3f%% %10.4f %11.4f%% %s\n", named[i].name.c_str(),
-                double(r.raw_bytes) / double(std::max<uint64_t>(r.encoded_bytes, 1)),
-                a.KlMean(), a.KlMax(), 100 * a.Top1Agreement(), a.Perplexity(),
-                100 * a.PerplexityChange(), MeetsTargets(a) ? "yes" : "no");
+                double(r.raw_bytes) / double(std::max<uint64_t>(r.encoded_bytes, 1)), a.KlMean(),
+                a.KlMax(), 100 * a.Top1Agreement(), a.Perplexity(), 100 * a.PerplexityChange(),
+                MeetsTargets(a) ? "yes" : "no");
   }
 }
 
@@ -336,8 +337,9 @@ void Print(const std::string& model, size_t windows, std::span<const NamedCodec>
 
 BenchQuality::BenchQuality(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "quality", "What each codec does to the model's next-token predictions: KL, top-1 "
-                     "agreement and perplexity over decoded against exact KV")) {
+          "quality",
+          "What each codec does to the model's next-token predictions: KL, top-1 "
+          "agreement and perplexity over decoded against exact KV")) {
   app_->add_option("--model", model_,
                    "llama2.c/GGUF model (default: shared/models/stories260K.gguf beside the "
                    "repository)");
@@ -417,8 +419,7 @@ Status BenchQuality::Run() {
   if (prefix_tokens_ % kBlockTokens != 0) {
     return Status::InvalidArgument("--prefix-tokens: a multiple of 64 (whole KV blocks)");
   }
-  KV_ASSIGN_OR_RETURN(std::vector<NamedCodec> named,
-                      MakeCodecs(codecs_text_, ladder_));
+  KV_ASSIGN_OR_RETURN(std::vector<NamedCodec> named, MakeCodecs(codecs_text_, ladder_));
   std::string model_path = model_, tokenizer_path = tokenizer_;
   if (model_path.empty()) {
     // The llama2.c checkpoint and its tokenizer: its context is 512 tokens (the GGUF
@@ -433,8 +434,7 @@ Status BenchQuality::Run() {
     model_path = *found;
     tokenizer_path = *tokens;
   }
-  KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded,
-                      runtime::LoadModel(model_path, tokenizer_path));
+  KV_ASSIGN_OR_RETURN(runtime::LoadedModel loaded, runtime::LoadModel(model_path, tokenizer_path));
   if (!loaded.tokenizer.has_value()) {
     return Status::InvalidArgument("--model " + model_path +
                                    " has no vocabulary: give its --tokenizer");
