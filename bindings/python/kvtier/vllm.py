@@ -1182,11 +1182,11 @@ def _refuse_codec_over_unknown_axes(config: dict, mla: bool, page_layout: str | 
             config.get("server"):
         return
     raise RuntimeError(
-        f"kvtier: codec {codec!r} quantizes K per channel and V per token, but vLLM's CPU "
-        f"attention here writes its pages with the {page_layout or 'unknown'} ISA, whose "
-        "element order kvtier does not know (it moves those pages byte for byte); use "
-        "\"codec\": \"identity\" or \"shuffle-zstd\" (lossless), or a machine whose pages "
-        f"use the {CANONICAL_CPU_ISA!r} ISA")
+        f"kvtier: codec {codec!r} is not lossless, and a lossy codec quantizes K per channel "
+        f"and V per token, but vLLM's CPU attention here writes its pages with the "
+        f"{page_layout or 'unknown'} ISA, whose element order kvtier does not know (it moves "
+        "those pages byte for byte); use \"codec\": \"identity\" or \"shuffle-zstd\", or a "
+        f"machine whose pages use the {CANONICAL_CPU_ISA!r} ISA")
 
 
 def allow_amx() -> bool:
