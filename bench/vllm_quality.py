@@ -75,7 +75,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vllm_ttft import emit_report, portable_args
+from vllm_ttft import emit_report, portable_args, run_worker
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO.parent / "shared" / "models" / "stories260K.bin"
@@ -259,16 +259,8 @@ def worker(plan_path: str) -> int:
 
 def run_process(args, work: Path, name: str, plan: dict) -> dict:
     plan = dict(plan, out=str(work / f"{name}.out.json"), rows_out=str(work / f"{name}.npy"))
-    plan_path = work / f"{name}.plan.json"
-    plan_path.write_text(json.dumps(plan))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--worker", str(plan_path)],
-                          capture_output=True, text=True, timeout=args.process_timeout_s)
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"vllm_quality: {name} failed (exit {proc.returncode}); log {work / name}.log:\n"
-                 + (proc.stdout + proc.stderr)[-3000:])
-    result = json.loads((work / f"{name}.out.json").read_text())
+    result = run_worker(__file__, "vllm_quality", work, name, plan, args.process_timeout_s)
     if plan["phase"] == "judge":
         import numpy as np
         result["rows"] = np.load(plan["rows_out"])

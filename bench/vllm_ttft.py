@@ -205,6 +205,21 @@ def kv_bytes_per_token(model_dir: Path) -> int:
     return config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 2
 
 
+def run_worker(script: str, tag: str, work: Path, name: str, plan: dict, timeout_s: float) -> dict:
+    """`script --worker PLAN` in a process of its own (this interpreter): the plan is written to
+    work/NAME.plan.json, the process's output to work/NAME.log; a failure exits naming the log,
+    with its tail. Returns the JSON the worker wrote to plan["out"]."""
+    plan_path = work / f"{name}.plan.json"
+    plan_path.write_text(json.dumps(plan))
+    proc = subprocess.run([sys.executable, script, "--worker", str(plan_path)],
+                          capture_output=True, text=True, timeout=timeout_s)
+    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"{tag}: {name} failed (exit {proc.returncode}); log {work / name}.log:\n"
+                 + (proc.stdout + proc.stderr)[-3000:])
+    return json.loads(Path(plan["out"]).read_text())
+
+
 def run_process(args, work: Path, name: str, requests: list[dict], prefix_caching: bool,
                 connector: dict | None) -> dict:
     plan = {"model": str(args.model_dir), "max_model_len": args.max_model_len,
@@ -213,17 +228,9 @@ def run_process(args, work: Path, name: str, requests: list[dict], prefix_cachin
             "connector": connector, "requests": requests, "out": str(work / f"{name}.out.json"),
             "stats_file": (connector or {}).get("kv_connector_extra_config", {}).get(
                 "stats_file")}
-    plan_path = work / f"{name}.plan.json"
-    plan_path.write_text(json.dumps(plan))
     log(f"{name}: vLLM process, {len(requests)} requests")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--worker", str(plan_path)],
-                          capture_output=True, text=True, timeout=args.process_timeout_s)
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"vllm_ttft: {name} failed (exit {proc.returncode}); log {work / name}.log:\n"
-                 + (proc.stdout + proc.stderr)[-3000:])
-    result = json.loads((work / f"{name}.out.json").read_text())
+    result = run_worker(__file__, "vllm_ttft", work, name, plan, args.process_timeout_s)
     result["wall_s"] = time.perf_counter() - t0
     if plan["stats_file"] and os.path.exists(plan["stats_file"]):
         result["final_stats"] = json.loads(Path(plan["stats_file"]).read_text())
