@@ -29,12 +29,12 @@ def open_engine(cache_dir):
                          host_bytes=1 << 30, ssd_dirs=[cache_dir], ssd_bytes=2 << 30)
 
 
-def paged_cache(engine):
+def paged_cache(engine, backend="vllm_cpu"):
     pages = [torch.randn(CHUNKS + 8, HEADS, PAGE, 2 * HEAD_DIM).to(torch.bfloat16)
              for _ in range(LAYERS)]
     layers = [(t, t.data_ptr(), t.untyped_storage().nbytes(), list(t.shape), list(t.stride()), 2)
               for t in pages]
-    return engine.paged_cache("vllm_cpu", layers)
+    return engine.paged_cache(backend, layers)
 
 
 def one_load(cache_dir, warm):

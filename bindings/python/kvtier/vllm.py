@@ -1166,8 +1166,8 @@ def canonical_cpu_pages(config: dict, mla: bool, page_layout: str | None) -> boo
     """Whether the connector gathers vLLM's CPU pages into canonical blocks (backend
     vllm_cpu_vec): for a lossy codec over "vec" pages, whose quantization groups must be
     channels and tokens. Lossless codecs keep the byte-for-byte move (backend vllm_cpu), which
-    costs less (a transpose of every K page: about 5 ms more per 4096-token load of a
-    TinyLlama-shaped model, docs/integration.md). With "server" the codec is the service's."""
+    costs less (a transpose of every K page: 3-4 ms more per 4096-token load of a
+    TinyLlama-shaped model, 5-7 ms per save; bench/paged_gather.py). With "server" the codec is the service's."""
     return (not mla and page_layout == CANONICAL_CPU_ISA and not config.get("server")
             and str(config.get("codec", "identity")) not in LOSSLESS_CODECS)
 
