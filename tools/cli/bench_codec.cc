@@ -18,20 +18,21 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kv_quality.h"
 #include "byte_size.h"
 #include "codecs/codec.h"
 #include "codecs/precision_ladder.h"
 #include "core/limits.h"
+#include "env/dir_trust.h"
 #include "flags.h"
 #include "interrupt.h"
+#include "json_output.h"
+#include "kv_quality.h"
 #include "progress.h"
 #include "runtime/kv_blocks.h"
 #include "runtime/model.h"
 #include "runtime/model_loader.h"
 #include "runtime/synthetic_kv.h"
 #include "subprocess.h"
-#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -67,8 +68,8 @@ struct DataSet {
 
 struct Row {
   std::string codec, data;
-  double ratio = 0, encode_bytes_per_s = 0, decode_bytes_per_s = 0, rel_rmse = 0,
-         attn_cosine = 1, attn_cosine_min = 1;
+  double ratio = 0, encode_bytes_per_s = 0, decode_bytes_per_s = 0, rel_rmse = 0, attn_cosine = 1,
+         attn_cosine_min = 1;
 };
 
 void FillQueries(uint64_t seed, DataSet* d) {
@@ -92,8 +93,10 @@ DataSet Gaussian(size_t blocks, uint64_t seed) {
 class OutlierKv {
  public:
   static Result<OutlierKv> Create(uint32_t chunks, uint64_t seed) {
-    const KvLayout layout{.layers = 1, .kv_heads = kSyntheticGeometry.kv_heads,
-                          .head_dim = kSyntheticGeometry.head_dim, .dtype = DType::kF16,
+    const KvLayout layout{.layers = 1,
+                          .kv_heads = kSyntheticGeometry.kv_heads,
+                          .head_dim = kSyntheticGeometry.head_dim,
+                          .dtype = DType::kF16,
                           .block_tokens = kSyntheticGeometry.tokens};
     runtime::SyntheticKvOptions o{.context_tokens = chunks * layout.block_tokens, .seed = seed};
     KV_ASSIGN_OR_RETURN(runtime::SyntheticKvContext ctx,
@@ -156,24 +159,25 @@ Result<DataSet> ModelKv(const std::string& path, const std::string& tokenizer, u
     std::vector<float> logits;
     KV_RETURN_IF_ERROR(model->Forward(seq, 0, *kv, {}, &logits));
     while (seq.size() < tokens) {
-      const uint32_t next = static_cast<uint32_t>(
-          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      const uint32_t next =
+          static_cast<uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       seq.push_back(next);
       if (seq.size() == tokens) break;
       const uint32_t pos = static_cast<uint32_t>(seq.size() - 1);
-      KV_RETURN_IF_ERROR(model->Forward(std::span<const uint32_t>(&seq.back(), 1), pos, *kv, {},
-                                        &logits));
+      KV_RETURN_IF_ERROR(
+          model->Forward(std::span<const uint32_t>(&seq.back(), 1), pos, *kv, {}, &logits));
     }
   }
   KV_ASSIGN_OR_RETURN(std::unique_ptr<runtime::InMemoryKvBlocks> kv,
                       runtime::InMemoryKvBlocks::Create(layout, tokens));
   std::vector<float> logits;
-  KV_RETURN_IF_ERROR(
-      model->Forward(seq, 0, *kv, {.logits = runtime::LogitsMode::kNone}, &logits));
+  KV_RETURN_IF_ERROR(model->Forward(seq, 0, *kv, {.logits = runtime::LogitsMode::kNone}, &logits));
   const uint32_t chunks = tokens / kModelBlockTokens;
   DataSet d{.name = std::filesystem::path(path).stem().string(),
-            .geometry = {.tokens = kModelBlockTokens, .kv_heads = layout.kv_heads,
-                         .head_dim = layout.head_dim, .dtype = DType::kF16},
+            .geometry = {.tokens = kModelBlockTokens,
+                         .kv_heads = layout.kv_heads,
+                         .head_dim = layout.head_dim,
+                         .dtype = DType::kF16},
             .blocks = size_t{chunks} * layout.layers};
   for (uint32_t c = 0; c < chunks; ++c) {
     for (uint32_t l = 0; l < layout.layers; ++l) {
@@ -183,6 +187,32 @@ Result<DataSet> ModelKv(const std::string& path, const std::string& tokenizer, u
   }
   FillQueries(seed + 1, &d);
   return d;
+}
+
+// The data set as a NumPy .npy file (format version 1.0): the magic, the version, a little-endian
+// u16 header length, a Python dict literal naming the dtype, order and shape, padded with spaces
+// and a newline so that the data starts at a multiple of 64 bytes, then the FP16 halves.
+std::string NpyBytes(const DataSet& d) {
+  const BlockGeometry& g = d.geometry;
+  std::string header = "{'descr': '<f2', 'fortran_order': False, 'shape': (" +
+                       std::to_string(d.blocks) + ", 2, " + std::to_string(g.tokens) + ", " +
+                       std::to_string(g.kv_heads) + ", " + std::to_string(g.head_dim) + "), }";
+  constexpr size_t kPreamble = 10;  // Magic (6), version (2), header length (2).
+  header.append(63 - (kPreamble + header.size()) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  const size_t data_at = out.size();
+  out.resize(data_at + d.raw_bytes());
+  for (size_t i = 0; i < d.halves.size(); ++i) {  // Little-endian whatever the host.
+    out[data_at + 2 * i] = static_cast<char>(d.halves[i] & 0xff);
+    out[data_at + 2 * i + 1] = static_cast<char>(d.halves[i] >> 8);
+  }
+  return out;
 }
 
 std::vector<float> ToF32(std::span<const std::byte> block) {
@@ -232,8 +262,8 @@ const NamedCodec kCodecs[] = {
     {"ecq6v5", CodecParams::Ecq(codecs::CodecId::kEcq6V5)},
 };
 
-Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat,
-                         bool cpu_time, codecs::CodecContext* ctx) {
+Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t repeat, bool cpu_time,
+                         codecs::CodecContext* ctx) {
   KV_ASSIGN_OR_RETURN(const size_t max_encoded, codecs::MaxEncodedSize(codec.params, d.geometry));
   const size_t block_bytes = d.geometry.raw_bytes();
   std::vector<std::byte> encoded(max_encoded * d.blocks);
@@ -245,9 +275,9 @@ Result<Row> MeasureCodec(const NamedCodec& codec, const DataSet& d, uint32_t rep
     const PassTimer enc(cpu_time);
     for (size_t b = 0; b < d.blocks; ++b) {
       KV_ASSIGN_OR_RETURN(
-          sizes[b], codecs::EncodeBlock(codec.params, d.geometry, d.Block(b),
-                                        std::span(encoded).subspan(b * max_encoded, max_encoded),
-                                        ctx));
+          sizes[b],
+          codecs::EncodeBlock(codec.params, d.geometry, d.Block(b),
+                              std::span(encoded).subspan(b * max_encoded, max_encoded), ctx));
     }
     encode_s.push_back(enc.Seconds());
     const PassTimer dec(cpu_time);
@@ -324,7 +354,8 @@ Result<Row> MeasureZstdCli(const DataSet& d, uint32_t repeat, const std::string&
     }
   }
   const double raw = static_cast<double>(d.raw_bytes());
-  return Row{.codec = "zstd-cli", .data = d.name,
+  return Row{.codec = "zstd-cli",
+             .data = d.name,
              .ratio = raw / static_cast<double>(std::max<size_t>(compressed.size(), 1)),
              .encode_bytes_per_s = raw / std::max(Median(encode_s), 1e-9),
              .decode_bytes_per_s = raw / std::max(Median(decode_s), 1e-9)};
@@ -410,8 +441,8 @@ void Print(const std::vector<Row>& rows, bool json) {
     std::printf("%s\n", JsonText(j, 2).c_str());
     return;
   }
-  std::printf("%-14s %-34s %7s %12s %12s %10s %11s %11s\n", "codec", "data", "ratio",
-              "encode MB/s", "decode MB/s", "rel_rmse", "attn_cosine", "cosine_min");
+  std::printf("%-14s %-34s %7s %12s %12s %10s %11s %11s\n", "codec", "data", "ratio", "encode MB/s",
+              "decode MB/s", "rel_rmse", "attn_cosine", "cosine_min");
   for (const Row& r : rows) {
     std::printf("%-14s %-34s %7.3f %12.0f %12.0f %10.2e %11.6f %11.6f\n", r.codec.c_str(),
                 r.data.c_str(), r.ratio, r.encode_bytes_per_s / 1e6, r.decode_bytes_per_s / 1e6,
@@ -422,8 +453,8 @@ void Print(const std::vector<Row>& rows, bool json) {
 // The ladder of --ladder-int8, --ladder-int4 (codec names; empty: the defaults),
 // --ladder-recent and --ladder-int4-age (0: the defaults), validated.
 Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& int8_rung,
-                                                     const std::string& int4_rung,
-                                                     uint32_t recent, uint32_t int4_age) {
+                                                     const std::string& int4_rung, uint32_t recent,
+                                                     uint32_t int4_age) {
   codecs::PrecisionLadderOptions o;
   if (!int8_rung.empty()) {
     Result<CodecParams> p = codecs::ParseCodecParams(int8_rung);
@@ -447,12 +478,16 @@ Result<codecs::PrecisionLadderOptions> LadderOptions(const std::string& int8_run
 
 BenchCodec::BenchCodec(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "codec", "Ratio, throughput and quality of every codec on synthetic and real KV, "
-                   "beside the zstd program and the precision ladder")) {
+          "codec",
+          "Ratio, throughput and quality of every codec on synthetic and real KV, "
+          "beside the zstd program and the precision ladder")) {
   app_->add_option("--model", model_,
                    "llama2.c/GGUF model whose prefilled KV is a data set (default: "
                    "shared/models/stories260K.gguf beside the repository, when present)");
   app_->add_option("--tokenizer", tokenizer_, "llama2.c tokenizer for --model (optional)");
+  app_->add_option("--save-model-kv", save_model_kv_,
+                   "Also write the model's KV blocks to this file as a NumPy array (.npy, FP16, "
+                   "[block][K, V][token][kv_head][head_dim])");
   app_->add_option("--model-tokens", model_tokens_,
                    "Tokens of the model's sequence, at most its context (default 512)")
       ->check(WholeNumber(kModelBlockTokens, 1u << 20));
@@ -487,9 +522,8 @@ BenchCodec::BenchCodec(CLI::App* bench)
 Status BenchCodec::Run() {
   InstallInterruptHandler();
   // The ladder's options first: a bad rung is reported before minutes of measurements.
-  KV_ASSIGN_OR_RETURN(
-      const codecs::PrecisionLadderOptions ladder_options,
-      LadderOptions(ladder_int8_, ladder_int4_, ladder_recent_, ladder_int4_age_));
+  KV_ASSIGN_OR_RETURN(const codecs::PrecisionLadderOptions ladder_options,
+                      LadderOptions(ladder_int8_, ladder_int4_, ladder_recent_, ladder_int4_age_));
   KV_ASSIGN_OR_RETURN(const uint64_t bytes, ParseBytes("--bytes", bytes_text_));
   const uint64_t block_bytes = kSyntheticGeometry.raw_bytes();
   const size_t blocks = bytes / block_bytes;
@@ -498,6 +532,11 @@ Status BenchCodec::Run() {
   KV_ASSIGN_OR_RETURN(DataSet outliers, SyntheticOutliers(blocks, seed_));
   sets.push_back(std::move(outliers));
   std::string model = model_;
+  if (model.empty() && !save_model_kv_.empty() && !FindSharedModel().has_value()) {
+    return Status::InvalidArgument("--save-model-kv: no model (shared/models/" +
+                                   std::string(kSharedModelFile) +
+                                   " not found beside the repository; --model FILE)");
+  }
   if (model.empty()) {
     if (std::optional<std::string> found = FindSharedModel(); found.has_value()) {
       model = *found;
@@ -511,12 +550,17 @@ Status BenchCodec::Run() {
   if (!model.empty()) {
     Result<DataSet> real = ModelKv(model, tokenizer_, model_tokens_, seed_);
     if (!real.ok()) return real.status().WithContext("--model " + model);
+    if (!save_model_kv_.empty()) {
+      KV_RETURN_IF_ERROR(
+          ReplaceRegularFile("--save-model-kv", save_model_kv_, NpyBytes(*real), 0644));
+    }
     sets.push_back(std::move(real).value());
   }
   bool zstd_cli = !no_zstd_cli_;
   if (zstd_cli && !Capture({"zstd", "--version"}).ok()) {
-    std::fprintf(stderr, "kvtier bench codec: zstd not found; zstd-cli rows left out "
-                         "(install zstd)\n");
+    std::fprintf(stderr,
+                 "kvtier bench codec: zstd not found; zstd-cli rows left out "
+                 "(install zstd)\n");
     zstd_cli = false;
   }
   std::optional<ScopedRemoval> scratch_removal;
@@ -528,8 +572,7 @@ Status BenchCodec::Run() {
   KV_ASSIGN_OR_RETURN(codecs::CodecContext ctx, codecs::CodecContext::Create());
   KV_RETURN_IF_ERROR(ctx.Reserve(kSyntheticGeometry));
   const size_t per_set = std::size(kCodecs) + (zstd_cli ? 1 : 0);
-  Progress progress("bench codec", sets.size() * per_set + 1, ProgressUnit::kCount,
-                    "measurements");
+  Progress progress("bench codec", sets.size() * per_set + 1, ProgressUnit::kCount, "measurements");
   std::vector<Row> rows;
   for (const DataSet& d : sets) {
     for (const NamedCodec& codec : kCodecs) {

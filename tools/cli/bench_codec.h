@@ -11,6 +11,9 @@
 // shuffle-zstd uses) in the same run, and `ladder`, the precision ladder's codecs by age over a
 // long synthetic sequence (SSD tier: shuffle-zstd for the sink and recent window, then int8,
 // int4) with the attention cosine taken over the whole sequence. docs/benchmarks.md has figures.
+// --save-model-kv FILE writes the real model's blocks as a NumPy array (.npy, FP16, shape
+// [blocks][2 (K, V)][tokens][kv_heads][head_dim]) for analyses outside the CLI
+// (bench/ecq_bounds.py).
 //
 // Thread safety: the CLI's main thread only. Ownership: flags are bound to this object's members.
 #pragma once
@@ -31,9 +34,9 @@ class BenchCodec {
 
  private:
   CLI::App* app_;
-  std::string model_, tokenizer_, bytes_text_ = "16MiB";
+  std::string model_, tokenizer_, bytes_text_ = "16MiB", save_model_kv_;
   uint32_t repeat_ = 5, model_tokens_ = 512, ladder_tokens_ = 32768;
-  std::string ladder_int8_, ladder_int4_;   // Empty: the ladder's defaults.
+  std::string ladder_int8_, ladder_int4_;             // Empty: the ladder's defaults.
   uint32_t ladder_recent_ = 0, ladder_int4_age_ = 0;  // 0: the ladder's defaults.
   uint64_t seed_ = 1;
   bool json_ = false, no_zstd_cli_ = false, cpu_time_ = false;

@@ -8,7 +8,9 @@
 # (lossy beyond the recent window, so compressing more than shuffle-zstd);
 # without a model the real-model rows are left out with a line on stderr, and without the zstd
 # program its rows are; text output is a table; Ctrl-C exits 130 and leaves no scratch files;
-# bad flags exit 2.
+# bad flags exit 2; --save-model-kv writes the model's blocks as a NumPy array of the blocks' shape
+# that equal what the model computed (bench/ecq_bounds.py reads it) and refuses a directory, a
+# symbolic link and a run without a model.
 # Method: small sizes (1 MiB data sets, a 4096-token ladder: lossless, then int8; 2 repetitions); the JSON is parsed
 # with python3. The model-less run uses a copy of the binary in a temporary directory, away from
 # any shared/models; the zstd-less one runs with an empty PATH.
@@ -119,6 +121,34 @@ else
   echo "SKIP (real-model rows): $GGUF is missing (expected ../shared/models beside the repository)"
 fi
 
+# 1a. --save-model-kv: a .npy of [blocks][K, V][64 tokens][4 heads][8], FP16, finite, not all
+# zero, K and V different; a directory, a symbolic link and no model refused with one line.
+if [[ -f "$GGUF" ]]; then
+  rc=0
+  "$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --model "$GGUF" --save-model-kv "$TMP/kv.npy" \
+    --json >"$TMP/out" 2>"$TMP/err" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    fail "bench codec --save-model-kv: exit $rc: $(cat "$TMP/err")"
+  else
+    python3 - "$TMP/kv.npy" <<'PY' || fail "bench codec --save-model-kv: see above"
+import sys
+import numpy as np
+a = np.load(sys.argv[1])
+assert a.dtype == np.float16 and a.ndim == 5 and a.shape[1:] == (2, 64, 4, 8), a.shape
+assert a.shape[0] > 0 and np.isfinite(a).all() and np.abs(a).max() > 0, a.shape
+assert not np.array_equal(a[:, 0], a[:, 1]), "K equals V"
+PY
+  fi
+  for target in "$TMP" "$TMP/link.npy"; do
+    ln -sfn "$TMP/kv.npy" "$TMP/link.npy"
+    rc=0
+    "$KVTIER" bench codec "${SMALL[@]}" --no-zstd-cli --model "$GGUF" --save-model-kv "$target" \
+      >"$TMP/out" 2>"$TMP/err" || rc=$?
+    [[ $rc -eq 1 && "$(wc -l <"$TMP/err")" -eq 1 ]] && grep -q -- "--save-model-kv" "$TMP/err" ||
+      fail "--save-model-kv $target: exit $rc: $(cat "$TMP/err")"
+  done
+fi
+
 # 1b. --cpu-time (thread CPU time) and the ladder's rungs and ages: the same rows, rates > 0; a
 # k8v4 middle rung from 2048 tokens on (4096-token sequence: two thirds of it) compresses more
 # than the default ladder, which keeps all of a 4096-token sequence at full precision or int8.
@@ -179,6 +209,15 @@ elif [[ $rc -ne 0 ]]; then
 else
   grep -q "real-model rows left out" "$TMP/err" || fail "no note about the missing model: $(cat "$TMP/err")"
   check_json "$TMP/out" 0 "$have_zstd" || fail "bench codec without a model: $(check_json "$TMP/out" 0 "$have_zstd")"
+fi
+
+# 2b. --save-model-kv without a model: refused before any measurement.
+if [[ $near_model -eq 0 ]]; then
+  rc=0
+  (cd "$TMP/alone" && ./kvtier bench codec "${SMALL[@]}" --save-model-kv kv.npy) \
+    >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 && ! -e "$TMP/alone/kv.npy" ]] && grep -q -- "-model-kv: no model" "$TMP/err" ||
+    fail "--save-model-kv without a model: exit $rc: $(cat "$TMP/err")"
 fi
 
 # 3. Without the zstd program: its rows are left out, with a line on stderr.
