@@ -7,7 +7,8 @@ of the vLLM connector stores the KV that vLLM computed, through the codec named 
 kv_connector_extra_config, and vLLM then predicts over what the connector loaded. This script
 measures that path end to end, on the same trained model (the shared stories260K), the same
 text windows and the same predictions, with the same figures: KL divergence of the next-token
-distributions (mean and max, nats), top-1 agreement (flips, and the exact run's near ties),
+distributions (mean and max, nats), top-1 agreement (flips, the exact run's near ties, the
+flips beyond them and the clearest flipped prediction's gap),
 perplexity of the text's tokens and its relative change, and whether the row meets "99.9 %
 precision" (top-1 agreement >= 99.9 % and |perplexity change| <= 0.1 %, docs/codecs.md).
 
@@ -279,14 +280,18 @@ def agreement(exact, decoded, next_tokens) -> dict:
     kl = np.maximum((p * (exact - decoded)).sum(axis=1), 0.0)
     top_e, top_d = exact.argmax(axis=1), decoded.argmax(axis=1)
     best2 = np.sort(exact, axis=1)[:, -2:]
+    gap = best2[:, 1] - best2[:, 0]  # The exact logits' best two apart (log-probabilities alike).
+    flips = top_e != top_d
     rows = np.arange(len(next_tokens))
     ppl_exact = float(np.exp(-exact[rows, next_tokens].mean()))
     ppl = float(np.exp(-decoded[rows, next_tokens].mean()))
     top1 = float((top_e == top_d).mean())
     change = ppl / ppl_exact - 1
     return {"rows": int(len(rows)), "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
-            "top1_agreement": top1, "top1_flips": int((top_e != top_d).sum()),
-            "near_ties": int((best2[:, 1] - best2[:, 0] < NEAR_TIE).sum()),
+            "top1_agreement": top1, "top1_flips": int(flips.sum()),
+            "near_ties": int((gap < NEAR_TIE).sum()),
+            "top1_flips_beyond_near_ties": int((flips & (gap >= NEAR_TIE)).sum()),
+            "flip_gap_max": float(gap[flips].max()) if flips.any() else 0.0,
             "perplexity_exact": ppl_exact, "perplexity": ppl, "perplexity_change": change,
             "meets_99_9": bool(top1 >= TOP1_AGREEMENT_MIN
                                and abs(change) <= PERPLEXITY_CHANGE_MAX)}
@@ -339,7 +344,8 @@ def measure(args, work: Path, codecs: list[str], sockets: Path) -> dict:
                           dict(base, phase="judge", connector=None, dtype="float32"))
         f32_rows = f32["rows"].reshape(exact_rows.shape)
         floor = {f"float32_{k}": v for k, v in agreement(f32_rows, exact_rows, next_tokens).items()
-                 if k in ("kl_mean", "kl_max", "top1_agreement", "top1_flips")}
+                 if k in ("kl_mean", "kl_max", "top1_agreement", "top1_flips",
+                          "top1_flips_beyond_near_ties")}
     rows = []
     for codec in codecs:
         cache = work / f"cache_{codec}"
@@ -365,7 +371,8 @@ def measure(args, work: Path, codecs: list[str], sockets: Path) -> dict:
                      "the SSD tier after the restart")
         rt = runtime.get(codec, {})
         row["runtime"] = {k: rt.get(k) for k in ("ratio", "kl_mean", "kl_max", "top1_agreement",
-                                                 "top1_flips", "perplexity_change",
+                                                 "top1_flips", "top1_flips_beyond_near_ties",
+                                                 "flip_gap_max", "perplexity_change",
                                                  "meets_99_9")}
         rows.append(row)
         log(f"{codec}: KL {row['kl_mean']:.2e}, top-1 {100 * row['top1_agreement']:.2f} %, "

@@ -310,6 +310,8 @@ void Print(const std::string& model, size_t windows, std::span<const NamedCodec>
       row["top1_agreement"] = a.Top1Agreement();
       row["top1_flips"] = a.Flips();
       row["near_ties"] = a.NearTies();
+      row["top1_flips_beyond_near_ties"] = a.FlipsBeyondNearTies();
+      row["flip_gap_max"] = a.FlipGapMax();
       row["perplexity_exact"] = a.PerplexityExact();
       row["perplexity"] = a.Perplexity();
       row["perplexity_change"] = a.PerplexityChange();

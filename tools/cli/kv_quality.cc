@@ -87,7 +87,8 @@ void NextTokenAgreement::Add(std::span<const float> exact, std::span<const float
   const auto top = [](std::span<const float> x) {
     return std::max_element(x.begin(), x.end()) - x.begin();
   };
-  if (top(exact) == top(decoded)) ++agree_;
+  const bool agree = top(exact) == top(decoded);
+  if (agree) ++agree_;
   float best = -INFINITY, second = -INFINITY;
   for (const float v : exact) {
     if (v > best) {
@@ -97,7 +98,12 @@ void NextTokenAgreement::Add(std::span<const float> exact, std::span<const float
       second = v;
     }
   }
-  if (best - second < kNearTieLogits) ++near_ties_;
+  const bool near_tie = best - second < kNearTieLogits;
+  if (near_tie) ++near_ties_;
+  if (!agree) {
+    if (!near_tie) ++flips_beyond_ties_;
+    flip_gap_max_ = std::max(flip_gap_max_, static_cast<double>(best - second));
+  }
   nll_exact_ += lse_p - exact[next_token];
   nll_ += lse_q - decoded[next_token];
 }

@@ -66,14 +66,20 @@ class NextTokenAgreement {
   // predictions any perturbation of the KV may flip (how fine a top-1 agreement can resolve).
   static constexpr float kNearTieLogits = 0.01f;
   size_t NearTies() const { return near_ties_; }
+  // Flips at rows that are not near ties: the exact KV's choice was clear and the decoded KV
+  // changed it.
+  size_t FlipsBeyondNearTies() const { return flips_beyond_ties_; }
+  // The largest gap between the exact logits' best two tokens at a flipped row (0 without a
+  // flip): how clear the clearest prediction a codec flipped was, in logits.
+  double FlipGapMax() const { return flip_gap_max_; }
   double PerplexityExact() const;
   double Perplexity() const;
   // Perplexity() / PerplexityExact() - 1: the relative change (0.001 is 0.1 %).
   double PerplexityChange() const;
 
  private:
-  size_t rows_ = 0, agree_ = 0, near_ties_ = 0;
-  double kl_sum_ = 0, kl_max_ = 0, nll_exact_ = 0, nll_ = 0;
+  size_t rows_ = 0, agree_ = 0, near_ties_ = 0, flips_beyond_ties_ = 0;
+  double kl_sum_ = 0, kl_max_ = 0, nll_exact_ = 0, nll_ = 0, flip_gap_max_ = 0;
 };
 
 }  // namespace kvtier::cli

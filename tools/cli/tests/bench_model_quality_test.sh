@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Goal: `kvtier bench quality` judges codecs by the model's predictions: one JSON row per codec
 # with exactly the keys codec, model, windows, rows, ratio, kl_mean, kl_max, top1_agreement,
-# top1_flips, near_ties, perplexity_exact, perplexity, perplexity_change, meets_99_9 (the rotated
-# and mixed-width codecs included); the lossless codecs (identity,
+# top1_flips, near_ties, top1_flips_beyond_near_ties, flip_gap_max (consistent with the flips and
+# the 0.01-logit near-tie line), perplexity_exact, perplexity, perplexity_change, meets_99_9 (the
+# rotated and mixed-width codecs included); the lossless codecs (identity,
 # shuffle-zstd) give bit-identical predictions (KL 0, agreement 1, no perplexity change, the
 # target met); the lossy ones a KL above 0 and an agreement in (0, 1], int4 compressing more than
 # int8; rows = windows x --continue-tokens; the text table names every codec; bad input (an
@@ -49,8 +50,8 @@ if [[ -f "$BIN" && -f "$TOK" ]]; then
 import json, sys
 rows = json.load(open(sys.argv[1]))
 keys = ["codec", "model", "windows", "rows", "ratio", "kl_mean", "kl_max", "top1_agreement",
-        "top1_flips", "near_ties", "perplexity_exact", "perplexity", "perplexity_change",
-        "meets_99_9"]
+        "top1_flips", "near_ties", "top1_flips_beyond_near_ties", "flip_gap_max",
+        "perplexity_exact", "perplexity", "perplexity_change", "meets_99_9"]
 want = ["identity", "shuffle-zstd", "int8", "int8+zstd", "int4", "int4+zstd", "int8-rot",
         "int4-rot", "k8v4", "k8v4-rot", "ecq5", "ecq6", "ecq6v5",
         "ladder-short"]
@@ -70,6 +71,11 @@ for r in rows:
     if r["top1_flips"] != round((1 - r["top1_agreement"]) * r["rows"]) or \
             not 0 <= r["near_ties"] <= r["rows"]:
         errors.append(f"{r['codec']}: flips {r['top1_flips']}, near ties {r['near_ties']}")
+    # A flip beyond the near ties has an exact gap of at least 0.01 logits; none: gap max 0.
+    beyond, gap = r["top1_flips_beyond_near_ties"], r["flip_gap_max"]
+    if not (0 <= beyond <= r["top1_flips"] and gap >= 0 and (r["top1_flips"] > 0 or gap == 0)
+            and (beyond == 0 or gap >= 0.01) and (beyond > 0 or gap < 0.01)):
+        errors.append(f"{r['codec']}: flips beyond near ties {beyond}, flip gap max {gap}")
     if r["codec"] in ("identity", "shuffle-zstd"):
         if (r["kl_mean"], r["kl_max"], r["top1_agreement"], r["perplexity_change"],
                 r["meets_99_9"]) != (0, 0, 1, 0, True):

@@ -3,12 +3,13 @@
 // when a later block holds a much larger score, which rescales what was summed), the relative
 // RMSE over many blocks is the whole data's, and the median of repetitions is the middle value;
 // `kvtier bench quality`'s NextTokenAgreement gives KL 0, full agreement and equal perplexities
-// for equal logits, the KL, top-1 agreement and perplexities of hand-computed distributions, and
-// no overflow on logits in the thousands.
+// for equal logits, the KL, top-1 agreement and perplexities of hand-computed distributions, the
+// flips beyond the near ties with the largest flipped gap, and no overflow on logits in the
+// thousands.
 // Method: SequenceAttention over random blocks (with planted keys aligned with the query, early
 // and late) against codecs::AttentionOutputF32 over the concatenated K and V; ErrorSums and
 // Median against hand-computed values; NextTokenAgreement against two-token distributions
-// worked out by hand, and its flip and near-tie counts on hand-made rows.
+// worked out by hand, and its flip, near-tie and flipped-gap figures on hand-made rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,22 @@ TEST(NextTokenAgreementTest, FlipsAndNearTies) {
   EXPECT_EQ(a.Flips(), 2u);     // Rows 0 and 2.
   EXPECT_EQ(a.NearTies(), 2u);  // Rows 0 and 1.
   EXPECT_DOUBLE_EQ(a.Top1Agreement(), 0.5);
+  // Row 0's flip is at a near tie; row 2's is not, and its exact best two are 2 apart.
+  EXPECT_EQ(a.FlipsBeyondNearTies(), 1u);
+  EXPECT_DOUBLE_EQ(a.FlipGapMax(), 2.0);
+}
+
+// Without a flip the largest flipped gap is 0, however far apart the exact best two are; a flip
+// at a near tie sets it to that tie's gap and counts no flip beyond the ties.
+TEST(NextTokenAgreementTest, FlipGapWithoutFlipsAndAtATie) {
+  NextTokenAgreement a;
+  a.Add(std::vector<float>{9.0f, 0.0f}, std::vector<float>{8.0f, 0.0f}, 0);
+  EXPECT_EQ(a.FlipsBeyondNearTies(), 0u);
+  EXPECT_EQ(a.FlipGapMax(), 0.0);
+  a.Add(std::vector<float>{1.0f, 1.004f}, std::vector<float>{1.0f, 0.5f}, 0);
+  EXPECT_EQ(a.Flips(), 1u);
+  EXPECT_EQ(a.FlipsBeyondNearTies(), 0u);
+  EXPECT_NEAR(a.FlipGapMax(), 0.004, 1e-6);
 }
 
 TEST(MedianTest, MiddleValue) {
