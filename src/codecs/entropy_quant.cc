@@ -1,6 +1,7 @@
 #include "codecs/entropy_quant.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -24,14 +25,25 @@ constexpr float kCenterMax = 30000.0f;
 // 2^17.875 (e = 255), an eighth of an octave apart. The fractions 2^(j/8) are written out so
 // that every build decodes the same steps.
 constexpr int kStepExpBias = 112;
-constexpr float kEighthOctaves[8] = {1.0f,          1.09050773f, 1.18920712f, 1.29683955f,
-                                     1.41421356f,   1.54221083f, 1.68179283f, 1.83400809f};
+constexpr float kEighthOctaves[8] = {1.0f,        1.09050773f, 1.18920712f, 1.29683955f,
+                                     1.41421356f, 1.54221083f, 1.68179283f, 1.83400809f};
 
-float StepOf(uint8_t e) {
-  const int q = static_cast<int>(e) - kStepExpBias;
-  const int whole = q >= 0 ? q / 8 : -((-q + 7) / 8);
-  return std::ldexp(kEighthOctaves[q - 8 * whole], whole);
+// Every step byte's step, computed once: a decoder looks up each head's step rather than calling
+// ldexp per channel (which took an eighth of decoding a 32-token block).
+const std::array<float, 256>& StepTable() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int e = 0; e < 256; ++e) {
+      const int q = e - kStepExpBias;
+      const int whole = q >= 0 ? q / 8 : -((-q + 7) / 8);
+      t[static_cast<size_t>(e)] = std::ldexp(kEighthOctaves[q - 8 * whole], whole);
+    }
+    return t;
+  }();
+  return table;
 }
+
+float StepOf(uint8_t e) { return StepTable()[e]; }
 
 // 2^(2 - quarter_bits / 4): a head's step in units of its channels' (geometric mean) spread.
 float StepScale(uint32_t quarter_bits) {
@@ -120,8 +132,7 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
     }
   }
   const float geo =
-      varying == 0 ? 0.0f
-                   : static_cast<float>(std::exp2(log_sum / static_cast<double>(varying)));
+      varying == 0 ? 0.0f : static_cast<float>(std::exp2(log_sum / static_cast<double>(varying)));
   return StepByte(geo * scale, floor);
 }
 
@@ -132,9 +143,8 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
 // 2^22 and keeps larger values large); clamped to +-128, whose zigzag is 255 or more. Written so
 // that it vectorizes; the AVX2 build of the same loop (below) gives the same bits (no
 // contraction: -ffp-contract=off).
-[[gnu::always_inline]] inline void QuantizeRowBody(const float* x, size_t n,
-                                                   const float* inv_step, const float* center,
-                                                   uint8_t* codes) {
+[[gnu::always_inline]] inline void QuantizeRowBody(const float* x, size_t n, const float* inv_step,
+                                                   const float* center, uint8_t* codes) {
   for (size_t c = 0; c < n; ++c) {
     const float r = x[c] * inv_step[c] - center[c];
     int32_t q = static_cast<int32_t>((r + kRoundMagic) - kRoundMagic);
@@ -167,18 +177,18 @@ void DequantizeRow(const uint8_t* codes, size_t n, const float* step, const floa
 
 #if defined(__x86_64__)
 // The three loops built for one target: <Loop><suffix> runs the loop's always_inline body.
-#define KV_ECQ_LOOPS(suffix, target)                                                          \
-  target void QuantizeRow##suffix(const float* x, size_t n, const float* inv_step,          \
-                                  const float* center, uint8_t* codes) {                    \
-    QuantizeRowBody(x, n, inv_step, center, codes);                                         \
-  }                                                                                         \
-  target void ChannelStats##suffix(const float* x, size_t tokens, size_t channels,          \
-                                   float* mean, float* sd, float* bad) {                    \
-    ChannelStatsBody(x, tokens, channels, mean, sd, bad);                                   \
-  }                                                                                         \
-  target void DequantizeRow##suffix(const uint8_t* codes, size_t n, const float* step,      \
-                                    const float* center, float* y) {                        \
-    DequantizeRowBody(codes, n, step, center, y);                                           \
+#define KV_ECQ_LOOPS(suffix, target)                                                            \
+  target void QuantizeRow##suffix(const float* x, size_t n, const float* inv_step,              \
+                                  const float* center, uint8_t* codes) {                        \
+    QuantizeRowBody(x, n, inv_step, center, codes);                                             \
+  }                                                                                             \
+  target void ChannelStats##suffix(const float* x, size_t tokens, size_t channels, float* mean, \
+                                   float* sd, float* bad) {                                     \
+    ChannelStatsBody(x, tokens, channels, mean, sd, bad);                                       \
+  }                                                                                             \
+  target void DequantizeRow##suffix(const uint8_t* codes, size_t n, const float* step,          \
+                                    const float* center, float* y) {                            \
+    DequantizeRowBody(codes, n, step, center, y);                                               \
   }
 KV_ECQ_LOOPS(Avx2, __attribute__((target("avx2,f16c,fma"))))
 KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))))
@@ -240,9 +250,8 @@ EcqLayout ComputeEcqLayout(const BlockGeometry& g) {
   return l;
 }
 
-Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
-                   std::span<const std::byte> raw, std::span<std::byte> stage,
-                   size_t* stage_bytes, CodecContext* ctx) {
+Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision, std::span<const std::byte> raw,
+                   std::span<std::byte> stage, size_t* stage_bytes, CodecContext* ctx) {
   const EcqLayout l = ComputeEcqLayout(g);
   KV_CHECK(raw.size() == g.raw_bytes());
   KV_CHECK(stage.size() >= l.max_bytes);
@@ -267,8 +276,8 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
       KV_CHECK(!refused.ok());
       return refused;
     }
-    const float scale = StepScale(plane == 0 ? precision.key_quarter_bits
-                                             : precision.value_quarter_bits);
+    const float scale =
+        StepScale(plane == 0 ? precision.key_quarter_bits : precision.value_quarter_bits);
     for (size_t h = 0; h < g.kv_heads; ++h) {
       const size_t c0 = h * g.head_dim;
       const uint8_t step_byte = HeadStepByte(mean + c0, sd + c0, g.head_dim, scale);
@@ -289,7 +298,7 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision,
         LoopFor<QuantizeRowFn>(k, QuantizeRow, QuantizeRowAvx2, QuantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
       quantize_row(x + t * channels, channels, inv_step, center,
-                  codes + plane * half + t * channels);
+                   codes + plane * half + t * channels);
     }
   }
   // Escapes: the elements themselves, in block order.
@@ -321,21 +330,22 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
   float* step = p;
   float* center = p + channels;
   const auto* codes = reinterpret_cast<const uint8_t*>(stage.data() + l.codes_offset);
+  const std::array<float, 256>& steps = StepTable();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(stage.data());
   for (size_t plane = 0; plane < g.planes(); ++plane) {
-    for (size_t c = 0; c < channels; ++c) {
-      const size_t i = plane * channels + c;
-      step[c] = StepOf(static_cast<uint8_t>(stage[l.steps_offset + plane * g.kv_heads +
-                                                  c / g.head_dim]));
-      const auto lo = static_cast<uint16_t>(stage[l.centers_offset + i]);
-      const auto hi = static_cast<uint16_t>(stage[l.centers_offset + l.params + i]);
-      const int32_t z = lo | hi << 8;
-      center[c] = static_cast<float>((z >> 1) ^ -(z & 1));
+    for (size_t h = 0; h < g.kv_heads; ++h) {
+      const float head_step = steps[bytes[l.steps_offset + plane * g.kv_heads + h]];
+      for (size_t c = h * g.head_dim; c < (h + 1) * g.head_dim; ++c) {
+        const size_t i = plane * channels + c;
+        step[c] = head_step;
+        const int32_t z = bytes[l.centers_offset + i] | bytes[l.centers_offset + l.params + i] << 8;
+        center[c] = static_cast<float>((z >> 1) ^ -(z & 1));
+      }
     }
     const DequantizeRowFn dequantize_row =
         LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2, DequantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
-      dequantize_row(codes + plane * half + t * channels, channels, step, center,
-                    y + t * channels);
+      dequantize_row(codes + plane * half + t * channels, channels, step, center, y + t * channels);
     }
     // Every decoded value is at most (127 + 32767) * 2^18 in magnitude: finite in F32, and
     // rounded to the dtype as any codec's output is.
