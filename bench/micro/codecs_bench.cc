@@ -2,7 +2,8 @@
 // Llama-2-70B block shape), in raw bytes per second: shuffle-zstd encode/decode, int8/int4
 // quantize/dequantize and the ecq codecs (the full EncodeBlock/DecodeBlock path, header and FP16
 // conversion included), each with the dispatched (the widest the CPU runs: AVX-512, else AVX2),
-// the AVX2 and the scalar kernels; and the decode of small BF16 blocks as vLLM's pages give them.
+// the AVX2 and the scalar kernels; and the encode and decode of small BF16 blocks as vLLM's pages
+// give them.
 // The compression ratio is reported as a counter.
 #include <benchmark/benchmark.h>
 #include <zstd.h>
@@ -152,8 +153,8 @@ void BM_DecodeSmallBf16(benchmark::State& state) {
   std::vector<size_t> sizes(kBlocks);
   size_t total = 0;
   for (size_t b = 0; b < kBlocks; ++b) {
-    const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(raw.data()) +
-                                            b * g.raw_bytes(), g.raw_bytes());
+    const std::span<const std::byte> in(
+        reinterpret_cast<const std::byte*>(raw.data()) + b * g.raw_bytes(), g.raw_bytes());
     sizes[b] = EncodeBlock(params, g, in, {encoded.data() + b * max, max}, &ctx).value();
     total += sizes[b];
   }
@@ -172,6 +173,36 @@ void BM_DecodeSmallBf16(benchmark::State& state) {
   state.SetLabel(params.ToString() + " bf16 32-token blocks");
 }
 BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+
+// Encoding the same 64 blocks (a vLLM page's worth each), as the connector stores them.
+void BM_EncodeSmallBf16(benchmark::State& state) {
+  const BlockGeometry g{.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16};
+  constexpr size_t kBlocks = 64;
+  const CodecParams params = ParamsFor(state.range(0));
+  CodecContext ctx = std::move(CodecContext::Create()).value();
+  KV_CHECK_OK(ctx.Reserve(g));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> raw(g.elements() * kBlocks);
+  for (auto& h : raw) h = F32ToBF16(dist(rng));
+  const size_t max = MaxEncodedSize(params, g).value();
+  std::vector<std::byte> encoded(max);
+  size_t total = 0;
+  for (auto _ : state) {
+    total = 0;
+    for (size_t b = 0; b < kBlocks; ++b) {
+      const std::span<const std::byte> in(
+          reinterpret_cast<const std::byte*>(raw.data()) + b * g.raw_bytes(), g.raw_bytes());
+      total += EncodeBlock(params, g, in, encoded, &ctx).value();
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kBlocks * g.raw_bytes()));
+  state.counters["ratio"] =
+      static_cast<double>(kBlocks * g.raw_bytes()) / static_cast<double>(total);
+  state.SetLabel(params.ToString() + " bf16 32-token blocks");
+}
+BENCHMARK(BM_EncodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
 // zstd level 1 alone on the codes ecq5 hands it for the 1 MiB block above: 512 Ki zigzag bytes
 // of a Gaussian at step sd / 8. Bytes per second here are codes (two raw FP16 bytes each): the
@@ -196,8 +227,8 @@ void BM_ZstdEcqCodes(benchmark::State& state) {
   ZSTD_freeCCtx(cctx);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(codes.size()));
-  state.counters["bits_per_code"] = 8.0 * static_cast<double>(n) /
-                                    static_cast<double>(codes.size());
+  state.counters["bits_per_code"] =
+      8.0 * static_cast<double>(n) / static_cast<double>(codes.size());
   state.SetLabel("zstd -1 on ecq5's codes");
 }
 BENCHMARK(BM_ZstdEcqCodes)->Unit(benchmark::kMicrosecond);

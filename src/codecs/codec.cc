@@ -44,8 +44,8 @@ Status CodecContext::Reserve(const BlockGeometry& geometry) {
   // The smallest group size gives the largest quantized stage payload.
   const size_t quant_bytes = ComputeQuantLayout(geometry, 8, kQuantGroupSizeMin).total_bytes;
   F32Scratch(n);
-  ParamScratch(std::max(QuantizeParamFloats(geometry),
-                        kEcqParamFloatsPerChannel * geometry.channels()));
+  ParamScratch(
+      std::max(QuantizeParamFloats(geometry), kEcqParamFloatsPerChannel * geometry.channels()));
   CodeScratch(n);
   Staging(std::max({geometry.raw_bytes(), quant_bytes, ComputeEcqLayout(geometry).max_bytes}));
   return Status::Ok();
@@ -76,33 +76,60 @@ bool AlignedFor(const std::byte* p, DType dtype) {
 // The smallest code plane of a quantized stage that gets zstd segments of its own.
 constexpr size_t kQuantSegmentBytesMin = 32 * 1024;
 
+// zstd's parameters for the byte planes of a BF16 block at level 1 (shuffle-zstd's default):
+// the fast strategy, matches of at least 7 bytes looked for with an acceleration of 64 (zstd's
+// targetLength for that strategy: the step between the positions it tries grows that much
+// faster), literals always Huffman-coded. A BF16 value's high byte is its sign and 7 exponent
+// bits, a plane of few byte values, where zstd's own level 1 finds short matches whose sequences
+// cost more than the literals they replace. Measured on 64 blocks of 32 tokens x 4 heads x 64
+// (`BM_EncodeSmallBf16/0`, `BM_DecodeSmallBf16/0`): 1.489x against 1.451x, encoded in 0.30x and
+// decoded in 0.59x the time. Not for FP16, whose high byte holds two mantissa bits: on the
+// model's 8 KiB FP16 blocks the same parameters lost 1.9 % (1.138x against 1.160x), and the
+// quantized codes lost 0.1-1.5 %. The frames are standard; decoding does not know.
+constexpr int kZstdLiteralsMinMatch = 7;
+constexpr int kZstdLiteralsAcceleration = 64;
+
+// Best effort: a zstd that refuses one of these (literalCompressionMode is in its experimental
+// API) keeps its own level-1 parameters, whose frames are as valid.
+void SetLiteralsFirst(ZSTD_CCtx_s* c) {
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_literalCompressionMode, ZSTD_ps_enable))) {
+    return;
+  }
+  if (ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_strategy, ZSTD_fast)) ||
+      ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_minMatch, kZstdLiteralsMinMatch)) ||
+      ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_targetLength, kZstdLiteralsAcceleration))) {
+    ZSTD_CCtx_setParameter(c, ZSTD_c_literalCompressionMode, ZSTD_ps_auto);
+  }
+}
+
 // Compresses `src` as one zstd frame (with its content size) whose blocks end at each of
 // `ends` (ascending offsets into `src`, the last == src.size()): each segment gets its own
 // literals table, or none where its bytes do not compress. The planes of a block are not alike
 // (a 16-bit value's high byte holds its exponent, its low byte near-random mantissa bits; keys
 // and values have their own scales): one table over them all made the real model's 8 KiB blocks
 // 9 % larger (1.059x against 1.160x). The frame is standard: the decoder does not know the
-// segments.
+// segments. `literals_first` at level 1: SetLiteralsFirst's parameters.
 Status ZstdCompressSegments(CodecContext* ctx, int level, std::span<const std::byte> src,
-                            std::span<const size_t> ends, std::span<std::byte> dst,
-                            size_t* written) {
+                            std::span<const size_t> ends, std::span<std::byte> dst, size_t* written,
+                            bool literals_first = false) {
   ZSTD_CCtx_s* c = ctx->cctx();
   auto failed = [](size_t r) {
     return Status::Aborted(std::string("zstd compression failed: ") + ZSTD_getErrorName(r));
   };
   KV_CHECK(!ends.empty() && ends.back() == src.size());
+  size_t r = ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
+  if (ZSTD_isError(r)) return failed(r);
+  if (literals_first && level == 1) SetLiteralsFirst(c);
   if (ends.size() == 1) {
-    const size_t r =
-        ZSTD_compressCCtx(c, dst.data(), dst.size(), src.data(), src.size(), level);
+    r = ZSTD_compress2(c, dst.data(), dst.size(), src.data(), src.size());
     if (ZSTD_isError(r)) return failed(r);
     *written = r;
     return Status::Ok();
   }
-  size_t r = ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
-  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
   // The input stays where it is between the calls (only its size grows): zstd reads it in
   // place instead of copying it into its own window buffer.
-  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(c, ZSTD_c_stableInBuffer, 1);
+  r = ZSTD_CCtx_setParameter(c, ZSTD_c_stableInBuffer, 1);
   if (!ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(c, src.size());
   if (ZSTD_isError(r)) return failed(r);
   ZSTD_outBuffer out{dst.data(), dst.size(), 0};
@@ -164,7 +191,8 @@ Status EncodePayload(const CodecParams& params, const BlockGeometry& g,
       const size_t segments = DTypeBytes(g.dtype) * g.planes();
       for (size_t i = 0; i < segments; ++i) ends[i] = (i + 1) * g.half_elements();
       return ZstdCompressSegments(ctx, params.zstd_level, {planes, stage_bytes},
-                                  std::span(ends).first(segments), payload, payload_bytes);
+                                  std::span(ends).first(segments), payload, payload_bytes,
+                                  /*literals_first=*/g.dtype == DType::kBF16);
     }
     case CodecId::kInt8:
     case CodecId::kInt4:

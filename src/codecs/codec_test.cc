@@ -22,10 +22,10 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <string>
-#include <utility>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "codecs/block_format.h"
@@ -127,17 +127,17 @@ TEST(CodecTest, ShuffleZstdCompressesGaussianHalfs) {
 // `enc` (an encoded block whose payload is a zstd frame) sealed again with its stage compressed
 // as one frame with one literals table, as the encoder wrote every zstd payload before it gave
 // each plane a segment of its own.
-std::vector<std::byte> ResealedAsOneSegment(const std::vector<std::byte>& enc,
-                                            const CodecParams& p, const BlockGeometry& g) {
+std::vector<std::byte> ResealedAsOneSegment(const std::vector<std::byte>& enc, const CodecParams& p,
+                                            const BlockGeometry& g) {
   const std::span<const std::byte> payload(enc.data() + kBlockHeaderBytes,
                                            enc.size() - kBlockHeaderBytes);
   std::vector<std::byte> stage(ZSTD_getFrameContentSize(payload.data(), payload.size()));
   EXPECT_EQ(ZSTD_decompress(stage.data(), stage.size(), payload.data(), payload.size()),
             stage.size());
   std::vector<std::byte> sealed(kBlockHeaderBytes + ZSTD_compressBound(stage.size()));
-  const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
-                                 sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(),
-                                 p.zstd_level);
+  const size_t n =
+      ZSTD_compress(sealed.data() + kBlockHeaderBytes, sealed.size() - kBlockHeaderBytes,
+                    stage.data(), stage.size(), p.zstd_level);
   EXPECT_FALSE(ZSTD_isError(n));
   const BlockHeader h{.params = p, .geometry = g, .raw_bytes = g.raw_bytes(), .payload_bytes = n};
   EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
@@ -159,8 +159,8 @@ TEST(CodecTest, ZstdPayloadsGiveEachSegmentItsOwnTableAndOneTableBlocksStillDeco
   };
   std::vector<Case> cases;
   for (const DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
-    cases.push_back({CodecParams::ShuffleZstd(1),
-                     {.tokens = 64, .kv_heads = 4, .head_dim = 8, .dtype = dt}});
+    cases.push_back(
+        {CodecParams::ShuffleZstd(1), {.tokens = 64, .kv_heads = 4, .head_dim = 8, .dtype = dt}});
   }
   cases.push_back({CodecParams::Int4(32, 1),
                    {.tokens = 256, .kv_heads = 8, .head_dim = 128, .dtype = DType::kF16}});
@@ -304,11 +304,11 @@ TEST(CodecTest, AllKernelSetsWriteIdenticalBytes) {
       {.tokens = 100, .kv_heads = 4, .head_dim = 128, .dtype = DType::kF16},
       {.tokens = 3, .kv_heads = 41, .head_dim = 100, .dtype = DType::kF16},
   };
-  const CodecParams params[] = {
-      CodecParams::ShuffleZstd(1), CodecParams::Int8(8),     CodecParams::Int8(13),
-      CodecParams::Int8(32),       CodecParams::Int8(33, 1), CodecParams::Int8(1024),
-      CodecParams::Int4(8),        CodecParams::Int4(17),    CodecParams::Int4(64, 3),
-      CodecParams::Int4(1024)};
+  const CodecParams params[] = {CodecParams::ShuffleZstd(1), CodecParams::Int8(8),
+                                CodecParams::Int8(13),       CodecParams::Int8(32),
+                                CodecParams::Int8(33, 1),    CodecParams::Int8(1024),
+                                CodecParams::Int4(8),        CodecParams::Int4(17),
+                                CodecParams::Int4(64, 3),    CodecParams::Int4(1024)};
   for (const CodecParams& p : params) {
     for (BlockGeometry g : shapes) {
       for (DType dt : kDTypes) {
@@ -335,7 +335,8 @@ TEST(CodecTest, AllKernelSetsWriteIdenticalBytes) {
 
 // CRC32C of encoded blocks as this format writes them (recorded from the encoder before the
 // AVX-512 kernels and the chunked quantizer; the zstd-staged case again when each segment of the
-// stage got its own literals table): a change of any byte fails here.
+// stage got its own literals table; the BF16 shuffle-zstd case with its literals-first zstd
+// parameters): a change of any byte fails here.
 TEST(CodecTest, EncodedBytesStayTheSame) {
   struct Case {
     CodecParams params;
@@ -343,13 +344,17 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
     uint32_t crc;
   };
   const Case cases[] = {
-      {CodecParams::Int8(32), {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+      {CodecParams::Int8(32),
+       {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
        0xa3656c4bu},
-      {CodecParams::Int4(32), {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+      {CodecParams::Int4(32),
+       {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
        0xf3babb92u},
-      {CodecParams::Int8(13), {.tokens = 33, .kv_heads = 2, .head_dim = 24, .dtype = DType::kBF16},
+      {CodecParams::Int8(13),
+       {.tokens = 33, .kv_heads = 2, .head_dim = 24, .dtype = DType::kBF16},
        0x6975a733u},
-      {CodecParams::Int4(8), {.tokens = 17, .kv_heads = 3, .head_dim = 5, .dtype = DType::kF32},
+      {CodecParams::Int4(8),
+       {.tokens = 17, .kv_heads = 3, .head_dim = 5, .dtype = DType::kF32},
        0x31a545e4u},
       {CodecParams::Int8(64, 1),
        {.tokens = 100, .kv_heads = 4, .head_dim = 128, .dtype = DType::kF16},
@@ -357,6 +362,11 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
       {CodecParams::Int4(1024),
        {.tokens = 3, .kv_heads = 41, .head_dim = 100, .dtype = DType::kF16},
        0x0f852837u},
+      // BF16 byte planes go through zstd with kvtier's own level-1 parameters (codec.cc,
+      // SetLiteralsFirst): zstd's level 1 writes other bytes.
+      {CodecParams::ShuffleZstd(1),
+       {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16},
+       0xefc25be3u},
   };
   for (KernelIsa isa : AvailableIsas()) {
     CodecContext ctx = NewContext(isa);
@@ -364,8 +374,8 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
       Buffer raw = NastyBlock(c.geometry, 7);
       const std::vector<std::byte> enc = Encode(c.params, c.geometry, raw, &ctx);
       EXPECT_EQ(crc32c::Value(enc), c.crc)
-          << c.params.ToString() << " " << c.geometry.ToString() << " isa "
-          << static_cast<int>(isa) << ": 0x" << std::hex << crc32c::Value(enc);
+          << c.params.ToString() << " " << c.geometry.ToString() << " isa " << static_cast<int>(isa)
+          << ": 0x" << std::hex << crc32c::Value(enc);
     }
   }
 }
@@ -393,9 +403,10 @@ TEST(CodecTest, AllKernelSetsRefuseTheSameInputsWithTheSameError) {
     BlockGeometry g = shape;
     g.dtype = dt;
     // (position, value) pairs; out-of-range values only where the dtype can hold them.
-    std::vector<std::vector<std::pair<size_t, float>>> bad = {
-        {{0, nan}}, {{g.half_elements() - 1, -inf}}, {{g.half_elements() + 37, inf}},
-        {{g.elements() - 1, nan}}};
+    std::vector<std::vector<std::pair<size_t, float>>> bad = {{{0, nan}},
+                                                              {{g.half_elements() - 1, -inf}},
+                                                              {{g.half_elements() + 37, inf}},
+                                                              {{g.elements() - 1, nan}}};
     if (dt != DType::kF16) {
       bad.push_back({{5, 70000.0f}});
       bad.push_back({{g.half_elements() + 400, -1e6f}});
@@ -408,9 +419,8 @@ TEST(CodecTest, AllKernelSetsRefuseTheSameInputsWithTheSameError) {
                      std::to_string(values.back().first));
         Buffer raw = NastyBlock(g, kSeed);
         for (const auto& [at, v] : values) StoreElement(dt, v, raw.data(), at);
-        const bool has_nan = std::any_of(values.begin(), values.end(), [](const auto& pv) {
-          return !std::isfinite(pv.second);
-        });
+        const bool has_nan = std::any_of(values.begin(), values.end(),
+                                         [](const auto& pv) { return !std::isfinite(pv.second); });
         std::vector<std::byte> out(*MaxEncodedSize(p, g));
         for (KernelIsa isa : AvailableIsas()) {
           CodecContext ctx = NewContext(isa);
@@ -666,7 +676,10 @@ TEST(CodecTest, EncodedSizeStaysWithinBoundOnIncompressibleData) {
 // refuse it up front.
 TEST(LatentCodecTest, LosslessRoundTripAndKindIsChecked) {
   CodecContext ctx = NewContext();
-  const BlockGeometry latent{.tokens = 16, .kv_heads = 1, .head_dim = 576, .dtype = DType::kBF16,
+  const BlockGeometry latent{.tokens = 16,
+                             .kv_heads = 1,
+                             .head_dim = 576,
+                             .dtype = DType::kBF16,
                              .kind = LayoutKind::kLatent};
   BlockGeometry kv = latent;
   kv.kind = LayoutKind::kKv;
