@@ -134,73 +134,77 @@ BENCHMARK(BM_Decode)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
-// Decoding a vLLM page's worth of BF16 KV: 64 blocks of 32 tokens x 4 KV heads x 64 dims (32 KiB
-// each, TinyLlama's shape), as the connector loads them from the SSD; a 1 MiB FP16 block hides
-// the per-block costs (zstd's frame and tables) and the conversion to BF16 that these pay.
-// Args: {codec as above}, the dispatched kernel set.
+// A vLLM page's worth of BF16 KV: 64 blocks of 32 tokens x 4 KV heads x 64 dims (32 KiB each,
+// TinyLlama's shape), as the connector stores and loads them; a 1 MiB FP16 block hides the
+// per-block costs (zstd's frame and tables) and the conversion to BF16 that these pay.
+struct SmallBf16Blocks {
+  static constexpr BlockGeometry kGeometry{
+      .tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16};
+  static constexpr size_t kBlocks = 64;
+
+  explicit SmallBf16Blocks(int64_t codec)
+      : params(ParamsFor(codec)), ctx(std::move(CodecContext::Create()).value()) {
+    KV_CHECK_OK(ctx.Reserve(kGeometry));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    raw.resize(kGeometry.elements() * kBlocks);
+    for (auto& h : raw) h = F32ToBF16(dist(rng));
+  }
+  std::span<const std::byte> Block(size_t b) const {
+    return {reinterpret_cast<const std::byte*>(raw.data()) + b * kGeometry.raw_bytes(),
+            kGeometry.raw_bytes()};
+  }
+  // Bytes processed, the ratio of `encoded_total` bytes and the label.
+  void Report(benchmark::State& state, size_t encoded_total) const {
+    const size_t bytes = kBlocks * kGeometry.raw_bytes();
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+    state.counters["ratio"] = static_cast<double>(bytes) / static_cast<double>(encoded_total);
+    state.SetLabel(params.ToString() + " bf16 32-token blocks");
+  }
+
+  CodecParams params;
+  CodecContext ctx;
+  std::vector<uint16_t> raw;
+};
+
+// Decoding them. Args: {codec as above}.
 void BM_DecodeSmallBf16(benchmark::State& state) {
-  const BlockGeometry g{.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16};
-  constexpr size_t kBlocks = 64;
-  const CodecParams params = ParamsFor(state.range(0));
-  CodecContext ctx = std::move(CodecContext::Create()).value();
-  KV_CHECK_OK(ctx.Reserve(g));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint16_t> raw(g.elements() * kBlocks);
-  for (auto& h : raw) h = F32ToBF16(dist(rng));
-  const size_t max = MaxEncodedSize(params, g).value();
-  std::vector<std::byte> encoded(max * kBlocks);
-  std::vector<size_t> sizes(kBlocks);
+  SmallBf16Blocks s(state.range(0));
+  const BlockGeometry& g = SmallBf16Blocks::kGeometry;
+  const size_t max = MaxEncodedSize(s.params, g).value();
+  std::vector<std::byte> encoded(max * SmallBf16Blocks::kBlocks);
+  std::vector<size_t> sizes(SmallBf16Blocks::kBlocks);
   size_t total = 0;
-  for (size_t b = 0; b < kBlocks; ++b) {
-    const std::span<const std::byte> in(
-        reinterpret_cast<const std::byte*>(raw.data()) + b * g.raw_bytes(), g.raw_bytes());
-    sizes[b] = EncodeBlock(params, g, in, {encoded.data() + b * max, max}, &ctx).value();
+  for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
+    sizes[b] =
+        EncodeBlock(s.params, g, s.Block(b), {encoded.data() + b * max, max}, &s.ctx).value();
     total += sizes[b];
   }
   std::vector<uint16_t> out(g.elements());
   const std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), g.raw_bytes());
   for (auto _ : state) {
-    for (size_t b = 0; b < kBlocks; ++b) {
-      Status s = DecodeBlock({encoded.data() + b * max, sizes[b]}, g, out_bytes, &ctx);
-      benchmark::DoNotOptimize(s);
+    for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
+      Status st = DecodeBlock({encoded.data() + b * max, sizes[b]}, g, out_bytes, &s.ctx);
+      benchmark::DoNotOptimize(st);
     }
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(kBlocks * g.raw_bytes()));
-  state.counters["ratio"] =
-      static_cast<double>(kBlocks * g.raw_bytes()) / static_cast<double>(total);
-  state.SetLabel(params.ToString() + " bf16 32-token blocks");
+  s.Report(state, total);
 }
 BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
-// Encoding the same 64 blocks (a vLLM page's worth each), as the connector stores them.
+// Encoding them. Args: {codec as above}.
 void BM_EncodeSmallBf16(benchmark::State& state) {
-  const BlockGeometry g{.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16};
-  constexpr size_t kBlocks = 64;
-  const CodecParams params = ParamsFor(state.range(0));
-  CodecContext ctx = std::move(CodecContext::Create()).value();
-  KV_CHECK_OK(ctx.Reserve(g));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint16_t> raw(g.elements() * kBlocks);
-  for (auto& h : raw) h = F32ToBF16(dist(rng));
-  const size_t max = MaxEncodedSize(params, g).value();
-  std::vector<std::byte> encoded(max);
+  SmallBf16Blocks s(state.range(0));
+  std::vector<std::byte> encoded(MaxEncodedSize(s.params, SmallBf16Blocks::kGeometry).value());
   size_t total = 0;
   for (auto _ : state) {
     total = 0;
-    for (size_t b = 0; b < kBlocks; ++b) {
-      const std::span<const std::byte> in(
-          reinterpret_cast<const std::byte*>(raw.data()) + b * g.raw_bytes(), g.raw_bytes());
-      total += EncodeBlock(params, g, in, encoded, &ctx).value();
+    for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
+      total +=
+          EncodeBlock(s.params, SmallBf16Blocks::kGeometry, s.Block(b), encoded, &s.ctx).value();
     }
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(kBlocks * g.raw_bytes()));
-  state.counters["ratio"] =
-      static_cast<double>(kBlocks * g.raw_bytes()) / static_cast<double>(total);
-  state.SetLabel(params.ToString() + " bf16 32-token blocks");
+  s.Report(state, total);
 }
 BENCHMARK(BM_EncodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
