@@ -82,8 +82,8 @@ constexpr size_t kQuantSegmentBytesMin = 32 * 1024;
 // faster), literals always Huffman-coded. A BF16 value's high byte is its sign and 7 exponent
 // bits, a plane of few byte values, where zstd's own level 1 finds short matches whose sequences
 // cost more than the literals they replace. Measured on 64 blocks of 32 tokens x 4 heads x 64
-// (`BM_EncodeSmallBf16/0`, `BM_DecodeSmallBf16/0`): 1.489x against 1.451x, encoded in 0.30x and
-// decoded in 0.59x the time. Not for FP16, whose high byte holds two mantissa bits: on the
+// (`BM_EncodeSmallBf16/0`, `BM_DecodeSmallBf16/0`): 1.489x against 1.451x, encoded in 0.31x and
+// decoded in 0.60x the time. Not for FP16, whose high byte holds two mantissa bits: on the
 // model's 8 KiB FP16 blocks the same parameters lost 1.9 % (1.138x against 1.160x), and the
 // quantized codes lost 0.1-1.5 %. The frames are standard; decoding does not know.
 constexpr int kZstdLiteralsMinMatch = 7;
