@@ -166,6 +166,27 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
   }
 }
 
+// DequantizeRowBody rounded to BF16 in the same loop, as F32ToBF16 rounds (to nearest, ties to
+// even; every decoded value is finite, so its NaN case never arises): a BF16 block is written
+// without an F32 copy of its plane.
+[[gnu::always_inline]] inline void DequantizeRowBf16Body(const uint8_t* codes, size_t n,
+                                                         const float* step, const float* center,
+                                                         uint16_t* out) {
+  for (size_t c = 0; c < n; ++c) {
+    const int32_t z = codes[c];
+    const int32_t q = (z >> 1) ^ -(z & 1);
+    const float y = (static_cast<float>(q) + center[c]) * step[c];
+    uint32_t bits = 0;
+    std::memcpy(&bits, &y, sizeof bits);
+    out[c] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+void DequantizeRowBf16(const uint8_t* codes, size_t n, const float* step, const float* center,
+                       uint16_t* out) {
+  DequantizeRowBf16Body(codes, n, step, center, out);
+}
+
 void QuantizeRow(const float* x, size_t n, const float* inv_step, const float* center,
                  uint8_t* codes) {
   QuantizeRowBody(x, n, inv_step, center, codes);
@@ -189,6 +210,10 @@ void DequantizeRow(const uint8_t* codes, size_t n, const float* step, const floa
   target void DequantizeRow##suffix(const uint8_t* codes, size_t n, const float* step,          \
                                     const float* center, float* y) {                            \
     DequantizeRowBody(codes, n, step, center, y);                                               \
+  }                                                                                             \
+  target void DequantizeRowBf16##suffix(const uint8_t* codes, size_t n, const float* step,      \
+                                        const float* center, uint16_t* out) {                   \
+    DequantizeRowBf16Body(codes, n, step, center, out);                                         \
   }
 KV_ECQ_LOOPS(Avx2, __attribute__((target("avx2,f16c,fma"))))
 KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))))
@@ -197,14 +222,17 @@ KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,
 constexpr auto ChannelStatsAvx2 = ChannelStats;
 constexpr auto QuantizeRowAvx2 = QuantizeRow;
 constexpr auto DequantizeRowAvx2 = DequantizeRow;
+constexpr auto DequantizeRowBf16Avx2 = DequantizeRowBf16;
 constexpr auto ChannelStatsAvx512 = ChannelStats;
 constexpr auto QuantizeRowAvx512 = QuantizeRow;
 constexpr auto DequantizeRowAvx512 = DequantizeRow;
+constexpr auto DequantizeRowBf16Avx512 = DequantizeRowBf16;
 #endif
 
 using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*, float*);
 using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, uint8_t*);
 using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const float*, float*);
+using DequantizeRowBf16Fn = void (*)(const uint8_t*, size_t, const float*, const float*, uint16_t*);
 
 // The loop for a kernel set: its AVX-512 build for the AVX-512 set, its AVX2 build for the AVX2
 // set, the baseline for the scalar one (a set is only ever selected on a CPU that runs it).
@@ -232,6 +260,8 @@ bool ForEachEscape(const uint8_t* codes, size_t n, F f) {
 }
 
 }  // namespace
+
+float EcqStep(uint8_t e) { return StepOf(e); }
 
 EcqPrecision EcqPrecisionOf(CodecId id) {
   const QuantScheme s = SchemeOf(id);
@@ -342,13 +372,23 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
         center[c] = static_cast<float>((z >> 1) ^ -(z & 1));
       }
     }
+    // Every decoded value is at most (127 + 32767) * 2^18 in magnitude: finite in F32, and
+    // rounded to the dtype as any codec's output is.
+    if (g.dtype == DType::kBF16) {
+      const auto dequantize_row = LoopFor<DequantizeRowBf16Fn>(
+          k, DequantizeRowBf16, DequantizeRowBf16Avx2, DequantizeRowBf16Avx512);
+      auto* out = reinterpret_cast<uint16_t*>(raw_out.data()) + plane * half;
+      for (size_t t = 0; t < g.tokens; ++t) {
+        dequantize_row(codes + plane * half + t * channels, channels, step, center,
+                       out + t * channels);
+      }
+      continue;
+    }
     const DequantizeRowFn dequantize_row =
         LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2, DequantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
       dequantize_row(codes + plane * half + t * channels, channels, step, center, y + t * channels);
     }
-    // Every decoded value is at most (127 + 32767) * 2^18 in magnitude: finite in F32, and
-    // rounded to the dtype as any codec's output is.
     FromF32(k, g.dtype, y, half, raw_out.data() + plane * half * eb);
   }
   const std::byte* esc = stage.data() + l.escapes_offset;

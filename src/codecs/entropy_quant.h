@@ -65,12 +65,15 @@ struct EcqPrecision {
 // The precision of an entropy-coded codec (CHECK-fails for any other id).
 EcqPrecision EcqPrecisionOf(CodecId id);
 
+// The step a stored step byte stands for: 2^((e - 112) / 8).
+float EcqStep(uint8_t e);
+
 // Quantizes `raw` (geometry.raw_bytes()) into `stage` (at least ComputeEcqLayout().max_bytes)
 // with `precision` (quarter bits in 8..32) and sets `stage_bytes`.
 // InvalidArgument when a value is not finite or beyond the FP16 range.
 Status EcqQuantize(const BlockGeometry& geometry, EcqPrecision precision,
-                   std::span<const std::byte> raw,
-                   std::span<std::byte> stage, size_t* stage_bytes, CodecContext* ctx);
+                   std::span<const std::byte> raw, std::span<std::byte> stage, size_t* stage_bytes,
+                   CodecContext* ctx);
 
 // Reconstructs `raw_out` (geometry.raw_bytes()) from a stage payload of exactly `stage.size()`
 // bytes. Corruption for a stage shorter than its fixed part, an escape count that does not match

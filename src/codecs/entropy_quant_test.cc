@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "codecs/block_format.h"
-#include "codecs/kernels.h"
 #include "codecs/codec.h"
 #include "codecs/element_test_util.h"
+#include "codecs/kernels.h"
 
 namespace kvtier::codecs {
 namespace {
@@ -70,15 +70,15 @@ std::vector<std::byte> Encode(const CodecParams& params, Block& b, CodecContext*
   return out;
 }
 
-
 // Every element within half its head's step of the original, or bit-exact. The step is at most
 // the eighth-octave above 2^(2 - bits) times the geometric mean of the head's channels' standard
 // deviations (those that vary), or the floors (the largest |mean| / 30000, 2^-14).
 void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, EcqPrecision precision) {
   const BlockGeometry& g = in.g;
   const size_t channels = g.channels();
-  const double rounding =
-      g.dtype == DType::kBF16 ? 1.0 / 256 : g.dtype == DType::kF16 ? 1.0 / 2048 : 1e-7;
+  const double rounding = g.dtype == DType::kBF16  ? 1.0 / 256
+                          : g.dtype == DType::kF16 ? 1.0 / 2048
+                                                   : 1e-7;
   const auto at = [&](const std::byte* base, size_t p, size_t t, size_t c) {
     return static_cast<double>(LoadElement(g.dtype, base, (p * g.tokens + t) * channels + c));
   };
@@ -101,8 +101,7 @@ void ExpectWithinHalfAStep(Block& in, const std::vector<std::byte>& out, EcqPrec
         }
       }
       const double geo = varying == 0 ? 0 : std::exp2(log_sum / static_cast<double>(varying));
-      const uint32_t quarters =
-          p == 0 ? precision.key_quarter_bits : precision.value_quarter_bits;
+      const uint32_t quarters = p == 0 ? precision.key_quarter_bits : precision.value_quarter_bits;
       const double step = std::max(geo * std::exp2(2.0 - quarters / 4.0) * 1.0906, floor);
       for (size_t c = h * g.head_dim; c < (h + 1) * g.head_dim; ++c) {
         for (size_t t = 0; t < g.tokens; ++t) {
@@ -225,6 +224,55 @@ TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
   }
 }
 
+// A BF16 block decodes to its stage's values computed in F32 and rounded as F32ToBF16 rounds
+// (the decoder does both in one loop), its escaped elements exact, with every kernel set; the
+// geometries leave vector tails (40 and 120 channels).
+TEST(EcqTest, Bf16BlocksDecodeToTheirStageRoundedAsF32ToBf16Does) {
+  std::vector<KernelIsa> isas = {KernelIsa::kScalar};
+  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
+  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  for (const BlockGeometry& g :
+       {BlockGeometry{32, 4, 64, DType::kBF16}, BlockGeometry{37, 1, 40, DType::kBF16},
+        BlockGeometry{600, 3, 40, DType::kBF16}}) {
+    Block b = MakeBlock(g, 23, 3);
+    for (CodecId id : {CodecId::kEcq5, CodecId::kEcq6V5}) {
+      for (KernelIsa isa : isas) {
+        CodecContext ctx = CodecContext::Create({.isa = isa}).value();
+        const std::vector<std::byte> enc = Encode(CodecParams::Ecq(id), b, &ctx);
+        const std::span<const std::byte> payload(enc.data() + kBlockHeaderBytes,
+                                                 enc.size() - kBlockHeaderBytes);
+        std::vector<uint8_t> stage(ZSTD_getFrameContentSize(payload.data(), payload.size()));
+        ASSERT_EQ(ZSTD_decompress(stage.data(), stage.size(), payload.data(), payload.size()),
+                  stage.size());
+        std::vector<uint16_t> out(g.elements());
+        ASSERT_TRUE(
+            DecodeBlock(enc, g, {reinterpret_cast<std::byte*>(out.data()), g.raw_bytes()}, &ctx)
+                .ok());
+        const EcqLayout l = ComputeEcqLayout(g);
+        const size_t channels = g.channels();
+        for (size_t i = 0; i < g.elements(); ++i) {
+          const size_t plane = i / g.half_elements(), c = i % channels;
+          const uint8_t z = stage[l.codes_offset + i];
+          uint16_t want = 0;
+          if (z == kEcqEscape) {
+            std::memcpy(&want, b.data() + 2 * i, 2);
+          } else {
+            const size_t p = plane * channels + c;
+            const int32_t cz = stage[l.centers_offset + p] | stage[l.centers_offset + l.params + p]
+                                                                 << 8;
+            const float center = static_cast<float>((cz >> 1) ^ -(cz & 1));
+            const float step = EcqStep(stage[l.steps_offset + plane * g.kv_heads + c / g.head_dim]);
+            const float q = static_cast<float>((z >> 1) ^ -(z & 1));
+            want = F32ToBF16((q + center) * step);
+          }
+          ASSERT_EQ(out[i], want) << CodecName(id) << " " << g.ToString() << " isa "
+                                  << static_cast<int>(isa) << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(EcqTest, ParamsTakeALevelAndNoGroup) {
   const CodecParams p = ParseCodecParams("ecq5").value();
   EXPECT_EQ(p.codec, CodecId::kEcq5);
@@ -274,8 +322,8 @@ Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)
   const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
                                  sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(), 1);
   EXPECT_FALSE(ZSTD_isError(n));
-  const BlockHeader h{.params = params, .geometry = g, .raw_bytes = g.raw_bytes(),
-                      .payload_bytes = n};
+  const BlockHeader h{
+      .params = params, .geometry = g, .raw_bytes = g.raw_bytes(), .payload_bytes = n};
   EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
   sealed.resize(kBlockHeaderBytes + n);
   std::vector<uint16_t> out(g.elements());
