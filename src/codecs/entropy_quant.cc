@@ -156,14 +156,17 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
   }
 }
 
+// The value a code stands for: (q + center) * step, q the code's zigzag-decoded integer.
+[[gnu::always_inline]] inline float Dequantized(uint8_t code, float center, float step) {
+  const int32_t z = code;
+  const int32_t q = (z >> 1) ^ -(z & 1);
+  return (static_cast<float>(q) + center) * step;
+}
+
 [[gnu::always_inline]] inline void DequantizeRowBody(const uint8_t* codes, size_t n,
                                                      const float* step, const float* center,
                                                      float* y) {
-  for (size_t c = 0; c < n; ++c) {
-    const int32_t z = codes[c];
-    const int32_t q = (z >> 1) ^ -(z & 1);
-    y[c] = (static_cast<float>(q) + center[c]) * step[c];
-  }
+  for (size_t c = 0; c < n; ++c) y[c] = Dequantized(codes[c], center[c], step[c]);
 }
 
 // DequantizeRowBody rounded to BF16 in the same loop, as F32ToBF16 rounds (to nearest, ties to
@@ -173,9 +176,7 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
                                                          const float* step, const float* center,
                                                          uint16_t* out) {
   for (size_t c = 0; c < n; ++c) {
-    const int32_t z = codes[c];
-    const int32_t q = (z >> 1) ^ -(z & 1);
-    const float y = (static_cast<float>(q) + center[c]) * step[c];
+    const float y = Dequantized(codes[c], center[c], step[c]);
     uint32_t bits = 0;
     std::memcpy(&bits, &y, sizeof bits);
     out[c] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
