@@ -43,8 +43,6 @@ const std::array<float, 256>& StepTable() {
   return table;
 }
 
-float StepOf(uint8_t e) { return StepTable()[e]; }
-
 // 2^(2 - quarter_bits / 4): a head's step in units of its channels' (geometric mean) spread.
 float StepScale(uint32_t quarter_bits) {
   KV_CHECK(quarter_bits >= 8 && quarter_bits <= 32);
@@ -61,7 +59,7 @@ uint8_t StepByte(float target, float floor) {
   float e = std::max(eighths(std::max(target, 1e-30f), false), eighths(floor, true));
   e = std::clamp(e, 0.0f, 255.0f);
   uint8_t b = static_cast<uint8_t>(e);
-  while (b < 255 && StepOf(b) < floor) ++b;  // log2's rounding must not undercut the floor.
+  while (b < 255 && EcqStep(b) < floor) ++b;  // log2's rounding must not undercut the floor.
   return b;
 }
 
@@ -262,7 +260,7 @@ bool ForEachEscape(const uint8_t* codes, size_t n, F f) {
 
 }  // namespace
 
-float EcqStep(uint8_t e) { return StepOf(e); }
+float EcqStep(uint8_t e) { return StepTable()[e]; }
 
 EcqPrecision EcqPrecisionOf(CodecId id) {
   const QuantScheme s = SchemeOf(id);
@@ -313,7 +311,7 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision, std::span<con
       const size_t c0 = h * g.head_dim;
       const uint8_t step_byte = HeadStepByte(mean + c0, sd + c0, g.head_dim, scale);
       stage[l.steps_offset + plane * g.kv_heads + h] = static_cast<std::byte>(step_byte);
-      const float step = StepOf(step_byte);
+      const float step = EcqStep(step_byte);
       for (size_t c = c0; c < c0 + g.head_dim; ++c) {
         const float cen = std::clamp(std::nearbyint(mean[c] / step), -32767.0f, 32767.0f);
         const size_t i = plane * channels + c;
@@ -356,7 +354,6 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
   const Kernels& k = ctx->kernels();
   const size_t channels = g.channels();
   const size_t half = g.half_elements();
-  float* y = ctx->F32Scratch(half);
   float* p = ctx->ParamScratch(2 * channels);
   float* step = p;
   float* center = p + channels;
@@ -385,6 +382,7 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
       }
       continue;
     }
+    float* y = ctx->F32Scratch(half);
     const DequantizeRowFn dequantize_row =
         LoopFor<DequantizeRowFn>(k, DequantizeRow, DequantizeRowAvx2, DequantizeRowAvx512);
     for (size_t t = 0; t < g.tokens; ++t) {
