@@ -36,7 +36,9 @@ void MappedFile::Reset() {
 }
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO without a writer would wait for one; it fails the S_ISREG check
+  // instead (mmap ignores the flag).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (!fd.valid()) return Status::FromErrno(errno, "open " + path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "fstat " + path);

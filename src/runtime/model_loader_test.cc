@@ -4,10 +4,13 @@
 // Method: checkpoints are written from synthetic weights in llama2.c's layout (shared and
 // separate classifier, with and without the legacy RoPE tables) and read back bit-exactly;
 // hostile variants patch header fields or cut the file, and each is checked for its error code
-// and a message naming the field. The real stories260K files are also loaded when present.
+// and a message naming the field. A FIFO, a directory and a device as the model or the tokenizer
+// are refused at once (a FIFO without a writer must not block the open). The real stories260K
+// files are also loaded when present.
 #include "runtime/model_loader.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <string>
@@ -61,7 +64,8 @@ std::string WithHeaderField(std::string image, size_t index, int32_t value) {
   return image;
 }
 
-void ExpectError(const Result<ModelWeights>& r, StatusCode code, const std::string& needle) {
+template <typename T>
+void ExpectError(const Result<T>& r, StatusCode code, const std::string& needle) {
   ASSERT_FALSE(r.ok()) << "expected an error mentioning '" << needle << "'";
   EXPECT_EQ(r.status().code(), code) << r.status().ToString();
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
@@ -126,6 +130,19 @@ TEST(Llama2cLoaderTest, LoadsFilesAndReportsPath) {
   auto r = LoadLlama2cCheckpoint(cut);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("cut.bin"), std::string::npos);
+}
+
+// A FIFO, a directory or a device given as the model or the tokenizer is refused at once: a FIFO
+// without a writer must not make the open wait for one.
+TEST(Llama2cLoaderTest, RefusesFilesThatAreNotRegular) {
+  testing::TempDir dir;
+  const std::string fifo = dir.Path("model.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string good = dir.Write("m.bin", Checkpoint(TinyConfig(ClassifierMode::kShared)));
+  for (const std::string& path : {fifo, dir.Path(""), std::string("/dev/null")}) {
+    ExpectError(LoadLlama2cCheckpoint(path), StatusCode::kInvalidArgument, "not a regular file");
+    ExpectError(LoadModel(good, path), StatusCode::kInvalidArgument, "not a regular file");
+  }
 }
 
 TEST(Llama2cLoaderTest, LoadsStories260K) {
