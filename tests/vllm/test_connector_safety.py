@@ -3,10 +3,11 @@
 Goal: the scheduler-side hooks run inside vLLM's engine core, where one exception stops the
 server; the lookup socket is reachable by any process of the serving user. So: a request without
 cache_salt under a tenant secret is a counted non-cached request (or uses default_tenant), a tenant
-secret shorter than 16 bytes is refused at startup, an unexpected error in any scheduler hook is a
-miss / no store (logged, counted in scheduler_errors), and the socket answers malformed or deeply
-nested messages with an error, drops clients that never answer the handshake without holding up
-the others, and keeps serving.
+secret shorter than 16 bytes is refused at startup, so is a secret file that is not a private
+regular file of at most 64 KiB (a FIFO is refused without waiting for a writer), an unexpected
+error in any scheduler hook is a miss / no store (logged, counted in scheduler_errors), and the
+socket answers malformed or deeply nested messages with an error, drops clients that never answer
+the handshake without holding up the others, and keeps serving.
 
 Method: the connector is built with the scheduler role on a stand-in vllm_config (no vLLM engine
 runs: these are the connector's own logic, cheap enough for every run), requests are plain
@@ -158,6 +159,71 @@ def test_default_tenant_serves_requests_without_cache_salt(tmp_path):
 def test_short_tenant_secret_is_refused_at_startup(tmp_path, secret):
     with pytest.raises(RuntimeError, match="at least 16"):
         scheduler(tmp_path, tenant_secret_file=secret_file(tmp_path, secret))
+
+
+def _group_readable(tmp_path):
+    path = secret_file(tmp_path)
+    os.chmod(path, 0o640)
+    return path
+
+
+def _too_large(tmp_path):
+    return secret_file(tmp_path, b"s" * (64 * 1024 + 1))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp_path: str(tmp_path), "is a directory, not a regular file"),
+    (lambda tmp_path: "/dev/zero", "is a character device, not a regular file"),
+    (_group_readable, "must not be readable by group or others .mode 0o640; chmod 600"),
+    (_too_large, "65537 bytes, more than a secret file's 64 KiB"),
+    (lambda tmp_path: str(tmp_path / "absent"), "No such file or directory"),
+])
+def test_a_tenant_secret_file_that_is_not_one_is_refused(tmp_path, make, message):
+    path = make(tmp_path)
+    with pytest.raises(RuntimeError, match=f"tenant_secret_file {path}.*{message}"):
+        scheduler(tmp_path, tenant_secret_file=path)
+
+
+def test_a_tenant_secret_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    # Opening a FIFO without a writer waits for one: vLLM would hang at startup. A thread plays
+    # the writer once a reader waits (for at most 10 s), so a regression fails instead of hanging.
+    path = str(tmp_path / "secret.fifo")
+    os.mkfifo(path, 0o600)
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader waits.
+            except OSError:
+                stop.wait(0.01)
+                continue
+            os.write(fd, SECRET)
+            os.close(fd)
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    timer = threading.Timer(10, stop.set)
+    timer.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=f"tenant_secret_file {path} is a FIFO, not a "
+                           "regular file"):
+            scheduler(tmp_path, tenant_secret_file=path)
+        assert time.monotonic() - start < 5
+    finally:
+        stop.set()
+        timer.cancel()
+        thread.join(timeout=10)
+
+
+def test_a_tenant_secret_file_behind_a_symbolic_link_is_read(tmp_path):
+    # Orchestrators mount secrets as links to the file; the file itself is checked.
+    link = tmp_path / "mounted.secret"
+    link.symlink_to(secret_file(tmp_path, SECRET + b"\n"))
+    conn = scheduler(tmp_path, tenant_secret_file=str(link))
+    assert conn._tenant_secret == SECRET
 
 
 def test_short_tenant_secret_from_the_environment_is_refused(tmp_path, monkeypatch):

@@ -171,7 +171,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from vllm.logger import init_logger
 
 import kvtier
-from kvtier.files import replace_regular_file
+from kvtier.files import read_secret_file, replace_regular_file
 
 # Under vLLM's "vllm" logger, whose handlers vLLM configures in every process: a logger outside
 # it would drop INFO lines (the flush on SIGTERM/SIGINT says what it wrote there).
@@ -1258,13 +1258,7 @@ _MIN_TENANT_SECRET_BYTES = 16
 
 def _read_secret(config: dict, file_key: str, env_key: str) -> bytes | None:
     if config.get(file_key):
-        path = config[file_key]
-        st = os.stat(path)
-        if st.st_mode & 0o077:
-            raise RuntimeError(f"kvtier: {file_key} {path} must not be readable by group or "
-                               f"others (mode {oct(st.st_mode & 0o777)}; chmod 600 it)")
-        with open(path, "rb") as f:
-            return f.read().strip()
+        return read_secret_file(config[file_key], file_key)
     if config.get(env_key):
         value = os.environ.get(config[env_key])
         if not value:
