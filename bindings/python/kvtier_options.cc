@@ -116,7 +116,7 @@ Status LoadKeys(const std::string& file, const std::string& env, const std::stri
     return Status::InvalidArgument(what + "_key_file and " + what + "_key_env: give one of them");
   }
   if (!file.empty()) {
-    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file));
+    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file, what + "_key_file"));
   } else if (!env.empty()) {
     const char* text = std::getenv(env.c_str());
     if (text == nullptr) {
@@ -193,8 +193,9 @@ void BindOptions(py::module_& m) {
            py::arg("socket"), py::arg("token"), py::arg("name"), py::arg("layout"),
            py::arg("timeout_ms"), py::arg("reconnect_interval_ms"));
 
-  py::class_<EngineArgs>(m, "_EngineArgs")
-      .def(py::init([](const py::kwargs& kwargs) { return ToEngineArgs(kwargs); }));
+  py::class_<EngineArgs>(m, "_EngineArgs").def(py::init([](const py::kwargs& kwargs) {
+    return ToEngineArgs(kwargs);
+  }));
 
   m.def("_engine_options", &EngineOptionRows);
 }

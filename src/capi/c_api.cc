@@ -248,7 +248,7 @@ Status LoadKeys(const char* file, const char* env, const std::string& what,
     return Status::InvalidArgument(what + "_key_file and " + what + "_key_env: give one of them");
   }
   if (file != nullptr) {
-    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file));
+    KV_ASSIGN_OR_RETURN(*out, RemoteKeyring::LoadFile(file, what + "_key_file"));
   } else if (env != nullptr) {
     const char* text = std::getenv(env);
     if (text == nullptr) {

@@ -56,12 +56,13 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
     s.remove_prefix(1);
   }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
 Status ParseLine(std::string_view line, size_t number, RemoteKey* key) {
-  const std::string where = "remote key line " + std::to_string(number);
+  const std::string where = "key line " + std::to_string(number);
   const size_t space = line.find_first_of(" \t");
   if (space == std::string_view::npos) {
     return Status::InvalidArgument(where + ": expected '<id> <64 hex digits>'");
@@ -148,36 +149,37 @@ Result<RemoteKeyring> RemoteKeyring::Parse(std::string_view text) {
     RemoteKey key;
     KV_RETURN_IF_ERROR(ParseLine(line, number, &key));
     if (ring.Find(key.id) != nullptr) {
-      return Status::InvalidArgument("remote key line " + std::to_string(number) + ": key id " +
+      return Status::InvalidArgument("key line " + std::to_string(number) + ": key id " +
                                      std::to_string(key.id) + " is listed twice");
     }
     ring.keys_.push_back(key);
     std::sort(ring.keys_.begin(), ring.keys_.end(),
               [](const RemoteKey& a, const RemoteKey& b) { return a.id < b.id; });
   }
-  if (ring.keys_.empty()) return Status::InvalidArgument("remote keys: no key given");
+  if (ring.keys_.empty()) return Status::InvalidArgument("keys: no key given");
   const std::span<const uint8_t> label = Bytes("kvtier remote key names v1");
   ring.name_key_ = Hmac(ring.keys_.front().bytes, std::array{label});
   return ring;
 }
 
-Result<RemoteKeyring> RemoteKeyring::LoadFile(const std::string& path) {
+Result<RemoteKeyring> RemoteKeyring::LoadFile(const std::string& path, std::string_view what) {
+  const std::string named = std::string(what) + " " + path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return Status::FromErrno(errno, "remote key file " + path);
+  if (fd < 0) return Status::FromErrno(errno, named);
   struct stat st {};
   std::string text;
   Status s;
   if (::fstat(fd, &st) != 0) {
-    s = Status::FromErrno(errno, "remote key file " + path);
+    s = Status::FromErrno(errno, named);
   } else if (!S_ISREG(st.st_mode)) {
-    s = Status::InvalidArgument("remote key file " + path + " is not a regular file");
+    s = Status::InvalidArgument(named + " is not a regular file");
   } else if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    s = Status::InvalidArgument("remote key file " + path + " has mode " + mode +
+    s = Status::InvalidArgument(named + " has mode " + mode +
                                 ": other users may read or change it; chmod 600 it");
   } else if (static_cast<uint64_t>(st.st_size) > kRemoteKeyFileBytesMax) {
-    s = Status::InvalidArgument("remote key file " + path + " is larger than " +
+    s = Status::InvalidArgument(named + " is larger than " +
                                 std::to_string(kRemoteKeyFileBytesMax) + " bytes");
   } else {
     text.resize(static_cast<size_t>(st.st_size));
@@ -193,7 +195,7 @@ Result<RemoteKeyring> RemoteKeyring::LoadFile(const std::string& path) {
   ::close(fd);
   KV_RETURN_IF_ERROR(s);
   Result<RemoteKeyring> ring = Parse(text);
-  if (!ring.ok()) return ring.status().WithContext("remote key file " + path);
+  if (!ring.ok()) return ring.status().WithContext(named);
   return ring;
 }
 
@@ -270,8 +272,7 @@ Status OpenRemoteValue(const RemoteKeyring& keyring, std::string_view key_name,
                        uint32_t* key_id) {
   plain->resize(sealed.size() >= kSealedOverheadBytes ? sealed.size() - kSealedOverheadBytes : 0);
   size_t body_bytes = 0;
-  const Status s =
-      OpenRemoteValueInto(keyring, key_name, sealed, {}, *plain, &body_bytes, key_id);
+  const Status s = OpenRemoteValueInto(keyring, key_name, sealed, {}, *plain, &body_bytes, key_id);
   if (!s.ok()) plain->clear();
   return s;
 }
@@ -319,8 +320,8 @@ Status OpenRemoteValueInto(const RemoteKeyring& keyring, std::string_view key_na
   *body_bytes = 0;
   const RemoteKey* key = nullptr;
   size_t n = 0;
-  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring, sealed.first(std::min(sealed.size(),
-                                                                      kSealedHeaderBytes)),
+  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring,
+                                       sealed.first(std::min(sealed.size(), kSealedHeaderBytes)),
                                        sealed.size(), key_id, &key, &n));
   if (n < head.size()) return Status::Corruption("sealed remote value: shorter than a header");
   const size_t body_n = n - head.size();
@@ -353,9 +354,8 @@ Status OpenRemoteValueInPlace(const RemoteKeyring& keyring, std::string_view key
   KV_CHECK(front.size() == kSealedHeaderBytes + head.size());
   const RemoteKey* key = nullptr;
   size_t n = 0;
-  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring, front,
-                                       front.size() + body.size() + kSealedTagBytes, key_id, &key,
-                                       &n));
+  KV_RETURN_IF_ERROR(CheckSealedHeader(keyring, front, front.size() + body.size() + kSealedTagBytes,
+                                       key_id, &key, &n));
   KV_CHECK(n == head.size() + body.size());
   std::array<std::byte, kSealedTagBytes> expected{};  // Run takes a writable tag.
   std::memcpy(expected.data(), tag.data(), expected.size());
@@ -431,9 +431,8 @@ Result<std::string> DeriveTenantSalt(std::string_view tenant_id,
   const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret.data()),
                                      secret.size());
   const std::array<uint8_t, 1> zero{0};
-  const Mac mac =
-      Hmac(key, std::array{Bytes("kvtier tenant salt v1"), std::span<const uint8_t>(zero),
-                           Bytes(tenant_id)});
+  const Mac mac = Hmac(key, std::array{Bytes("kvtier tenant salt v1"),
+                                       std::span<const uint8_t>(zero), Bytes(tenant_id)});
   return Hex(mac);
 }
 

@@ -7,10 +7,10 @@
 //   values to expire, then dropping the old one. Key names are derived from the lowest id (see
 //   NameKey), so adding a key keeps every name; dropping the lowest one changes them (the cache
 //   starts cold, it is never wrong).
-// - Sealed values: AES-256-GCM (aes_gcm.h: libipsec-mb's VAES code, else OpenSSL) of the plain remote value,
-//   with a fresh random 96-bit nonce per value and the sealed header plus the Redis key name as
-//   associated data, so a value moved to another key, or forged by anyone without the key (CRCs
-//   are no proof), fails authentication and is a miss.
+// - Sealed values: AES-256-GCM (aes_gcm.h: libipsec-mb's VAES code, else OpenSSL) of the plain
+//   remote value, with a fresh random 96-bit nonce per value and the sealed header plus the
+//   Redis key name as associated data, so a value moved to another key, or forged by anyone
+//   without the key (CRCs are no proof), fails authentication and is a miss.
 // - Key names: a keyed hash (HMAC-SHA256 under NameKey) of the chunk hash and the layer, so
 //   listing the store reveals neither prefixes nor which tenants share them.
 // - DeriveTenantSalt: a salt from a tenant id and a secret, for deployments that want tenant
@@ -30,15 +30,13 @@
 #include <vector>
 
 #include "core/block_key.h"
-#include "tiers/aes_gcm.h"
 #include "kvtier/result.h"
-
+#include "tiers/aes_gcm.h"
 
 namespace kvtier {
 
-
-inline constexpr size_t kRemoteKeyBytes = 32;     // AES-256 and HMAC-SHA256 keys.
-inline constexpr size_t kRemoteKeysMax = 16;      // Keys one keyring holds.
+inline constexpr size_t kRemoteKeyBytes = 32;  // AES-256 and HMAC-SHA256 keys.
+inline constexpr size_t kRemoteKeysMax = 16;   // Keys one keyring holds.
 inline constexpr size_t kRemoteKeyFileBytesMax = 64 * 1024;
 
 // Sealed value layout (little-endian; docs/remote_tier.md):
@@ -72,12 +70,15 @@ class RemoteKeyring {
   static Result<RemoteKeyring> Parse(std::string_view text);
   // Reads and parses a key file, refusing one that other users could read or write (any of the
   // group/other permission bits set, 0600 or stricter required) or that is not a regular file.
-  static Result<RemoteKeyring> LoadFile(const std::string& path);
+  // Errors read "<what> <path> ...": `what` names the option that gave the path
+  // ("--ssd-key-file"), "key file" where none did.
+  static Result<RemoteKeyring> LoadFile(const std::string& path,
+                                        std::string_view what = "key file");
   // One freshly generated key with id `id`, in Parse's text form (for `kvtier` and tests).
   static Result<std::string> GenerateText(uint32_t id);
 
   bool empty() const { return keys_.empty(); }
-  const RemoteKey& write_key() const;      // The highest id. Requires !empty().
+  const RemoteKey& write_key() const;        // The highest id. Requires !empty().
   const RemoteKey* Find(uint32_t id) const;  // nullptr when not listed.
   const std::vector<RemoteKey>& keys() const { return keys_; }
   // HMAC key for key names: HMAC-SHA256(lowest id key, "kvtier remote key names v1").
@@ -166,7 +167,6 @@ Status OpenRecordPayload(const RemoteKeyring& keyring, std::span<const std::byte
 // A tenant salt: 64 hex digits of HMAC-SHA256(secret, "kvtier tenant salt v1" + 0 + tenant_id).
 // The salt separates tenants only while the secret stays secret (docs/security.md).
 // InvalidArgument when the secret is shorter than 16 bytes or the tenant id is empty.
-Result<std::string> DeriveTenantSalt(std::string_view tenant_id,
-                                     std::span<const std::byte> secret);
+Result<std::string> DeriveTenantSalt(std::string_view tenant_id, std::span<const std::byte> secret);
 
 }  // namespace kvtier

@@ -62,12 +62,12 @@ struct BenchEngineReport {
   std::optional<RemoteTierOptions> remote_tier;  // From --redis, checked before anything runs.
   // Part 3: after a restart, Pin of each session's first turn (its blocks only on the SSD)
   // beside Load of the same blocks, each from a freshly reopened engine.
-  std::string trace_namespace;                        // The trace's namespace name (its salt).
-  std::vector<std::vector<uint32_t>> first_turns;     // Each session's first turn, whole chunks.
+  std::string trace_namespace;                     // The trace's namespace name (its salt).
+  std::vector<std::vector<uint32_t>> first_turns;  // Each session's first turn, whole chunks.
   uint32_t pin_sessions = 0;  // Sessions of which Pin found at least one chunk.
   uint64_t pin_blocks = 0;    // Blocks pinned per session (median).
   double pin_ms_median = 0, pin_load_ms_median = 0;  // Over sessions.
-  double pin_over_load_paired = 0;  // Median over sessions of pin / load time.
+  double pin_over_load_paired = 0;                   // Median over sessions of pin / load time.
   // Part 4: write-through Stores of each session's first turn to an empty SSD directory.
   uint32_t through_sessions = 0;
   uint64_t through_blocks = 0;  // Per session.
@@ -168,7 +168,7 @@ Result<std::optional<RemoteTierOptions>> RedisTier(const std::string& list,
   }
   redis.endpoints = std::move(*endpoints);
   if (!key_file.empty()) {
-    KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(key_file));
+    KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(key_file, "--remote-key-file"));
   } else if (const char* text = std::getenv("KVTIER_REMOTE_KEY"); text != nullptr) {
     Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
     if (!ring.ok()) return ring.status().WithContext("$KVTIER_REMOTE_KEY");
@@ -196,8 +196,7 @@ HitRatios Hits(const BenchEngineReport& r) {
 void PrintText(const BenchEngineReport& r) {
   const double block = static_cast<double>(r.layout.BlockBytes());
   const auto [hit_host, hit_ssd, hit_remote] = Hits(r);
-  std::printf("engine host tier, %s, %s per round, medians of %u\n",
-              r.layout.ToString().c_str(),
+  std::printf("engine host tier, %s, %s per round, medians of %u\n", r.layout.ToString().c_str(),
               Progress::FormatBytes(static_cast<double>(r.put_get_bytes)).c_str(), r.repeat);
   std::printf("put (Store)        %8.0f MB/s  %.2fx memcpy\n", r.put_bytes_per_s / 1e6,
               r.put_bytes_per_s / r.memcpy_bytes_per_s);
@@ -212,8 +211,8 @@ void PrintText(const BenchEngineReport& r) {
     std::printf("service/in-process per round (median)  put %.2fx  get %.2fx\n",
                 r.service_put_paired, r.service_get_paired);
   }
-  std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions,
-              r.turns, Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
+  std::printf("trace: %u sessions x %u turns, host tier %s, SSD tier %s%s\n", r.sessions, r.turns,
+              Progress::FormatBytes(static_cast<double>(r.trace_host_bytes)).c_str(),
               Progress::FormatBytes(static_cast<double>(r.ssd_bytes)).c_str(),
               r.remote ? ", Redis tier" : "");
   std::printf("hit ratio  host %.3f  ssd %.3f", hit_host, hit_ssd);
@@ -239,15 +238,17 @@ void PrintText(const BenchEngineReport& r) {
               CopiesBeforeDisk(r.ssd_write_bytes, r.ssd_staged_write_bytes));
   std::printf("per request (medians)  lookup+load %.2f ms  store %.2f ms  total %.2f ms\n",
               r.load_ms_median, r.store_ms_median, r.request_ms_median);
-  std::printf("after a restart, %llu blocks from the SSD (medians over sessions)  pin %.2f ms  "
-              "load %.2f ms  pin/load %.2fx\n",
-              static_cast<unsigned long long>(r.pin_blocks), r.pin_ms_median,
-              r.pin_load_ms_median, r.pin_over_load_paired);
-  std::printf("store to the SSD, write-through, %llu blocks (medians over sessions)  %.2f ms  "
-              "%s/s  %.2f copies before the disk\n",
-              static_cast<unsigned long long>(r.through_blocks), r.through_ms_median,
-              Progress::FormatBytes(r.through_bytes_per_s).c_str(),
-              CopiesBeforeDisk(r.through_write_bytes, r.through_staged_write_bytes));
+  std::printf(
+      "after a restart, %llu blocks from the SSD (medians over sessions)  pin %.2f ms  "
+      "load %.2f ms  pin/load %.2fx\n",
+      static_cast<unsigned long long>(r.pin_blocks), r.pin_ms_median, r.pin_load_ms_median,
+      r.pin_over_load_paired);
+  std::printf(
+      "store to the SSD, write-through, %llu blocks (medians over sessions)  %.2f ms  "
+      "%s/s  %.2f copies before the disk\n",
+      static_cast<unsigned long long>(r.through_blocks), r.through_ms_median,
+      Progress::FormatBytes(r.through_bytes_per_s).c_str(),
+      CopiesBeforeDisk(r.through_write_bytes, r.through_staged_write_bytes));
 }
 
 // The report's "trace" object.
@@ -344,7 +345,8 @@ void Print(const BenchEngineReport& r, bool json) {
 }
 
 // The trace's engine: the host tier of `host_bytes`, the SSD tier of report.ssd_bytes in
-// scratch/ssd, `policy` (write-back for the trace), and the report's remote tier when it has one. `logger` must outlive it.
+// scratch/ssd, `policy` (write-back for the trace), and the report's remote tier when it has one.
+// `logger` must outlive it.
 Result<std::unique_ptr<Engine>> OpenTraceEngine(const BenchEngineReport& report,
                                                 uint64_t host_bytes, const std::string& scratch,
                                                 Logger* logger,
@@ -445,8 +447,9 @@ struct ServiceBench {
 
 BenchEngine::BenchEngine(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "engine", "Host tier put/get beside memcpy, a multi-turn chat trace replayed "
-                    "through host + SSD (+ Redis) tiers, and Pin beside Load after a restart")) {
+          "engine",
+          "Host tier put/get beside memcpy, a multi-turn chat trace replayed "
+          "through host + SSD (+ Redis) tiers, and Pin beside Load after a restart")) {
   app_->add_option("--layers", layers_, "Layers of the KV layout (default 4)")
       ->check(WholeNumber(1, kLayersMax));
   app_->add_option("--kv-heads", kv_heads_, "KV heads (default 8)")
@@ -528,8 +531,8 @@ Status BenchEngine::RunPutGet(BenchEngineReport* report) {
       KV_RETURN_IF_ERROR(h->Wait());
       put_s.push_back(w.Seconds());
       if (h->chunks_stored() != chunks) {
-        return Status::Aborted("the engine stored " + std::to_string(h->chunks_stored()) +
-                               " of " + std::to_string(chunks) + " chunks");
+        return Status::Aborted("the engine stored " + std::to_string(h->chunks_stored()) + " of " +
+                               std::to_string(chunks) + " chunks");
       }
     }
     {
@@ -603,8 +606,8 @@ Status BenchEngine::ConnectService(BenchEngineReport* report) {
   std::memset(area->data() + blocks * block, 0, blocks * block);
   // A namespace of this run's own: the service may hold an earlier run's blocks.
   std::random_device entropy;
-  KV_ASSIGN_OR_RETURN(sb->ns, sb->engine->MakeNamespace("bench-" + std::to_string(entropy()) +
-                                                        "-" + std::to_string(entropy())));
+  KV_ASSIGN_OR_RETURN(sb->ns, sb->engine->MakeNamespace("bench-" + std::to_string(entropy()) + "-" +
+                                                        std::to_string(entropy())));
   service_ = std::move(sb);
   return Status::Ok();
 }
@@ -621,15 +624,18 @@ Result<uint64_t> BenchEngine::TraceHostBytes(const KvLayout& layout) const {
   // turn before left).
   const uint64_t largest_store =
       ((std::max(first_tokens_, turn_tokens_) + layout.block_tokens - 1) / layout.block_tokens +
-       1) * chunk_bytes;
+       1) *
+      chunk_bytes;
   if (trace_host_text_.empty()) return std::max(trace_bytes / 4, 2 * largest_store);
   KV_ASSIGN_OR_RETURN(const uint64_t host_bytes,
                       ParseBytes("--trace-host-bytes", trace_host_text_));
   if (host_bytes < largest_store) {
-    return Status::InvalidArgument(
-        "--trace-host-bytes: " + std::to_string(host_bytes) + " is less than the largest turn's "
-        "KV (" + std::to_string(largest_store) + " bytes); raise it or lower --first-tokens / "
-        "--turn-tokens");
+    return Status::InvalidArgument("--trace-host-bytes: " + std::to_string(host_bytes) +
+                                   " is less than the largest turn's "
+                                   "KV (" +
+                                   std::to_string(largest_store) +
+                                   " bytes); raise it or lower --first-tokens / "
+                                   "--turn-tokens");
   }
   return host_bytes;
 }
@@ -683,11 +689,11 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
           FillRandom(rng, {buffers[b].data(), buffers[b].size()});
         }
         const double before_store = request.Seconds();
-        Result<std::unique_ptr<StoreHandle>> h = StoreRetryingBusy(
-            *engine, ns, prompt,
-            Spans<const std::byte>(buffers, cached * layout.layers,
-                                   (full - cached) * layout.layers, block),
-            cached, &report->store_busy_retries);
+        Result<std::unique_ptr<StoreHandle>> h =
+            StoreRetryingBusy(*engine, ns, prompt,
+                              Spans<const std::byte>(buffers, cached * layout.layers,
+                                                     (full - cached) * layout.layers, block),
+                              cached, &report->store_busy_retries);
         KV_RETURN_IF_ERROR(h.status());
         KV_RETURN_IF_ERROR((*h)->Wait());
         store_ms.push_back((request.Seconds() - before_store) * 1e3);
@@ -706,11 +712,11 @@ Status BenchEngine::RunTrace(const std::string& scratch, BenchEngineReport* repo
   report->request_ms_median = Median(request_ms);
   // Part 3 pins each session's first turn, or as many of its chunks as half the host tier holds.
   const size_t first_chunks = std::min<size_t>(first_tokens_ / layout.block_tokens,
-                                                host_bytes / (2 * block * layout.layers));
+                                               host_bytes / (2 * block * layout.layers));
   for (const std::vector<uint32_t>& prompt : prompts) {
-    report->first_turns.emplace_back(prompt.begin(),
-                                     prompt.begin() + static_cast<std::ptrdiff_t>(
-                                                          first_chunks * layout.block_tokens));
+    report->first_turns.emplace_back(
+        prompt.begin(),
+        prompt.begin() + static_cast<std::ptrdiff_t>(first_chunks * layout.block_tokens));
   }
   return engine->Flush();  // Part 3 reopens the SSD tier.
 }
@@ -747,11 +753,10 @@ Status BenchEngine::RunPin(const std::string& scratch, BenchEngineReport* report
     const std::span<const uint32_t> prefix(turn.data(), chunks * layout.block_tokens);
     KV_ASSIGN_OR_RETURN(auto opened, reopen());
     const Stopwatch w;
-    KV_ASSIGN_OR_RETURN(
-        std::unique_ptr<LoadHandle> h,
-        opened.first->Load(opened.second, prefix,
-                           Spans<std::byte>(buffers, 0, chunks * layout.layers,
-                                            layout.BlockBytes())));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<LoadHandle> h,
+                        opened.first->Load(opened.second, prefix,
+                                           Spans<std::byte>(buffers, 0, chunks * layout.layers,
+                                                            layout.BlockBytes())));
     KV_RETURN_IF_ERROR(h->Wait());
     pin_ms.push_back(pin_s * 1e3);
     load_ms.push_back(w.Seconds() * 1e3);
@@ -787,9 +792,9 @@ Status BenchEngine::RunStoreThrough(const std::string& scratch, BenchEngineRepor
     if (Interrupted()) return Status::Aborted("interrupted");
     for (AlignedBuffer& b : buffers) FillRandom(rng, {b.data(), b.size()});  // Not timed.
     const Stopwatch w;
-    Result<std::unique_ptr<StoreHandle>> h = StoreRetryingBusy(
-        *engine, ns, turn, Spans<const std::byte>(buffers, 0, blocks, block), 0,
-        &report->store_busy_retries);
+    Result<std::unique_ptr<StoreHandle>> h =
+        StoreRetryingBusy(*engine, ns, turn, Spans<const std::byte>(buffers, 0, blocks, block), 0,
+                          &report->store_busy_retries);
     KV_RETURN_IF_ERROR(h.status());
     KV_RETURN_IF_ERROR((*h)->Wait());
     ms.push_back(w.Seconds() * 1e3);
@@ -809,8 +814,11 @@ Status BenchEngine::RunStoreThrough(const std::string& scratch, BenchEngineRepor
 Status BenchEngine::Run() {
   InstallInterruptHandler();
   BenchEngineReport report;
-  report.layout = KvLayout{.layers = layers_, .kv_heads = kv_heads_, .head_dim = head_dim_,
-                           .dtype = DType::kF16, .block_tokens = block_tokens_};
+  report.layout = KvLayout{.layers = layers_,
+                           .kv_heads = kv_heads_,
+                           .head_dim = head_dim_,
+                           .dtype = DType::kF16,
+                           .block_tokens = block_tokens_};
   KV_RETURN_IF_ERROR(report.layout.Validate());
   if (!server_.empty()) KV_RETURN_IF_ERROR(ConnectService(&report));  // Its layout, from here.
   KV_ASSIGN_OR_RETURN(report.trace_host_bytes, TraceHostBytes(report.layout));

@@ -12,9 +12,9 @@
 
 #include "bench/remote_bench.h"
 #include "byte_size.h"
+#include "json_output.h"
 #include "subprocess.h"
 #include "tiers/redis/redis_connection.h"
-#include "json_output.h"
 
 namespace kvtier::cli {
 namespace {
@@ -36,14 +36,26 @@ double Median(std::vector<double> v) {
 // redis-benchmark's rates (bytes per second) of `tests` ("set,get" or "get"), `clients` clients,
 // with `extra` arguments; its CSV lines look like "SET","1234.57",... (requests per second).
 Result<std::pair<double, double>> RunRedisBenchmarkOnce(const RedisEndpoint& e,
-                                                         uint64_t value_bytes, uint64_t requests,
-                                                         uint32_t pipeline, uint32_t clients,
-                                                         const char* tests,
-                                                         std::vector<std::string> extra) {
-  std::vector<std::string> argv = {"redis-benchmark", "-h", e.host, "-p", std::to_string(e.port),
-                                   "-t", tests, "-n", std::to_string(requests), "-d",
-                                   std::to_string(value_bytes), "-P", std::to_string(pipeline),
-                                   "-c", std::to_string(clients), "--csv"};
+                                                        uint64_t value_bytes, uint64_t requests,
+                                                        uint32_t pipeline, uint32_t clients,
+                                                        const char* tests,
+                                                        std::vector<std::string> extra) {
+  std::vector<std::string> argv = {"redis-benchmark",
+                                   "-h",
+                                   e.host,
+                                   "-p",
+                                   std::to_string(e.port),
+                                   "-t",
+                                   tests,
+                                   "-n",
+                                   std::to_string(requests),
+                                   "-d",
+                                   std::to_string(value_bytes),
+                                   "-P",
+                                   std::to_string(pipeline),
+                                   "-c",
+                                   std::to_string(clients),
+                                   "--csv"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   KV_ASSIGN_OR_RETURN(const std::string csv, Capture(argv));
   double set = 0, get = 0;
@@ -105,13 +117,13 @@ Status RandKeys(const RedisEndpoint& e, uint64_t count, uint64_t value_bytes, bo
 }
 
 // redis-benchmark's SET and GET with the same value size, count and pipeline depth, as many
-// clients as kvtier has connections, on the same server, `runs` times (medians, as kvtier's rounds). Its GET reads one key again
-// and again, so the server sends one value that stays in its caches; it also runs GET over as
-// many distinct keys as kvtier's rounds read (its -r: random keys among `requests`, written
-// beforehand), the access pattern kvtier's gets have.
+// clients as kvtier has connections, on the same server, `runs` times (medians, as kvtier's
+// rounds). Its GET reads one key again and again, so the server sends one value that stays in its
+// caches; it also runs GET over as many distinct keys as kvtier's rounds read (its -r: random keys
+// among `requests`, written beforehand), the access pattern kvtier's gets have.
 Result<RedisBenchmarkFigures> RunRedisBenchmark(const RedisEndpoint& e, uint64_t value_bytes,
-                                                uint64_t requests, uint32_t pipeline,
-                                                uint32_t runs, bool cluster, uint32_t clients) {
+                                                uint64_t requests, uint32_t pipeline, uint32_t runs,
+                                                bool cluster, uint32_t clients) {
   RedisBenchmarkFigures f;
   Status s;
   for (uint32_t i = 0; i < runs && s.ok(); ++i) {
@@ -231,8 +243,9 @@ void Print(const RemoteBenchReport& r, const std::optional<RedisBenchmarkFigures
 
 BenchRemote::BenchRemote(CLI::App* bench)
     : app_(bench->add_subcommand(
-          "remote", "Put/get throughput of the remote tier on a Redis (beside redis-benchmark) "
-                    "or on a directory (the fs tier, beside plain files), sealed and plaintext")) {
+          "remote",
+          "Put/get throughput of the remote tier on a Redis (beside redis-benchmark) "
+          "or on a directory (the fs tier, beside plain files), sealed and plaintext")) {
   app_->add_option("--redis", redis_, "host:port of the Redis (cluster: a seed)");
   app_->add_option("--fs-dir", fs_dir_,
                    "A directory: the fs tier there instead of a Redis (fs_dir; docs/fs_tier.md)");
@@ -297,7 +310,7 @@ Status BenchRemote::Run() {
   KV_ASSIGN_OR_RETURN(o.block_bytes, ParseBytes("--block-bytes", block_text_));
   KV_ASSIGN_OR_RETURN(o.total_bytes, ParseBytes("--total-bytes", total_text_));
   if (!key_file_.empty()) {
-    KV_ASSIGN_OR_RETURN(o.keyring, RemoteKeyring::LoadFile(key_file_));
+    KV_ASSIGN_OR_RETURN(o.keyring, RemoteKeyring::LoadFile(key_file_, "--remote-key-file"));
   } else if (const char* text = std::getenv("KVTIER_REMOTE_KEY"); text != nullptr) {
     Result<RemoteKeyring> ring = RemoteKeyring::Parse(text);
     if (!ring.ok()) return ring.status().WithContext("$KVTIER_REMOTE_KEY");
@@ -312,9 +325,8 @@ Status BenchRemote::Run() {
     if (!o.password.empty()) {
       note = "not run: it would need the password on its command line";
     } else {
-      Result<RedisBenchmarkFigures> f =
-          RunRedisBenchmark(endpoint, o.block_bytes, r.blocks, o.batch, o.rounds, cluster_,
-                            o.connections);
+      Result<RedisBenchmarkFigures> f = RunRedisBenchmark(
+          endpoint, o.block_bytes, r.blocks, o.batch, o.rounds, cluster_, o.connections);
       if (f.ok()) {
         rb = *f;
       } else {

@@ -81,10 +81,12 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
   o.host.capacity_bytes = std::max<uint64_t>(16 * kMiB, 2 * context_bytes);
   if (options.host_bytes != 0) {
     if (options.host_bytes < 2 * context_bytes) {
-      return Status::InvalidArgument(
-          "--host-bytes " + std::to_string(options.host_bytes) + " is less than twice the KV of "
-          "the context (" + std::to_string(2 * context_bytes) + " bytes for " +
-          std::to_string(context_tokens) + " tokens): lower --context or raise --host-bytes");
+      return Status::InvalidArgument("--host-bytes " + std::to_string(options.host_bytes) +
+                                     " is less than twice the KV of "
+                                     "the context (" +
+                                     std::to_string(2 * context_bytes) + " bytes for " +
+                                     std::to_string(context_tokens) +
+                                     " tokens): lower --context or raise --host-bytes");
     }
     o.host.capacity_bytes = options.host_bytes;
   }
@@ -108,9 +110,8 @@ Result<std::unique_ptr<Engine>> ConnectToServer(const LlmSessionOptions& options
   }
   serve::ClientOptions c{.name = "kvtier cli (pid " + std::to_string(::getpid()) + ")",
                          .logger = logger};
-  c.socket_path = std::string_view(options.server).starts_with("unix:")
-                      ? options.server.substr(5)
-                      : options.server;
+  c.socket_path = std::string_view(options.server).starts_with("unix:") ? options.server.substr(5)
+                                                                        : options.server;
   if (!options.server_token_file.empty()) {
     KV_ASSIGN_OR_RETURN(c.token, ReadSecretFile(options.server_token_file, "--server-token-file"));
   }
@@ -139,7 +140,8 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
     // this one is killed before closing the engine.
     o->write_policy = WritePolicy::kWriteThrough;
     if (!options.ssd_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(ssd.keyring, RemoteKeyring::LoadFile(options.ssd_key_file));
+      KV_ASSIGN_OR_RETURN(ssd.keyring,
+                          RemoteKeyring::LoadFile(options.ssd_key_file, "--ssd-key-file"));
     }
   } else if (!options.ssd_key_file.empty()) {
     return Status::InvalidArgument("--ssd-key-file needs --cache-dir");
@@ -156,7 +158,8 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
     if (!endpoints.ok()) return endpoints.status().WithContext("--redis");
     redis.endpoints = std::move(*endpoints);
     if (!options.remote_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(redis.keyring, RemoteKeyring::LoadFile(options.remote_key_file));
+      KV_ASSIGN_OR_RETURN(redis.keyring,
+                          RemoteKeyring::LoadFile(options.remote_key_file, "--remote-key-file"));
     }
     redis.insecure_plaintext = options.remote_insecure_plaintext;
     o->remote.emplace().stores.Emplace(kRedisStoreName, std::move(redis));
@@ -175,7 +178,8 @@ Status ApplyCacheOptions(const LlmSessionOptions& options, EngineOptions* o) {
           "else can read or write");
     }
     if (!options.remote_key_file.empty()) {
-      KV_ASSIGN_OR_RETURN(fs->keyring, RemoteKeyring::LoadFile(options.remote_key_file));
+      KV_ASSIGN_OR_RETURN(fs->keyring,
+                          RemoteKeyring::LoadFile(options.remote_key_file, "--remote-key-file"));
     }
     fs->insecure_plaintext = options.remote_insecure_plaintext;
   }
@@ -302,13 +306,13 @@ Result<LlmSession::CacheChunksStats> LlmSession::CacheChunks(
     const std::span<const uint32_t> step =
         full.subspan(done * block_tokens, (next - done) * block_tokens);
     const uint64_t t0 = SteadyNowUs();
-    KV_RETURN_IF_ERROR(model_->Forward(step, static_cast<uint32_t>(done * block_tokens), *kv_,
-                                       no_logits, &none));
+    KV_RETURN_IF_ERROR(
+        model_->Forward(step, static_cast<uint32_t>(done * block_tokens), *kv_, no_logits, &none));
     const uint64_t t1 = SteadyNowUs();
     st.computed_tokens += step.size();
-    KV_ASSIGN_OR_RETURN(size_t stored, runtime::StoreKvChunks(*engine_, ns_,
-                                                              full.first(next * block_tokens),
-                                                              *kv_, {}));
+    KV_ASSIGN_OR_RETURN(
+        size_t stored,
+        runtime::StoreKvChunks(*engine_, ns_, full.first(next * block_tokens), *kv_, {}));
     st.stored_chunks += stored;
     st.compute_us += t1 - t0;
     st.store_us += SteadyNowUs() - t1;

@@ -4,6 +4,8 @@
 #   - --prompt-file, --prompt -, preload --document/--trace and hash --tokens refuse /dev/zero, a
 #     FIFO and a directory at once (no hang, no bad_alloc), and a file or stream over its limit
 #     (64 MiB for a prompt or a token file, 256 MiB for a trace), naming the file and the limit;
+#   - a model that is a FIFO or a directory is refused at once, and so is a key file
+#     (--ssd-key-file, --remote-key-file) that is a FIFO or readable by others, naming the option;
 #   - --config and KVTIER_CONFIG refuse /dev/zero, a FIFO and a file over 64 KiB before reading,
 #     and a 16 KB file of 8,000 nested tables fails at once naming its depth (it cost 2 GB);
 #   - an unknown key or table in the config file, and a KVTIER_* variable no option reads, is a
@@ -121,6 +123,24 @@ printf '%s\n' 'log-level = "warn"' '[run]' 'ssd_io_depth = 8' 'cache-dir = "/tmp
   '[bench.ssd]' 'queue-depth = 4' >"$TMP/good.toml"
 in_limits --config "$TMP/good.toml" "${HASH[@]}" --tokens "$TOKENS"
 [[ $rc -eq 0 ]] || fail "config_good: exit $rc: $(cat "$TMP/err")"
+
+# Model files: only regular files, refused at once (a FIFO without a writer made the open wait
+# for one; the tokenizer's case is Llama2cLoaderTest.RefusesFilesThatAreNotRegular).
+refused model_fifo 1 "$TMP/fifo is not a regular file" run -m "$TMP/fifo" --prompt hi
+refused model_dir 1 "$TMP/dir is not a regular file" run -m "$TMP/dir" --prompt hi
+
+# Key files: refused at once, naming the option that gave them (an SSD key file's error read
+# "remote key file" before).
+printf '1 %064d\n' 7 >"$TMP/open.keys"
+chmod 644 "$TMP/open.keys"
+refused ssd_key_fifo 1 "--ssd-key-file $TMP/fifo is not a regular file" \
+  serve --layout "$LAYOUT" --model-name m --socket "$TMP/s.sock" --cache-dir "$TMP/kc" \
+  --ssd-key-file "$TMP/fifo"
+refused remote_key_mode 1 "--remote-key-file $TMP/open.keys has mode 0644" \
+  serve --layout "$LAYOUT" --model-name m --socket "$TMP/s.sock" --redis 127.0.0.1:1 \
+  --remote-key-file "$TMP/open.keys"
+refused bench_key_fifo 1 "--remote-key-file $TMP/fifo is not a regular file" \
+  bench remote --redis 127.0.0.1:1 --remote-key-file "$TMP/fifo"
 
 # Variables: an unknown KVTIER_* one is a usage error naming the nearest.
 want="the environment variable KVTIER_SSD_KEYFILE is not one kvtier reads; did you mean"
