@@ -7,7 +7,7 @@ Result<uint64_t> ParseBytes(std::string_view flag, const std::string& text) {
     return Status::InvalidArgument(std::string(flag) + ": '" + text +
                                    "' is not a size (e.g. 4096, 64k, 64KiB, 1m, 1MiB, 4g, 4GiB)");
   };
-  // Digits, then an optional unit: K, M, G or T in either case, alone or followed by B or iB
+  // Digits, then an optional unit: K, M, G, T or P in either case, alone or followed by B or iB
   // (all binary, as fio reads them by default), or B.
   size_t end = 0;
   while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
@@ -15,7 +15,7 @@ Result<uint64_t> ParseBytes(std::string_view flag, const std::string& text) {
   std::string_view unit_text = std::string_view(text).substr(end);
   uint64_t unit = 1;
   if (!unit_text.empty()) {
-    constexpr std::string_view kPrefixes = "kmgt";
+    constexpr std::string_view kPrefixes = "kmgtp";
     const char first = static_cast<char>(unit_text[0] | 0x20);  // Lower case.
     const size_t power = kPrefixes.find(first);
     if (power != std::string_view::npos) {

@@ -1,5 +1,6 @@
 // Byte sizes on the command line: "4096", "4096B", "64KiB", "64k", "64KB", "1m", "1MiB", "4g",
-// "1T": K, M, G, T in either case, alone or with B or iB, are all binary (as fio reads them).
+// "1T", "1PiB": K, M, G, T, P in either case, alone or with B or iB, are all binary (as fio reads
+// them).
 //
 // Thread safety: pure function.
 #pragma once

@@ -90,7 +90,11 @@ void AddEngineOptionFlags(CLI::App* c, ModelFlags* f) {
           Result<OptionValue> parsed = ParseOptionText(*row, flag, value);
           if (!parsed.ok()) {  // CLI11 names the flag already.
             std::string_view message = parsed.status().message();
-            if (message.starts_with(flag + " ")) message.remove_prefix(flag.size() + 1);
+            if (message.starts_with(flag + ": ")) {
+              message.remove_prefix(flag.size() + 2);
+            } else if (message.starts_with(flag + " ")) {
+              message.remove_prefix(flag.size() + 1);
+            }
             return std::string(message);
           }
           if (!row->settable()) return std::string();  // A file name, read later.
@@ -101,9 +105,8 @@ void AddEngineOptionFlags(CLI::App* c, ModelFlags* f) {
           return s.ok() ? std::string() : std::string(s.message());
         },
         "");
-    CLI::Option* option = spec.type == OptionType::kBool
-                              ? c->add_flag(names, text, help)
-                              : c->add_option(names, text, help);
+    CLI::Option* option = spec.type == OptionType::kBool ? c->add_flag(names, text, help)
+                                                         : c->add_option(names, text, help);
     option->check(check)
         ->envname(env)
         ->type_name(TypeName(spec))
@@ -218,12 +221,10 @@ void AddModelFileFlags(CLI::App* c, ModelFlags* f) {
 }
 
 void AddSamplingFlags(CLI::App* c, ModelFlags* f, const char* steps_help) {
-  c->add_option("-n,--steps,--max-tokens", f->steps, steps_help)
-      ->check(WholeNumber(1, 1u << 20));
+  c->add_option("-n,--steps,--max-tokens", f->steps, steps_help)->check(WholeNumber(1, 1u << 20));
   c->add_option("--temp,--temperature", f->sampler.temperature, "0: greedy")
       ->check(Number(0.0, 100.0));
-  c->add_option("--top-p", f->sampler.top_p, "Nucleus sampling threshold")
-      ->check(Number(0.0, 1.0));
+  c->add_option("--top-p", f->sampler.top_p, "Nucleus sampling threshold")->check(Number(0.0, 1.0));
   c->add_option("-s,--seed", f->seed, "Sampling seed; -1: a random one")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
@@ -241,8 +242,7 @@ void AddCacheFlags(CLI::App* c, ModelFlags* f) {
   c->add_option("--cache-dir", f->session.cache_dir,
                 "SSD tier directory: cached prompt prefixes persist across runs")
       ->envname("KVTIER_CACHE_DIR");
-  c->add_option("--salt", f->session.salt,
-                "Tenant salt: runs with different salts share nothing")
+  c->add_option("--salt", f->session.salt, "Tenant salt: runs with different salts share nothing")
       ->envname("KVTIER_SALT");
   c->add_option("-c,--context", f->session.context_tokens,
                 "Positions per sequence (0: the model's seq_len, at most 4096)")

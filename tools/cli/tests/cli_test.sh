@@ -218,6 +218,13 @@ expect_fail bench_qd0 "queue depth must be 1..256" bench ssd --dir "$TMP" --queu
 expect_fail bench_qd_big "queue depth must be 1..256" bench ssd --dir "$TMP" --queue-depth 257
 expect_fail bench_total_small "at least one block" bench ssd --dir "$TMP" --total-bytes 4KiB
 expect_fail bench_overflow "is not a size" bench ssd --dir "$TMP" --total-bytes 99999999999GiB
+# An engine option's bad size names its flag once; P (PiB), the unit of the options' bounds, is
+# accepted (the model, opened first, is then what fails).
+expect_fail engine_bad_size "kvtier: --host-bytes: '4kx' is not a size" run -m none -p hi \
+  --host-bytes 4kx
+grep -qF -- "--host-bytes: --host-bytes" "$TMP/err" && fail "engine_bad_size: repeated flag"
+expect_fail engine_size_pib "open none" run -m none -p hi --host-bytes 1PiB
+expect_fail engine_size_bound "must be from 1 to 1 PiB" run -m none -p hi --host-bytes 2pib
 expect_fail reopen_blocks "blocks must be 1..16777216" bench ssd-reopen --dir "$TMP" --blocks 0
 
 # Decode benchmark: a small synthetic model through every configuration, JSON keys present, the
