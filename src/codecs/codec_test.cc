@@ -336,7 +336,8 @@ TEST(CodecTest, AllKernelSetsWriteIdenticalBytes) {
 // CRC32C of encoded blocks as this format writes them (recorded from the encoder before the
 // AVX-512 kernels and the chunked quantizer; the zstd-staged case again when each segment of the
 // stage got its own literals table; the BF16 shuffle-zstd case with its literals-first zstd
-// parameters): a change of any byte fails here.
+// parameters; the ecq cases before each head's step came from one log2 of its spreads' product):
+// a change of any byte fails here.
 TEST(CodecTest, EncodedBytesStayTheSame) {
   struct Case {
     CodecParams params;
@@ -367,6 +368,20 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
       {CodecParams::ShuffleZstd(1),
        {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16},
        0xefc25be3u},
+      // The entropy-coded quantizers: each head's step byte, centers, codes and escapes.
+      {CodecParams::Ecq(CodecId::kEcq5),
+       {.tokens = 64, .kv_heads = 2, .head_dim = 64, .dtype = DType::kF16},
+       0xaecbde5au},
+      {CodecParams::Ecq(CodecId::kEcq6),
+       {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16},
+       0x862ebe1eu},
+      {CodecParams::Ecq(CodecId::kEcq6V5),
+       {.tokens = 17, .kv_heads = 3, .head_dim = 200, .dtype = DType::kF32},
+       0x44421393u},
+      {CodecParams::Ecq(CodecId::kEcq5),
+       {.tokens = 48, .kv_heads = 1, .head_dim = 40, .dtype = DType::kF16,
+        .kind = LayoutKind::kLatent},
+       0xe5712751u},
   };
   for (KernelIsa isa : AvailableIsas()) {
     CodecContext ctx = NewContext(isa);
