@@ -118,17 +118,29 @@ void ChannelStats(const float* x, size_t tokens, size_t channels, float* mean, f
 // deviations (over the channels that vary), so that every channel of the head gets the same
 // absolute error, which for a given number of bits minimizes the head's squared error (the
 // channels with the larger spread take the more bits); not below any channel's |mean| / 30000.
+// The sum of the log2 is taken as one log2 of the product: each spread's binary exponent is
+// summed apart (frexp) and the mantissas in [0.5, 1) multiplied in double, renormalized every
+// kMantissasPerRenorm factors (2^-64 at least, far from underflow). One log2 per head instead
+// of one per channel: it took 8 % of encoding 32-token blocks.
 uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) {
-  double log_sum = 0;
+  constexpr size_t kMantissasPerRenorm = 64;
+  double mantissa = 1.0;
+  int64_t exponent = 0;
   size_t varying = 0;
   float floor = 0;
   for (size_t c = 0; c < n; ++c) {
     floor = std::max(floor, std::fabs(mean[c]) / kCenterMax);
     if (sd[c] > 0.0f) {
-      log_sum += std::log2(static_cast<double>(sd[c]));
-      ++varying;
+      int e = 0;
+      mantissa *= std::frexp(static_cast<double>(sd[c]), &e);
+      exponent += e;
+      if (++varying % kMantissasPerRenorm == 0) {
+        mantissa = std::frexp(mantissa, &e);
+        exponent += e;
+      }
     }
   }
+  const double log_sum = static_cast<double>(exponent) + std::log2(mantissa);
   const float geo =
       varying == 0 ? 0.0f : static_cast<float>(std::exp2(log_sum / static_cast<double>(varying)));
   return StepByte(geo * scale, floor);
