@@ -9,8 +9,10 @@
 //     0 partial blocks (every block found loads its exact bytes), and the service keeps serving;
 //   - the service stopped: lookups miss, loads fail with Unavailable within the timeout, and the
 //     client reconnects by itself once a service is back on the socket;
-//   - a second service on the socket is refused naming the holder's pid; malformed frames and
-//     out-of-range offsets are refused and counted; draining refuses loads and stores;
+//   - a second service on the socket is refused naming the holder's pid (CheckSocketPath, run
+//     before an engine opens, says so too, and refuses a path too long or a file there);
+//     malformed frames and out-of-range offsets are refused and counted; draining refuses loads
+//     and stores;
 //   - a cleared tenant (ctl clear --namespace) misses from then on, through namespaces already
 //     held too, while other tenants keep hitting; with a state file it stays cleared after the
 //     service restarts (without, it does not: the file is what holds it); a state file that does
@@ -34,8 +36,9 @@
 #include <random>
 #include <thread>
 
-#include "gtest/gtest.h"
+#include "core/unique_fd.h"
 #include "engine/paged_transfer.h"
+#include "gtest/gtest.h"
 #include "serve/client.h"
 #include "serve/protocol.h"
 #include "serve/server.h"
@@ -48,7 +51,10 @@ constexpr uint32_t kLayers = 2;
 constexpr uint32_t kBlockTokens = 16;
 
 KvLayout TestLayout() {
-  return {.layers = kLayers, .kv_heads = 2, .head_dim = 32, .dtype = DType::kF16,
+  return {.layers = kLayers,
+          .kv_heads = 2,
+          .head_dim = 32,
+          .dtype = DType::kF16,
           .block_tokens = kBlockTokens};
 }
 
@@ -488,10 +494,12 @@ TEST_F(ServeTest, AnotherUidNamingATenantGetsMisses) {
   ::waitpid(pid, &status, 0);
   EXPECT_NE(buf.find("matched: 0\n"), std::string::npos) << buf;
   EXPECT_NE(buf.find("clear root's: InvalidArgument: clearing another uid's tenant"),
-            std::string::npos) << buf;
+            std::string::npos)
+      << buf;
   EXPECT_NE(buf.find("clear own: OK"), std::string::npos) << buf;
   EXPECT_NE(buf.find("drain: InvalidArgument: drain: only the service's own uid or root"),
-            std::string::npos) << buf;
+            std::string::npos)
+      << buf;
   EXPECT_FALSE(server_->Stats().draining);
   // Nobody's clear of its own "alice" left root's "alice" alone.
   EXPECT_EQ(c->Lookup(*ns, tokens, {})->matched_tokens, 2 * kBlockTokens);
@@ -530,6 +538,23 @@ TEST_F(ServeTest, SecondServiceOnTheSocketNamesTheHolder) {
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(MessageContains(second.status(), "pid " + std::to_string(::getpid())))
       << second.status().ToString();
+}
+
+// CheckSocketPath, which `kvtier serve` calls before it opens its engine, says what Start would:
+// the held socket Busy naming the holder; a path too long for sun_path, or a regular file there,
+// InvalidArgument; a free path in a missing directory Ok (nobody holds a lock there).
+TEST_F(ServeTest, CheckSocketPathTellsWhatStartWouldRefuse) {
+  const Status held = CheckSocketPath(socket_);
+  EXPECT_TRUE(held.IsBusy()) << held.ToString();
+  EXPECT_TRUE(MessageContains(held, "pid " + std::to_string(::getpid()))) << held.ToString();
+  EXPECT_TRUE(CheckSocketPath(dir_->Join(std::string(120, 's'))).IsInvalidArgument());
+  const std::string file = dir_->Join("not-a-socket");
+  const UniqueFd created(::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(created.valid());
+  const Status not_socket = CheckSocketPath(file);
+  EXPECT_TRUE(MessageContains(not_socket, "exists and is not a socket")) << not_socket.ToString();
+  EXPECT_TRUE(CheckSocketPath(dir_->Join("missing/k.sock")).ok());
+  EXPECT_TRUE(CheckSocketPath(dir_->Join("free.sock")).ok());
 }
 
 TEST_F(ServeTest, MalformedFramesAreRefusedAndCounted) {
@@ -603,8 +628,7 @@ TEST_F(ServeTest, HostileFramesNeverStopTheService) {
         size_t n = rng() % 64;
         for (size_t b = 0; b < n; ++b) w.U8(static_cast<uint8_t>(rng()));
       }
-      Op op = i % 5 == 0 ? (i % 10 == 5 ? Op::kStore : Op::kLoad)
-                         : static_cast<Op>(3 + rng() % 15);
+      Op op = i % 5 == 0 ? (i % 10 == 5 ? Op::kStore : Op::kLoad) : static_cast<Op>(3 + rng() % 15);
       if (op == Op::kFlush || op == Op::kDrain) op = Op::kLookup;
       if (!SendFrame(fd, op, 100 + static_cast<uint64_t>(i), w.bytes()).ok()) break;
     }
@@ -736,8 +760,11 @@ TEST(ServeProtocolTest, StatsCarryWritebackHorizonsAndOldRepliesStillDecode) {
   EngineStats in;
   in.lookups = 7;
   in.tiers.push_back({.kind = TierKind::kHost, .blocks = 3});
-  in.tiers.push_back({.kind = TierKind::kSsd, .blocks = 5, .write_failures = 2,
-                      .writeback_horizon_us = 123456789, .writeback_lag_us = 4321});
+  in.tiers.push_back({.kind = TierKind::kSsd,
+                      .blocks = 5,
+                      .write_failures = 2,
+                      .writeback_horizon_us = 123456789,
+                      .writeback_lag_us = 4321});
   WireWriter w;
   PutEngineStats(in, &w);
   {

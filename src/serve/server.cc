@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <span>
 
 #include "core/escape.h"
@@ -80,11 +81,14 @@ Result<UniqueFd> LockSocket(const std::string& socket_path) {
   return fd;
 }
 
-Result<UniqueFd> Listen(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
+// The socket path's length, and what is there now: InvalidArgument for a file that is not a
+// socket; *socket_there for a socket (one left by a service that died, when nobody holds its
+// lock).
+Status CheckSocketFile(const std::string& path, bool* socket_there) {
+  *socket_there = false;
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return Status::InvalidArgument("the socket path " + path + " is longer than " +
-                                   std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+                                   std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
@@ -92,8 +96,18 @@ Result<UniqueFd> Listen(const std::string& path) {
       return Status::InvalidArgument("the socket path " + path +
                                      " exists and is not a socket; not replacing it");
     }
-    // A socket left by a service that died: we hold the lock, so nobody serves it.
-    if (::unlink(path.c_str()) != 0) return Status::FromErrno(errno, "removing " + path);
+    *socket_there = true;
+  }
+  return Status::Ok();
+}
+
+Result<UniqueFd> Listen(const std::string& path) {
+  sockaddr_un addr{};
+  bool socket_there = false;
+  KV_RETURN_IF_ERROR(CheckSocketFile(path, &socket_there));
+  // A socket left by a service that died: we hold the lock, so nobody serves it.
+  if (socket_there && ::unlink(path.c_str()) != 0) {
+    return Status::FromErrno(errno, "removing " + path);
   }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Status::FromErrno(errno, "socket");
@@ -136,7 +150,7 @@ void Server::Impl::Refused(const ucred& cred, const std::string& why) {
   std::string key = std::to_string(cred.pid) + ":" + why;
   if (refusals_logged.size() < 4096 && refusals_logged.emplace(key, true).second) {
     Log(LogLevel::kWarn, "refused a client (pid " + std::to_string(cred.pid) + ", uid " +
-                                std::to_string(cred.uid) + "): " + why);
+                             std::to_string(cred.uid) + "): " + why);
   }
 }
 
@@ -144,8 +158,10 @@ void Server::Impl::CountTenant(const std::string& tenant, const TenantCounters& 
   MutexLock lock(&mu);
   auto it = tenants.find(tenant);
   if (it == tenants.end()) {
-    if (tenants.size() >= 1024) it = tenants.try_emplace("other").first;
-    else it = tenants.try_emplace(tenant).first;
+    if (tenants.size() >= 1024)
+      it = tenants.try_emplace("other").first;
+    else
+      it = tenants.try_emplace(tenant).first;
   }
   it->second.lookups += d.lookups;
   it->second.lookup_tokens += d.lookup_tokens;
@@ -205,6 +221,16 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() { Stop(); }
 
+Status CheckSocketPath(const std::string& socket_path) {
+  bool socket_there = false;
+  KV_RETURN_IF_ERROR(CheckSocketFile(socket_path, &socket_there));
+  const std::filesystem::path dir = std::filesystem::path(socket_path).parent_path();
+  struct stat st {};
+  // Without its directory no service holds the lock (its file is in it).
+  if (::stat(dir.empty() ? "." : dir.c_str(), &st) != 0) return Status::Ok();
+  return LockSocket(socket_path).status();  // Released when the descriptor closes.
+}
+
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
                                               std::shared_ptr<Engine> engine) {
   KV_RETURN_IF_ERROR(options.Validate());
@@ -250,8 +276,8 @@ void Server::Stop() {
     if (fd >= 0) ::close(fd);
     fd = -1;
   }
-  impl_->Log(LogLevel::kInfo, "stopped; " + std::to_string(impl_->leases_active.load()) +
-                                  " leases active");
+  impl_->Log(LogLevel::kInfo,
+             "stopped; " + std::to_string(impl_->leases_active.load()) + " leases active");
 }
 
 void Server::Drain() {
@@ -264,8 +290,8 @@ Result<Namespace> Server::Impl::DeriveNamespace(const std::string& scoped,
                                                 const std::vector<std::string>& extra) {
   std::string salt = generations.SaltFor(scoped);
   if (!options.tenant_secret.empty()) {
-    KV_ASSIGN_OR_RETURN(salt, DeriveTenantSalt(salt, std::as_bytes(std::span(
-                                                         options.tenant_secret))));
+    KV_ASSIGN_OR_RETURN(salt,
+                        DeriveTenantSalt(salt, std::as_bytes(std::span(options.tenant_secret))));
   }
   return engine->MakeNamespace(salt, extra);
 }
@@ -321,8 +347,7 @@ std::string Server::MetricsText() {
   gauge("kvtier_serve_clients", "Clients connected now.", s.clients_active, "gauge");
   gauge("kvtier_serve_clients_total", "Clients admitted since the start.", s.clients_total,
         "counter");
-  gauge("kvtier_serve_clients_refused_total", "Connections refused.", s.clients_refused,
-        "counter");
+  gauge("kvtier_serve_clients_refused_total", "Connections refused.", s.clients_refused, "counter");
   gauge("kvtier_serve_requests_total", "Requests served.", s.requests, "counter");
   gauge("kvtier_serve_bad_requests_total", "Malformed or out-of-range requests.", s.bad_requests,
         "counter");
@@ -331,8 +356,9 @@ std::string Server::MetricsText() {
   gauge("kvtier_serve_leases_orphaned_total", "Leases whose client left before they ended.",
         s.leases_orphaned, "counter");
   gauge("kvtier_serve_draining", "1 while draining.", s.draining ? 1 : 0, "gauge");
-  out += "# HELP kvtier_serve_client_requests_total Requests per connected client.\n"
-         "# TYPE kvtier_serve_client_requests_total counter\n";
+  out +=
+      "# HELP kvtier_serve_client_requests_total Requests per connected client.\n"
+      "# TYPE kvtier_serve_client_requests_total counter\n";
   for (const ClientStats& c : s.clients) {
     std::string labels = "{client=\"" + std::to_string(c.id) + "\",name=\"" + Label(c.name) +
                          "\",uid=\"" + std::to_string(c.uid) + "\"}";
@@ -343,8 +369,9 @@ std::string Server::MetricsText() {
            "\nkvtier_serve_client_store_blocks_total" + labels + " " +
            std::to_string(c.store_blocks) + "\n";
   }
-  out += "# HELP kvtier_serve_tenant_lookup_tokens_total Tokens looked up per tenant.\n"
-         "# TYPE kvtier_serve_tenant_lookup_tokens_total counter\n";
+  out +=
+      "# HELP kvtier_serve_tenant_lookup_tokens_total Tokens looked up per tenant.\n"
+      "# TYPE kvtier_serve_tenant_lookup_tokens_total counter\n";
   for (const TenantStats& t : s.tenants) {
     std::string labels = "{tenant=\"" + Label(t.tenant) + "\"}";
     out += "kvtier_serve_tenant_lookup_tokens_total" + labels + " " +
@@ -360,32 +387,31 @@ std::string Server::StatsJson() {
   ServerStats s = Stats();
   EngineStats e = impl_->engine->Stats();
   auto u = [](uint64_t v) { return std::to_string(v); };
-  std::string out = "{\"socket\": " + Json(impl_->options.socket_path) +
-                    ", \"layout\": " + Json(impl_->layout_text) +
-                    ", \"clients_active\": " + u(s.clients_active) +
-                    ", \"clients_total\": " + u(s.clients_total) +
-                    ", \"clients_refused\": " + u(s.clients_refused) +
-                    ", \"requests\": " + u(s.requests) + ", \"bad_requests\": " +
-                    u(s.bad_requests) + ", \"leases_active\": " + u(s.leases_active) +
-                    ", \"leases_total\": " + u(s.leases_total) + ", \"leases_orphaned\": " +
-                    u(s.leases_orphaned) + ", \"disconnects_mid_request\": " +
-                    u(s.disconnects_mid_request) + ", \"tenants_cleared\": " +
-                    u(s.tenants_cleared) + ", \"draining\": " +
-                    (s.draining ? "true" : "false") + ", \"clients\": [";
+  std::string out =
+      "{\"socket\": " + Json(impl_->options.socket_path) +
+      ", \"layout\": " + Json(impl_->layout_text) + ", \"clients_active\": " + u(s.clients_active) +
+      ", \"clients_total\": " + u(s.clients_total) +
+      ", \"clients_refused\": " + u(s.clients_refused) + ", \"requests\": " + u(s.requests) +
+      ", \"bad_requests\": " + u(s.bad_requests) + ", \"leases_active\": " + u(s.leases_active) +
+      ", \"leases_total\": " + u(s.leases_total) +
+      ", \"leases_orphaned\": " + u(s.leases_orphaned) +
+      ", \"disconnects_mid_request\": " + u(s.disconnects_mid_request) +
+      ", \"tenants_cleared\": " + u(s.tenants_cleared) +
+      ", \"draining\": " + (s.draining ? "true" : "false") + ", \"clients\": [";
   for (size_t i = 0; i < s.clients.size(); ++i) {
     const ClientStats& c = s.clients[i];
     out += std::string(i ? ", " : "") + "{\"id\": " + u(c.id) + ", \"pid\": " + u(c.pid) +
-           ", \"uid\": " + u(c.uid) + ", \"name\": " + Json(c.name) + ", \"requests\": " +
-           u(c.requests) + ", \"lookups\": " + u(c.lookups) + ", \"lookup_hit_tokens\": " +
-           u(c.lookup_hit_tokens) + ", \"loads\": " + u(c.loads) + ", \"stores\": " +
-           u(c.stores) + ", \"errors\": " + u(c.errors) + ", \"leases_active\": " +
-           u(c.leases_active) + "}";
+           ", \"uid\": " + u(c.uid) + ", \"name\": " + Json(c.name) +
+           ", \"requests\": " + u(c.requests) + ", \"lookups\": " + u(c.lookups) +
+           ", \"lookup_hit_tokens\": " + u(c.lookup_hit_tokens) + ", \"loads\": " + u(c.loads) +
+           ", \"stores\": " + u(c.stores) + ", \"errors\": " + u(c.errors) +
+           ", \"leases_active\": " + u(c.leases_active) + "}";
   }
   out += "], \"tenants\": [";
   for (size_t i = 0; i < s.tenants.size(); ++i) {
     const TenantStats& t = s.tenants[i];
-    out += std::string(i ? ", " : "") + "{\"tenant\": " + Json(t.tenant) + ", \"lookups\": " +
-           u(t.lookups) + ", \"lookup_tokens\": " + u(t.lookup_tokens) +
+    out += std::string(i ? ", " : "") + "{\"tenant\": " + Json(t.tenant) +
+           ", \"lookups\": " + u(t.lookups) + ", \"lookup_tokens\": " + u(t.lookup_tokens) +
            ", \"lookup_hit_tokens\": " + u(t.lookup_hit_tokens) + ", \"loads\": " + u(t.loads) +
            ", \"stores\": " + u(t.stores) + "}";
   }

@@ -83,15 +83,22 @@ struct ServerStats {
   uint64_t clients_active = 0, clients_total = 0;
   uint64_t clients_refused = 0;  // Connections refused (uid, group, token, version, clients_max).
   uint64_t requests = 0, bad_requests = 0;  // Malformed frames and out-of-range references.
-  uint64_t leases_active = 0;      // Requests that may still touch a staging region.
+  uint64_t leases_active = 0;               // Requests that may still touch a staging region.
   uint64_t leases_total = 0;
-  uint64_t leases_orphaned = 0;    // Leases whose client disconnected before they ended.
+  uint64_t leases_orphaned = 0;  // Leases whose client disconnected before they ended.
   uint64_t disconnects_mid_request = 0;
-  uint64_t tenants_cleared = 0;    // ClearTenant calls that moved a tenant to a new namespace.
+  uint64_t tenants_cleared = 0;  // ClearTenant calls that moved a tenant to a new namespace.
   bool draining = false;
   std::vector<ClientStats> clients;  // Connected clients.
   std::vector<TenantStats> tenants;  // Every tenant seen since the start.
 };
+
+// Whether Server::Start could serve `socket_path` now, checked without binding: InvalidArgument
+// for a path longer than a Unix socket address holds or one where a file other than a socket
+// exists, Busy naming the holder's pid when another service holds the socket's lock (taken and
+// released at once). For a caller to fail before slow work such as opening an engine; Start
+// checks again, so a service that starts in between is still refused.
+Status CheckSocketPath(const std::string& socket_path);
 
 class Server {
  public:

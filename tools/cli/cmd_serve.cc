@@ -124,52 +124,71 @@ CLI::Validator HttpCheck() {
 
 ServeCommand::ServeCommand(CLI::App* app)
     : Command(app->add_subcommand(
-          "serve", "Run the node service: own the node's KV tiers and serve inference engines "
-                   "(vLLM's connector, kvtier run --server) on a Unix socket")) {
+          "serve",
+          "Run the node service: own the node's KV tiers and serve inference engines "
+          "(vLLM's connector, kvtier run --server) on a Unix socket")) {
   CLI::App* c = subcommand();
   c->footer(kServeFooter);
   c->add_option("--layout", layout_text_,
                 "The KV geometry served, e.g. layers=32,kv_heads=8,head_dim=128,dtype=bf16,"
                 "block_tokens=256, with ,kind=latent for an MLA model's latent cache (clients with "
                 "another layout are refused)")
-      ->envname("KVTIER_LAYOUT")->check(LayoutCheck())->required()->group(kServiceGroup);
+      ->envname("KVTIER_LAYOUT")
+      ->check(LayoutCheck())
+      ->required()
+      ->group(kServiceGroup);
   c->add_option("--model-name", model_name_, "The model's name; enters every key")
-      ->envname("KVTIER_MODEL_NAME")->group(kServiceGroup);
+      ->envname("KVTIER_MODEL_NAME")
+      ->group(kServiceGroup);
   c->add_option("--weights-digest", weights_digest_,
                 "SHA-256 of the weights (64 hex digits); enters every key (default: zeros)")
-      ->envname("KVTIER_WEIGHTS_DIGEST")->check(DigestCheck())->group(kServiceGroup);
+      ->envname("KVTIER_WEIGHTS_DIGEST")
+      ->check(DigestCheck())
+      ->group(kServiceGroup);
   AddSocketFlags(c, &socket_, "A file (mode 0600) holding the token every client must present");
   c->add_option("--socket-group", socket_group_,
                 "The socket's directory (0750) and socket (0660) belong to this group, whose "
                 "members may connect (it is admitted as with --allow-group)")
-      ->envname("KVTIER_SOCKET_GROUP")->group(kServiceGroup);
+      ->envname("KVTIER_SOCKET_GROUP")
+      ->group(kServiceGroup);
   c->add_option("--allow-uid", allow_uids_,
                 "Also admit clients of this uid (repeat, or a comma-separated list); they must "
                 "also be able to reach the socket")
-      ->envname("KVTIER_ALLOW_UID")->delimiter(',')->check(WholeNumber(0, kUidMax))
+      ->envname("KVTIER_ALLOW_UID")
+      ->delimiter(',')
+      ->check(WholeNumber(0, kUidMax))
       ->group(kServiceGroup);
   c->add_option("--allow-group", allow_groups_,
                 "Also admit clients in this group (name or gid; repeat or a comma list)")
-      ->envname("KVTIER_ALLOW_GROUP")->delimiter(',')->group(kServiceGroup);
+      ->envname("KVTIER_ALLOW_GROUP")
+      ->delimiter(',')
+      ->group(kServiceGroup);
   c->add_option("--tenant-secret-file", tenant_secret_file_,
                 "A file (mode 0600, at least 16 bytes) from which tenants' namespaces are derived")
-      ->envname("KVTIER_TENANT_SECRET_FILE")->group(kServiceGroup);
+      ->envname("KVTIER_TENANT_SECRET_FILE")
+      ->group(kServiceGroup);
   c->add_option("--namespace-state", namespace_state_,
                 "Where `kvtier ctl clear --namespace` records cleared tenants, so that they stay "
                 "cleared after a restart (default: serve-namespaces in the first --cache-dir "
                 "directory; without one, in memory only)")
-      ->envname("KVTIER_NAMESPACE_STATE")->group(kServiceGroup);
+      ->envname("KVTIER_NAMESPACE_STATE")
+      ->group(kServiceGroup);
   c->add_option("--client-staging-bytes", client_staging_text_,
                 "Shared staging memory per connection (committed as touched; default 1 GiB)")
       ->envname("KVTIER_CLIENT_STAGING_BYTES")
-      ->check(ByteSize(1, serve::kClientStagingBytesMax))->group(kServiceGroup);
+      ->check(ByteSize(1, serve::kClientStagingBytesMax))
+      ->group(kServiceGroup);
   c->add_option("--clients-max", clients_max_, "Connections served at once")
-      ->envname("KVTIER_CLIENTS_MAX")->check(WholeNumber(1, serve::kClientsMaxLimit))
-      ->capture_default_str()->group(kServiceGroup);
+      ->envname("KVTIER_CLIENTS_MAX")
+      ->check(WholeNumber(1, serve::kClientsMaxLimit))
+      ->capture_default_str()
+      ->group(kServiceGroup);
   c->add_option("--http", http_,
                 "Serve GET /metrics and /healthz on [HOST:]PORT (HOST defaults to 127.0.0.1; "
                 "name 0.0.0.0 or another address explicitly to expose it)")
-      ->envname("KVTIER_HTTP")->check(HttpCheck())->group(kServiceGroup);
+      ->envname("KVTIER_HTTP")
+      ->check(HttpCheck())
+      ->group(kServiceGroup);
   for (CLI::Option* o : {c->get_option("--socket"), c->get_option("--token-file")}) {
     o->group(kServiceGroup);
   }
@@ -265,8 +284,8 @@ Status ServeCommand::PrepareSocketDir(const std::string& socket_path) {
   if (::lstat(d.c_str(), &st) != 0) {
     if (errno != ENOENT) return Status::FromErrno(errno, "socket directory " + d);
     if (::mkdir(d.c_str(), mode) != 0) {
-      return Status::FromErrno(errno, "cannot create the socket directory " + d +
-                                          " (its parent must exist)");
+      return Status::FromErrno(
+          errno, "cannot create the socket directory " + d + " (its parent must exist)");
     }
     if (::lstat(d.c_str(), &st) != 0) return Status::FromErrno(errno, "socket directory " + d);
   } else if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
@@ -327,8 +346,11 @@ std::string TierList(Engine& engine) {
 
 Status ServeCommand::Serve(const serve::ServerOptions& server_options,
                            const EngineOptions& engine_options) {
-  KV_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, OpenEngine(engine_options));
+  // The socket first: a path that cannot be served, or one another service holds, fails in
+  // milliseconds instead of after the engine's open (which faults in the host tier).
+  KV_RETURN_IF_ERROR(serve::CheckSocketPath(server_options.socket_path));
   KV_RETURN_IF_ERROR(PrepareSocketDir(server_options.socket_path));
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, OpenEngine(engine_options));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::Server> server,
                       serve::Server::Start(server_options, engine));
   KV_RETURN_IF_ERROR(ShareSocket(server_options.socket_path));
@@ -336,11 +358,11 @@ Status ServeCommand::Serve(const serve::ServerOptions& server_options,
   if (!http_.empty()) {
     KV_ASSIGN_OR_RETURN(serve::HttpAddress address, serve::ParseHttpAddress(http_));
     serve::Server* s = server.get();  // Outlives the listener: stopped first.
-    KV_ASSIGN_OR_RETURN(http, serve::HttpListener::Start(
-                                  {.address = address,
-                                   .metrics = [s] { return s->MetricsText(); },
-                                   .healthy = [s] { return !s->Stats().draining; },
-                                   .logger = logger_.get()}));
+    KV_ASSIGN_OR_RETURN(http,
+                        serve::HttpListener::Start({.address = address,
+                                                    .metrics = [s] { return s->MetricsText(); },
+                                                    .healthy = [s] { return !s->Stats().draining; },
+                                                    .logger = logger_.get()}));
     if (!serve::IsLoopback(http->address())) {
       Say("warning: /metrics is served on " + http->address().ToString() +
           ", reachable from other machines");
@@ -359,8 +381,8 @@ Status ServeCommand::Serve(const serve::ServerOptions& server_options,
   server.reset();
   const auto t0 = std::chrono::steady_clock::now();
   const Status flushed = engine->Flush();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!flushed.ok()) return flushed.WithContext("flush at stop");
   char line[96];
   std::snprintf(line, sizeof(line), "stopped; the cache was flushed in %.1f ms", ms);
