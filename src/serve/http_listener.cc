@@ -50,7 +50,8 @@ Result<HttpAddress> ParseHttpAddress(std::string_view text) {
   if (text.starts_with("[")) {
     const size_t close = text.find("]:");
     if (close == std::string_view::npos) {
-      return Status::InvalidArgument("--http '" + whole + "': an IPv6 address is written "
+      return Status::InvalidArgument("--http '" + whole +
+                                     "': an IPv6 address is written "
                                      "[ADDRESS]:PORT");
     }
     host = text.substr(1, close - 1);
@@ -61,7 +62,8 @@ Result<HttpAddress> ParseHttpAddress(std::string_view text) {
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
     if (host.find(':') != std::string_view::npos) {
-      return Status::InvalidArgument("--http '" + whole + "': write an IPv6 address in "
+      return Status::InvalidArgument("--http '" + whole +
+                                     "': write an IPv6 address in "
                                      "brackets, [ADDRESS]:PORT");
     }
   }
@@ -140,9 +142,9 @@ MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url, con
   const std::string_view path(url);
   if (path == "/metrics") return Reply(connection, MHD_HTTP_OK, kMetricsType, o.metrics());
   if (path == "/healthz") {
-    const bool healthy = !o.healthy || o.healthy();
-    return Reply(connection, healthy ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, kTextType,
-                 healthy ? "ok\n" : "draining\n");
+    const std::string why = o.unhealthy ? o.unhealthy() : std::string();
+    return Reply(connection, why.empty() ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, kTextType,
+                 why.empty() ? "ok\n" : why + "\n");
   }
   return Reply(connection, MHD_HTTP_NOT_FOUND, kTextType,
                "not found: the service answers /metrics and /healthz\n");
@@ -190,13 +192,11 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const HttpListenerOpti
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
   if (a.ipv6) flags |= MHD_USE_IPv6;
   MHD_Daemon* daemon = MHD_start_daemon(
-      flags, a.port, nullptr, nullptr, &OnRequest, impl.get(),
-      MHD_OPTION_SOCK_ADDR, addr,
+      flags, a.port, nullptr, nullptr, &OnRequest, impl.get(), MHD_OPTION_SOCK_ADDR, addr,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(options.request_bytes_max),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(options.connections_max),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned int>(options.read_timeout_s),
-      MHD_OPTION_EXTERNAL_LOGGER, &OnMhdLog, static_cast<void*>(options.logger),
-      MHD_OPTION_END);
+      MHD_OPTION_EXTERNAL_LOGGER, &OnMhdLog, static_cast<void*>(options.logger), MHD_OPTION_END);
   if (daemon == nullptr) {
     return Status::IoError("cannot listen for HTTP on " + a.ToString() +
                            " (the port is taken, or the address is not one of this machine's)");
@@ -208,8 +208,8 @@ Result<std::unique_ptr<HttpListener>> HttpListener::Start(const HttpListenerOpti
     MutexLock lock(&impl->mu);
     impl->daemon = daemon;
   }
-  LogTo(options.logger, LogLevel::kInfo, "http: serving /metrics and /healthz on " +
-                                             bound.ToString());
+  LogTo(options.logger, LogLevel::kInfo,
+        "http: serving /metrics and /healthz on " + bound.ToString());
   return std::unique_ptr<HttpListener>(new HttpListener(std::move(impl), std::move(bound)));
 }
 

@@ -55,9 +55,10 @@ Result<HttpAddress> ParseHttpAddress(std::string_view text);
 bool IsLoopback(const HttpAddress& address);
 
 struct HttpListenerOptions {
-  HttpAddress address;  // Required (ParseHttpAddress).
+  HttpAddress address;                   // Required (ParseHttpAddress).
   std::function<std::string()> metrics;  // Required: the body of GET /metrics.
-  std::function<bool()> healthy;         // Nullptr: always healthy.
+  // Why /healthz answers 503 ("draining", "starting"); an empty string, or nullptr: 200 ok.
+  std::function<std::string()> unhealthy;
   uint32_t request_bytes_max = 8 * 1024;  // Request line and headers; at least 2048.
   uint32_t connections_max = 16;          // At least 1, at most kHttpConnectionsMax.
   uint32_t read_timeout_s = 10;           // Idle connections are closed; 1 to the max.

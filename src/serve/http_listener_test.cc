@@ -74,7 +74,7 @@ class HttpListenerTest : public ::testing::Test {
   void StartListener(uint32_t read_timeout_s = 10) {
     HttpListenerOptions o{.address = {.host = "127.0.0.1", .port = 0},
                           .metrics = [] { return std::string("kvtier_up 1\n"); },
-                          .healthy = [this] { return !draining_.load(); },
+                          .unhealthy = [this] { return std::string(draining_ ? "draining" : ""); },
                           .read_timeout_s = read_timeout_s};
     Result<std::unique_ptr<HttpListener>> l = HttpListener::Start(o);
     ASSERT_TRUE(l.ok()) << l.status().ToString();
@@ -211,9 +211,14 @@ TEST(ParseHttpAddressTest, BadValuesNameTheProblem) {
     const char* text;
     const char* says;
   } cases[] = {
-      {"", "port"},           {"abc", "port"},          {"1.2.3.4:65536", "port"},
-      {"1.2.3.4:", "port"},   {"example.com:80", "not resolved"},
-      {"::1:80", "brackets"}, {"[::1]80", "[ADDRESS]:PORT"}, {"[nope]:80", "IPv6"},
+      {"", "port"},
+      {"abc", "port"},
+      {"1.2.3.4:65536", "port"},
+      {"1.2.3.4:", "port"},
+      {"example.com:80", "not resolved"},
+      {"::1:80", "brackets"},
+      {"[::1]80", "[ADDRESS]:PORT"},
+      {"[nope]:80", "IPv6"},
       {"300.1.1.1:80", "IPv4"},
   };
   for (const auto& c : cases) {

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -73,6 +74,8 @@ class ServeCommand final : public Command {
   Result<EngineOptions> MakeEngineOptions();
   Status PrepareSocketDir(const std::string& socket_path);
   Status ShareSocket(const std::string& socket_path);
+  serve::HttpListenerOptions HttpOptions(const serve::HttpAddress& address,
+                                         const std::atomic<serve::Server*>* live);
   Status Serve(const serve::ServerOptions& server_options, const EngineOptions& engine_options);
 
   ModelFlags flags_;  // The cache flags (flags_.session), not the model ones.
@@ -344,30 +347,50 @@ std::string TierList(Engine& engine) {
   return out;
 }
 
+// The HTTP listener's options: /metrics and /healthz read the server once it serves (`*live`
+// set); before, /healthz answers 503 starting and /metrics a comment line.
+serve::HttpListenerOptions ServeCommand::HttpOptions(const serve::HttpAddress& address,
+                                                     const std::atomic<serve::Server*>* live) {
+  return {.address = address,
+          .metrics =
+              [live] {
+                serve::Server* s = live->load();
+                return s != nullptr ? s->MetricsText() : std::string("# kvtier serve: starting\n");
+              },
+          .unhealthy =
+              [live] {
+                serve::Server* s = live->load();
+                if (s == nullptr) return std::string("starting");
+                return std::string(s->Stats().draining ? "draining" : "");
+              },
+          .logger = logger_.get()};
+}
+
 Status ServeCommand::Serve(const serve::ServerOptions& server_options,
                            const EngineOptions& engine_options) {
-  // The socket first: a path that cannot be served, or one another service holds, fails in
-  // milliseconds instead of after the engine's open (which faults in the host tier).
+  // The socket and the HTTP port first: a path that cannot be served, a socket another service
+  // holds or a port taken fails in milliseconds instead of after the engine's open (which faults
+  // in the host tier: seconds per GiB).
   KV_RETURN_IF_ERROR(serve::CheckSocketPath(server_options.socket_path));
   KV_RETURN_IF_ERROR(PrepareSocketDir(server_options.socket_path));
-  KV_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, OpenEngine(engine_options));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<serve::Server> server,
-                      serve::Server::Start(server_options, engine));
-  KV_RETURN_IF_ERROR(ShareSocket(server_options.socket_path));
+  // Declared in this order so that they are destroyed in the reverse one: the listener (its
+  // thread joined) before the server its callbacks read, the server before the engine.
+  std::shared_ptr<Engine> engine;
+  std::unique_ptr<serve::Server> server;
+  std::atomic<serve::Server*> live{nullptr};  // Set once the server serves.
   std::unique_ptr<serve::HttpListener> http;
   if (!http_.empty()) {
     KV_ASSIGN_OR_RETURN(serve::HttpAddress address, serve::ParseHttpAddress(http_));
-    serve::Server* s = server.get();  // Outlives the listener: stopped first.
-    KV_ASSIGN_OR_RETURN(http,
-                        serve::HttpListener::Start({.address = address,
-                                                    .metrics = [s] { return s->MetricsText(); },
-                                                    .healthy = [s] { return !s->Stats().draining; },
-                                                    .logger = logger_.get()}));
+    KV_ASSIGN_OR_RETURN(http, serve::HttpListener::Start(HttpOptions(address, &live)));
     if (!serve::IsLoopback(http->address())) {
       Say("warning: /metrics is served on " + http->address().ToString() +
           ", reachable from other machines");
     }
   }
+  KV_ASSIGN_OR_RETURN(engine, OpenEngine(engine_options));
+  KV_ASSIGN_OR_RETURN(server, serve::Server::Start(server_options, engine));
+  live.store(server.get());
+  KV_RETURN_IF_ERROR(ShareSocket(server_options.socket_path));
   Say("serving " + server_options.socket_path + " (pid " + std::to_string(::getpid()) +
       "; layout " + engine_options.layout.ToString() + "; tiers " + TierList(*engine) +
       (http != nullptr ? "; http " + http->address().ToString() : "") + ")");

@@ -190,7 +190,9 @@ expect_fail "same cache" 1 "in use by process $PID1" serve --socket "$TMP/run2/k
   --cache-dir "$TMP/cache" --layout "$LAYOUT" --host-bytes 16MiB
 
 expect_fail "http port taken" 1 "cannot listen for HTTP on 127.0.0.1:$PORT" serve \
-  --socket "$TMP/run3/k.sock" --layout "$LAYOUT" --host-bytes 16MiB --http "$PORT"
+  --socket "$TMP/run3/k.sock" --layout "$LAYOUT" --host-bytes 16MiB --http "$PORT" \
+  --cache-dir "$TMP/cache-port-taken"
+[[ ! -e "$TMP/cache-port-taken/LOCK" ]] || fail "http port taken: the engine opened first"
 
 if [[ $model_steps -eq 1 ]]; then
   run run --server "unix:$SOCK" -m "$GGUF" -p "$PROMPT" -n 4 --salt tenant-a
