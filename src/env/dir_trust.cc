@@ -1,8 +1,6 @@
 // See dir_trust.h.
 #include "env/dir_trust.h"
 
-#include "env/env.h"
-
 #include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
@@ -11,6 +9,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <string>
+
+#include "env/env.h"
 
 namespace kvtier {
 namespace {
@@ -48,8 +48,8 @@ Status CheckDirTrust(const std::string& dir, const struct stat& st, uid_t euid,
                                    "): refusing a directory another user controls");
   }
   if ((st.st_mode & S_IWOTH) != 0) {
-    return Status::InvalidArgument(what + " is writable by others: refusing it (chmod o-w " +
-                                   dir + ")");
+    return Status::InvalidArgument(what + " is writable by others: refusing it (chmod o-w " + dir +
+                                   ")");
   }
   if ((st.st_mode & S_IWGRP) != 0 && group_write == GroupWrite::kRefuse) {
     return Status::InvalidArgument(
@@ -128,14 +128,39 @@ Status SyncDir(const std::string& dir) {
 
 }  // namespace
 
-Status ReplaceRegularFile(const std::string& what, const std::string& path,
-                          std::string_view bytes, uint32_t file_mode, bool durable) {
+namespace {
+
+// CheckReplaceable's checks of `path` itself (ReplaceRegularFile makes them again just before it
+// writes).
+Status CheckTarget(const std::string& what, const std::string& path) {
   if (path.empty()) return Status::InvalidArgument(what + ": empty path");
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument(what + " " + path + " is " + FileKindName(st.st_mode) +
                                    ", not a regular file: refusing to replace it");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckReplaceable(const std::string& what, const std::string& path) {
+  KV_RETURN_IF_ERROR(CheckTarget(what, path));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return Status::FromErrno(errno, what + " " + path + ": its directory " + dir);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(what + " " + path + ": " + dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
+Status ReplaceRegularFile(const std::string& what, const std::string& path, std::string_view bytes,
+                          uint32_t file_mode, bool durable) {
+  KV_RETURN_IF_ERROR(CheckTarget(what, path));
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);

@@ -54,8 +54,13 @@ Result<UniqueFd> OpenTrustedDir(const std::string& dir, GroupWrite group_write);
 // directory, a symbolic link) is refused with InvalidArgument naming what it is, and left as it
 // was; `what` starts every message ("--metrics-file"). With `durable`, the temporary is synced
 // before the rename and the directory after it, so the new bytes survive a crash (state files).
-Status ReplaceRegularFile(const std::string& what, const std::string& path,
-                          std::string_view bytes, uint32_t file_mode, bool durable = false);
+Status ReplaceRegularFile(const std::string& what, const std::string& path, std::string_view bytes,
+                          uint32_t file_mode, bool durable = false);
+
+// What ReplaceRegularFile would refuse before it writes anything: an empty path, a `path` that
+// exists and is not a regular file, a directory part that does not exist or is not a directory.
+// For a command to fail at its start, not after its work (--metrics-file is written at exit).
+Status CheckReplaceable(const std::string& what, const std::string& path);
 
 // What a file that is not a regular file is, for messages: "a symbolic link", "a directory",
 // "a FIFO", "a socket", "a character device", "a block device" (else "not a regular file").

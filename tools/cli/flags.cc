@@ -426,6 +426,10 @@ Status WriteMetricsFile(const ModelFlags& f, const std::string& text) {
 Status FinishModelFlags(ModelFlags* f) {
   f->session.log_level = CliLogLevel();
   KV_RETURN_IF_ERROR(FinishEngineOptionFlags(f));
+  // Written at exit: a path that cannot take it fails now, not after the run.
+  if (!f->metrics_file.empty()) {
+    KV_RETURN_IF_ERROR(CheckReplaceable("--metrics-file", f->metrics_file));
+  }
   if (f->seed == -1) {
     std::random_device rd;
     f->sampler.seed = (uint64_t{rd()} << 32) | rd();

@@ -6,7 +6,8 @@
 # file keeps its bytes); a dangling LOCK link (the target is not created); the cache directory
 # itself a link, owned by another uid, or writable by others (refused naming owner and mode);
 # --metrics-file naming a FIFO, a device node or a link, or with a link planted at the old fixed
-# "<path>.tmp" name. Also: a LOCK left by a dead process is taken over with a warning naming its
+# "<path>.tmp" name; such a --metrics-file, a directory or a missing directory refused before the
+# run (nothing generated), not at its end. Also: a LOCK left by a dead process is taken over with a warning naming its
 # pid.
 # Method: the real stories260K model (../shared/models) makes a cache; the attacks are made with
 # ln, chown, chmod, mkfifo and mknod in a mktemp directory. Run as root (root passes permission
@@ -108,6 +109,14 @@ run run -m "$GGUF" -p "$PROMPT" -n 4 --metrics-file "$TMP/m.prom"
 grep -q '^kvtier_' "$TMP/m.prom" || fail "metrics_planted_tmp: no metrics in $TMP/m.prom"
 victim_untouched metrics_planted_tmp
 [[ -L "$TMP/m.prom.tmp" ]] || fail "metrics_planted_tmp: the planted link was replaced"
+# Refused before the run, not at its end: a FIFO, a directory, a missing directory. Nothing
+# was generated (stdout empty).
+for target in "$TMP/fifo" "$TMP" "$TMP/missing-dir/m.prom"; do
+  refused "metrics_early $target" "--metrics-file $target" run -m "$GGUF" -p "$PROMPT" -n 4 \
+    --metrics-file "$target"
+  [[ ! -s "$TMP/out" ]] || fail "metrics_early $target: the run went first: $(cat "$TMP/out")"
+done
+
 # A device node, as /dev/null is (made here: replacing the real one would break the machine).
 if mknod "$TMP/null" c 1 3 2>/dev/null; then
   refused metrics_device "is a character device" run -m "$GGUF" -p "$PROMPT" -n 4 \
