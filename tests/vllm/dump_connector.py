@@ -30,6 +30,8 @@ from kvtier.vllm import _LAYER_INDEX, KvtierConnector, KVConnectorRole
 
 
 class DumpKvtierConnector(KvtierConnector):
+    _EXTRA_CONFIG_KEYS = {"dump_dir": "str", "kvtier": "bool"}
+
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
         self._kvtier_on = bool(self._config.get("kvtier", True))

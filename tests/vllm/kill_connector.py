@@ -35,6 +35,8 @@ def _kill(pid: int) -> None:
 
 
 class KillServiceConnector(KvtierConnector):
+    _EXTRA_CONFIG_KEYS = {"kill_file": "str"}
+
     def start_load_kv(self, forward_context, **kwargs):
         path = self._config.get("kill_file")
         order = None

@@ -4,7 +4,8 @@ Goal: the scheduler-side hooks run inside vLLM's engine core, where one exceptio
 server; the lookup socket is reachable by any process of the serving user. So: a request without
 cache_salt under a tenant secret is a counted non-cached request (or uses default_tenant), a tenant
 secret shorter than 16 bytes is refused at startup, so is a secret file that is not a private
-regular file of at most 64 KiB (a FIFO is refused without waiting for a writer), an unexpected
+regular file of at most 64 KiB (a FIFO is refused without waiting for a writer) and a config key
+that is unknown (naming the nearest) or whose value is of the wrong kind, an unexpected
 error in any scheduler hook is a miss / no store (logged, counted in scheduler_errors), and the
 socket answers malformed or deeply nested messages with an error, drops clients that never answer
 the handshake without holding up the others, and keeps serving.
@@ -18,6 +19,7 @@ not a hang.
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -224,6 +226,36 @@ def test_a_tenant_secret_file_behind_a_symbolic_link_is_read(tmp_path):
     link.symlink_to(secret_file(tmp_path, SECRET + b"\n"))
     conn = scheduler(tmp_path, tenant_secret_file=str(link))
     assert conn._tenant_secret == SECRET
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"host_byte": 1 << 30}, "unknown key 'host_byte' in kv_connector_extra_config; did you "
+                             "mean 'host_bytes'"),
+    ({"ssd_dir": "/tmp/x"}, "did you mean 'ssd_dirs'"),
+    ({"host_bytes": "2GB"}, "host_bytes must be an integer, got '2GB'"),
+    ({"remote_insecure_plaintext": "no"}, "remote_insecure_plaintext must be true or false"),
+    ({"fs_fsync": 0}, "fs_fsync must be true or false"),
+    ({"ssd_dirs": ["/a", 7]}, "ssd_dirs must be a string or a list of strings"),
+    ({"codec": 8}, "codec must be a string, got 8"),
+    ({"stats_file": ["s.json"]}, "stats_file must be a string"),
+])
+def test_a_config_key_that_is_unknown_or_of_the_wrong_kind_is_refused(tmp_path, extra, message):
+    # A typo must not leave a setting at its default silently, nor a value of the wrong kind be
+    # read as another (bool("false") is True: "remote_insecure_plaintext": "false" would have
+    # turned sealing off).
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        scheduler(tmp_path, **extra)
+
+
+def test_config_values_written_by_hand_are_read_as_meant(tmp_path):
+    conn = scheduler(tmp_path, remote_insecure_plaintext="false", remote_cluster="True",
+                     host_bytes="1073741824", remote_endpoints="redis-a:6379", ssd_dirs="/ssd",
+                     salt=42)
+    c = conn._config
+    assert c["remote_insecure_plaintext"] is False and c["remote_cluster"] is True
+    assert c["host_bytes"] == 1 << 30
+    assert c["remote_endpoints"] == ["redis-a:6379"]  # Not its characters one by one.
+    assert c["ssd_dirs"] == ["/ssd"] and c["salt"] == "42"
 
 
 def test_short_tenant_secret_from_the_environment_is_refused(tmp_path, monkeypatch):

@@ -134,6 +134,7 @@ bad_transfer_params). docs/integration.md, "vLLM: KvtierConnector".
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import hashlib
 import json
@@ -1253,6 +1254,77 @@ def _extra(vllm_config) -> dict:
     return dict(getattr(config, "kv_connector_extra_config", None) or {})
 
 
+# The kinds of kv_connector_extra_config's values, as _check_config reads them.
+_INT, _BOOL, _STR, _STRS, _SALT = "int", "bool", "str", "strs", "salt"
+# Every key the connector reads, with its kind; None: checked where it is read (partial_chunks,
+# kv_events*, server*, default_tenant have their own messages).
+_CONFIG_KEYS = {
+    "host_bytes": _INT, "ssd_dirs": _STRS, "ssd_bytes": _INT, "ssd_segment_bytes": _INT,
+    "write_policy": _STR, "ssd_sync": _STR, "worker_threads": _INT, "thread_cpus": _STR,
+    "background_nice": _INT, "background_priority": _STR, "writeback_age_ms_max": _INT,
+    "codec": _STR, "codec_level": _INT, "ssd_key_file": _STR, "ssd_key_env": _STR,
+    "remote_endpoints": _STRS, "remote_cluster": _BOOL, "remote_write_policy": _STR,
+    "remote_connections": _INT, "remote_user": _STR, "remote_password_env": _STR,
+    "remote_key_file": _STR, "remote_key_env": _STR, "remote_insecure_plaintext": _BOOL,
+    "fs_dir": _STR, "fs_bytes_max": _INT, "fs_max_age_s": _INT, "fs_sweep_interval_ms": _INT,
+    "fs_fsync": _BOOL, "fs_group_shared": _BOOL, "salt": _SALT, "tenant_secret_file": _STR,
+    "tenant_secret_env": _STR, "default_tenant": None, "model_name": _STR, "stats_file": _STR,
+    "runtime_dir": _STR, "warm_staging_bytes": _INT, "partial_chunks": None, "kv_events": None,
+    "kv_events_interval_ms": None, "kv_events_max_prompts": None,
+    "kv_events_prompts_per_tick": None, "server": None, "server_token_file": _STR,
+    "server_token_env": _STR, "server_timeout_ms": None, "server_reconnect_interval_ms": None,
+}
+
+
+def _config_value(key: str, kind: str | None, value):
+    """`value` of `key` as its kind wants it, or RuntimeError naming the key and what it takes.
+    Integers may be given as decimal strings and booleans as "true"/"false" (any case), as JSON
+    written by hand has them; bool("false") would otherwise be True."""
+    if kind == _INT:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            return int(value)
+        raise RuntimeError(f"kvtier: {key} must be an integer, got {value!r}")
+    if kind == _BOOL:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise RuntimeError(f"kvtier: {key} must be true or false, got {value!r}")
+    if kind == _STR:
+        if isinstance(value, str):
+            return value
+        raise RuntimeError(f"kvtier: {key} must be a string, got {value!r}")
+    if kind == _SALT:
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+        raise RuntimeError(f"kvtier: {key} must be a string, got {value!r}")
+    if kind == _STRS:  # One string is a list of one (a single directory or endpoint).
+        values = [value] if isinstance(value, str) else value
+        if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
+            return list(values)
+        raise RuntimeError(f"kvtier: {key} must be a string or a list of strings, got {value!r}")
+    return value
+
+
+def _check_config(config: dict, extra_keys: dict) -> dict:
+    """kv_connector_extra_config with every value of its kind (_config_value), or RuntimeError
+    for a key the connector does not read, naming the nearest one it does: a typo ("host_byte")
+    would otherwise leave its setting at the default without a word."""
+    keys = {**_CONFIG_KEYS, **extra_keys}
+    out = {}
+    for key, value in config.items():
+        if key not in keys:
+            near = difflib.get_close_matches(str(key), keys, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise RuntimeError(f"kvtier: unknown key {str(key)[:64]!r} in "
+                               f"kv_connector_extra_config{hint} (docs/integration.md lists the "
+                               "keys)")
+        out[key] = _config_value(key, keys[key], value)
+    return out
+
+
 _MIN_TENANT_SECRET_BYTES = 16
 
 
@@ -1309,9 +1381,13 @@ def _scheduler_hook(default, recover=None):
 class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector on a kvtier engine (host memory, SSD, Redis tiers)."""
 
+    # kv_connector_extra_config keys a subclass reads besides the connector's own, with their
+    # kinds (_CONFIG_KEYS).
+    _EXTRA_CONFIG_KEYS: dict = {}
+
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        self._config = _extra(vllm_config)
+        self._config = _check_config(_extra(vllm_config), self._EXTRA_CONFIG_KEYS)
         self._block_size = vllm_config.cache_config.block_size
         self._partial = self._config.get("partial_chunks", True)
         if not isinstance(self._partial, bool):
