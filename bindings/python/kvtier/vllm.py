@@ -1255,19 +1255,19 @@ def _extra(vllm_config) -> dict:
 
 
 # The kinds of kv_connector_extra_config's values, as _check_config reads them.
-_INT, _BOOL, _STR, _STRS, _SALT = "int", "bool", "str", "strs", "salt"
+_INT, _BOOL, _STR, _STRS, _TEXT = "int", "bool", "str", "strs", "text"
 # Every key the connector reads, with its kind; None: checked where it is read (partial_chunks,
 # kv_events*, server*, default_tenant have their own messages).
 _CONFIG_KEYS = {
     "host_bytes": _INT, "ssd_dirs": _STRS, "ssd_bytes": _INT, "ssd_segment_bytes": _INT,
-    "write_policy": _STR, "ssd_sync": _STR, "worker_threads": _INT, "thread_cpus": _STR,
+    "write_policy": _STR, "ssd_sync": _STR, "worker_threads": _INT, "thread_cpus": _TEXT,
     "background_nice": _INT, "background_priority": _STR, "writeback_age_ms_max": _INT,
     "codec": _STR, "codec_level": _INT, "ssd_key_file": _STR, "ssd_key_env": _STR,
     "remote_endpoints": _STRS, "remote_cluster": _BOOL, "remote_write_policy": _STR,
     "remote_connections": _INT, "remote_user": _STR, "remote_password_env": _STR,
     "remote_key_file": _STR, "remote_key_env": _STR, "remote_insecure_plaintext": _BOOL,
     "fs_dir": _STR, "fs_bytes_max": _INT, "fs_max_age_s": _INT, "fs_sweep_interval_ms": _INT,
-    "fs_fsync": _BOOL, "fs_group_shared": _BOOL, "salt": _SALT, "tenant_secret_file": _STR,
+    "fs_fsync": _BOOL, "fs_group_shared": _BOOL, "salt": _TEXT, "tenant_secret_file": _STR,
     "tenant_secret_env": _STR, "default_tenant": None, "model_name": _STR, "stats_file": _STR,
     "runtime_dir": _STR, "warm_staging_bytes": _INT, "partial_chunks": None, "kv_events": None,
     "kv_events_interval_ms": None, "kv_events_max_prompts": None,
@@ -1296,7 +1296,7 @@ def _config_value(key: str, kind: str | None, value):
         if isinstance(value, str):
             return value
         raise RuntimeError(f"kvtier: {key} must be a string, got {value!r}")
-    if kind == _SALT:
+    if kind == _TEXT:  # A salt or a CPU list may be a bare number: its decimal text.
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             return str(value)
         raise RuntimeError(f"kvtier: {key} must be a string, got {value!r}")
