@@ -7,8 +7,8 @@
 # itself a link, owned by another uid, or writable by others (refused naming owner and mode);
 # --metrics-file naming a FIFO, a device node or a link, or with a link planted at the old fixed
 # "<path>.tmp" name; such a --metrics-file, a directory or a missing directory refused before the
-# run (nothing generated), not at its end. Also: a LOCK left by a dead process is taken over with a warning naming its
-# pid.
+# run (nothing generated), not at its end. Also: a LOCK left by a dead process is taken over
+# with a warning naming its pid.
 # Method: the real stories260K model (../shared/models) makes a cache; the attacks are made with
 # ln, chown, chmod, mkfifo and mknod in a mktemp directory. Run as root (root passes permission
 # checks, so ownership is tested with chown to uid 54321; the device node case needs mknod and
