@@ -27,8 +27,8 @@
 namespace kvtier {
 
 struct FsStore::Counters {
-  std::atomic<uint64_t> gets{0}, hits{0}, misses{0}, corrupt{0}, mismatched{0},
-      auth_failures{0}, puts{0}, errors{0};
+  std::atomic<uint64_t> gets{0}, hits{0}, misses{0}, corrupt{0}, mismatched{0}, auth_failures{0},
+      puts{0}, errors{0};
   std::atomic<uint64_t> group_syncs{0}, value_syncs{0};
   std::atomic<uint64_t> sweeps{0}, evicted_values{0}, evicted_bytes{0}, stale_temporaries{0},
       bytes_seen{0}, values_seen{0};
@@ -39,8 +39,8 @@ namespace {
 // syncfs(2), or what a test put in its place (FsStore::SetSyncFsForTesting).
 std::atomic<int (*)(int)> g_syncfs{&::syncfs};
 
-constexpr uint64_t kValueBytesMax = kRemoteValueHeaderBytes + kRemoteValueBytesMax +
-                                    kSealedOverheadBytes;
+constexpr uint64_t kValueBytesMax =
+    kRemoteValueHeaderBytes + kRemoteValueBytesMax + kSealedOverheadBytes;
 constexpr std::array<char, 8> kFileMagic = {'k', 'v', 't', 'f', 's', '1', '\n', '\0'};
 constexpr uint64_t kTouchIntervalMaxS = 60;  // A hit renews a value older than this at most.
 constexpr double kSweepLowWater = 0.9;       // Above bytes_max, sweep down to this fraction.
@@ -48,8 +48,8 @@ constexpr double kSweepLowWater = 0.9;       // Above bytes_max, sweep down to t
 bool PrefixOk(std::string_view p) {
   if (p.empty() || p.size() > kRemoteKeyPrefixBytesMax) return false;
   return std::all_of(p.begin(), p.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
   });
 }
 
@@ -194,8 +194,8 @@ Status FsStore::Init() {
   for (uint32_t i = 0; i < kFsFanout; ++i) {
     const std::string fan = FanName(i);
     if (::mkdirat(dir_fd_.get(), fan.c_str(), dir_mode) == 0) {
-      const UniqueFd made_fan(::openat(dir_fd_.get(), fan.c_str(),
-                                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      const UniqueFd made_fan(
+          ::openat(dir_fd_.get(), fan.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (made_fan.valid()) ::fchmod(made_fan.get(), dir_mode);  // Past the umask.
     } else if (errno != EEXIST) {
       return Status::FromErrno(errno, "fs_dir " + dir + "/" + fan + ": cannot create");
@@ -217,9 +217,8 @@ Status FsStore::Init() {
 }
 
 std::string FsStore::KeyName(const BlockKey& key) const {
-  return options_.keyring.has_value()
-             ? SealedKeyName(options_.key_prefix, *options_.keyring, key)
-             : RemoteKeyName(options_.key_prefix, key);
+  return options_.keyring.has_value() ? SealedKeyName(options_.key_prefix, *options_.keyring, key)
+                                      : RemoteKeyName(options_.key_prefix, key);
 }
 
 std::string FsStore::RelativePath(const BlockKey& key) const { return PathOfKeyName(KeyName(key)); }
@@ -289,8 +288,7 @@ Status FsStore::BeginPut(RemotePut* e, RemoteCipher* cipher, PendingPut* out) {
                                                   std::span<const std::byte>(head), e->payload};
   size_t part_count = 3;
   if (options_.keyring.has_value()) {
-    KV_RETURN_IF_ERROR(
-        SealRemoteValue(*options_.keyring, name, head, e->payload, &sealed, cipher));
+    KV_RETURN_IF_ERROR(SealRemoteValue(*options_.keyring, name, head, e->payload, &sealed, cipher));
     parts[1] = sealed;
     part_count = 2;
   }
@@ -306,9 +304,8 @@ Status FsStore::BeginPut(RemotePut* e, RemoteCipher* cipher, PendingPut* out) {
   // value with an expiry gets no write permission: the mark that lets Exists skip the header
   // of every other value (the descriptor open for writing keeps its own access).
   const mode_t mode = expiry_us == 0 ? file_mode_ : (file_mode_ & ~mode_t{0222});
-  Status s = ::fchmod(out->fd.get(), mode) == 0
-                 ? Status::Ok()
-                 : Status::FromErrno(errno, out->what + ": fchmod");
+  Status s = ::fchmod(out->fd.get(), mode) == 0 ? Status::Ok()
+                                                : Status::FromErrno(errno, out->what + ": fchmod");
   if (s.ok()) s = WriteAll(out->fd.get(), std::span(parts.data(), part_count), out->what);
   if (s.ok() && options_.fsync) {
     // Starts the write-back now; FinishPut's fdatasync waits for it. Only a hint: a file system
@@ -326,8 +323,7 @@ Status FsStore::FinishPut(PendingPut* p, bool synced) {
     if (::fdatasync(p->fd.get()) != 0) s = Status::FromErrno(errno, p->what + ": fdatasync");
   }
   if (s.ok()) s = p->fd.Close();
-  if (s.ok() &&
-      ::renameat(dir_fd_.get(), p->temp.c_str(), dir_fd_.get(), p->path.c_str()) != 0) {
+  if (s.ok() && ::renameat(dir_fd_.get(), p->temp.c_str(), dir_fd_.get(), p->path.c_str()) != 0) {
     s = Status::FromErrno(errno, p->what + ": rename to " + p->path);
   }
   if (!s.ok()) AbandonPut(p);
@@ -369,7 +365,11 @@ Status FsStore::StatValue(const std::string& path, const std::string& what, stru
 
 Status FsStore::OpenValue(const std::string& path, const std::string& what, UniqueFd* fd,
                           struct stat* st) {
-  *fd = UniqueFd(::openat(dir_fd_.get(), path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO planted in a value's place (between a lookup's stat and this open) would
+  // make the open wait for a writer, holding the load forever; CheckValueKind refuses it
+  // instead. Reads of a regular file ignore the flag.
+  *fd = UniqueFd(::openat(dir_fd_.get(), path.c_str(),
+                          O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd->valid()) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("fs tier: miss");
@@ -414,10 +414,9 @@ Status FsStore::CheckFileHeader(int fd, const struct stat& st, const std::string
 
 // Reads the whole sealed value and opens it straight into e->dst (its header into `head`).
 // Corruption for a short file or a refused value; *body_bytes is the payload's length.
-Status FsStore::ReadSealed(int fd, uint64_t size, const std::string& name,
-                           const std::string& what, RemoteGet* e, RemoteCipher* cipher,
-                           std::span<std::byte, kRemoteValueHeaderBytes> head,
-                           size_t* body_bytes) {
+Status FsStore::ReadSealed(int fd, uint64_t size, const std::string& name, const std::string& what,
+                           RemoteGet* e, RemoteCipher* cipher,
+                           std::span<std::byte, kRemoteValueHeaderBytes> head, size_t* body_bytes) {
   // Read into a buffer reused by this thread, then opened into the caller's: reading the
   // ciphertext into the caller's buffer and opening it in place measured slower (1 MiB values
   // from the page cache: 6.7-7.4 GB/s against 8.8-8.9, `kvtier bench remote --fs-dir`).
@@ -506,9 +505,9 @@ void FsStore::GetOne(RemoteGet* e, RemoteCipher* cipher) {
 // A hit renews the value's time, so the sweeps remove the least recently used first; at most
 // once per touch interval, so hot values cost no metadata write per read.
 void FsStore::Touch(int fd, const struct stat& st) const {
-  const uint64_t touch_s =
-      options_.max_age_s == 0 ? kTouchIntervalMaxS
-                              : std::min<uint64_t>(kTouchIntervalMaxS, options_.max_age_s / 16);
+  const uint64_t touch_s = options_.max_age_s == 0
+                               ? kTouchIntervalMaxS
+                               : std::min<uint64_t>(kTouchIntervalMaxS, options_.max_age_s / 16);
   if (WallSeconds() >= static_cast<uint64_t>(st.st_mtim.tv_sec) + touch_s) {
     ::futimens(fd, nullptr);  // Best effort: a read-only mount keeps the old time.
   }
@@ -598,8 +597,8 @@ Status FsStore::SweepLocked() {
   Counters& c = *counters_;
   for (uint32_t i = 0; i < kFsFanout; ++i) {
     const std::string fan = FanName(i);
-    const int fd = ::openat(dir_fd_.get(), fan.c_str(),
-                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd =
+        ::openat(dir_fd_.get(), fan.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;  // Removed or replaced by hand: nothing of ours to sweep there.
     DIR* d = ::fdopendir(fd);
     if (d == nullptr) {
@@ -615,8 +614,8 @@ Status FsStore::SweepLocked() {
       }
       const uint64_t mtime = static_cast<uint64_t>(st.st_mtim.tv_sec);
       if (name.starts_with(".")) {  // A writer's temporary.
-        if (name.find(".tmp.") != std::string_view::npos &&
-            now_s > mtime + kFsStaleTemporaryS && ::unlinkat(fd, ent->d_name, 0) == 0) {
+        if (name.find(".tmp.") != std::string_view::npos && now_s > mtime + kFsStaleTemporaryS &&
+            ::unlinkat(fd, ent->d_name, 0) == 0) {
           c.stale_temporaries.fetch_add(1, std::memory_order_relaxed);
         }
         continue;
@@ -662,9 +661,8 @@ Status FsStore::SweepLocked() {
   c.evicted_bytes.fetch_add(removed_bytes, std::memory_order_relaxed);
   if (removed != 0) {
     LogTo(options_.logger, LogLevel::kInfo,
-          "fs tier: swept " + options_.dir + ": removed " + std::to_string(removed) +
-              " values (" + std::to_string(removed_bytes) + " bytes) of " +
-              std::to_string(values.size()));
+          "fs tier: swept " + options_.dir + ": removed " + std::to_string(removed) + " values (" +
+              std::to_string(removed_bytes) + " bytes) of " + std::to_string(values.size()));
   }
   return Status::Ok();
 }

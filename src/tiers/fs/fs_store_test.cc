@@ -1,6 +1,7 @@
 // Goal: the fs tier keeps a shared directory of verified values: what is put is read back byte
 // for byte, sealed and in the clear; every damaged, truncated, moved, foreign, planted or linked
-// file is a counted miss that leaves nothing in the caller's buffer; a writer's temporary is
+// file, and a FIFO or directory in a value's place (without waiting for the FIFO's writer), is a
+// counted miss that leaves nothing in the caller's buffer; a writer's temporary is
 // never read and a dead writer's is swept; the sweeps remove by age and, above the size bound,
 // oldest first down to 90 %, a hit renewing a value's time; two stores on one directory (two
 // nodes) writing and sweeping at once lose nothing below the bound and leave only verified
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -214,6 +216,42 @@ TEST_P(FsStoreTest, DamagedShortMovedAndLinkedFilesAreCountedMisses) {
     EXPECT_EQ(st.corrupt, 3u);
     EXPECT_EQ(st.mismatched, 1u);
   }
+}
+
+// A FIFO or a directory put in a value's place (by anyone who may write the shared directory) is
+// a counted miss at once: the open does not wait for a FIFO's writer. The gets run on a thread of
+// their own; one still waiting after 30 s is a failure, and the test then plays the writer so that
+// it ends instead of hanging.
+TEST_P(FsStoreTest, AFifoOrADirectoryInAValuesPlaceIsAMissWithoutWaiting) {
+  std::unique_ptr<FsStore> s = Open(Options(GetParam()));
+  ASSERT_NE(s, nullptr);
+  for (uint32_t i = 0; i < 2; ++i) ASSERT_TRUE(PutOne(*s, Key(i), Payload(i, 4096)).ok());
+  const std::string fifo = PathOf(*s, Key(0));
+  ASSERT_EQ(::unlink(fifo.c_str()), 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::unlink(PathOf(*s, Key(1)).c_str()), 0);
+  ASSERT_EQ(::mkdir(PathOf(*s, Key(1)).c_str(), 0700), 0);
+  std::vector<std::byte> buf(4096);
+  std::vector<RemoteGet> got;
+  std::atomic<bool> done{false};
+  std::thread getter([&] {
+    for (uint32_t i = 0; i < 2; ++i) got.push_back(GetOne(*s, Key(i), &buf));
+    done = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!done) {
+    ADD_FAILURE() << "the get of a FIFO waited for a writer";
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);  // Releases the waiting open.
+    if (fd >= 0) ::close(fd);
+  }
+  getter.join();
+  ASSERT_EQ(got.size(), 2u);
+  for (const RemoteGet& g : got) EXPECT_TRUE(g.status.IsCorruption()) << g.status.ToString();
+  EXPECT_TRUE(AllZeroOrUntouched(buf));
+  EXPECT_EQ(s->Stats().hits, 0u);
 }
 
 TEST_P(FsStoreTest, AnotherLayoutsValuesAndPlantedPlaintextAreMisses) {
@@ -443,7 +481,8 @@ TEST_P(FsStoreTest, ABatchIsPublishedInGroupsAndOneFailureStaysItsOwn) {
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
     ++open_fds;
   }
-  struct rlimit old_files {}, old_size {};
+  struct rlimit old_files {
+  }, old_size{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old_files), 0);
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_size), 0);
   const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -552,8 +591,7 @@ TEST(FsStoreOpenTest, UntrustedDirectoriesAndIncompleteOptionsAreRefused) {
   const std::string dir = t->Join("shared");
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
-  Result<std::unique_ptr<FsStore>> s =
-      FsStore::Open({.dir = dir, .insecure_plaintext = true});
+  Result<std::unique_ptr<FsStore>> s = FsStore::Open({.dir = dir, .insecure_plaintext = true});
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(s.status().IsInvalidArgument()) << s.status().ToString();
   EXPECT_NE(s.status().message().find("fs_dir"), std::string::npos) << s.status().ToString();
