@@ -379,7 +379,10 @@ TEST(CodecTest, EncodedBytesStayTheSame) {
        {.tokens = 17, .kv_heads = 3, .head_dim = 200, .dtype = DType::kF32},
        0x44421393u},
       {CodecParams::Ecq(CodecId::kEcq5),
-       {.tokens = 48, .kv_heads = 1, .head_dim = 40, .dtype = DType::kF16,
+       {.tokens = 48,
+        .kv_heads = 1,
+        .head_dim = 40,
+        .dtype = DType::kF16,
         .kind = LayoutKind::kLatent},
        0xe5712751u},
   };
