@@ -132,6 +132,12 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
 Status EngineImpl::OpenTiers() {
   const uint32_t slot_bytes = static_cast<uint32_t>(block_bytes_);
+  KV_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(options_.ssd_codec));
+  contexts_ = std::make_unique<CodecContextPool>(geometry_);
+  // The tiers below memory first: what refuses an open there (an SSD directory another process
+  // holds, an untrusted directory, a bad key file) fails in milliseconds, before the memory tiers
+  // fault in their pages (seconds per GiB of host_bytes). They need nothing of the memory tiers.
+  KV_RETURN_IF_ERROR(OpenLowerTiers());
   KV_RETURN_IF_ERROR(OpenMemoryTiers());
   if (device_ != nullptr) clocks_[TierIndex(MemTier::kDevice)].emplace(device_->slots());
   clocks_[TierIndex(MemTier::kHost)].emplace(host_->slots());
@@ -142,9 +148,7 @@ Status EngineImpl::OpenTiers() {
     KV_ASSIGN_OR_RETURN(cxl_, HostTier::Open(c));
     clocks_[TierIndex(MemTier::kCxl)].emplace(cxl_->slots());
   }
-  KV_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(options_.ssd_codec));
-  contexts_ = std::make_unique<CodecContextPool>(geometry_);
-  return OpenLowerTiers();
+  return Status::Ok();
 }
 
 EngineImpl::~EngineImpl() {

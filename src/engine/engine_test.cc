@@ -6,7 +6,8 @@
 // instead of serving wrong bytes, an SSD block that cannot be read or decoded is erased so that it
 // is stored again, the SSD contents are found again after a restart (also by an engine opened with
 // another codec), host slots reach the SSD without a staging copy, a Store leaves write-back to the
-// cleaner (Busy meanwhile), and the device backend is chosen as EngineOptions::device_backend says.
+// cleaner (Busy meanwhile), the device backend is chosen as EngineOptions::device_backend says,
+// and the tiers below memory open first (a held SSD directory is refused before host memory).
 // Method: a tiny layout (3 layers, 2 KiB blocks) and tiers of a few slots so that eviction,
 // demotion and write-back happen within a handful of blocks; payload bytes are derived from
 // (chunk hash, layer) so any expected block can be recomputed; real files in a ScopedTempDir for
@@ -325,6 +326,25 @@ TEST_F(EngineTest, ARemoteRefusedAfterTheSsdOpenedFailsOpenCleanly) {
   EXPECT_NE(OpenOrDie(o), nullptr);
 }
 
+// The tiers below memory open before the memory tiers: a second engine on a held SSD directory
+// is refused by the directory's LOCK before its host tier is even tried (here one that could not
+// open: more slots than a tier may have), so a held cache fails before gigabytes of host memory
+// are faulted in. When the memory tiers then fail, the SSD directory is left closed.
+TEST_F(EngineTest, LowerTiersOpenBeforeTheMemoryTiers) {
+  auto first = OpenOrDie(Options(0, 16, true));
+  EngineOptions o = Options(0, 16, true);
+  o.host.capacity_bytes = uint64_t{1} << 50;
+  Result<std::unique_ptr<Engine>> second = Engine::Open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(second.status().IsBusy()) << second.status().ToString();
+  first.reset();
+  second = Engine::Open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("slots"), std::string::npos)
+      << second.status().ToString();
+  EXPECT_NE(OpenOrDie(Options(0, 16, true)), nullptr);
+}
+
 TEST_F(EngineTest, OptionsValidationNamesTheField) {
   EngineOptions o = Options(0, 16, false);
   o.host.capacity_bytes = 0;
@@ -378,8 +398,8 @@ TEST_F(EngineTest, CodecZerosAreTheCodecsDefaults) {
 // whose layout has another is refused at open, naming ssd_codec and the head_dim, instead of
 // failing every SSD write later; the same codec opens with a power-of-two head_dim.
 TEST_F(EngineTest, RotatedCodecNeedsPowerOfTwoHeadDim) {
-  for (const codecs::CodecId id : {codecs::CodecId::kInt8Rot, codecs::CodecId::kInt4Rot,
-                                   codecs::CodecId::kK8V4Rot}) {
+  for (const codecs::CodecId id :
+       {codecs::CodecId::kInt8Rot, codecs::CodecId::kInt4Rot, codecs::CodecId::kK8V4Rot}) {
     EngineOptions o = Options(0, 16, true);
     o.ssd_codec = codecs::CodecParams::Quantized(id);
     EXPECT_TRUE(o.Validate().ok()) << o.ssd_codec.ToString();
@@ -457,7 +477,7 @@ TEST_F(EngineTest, WritesToSsdCopyOutOnlyDeviceSlots) {
   const std::vector<uint32_t> b = Tokens(43, kBlockTokens);
   ASSERT_TRUE(StoreChunks(*host_only, ns, a, 1).ok());
   ASSERT_TRUE(StoreChunksRetrying(*host_only, ns, b, 1).ok());  // Evicts a: written back.
-  ASSERT_TRUE(host_only->Flush().ok());                  // Writes b.
+  ASSERT_TRUE(host_only->Flush().ok());                         // Writes b.
   EngineStats st = host_only->Stats();
   EXPECT_EQ(st.tiers.back().blocks, 2u * kLayers);
   EXPECT_EQ(st.staged_copy_bytes, 0u);

@@ -32,7 +32,6 @@
 #include "core/kv_layout.h"
 #include "core/limits.h"
 #include "core/sha256.h"
-#include "env/env.h"
 #include "flags.h"
 #include "input_file.h"
 #include "interrupt.h"
@@ -41,7 +40,6 @@
 #include "serve/namespace_state.h"
 #include "serve/server.h"
 #include "serve_common.h"
-#include "tiers/ssd/ssd_dir_lock.h"
 #include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::cli {
@@ -327,33 +325,14 @@ Status ServeCommand::ShareSocket(const std::string& socket_path) {
   return Status::Ok();
 }
 
-// The busy message of a held cache directory, the same from the probe and the engine's open.
-Status CacheBusy(const Status& busy) {
-  return Status::Busy("cannot open the cache: " + busy.message() +
-                      " (another kvtier serve or run uses it: stop it, or give this service "
-                      "another --cache-dir)");
-}
-
-// Each cache directory's LOCK, taken and released at once: a directory another process holds
-// fails in milliseconds instead of after the host tier is faulted in. The engine takes the locks
-// again when it opens.
-Status ProbeCacheLocks(const EngineOptions& o) {
-  const SsdTierOptions* ssd = o.tiers.Find<SsdTierOptions>(kSsdTierName);
-  if (ssd == nullptr) return Status::Ok();
-  const std::unique_ptr<Env> env = NewPosixEnv();
-  for (const std::string& dir : ssd->dirs) {
-    Result<ssd::DirLock> lock =
-        ssd::DirLock::Acquire(env.get(), dir, ssd::DirLockMode::kExclusive, ssd->file_mode);
-    if (!lock.ok() && lock.status().IsBusy()) return CacheBusy(lock.status());
-    if (!lock.ok()) return lock.status().WithContext("cannot open the cache");
-  }
-  return Status::Ok();
-}
-
 // The engine's open, with what to do when the cache directory is held.
 Result<std::shared_ptr<Engine>> OpenEngine(const EngineOptions& o) {
   Result<std::unique_ptr<Engine>> engine = Engine::Open(o);
-  if (!engine.ok() && engine.status().IsBusy()) return CacheBusy(engine.status());
+  if (!engine.ok() && engine.status().IsBusy()) {
+    return Status::Busy("cannot open the cache: " + engine.status().message() +
+                        " (another kvtier serve or run uses it: stop it, or give this service "
+                        "another --cache-dir)");
+  }
   if (!engine.ok()) return engine.status().WithContext("cannot open the cache");
   // Shared with the Server, which outlives no request; released after it stopped.
   return std::shared_ptr<Engine>(std::move(*engine));
@@ -389,11 +368,10 @@ serve::HttpListenerOptions ServeCommand::HttpOptions(const serve::HttpAddress& a
 
 Status ServeCommand::Serve(const serve::ServerOptions& server_options,
                            const EngineOptions& engine_options) {
-  // The socket, the cache directories and the HTTP port first: a path that cannot be served, a
-  // socket or a cache another process holds or a port taken fails in milliseconds instead of after
-  // the engine's open (which faults in the host tier: seconds per GiB).
+  // The socket and the HTTP port first: a path that cannot be served, a socket another service
+  // holds or a port taken fails in milliseconds instead of after the engine's open (which faults
+  // in the host tier: seconds per GiB).
   KV_RETURN_IF_ERROR(serve::CheckSocketPath(server_options.socket_path));
-  KV_RETURN_IF_ERROR(ProbeCacheLocks(engine_options));
   KV_RETURN_IF_ERROR(PrepareSocketDir(server_options.socket_path));
   // Declared in this order so that they are destroyed in the reverse one: the listener (its
   // thread joined) before the server its callbacks read, the server before the engine.

@@ -6,7 +6,7 @@
 # group and modes; a socket path too long for a Unix socket, or a file there, is refused before
 # the engine opens; a second service on the same socket is refused naming the holder's pid
 # (before its engine opens too), one on the same cache directory naming the LOCK's (before its
-# engine opens); `kvtier run --server` and `preload --server`
+# host tier is faulted in); `kvtier run --server` and `preload --server`
 # store a prompt's chunks through the service; `ctl drain` turns /healthz to 503; SIGTERM exits 0 after a flush; a new
 # service (from a --config file, with a client token) on the same directory refuses clients
 # without the token, finds the chunks on the SSD, and `run --server` loads them; `ctl clear --namespace` makes a tenant's chunks misses, also after a restart, and
@@ -182,7 +182,8 @@ http "$PORT" /nope >"$TMP/nope"
 [[ "$(head -1 "$TMP/nope")" == "404 "* ]] || fail "/nope is not 404: $(cat "$TMP/nope")"
 
 # A second service: on the same socket (another cache), then on the same cache (another socket).
-# Both before the engine opens (the 1 PiB host tier is never tried).
+# Both before a host tier is faulted in (the 1 PiB one is never tried): the socket is checked
+# before the engine opens, and the engine opens its SSD tier (whose LOCK refuses) before memory.
 expect_fail "same socket" 1 "pid $PID1" serve --socket "$SOCK" --layout "$LAYOUT" \
   --host-bytes 1PiB
 expect_fail "same cache" 1 "in use by process $PID1" serve --socket "$TMP/run2/k.sock" \
