@@ -78,6 +78,34 @@ float ElementF32(DType dtype, const std::byte* p) {
   return NAN;
 }
 
+// The sums of channels [c0, c0 + kWidth) over every token, in local arrays that the compiler
+// keeps in vector registers (kWidth a compile-time constant): no accumulator goes through memory
+// between tokens.
+template <size_t kWidth>
+[[gnu::always_inline]] inline void ChannelSumsBlock(const float* x, size_t tokens, size_t channels,
+                                                    size_t c0, float* s1_out, float* s2_out,
+                                                    float* bad_out) {
+  float s1[kWidth] = {};
+  float s2[kWidth] = {};
+  float nb[kWidth] = {};
+  const float* x0 = x + c0;
+  for (size_t t = 0; t < tokens; ++t) {
+    const float* row = x + t * channels + c0;
+    for (size_t c = 0; c < kWidth; ++c) {
+      const float v = row[c];
+      const float d = v - x0[c];
+      s1[c] += d;
+      s2[c] += d * d;
+      nb[c] += std::fabs(v) <= kF16Max ? 0.0f : 1.0f;  // NaN compares false: counted.
+    }
+  }
+  for (size_t c = 0; c < kWidth; ++c) {
+    s1_out[c] = s1[c];
+    s2_out[c] = s2[c];
+    bad_out[c] = nb[c];
+  }
+}
+
 // Per-channel mean and standard deviation of the T x C plane `x`, in one pass over it, and
 // per channel a count of the values that are not finite or beyond the FP16 range (`bad`). The
 // sums are of each value's difference from the channel's first value (x0), so that a channel
@@ -86,20 +114,15 @@ float ElementF32(DType dtype, const std::byte* p) {
 // channel's sums run over the tokens in order, so every vector width gives the same bits.
 [[gnu::always_inline]] inline void ChannelStatsBody(const float* x, size_t tokens, size_t channels,
                                                     float* mean, float* sd, float* bad) {
-  const float* x0 = x;
-  std::fill(mean, mean + channels, 0.0f);
-  std::fill(sd, sd + channels, 0.0f);
-  std::fill(bad, bad + channels, 0.0f);
-  for (size_t t = 0; t < tokens; ++t) {
-    const float* row = x + t * channels;
-    for (size_t c = 0; c < channels; ++c) {
-      const float v = row[c];
-      const float d = v - x0[c];
-      mean[c] += d;
-      sd[c] += d * d;
-      bad[c] += std::fabs(v) <= kF16Max ? 0.0f : 1.0f;  // NaN compares false: counted.
-    }
+  constexpr size_t kBlock = 32;
+  size_t c0 = 0;
+  for (; c0 + kBlock <= channels; c0 += kBlock) {
+    ChannelSumsBlock<kBlock>(x, tokens, channels, c0, mean + c0, sd + c0, bad + c0);
   }
+  for (; c0 < channels; ++c0) {
+    ChannelSumsBlock<1>(x, tokens, channels, c0, mean + c0, sd + c0, bad + c0);
+  }
+  const float* x0 = x;
   const float inv_t = 1.0f / static_cast<float>(tokens);
   for (size_t c = 0; c < channels; ++c) {
     const float s1 = mean[c];
@@ -112,6 +135,22 @@ float ElementF32(DType dtype, const std::byte* p) {
 void ChannelStats(const float* x, size_t tokens, size_t channels, float* mean, float* sd,
                   float* bad) {
   ChannelStatsBody(x, tokens, channels, mean, sd, bad);
+}
+
+// frexp of a positive finite float, as std::frexp(double(v)) gives it: the mantissa in [0.5, 1)
+// and the binary exponent. A normal float's come from its bits (no libm call); a subnormal's from
+// std::frexp (a spread is the square root of a float variance, never subnormal, but the
+// function does not rely on it).
+[[gnu::always_inline]] inline double Frexp(float v, int* e) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  const uint32_t biased = bits >> 23;  // v > 0: no sign bit.
+  if (biased == 0) return std::frexp(static_cast<double>(v), e);
+  *e = static_cast<int>(biased) - 126;
+  bits = (bits & 0x7fffffu) | (126u << 23);
+  float m = 0;
+  std::memcpy(&m, &bits, sizeof m);
+  return static_cast<double>(m);
 }
 
 // The step byte of one head: 2^(2 - bits) times the geometric mean of its channels' standard
@@ -127,12 +166,14 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
   double mantissa = 1.0;
   int64_t exponent = 0;
   size_t varying = 0;
-  float floor = 0;
+  // max(|mean|) / kCenterMax is the max of the quotients: division by a positive constant keeps
+  // the order.
+  float mean_max = 0;
   for (size_t c = 0; c < n; ++c) {
-    floor = std::max(floor, std::fabs(mean[c]) / kCenterMax);
+    mean_max = std::max(mean_max, std::fabs(mean[c]));
     if (sd[c] > 0.0f) {
       int e = 0;
-      mantissa *= std::frexp(static_cast<double>(sd[c]), &e);
+      mantissa *= Frexp(sd[c], &e);
       exponent += e;
       if (++varying % kMantissasPerRenorm == 0) {
         mantissa = std::frexp(mantissa, &e);
@@ -140,6 +181,7 @@ uint8_t HeadStepByte(const float* mean, const float* sd, size_t n, float scale) 
       }
     }
   }
+  const float floor = mean_max / kCenterMax;
   const double log_sum = static_cast<double>(exponent) + std::log2(mantissa);
   const float geo =
       varying == 0 ? 0.0f : static_cast<float>(std::exp2(log_sum / static_cast<double>(varying)));
@@ -324,6 +366,7 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision, std::span<con
       const uint8_t step_byte = HeadStepByte(mean + c0, sd + c0, g.head_dim, scale);
       stage[l.steps_offset + plane * g.kv_heads + h] = static_cast<std::byte>(step_byte);
       const float step = EcqStep(step_byte);
+      const float head_inv_step = 1.0f / step;
       for (size_t c = c0; c < c0 + g.head_dim; ++c) {
         const float cen = std::clamp(std::nearbyint(mean[c] / step), -32767.0f, 32767.0f);
         const size_t i = plane * channels + c;
@@ -331,7 +374,7 @@ Status EcqQuantize(const BlockGeometry& g, EcqPrecision precision, std::span<con
         const auto cen16 = static_cast<uint16_t>((static_cast<uint16_t>(c16) << 1) ^ (c16 >> 15));
         stage[l.centers_offset + i] = static_cast<std::byte>(cen16 & 0xff);
         stage[l.centers_offset + l.params + i] = static_cast<std::byte>(cen16 >> 8);
-        inv_step[c] = 1.0f / step;
+        inv_step[c] = head_inv_step;
         center[c] = cen;
       }
     }
