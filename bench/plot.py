@@ -18,6 +18,9 @@ image whose format follows the extension of -o (.png, or .svg):
             prompt cache against kvtier
   lmcache   bench/peers/lmcache_vllm.py --json: median TTFT of a hit per measure and document
             length, LMCache against kvtier in the same vLLM, with recompute and vLLM's prefix cache
+  serve     bench/serve_trace.py --json: vllm serve under a chat trace, per concurrency and mode
+            (recompute, vLLM's prefix cache, kvtier, kvtier serve, LMCache): TTFT p50 and p99,
+            output tokens per second
 
   python3 bench/plot.py KIND REPORT.json -o docs/PLOT.png
 
@@ -472,6 +475,59 @@ def plot_lmcache(plt, report):
     return fig
 
 
+# ---------------------------------------------------------------------------------------------
+# serve: bench/serve_trace.py --json.
+
+SERVE_TITLES = {"recompute": "recompute", "vllm_prefix": "vLLM prefix cache",
+                "kvtier": "kvtier (in vLLM)", "kvtier_service": "kvtier serve",
+                "lmcache": "LMCache server"}
+
+
+def plot_serve(plt, report):
+    what = "a bench/serve_trace.py --json report"
+    rows = need(report, "rows", what)
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise PlotError(f"not {what}: 'rows' is empty or not a list of objects")
+    modes, levels = [], []
+    for r in rows:
+        mode, level = need(r, "mode", what), need(r, "concurrency", what)
+        if mode not in modes:
+            modes.append(mode)
+        if level not in levels:
+            levels.append(level)
+    levels.sort()
+
+    def value(mode, level, key):
+        """The row's figure, or None (no bar) for a row missing or failing its gate."""
+        row = next((r for r in rows if r["mode"] == mode and r["concurrency"] == level), None)
+        if row is None or row.get("correct") is not True:
+            return None
+        return number(need(row, key, what), f"{mode} at concurrency {level}: {key}")
+
+    panels = (("ttft_p50_s", "TTFT p50, s", True), ("ttft_p99_s", "TTFT p99, s", True),
+              ("output_tokens_per_s", "output tokens/s", False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 4.6), squeeze=False)
+    groups = [f"concurrency {c}" for c in levels]
+    for ax, (key, unit, log_scale) in zip(axes[0], panels):
+        series = {SERVE_TITLES.get(m, m): [value(m, c, key) for c in levels] for m in modes}
+        grouped_bars(ax, groups, series, log_scale=log_scale, unit=unit)
+        ax.set_title(unit + (", lower is better" if log_scale else ", higher is better"),
+                     fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(modes), frameon=False, fontsize=9,
+               bbox_to_anchor=(0.5, 0.04))
+    trace = report.get("trace", {}) if isinstance(report.get("trace"), dict) else {}
+    fig.suptitle(f"vllm serve under a chat trace ({trace.get('users', '?')} users x "
+                 f"{trace.get('turns', '?')} turns, {trace.get('requests', '?')} requests), CPU"
+                 "\n(a missing bar: the mode failed its gate against recompute's tokens)",
+                 fontsize=11)
+    setup = report.get("setup", {}) if isinstance(report.get("setup"), dict) else {}
+    machine = f"{setup['cpus']} CPUs; " if isinstance(setup.get("cpus"), int) else ""
+    note(fig, machine + "bench/serve_trace.py --json")
+    fig.tight_layout(rect=(0, 0.1, 1, 0.93))
+    return fig
+
+
 KINDS = {"ssd": (plot_ssd, "the SSD tier against fio (bench/ssd_vs_fio.sh --json)"),
          "decode": (plot_decode, "decode ms per token against the roofline "
                                  "(kvtier bench decode --json)"),
@@ -483,7 +539,9 @@ KINDS = {"ssd": (plot_ssd, "the SSD tier against fio (bench/ssd_vs_fio.sh --json
          "llama": (plot_llama, "llama.cpp's prompt cache against kvtier "
                                "(bench/peers/llama_prompt_cache.py --json)"),
          "lmcache": (plot_lmcache, "LMCache against kvtier in the same vLLM "
-                                   "(bench/peers/lmcache_vllm.py --json)")}
+                                   "(bench/peers/lmcache_vllm.py --json)"),
+         "serve": (plot_serve, "vllm serve under a chat trace, per mode and concurrency "
+                               "(bench/serve_trace.py --json)")}
 
 
 def main() -> int:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Goal: bench/plot.py draws every kind of plot docs/benchmarks.md shows (ssd, decode, codec, ttft,
-# mooncake, llama, lmcache) from its benchmark's JSON report, as PNG or SVG, with the same bytes
-# for the same report, also when started by a Python without matplotlib (it runs itself again with
-# /usr/bin/python3); a report it cannot plot, a missing file or a bad output name gets one line
-# on stderr, a non-zero exit and no image; and bench/ssd_vs_fio.sh --json gives a report that
-# plot.py draws. matplotlib missing is a failure, not a skip (scripts/install_deps.sh installs it).
+# mooncake, llama, lmcache, serve) from its benchmark's JSON report, as PNG or SVG, with the same
+# bytes for the same report, also when started by a Python without matplotlib (it runs itself
+# again with /usr/bin/python3); a serve row that failed its correctness gate gets no bar; a report
+# it cannot plot, a missing file or a bad output name gets one line on stderr, a non-zero exit and
+# no image; and bench/ssd_vs_fio.sh --json gives a report that plot.py draws. matplotlib missing
+# is a failure, not a skip (scripts/install_deps.sh installs it).
 # Method: run plot.py on the fixture reports in tests/fixtures and check each output's PNG or SVG
 # signature; run it again under python3 -S (no site-packages) with the report on stdin; feed it
 # wrong reports and arguments and check the exit status and the message; run ssd_vs_fio.sh for
@@ -34,7 +35,7 @@ plot() { "$PYTHON" "$BENCH/plot.py" "$@"; }
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
 
 # Every kind, from its fixture, as PNG.
-for kind in ssd decode codec ttft mooncake llama lmcache; do
+for kind in ssd decode codec ttft mooncake llama lmcache serve; do
   out="$TMP/$kind.png"
   if ! plot "$kind" "$FIXTURES/$kind.json" -o "$out" 2>"$TMP/err"; then
     fail "$kind: exit $? ($(cat "$TMP/err"))"
@@ -44,6 +45,22 @@ for kind in ssd decode codec ttft mooncake llama lmcache; do
     fail "$kind: $out is only $(stat -c %s "$out") bytes"
   fi
 done
+
+# A serve row that failed its gate against recompute's tokens gets no bar: the plot differs from
+# the one of the whole report, and the row's figures, though present, are not read.
+"$PYTHON" - "$FIXTURES/serve.json" "$TMP/serve_failed.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r["rows"]:
+    if row["mode"] == "lmcache" and row["concurrency"] == 8:
+        row["correct"], row["ttft_p50_s"] = False, "not timed"
+json.dump(r, open(sys.argv[2], "w"))
+PY
+if ! plot serve "$TMP/serve_failed.json" -o "$TMP/serve_failed.png" 2>"$TMP/err"; then
+  fail "serve with a row that failed its gate: $(cat "$TMP/err")"
+elif cmp -s "$TMP/serve.png" "$TMP/serve_failed.png"; then
+  fail "serve: a row that failed its gate was drawn"
+fi
 
 # The same report gives the same bytes (no timestamp in the file).
 plot decode "$FIXTURES/decode.json" -o "$TMP/again.png" 2>/dev/null
@@ -89,6 +106,12 @@ expect_error 1 "plot.py codec: not a kvtier bench codec --json report: no rows w
   codec "$FIXTURES/llama.json" -o "$TMP/bad.png"
 expect_error 1 "plot.py lmcache: not a bench/peers/lmcache_vllm.py --json report: no 'comparisons'" \
   lmcache "$FIXTURES/mooncake.json" -o "$TMP/bad.png"
+expect_error 1 "plot.py serve: not a bench/serve_trace.py --json report: no 'rows'" \
+  serve "$FIXTURES/lmcache.json" -o "$TMP/bad.png"
+printf '{"rows": [{"mode": "kvtier", "concurrency": 4, "correct": true, "ttft_p50_s": null}]}' \
+  >"$TMP/serve_null.json"
+expect_error 1 "plot.py serve: kvtier at concurrency 4: ttft_p50_s is not a number: None" \
+  serve "$TMP/serve_null.json" -o "$TMP/bad.png"
 expect_error 1 "plot.py llama: $TMP/missing.json: No such file or directory" \
   llama "$TMP/missing.json" -o "$TMP/bad.png"
 printf '{"rounds": [' >"$TMP/truncated.json"
