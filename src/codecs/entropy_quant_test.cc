@@ -1,13 +1,14 @@
 // Goal: the entropy-coded codecs (ecq5, ecq6, ecq6v5) decode every element within half its head's
 // step (or exactly, when escaped), compress Gaussian KV to the documented ratio at the documented
-// error, write the same bytes and decode them to the same values with every kernel set, and
-// refuse malformed payloads with Corruption.
+// error, write the same bytes and decode them to the same values with every kernel set (also at
+// the format's extreme steps and centers), and refuse malformed payloads with Corruption.
 // Method: seeded Gaussian blocks with outlier channels, constant channels and a few huge elements,
 // in FP16, BF16 and FP32 and as a latent block, are encoded and decoded; each element's error is
 // checked against a bound computed here from its head's channels' own means and standard deviations
 // (in double). Crafted payloads (extra or missing escapes, a short stage, a NaN escape) are built
 // by decompressing a real payload, editing it and sealing it again under a valid header, so that
-// only the ecq checks can refuse them.
+// only the ecq checks can refuse them; a stage of extreme step bytes, centers and codes is built
+// whole and sealed the same way.
 #include "codecs/entropy_quant.h"
 
 #include <gtest/gtest.h>
@@ -304,6 +305,20 @@ TEST(EcqTest, NonFiniteInputIsRefused) {
             StatusCode::kInvalidArgument);
 }
 
+// `stage` sealed as a valid block of `params` and `g`: a zstd frame under a valid header.
+std::vector<std::byte> SealStage(const CodecParams& params, const BlockGeometry& g,
+                                 std::span<const std::byte> stage) {
+  std::vector<std::byte> sealed(kBlockHeaderBytes + ZSTD_compressBound(stage.size()));
+  const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
+                                 sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(), 1);
+  EXPECT_FALSE(ZSTD_isError(n));
+  const BlockHeader h{
+      .params = params, .geometry = g, .raw_bytes = g.raw_bytes(), .payload_bytes = n};
+  EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
+  sealed.resize(kBlockHeaderBytes + n);
+  return sealed;
+}
+
 // A real block's stage, edited by `edit` and sealed again as a valid block: only the ecq checks
 // stand between it and the decoder's output.
 Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)) {
@@ -318,16 +333,47 @@ Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)
   EXPECT_EQ(ZSTD_decompress(stage.data(), stage.size(), payload.data(), payload.size()),
             stage.size());
   edit(&stage, ComputeEcqLayout(g));
-  std::vector<std::byte> sealed(kBlockHeaderBytes + ZSTD_compressBound(stage.size()));
-  const size_t n = ZSTD_compress(sealed.data() + kBlockHeaderBytes,
-                                 sealed.size() - kBlockHeaderBytes, stage.data(), stage.size(), 1);
-  EXPECT_FALSE(ZSTD_isError(n));
-  const BlockHeader h{
-      .params = params, .geometry = g, .raw_bytes = g.raw_bytes(), .payload_bytes = n};
-  EncodeBlockHeader(h, std::span<std::byte, kBlockHeaderBytes>(sealed.data(), kBlockHeaderBytes));
-  sealed.resize(kBlockHeaderBytes + n);
+  const std::vector<std::byte> sealed = SealStage(params, g, stage);
   std::vector<uint16_t> out(g.elements());
   return DecodeBlock(sealed, g, {reinterpret_cast<std::byte*>(out.data()), g.raw_bytes()}, &ctx);
+}
+
+// The stage's extremes decode alike with every kernel set, in each dtype: the smallest and the
+// largest step byte (0 and 255), centers at +-32767 and 0, and every code but the escape. The
+// AVX-512 BF16 decoder (VCVTNE2PS2BF16, where the CPU has it) flushes subnormals to zero, so this
+// checks that no decoded value is subnormal, nor too large, at either end of the format's range.
+TEST(EcqTest, ExtremeStepsAndCentersDecodeAlikeWithEveryKernelSet) {
+  std::vector<KernelIsa> isas;
+  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
+  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
+  for (const DType dt : {DType::kBF16, DType::kF32}) {
+    const BlockGeometry g{254, 2, 48, dt};  // 96 channels: 3 vectors of 32, no tail; 254 codes.
+    const EcqLayout l = ComputeEcqLayout(g);
+    std::vector<std::byte> stage(l.escapes_offset);
+    const int16_t centers[] = {32767, -32767, 0};
+    for (size_t p = 0; p < l.params; ++p) {
+      const int16_t c = centers[p % 3];
+      const auto z = static_cast<uint16_t>((static_cast<uint16_t>(c) << 1) ^ (c >> 15));
+      stage[l.centers_offset + p] = static_cast<std::byte>(z & 0xff);
+      stage[l.centers_offset + l.params + p] = static_cast<std::byte>(z >> 8);
+    }
+    for (size_t h = 0; h < g.planes() * g.kv_heads; ++h) {
+      stage[l.steps_offset + h] = std::byte{h % 2 == 0 ? uint8_t{0} : uint8_t{255}};
+    }
+    for (size_t i = 0; i < g.elements(); ++i) {  // Each token a code; every code in each channel.
+      stage[l.codes_offset + i] = static_cast<std::byte>((i / g.channels() + i) % kEcqEscape);
+    }
+    const std::vector<std::byte> sealed = SealStage(CodecParams::Ecq(CodecId::kEcq6), g, stage);
+    std::vector<std::byte> want(g.raw_bytes());
+    ASSERT_TRUE(DecodeBlock(sealed, g, want, &scalar).ok());
+    for (const KernelIsa isa : isas) {
+      CodecContext wide = CodecContext::Create({.isa = isa}).value();
+      std::vector<std::byte> got(g.raw_bytes());
+      ASSERT_TRUE(DecodeBlock(sealed, g, got, &wide).ok());
+      EXPECT_EQ(got, want) << "isa " << static_cast<int>(isa) << " " << g.ToString();
+    }
+  }
 }
 
 TEST(EcqTest, MalformedStagesAreCorruption) {

@@ -109,6 +109,17 @@ bool DetectAvx512() {
 #endif
 }
 
+bool DetectAvx512Bf16() {
+#if defined(__x86_64__)
+  // CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return CpuHasAvx512() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
+         (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool CpuHasAvx2() {
@@ -119,6 +130,11 @@ bool CpuHasAvx2() {
 bool CpuHasAvx512() {
   static const bool has_avx512 = DetectAvx512();
   return has_avx512;
+}
+
+bool CpuHasAvx512Bf16() {
+  static const bool has_avx512_bf16 = DetectAvx512Bf16();
+  return has_avx512_bf16;
 }
 
 const Kernels& GetKernels(KernelIsa isa) {

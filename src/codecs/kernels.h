@@ -90,6 +90,10 @@ struct Kernels {
 bool CpuHasAvx2();
 // True when this CPU (and its OS) can run the AVX-512 set: AVX-512 F, BW and VL besides AVX2.
 bool CpuHasAvx512();
+// True when the AVX-512 set can also use AVX512_BF16 (VCVTNE2PS2BF16: two F32 vectors to one of
+// BF16, round to nearest even, subnormal inputs and outputs flushed to zero). Only for values
+// known to be zero or normal, whose rounding it gives exactly as F32ToBF16 does.
+bool CpuHasAvx512Bf16();
 // The kernel set for `isa` (see KernelIsa). The reference lives for the whole program.
 const Kernels& GetKernels(KernelIsa isa = KernelIsa::kAuto);
 
