@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -134,79 +135,95 @@ BENCHMARK(BM_Decode)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
-// A vLLM page's worth of BF16 KV: 64 blocks of 32 tokens x 4 KV heads x 64 dims (32 KiB each,
-// TinyLlama's shape), as the connector stores and loads them; a 1 MiB FP16 block hides the
-// per-block costs (zstd's frame and tables) and the conversion to BF16 that these pay.
-struct SmallBf16Blocks {
-  static constexpr BlockGeometry kGeometry{
-      .tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16};
-  static constexpr size_t kBlocks = 64;
-
-  explicit SmallBf16Blocks(int64_t codec)
-      : params(ParamsFor(codec)), ctx(std::move(CodecContext::Create()).value()) {
-    KV_CHECK_OK(ctx.Reserve(kGeometry));
+// Small blocks, encoded and decoded one by one as the tiers store and load them; a 1 MiB FP16
+// block hides the per-block costs (zstd's frame and tables) and the conversion that these pay.
+//   SmallBf16: a vLLM page's worth of BF16 KV, 64 blocks of 32 tokens x 4 KV heads x 64 dims
+//              (32 KiB each, TinyLlama's shape), as the connector stores and loads them;
+//   ModelF16:  the shared stories260K model's FP16 blocks as `kvtier bench codec` cuts them,
+//              256 blocks of 64 tokens x 4 KV heads x 8 dims (8 KiB each).
+struct SmallBlocks {
+  SmallBlocks(int64_t codec, const BlockGeometry& geometry, size_t count, const char* what)
+      : g(geometry),
+        blocks(count),
+        label(what),
+        params(ParamsFor(codec)),
+        ctx(std::move(CodecContext::Create()).value()) {
+    KV_CHECK_OK(ctx.Reserve(g));
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    raw.resize(kGeometry.elements() * kBlocks);
-    for (auto& h : raw) h = F32ToBF16(dist(rng));
+    raw.resize(g.elements() * blocks);
+    for (auto& h : raw) h = g.dtype == DType::kBF16 ? F32ToBF16(dist(rng)) : F32ToF16(dist(rng));
   }
   std::span<const std::byte> Block(size_t b) const {
-    return {reinterpret_cast<const std::byte*>(raw.data()) + b * kGeometry.raw_bytes(),
-            kGeometry.raw_bytes()};
+    return {reinterpret_cast<const std::byte*>(raw.data()) + b * g.raw_bytes(), g.raw_bytes()};
   }
   // Bytes processed, the ratio of `encoded_total` bytes and the label.
   void Report(benchmark::State& state, size_t encoded_total) const {
-    const size_t bytes = kBlocks * kGeometry.raw_bytes();
+    const size_t bytes = blocks * g.raw_bytes();
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
     state.counters["ratio"] = static_cast<double>(bytes) / static_cast<double>(encoded_total);
-    state.SetLabel(params.ToString() + " bf16 32-token blocks");
+    state.SetLabel(params.ToString() + " " + label);
   }
 
+  BlockGeometry g;
+  size_t blocks;
+  std::string label;
   CodecParams params;
   CodecContext ctx;
   std::vector<uint16_t> raw;
 };
 
-// Decoding them. Args: {codec as above}.
-void BM_DecodeSmallBf16(benchmark::State& state) {
-  SmallBf16Blocks s(state.range(0));
-  const BlockGeometry& g = SmallBf16Blocks::kGeometry;
-  const size_t max = MaxEncodedSize(s.params, g).value();
-  std::vector<std::byte> encoded(max * SmallBf16Blocks::kBlocks);
-  std::vector<size_t> sizes(SmallBf16Blocks::kBlocks);
+SmallBlocks SmallBf16(int64_t codec) {
+  return SmallBlocks(codec, {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16},
+                     64, "bf16 32-token blocks");
+}
+SmallBlocks ModelF16(int64_t codec) {
+  return SmallBlocks(codec, {.tokens = 64, .kv_heads = 4, .head_dim = 8, .dtype = DType::kF16}, 256,
+                     "f16 8 KiB model-shaped blocks");
+}
+
+void DecodeSmall(benchmark::State& state, SmallBlocks s) {
+  const size_t max = MaxEncodedSize(s.params, s.g).value();
+  std::vector<std::byte> encoded(max * s.blocks);
+  std::vector<size_t> sizes(s.blocks);
   size_t total = 0;
-  for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
+  for (size_t b = 0; b < s.blocks; ++b) {
     sizes[b] =
-        EncodeBlock(s.params, g, s.Block(b), {encoded.data() + b * max, max}, &s.ctx).value();
+        EncodeBlock(s.params, s.g, s.Block(b), {encoded.data() + b * max, max}, &s.ctx).value();
     total += sizes[b];
   }
-  std::vector<uint16_t> out(g.elements());
-  const std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), g.raw_bytes());
+  std::vector<uint16_t> out(s.g.elements());
+  const std::span<std::byte> out_bytes(reinterpret_cast<std::byte*>(out.data()), s.g.raw_bytes());
   for (auto _ : state) {
-    for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
-      Status st = DecodeBlock({encoded.data() + b * max, sizes[b]}, g, out_bytes, &s.ctx);
+    for (size_t b = 0; b < s.blocks; ++b) {
+      Status st = DecodeBlock({encoded.data() + b * max, sizes[b]}, s.g, out_bytes, &s.ctx);
       benchmark::DoNotOptimize(st);
     }
   }
   s.Report(state, total);
 }
-BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
-// Encoding them. Args: {codec as above}.
-void BM_EncodeSmallBf16(benchmark::State& state) {
-  SmallBf16Blocks s(state.range(0));
-  std::vector<std::byte> encoded(MaxEncodedSize(s.params, SmallBf16Blocks::kGeometry).value());
+void EncodeSmall(benchmark::State& state, SmallBlocks s) {
+  std::vector<std::byte> encoded(MaxEncodedSize(s.params, s.g).value());
   size_t total = 0;
   for (auto _ : state) {
     total = 0;
-    for (size_t b = 0; b < SmallBf16Blocks::kBlocks; ++b) {
-      total +=
-          EncodeBlock(s.params, SmallBf16Blocks::kGeometry, s.Block(b), encoded, &s.ctx).value();
+    for (size_t b = 0; b < s.blocks; ++b) {
+      total += EncodeBlock(s.params, s.g, s.Block(b), encoded, &s.ctx).value();
     }
   }
   s.Report(state, total);
 }
+
+// Args: {codec as above}.
+void BM_DecodeSmallBf16(benchmark::State& state) { DecodeSmall(state, SmallBf16(state.range(0))); }
+void BM_EncodeSmallBf16(benchmark::State& state) { EncodeSmall(state, SmallBf16(state.range(0))); }
+void BM_DecodeModelF16(benchmark::State& state) { DecodeSmall(state, ModelF16(state.range(0))); }
+void BM_EncodeModelF16(benchmark::State& state) { EncodeSmall(state, ModelF16(state.range(0))); }
+BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_EncodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeModelF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EncodeModelF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
 // zstd level 1 alone on the codes ecq5 hands it for the 1 MiB block above: 512 Ki zigzag bytes
 // of a Gaussian at step sd / 8. Bytes per second here are codes (two raw FP16 bytes each): the
