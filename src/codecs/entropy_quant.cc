@@ -278,7 +278,7 @@ KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,
 
 // DequantizeRowBf16Body 32 elements at a time with AVX512_BF16's VCVTNE2PS2BF16, which rounds to
 // nearest even as F32ToBF16 does but flushes subnormals to zero. A decoded value is zero or at
-// least the smallest step, 2^-15, in magnitude (and at most (127 + 32767) * 2^18): never
+// least the smallest step, 2^-14, in magnitude (and at most (127 + 32767) * 2^18): never
 // subnormal, so the bits are DequantizeRowBf16Body's. Saves the rounding's integer steps (the
 // decoder's dequantization was a fifth of an ecq6v5 decode, zstd most of the rest).
 #if defined(__GNUC__) && !defined(__clang__)
