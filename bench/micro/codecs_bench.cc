@@ -139,6 +139,7 @@ BENCHMARK(BM_Decode)
 // block hides the per-block costs (zstd's frame and tables) and the conversion that these pay.
 //   SmallBf16: a vLLM page's worth of BF16 KV, 64 blocks of 32 tokens x 4 KV heads x 64 dims
 //              (32 KiB each, TinyLlama's shape), as the connector stores and loads them;
+//   SmallF16:  the same in FP16;
 //   ModelF16:  the shared stories260K model's FP16 blocks as `kvtier bench codec` cuts them,
 //              256 blocks of 64 tokens x 4 KV heads x 8 dims (8 KiB each).
 struct SmallBlocks {
@@ -176,6 +177,10 @@ struct SmallBlocks {
 SmallBlocks SmallBf16(int64_t codec) {
   return SmallBlocks(codec, {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kBF16},
                      64, "bf16 32-token blocks");
+}
+SmallBlocks SmallF16(int64_t codec) {
+  return SmallBlocks(codec, {.tokens = 32, .kv_heads = 4, .head_dim = 64, .dtype = DType::kF16}, 64,
+                     "f16 32-token blocks");
 }
 SmallBlocks ModelF16(int64_t codec) {
   return SmallBlocks(codec, {.tokens = 64, .kv_heads = 4, .head_dim = 8, .dtype = DType::kF16}, 256,
@@ -218,10 +223,14 @@ void EncodeSmall(benchmark::State& state, SmallBlocks s) {
 // Args: {codec as above}.
 void BM_DecodeSmallBf16(benchmark::State& state) { DecodeSmall(state, SmallBf16(state.range(0))); }
 void BM_EncodeSmallBf16(benchmark::State& state) { EncodeSmall(state, SmallBf16(state.range(0))); }
+void BM_DecodeSmallF16(benchmark::State& state) { DecodeSmall(state, SmallF16(state.range(0))); }
+void BM_EncodeSmallF16(benchmark::State& state) { EncodeSmall(state, SmallF16(state.range(0))); }
 void BM_DecodeModelF16(benchmark::State& state) { DecodeSmall(state, ModelF16(state.range(0))); }
 void BM_EncodeModelF16(benchmark::State& state) { EncodeSmall(state, ModelF16(state.range(0))); }
 BENCHMARK(BM_DecodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_EncodeSmallBf16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeSmallF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EncodeSmallF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeModelF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_EncodeModelF16)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 

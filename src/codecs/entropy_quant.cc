@@ -244,6 +244,13 @@ void DequantizeRowBf16(const uint8_t* codes, size_t n, const float* step, const 
   DequantizeRowBf16Body(codes, n, step, center, out);
 }
 
+// A row straight to FP16, one value at a time: the AVX2 and AVX-512 rows' tails, and those rows
+// where there is no x86-64.
+void DequantizeRowF16(const uint8_t* codes, size_t n, const float* step, const float* center,
+                      uint16_t* out) {
+  for (size_t c = 0; c < n; ++c) out[c] = F32ToF16(Dequantized(codes[c], center[c], step[c]));
+}
+
 void QuantizeRow(const float* x, size_t n, const float* inv_step, const float* center,
                  uint8_t* codes) {
   QuantizeRowBody(x, n, inv_step, center, codes);
@@ -276,21 +283,38 @@ KV_ECQ_LOOPS(Avx2, __attribute__((target("avx2,f16c,fma"))))
 KV_ECQ_LOOPS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma"))))
 #undef KV_ECQ_LOOPS
 
-// DequantizeRowBf16Body 32 elements at a time with AVX512_BF16's VCVTNE2PS2BF16, which rounds to
-// nearest even as F32ToBF16 does but flushes subnormals to zero. A decoded value is zero or at
-// least the smallest step, 2^-14, in magnitude (and at most (127 + 32767) * 2^18): never
-// subnormal, so the bits are DequantizeRowBf16Body's. Saves the rounding's integer steps (the
-// decoder's dequantization was a fifth of an ecq6v5 decode, zstd most of the rest).
+// Dequantized rows written straight to FP16 (F16C's VCVTPS2PH, round to nearest even, as
+// F32ToF16 rounds every value, subnormals and overflow included), 8 or 16 values at a time,
+// instead of an F32 copy of the plane converted afterwards; and to BF16 32 values at a time with
+// AVX512_BF16's VCVTNE2PS2BF16, which rounds to nearest even as F32ToBF16 does but flushes
+// subnormals to zero. A decoded value is zero or at least the smallest step, 2^-14, in magnitude
+// (and at most (127 + 32767) * 2^18): never subnormal in F32, so the bits are
+// DequantizeRowBf16Body's. The values are (q + center) * step as Dequantized computes them: an
+// add, then a multiply, no FMA.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), a variable
 // initialised with itself, which -Wmaybe-uninitialized reports wherever one is inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#define KV_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define KV_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
+#define KV_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")))
+// 8 values from codes[c, c + 8), in F32.
+KV_AVX2 inline __m256 DequantizedF32x8(const uint8_t* codes, const float* step, const float* center,
+                                       size_t c) {
+  const __m256i z =
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + c)));
+  const __m256i sign =
+      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1)));
+  const __m256i q = _mm256_xor_si256(_mm256_srli_epi32(z, 1), sign);
+  return _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(center + c)),
+                       _mm256_loadu_ps(step + c));
+}
+
 // 16 values from codes[c, c + 16), in F32.
-KV_AVX512_BF16 inline __m512 DequantizedF32x16(const uint8_t* codes, const float* step,
-                                               const float* center, size_t c) {
+KV_AVX512 inline __m512 DequantizedF32x16(const uint8_t* codes, const float* step,
+                                          const float* center, size_t c) {
   const __m512i z =
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + c)));
   const __m512i sign =
@@ -298,6 +322,28 @@ KV_AVX512_BF16 inline __m512 DequantizedF32x16(const uint8_t* codes, const float
   const __m512i q = _mm512_xor_si512(_mm512_srli_epi32(z, 1), sign);
   return _mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(q), _mm512_loadu_ps(center + c)),
                        _mm512_loadu_ps(step + c));
+}
+
+KV_AVX2 void DequantizeRowF16Avx2(const uint8_t* codes, size_t n, const float* step,
+                                  const float* center, uint16_t* out) {
+  size_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const __m128i h = _mm256_cvtps_ph(DequantizedF32x8(codes, step, center, c),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c), h);
+  }
+  DequantizeRowF16(codes + c, n - c, step + c, center + c, out + c);
+}
+
+KV_AVX512 void DequantizeRowF16Avx512(const uint8_t* codes, size_t n, const float* step,
+                                      const float* center, uint16_t* out) {
+  size_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m256i h = _mm512_cvtps_ph(DequantizedF32x16(codes, step, center, c),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), h);
+  }
+  DequantizeRowF16(codes + c, n - c, step + c, center + c, out + c);
 }
 
 KV_AVX512_BF16 void DequantizeRowBf16Avx512Bf16(const uint8_t* codes, size_t n, const float* step,
@@ -310,6 +356,8 @@ KV_AVX512_BF16 void DequantizeRowBf16Avx512Bf16(const uint8_t* codes, size_t n, 
   }
   DequantizeRowBf16Body(codes + c, n - c, step + c, center + c, out + c);
 }
+#undef KV_AVX2
+#undef KV_AVX512
 #undef KV_AVX512_BF16
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -324,12 +372,15 @@ constexpr auto QuantizeRowAvx512 = QuantizeRow;
 constexpr auto DequantizeRowAvx512 = DequantizeRow;
 constexpr auto DequantizeRowBf16Avx512 = DequantizeRowBf16;
 constexpr auto DequantizeRowBf16Avx512Bf16 = DequantizeRowBf16;
+constexpr auto DequantizeRowF16Avx2 = DequantizeRowF16;
+constexpr auto DequantizeRowF16Avx512 = DequantizeRowF16;
 #endif
 
 using ChannelStatsFn = void (*)(const float*, size_t, size_t, float*, float*, float*);
 using QuantizeRowFn = void (*)(const float*, size_t, const float*, const float*, uint8_t*);
 using DequantizeRowFn = void (*)(const uint8_t*, size_t, const float*, const float*, float*);
-using DequantizeRowBf16Fn = void (*)(const uint8_t*, size_t, const float*, const float*, uint16_t*);
+// A row of 16-bit values (BF16 or FP16).
+using DequantizeRow16Fn = void (*)(const uint8_t*, size_t, const float*, const float*, uint16_t*);
 
 // The loop for a kernel set: its AVX-512 build for the AVX-512 set, its AVX2 build for the AVX2
 // set, the baseline for the scalar one (a set is only ever selected on a CPU that runs it).
@@ -341,6 +392,23 @@ Fn LoopFor(const Kernels& k, Fn scalar, [[maybe_unused]] Fn avx2, [[maybe_unused
 #endif
   (void)k;
   return scalar;
+}
+
+// The row that writes `dtype` straight from the codes: BF16 with every kernel set, FP16 with the
+// AVX2 and AVX-512 sets; null where the plane goes through F32 (FP16 with the scalar set, the
+// reference, and F32).
+DequantizeRow16Fn Row16For(const Kernels& k, DType dtype) {
+  if (dtype == DType::kBF16) {
+    return k.isa == KernelIsa::kAvx512 && CpuHasAvx512Bf16()
+               ? DequantizeRowBf16Avx512Bf16
+               : LoopFor<DequantizeRow16Fn>(k, DequantizeRowBf16, DequantizeRowBf16Avx2,
+                                            DequantizeRowBf16Avx512);
+  }
+  if (dtype == DType::kF16 && k.isa != KernelIsa::kScalar) {
+    return LoopFor<DequantizeRow16Fn>(k, DequantizeRowF16, DequantizeRowF16Avx2,
+                                      DequantizeRowF16Avx512);
+  }
+  return nullptr;
 }
 
 // Calls f(i) for each escaped code i of codes[0, n), in order; stops at the first false.
@@ -471,16 +539,10 @@ Status EcqDequantize(const BlockGeometry& g, std::span<const std::byte> stage,
     }
     // Every decoded value is at most (127 + 32767) * 2^18 in magnitude: finite in F32, and
     // rounded to the dtype as any codec's output is.
-    if (g.dtype == DType::kBF16) {
-      const auto dequantize_row =
-          k.isa == KernelIsa::kAvx512 && CpuHasAvx512Bf16()
-              ? DequantizeRowBf16Avx512Bf16
-              : LoopFor<DequantizeRowBf16Fn>(k, DequantizeRowBf16, DequantizeRowBf16Avx2,
-                                             DequantizeRowBf16Avx512);
+    if (const DequantizeRow16Fn row16 = Row16For(k, g.dtype); row16 != nullptr) {
       auto* out = reinterpret_cast<uint16_t*>(raw_out.data()) + plane * half;
       for (size_t t = 0; t < g.tokens; ++t) {
-        dequantize_row(codes + plane * half + t * channels, channels, step, center,
-                       out + t * channels);
+        row16(codes + plane * half + t * channels, channels, step, center, out + t * channels);
       }
       continue;
     }

@@ -338,40 +338,44 @@ Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)
   return DecodeBlock(sealed, g, {reinterpret_cast<std::byte*>(out.data()), g.raw_bytes()}, &ctx);
 }
 
-// The stage's extremes decode alike with every kernel set, in each dtype: the smallest and the
-// largest step byte (0 and 255), centers at +-32767 and 0, and every code but the escape. The
-// AVX-512 BF16 decoder (VCVTNE2PS2BF16, where the CPU has it) flushes subnormals to zero, so this
-// checks that no decoded value is subnormal, nor too large, at either end of the format's range.
+// The stage's extremes decode alike with every kernel set, in each dtype, with and without a
+// vector tail: the smallest and the largest step byte (0 and 255), centers at +-32767 and 0, and
+// every code but the escape. The AVX-512 BF16 decoder (VCVTNE2PS2BF16, where the CPU has it)
+// flushes subnormals to zero, so this checks that no decoded value is subnormal, nor too large,
+// at either end of the format's range; in FP16 the largest overflow to infinity, as F32ToF16
+// rounds them, and the F16C rows (VCVTPS2PH) must give the same.
 TEST(EcqTest, ExtremeStepsAndCentersDecodeAlikeWithEveryKernelSet) {
   std::vector<KernelIsa> isas;
   if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
   if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
   CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
-  for (const DType dt : {DType::kBF16, DType::kF32}) {
-    const BlockGeometry g{254, 2, 48, dt};  // 96 channels: 3 vectors of 32, no tail; 254 codes.
-    const EcqLayout l = ComputeEcqLayout(g);
-    std::vector<std::byte> stage(l.escapes_offset);
-    const int16_t centers[] = {32767, -32767, 0};
-    for (size_t p = 0; p < l.params; ++p) {
-      const int16_t c = centers[p % 3];
-      const auto z = static_cast<uint16_t>((static_cast<uint16_t>(c) << 1) ^ (c >> 15));
-      stage[l.centers_offset + p] = static_cast<std::byte>(z & 0xff);
-      stage[l.centers_offset + l.params + p] = static_cast<std::byte>(z >> 8);
-    }
-    for (size_t h = 0; h < g.planes() * g.kv_heads; ++h) {
-      stage[l.steps_offset + h] = std::byte{h % 2 == 0 ? uint8_t{0} : uint8_t{255}};
-    }
-    for (size_t i = 0; i < g.elements(); ++i) {  // Each token a code; every code in each channel.
-      stage[l.codes_offset + i] = static_cast<std::byte>((i / g.channels() + i) % kEcqEscape);
-    }
-    const std::vector<std::byte> sealed = SealStage(CodecParams::Ecq(CodecId::kEcq6), g, stage);
-    std::vector<std::byte> want(g.raw_bytes());
-    ASSERT_TRUE(DecodeBlock(sealed, g, want, &scalar).ok());
-    for (const KernelIsa isa : isas) {
-      CodecContext wide = CodecContext::Create({.isa = isa}).value();
-      std::vector<std::byte> got(g.raw_bytes());
-      ASSERT_TRUE(DecodeBlock(sealed, g, got, &wide).ok());
-      EXPECT_EQ(got, want) << "isa " << static_cast<int>(isa) << " " << g.ToString();
+  for (const DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const BlockGeometry& g : {BlockGeometry{254, 2, 48, dt},     // 96 channels: no tail.
+                                   BlockGeometry{254, 3, 12, dt}}) {  // 36: a tail of 4.
+      const EcqLayout l = ComputeEcqLayout(g);
+      std::vector<std::byte> stage(l.escapes_offset);
+      const int16_t centers[] = {32767, -32767, 0};
+      for (size_t p = 0; p < l.params; ++p) {
+        const int16_t c = centers[p % 3];
+        const auto z = static_cast<uint16_t>((static_cast<uint16_t>(c) << 1) ^ (c >> 15));
+        stage[l.centers_offset + p] = static_cast<std::byte>(z & 0xff);
+        stage[l.centers_offset + l.params + p] = static_cast<std::byte>(z >> 8);
+      }
+      for (size_t h = 0; h < g.planes() * g.kv_heads; ++h) {
+        stage[l.steps_offset + h] = std::byte{h % 2 == 0 ? uint8_t{0} : uint8_t{255}};
+      }
+      for (size_t i = 0; i < g.elements(); ++i) {  // Each token a code; every code in each channel.
+        stage[l.codes_offset + i] = static_cast<std::byte>((i / g.channels() + i) % kEcqEscape);
+      }
+      const std::vector<std::byte> sealed = SealStage(CodecParams::Ecq(CodecId::kEcq6), g, stage);
+      std::vector<std::byte> want(g.raw_bytes());
+      ASSERT_TRUE(DecodeBlock(sealed, g, want, &scalar).ok());
+      for (const KernelIsa isa : isas) {
+        CodecContext wide = CodecContext::Create({.isa = isa}).value();
+        std::vector<std::byte> got(g.raw_bytes());
+        ASSERT_TRUE(DecodeBlock(sealed, g, got, &wide).ok());
+        EXPECT_EQ(got, want) << "isa " << static_cast<int>(isa) << " " << g.ToString();
+      }
     }
   }
 }
