@@ -491,6 +491,9 @@ def plot_serve(plt, report):
     modes, levels = [], []
     for r in rows:
         mode, level = need(r, "mode", what), need(r, "concurrency", what)
+        if not isinstance(mode, str) or isinstance(level, bool) or not isinstance(level, int):
+            raise PlotError(f"not {what}: a row's mode {mode!r} or concurrency {level!r} is not "
+                            "a name and a whole number")
         if mode not in modes:
             modes.append(mode)
         if level not in levels:

@@ -112,6 +112,9 @@ printf '{"rows": [{"mode": "kvtier", "concurrency": 4, "correct": true, "ttft_p5
   >"$TMP/serve_null.json"
 expect_error 1 "plot.py serve: kvtier at concurrency 4: ttft_p50_s is not a number: None" \
   serve "$TMP/serve_null.json" -o "$TMP/bad.png"
+printf '{"rows": [{"mode": {"x": 1}, "concurrency": 4}]}' >"$TMP/serve_mode.json"
+expect_error 1 "plot.py serve: not a bench/serve_trace.py --json report: a row's mode {'x': 1}" \
+  serve "$TMP/serve_mode.json" -o "$TMP/bad.png"
 expect_error 1 "plot.py llama: $TMP/missing.json: No such file or directory" \
   llama "$TMP/missing.json" -o "$TMP/bad.png"
 printf '{"rounds": [' >"$TMP/truncated.json"
