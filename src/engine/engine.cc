@@ -73,8 +73,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   KV_ASSIGN_OR_RETURN(ScopedThreadCpus on_cpus, ScopedThreadCpus::Enter(cpus));
   if (!cpus.empty()) {
     LogTo(options.logger, LogLevel::kInfo,
-          "engine: threads run on CPUs " + FormatCpuList(cpus) + " (thread_cpus=" +
-              options.thread_cpus + ")");
+          "engine: threads run on CPUs " + FormatCpuList(cpus) +
+              " (thread_cpus=" + options.thread_cpus + ")");
   }
   std::unique_ptr<EngineImpl> e(new EngineImpl(options));
   e->lower_factory_ = lower;
@@ -195,9 +195,8 @@ Result<Namespace> EngineImpl::MakeNamespace(std::string_view salt,
                       NamespaceDigest(options_.model, options_.layout, salt, extra_keys));
   // The salt is what keeps tenants of a shared remote tier apart (docs/security.md): say once
   // that the empty one shares everything with every other engine that also uses it.
-  const bool shared = std::any_of(tiers_.begin(), tiers_.end(), [](const LowerTier& t) {
-    return t.tier->capabilities().shared;
-  });
+  const bool shared = std::any_of(tiers_.begin(), tiers_.end(),
+                                  [](const LowerTier& t) { return t.tier->capabilities().shared; });
   if (shared && salt.empty() && !empty_salt_warned_.exchange(true)) {
     LogTo(logger_, LogLevel::kWarn,
           "engine: a namespace with the empty salt on a shared remote tier: its blocks are "
@@ -617,7 +616,9 @@ uint64_t EngineImpl::DirtySinceMin(size_t below) {
   const uint64_t now_wall = NowWallUs();
   uint64_t dirty_min = UINT64_MAX;
   table_.ForEach([&](const BlockKey&, const BlockEntry& e) {
-    if (e.DirtyFor(below) && !e.Expired(now_wall)) dirty_min = std::min(dirty_min, e.dirty_since_us());
+    if (e.DirtyFor(below) && !e.Expired(now_wall)) {
+      dirty_min = std::min(dirty_min, e.dirty_since_us());
+    }
   });
   return dirty_min;
 }
@@ -648,8 +649,7 @@ std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* w
     if (!e.DirtyFor(below) || e.Expired(now_wall)) return;  // An expired block is never written.
     *dirty_min_us = std::min(*dirty_min_us, e.dirty_since_us());
     const uint64_t due = e.dirty_since_us() + age_us - slack_us;
-    const bool writable =
-        !e.flushing() && e.state() == BlockState::kReady && e.FastestReadable(&t);
+    const bool writable = !e.flushing() && e.state() == BlockState::kReady && e.FastestReadable(&t);
     if (due <= now && writable) {
       if (out.size() < max) {
         out.push_back(key);
@@ -665,8 +665,8 @@ std::vector<BlockKey> EngineImpl::PickAged(size_t below, size_t max, uint64_t* w
   } else if (left_over) {
     *wait_us = 1;  // Due now: the next scan at once.
   } else {
-    *wait_us = std::clamp(due_min > now ? due_min - now : 0, std::max<uint64_t>(slack_us, 1000),
-                          poll_us);
+    *wait_us =
+        std::clamp(due_min > now ? due_min - now : 0, std::max<uint64_t>(slack_us, 1000), poll_us);
   }
   return out;
 }
