@@ -158,10 +158,8 @@ void Server::Impl::CountTenant(const std::string& tenant, const TenantCounters& 
   MutexLock lock(&mu);
   auto it = tenants.find(tenant);
   if (it == tenants.end()) {
-    if (tenants.size() >= 1024)
-      it = tenants.try_emplace("other").first;
-    else
-      it = tenants.try_emplace(tenant).first;
+    // At most 1024 tenants by name; the rest are counted together as "other".
+    it = tenants.try_emplace(tenants.size() >= 1024 ? std::string("other") : tenant).first;
   }
   it->second.lookups += d.lookups;
   it->second.lookup_tokens += d.lookup_tokens;

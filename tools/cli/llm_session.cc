@@ -82,8 +82,7 @@ Result<EngineOptions> MakeEngineOptions(const LlmSessionOptions& options, const 
   if (options.host_bytes != 0) {
     if (options.host_bytes < 2 * context_bytes) {
       return Status::InvalidArgument("--host-bytes " + std::to_string(options.host_bytes) +
-                                     " is less than twice the KV of "
-                                     "the context (" +
+                                     " is less than twice the KV of the context (" +
                                      std::to_string(2 * context_bytes) + " bytes for " +
                                      std::to_string(context_tokens) +
                                      " tokens): lower --context or raise --host-bytes");
