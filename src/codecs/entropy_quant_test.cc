@@ -199,12 +199,18 @@ TEST(EcqTest, GaussianFp16CompressesAtTheDocumentedRatioAndError) {
   }
 }
 
-// Each kernel set the CPU has (the ecq loops have a scalar, an AVX2 and an AVX-512 build) writes
-// the scalar set's bytes and decodes them to the scalar set's values, for every dtype.
-TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
+// The vector kernel sets this CPU runs (AVX2, AVX-512), each compared with the scalar one.
+std::vector<KernelIsa> WideIsas() {
   std::vector<KernelIsa> isas;
   if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
   if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  return isas;
+}
+
+// Each kernel set the CPU has (the ecq loops have a scalar, an AVX2 and an AVX-512 build) writes
+// the scalar set's bytes and decodes them to the scalar set's values, for every dtype.
+TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
+  const std::vector<KernelIsa> isas = WideIsas();
   CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
   for (const DType dt : {DType::kF16, DType::kBF16, DType::kF32}) {
     const BlockGeometry g{128, 4, 64, dt};
@@ -229,9 +235,8 @@ TEST(EcqTest, EveryKernelSetWritesTheSameBytes) {
 // (the decoder does both in one loop), its escaped elements exact, with every kernel set; the
 // geometries leave vector tails (40 and 120 channels).
 TEST(EcqTest, Bf16BlocksDecodeToTheirStageRoundedAsF32ToBf16Does) {
-  std::vector<KernelIsa> isas = {KernelIsa::kScalar};
-  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
-  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  std::vector<KernelIsa> isas = WideIsas();
+  isas.insert(isas.begin(), KernelIsa::kScalar);
   for (const BlockGeometry& g :
        {BlockGeometry{32, 4, 64, DType::kBF16}, BlockGeometry{37, 1, 40, DType::kBF16},
         BlockGeometry{600, 3, 40, DType::kBF16}}) {
@@ -345,9 +350,7 @@ Status DecodeEditedStage(void (*edit)(std::vector<std::byte>*, const EcqLayout&)
 // at either end of the format's range; in FP16 the largest overflow to infinity, as F32ToF16
 // rounds them, and the F16C rows (VCVTPS2PH) must give the same.
 TEST(EcqTest, ExtremeStepsAndCentersDecodeAlikeWithEveryKernelSet) {
-  std::vector<KernelIsa> isas;
-  if (CpuHasAvx2()) isas.push_back(KernelIsa::kAvx2);
-  if (CpuHasAvx512()) isas.push_back(KernelIsa::kAvx512);
+  const std::vector<KernelIsa> isas = WideIsas();
   CodecContext scalar = CodecContext::Create({.isa = KernelIsa::kScalar}).value();
   for (const DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (const BlockGeometry& g : {BlockGeometry{254, 2, 48, dt},     // 96 channels: no tail.
